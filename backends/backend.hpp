@@ -1,0 +1,31 @@
+#pragma once
+/// The backend interface: what a worker computes with.
+///
+/// A backend knows tensors and ops, never graphs. The executor (runtime/executor.hpp)
+/// asks it once per step, at planning time, for the kernel that will run that step; a
+/// backend returning nullptr for an op means "not supported here" and the executor falls
+/// back to the reference CPU kernel (every worker ships every op). Thread-safety: a
+/// backend is used by one worker thread at a time.
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/op.hpp"
+
+namespace mpakt {
+
+class backend {
+ public:
+  virtual ~backend() = default;
+  /// "cpu" or "cuda": what /api/v3/status counts under backends.
+  virtual std::string_view name() const = 0;
+  /// The kernel to run `op` on inputs like these with these params, or nullptr.
+  virtual kernel_fn kernel(std::string_view op, std::span<const tensor_desc> inputs,
+                           const op_params& params) const = 0;
+  /// Every feature name (e.g. "attention.window") this backend implements.
+  virtual std::vector<std::string> features() const = 0;
+};
+
+}  // namespace mpakt

@@ -1,0 +1,7 @@
+#include "backends/cpu/ref/families.hpp"
+
+namespace mpakt::cpu_ref {
+
+void add_moe_kernels(std::vector<cpu_kernel>& out) {}
+
+}  // namespace mpakt::cpu_ref

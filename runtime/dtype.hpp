@@ -1,0 +1,86 @@
+#pragma once
+/// Element types a worker holds, and the conversions between them.
+///
+/// Activations are always f32. Weights stay as published (bf16, f16, f32) or as the
+/// block-quantized q8/q4 forms below; the ops that read weights (matmul, linear,
+/// embedding, moe, slice) read them in place, a row or a block at a time.
+///
+/// q8: blocks of 32 consecutive values along the last dimension; each block is
+///     an f16 scale d followed by 32 int8 q, x = q * d (34 bytes, 8.5 bits/value).
+/// q4: blocks of 32; f16 scale d, f16 minimum m, then 16 bytes holding 32 4-bit
+///     q (value 2i in the low nibble of byte i, value 2i+1 in the high nibble),
+///     x = q * d + m (20 bytes, 5 bits/value).
+/// Quantization rounds to nearest, ties away from zero; see quantize_row_q8/q4.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace mpakt {
+
+enum class dtype : std::uint8_t { f32, bf16, f16, q8, q4 };
+
+inline constexpr std::int64_t quant_block = 32;
+
+struct block_q8 {
+  std::uint16_t d;  ///< f16 scale
+  std::int8_t q[32];
+};
+static_assert(sizeof(block_q8) == 34);
+
+struct block_q4 {
+  std::uint16_t d;  ///< f16 scale
+  std::uint16_t m;  ///< f16 minimum
+  std::uint8_t q[16];
+};
+static_assert(sizeof(block_q4) == 20);
+
+/// Lower-case wire name: "f32", "bf16", "f16", "q8", "q4".
+std::string_view dtype_name(dtype t);
+std::optional<dtype> dtype_from_name(std::string_view name);
+
+/// True for the block-quantized types, whose last dimension must be a multiple of 32.
+constexpr bool is_quantized(dtype t) { return t == dtype::q8 || t == dtype::q4; }
+
+/// Bytes needed for `count` elements laid out as rows of `row_len` (row_len must be a
+/// multiple of 32 for q8/q4). Returns nullopt on overflow.
+std::optional<std::size_t> storage_bytes(dtype t, std::int64_t count);
+
+// ---- scalar conversions (header-inline: used in every inner loop) ----
+
+inline float bf16_to_f32(std::uint16_t h) {
+  std::uint32_t u = std::uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/// Round to nearest even; NaN stays NaN.
+inline std::uint16_t f32_to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return std::uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return std::uint16_t(u >> 16);
+}
+
+float f16_to_f32(std::uint16_t h);
+/// Round to nearest even, with overflow to inf and gradual underflow.
+std::uint16_t f32_to_f16(float f);
+
+// ---- row conversions ----
+
+/// Widen `n` elements of packed row data of type `t` (n a multiple of 32 for q8/q4;
+/// `src` points at the row's first byte) into f32.
+void dequantize_row(dtype t, const void* src, float* dst, std::int64_t n);
+
+/// Widen elements [first, first+n) of a row (for q8/q4, first and n need not be block
+/// aligned): used by slices along the last axis.
+void dequantize_range(dtype t, const void* row, std::int64_t first, float* dst, std::int64_t n);
+
+/// Convert `n` f32 values into type `t` (n a multiple of 32 for q8/q4).
+void quantize_row(dtype t, const float* src, void* dst, std::int64_t n);
+
+}  // namespace mpakt

@@ -1,0 +1,7 @@
+#include "runtime/ops/families.hpp"
+
+namespace mpakt::ops {
+
+void add_norm_ops(std::vector<op_def>& out) {}
+
+}  // namespace mpakt::ops

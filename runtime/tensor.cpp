@@ -1,0 +1,103 @@
+#include "runtime/tensor.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+
+namespace mpakt {
+
+std::string shape_str(const shape_t& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
+  return out + "]";
+}
+
+std::int64_t shape_numel(const shape_t& s) {
+  std::int64_t n = 1;
+  for (auto d : s) {
+    if (d < 0) return -1;
+    if (d != 0 && n > std::numeric_limits<std::int64_t>::max() / d) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+namespace {
+struct aligned_free {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+}  // namespace
+
+result<tensor> tensor::make(dtype t, shape_t shape) {
+  const std::int64_t n = shape_numel(shape);
+  if (n < 0) return make_error(errc::too_large, "shape " + shape_str(shape) + " is not a valid size");
+  if (is_quantized(t) && (shape.empty() || shape.back() % quant_block != 0))
+    return invalid(std::string(dtype_name(t)) + " needs a last dimension that is a multiple of 32, not " + shape_str(shape));
+  auto bytes = storage_bytes(t, n);
+  if (!bytes) return make_error(errc::too_large, "shape " + shape_str(shape) + " is too large");
+  const std::size_t alloc = (*bytes + 63) / 64 * 64 + 64;
+  void* p = std::aligned_alloc(64, alloc);
+  if (!p) return make_error(errc::too_large, "cannot allocate " + std::to_string(*bytes) + " bytes for " + shape_str(shape));
+  std::memset(p, 0, alloc);
+  tensor out;
+  out.type_ = t;
+  out.shape_ = std::move(shape);
+  out.numel_ = n;
+  out.storage_ = std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), aligned_free{});
+  out.nbytes_ = *bytes;
+  return out;
+}
+
+tensor tensor::view(const tensor& base, dtype t, shape_t shape, std::size_t byte_offset) {
+  tensor out;
+  out.type_ = t;
+  out.numel_ = shape_numel(shape);
+  out.shape_ = std::move(shape);
+  out.storage_ = base.storage_;
+  out.offset_ = base.offset_ + byte_offset;
+  out.nbytes_ = storage_bytes(t, out.numel_).value_or(0);
+  return out;
+}
+
+std::size_t tensor::row_bytes() const { return storage_bytes(type_, cols()).value_or(0); }
+
+tensor tensor::reshaped(shape_t shape) const { return view(*this, type_, std::move(shape), 0); }
+
+result<tensor> make_f32(shape_t shape, std::span<const float> values) {
+  auto t = tensor::make(dtype::f32, std::move(shape));
+  if (!t) return t;
+  if (std::size_t(t->numel()) != values.size())
+    return invalid("shape " + shape_str(t->shape()) + " holds " + std::to_string(t->numel()) +
+                   " values but " + std::to_string(values.size()) + " were given");
+  std::memcpy(t->data(), values.data(), values.size() * 4);
+  return t;
+}
+
+result<tensor> convert_tensor(const tensor& src, dtype t) {
+  auto wide = to_f32(src);
+  if (!wide) return wide;
+  auto out = tensor::make(t, src.shape());
+  if (!out) return out;
+  const std::int64_t rows = wide->rows(), cols = wide->cols();
+  for (std::int64_t r = 0; r < rows; ++r) quantize_row(t, wide->f32() + r * cols, out->row(r), cols);
+  return out;
+}
+
+result<tensor> to_f32(const tensor& src) {
+  if (src.type() == dtype::f32) {
+    auto out = tensor::make(dtype::f32, src.shape());
+    if (out) std::memcpy(out->data(), src.data(), src.nbytes());
+    return out;
+  }
+  auto out = tensor::make(dtype::f32, src.shape());
+  if (!out) return out;
+  const std::int64_t rows = src.rows(), cols = src.cols();
+  for (std::int64_t r = 0; r < rows; ++r) dequantize_row(src.type(), src.row(r), out->f32() + r * cols, cols);
+  return out;
+}
+
+}  // namespace mpakt

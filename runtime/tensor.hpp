@@ -1,0 +1,91 @@
+#pragma once
+/// Tensors: a dtype, a shape and shared, 64-byte aligned storage.
+///
+/// A tensor is a cheap handle (a shared_ptr to its buffer plus shape); copying it aliases
+/// the same bytes. Row-major. Activations are f32; weights may be packed (dtype.hpp).
+/// Thread-safety: a tensor's bytes are written only by the one worker that owns it.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/dtype.hpp"
+#include "runtime/status.hpp"
+
+namespace mpakt {
+
+using shape_t = std::vector<std::int64_t>;
+
+/// "[2, 3, 4]" for messages.
+std::string shape_str(const shape_t& s);
+
+/// Element count, or -1 when a dimension is negative or the product overflows int64.
+std::int64_t shape_numel(const shape_t& s);
+
+/// What validation knows of a tensor before it exists.
+struct tensor_desc {
+  dtype type = dtype::f32;
+  shape_t shape;
+};
+
+class tensor {
+ public:
+  tensor() = default;
+
+  /// Allocates zeroed storage. Fails (errc::too_large) when the size overflows or the
+  /// allocation fails, so a hostile shape never aborts the process.
+  static result<tensor> make(dtype t, shape_t shape);
+  /// Wraps existing storage (e.g. a slice or reshape view); offset in bytes.
+  static tensor view(const tensor& base, dtype t, shape_t shape, std::size_t byte_offset);
+
+  bool empty() const { return !storage_; }
+  dtype type() const { return type_; }
+  const shape_t& shape() const { return shape_; }
+  tensor_desc desc() const { return {type_, shape_}; }
+  std::int64_t numel() const { return numel_; }
+  /// Last dimension (1 for a 0-d tensor).
+  std::int64_t cols() const { return shape_.empty() ? 1 : shape_.back(); }
+  /// Every leading dimension folded (numel / cols).
+  std::int64_t rows() const { return cols() == 0 ? 0 : numel_ / cols(); }
+  std::size_t nbytes() const { return nbytes_; }
+  /// Bytes of one row (last dimension) in this tensor's dtype.
+  std::size_t row_bytes() const;
+
+  std::byte* data() { return storage_.get() + offset_; }
+  const std::byte* data() const { return storage_.get() + offset_; }
+  float* f32() { return reinterpret_cast<float*>(data()); }
+  const float* f32() const { return reinterpret_cast<const float*>(data()); }
+  std::span<float> f32_span() { return {f32(), std::size_t(numel_)}; }
+  std::span<const float> f32_span() const { return {f32(), std::size_t(numel_)}; }
+  /// Start of row r (r counts rows of the last dimension).
+  const std::byte* row(std::int64_t r) const { return data() + std::size_t(r) * row_bytes(); }
+  std::byte* row(std::int64_t r) { return data() + std::size_t(r) * row_bytes(); }
+
+  /// Same storage, new shape (same dtype, same element count, caller checked).
+  tensor reshaped(shape_t shape) const;
+  /// True when both handles alias the same bytes.
+  bool same_storage(const tensor& o) const { return storage_ == o.storage_ && offset_ == o.offset_; }
+
+ private:
+  dtype type_ = dtype::f32;
+  shape_t shape_;
+  std::int64_t numel_ = 0;
+  std::shared_ptr<std::byte[]> storage_;
+  std::size_t offset_ = 0;
+  std::size_t nbytes_ = 0;
+};
+
+/// An f32 tensor with the given shape and values (sizes must agree).
+result<tensor> make_f32(shape_t shape, std::span<const float> values);
+
+/// Converts an f32 tensor into `t` (a packed weight), as a worker does on load.
+/// q8/q4 need a last dimension that is a multiple of 32.
+result<tensor> convert_tensor(const tensor& src, dtype t);
+
+/// Widens any tensor to f32 (tests, debugging, small slices).
+result<tensor> to_f32(const tensor& src);
+
+}  // namespace mpakt
