@@ -1,2 +1,49 @@
+// mpakt: one binary, one subcommand per role (see docs/architecture.md).
+
 #include <cstdio>
-int main() { return 0; }
+#include <string>
+#include <vector>
+
+#include "app/commands.hpp"
+#include "runtime/registry_check.hpp"
+
+namespace {
+
+void usage(FILE* out) {
+  std::fputs(
+      "usage: mpakt <command> [options]\n"
+      "\n"
+      "commands:\n"
+      "  ops                 print the op catalogue (the GET /api/ops document)\n"
+      "  run GRAPH.json      validate and run a graph on this machine's CPU; see `mpakt run --help`\n"
+      "  graph CONFIG.json   print the v3 graph for a model's config.json; see `mpakt graph --help`\n"
+      "  demo MODEL_DIR      greedy-decode a story with a local model through the runtime\n"
+      "  help                this text\n",
+      out);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    usage(args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  // The op schema, the op definitions and the kernels must agree before anything runs.
+  const auto problems = mpakt::check_registry();
+  if (!problems.empty()) {
+    for (const auto& p : problems) std::fprintf(stderr, "mpakt: %s\n", p.c_str());
+    std::fprintf(stderr, "mpakt: refusing to start: the op registry does not match schemas/ops.json\n");
+    return 1;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  if (cmd == "ops") return mpakt::app::cmd_ops(args);
+  if (cmd == "run") return mpakt::app::cmd_run(args);
+  if (cmd == "graph") return mpakt::app::cmd_graph(args);
+  if (cmd == "demo") return mpakt::app::cmd_demo(args);
+  std::fprintf(stderr, "mpakt: unknown command \"%s\"\n\n", cmd.c_str());
+  usage(stderr);
+  return 2;
+}

@@ -75,7 +75,13 @@ struct op_def {
   result<tensor_desc> (*infer)(const shape_query& q) = nullptr;
   /// Address of the numeric field behind a bindable parameter ({"$bind"} in compiled
   /// graphs), or nullptr when the parameter cannot be bound (it shapes the output).
+  /// Validation passes bound parameters to `parse` as the number 0, so `parse` must not
+  /// range-check bindable parameters: `check` does, once their values are known.
   double* (*bindable)(op_params& p, std::string_view param) = nullptr;
+  /// Range checks of the bindable (numeric, shape-neutral) fields: run at validation for
+  /// literal values and on every call after binding. Errors name the parameter.
+  /// nullptr = nothing to check. Kernels may assume it passed.
+  status (*check)(const op_params& p) = nullptr;
   /// Feature names this step uses (e.g. "attention.window"), given its params as written
   /// and its input count.
   void (*features)(const param_map& params, std::size_t n_inputs, std::vector<std::string>& out) = nullptr;
@@ -85,6 +91,12 @@ struct op_def {
   int writes_input = -1;
   /// Output may share the input's bytes without copying (reshape of an f32 tensor).
   bool view_of_input0 = false;
+  /// Bit i set: input i may arrive packed (bf16/f16/q8/q4) and the kernel reads it in
+  /// place. Other inputs always arrive as f32: the executor widens a packed tensor given
+  /// there (once per plan for weights) before the kernel sees it.
+  std::uint32_t packed_inputs = 0;
+  /// Like packed_inputs, for every input from this index on (moe's experts); -1 = none.
+  int packed_from = -1;
 };
 
 /// Every op_def, sorted by name. Defined in runtime/ops/registry.cpp from the family lists.

@@ -66,6 +66,12 @@ class tensor {
 
   /// Same storage, new shape (same dtype, same element count, caller checked).
   tensor reshaped(shape_t shape) const;
+  /// Points this handle at `from`'s bytes, keeping this handle's dtype and shape (views
+  /// whose base changes per call). No allocation.
+  void alias_storage(const tensor& from) {
+    storage_ = from.storage_;
+    offset_ = from.offset_;
+  }
   /// True when both handles alias the same bytes.
   bool same_storage(const tensor& o) const { return storage_ == o.storage_ && offset_ == o.offset_; }
 

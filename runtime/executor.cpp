@@ -1,0 +1,582 @@
+#include "runtime/executor.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "runtime/schema.hpp"
+
+namespace mpakt {
+
+namespace {
+
+enum class slot_kind : std::uint8_t { data, weight, tensor_id, session, bound, step, widened };
+
+struct slot {
+  std::string name;
+  slot_kind kind = slot_kind::step;
+  tensor_desc desc;
+  tensor t;
+  int input_index = -1;  ///< for input slots: index into graph inputs
+  int step = -1;         ///< producing step for step outputs
+  int alias_of = -1;     ///< in-place output: the slot whose tensor it is
+  int view_of = -1;      ///< view output: the slot whose bytes it shows
+  bool taken = false;    ///< handed out by take(): reallocate before the next write
+};
+
+struct widen_task {
+  int from = -1;
+  int to = -1;
+};
+
+struct planned_step {
+  int index = 0;
+  const op_def* def = nullptr;
+  std::unique_ptr<op_params> params;
+  std::vector<int> in_slots;
+  std::vector<tensor*> in_ptrs;
+  int out_slot = -1;
+  kernel_fn fn = nullptr;
+  bool has_binds = false;
+  std::vector<widen_task> per_call_widen;
+};
+
+struct param_use {
+  int step = 0;
+  double* field = nullptr;
+  double mul = 1;
+  double add = 0;
+};
+
+struct param_binding {
+  std::string name;
+  std::vector<param_use> uses;
+  bool set = false;
+};
+
+struct input_binding {
+  std::string name;
+  int slot = -1;
+  bool set = false;
+};
+
+std::string step_prefix(std::size_t i, std::string_view op) {
+  return "step " + std::to_string(i) + " (" + std::string(op) + "): ";
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string suggestion(std::string_view name, const std::vector<std::string>& known) {
+  std::string best;
+  std::size_t best_d = 3;
+  for (const auto& k : known) {
+    std::string lk = k, ln(name);
+    std::transform(lk.begin(), lk.end(), lk.begin(), ::tolower);
+    std::transform(ln.begin(), ln.end(), ln.begin(), ::tolower);
+    const std::size_t d = edit_distance(ln, lk);
+    if (d < best_d) { best_d = d; best = k; }
+  }
+  return best.empty() ? "" : " (did you mean " + best + "?)";
+}
+
+const char* kind_name(param_spec::type t) {
+  switch (t) {
+    case param_spec::type::number: return "a number";
+    case param_spec::type::boolean: return "a boolean";
+    case param_spec::type::string: return "a string";
+    case param_spec::type::array: return "an array";
+    case param_spec::type::object: return "an object";
+  }
+  return "?";
+}
+
+const char* value_kind_name(param_value::kind k) {
+  switch (k) {
+    case param_value::kind::null: return "null";
+    case param_value::kind::number: return "a number";
+    case param_value::kind::boolean: return "a boolean";
+    case param_value::kind::string: return "a string";
+    case param_value::kind::array: return "an array";
+    case param_value::kind::object: return "an object";
+  }
+  return "?";
+}
+
+bool kind_matches(param_spec::type t, param_value::kind k) {
+  switch (t) {
+    case param_spec::type::number: return k == param_value::kind::number;
+    case param_spec::type::boolean: return k == param_value::kind::boolean;
+    case param_spec::type::string: return k == param_value::kind::string;
+    case param_spec::type::array: return k == param_value::kind::array;
+    case param_spec::type::object: return k == param_value::kind::object;
+  }
+  return false;
+}
+
+bool input_may_be_packed(const op_def& d, std::size_t i) {
+  if (d.packed_from >= 0 && i >= std::size_t(d.packed_from)) return true;
+  return i < 32 && (d.packed_inputs >> i) & 1u;
+}
+
+}  // namespace
+
+struct executable_graph::impl {
+  graph_decl graph;
+  std::deque<slot> slots;  // deque: element addresses stay put while planning appends
+  std::unordered_map<std::string, int> by_name;
+  std::vector<planned_step> steps;
+  std::vector<param_binding> params;
+  std::vector<input_binding> inputs;
+  std::vector<int> session_slots;
+  workspace ws;
+  bool compiled = false;
+
+  status resolve_sessions(tensor_source& src);
+  status prepare_output(planned_step& st);
+};
+
+executable_graph::executable_graph(std::unique_ptr<impl> p) : p_(std::move(p)) {}
+executable_graph::~executable_graph() = default;
+
+std::size_t executable_graph::step_count() const { return p_->steps.size(); }
+
+result<std::unique_ptr<executable_graph>> executable_graph::build(graph_decl graph, tensor_source& source, backend& be,
+                                                                  const build_options& opts) {
+  auto p = std::make_unique<impl>();
+  p->compiled = opts.compiled;
+  const schema& sc = schema::instance();
+  std::vector<std::string> allowed = opts.features.empty() ? be.features() : opts.features;
+  std::vector<std::string> op_names;
+  for (const auto& o : sc.ops()) op_names.push_back(o.name);
+  std::vector<std::string> features;
+  std::vector<std::string> binding_order;
+
+  auto size_ok = [&](const tensor_desc& d, const std::string& what) -> status {
+    const std::int64_t n = shape_numel(d.shape);
+    auto bytes = storage_bytes(d.type, n);
+    if (n < 0 || !bytes || std::int64_t(*bytes) > opts.max_tensor_bytes)
+      return make_error(errc::too_large, what + " " + shape_str(d.shape) + " would need " +
+                                             (bytes ? std::to_string(*bytes) : std::string("more than 2^63")) +
+                                             " bytes, more than the limit of " + std::to_string(opts.max_tensor_bytes) +
+                                             " bytes for one tensor");
+    return {};
+  };
+
+  // ---- inputs ----
+  const int session_count = source.session_count();
+  for (std::size_t i = 0; i < graph.inputs.size(); ++i) {
+    const input_decl& in = graph.inputs[i];
+    const std::string at = "inputs[" + std::to_string(i) + "] (" + in.name + ")";
+    if (p->by_name.count(in.name)) return invalid(at + ": the name " + in.name + " is used by an earlier input");
+    slot s;
+    s.name = in.name;
+    s.input_index = int(i);
+    switch (in.kind) {
+      case input_kind::data: {
+        s.kind = slot_kind::data;
+        s.desc = {dtype::f32, in.shape};
+        MPAKT_TRY(size_ok(s.desc, at + ": shape"));
+        auto t = make_f32(in.shape, in.data);
+        if (!t) return invalid(at + ": " + t.err().message);
+        s.t = std::move(*t);
+        break;
+      }
+      case input_kind::bound: {
+        s.kind = slot_kind::bound;
+        s.desc = {dtype::f32, in.shape};
+        MPAKT_TRY(size_ok(s.desc, at + ": shape"));
+        auto t = tensor::make(dtype::f32, in.shape);
+        if (!t) return make_error(t.err().code, at + ": " + t.err().message);
+        s.t = std::move(*t);
+        for (const auto& b : p->inputs)
+          if (b.name == in.bind) return invalid(at + ": binding " + in.bind + " already fills input " + p->slots[std::size_t(b.slot)].name);
+        p->inputs.push_back({in.bind, int(p->slots.size()), false});
+        binding_order.push_back(in.bind);
+        break;
+      }
+      case input_kind::weight: {
+        s.kind = slot_kind::weight;
+        auto t = source.weight(in.model, in.weight);
+        if (!t) return make_error(t.err().code, at + ": " + t.err().message);
+        s.t = std::move(*t);
+        s.desc = s.t.desc();
+        break;
+      }
+      case input_kind::tensor_id: {
+        s.kind = slot_kind::tensor_id;
+        auto t = source.by_id(in.tensor_id);
+        if (!t) return make_error(t.err().code, at + ": " + t.err().message);
+        s.t = std::move(*t);
+        s.desc = s.t.desc();
+        break;
+      }
+      case input_kind::session: {
+        s.kind = slot_kind::session;
+        if (!opts.compiled) {
+          if (session_count == 0)
+            return invalid(at + ": reads session tensor " + in.session_name + " but the graph names no session");
+          if (in.of >= session_count)
+            return invalid(at + ": of " + std::to_string(in.of) + " is past the " + std::to_string(session_count) +
+                           " session(s) the graph lists");
+          auto t = source.session_tensor(in.of, in.session_name);
+          if (!t) return make_error(t.err().code, at + ": " + t.err().message);
+          if (in.has_shape && t->shape() != in.shape)
+            return invalid(at + ": session tensor " + in.session_name + " has shape " + shape_str(t->shape()) +
+                           ", not " + shape_str(in.shape));
+          s.desc = t->desc();
+          s.t = std::move(*t);
+        } else {
+          if (!in.has_shape)
+            return invalid(at + ": a session input in a compiled graph needs its shape ({name, session, shape})");
+          s.desc = {dtype::f32, in.shape};
+          MPAKT_TRY(size_ok(s.desc, at + ": shape"));
+        }
+        p->session_slots.push_back(int(p->slots.size()));
+        break;
+      }
+    }
+    p->by_name[in.name] = int(p->slots.size());
+    p->slots.push_back(std::move(s));
+  }
+
+  // Where each name is first defined (to tell "defined later" from "never defined").
+  std::unordered_map<std::string, std::size_t> defined_by_step;
+  for (std::size_t i = 0; i < graph.steps.size(); ++i) defined_by_step.emplace(graph.steps[i].out, i);
+
+  // ---- steps ----
+  for (std::size_t i = 0; i < graph.steps.size(); ++i) {
+    step_decl& sd = graph.steps[i];
+    const op_spec* spec = sc.find(sd.op);
+    if (!spec)
+      return invalid("step " + std::to_string(i) + ": unknown op \"" + sd.op + "\"" + suggestion(sd.op, op_names));
+    const std::string pre = step_prefix(i, sd.op);
+    const op_def* def = find_op_def(sd.op);
+    if (!def) return make_error(errc::internal, pre + "op has no implementation");
+    if (int(sd.in.size()) < spec->min_inputs || int(sd.in.size()) > spec->max_inputs) {
+      const std::string want = spec->min_inputs == spec->max_inputs
+                                   ? std::to_string(spec->min_inputs)
+                                   : std::to_string(spec->min_inputs) + " to " + std::to_string(spec->max_inputs);
+      return invalid(pre + "takes " + want + " input(s), got " + std::to_string(sd.in.size()));
+    }
+
+    // Parameters against the schema.
+    std::vector<std::string> param_names;
+    for (const auto& ps : spec->params) param_names.push_back(ps.name);
+    param_map full = sd.params;
+    for (const auto& [name, value] : sd.params.items()) {
+      const param_spec* ps = spec->param(name);
+      if (!ps) {
+        std::string known;
+        for (const auto& n : param_names) known += (known.empty() ? "" : ", ") + n;
+        return invalid(pre + "unknown parameter " + name + suggestion(name, param_names) +
+                       (known.empty() ? "; this op takes no parameters" : "; it takes " + known));
+      }
+      if (!kind_matches(ps->kind, value.k))
+        return invalid(pre + "parameter " + name + " must be " + kind_name(ps->kind) + ", not " + value_kind_name(value.k));
+    }
+    for (const auto& b : sd.binds) {
+      const param_spec* ps = spec->param(b.param);
+      if (!ps) return invalid(pre + "unknown parameter " + b.param + suggestion(b.param, param_names));
+      if (ps->kind != param_spec::type::number)
+        return invalid(pre + "parameter " + b.param + " is " + kind_name(ps->kind) + " and cannot be bound; only numbers can");
+      full.set(b.param, param_value::number(0));
+    }
+    for (const auto& ps : spec->params)
+      if (!ps.optional && !full.has(ps.name)) return invalid(pre + "missing required parameter " + ps.name);
+
+    planned_step st;
+    st.index = int(i);
+    st.def = def;
+    auto parsed = def->parse(full);
+    if (!parsed) {
+      // parse never range-checks bindable parameters (op.hpp), so an error about a bound
+      // one means the parameter is not bindable at all.
+      for (const auto& b : sd.binds)
+        if (parsed.err().message.find("parameter " + b.param) != std::string::npos)
+          return invalid(pre + "parameter " + b.param + " cannot be bound because it determines the output's shape");
+      return make_error(parsed.err().code, pre + parsed.err().message);
+    }
+    st.params = std::move(*parsed);
+    st.has_binds = !sd.binds.empty();
+    for (const auto& b : sd.binds) {
+      double* field = def->bindable ? def->bindable(*st.params, b.param) : nullptr;
+      if (!field) return invalid(pre + "parameter " + b.param + " cannot be bound because it determines the output's shape");
+      auto it = std::find_if(p->params.begin(), p->params.end(), [&](const param_binding& pb) { return pb.name == b.name; });
+      if (it == p->params.end()) {
+        for (const auto& ib : p->inputs)
+          if (ib.name == b.name) return invalid(pre + "binding " + b.name + " already names a bound input");
+        p->params.push_back({b.name, {}, false});
+        it = p->params.end() - 1;
+        binding_order.push_back(b.name);
+      }
+      it->uses.push_back({int(i), field, b.mul, b.add});
+    }
+    if (!st.has_binds && def->check) {
+      auto ck = def->check(*st.params);
+      if (!ck) return make_error(ck.err().code, pre + ck.err().message);
+    }
+
+    // Features: the step may only use what the worker implements.
+    std::vector<std::string> used;
+    if (def->features) def->features(full, sd.in.size(), used);
+    for (const auto& f : used) {
+      if (std::find(allowed.begin(), allowed.end(), f) == allowed.end())
+        return make_error(errc::unavailable, "no connected worker supports feature " + f + " (step " + std::to_string(i) + ", " + sd.op + ")");
+      features.push_back(f);
+    }
+
+    // Inputs by name; packed inputs widened where the op reads only f32.
+    std::vector<tensor_desc> in_descs;
+    for (std::size_t j = 0; j < sd.in.size(); ++j) {
+      const std::string& name = sd.in[j];
+      auto it = p->by_name.find(name);
+      if (it == p->by_name.end()) {
+        auto later = defined_by_step.find(name);
+        if (later != defined_by_step.end() && later->second >= i)
+          return invalid(pre + "input \"" + name + "\" is used before it is defined (by step " + std::to_string(later->second) + ")");
+        std::vector<std::string> known;
+        for (const auto& [k, _] : p->by_name) known.push_back(k);
+        return invalid(pre + "input \"" + name + "\" is not defined" + suggestion(name, known));
+      }
+      int sid = it->second;
+      if (p->slots[std::size_t(sid)].desc.type != dtype::f32 && !input_may_be_packed(*def, j)) {
+        slot w;
+        w.name = p->slots[std::size_t(sid)].name + "#f32";
+        w.kind = slot_kind::widened;
+        w.desc = {dtype::f32, p->slots[std::size_t(sid)].desc.shape};
+        const slot& from = p->slots[std::size_t(sid)];
+        const bool constant = from.kind == slot_kind::weight || from.kind == slot_kind::tensor_id;
+        if (constant) {
+          auto t = to_f32(from.t);
+          if (!t) return make_error(t.err().code, pre + "input \"" + name + "\": " + t.err().message);
+          w.t = std::move(*t);
+        } else {
+          auto t = tensor::make(dtype::f32, w.desc.shape);
+          if (!t) return make_error(t.err().code, pre + "input \"" + name + "\": " + t.err().message);
+          w.t = std::move(*t);
+          st.per_call_widen.push_back({sid, int(p->slots.size())});
+        }
+        sid = int(p->slots.size());
+        p->slots.push_back(std::move(w));
+      }
+      st.in_slots.push_back(sid);
+      in_descs.push_back(p->slots[std::size_t(sid)].desc);
+    }
+
+    // In-place writes must land in a tensor the graph may modify.
+    for (int w : {def->aliases_input, def->writes_input}) {
+      if (w < 0 || std::size_t(w) >= st.in_slots.size()) continue;
+      const slot& target = p->slots[std::size_t(st.in_slots[std::size_t(w)])];
+      if (target.kind == slot_kind::weight || target.kind == slot_kind::tensor_id || target.kind == slot_kind::widened)
+        return invalid(pre + "writes input \"" + sd.in[std::size_t(w)] + "\" in place, but it is a " +
+                       (target.kind == slot_kind::tensor_id ? "shared v2 tensor" : "model weight") +
+                       "; write into a session tensor or a zeros value");
+    }
+
+    auto out = def->infer(shape_query{in_descs, *st.params});
+    if (!out) return make_error(out.err().code, pre + out.err().message);
+    MPAKT_TRY(size_ok(*out, pre + "output"));
+
+    if (p->by_name.count(sd.out)) {
+      const slot& prev = p->slots[std::size_t(p->by_name[sd.out])];
+      return invalid(pre + "output \"" + sd.out + "\" is already defined by " +
+                     (prev.step >= 0 ? "step " + std::to_string(prev.step) : "an input") + "; every value needs its own name");
+    }
+    slot o;
+    o.name = sd.out;
+    o.kind = slot_kind::step;
+    o.desc = *out;
+    o.step = int(i);
+    if (def->aliases_input >= 0) {
+      o.alias_of = st.in_slots[std::size_t(def->aliases_input)];
+      o.t = p->slots[std::size_t(o.alias_of)].t;
+    } else if (def->view_of_input0 && in_descs.size() > 0 && in_descs[0].type == dtype::f32 && out->type == dtype::f32) {
+      o.view_of = st.in_slots[0];
+      o.t = tensor::view(p->slots[std::size_t(o.view_of)].t, dtype::f32, out->shape, 0);
+    } else {
+      auto t = tensor::make(out->type, out->shape);
+      if (!t) return make_error(t.err().code, pre + "output: " + t.err().message);
+      o.t = std::move(*t);
+    }
+    st.out_slot = int(p->slots.size());
+    p->by_name[sd.out] = st.out_slot;
+    p->slots.push_back(std::move(o));
+
+    st.fn = be.kernel(sd.op, in_descs, *st.params);
+    if (!st.fn) st.fn = cpu_backend::reference(sd.op);  // every worker ships every op
+    if (!st.fn) return make_error(errc::internal, pre + "no kernel");
+    p->steps.push_back(std::move(st));
+  }
+
+  // ---- outputs and retain name existing values ----
+  for (std::size_t i = 0; i < graph.outputs.size(); ++i)
+    if (!p->by_name.count(graph.outputs[i]))
+      return invalid("outputs[" + std::to_string(i) + "]: \"" + graph.outputs[i] + "\" is not a value of this graph");
+  for (const auto& [sess_name, value] : graph.retain)
+    if (!p->by_name.count(value))
+      return invalid("retain." + sess_name + ": \"" + value + "\" is not a value of this graph");
+
+  // Kernel argument arrays point into the slot deque, which no longer grows.
+  for (auto& st : p->steps)
+    for (int sid : st.in_slots) st.in_ptrs.push_back(&p->slots[std::size_t(sid)].t);
+
+  std::sort(features.begin(), features.end());
+  features.erase(std::unique(features.begin(), features.end()), features.end());
+  p->graph = std::move(graph);
+  std::unique_ptr<executable_graph> eg(new executable_graph(std::move(p)));
+  eg->binding_names_ = std::move(binding_order);
+  eg->features_ = std::move(features);
+  return eg;
+}
+
+bool executable_graph::is_input_binding(std::string_view name) const {
+  return std::any_of(p_->inputs.begin(), p_->inputs.end(), [&](const input_binding& b) { return b.name == name; });
+}
+
+const shape_t* executable_graph::bound_shape(std::string_view name) const {
+  for (const auto& b : p_->inputs)
+    if (b.name == name) return &p_->slots[std::size_t(b.slot)].desc.shape;
+  return nullptr;
+}
+
+status executable_graph::bind_input(std::string_view name, std::span<const float> values) {
+  for (auto& b : p_->inputs) {
+    if (b.name != name) continue;
+    slot& s = p_->slots[std::size_t(b.slot)];
+    if (std::int64_t(values.size()) != s.t.numel())
+      return invalid("binding " + b.name + " needs " + std::to_string(s.t.numel()) + " values (shape " +
+                     shape_str(s.desc.shape) + "), got " + std::to_string(values.size()));
+    std::memcpy(s.t.data(), values.data(), values.size() * 4);
+    b.set = true;
+    return {};
+  }
+  if (std::any_of(p_->params.begin(), p_->params.end(), [&](const param_binding& b) { return b.name == name; }))
+    return invalid("binding " + std::string(name) + " is a parameter and takes one number, not an array");
+  return invalid("binding " + std::string(name) + " is not declared by this graph");
+}
+
+status executable_graph::bind_param(std::string_view name, double value) {
+  if (!std::isfinite(value)) return invalid("binding " + std::string(name) + " must be a finite number");
+  for (auto& b : p_->params) {
+    if (b.name != name) continue;
+    for (const auto& u : b.uses) *u.field = value * u.mul + u.add;
+    b.set = true;
+    return {};
+  }
+  if (is_input_binding(name)) return invalid("binding " + std::string(name) + " fills an input and takes an array of numbers");
+  return invalid("binding " + std::string(name) + " is not declared by this graph");
+}
+
+status executable_graph::impl::resolve_sessions(tensor_source& src) {
+  const int count = src.session_count();
+  for (int sid : session_slots) {
+    slot& s = slots[std::size_t(sid)];
+    const input_decl& in = graph.inputs[std::size_t(s.input_index)];
+    const std::string at = "inputs[" + std::to_string(s.input_index) + "] (" + in.name + ")";
+    if (count == 0) return invalid(at + ": reads session tensor " + in.session_name + " but no session was given");
+    if (in.of >= count)
+      return invalid(at + ": of " + std::to_string(in.of) + " is past the " + std::to_string(count) + " session(s) given");
+    auto t = src.session_tensor(in.of, in.session_name);
+    if (!t) return make_error(t.err().code, at + ": " + t.err().message);
+    if (t->shape() != s.desc.shape || t->type() != s.desc.type)
+      return invalid(at + ": session tensor " + in.session_name + " is " + std::string(dtype_name(t->type())) + " " +
+                     shape_str(t->shape()) + " but the graph expects " + std::string(dtype_name(s.desc.type)) + " " +
+                     shape_str(s.desc.shape));
+    s.t = std::move(*t);
+  }
+  return {};
+}
+
+status executable_graph::run(tensor_source& source) {
+  for (const auto& b : p_->inputs)
+    if (!b.set) return invalid("binding " + b.name + " was not given");
+  for (const auto& b : p_->params)
+    if (!b.set) return invalid("binding " + b.name + " was not given");
+  MPAKT_TRY(p_->resolve_sessions(source));
+
+  for (auto& st : p_->steps) {
+    const std::string_view op = st.def->name;
+    if (st.has_binds && st.def->check) {
+      auto ck = st.def->check(*st.params);
+      if (!ck) return make_error(ck.err().code, step_prefix(std::size_t(st.index), op) + ck.err().message);
+    }
+    for (const auto& w : st.per_call_widen) {
+      const tensor& from = p_->slots[std::size_t(w.from)].t;
+      tensor& to = p_->slots[std::size_t(w.to)].t;
+      const std::int64_t rows = from.rows(), cols = from.cols();
+      for (std::int64_t r = 0; r < rows; ++r) dequantize_row(from.type(), from.row(r), to.f32() + r * cols, cols);
+    }
+    slot& out = p_->slots[std::size_t(st.out_slot)];
+    if (out.alias_of >= 0) {
+      out.t = p_->slots[std::size_t(out.alias_of)].t;
+    } else if (out.view_of >= 0) {
+      out.t.alias_storage(p_->slots[std::size_t(out.view_of)].t);
+    } else if (out.taken) {
+      auto t = tensor::make(out.desc.type, out.desc.shape);
+      if (!t) return make_error(t.err().code, step_prefix(std::size_t(st.index), op) + "output: " + t.err().message);
+      out.t = std::move(*t);
+      out.taken = false;
+    }
+    kernel_call call{st.params.get(), st.in_ptrs, &out.t, &p_->ws};
+    auto s = st.fn(call);
+    if (!s) return make_error(s.err().code, step_prefix(std::size_t(st.index), op) + s.err().message);
+  }
+  return {};
+}
+
+const tensor* executable_graph::value(std::string_view name) const {
+  auto it = p_->by_name.find(std::string(name));
+  return it == p_->by_name.end() ? nullptr : &p_->slots[std::size_t(it->second)].t;
+}
+
+const tensor_desc* executable_graph::desc(std::string_view name) const {
+  auto it = p_->by_name.find(std::string(name));
+  return it == p_->by_name.end() ? nullptr : &p_->slots[std::size_t(it->second)].desc;
+}
+
+result<tensor> executable_graph::take(std::string_view name) {
+  auto it = p_->by_name.find(std::string(name));
+  if (it == p_->by_name.end()) return invalid("\"" + std::string(name) + "\" is not a value of this graph");
+  slot& s = p_->slots[std::size_t(it->second)];
+  const bool owns = s.kind == slot_kind::step && s.alias_of < 0 && s.view_of < 0;
+  if (owns) {
+    s.taken = true;
+    return s.t;
+  }
+  // Inputs, in-place results and views share bytes with something else: hand out a copy.
+  auto copy = tensor::make(s.t.type(), s.t.shape());
+  if (!copy) return copy;
+  std::memcpy(copy->data(), s.t.data(), s.t.nbytes());
+  return copy;
+}
+
+const input_decl* executable_graph::session_input_of(std::string_view name) const {
+  auto it = p_->by_name.find(std::string(name));
+  if (it == p_->by_name.end()) return nullptr;
+  const slot& s = p_->slots[std::size_t(it->second)];
+  if (s.kind != slot_kind::session) return nullptr;
+  return &p_->graph.inputs[std::size_t(s.input_index)];
+}
+
+std::string executable_graph::aliased_input(std::string_view name) const {
+  auto it = p_->by_name.find(std::string(name));
+  if (it == p_->by_name.end()) return {};
+  int sid = it->second;
+  while (p_->slots[std::size_t(sid)].alias_of >= 0) sid = p_->slots[std::size_t(sid)].alias_of;
+  const slot& s = p_->slots[std::size_t(sid)];
+  return s.input_index >= 0 ? s.name : std::string();
+}
+
+}  // namespace mpakt

@@ -1,0 +1,101 @@
+#pragma once
+/// Validated, planned graphs and their execution.
+///
+/// `executable_graph::build` validates a parsed graph once — every name, op, input count,
+/// parameter (name, JSON type, value), binding and shape — resolving weights and v2
+/// tensors through a tensor_source, and plans it: one slot per value, every intermediate
+/// preallocated, one kernel chosen per step. `run` then executes the steps in order with
+/// no parsing, no name lookups and no allocation in the steady state, so a compiled
+/// decode step can run thousands of times per second.
+///
+/// Lifecycle: built once (inline graphs: per request; compiled graphs: per template and
+/// worker), then bound and run any number of times by one thread at a time. Not
+/// thread-safe; the owning worker actor serialises calls.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/backend.hpp"
+#include "runtime/graph.hpp"
+#include "runtime/op.hpp"
+
+namespace mpakt {
+
+/// Where non-uploaded inputs come from: a worker's tensor store, a test, the CLI.
+class tensor_source {
+ public:
+  virtual ~tensor_source() = default;
+  /// A weight of a loaded model ({model, weight}); errc::not_found naming it when absent.
+  virtual result<tensor> weight(std::string_view model, std::string_view name) = 0;
+  /// A v2 tensor or a load-response tensorId ({tensorId}).
+  virtual result<tensor> by_id(std::string_view id) = 0;
+  /// A session tensor; `of` indexes the graph's sessions (-1 = the primary session).
+  virtual result<tensor> session_tensor(int of, std::string_view name) = 0;
+  /// Number of sessions the graph may address (primary included); 0 = no session.
+  virtual int session_count() const = 0;
+};
+
+struct build_options {
+  /// Largest tensor any one value may need (resident bytes); hostile shapes are refused.
+  std::int64_t max_tensor_bytes = std::int64_t(8) << 30;
+  /// A compiled template: session inputs carry their shape and are resolved per call.
+  bool compiled = false;
+  /// Features the executing worker implements; a step needing another is refused,
+  /// naming it. Empty = the backend's own list.
+  std::vector<std::string> features;
+};
+
+class executable_graph {
+ public:
+  /// Validates and plans. Errors name the step index, op and the input or parameter at
+  /// fault, or the input/output entry.
+  static result<std::unique_ptr<executable_graph>> build(graph_decl graph, tensor_source& source, backend& be,
+                                                         const build_options& opts = {});
+
+  ~executable_graph();
+  executable_graph(const executable_graph&) = delete;
+  executable_graph& operator=(const executable_graph&) = delete;
+
+  /// Every binding name (bound inputs first, then $bind params), in first-use order.
+  const std::vector<std::string>& bindings() const { return binding_names_; }
+  bool is_input_binding(std::string_view name) const;
+  /// Shape of a bound input (for messages and clients).
+  const shape_t* bound_shape(std::string_view name) const;
+  /// Fills a bound input; the element count must match its fixed shape.
+  status bind_input(std::string_view name, std::span<const float> values);
+  /// Sets a $bind parameter (value * mul + add is applied per use).
+  status bind_param(std::string_view name, double value);
+  /// Names of the steps' op features in use (for routing), sorted, unique.
+  const std::vector<std::string>& features_used() const { return features_; }
+  std::size_t step_count() const;
+
+  /// Runs every step. Session inputs are resolved through `source` on each call (the
+  /// session may change between calls of a compiled graph); their shapes are checked.
+  status run(tensor_source& source);
+
+  /// A value after run() (inputs included), or nullptr for an unknown name.
+  const tensor* value(std::string_view name) const;
+  const tensor_desc* desc(std::string_view name) const;
+  /// Hands a value's tensor to the caller (retain): later runs write a fresh buffer, so
+  /// the handed-out tensor is never overwritten.
+  result<tensor> take(std::string_view name);
+  /// Whether the value is an input read from a session (so retaining it under its own
+  /// name is a no-op) and, if so, which session tensor.
+  const input_decl* session_input_of(std::string_view name) const;
+  /// Whether the value is (or aliases, through in-place ops) the given input's tensor.
+  std::string aliased_input(std::string_view name) const;
+
+ private:
+  struct impl;
+  explicit executable_graph(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> p_;
+  std::vector<std::string> binding_names_;
+  std::vector<std::string> features_;
+};
+
+}  // namespace mpakt

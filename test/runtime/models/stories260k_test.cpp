@@ -1,0 +1,159 @@
+// The whole stories260K forward pass, built as v3 graphs from its config.json and run by
+// the runtime from its safetensors file, against golden logits from an independent
+// float64 forward pass (../shared/models/stories260K/goldens).
+
+#include "runtime/models/llama.hpp"
+
+#include <gtest/gtest.h>
+#include <rapidjson/document.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "runtime/safetensors.hpp"
+#include "runtime/tensor_store.hpp"
+#include "test/support/files.hpp"
+
+namespace mpakt {
+namespace {
+
+const std::string model_dir = std::string(MPAKT_SHARED_DIR) + "/models/stories260K";
+
+struct stories : ::testing::Test {
+  void SetUp() override {
+    auto cfg = models::parse_llama_config(test::read_file(model_dir + "/config.json"));
+    ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+    config = *cfg;
+    auto weights = load_safetensors_file(model_dir + "/model.safetensors");
+    ASSERT_TRUE(weights.ok()) << weights.err().message;
+    tensor_store::tensor_map m;
+    for (auto& [name, t] : *weights) m[name] = t;
+    store.put_model("m_stories", std::move(m));
+    rapidjson::Document g;
+    g.Parse(test::read_file(model_dir + "/goldens/stories260K_once_upon.json").c_str());
+    for (const auto& v : g["prompt_ids"].GetArray()) prompt.push_back(v.GetInt());
+    for (const auto& v : g["greedy_ids"].GetArray()) greedy.push_back(v.GetInt());
+    golden = test::read_npy(model_dir + "/goldens/stories260K_once_upon_logits_f64.npy");
+    ASSERT_EQ(golden.shape.size(), 2u);
+  }
+
+  /// Builds and runs a graph; returns the executable graph for reading outputs.
+  std::unique_ptr<executable_graph> run(const std::string& graph_json, const std::string& session, bool compiled,
+                                        const std::vector<std::pair<std::string, double>>& params = {},
+                                        const std::vector<float>& ids = {}) {
+    auto decl = parse_graph_text(graph_json, compiled);
+    EXPECT_TRUE(decl.ok()) << decl.err().message;
+    if (!decl.ok()) return nullptr;
+    tensor_store::source src(store, session.empty() ? std::vector<std::string>{} : std::vector<std::string>{session});
+    build_options opts;
+    opts.compiled = compiled;
+    auto retain = decl->retain;
+    auto g = executable_graph::build(std::move(*decl), src, backend, opts);
+    EXPECT_TRUE(g.ok()) << g.err().message;
+    if (!g.ok()) return nullptr;
+    if (compiled) {
+      EXPECT_TRUE((*g)->bind_input("ids", ids).ok());
+      for (const auto& [k, v] : params) EXPECT_TRUE((*g)->bind_param(k, v).ok());
+    }
+    auto st = (*g)->run(src);
+    EXPECT_TRUE(st.ok()) << st.err().message;
+    if (!session.empty()) {
+      EXPECT_TRUE(store.apply_retain(**g, session, retain).ok());
+    }
+    return std::move(*g);
+  }
+
+  /// Max |ours - golden| over row `pos` of the golden logits.
+  double row_error(const float* ours, std::size_t pos) const {
+    double err = 0;
+    for (std::size_t v = 0; v < std::size_t(config.vocab); ++v)
+      err = std::max(err, std::fabs(double(ours[v]) - golden.data[pos * std::size_t(config.vocab) + v]));
+    return err;
+  }
+
+  static int argmax(const float* row, int n) {
+    int best = 0;
+    for (int i = 1; i < n; ++i)
+      if (row[i] > row[best]) best = i;
+    return best;
+  }
+
+  models::llama_config config;
+  tensor_store store;
+  cpu_backend backend;
+  std::vector<int> prompt, greedy;
+  test::npy_array golden;
+};
+
+TEST_F(stories, PrefillOfAllPositionsMatchesGoldenLogits) {
+  const int T = int(golden.shape[0]);
+  models::llama_graph_options o;
+  o.model_id = "m_stories";
+  o.tokens = T;
+  o.ids.assign(greedy.begin(), greedy.begin() + T);
+  auto g = run(models::llama_graph(config, o), "", false);
+  ASSERT_TRUE(g);
+  const tensor* logits = g->value("logits");
+  ASSERT_EQ(logits->shape(), (shape_t{T, config.vocab}));
+  double worst = 0;
+  for (int t = 0; t < T; ++t) {
+    worst = std::max(worst, row_error(logits->f32() + std::size_t(t) * std::size_t(config.vocab), std::size_t(t)));
+    if (t + 1 >= int(prompt.size())) {
+      EXPECT_EQ(argmax(logits->f32() + std::size_t(t) * std::size_t(config.vocab), config.vocab), greedy[std::size_t(t) + 1])
+          << "position " << t;
+    }
+  }
+  EXPECT_LT(worst, 1e-4);
+  std::printf("stories260K prefill: max |logit - golden| over %d positions = %.3g\n", T, worst);
+}
+
+TEST_F(stories, CachedDecodeReproducesGoldenGreedyIdsAndLogits) {
+  const int rows = 64;
+  run(models::llama_cache_graph(config, rows), "s_1", false);
+  ASSERT_NE(store.find_session("s_1"), nullptr);
+  ASSERT_EQ(store.find_session("s_1")->size(), std::size_t(2 * config.layers));
+
+  // Prefill the prompt through the caches in one pass.
+  models::llama_graph_options pre;
+  pre.model_id = "m_stories";
+  pre.tokens = int(prompt.size());
+  pre.ids = prompt;
+  pre.use_cache = true;
+  pre.cache_rows = rows;
+  auto g = run(models::llama_graph(config, pre), "s_1", false);
+  ASSERT_TRUE(g);
+  const tensor* logits = g->value("logits");
+  const std::size_t last = prompt.size() - 1;
+  EXPECT_LT(row_error(logits->f32() + last * std::size_t(config.vocab), last), 1e-4);
+  int next = argmax(logits->f32() + last * std::size_t(config.vocab), config.vocab);
+
+  // Then one compiled decode step per token: ids and pos bound, argmax in the graph.
+  models::llama_graph_options dec = pre;
+  dec.tokens = 1;
+  dec.compiled = true;
+  dec.argmax = true;
+  auto decl = parse_graph_text(models::llama_graph(config, dec), true);
+  ASSERT_TRUE(decl.ok()) << decl.err().message;
+  tensor_store::source src(store, {"s_1"});
+  build_options opts;
+  opts.compiled = true;
+  auto step = executable_graph::build(std::move(*decl), src, backend, opts);
+  ASSERT_TRUE(step.ok()) << step.err().message;
+  EXPECT_EQ((*step)->bindings(), (std::vector<std::string>{"ids", "pos"}));
+
+  std::vector<int> produced(prompt);
+  for (int pos = int(prompt.size()); pos < int(greedy.size()); ++pos) {
+    produced.push_back(next);
+    const float id = float(next);
+    ASSERT_TRUE((*step)->bind_input("ids", std::span<const float>(&id, 1)).ok());
+    ASSERT_TRUE((*step)->bind_param("pos", pos).ok());
+    auto st = (*step)->run(src);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    next = int((*step)->value("tok")->f32()[0]);
+  }
+  EXPECT_EQ(produced, greedy);
+}
+
+}  // namespace
+}  // namespace mpakt
