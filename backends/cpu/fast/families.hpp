@@ -1,0 +1,13 @@
+#pragma once
+/// Fast CPU kernels, registered family by family (one function per source file). Each
+/// claims the cases it handles through `accepts`; the reference kernel covers the rest.
+
+#include <vector>
+
+#include "backends/cpu/cpu_backend.hpp"
+
+namespace mpakt::cpu_fast {
+
+void add_matmul_kernels(std::vector<cpu_kernel>& out);  // matmul.cpp: matmul, linear (transB: true)
+
+}  // namespace mpakt::cpu_fast

@@ -1,0 +1,201 @@
+// sample: params and shape rule (runtime/ops/sample.cpp), the counter-based RNG
+// (runtime/ops/sample_rng.hpp) and the reference kernel (backends/cpu/ref/sample.cpp).
+
+#include "runtime/ops/sample_params.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "runtime/ops/sample_rng.hpp"
+#include "test/support/op_checks.hpp"
+
+namespace mpakt {
+namespace {
+
+using test::check_error;
+using test::mentions;
+using test::random_f32;
+using test::run_error;
+using test::run_values;
+using test::t32;
+
+std::vector<std::string> features_of(std::string_view params, std::size_t n_inputs = 1) {
+  std::vector<std::string> out;
+  auto pm = parse_params_text(params);
+  EXPECT_TRUE(pm.ok());
+  find_op_def("sample")->features(*pm, n_inputs, out);
+  return out;
+}
+
+float sample1(std::string_view params, std::vector<float> logits, std::vector<float> history = {}) {
+  std::vector<tensor> in = {t32({std::int64_t(logits.size())}, logits)};
+  if (!history.empty()) in.push_back(t32({std::int64_t(history.size())}, history));
+  const auto out = run_values("sample", params, in);
+  return out.size() == 1 ? out[0] : -1;
+}
+
+TEST(Sample, RngIsPinned) {
+  // values from a Python transcription of the documented formula
+  EXPECT_EQ(ops::sample_bits(0, 0), 0x48218226ff3cd4bfull);
+  EXPECT_EQ(ops::sample_bits(42, 7), 0x5864fa25fd883a8aull);
+  EXPECT_EQ(ops::sample_bits(2147483646, 123456), 0xfa6841ff557f95ccull);
+  EXPECT_DOUBLE_EQ(ops::sample_uniform(0, 0), 0.28176129772258496);
+  EXPECT_DOUBLE_EQ(ops::sample_uniform(0, 1), 0.572181483697937);
+}
+
+TEST(Sample, TemperatureZeroIsArgmaxWithLowestIndexTies) {
+  EXPECT_EQ(sample1("{}", {0.1f, 3, -2, 3, 1}), 1);
+  EXPECT_EQ(sample1(R"({"temperature": 0, "topK": 2, "topP": 0.1, "seed": 5})", {5, 4, 9, 1}), 2);
+  const auto rows = run_values("sample", "{}", {t32({2, 3, 2}, {0, 1, 1, 0, 2, 2, 5, 4, -1, 0, 3, 3})});
+  EXPECT_EQ(rows, (std::vector<float>{1, 0, 0, 0, 1, 0}));
+}
+
+TEST(Sample, OutputDropsTheVocabularyAxis) {
+  auto one = test::run_op("sample", "{}", {random_f32({7}, 1)});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->shape(), shape_t{1});
+  auto many = test::run_op("sample", "{}", {random_f32({2, 3, 7}, 2)});
+  ASSERT_TRUE(many.ok());
+  EXPECT_EQ(many->shape(), (shape_t{2, 3}));
+}
+
+TEST(Sample, DrawsTheFirstTokenWhoseCumulativeProbabilityExceedsU) {
+  // four equal logits: the draw for counter c is floor(4 * u(seed, c))
+  for (int step = 0; step < 20; ++step) {
+    const float got = sample1(R"({"temperature": 1, "seed": 9, "step": )" + std::to_string(step) + "}", {2, 2, 2, 2});
+    EXPECT_EQ(got, std::floor(4 * ops::sample_uniform(9, std::uint64_t(step)))) << step;
+  }
+}
+
+TEST(Sample, SameSeedAndStepGiveTheSameToken) {
+  const tensor logits = random_f32({50}, 3);
+  std::set<float> seen;
+  for (int step = 0; step < 30; ++step) {
+    const std::string p = R"({"temperature": 1.5, "seed": 77, "step": )" + std::to_string(step) + "}";
+    const auto a = run_values("sample", p, {logits});
+    EXPECT_EQ(a, run_values("sample", p, {logits}));
+    seen.insert(a[0]);
+  }
+  EXPECT_GT(seen.size(), 5u);  // the steps really draw different numbers
+  EXPECT_NE(run_values("sample", R"({"temperature": 1.5, "seed": 1})", {random_f32({1000}, 4)}),
+            run_values("sample", R"({"temperature": 1.5, "seed": 2})", {random_f32({1000}, 4)}));
+}
+
+TEST(Sample, RowRUsesCounterStepPlusR) {
+  const tensor logits = random_f32({3, 40}, 5);
+  const auto rows = run_values("sample", R"({"temperature": 2, "seed": 3, "step": 10})", {logits});
+  ASSERT_EQ(rows.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    const tensor row = t32({40}, std::vector<float>(logits.f32() + r * 40, logits.f32() + (r + 1) * 40));
+    EXPECT_EQ(rows[std::size_t(r)], run_values("sample", R"({"temperature": 2, "seed": 3, "step": )" + std::to_string(10 + r) + "}", {row})[0]);
+  }
+}
+
+TEST(Sample, TopKOneAndTinyTopPAreArgmax) {
+  const tensor logits = random_f32({64}, 6);
+  const float best = run_values("sample", "{}", {logits})[0];
+  for (int step = 0; step < 10; ++step) {
+    const std::string s = std::to_string(step);
+    EXPECT_EQ(run_values("sample", R"({"temperature": 5, "topK": 1, "step": )" + s + "}", {logits})[0], best);
+    EXPECT_EQ(run_values("sample", R"({"temperature": 5, "topP": 0.0001, "step": )" + s + "}", {logits})[0], best);
+  }
+}
+
+TEST(Sample, TopKKeepsTiesAndTopPKeepsTheSmallestSufficientSet) {
+  // topK 2 over [5, 5, 5, 0]: the k-th largest is 5, so all three 5s stay
+  std::set<float> seen;
+  for (int step = 0; step < 200; ++step)
+    seen.insert(sample1(R"({"temperature": 1, "topK": 2, "step": )" + std::to_string(step) + "}", {5, 5, 5, 0}));
+  EXPECT_EQ(seen, (std::set<float>{0, 1, 2}));
+  // probabilities 0.5, 0.3, 0.15, 0.05: topP 0.7 keeps the first two (ascending cumulative
+  // 0.05, 0.2, 0.5 <= 0.3 drop tokens 3 and 2)
+  const std::vector<float> lp = {float(std::log(0.5)), float(std::log(0.3)), float(std::log(0.15)), float(std::log(0.05))};
+  seen.clear();
+  for (int step = 0; step < 200; ++step) seen.insert(sample1(R"({"temperature": 1, "topP": 0.7, "step": )" + std::to_string(step) + "}", lp));
+  EXPECT_EQ(seen, (std::set<float>{0, 1}));
+}
+
+TEST(Sample, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+  // token 0 at 3 becomes 1.5 (< 2): token 1 wins
+  EXPECT_EQ(sample1(R"({"repetitionPenalty": 2})", {3, 2, -5}, {0}), 1);
+  // token 1 at -1 becomes -2 (< -1.5): token 0 wins
+  EXPECT_EQ(sample1(R"({"repetitionPenalty": 2})", {-1.5f, -1, -5}, {1}), 0);
+  // distinct ids are penalised once: 3 / 1.2 = 2.5 > 2.4 even with 0 repeated
+  EXPECT_EQ(sample1(R"({"repetitionPenalty": 1.2})", {3, 2.4f}, {0, 0, 0}), 0);
+}
+
+TEST(Sample, PresencePenaltySubtractsOncePerDistinctId) {
+  EXPECT_EQ(sample1(R"({"presencePenalty": 0.5})", {3, 2.6f}, {0, 0, 0}), 1);
+  EXPECT_EQ(sample1(R"({"presencePenalty": 0.3})", {3, 2.6f}, {0, 0, 0}), 0);
+}
+
+TEST(Sample, PenaltiesNeedAHistoryAndSkipEmptySlots) {
+  EXPECT_EQ(sample1(R"({"repetitionPenalty": 10, "presencePenalty": 10})", {3, 2}), 0);
+  EXPECT_EQ(sample1(R"({"repetitionPenalty": 10})", {3, 2}, {-1, -1, 7, 2.5f}), 0);  // empty, out of vocab, not an id
+  const auto out = run_values("sample", R"({"presencePenalty": 5})", {t32({2}, {3, 2}), t32({2, 1}, {-1, 0})});  // [N, 1] history
+  EXPECT_EQ(out, std::vector<float>{1});
+}
+
+TEST(Sample, WindowAndEndSelectTheHistoryRows) {
+  // history rows: 0 1 2 3 4 -> ids 0 1 2 3 4; logits favour 0 > 1 > 2 > 3 > 4 by 1 each
+  const std::vector<float> logits = {5, 4, 3, 2, 1};
+  const std::vector<float> history = {0, 1, 2, 3, 4};
+  const std::string heavy = R"("presencePenalty": 10)";
+  EXPECT_EQ(sample1("{" + heavy + "}", logits, history), 0);  // all penalised alike: order unchanged
+  EXPECT_EQ(sample1("{" + heavy + R"(, "penaltyEnd": 1})", logits, history), 1);    // only row 0
+  EXPECT_EQ(sample1("{" + heavy + R"(, "penaltyEnd": 3})", logits, history), 3);    // rows 0..2
+  EXPECT_EQ(sample1("{" + heavy + R"(, "penaltyWindow": 2})", logits, history), 0);  // rows 3, 4
+  EXPECT_EQ(sample1("{" + heavy + R"(, "penaltyEnd": 3, "penaltyWindow": 1})", logits, history), 0);  // row 2
+  EXPECT_EQ(sample1("{" + heavy + R"(, "penaltyEnd": 2, "penaltyWindow": 1})", logits, history), 0);  // row 1
+  EXPECT_EQ(sample1("{" + heavy + R"(, "penaltyEnd": 1, "penaltyWindow": 1})", logits, history), 1);  // row 0
+  EXPECT_EQ(sample1("{" + heavy + R"(, "penaltyEnd": 0})", logits, history), 0);    // nothing
+}
+
+TEST(Sample, VerifyRowsSeeOneMoreHistoryRowEach) {
+  // row r penalises history rows [0, penaltyEnd + r): row 0 sees id 0, row 1 also id 1
+  const auto out = run_values("sample", R"({"presencePenalty": 10, "penaltyEnd": 1})",
+                              {t32({2, 3}, {5, 4, 3, 5, 4, 3}), t32({3}, {0, 1, 2})});
+  EXPECT_EQ(out, (std::vector<float>{1, 2}));
+}
+
+TEST(Sample, ChecksItsParams) {
+  EXPECT_TRUE(mentions(check_error("sample", R"({"temperature": -1})"), {"temperature"}));
+  EXPECT_TRUE(mentions(check_error("sample", R"({"topK": 2.5})"), {"topK"}));
+  EXPECT_TRUE(mentions(check_error("sample", R"({"topP": 1.5})"), {"topP"}));
+  EXPECT_TRUE(mentions(check_error("sample", R"({"seed": -1})"), {"seed"}));
+  EXPECT_TRUE(mentions(check_error("sample", R"({"seed": 0.5})"), {"seed"}));
+  EXPECT_TRUE(mentions(check_error("sample", R"({"step": 1.5})"), {"step"}));
+  EXPECT_TRUE(mentions(check_error("sample", R"({"repetitionPenalty": 0})"), {"repetitionPenalty"}));
+  EXPECT_TRUE(mentions(check_error("sample", R"({"penaltyWindow": -2})"), {"penaltyWindow"}));
+  EXPECT_TRUE(mentions(check_error("sample", R"({"penaltyEnd": 3.5})"), {"penaltyEnd"}));
+  EXPECT_EQ(check_error("sample", R"({"temperature": 0.7, "topK": 40, "topP": 0.9, "seed": 1234, "step": 41,
+      "repetitionPenalty": 1.1, "presencePenalty": -0.5, "penaltyWindow": 64, "penaltyEnd": 42})"), "");
+}
+
+TEST(Sample, EveryParamIsBindable) {
+  auto pm = parse_params_text("{}");
+  const op_def* def = find_op_def("sample");
+  auto p = def->parse(*pm);
+  ASSERT_TRUE(p.ok());
+  for (const char* name : {"temperature", "topK", "topP", "seed", "step", "repetitionPenalty", "presencePenalty",
+                           "penaltyWindow", "penaltyEnd"})
+    EXPECT_NE(def->bindable(**p, name), nullptr) << name;
+  EXPECT_EQ(def->bindable(**p, "logits"), nullptr);
+}
+
+TEST(Sample, RefusesBadShapesNamingTheInput) {
+  EXPECT_TRUE(mentions(run_error("sample", "{}", {random_f32({2, 5}, 1), random_f32({2, 2}, 2)}), {"input history", "[2, 2]"}));
+  EXPECT_TRUE(mentions(run_error("sample", "{}", {t32({2, 0}, {})}), {"input logits", "[2, 0]"}));
+}
+
+TEST(Sample, ReportsThePenaltyFeature) {
+  EXPECT_TRUE(features_of(R"({"temperature": 1, "topK": 5, "topP": 0.5, "seed": 1, "step": 2})").empty());
+  EXPECT_EQ(features_of("{}", 2), std::vector<std::string>{"sample.penalty"});
+  for (const char* p : {R"({"repetitionPenalty": 1.1})", R"({"presencePenalty": 1})", R"({"penaltyWindow": 4})", R"({"penaltyEnd": 4})"})
+    EXPECT_EQ(features_of(p), std::vector<std::string>{"sample.penalty"}) << p;
+}
+
+}  // namespace
+}  // namespace mpakt
