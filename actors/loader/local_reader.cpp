@@ -1,0 +1,77 @@
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "actors/loader/reader.hpp"
+
+namespace mpakt::loader {
+
+namespace {
+
+struct file_closer {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using file_ptr = std::unique_ptr<std::FILE, file_closer>;
+
+class local_reader final : public byte_reader {
+ public:
+  result<range_read> read_range(const std::string& location, std::uint64_t first, std::uint64_t length) override {
+    auto f = open(location);
+    if (!f) return std::move(f).err();
+    auto size = file_size(f->get(), location);
+    if (!size) return std::move(size).err();
+    range_read out;
+    out.file_size = *size;
+    if (first >= *size || length == 0) return out;
+    const std::uint64_t n = std::min(length, *size - first);
+    if (fseeko(f->get(), off_t(first), SEEK_SET) != 0)
+      return make_error(errc::internal, "cannot seek in " + location + ": " + std::strerror(errno));
+    out.bytes.resize(std::size_t(n));
+    if (std::fread(out.bytes.data(), 1, out.bytes.size(), f->get()) != out.bytes.size())
+      return make_error(errc::internal, "cannot read " + location + ": " + std::strerror(errno));
+    return out;
+  }
+
+  result<std::string> read_all(const std::string& location, std::size_t max_bytes) override {
+    auto f = open(location);
+    if (!f) return std::move(f).err();
+    auto size = file_size(f->get(), location);
+    if (!size) return std::move(size).err();
+    if (*size > max_bytes)
+      return make_error(errc::too_large, location + " holds " + std::to_string(*size) + " bytes, more than the " +
+                                             std::to_string(max_bytes) + " accepted");
+    std::string out(std::size_t(*size), '\0');
+    if (std::fread(out.data(), 1, out.size(), f->get()) != out.size())
+      return make_error(errc::internal, "cannot read " + location + ": " + std::strerror(errno));
+    return out;
+  }
+
+  std::uint64_t requests() const override { return requests_; }
+
+ private:
+  result<file_ptr> open(const std::string& location) {
+    ++requests_;
+    file_ptr f(std::fopen(location.c_str(), "rb"));
+    if (!f) {
+      if (errno == ENOENT || errno == ENOTDIR) return make_error(errc::not_found, location + " does not exist");
+      return invalid("cannot open " + location + ": " + std::strerror(errno));
+    }
+    return f;
+  }
+
+  static result<std::uint64_t> file_size(std::FILE* f, const std::string& location) {
+    if (fseeko(f, 0, SEEK_END) != 0) return invalid("cannot seek in " + location + " (is it a regular file?)");
+    const off_t end = ftello(f);
+    if (end < 0 || fseeko(f, 0, SEEK_SET) != 0) return invalid("cannot size " + location);
+    return std::uint64_t(end);
+  }
+
+  std::uint64_t requests_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<byte_reader> make_local_reader() { return std::make_unique<local_reader>(); }
+
+}  // namespace mpakt::loader

@@ -1,0 +1,59 @@
+#pragma once
+/// Byte-range reads from where checkpoint files live: local files or a model host over HTTP.
+///
+/// Everything above this (inspect, stream) is written against `byte_reader`, so the same code
+/// reads a local folder, the hub, or `mpakt host`, and tests can substitute a fake that counts
+/// or fails requests. The HTTP reader is in its own file (http_reader.cpp) so code and tests
+/// that only read local files do not link the HTTP client.
+///
+/// Thread-safety: a reader is used by one thread at a time (the loader's own thread; never an
+/// I/O or actor scheduler thread — reads block). Lifecycle: created per load or inspect,
+/// destroyed when it ends; an HTTP reader keeps one connection alive between its calls.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "runtime/status.hpp"
+
+namespace mpakt::loader {
+
+/// What a range read returned.
+struct range_read {
+  std::string bytes;                       ///< [first, first + bytes.size()) of the file
+  std::optional<std::uint64_t> file_size;  ///< the whole file's size, when the source says
+};
+
+class byte_reader {
+ public:
+  virtual ~byte_reader() = default;
+
+  /// Reads bytes [first, first + length) of `location`; fewer only when the file ends first.
+  /// Errors: errc::not_found when the file does not exist (404, no such file) — the caller
+  /// decides whether that is an error; errc::invalid for a host that does not honour Range
+  /// requests ("host <url> does not honour Range requests"); errc::unavailable / timeout when
+  /// the host cannot be reached. Messages name the location.
+  virtual result<range_read> read_range(const std::string& location, std::uint64_t first, std::uint64_t length) = 0;
+
+  /// Reads a whole small file (an index JSON) of at most `max_bytes`; errc::not_found as above,
+  /// errc::too_large past the limit.
+  virtual result<std::string> read_all(const std::string& location, std::size_t max_bytes) = 0;
+
+  /// Requests made so far: HTTP requests for a remote reader, file opens for a local one.
+  /// Tests use it to check that inspect reads a single-file header with one request (INS-03).
+  virtual std::uint64_t requests() const = 0;
+};
+
+/// Reads local files (absolute paths).
+std::unique_ptr<byte_reader> make_local_reader();
+
+struct http_reader_options {
+  int timeout_ms = 30000;    ///< per connect/read/write
+  bool verify_tls = true;
+};
+
+/// Reads http:// and https:// URLs with range requests (http_reader.cpp; links the HTTP client).
+std::unique_ptr<byte_reader> make_http_reader(const http_reader_options& opts = {});
+
+}  // namespace mpakt::loader

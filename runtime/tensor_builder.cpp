@@ -1,0 +1,123 @@
+#include "runtime/tensor_builder.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace mpakt {
+
+tensor_builder::tensor_builder(std::string file_dtype, shape_t shape, dtype resident, std::string name)
+    : file_dtype_(std::move(file_dtype)), shape_(std::move(shape)), resident_(resident), name_(std::move(name)) {
+  in_size_ = std::size_t(std::max(0, published_dtype_size(file_dtype_)));
+  const auto held = resident_dtype(file_dtype_);
+  const std::int64_t n = shape_numel(shape_);
+  if (in_size_ == 0 || !held) {
+    error_ = invalid(what() + ": published dtype " + published_dtype_name(file_dtype_) + " cannot be held");
+    return;
+  }
+  if (n < 0) {
+    error_ = invalid(what() + ": shape " + shape_str(shape_) + " is not a valid size");
+    return;
+  }
+  const bool is_float = file_dtype_ == "F32" || file_dtype_ == "BF16" || file_dtype_ == "F16" || file_dtype_ == "F64";
+  if (resident_ == *held && *held != dtype::f32) {
+    path_ = path::copy;  // bf16, f16 kept as published
+  } else if (resident_ == *held && file_dtype_ == "F32") {
+    path_ = path::copy;
+  } else if (resident_ == dtype::f32) {
+    path_ = path::widen;  // F64/I64/BOOL → f32, or BF16/F16 → f32 on a worker that widens
+  } else if (is_quantized(resident_) && is_float) {
+    path_ = path::quantize;
+  } else {
+    error_ = invalid(what() + ": cannot convert published " + published_dtype_name(file_dtype_) + " to " +
+                     std::string(dtype_name(resident_)));
+    return;
+  }
+  cols_ = shape_.empty() ? 1 : shape_.back();
+  total_in_ = std::uint64_t(n) * in_size_;
+  unit_bytes_ = path_ == path::copy ? 1 : path_ == path::widen ? in_size_ : std::size_t(cols_) * in_size_;
+  auto t = tensor::make(resident_, shape_);
+  if (!t) {
+    error_ = make_error(t.err().code, what() + ": " + t.err().message);
+    return;
+  }
+  out_ = std::move(*t);
+  if (path_ == path::quantize) row_f32_.resize(std::size_t(cols_));
+}
+
+std::string tensor_builder::what() const { return name_.empty() ? "tensor" : "tensor " + name_; }
+
+error tensor_builder::fail(error e) {
+  error_ = e;
+  return e;
+}
+
+void tensor_builder::widen(const char* src, std::size_t n, float* dst) const {
+  if (file_dtype_ == "F32") {
+    std::memcpy(dst, src, n * 4);
+  } else if (file_dtype_ == "BF16" || file_dtype_ == "F16") {
+    const bool bf = file_dtype_ == "BF16";
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);  // pieces carry no alignment
+      dst[i] = bf ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+  } else {
+    convert_piece(file_dtype_, reinterpret_cast<const std::byte*>(src), n, reinterpret_cast<std::byte*>(dst));
+  }
+}
+
+void tensor_builder::emit(const char* src, std::uint64_t n) {
+  if (path_ == path::widen) {
+    widen(src, std::size_t(n), out_.f32() + units_done_);
+  } else {
+    const std::size_t row_in = unit_bytes_;
+    for (std::uint64_t r = 0; r < n; ++r) {
+      widen(src + r * row_in, std::size_t(cols_), row_f32_.data());
+      quantize_row(resident_, row_f32_.data(), out_.row(std::int64_t(units_done_ + r)), cols_);
+    }
+  }
+  units_done_ += n;
+}
+
+status tensor_builder::add(std::uint64_t offset, std::string_view bytes) {
+  if (error_) return *error_;
+  if (finished_) return fail(invalid(what() + ": a piece arrived after the tensor was finished"));
+  if (offset != received_)
+    return fail(invalid(what() + ": a piece at byte " + std::to_string(offset) + " arrived, but byte " +
+                        std::to_string(received_) + " was next (pieces must arrive in order)"));
+  if (bytes.size() > total_in_ - received_)
+    return fail(invalid(what() + ": a piece of " + std::to_string(bytes.size()) + " bytes at byte " +
+                        std::to_string(offset) + " runs past the tensor's " + std::to_string(total_in_) + " bytes"));
+  if (bytes.empty()) return ok_status();
+  received_ += bytes.size();
+  if (path_ == path::copy) {
+    if (!bytes.empty()) std::memcpy(out_.data() + offset, bytes.data(), bytes.size());
+    return ok_status();
+  }
+  // Complete the unit left over from the previous piece.
+  if (!partial_.empty()) {
+    const std::size_t take = std::min(unit_bytes_ - partial_.size(), bytes.size());
+    partial_.append(bytes.substr(0, take));
+    bytes.remove_prefix(take);
+    if (partial_.size() < unit_bytes_) return ok_status();
+    emit(partial_.data(), 1);
+    partial_.clear();
+  }
+  // Whole units straight from the piece; keep the tail for the next one.
+  const std::uint64_t whole = bytes.size() / unit_bytes_;
+  if (whole) emit(bytes.data(), whole);
+  partial_.assign(bytes.substr(std::size_t(whole * unit_bytes_)));
+  return ok_status();
+}
+
+result<tensor> tensor_builder::finish() {
+  if (error_) return *error_;
+  if (finished_) return fail(invalid(what() + ": finished twice"));
+  if (received_ != total_in_)
+    return fail(invalid(what() + ": only " + std::to_string(received_) + " of its " + std::to_string(total_in_) +
+                        " bytes arrived"));
+  finished_ = true;
+  return std::move(out_);
+}
+
+}  // namespace mpakt

@@ -1,0 +1,462 @@
+// The loader against the real `mpakt host` binary over real sockets: hf: sources resolved
+// against the host, one request per single-file inspect, sharded checkpoints through their
+// index, a host that ignores Range refused by URL, and a tensor larger than a piece streamed
+// whole in 16 MB pieces.
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "actors/loader/inspect.hpp"
+#include "actors/loader/selection.hpp"
+#include "actors/loader/stream.hpp"
+#include "runtime/tensor_builder.hpp"
+
+extern char** environ;
+
+namespace mpakt::loader {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+/// `mpakt host ARGS...`, its port read from the "serving … :PORT" line it prints.
+class host_process {
+ public:
+  explicit host_process(const std::vector<std::string>& args) {
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    std::vector<std::string> argv_s{MPAKT_BINARY, "host"};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, MPAKT_BINARY, &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(fds[1]);
+    out_ = fds[0];
+    if (pid_ > 0) read_port();
+  }
+  ~host_process() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+    if (out_ >= 0) ::close(out_);
+  }
+  std::uint16_t port() const { return port_; }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void read_port() {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    std::string got;
+    while (got.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_, POLLIN, 0};
+      if (::poll(&p, 1, 200) <= 0) continue;
+      char buf[256];
+      const ssize_t n = ::read(out_, buf, sizeof buf);
+      if (n <= 0) break;
+      got.append(buf, std::size_t(n));
+    }
+    const std::string line = got.substr(0, got.find('\n'));
+    const auto colon = line.rfind(':');
+    if (line.find("serving") != std::string::npos && colon != std::string::npos)
+      port_ = std::uint16_t(std::stoi(line.substr(colon + 1)));
+  }
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+/// A TCP relay in front of the host that records every request head the client sends, so
+/// request counts are checked on the wire rather than through the reader's own counter.
+class counting_proxy {
+ public:
+  explicit counting_proxy(std::uint16_t target) : target_(target) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listen_fd_, 16) != 0) return;
+    socklen_t len = sizeof a;
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~counting_proxy() {
+    stop_ = true;
+    if (acceptor_.joinable()) acceptor_.join();
+    for (auto& t : relays_) t.join();
+    ::close(listen_fd_);
+  }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  /// Request heads seen so far ("GET /path HTTP/1.1\r\nhost: …").
+  std::vector<std::string> requests() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return heads_;
+  }
+
+ private:
+  void accept_loop() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int c = ::accept(listen_fd_, nullptr, nullptr);
+      if (c >= 0) relays_.emplace_back([this, c] { relay(c); });
+    }
+  }
+  static bool write_all(int fd, const char* p, std::size_t n) {
+    while (n > 0) {
+      const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+      if (w <= 0) return false;
+      p += w;
+      n -= std::size_t(w);
+    }
+    return true;
+  }
+  void relay(int client) {
+    const int up = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(target_);
+    std::string pending;  // client bytes not yet split into request heads (GET/HEAD have no body)
+    if (::connect(up, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      std::vector<char> buf(1 << 16);
+      while (!stop_) {
+        pollfd p[2] = {{client, POLLIN, 0}, {up, POLLIN, 0}};
+        if (::poll(p, 2, 50) <= 0) continue;
+        if (p[0].revents) {
+          const ssize_t n = ::recv(client, buf.data(), buf.size(), 0);
+          if (n <= 0 || !write_all(up, buf.data(), std::size_t(n))) break;
+          pending.append(buf.data(), std::size_t(n));
+          for (std::size_t end; (end = pending.find("\r\n\r\n")) != std::string::npos;) {
+            std::lock_guard<std::mutex> lock(mu_);
+            heads_.push_back(pending.substr(0, end));
+            pending.erase(0, end + 4);
+          }
+        }
+        if (p[1].revents) {
+          const ssize_t n = ::recv(up, buf.data(), buf.size(), 0);
+          if (n <= 0 || !write_all(client, buf.data(), std::size_t(n))) break;
+        }
+      }
+    }
+    ::close(up);
+    ::close(client);
+  }
+
+  std::uint16_t target_;
+  int listen_fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::vector<std::thread> relays_;  // touched only by the acceptor thread until joined
+  mutable std::mutex mu_;
+  std::vector<std::string> heads_;
+};
+
+struct st_tensor {
+  std::string name;
+  std::string dtype;
+  shape_t shape;
+};
+
+/// A safetensors file whose tensor bytes follow a pattern (finite values for float dtypes).
+std::string safetensors_bytes(const std::vector<st_tensor>& ts) {
+  std::string json = "{\"__metadata__\":{\"format\":\"pt\"}";
+  std::string data;
+  for (const auto& t : ts) {
+    const std::size_t n = std::size_t(shape_numel(t.shape)) * std::size_t(published_dtype_size(t.dtype));
+    std::string shape;
+    for (std::size_t i = 0; i < t.shape.size(); ++i) shape += (i ? "," : "") + std::to_string(t.shape[i]);
+    json += ",\"" + t.name + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
+            std::to_string(data.size()) + "," + std::to_string(data.size() + n) + "]}";
+    const std::size_t start = data.size();
+    data.resize(start + n);
+    for (std::size_t i = 0; i < n; ++i) data[start + i] = char((i * 131 + i / 509) & 0x3f);
+  }
+  json += "}";
+  while (json.size() % 8) json += ' ';
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[std::size_t(i)] = char((json.size() >> (8 * i)) & 0xff);
+  return out + json + data;
+}
+
+void write_file(const fs::path& p, const std::string& bytes) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << bytes;
+}
+
+/// A hub-layout folder: org/small (one file, a revision), org/sharded (index + zero-indexed
+/// shards), org/big (a 20 MB tensor).
+struct hub_folder {
+  fs::path root = fs::path(testing::TempDir()) / ("mpakt_loader_host_" + std::to_string(::getpid()));
+  hub_folder() {
+    fs::remove_all(root);
+    write_file(root / "org/small/model.safetensors",
+               safetensors_bytes({{"model.embed_tokens.weight", "BF16", {64, 64}},
+                                  {"model.layers.0.self_attn.q_proj.weight", "BF16", {64, 64}},
+                                  {"model.layers.0.input_layernorm.weight", "F32", {64}},
+                                  {"model.position_ids", "I64", {1, 64}}}));
+    write_file(root / "org/small/revisions/v1/model.safetensors", safetensors_bytes({{"only.weight", "F16", {8, 8}}}));
+    write_file(root / "org/sharded/model-00000-of-00002.safetensors",
+               safetensors_bytes({{"a.weight", "BF16", {32, 64}}, {"b.weight", "BF16", {32, 64}}}));
+    write_file(root / "org/sharded/model-00001-of-00002.safetensors", safetensors_bytes({{"c.weight", "F32", {16, 32}}}));
+    write_file(root / "org/sharded/model.safetensors.index.json",
+               R"({"metadata":{"total_size":10240},"weight_map":{"a.weight":"model-00000-of-00002.safetensors",)"
+               R"("b.weight":"model-00000-of-00002.safetensors","c.weight":"model-00001-of-00002.safetensors"}})");
+    write_file(root / "org/big/model.safetensors",
+               safetensors_bytes({{"model.norm.weight", "BF16", {64}}, {"model.embed_tokens.weight", "BF16", {5000, 2048}}}));
+  }
+  ~hub_folder() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+};
+
+class LoaderHost : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    folder_ = new hub_folder;
+    host_ = new host_process({folder_->root.string(), "--port", "0"});
+    no_range_ = new host_process({folder_->root.string(), "--port", "0", "--no-range"});
+  }
+  static void TearDownTestSuite() {
+    delete host_;
+    delete no_range_;
+    delete folder_;
+  }
+  void SetUp() override {
+    ASSERT_NE(host_->port(), 0) << "mpakt host did not start";
+    ASSERT_NE(no_range_->port(), 0) << "mpakt host --no-range did not start";
+  }
+
+  static result<model_index> inspect(const std::string& text, const host_process& h, byte_reader& r) {
+    source_options o;
+    o.hf_endpoint = h.endpoint();
+    auto src = parse_source(text, o);
+    if (!src) return std::move(src).err();
+    return inspect_source(*src, r);
+  }
+
+  static inline hub_folder* folder_ = nullptr;
+  static inline host_process* host_ = nullptr;
+  static inline host_process* no_range_ = nullptr;
+};
+
+TEST_F(LoaderHost, SingleFileInspectIsOneRangeRequest) {
+  auto r = make_http_reader();
+  auto idx = inspect("hf:org/small", *host_, *r);
+  ASSERT_TRUE(idx.ok()) << idx.err().message;
+  EXPECT_EQ(r->requests(), 1u);
+  EXPECT_TRUE(idx->remote);
+  EXPECT_EQ(idx->count(), 4u);
+  EXPECT_FALSE(idx->sharded);
+  EXPECT_EQ(idx->files[0].location, host_->endpoint() + "/org/small/resolve/main/model.safetensors");
+  ASSERT_TRUE(idx->files[0].size.has_value());  // from Content-Range
+  EXPECT_EQ(*idx->files[0].size, fs::file_size(folder_->root / "org/small/model.safetensors"));
+  EXPECT_EQ(idx->dtypes.at("bf16"), 2u);
+  EXPECT_EQ(idx->dtypes.at("int64"), 1u);
+}
+
+TEST_F(LoaderHost, InspectSendsOneRequestOnTheWire) {
+  counting_proxy proxy(host_->port());
+  source_options o;
+  o.hf_endpoint = proxy.endpoint();
+  auto src = parse_source("hf:org/small", o);
+  ASSERT_TRUE(src.ok());
+  {
+    auto r = make_http_reader();
+    auto idx = inspect_source(*src, *r);
+    ASSERT_TRUE(idx.ok()) << idx.err().message;
+    EXPECT_EQ(idx->count(), 4u);
+  }
+  const auto heads = proxy.requests();
+  ASSERT_EQ(heads.size(), 1u);
+  EXPECT_EQ(heads[0].rfind("GET /org/small/resolve/main/model.safetensors HTTP/1.1\r\n", 0), 0u) << heads[0];
+  std::string lower = heads[0];
+  for (auto& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  EXPECT_NE(lower.find("\r\nrange: bytes=0-262143"), std::string::npos) << heads[0];
+}
+
+TEST_F(LoaderHost, RevisionsAndUrls) {
+  auto r = make_http_reader();
+  auto rev = inspect("hf:org/small@v1", *host_, *r);
+  ASSERT_TRUE(rev.ok()) << rev.err().message;
+  ASSERT_EQ(rev->count(), 1u);
+  EXPECT_EQ(rev->tensors[0].name(), "only.weight");
+  auto url = inspect(host_->endpoint() + "/org/small/resolve/main/model.safetensors", *host_, *r);
+  ASSERT_TRUE(url.ok()) << url.err().message;
+  EXPECT_EQ(url->count(), 4u);
+}
+
+TEST_F(LoaderHost, ShardedModelThroughItsIndex) {
+  auto r = make_http_reader();
+  auto idx = inspect("hf:org/sharded", *host_, *r);
+  ASSERT_TRUE(idx.ok()) << idx.err().message;
+  // model.safetensors (404), the index, one header per shard.
+  EXPECT_EQ(r->requests(), 4u);
+  EXPECT_TRUE(idx->sharded);
+  EXPECT_EQ(idx->shards,
+            (std::vector<std::string>{"model-00000-of-00002.safetensors", "model-00001-of-00002.safetensors"}));
+  ASSERT_EQ(idx->count(), 3u);
+  EXPECT_EQ(idx->files[1].location, host_->endpoint() + "/org/sharded/resolve/main/model-00001-of-00002.safetensors");
+  EXPECT_NE(inspect_json(*idx).find("\"sharded\":true"), std::string::npos);
+
+  // Named outright, the index costs one request fewer.
+  auto r2 = make_http_reader();
+  auto named = inspect("hf:org/sharded/model.safetensors.index.json", *host_, *r2);
+  ASSERT_TRUE(named.ok()) << named.err().message;
+  EXPECT_EQ(r2->requests(), 3u);
+  EXPECT_EQ(named->count(), 3u);
+
+  // Shards stream from their own files.
+  const tensor_info* c = idx->find("c.weight");
+  ASSERT_NE(c, nullptr);
+  std::string got;
+  auto st = stream_tensor(*r, locate(*idx, *c), [&](std::uint64_t, std::string_view b) {
+    got.append(b);
+    return ok_status();
+  });
+  ASSERT_TRUE(st.ok()) << st.err().message;
+  const std::string file = [&] {
+    std::ifstream f(folder_->root / "org/sharded/model-00001-of-00002.safetensors", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }();
+  EXPECT_EQ(got, file.substr(std::size_t(c->file_offset), std::size_t(c->bytes())));
+}
+
+TEST_F(LoaderHost, MissingModelNamesBothCandidates) {
+  auto r = make_http_reader();
+  auto idx = inspect("hf:org/absent", *host_, *r);
+  ASSERT_FALSE(idx.ok());
+  EXPECT_EQ(idx.err().code, errc::invalid);
+  EXPECT_EQ(idx.err().message, "source hf:org/absent: neither " + host_->endpoint() +
+                                   "/org/absent/resolve/main/model.safetensors nor " + host_->endpoint() +
+                                   "/org/absent/resolve/main/model.safetensors.index.json exists");
+}
+
+TEST_F(LoaderHost, HostIgnoringRangeIsRefusedNamingTheUrl) {
+  auto r = make_http_reader();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto idx = inspect("hf:org/big", *no_range_, *r);
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(idx.ok());
+  EXPECT_EQ(idx.err().code, errc::invalid);
+  const std::string url = no_range_->endpoint() + "/org/big/resolve/main/model.safetensors";
+  EXPECT_NE(idx.err().message.find("host " + url + " does not honour Range requests"), std::string::npos)
+      << idx.err().message;
+  EXPECT_EQ(r->requests(), 1u);
+  EXPECT_LT(elapsed, 10s);  // the 20 MB body is not read
+
+  // Streaming from it is refused too, before the sink sees a byte.
+  auto good = make_http_reader();
+  auto index = inspect("hf:org/small", *host_, *good);
+  ASSERT_TRUE(index.ok());
+  tensor_location loc = locate(*index, index->tensors[1]);
+  loc.location = no_range_->endpoint() + "/org/small/resolve/main/model.safetensors";
+  int pieces = 0;
+  auto st = stream_tensor(*r, loc, [&](std::uint64_t, std::string_view) {
+    ++pieces;
+    return ok_status();
+  });
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(pieces, 0);
+  EXPECT_NE(st.err().message.find("tensor " + loc.name + ": host " + loc.location + " does not honour Range requests"),
+            std::string::npos)
+      << st.err().message;
+}
+
+TEST_F(LoaderHost, TensorLargerThanAPieceArrivesWhole) {
+  auto r = make_http_reader();
+  auto idx = inspect("hf:org/big", *host_, *r);
+  ASSERT_TRUE(idx.ok()) << idx.err().message;
+  const tensor_info* emb = idx->find("model.embed_tokens.weight");
+  ASSERT_NE(emb, nullptr);
+  ASSERT_EQ(emb->bytes(), 20'480'000u);
+  const std::string file = [&] {
+    std::ifstream f(folder_->root / "org/big/model.safetensors", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }();
+  const std::string_view want = std::string_view(file).substr(std::size_t(emb->file_offset), std::size_t(emb->bytes()));
+
+  const loader::tensor_location loc = locate(*idx, *emb);
+  tensor_builder builder(loc.file_dtype, loc.shape, dtype::q8, loc.name);
+  std::vector<std::size_t> sizes;
+  std::uint64_t mismatched = 0;
+  const auto before = r->requests();
+  auto st = stream_tensor(*r, loc, [&](std::uint64_t off, std::string_view bytes) -> status {
+    sizes.push_back(bytes.size());
+    if (want.substr(std::size_t(off), bytes.size()) != bytes) ++mismatched;
+    return builder.add(off, bytes);
+  });
+  ASSERT_TRUE(st.ok()) << st.err().message;
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{16'000'000, 4'480'000}));
+  EXPECT_EQ(mismatched, 0u);
+  EXPECT_EQ(st->bytes, emb->bytes());
+  EXPECT_LE(st->peak_buffered, piece_bytes);
+  EXPECT_EQ(r->requests() - before, 2u);  // one range request per piece
+
+  auto t = builder.finish();
+  ASSERT_TRUE(t.ok()) << t.err().message;
+  auto whole = tensor::make(dtype::bf16, loc.shape);
+  ASSERT_TRUE(whole.ok());
+  std::memcpy(whole->data(), want.data(), want.size());
+  auto q = convert_tensor(*whole, dtype::q8);
+  ASSERT_TRUE(q.ok());
+  ASSERT_EQ(t->nbytes(), q->nbytes());
+  EXPECT_EQ(std::memcmp(t->data(), q->data(), q->nbytes()), 0);
+}
+
+TEST_F(LoaderHost, WholeModelStreamedIntoBuildersMatchesTheLocalLoader) {
+  auto r = make_http_reader();
+  auto idx = inspect("hf:org/small", *host_, *r);
+  ASSERT_TRUE(idx.ok()) << idx.err().message;
+  auto sel = select_tensors(*idx, {});
+  ASSERT_TRUE(sel.ok());
+  ASSERT_TRUE(check_not_quantised(*idx, *sel).ok());
+  auto local = load_safetensors_file((folder_->root / "org/small/model.safetensors").string());
+  ASSERT_TRUE(local.ok()) << local.err().message;
+  for (std::size_t i : *sel) {
+    const auto loc = locate(*idx, idx->tensors[i]);
+    tensor_builder b(loc.file_dtype, loc.shape, *resident_dtype(loc.file_dtype), loc.name);
+    auto st = stream_tensor(*r, loc, [&](std::uint64_t off, std::string_view bytes) { return b.add(off, bytes); }, 1000);
+    ASSERT_TRUE(st.ok()) << st.err().message;
+    auto t = b.finish();
+    ASSERT_TRUE(t.ok()) << t.err().message;
+    const tensor* want = nullptr;
+    for (const auto& [name, lt] : *local)
+      if (name == loc.name) want = &lt;
+    ASSERT_NE(want, nullptr) << loc.name;
+    ASSERT_EQ(t->type(), want->type()) << loc.name;
+    ASSERT_EQ(t->nbytes(), want->nbytes()) << loc.name;
+    EXPECT_EQ(std::memcmp(t->data(), want->data(), t->nbytes()), 0) << loc.name;
+  }
+}
+
+}  // namespace
+}  // namespace mpakt::loader

@@ -1,0 +1,183 @@
+#include "runtime/tensor_builder.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace mpakt {
+namespace {
+
+/// Published bytes of `n` random elements of `file_dtype`.
+std::string random_published(const std::string& file_dtype, std::int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 0.5f);
+  std::string out;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = nd(rng);
+    if (file_dtype == "F32") {
+      out.append(reinterpret_cast<const char*>(&v), 4);
+    } else if (file_dtype == "BF16") {
+      const std::uint16_t h = f32_to_bf16(v);
+      out.append(reinterpret_cast<const char*>(&h), 2);
+    } else if (file_dtype == "F16") {
+      const std::uint16_t h = f32_to_f16(v);
+      out.append(reinterpret_cast<const char*>(&h), 2);
+    } else if (file_dtype == "F64") {
+      const double d = double(v) * 1.000000001;
+      out.append(reinterpret_cast<const char*>(&d), 8);
+    } else if (file_dtype == "I64") {
+      const std::int64_t x = std::int64_t(rng() % 100000) - 50000;
+      out.append(reinterpret_cast<const char*>(&x), 8);
+    } else if (file_dtype == "BOOL") {
+      out.push_back(char(rng() % 3));  // 0, 1 and a non-canonical 2 (true)
+    }
+  }
+  return out;
+}
+
+/// The whole tensor converted at once, as a worker without streaming would.
+tensor convert_whole(const std::string& file_dtype, const shape_t& shape, dtype resident, const std::string& bytes) {
+  const dtype held = *resident_dtype(file_dtype);
+  auto t = tensor::make(held, shape);
+  EXPECT_TRUE(t.ok());
+  convert_piece(file_dtype, reinterpret_cast<const std::byte*>(bytes.data()), std::size_t(t->numel()), t->data());
+  if (resident == held) return *t;
+  auto c = convert_tensor(*t, resident);
+  EXPECT_TRUE(c.ok()) << c.err().message;
+  return *c;
+}
+
+/// Feeds `bytes` in pieces cut at random points (empty, one-byte and unaligned pieces included).
+result<tensor> build_in_pieces(const std::string& file_dtype, const shape_t& shape, dtype resident,
+                               const std::string& bytes, std::mt19937& rng, std::size_t* max_pending = nullptr) {
+  tensor_builder b(file_dtype, shape, resident, "w");
+  std::size_t off = 0;
+  while (off < bytes.size()) {
+    std::size_t n;
+    switch (rng() % 4) {
+      case 0: n = 0; break;
+      case 1: n = 1; break;
+      case 2: n = rng() % 7; break;
+      default: n = rng() % (bytes.size() / 3 + 2); break;
+    }
+    n = std::min(n, bytes.size() - off);
+    auto st = b.add(off, std::string_view(bytes).substr(off, n));
+    if (!st) return st.err();
+    if (max_pending) *max_pending = std::max(*max_pending, b.pending_bytes());
+    off += n;
+  }
+  return b.finish();
+}
+
+void expect_same(const tensor& a, const tensor& b, const std::string& what) {
+  ASSERT_EQ(a.type(), b.type()) << what;
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  ASSERT_EQ(a.nbytes(), b.nbytes()) << what;
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << what << ": bytes differ";
+}
+
+struct path_case {
+  std::string file_dtype;
+  dtype resident;
+};
+
+TEST(TensorBuilder, RandomSplitsMatchWholeConversionOnEveryPath) {
+  const std::vector<path_case> cases = {
+      {"F32", dtype::f32},  {"BF16", dtype::bf16}, {"F16", dtype::f16}, {"BF16", dtype::f32},
+      {"F16", dtype::f32},  {"F64", dtype::f32},   {"I64", dtype::f32}, {"BOOL", dtype::f32},
+      {"F32", dtype::q8},   {"BF16", dtype::q8},   {"F16", dtype::q8},  {"F64", dtype::q8},
+      {"F32", dtype::q4},   {"BF16", dtype::q4},   {"F16", dtype::q4},
+  };
+  const std::vector<shape_t> float_shapes = {{7, 96}, {3, 2, 64}, {1, 32}, {5, 160}};
+  const std::vector<shape_t> other_shapes = {{13}, {3, 5}, {}, {2, 3, 4}};
+  std::mt19937 rng(42);
+  for (const auto& c : cases) {
+    const auto& shapes = is_quantized(c.resident) ? float_shapes : other_shapes;
+    for (const auto& shape : shapes) {
+      const std::string bytes = random_published(c.file_dtype, shape_numel(shape), rng);
+      const tensor want = convert_whole(c.file_dtype, shape, c.resident, bytes);
+      for (int trial = 0; trial < 25; ++trial) {
+        std::size_t max_pending = 0;
+        auto got = build_in_pieces(c.file_dtype, shape, c.resident, bytes, rng, &max_pending);
+        const std::string what = c.file_dtype + " -> " + std::string(dtype_name(c.resident)) + " " + shape_str(shape);
+        ASSERT_TRUE(got.ok()) << what << ": " << got.err().message;
+        expect_same(*got, want, what);
+        // Buffering: at most one partial element (or row, when quantizing).
+        const std::size_t unit = std::size_t(published_dtype_size(c.file_dtype)) *
+                                 (is_quantized(c.resident) ? std::size_t(shape.back()) : 1);
+        EXPECT_LT(max_pending, std::max<std::size_t>(unit, 1)) << what;
+      }
+    }
+  }
+}
+
+TEST(TensorBuilder, OnePieceAndOneBytePiecesAgree) {
+  std::mt19937 rng(7);
+  const shape_t shape{4, 64};
+  const std::string bytes = random_published("BF16", 4 * 64, rng);
+  const tensor want = convert_whole("BF16", shape, dtype::q4, bytes);
+  tensor_builder whole("BF16", shape, dtype::q4);
+  ASSERT_TRUE(whole.add(0, bytes).ok());
+  auto a = whole.finish();
+  ASSERT_TRUE(a.ok());
+  expect_same(*a, want, "one piece");
+  tensor_builder bytewise("BF16", shape, dtype::q4);
+  for (std::size_t i = 0; i < bytes.size(); ++i) ASSERT_TRUE(bytewise.add(i, bytes.substr(i, 1)).ok());
+  auto b = bytewise.finish();
+  ASSERT_TRUE(b.ok());
+  expect_same(*b, want, "byte by byte");
+}
+
+TEST(TensorBuilder, RefusesPiecesOutOfOrderOrPastTheEnd) {
+  {
+    tensor_builder b("F32", {4}, dtype::f32, "x");
+    ASSERT_TRUE(b.add(0, std::string(4, '\0')).ok());
+    auto st = b.add(8, std::string(4, '\0'));
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.err().message.find("tensor x"), std::string::npos) << st.err().message;
+    EXPECT_NE(st.err().message.find("in order"), std::string::npos) << st.err().message;
+    EXPECT_FALSE(b.finish().ok());  // sticky
+  }
+  {
+    tensor_builder b("BF16", {4}, dtype::bf16, "y");
+    auto st = b.add(0, std::string(9, '\0'));
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.err().message.find("runs past"), std::string::npos) << st.err().message;
+  }
+}
+
+TEST(TensorBuilder, FinishNamesMissingBytes) {
+  tensor_builder b("F64", {3}, dtype::f32, "pos");
+  ASSERT_TRUE(b.add(0, std::string(13, '\0')).ok());
+  EXPECT_EQ(b.pending_bytes(), 5u);
+  auto t = b.finish();
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.err().message.find("only 13 of its 24 bytes"), std::string::npos) << t.err().message;
+}
+
+TEST(TensorBuilder, RefusesConversionsItDoesNotDo) {
+  for (const auto& [file_dtype, resident, shape] :
+       std::vector<std::tuple<std::string, dtype, shape_t>>{{"F32", dtype::bf16, {4}},
+                                                            {"I64", dtype::q8, {2, 32}},
+                                                            {"BOOL", dtype::q4, {2, 32}},
+                                                            {"I8", dtype::f32, {4}},
+                                                            {"F8_E4M3", dtype::f32, {4}},
+                                                            {"BF16", dtype::q8, {2, 48}}}) {
+    tensor_builder b(file_dtype, shape, resident, "w");
+    auto st = b.add(0, "");
+    EXPECT_FALSE(st.ok()) << file_dtype << " -> " << dtype_name(resident);
+    EXPECT_FALSE(b.finish().ok());
+  }
+}
+
+TEST(TensorBuilder, EmptyTensorsFinishAtOnce) {
+  tensor_builder b("BF16", {0, 64}, dtype::q8);
+  auto t = b.finish();
+  ASSERT_TRUE(t.ok()) << t.err().message;
+  EXPECT_EQ(t->numel(), 0);
+}
+
+}  // namespace
+}  // namespace mpakt
