@@ -10,5 +10,8 @@ int cmd_ops(const std::vector<std::string>& args);
 int cmd_run(const std::vector<std::string>& args);
 int cmd_graph(const std::vector<std::string>& args);
 int cmd_demo(const std::vector<std::string>& args);
+int cmd_serve(const std::vector<std::string>& args);
+int cmd_host(const std::vector<std::string>& args);
+int cmd_admin(const std::vector<std::string>& args);
 
 }  // namespace mpakt::app

@@ -14,10 +14,13 @@ void usage(FILE* out) {
       "usage: mpakt <command> [options]\n"
       "\n"
       "commands:\n"
+      "  serve               run the coordinator: the v3 HTTP API with an embedded worker; see `mpakt serve --help`\n"
       "  ops                 print the op catalogue (the GET /api/ops document)\n"
       "  run GRAPH.json      validate and run a graph on this machine's CPU; see `mpakt run --help`\n"
       "  graph CONFIG.json   print the v3 graph for a model's config.json; see `mpakt graph --help`\n"
       "  demo MODEL_DIR      greedy-decode a story with a local model through the runtime\n"
+      "  admin COMMAND       manage accounts and API keys; see `mpakt admin --help`\n"
+      "  host DIR --port N   serve a folder of checkpoints in the Hugging Face hub's URL layout\n"
       "  help                this text\n",
       out);
 }
@@ -40,9 +43,12 @@ int main(int argc, char** argv) {
   const std::string cmd = args[0];
   args.erase(args.begin());
   if (cmd == "ops") return mpakt::app::cmd_ops(args);
+  if (cmd == "serve") return mpakt::app::cmd_serve(args);
   if (cmd == "run") return mpakt::app::cmd_run(args);
   if (cmd == "graph") return mpakt::app::cmd_graph(args);
   if (cmd == "demo") return mpakt::app::cmd_demo(args);
+  if (cmd == "host") return mpakt::app::cmd_host(args);
+  if (cmd == "admin") return mpakt::app::cmd_admin(args);
   std::fprintf(stderr, "mpakt: unknown command \"%s\"\n\n", cmd.c_str());
   usage(stderr);
   return 2;

@@ -13,3 +13,16 @@ find_package(GTest CONFIG QUIET)
 if(NOT GTest_FOUND)
   find_package(GTest REQUIRED)
 endif()
+
+# Boost (Beast/Asio, header-only use). 1.81: 1.74's Asio does not compile as C++20 with g++ 12.
+find_package(Boost 1.81 CONFIG REQUIRED COMPONENTS headers)
+find_package(OpenSSL REQUIRED)
+find_package(SQLite3 REQUIRED)
+
+# CAF 0.17.6 ships no CMake config and no .pc file: find it and make imported targets.
+find_path(MPAKT_CAF_INCLUDE caf/all.hpp REQUIRED)
+find_library(MPAKT_CAF_CORE caf_core REQUIRED)
+find_library(MPAKT_CAF_IO caf_io REQUIRED)
+add_library(mpakt_caf INTERFACE)
+target_include_directories(mpakt_caf SYSTEM INTERFACE ${MPAKT_CAF_INCLUDE})
+target_link_libraries(mpakt_caf INTERFACE ${MPAKT_CAF_IO} ${MPAKT_CAF_CORE} Threads::Threads)

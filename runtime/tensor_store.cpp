@@ -11,6 +11,23 @@ bool tensor_store::drop_model(std::string_view model_id) {
   return true;
 }
 
+void tensor_store::put_weight(const std::string& model_id, std::string name, tensor t) {
+  models_[model_id][std::move(name)] = std::move(t);
+}
+
+std::uint64_t tensor_store::bytes_of(const tensor_map& m) {
+  std::uint64_t n = 0;
+  for (const auto& [_, t] : m) n += t.nbytes();
+  return n;
+}
+
+std::uint64_t tensor_store::bytes_held() const {
+  std::uint64_t n = bytes_of(tensors_);
+  for (const auto& [_, m] : models_) n += bytes_of(m);
+  for (const auto& [_, m] : sessions_) n += bytes_of(m);
+  return n;
+}
+
 const tensor_store::tensor_map* tensor_store::model(std::string_view model_id) const {
   auto it = models_.find(model_id);
   return it == models_.end() ? nullptr : &it->second;
@@ -54,13 +71,12 @@ result<tensor> tensor_store::source::by_id(std::string_view id) {
 }
 
 result<tensor> tensor_store::source::session_tensor(int of, std::string_view name) {
-  const std::size_t idx = of < 0 ? 0 : std::size_t(of);
-  if (idx >= sessions_.size()) return invalid("no session at index " + std::to_string(idx));
-  const tensor_map* s = store_.find_session(sessions_[idx]);
-  if (!s) return make_error(errc::not_found, "session " + sessions_[idx] + " does not exist");
+  if (of >= 0 && std::size_t(of) >= sessions_.size()) return invalid("no session at index " + std::to_string(of));
+  const std::string& id = of < 0 ? primary_ : sessions_[std::size_t(of)];
+  const tensor_map* s = store_.find_session(id);
+  if (!s) return make_error(errc::not_found, "session " + id + " does not exist");
   auto it = s->find(name);
-  if (it == s->end())
-    return make_error(errc::not_found, "session " + sessions_[idx] + " holds no tensor named " + std::string(name));
+  if (it == s->end()) return make_error(errc::not_found, "session " + id + " holds no tensor named " + std::string(name));
   return it->second;
 }
 

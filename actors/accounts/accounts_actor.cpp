@@ -1,0 +1,118 @@
+#include "actors/accounts/accounts_actor.hpp"
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include "actors/errors.hpp"
+
+namespace mpakt {
+
+namespace {
+
+using writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+template <class F>
+std::string json(F&& f) {
+  rapidjson::StringBuffer buf;
+  writer w(buf);
+  f(w);
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+void kv(writer& w, const char* k, const std::string& v) {
+  w.Key(k);
+  w.String(v.c_str(), rapidjson::SizeType(v.size()));
+}
+
+void write_key(writer& w, const accounts::key_info& k) {
+  w.StartObject();
+  if (!k.key.empty()) kv(w, "key", k.key);
+  kv(w, "keyId", k.key_id);
+  kv(w, "label", k.label);
+  kv(w, "createdAt", k.created_at);
+  if (!k.last_used_at.empty()) kv(w, "lastUsedAt", k.last_used_at);
+  kv(w, "state", k.state);
+  w.EndObject();
+}
+
+struct accounts_state {
+  std::unique_ptr<accounts::accounts_store> store;
+  accounts_config cfg;
+};
+
+}  // namespace
+
+accounts_actor spawn_accounts(caf::actor_system& sys, std::unique_ptr<accounts::accounts_store> store, accounts_config cfg) {
+  auto shared = std::make_shared<std::unique_ptr<accounts::accounts_store>>(std::move(store));
+  return sys.spawn<caf::detached>([shared, cfg](accounts_actor::stateful_pointer<accounts_state> self) -> accounts_actor::behavior_type {
+    self->state.store = std::move(*shared);
+    self->state.cfg = cfg;
+    auto& st = *self->state.store;
+    return {
+        [=, &st](signup_atom, const std::string& user, const std::string& password) -> caf::result<std::string> {
+          auto a = st.sign_up(user, password, self->state.cfg.approve_sign_ups);
+          if (!a) return to_caf(a.err());
+          return json([&](writer& w) {
+            w.StartObject();
+            kv(w, "username", a->username);
+            kv(w, "status", a->status);
+            kv(w, "createdAt", a->created_at);
+            w.EndObject();
+          });
+        },
+        [&st](login_atom, const std::string& user, const std::string& password) -> caf::result<std::string> {
+          auto token = st.login(user, password);
+          if (!token) return to_caf(token.err());
+          return json([&](writer& w) {
+            w.StartObject();
+            kv(w, "token", *token);
+            kv(w, "username", user);
+            w.EndObject();
+          });
+        },
+        [&st](mkkey_atom, const std::string& token, const std::string& label) -> caf::result<std::string> {
+          auto k = st.create_key(token, label);
+          if (!k) return to_caf(k.err());
+          return json([&](writer& w) { write_key(w, *k); });
+        },
+        [&st](keys_atom, const std::string& token) -> caf::result<std::string> {
+          auto ks = st.list_keys(token);
+          if (!ks) return to_caf(ks.err());
+          return json([&](writer& w) {
+            w.StartObject();
+            w.Key("keys");
+            w.StartArray();
+            for (const auto& k : *ks) write_key(w, k);
+            w.EndArray();
+            w.EndObject();
+          });
+        },
+        [&st](rmkey_atom, const std::string& token, const std::string& key_id) -> caf::result<std::string> {
+          if (auto s = st.delete_key(token, key_id); !s) return to_caf(s.err());
+          return json([&](writer& w) {
+            w.StartObject();
+            w.Key("deleted");
+            w.Bool(true);
+            kv(w, "keyId", key_id);
+            w.EndObject();
+          });
+        },
+        [&st](checkkey_atom, const std::string& key) -> caf::result<caller, bool> {
+          auto id = st.check_key(key);
+          if (!id) return to_caf(id.err());
+          return {caller{id->username, id->key_id}, id->admin};
+        },
+        [&st](approve_atom, const std::string& user) -> caf::result<std::string> {
+          if (auto s = st.approve(user); !s) return to_caf(s.err());
+          return json([&](writer& w) {
+            w.StartObject();
+            kv(w, "username", user);
+            kv(w, "status", "approved");
+            w.EndObject();
+          });
+        },
+    };
+  });
+}
+
+}  // namespace mpakt

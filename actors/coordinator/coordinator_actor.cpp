@@ -1,0 +1,1045 @@
+#include "actors/coordinator/coordinator_actor.hpp"
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <algorithm>
+#include <ctime>
+#include <map>
+#include <set>
+
+#include "actors/errors.hpp"
+#include "actors/ids.hpp"
+#include "runtime/graph.hpp"
+#include "runtime/schema.hpp"
+
+namespace mpakt {
+
+namespace {
+
+using writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+std::string now_iso() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+/// Builds a JSON text with a writer callback.
+template <class F>
+std::string json(F&& f) {
+  rapidjson::StringBuffer buf;
+  writer w(buf);
+  f(w);
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+void str(writer& w, const std::string& s) { w.String(s.c_str(), rapidjson::SizeType(s.size())); }
+void key(writer& w, const char* k) { w.Key(k); }
+void strings(writer& w, const std::vector<std::string>& v) {
+  w.StartArray();
+  for (const auto& s : v) str(w, s);
+  w.EndArray();
+}
+
+result<rapidjson::Document> parse_body(const std::string& body, bool allow_empty = false) {
+  rapidjson::Document d;
+  if (allow_empty && body.find_first_not_of(" \t\r\n") == std::string::npos) {
+    d.SetObject();
+    return d;
+  }
+  d.Parse(body.c_str(), body.size());
+  if (d.HasParseError()) return invalid("request body is not valid JSON (error at byte " + std::to_string(d.GetErrorOffset()) + ")");
+  if (!d.IsObject()) return invalid("request body must be a JSON object");
+  return d;
+}
+
+status check_fields(const rapidjson::Value& o, std::initializer_list<const char*> allowed, const std::string& what) {
+  for (auto it = o.MemberBegin(); it != o.MemberEnd(); ++it) {
+    bool ok = false;
+    for (const char* a : allowed) ok = ok || std::string_view(a) == it->name.GetString();
+    if (!ok) return invalid(what + " has unknown field \"" + std::string(it->name.GetString()) + "\"");
+  }
+  return {};
+}
+
+result<std::string> opt_string(const rapidjson::Value& o, const char* k, const std::string& what) {
+  auto it = o.FindMember(k);
+  if (it == o.MemberEnd() || it->value.IsNull()) return std::string();
+  if (!it->value.IsString()) return invalid(what + "." + k + " must be a string");
+  return std::string(it->value.GetString(), it->value.GetStringLength());
+}
+
+result<std::vector<std::string>> opt_strings(const rapidjson::Value& o, const char* k, const std::string& what) {
+  std::vector<std::string> out;
+  auto it = o.FindMember(k);
+  if (it == o.MemberEnd() || it->value.IsNull()) return out;
+  if (!it->value.IsArray()) return invalid(what + "." + k + " must be an array of strings");
+  for (rapidjson::SizeType i = 0; i < it->value.Size(); ++i) {
+    if (!it->value[i].IsString()) return invalid(what + "." + k + "[" + std::to_string(i) + "] must be a string");
+    out.emplace_back(it->value[i].GetString(), it->value[i].GetStringLength());
+  }
+  return out;
+}
+
+std::string text_of(const rapidjson::Value& v) {
+  rapidjson::StringBuffer buf;
+  writer w(buf);
+  v.Accept(w);
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+struct owned {
+  std::string account;
+  std::string key_id;
+  std::string created_at;
+};
+
+struct model_entry : owned {
+  model_actor actor;
+  worker_actor worker;
+  std::string source;
+  std::string quantize;
+  std::uint64_t published_bytes = 0;
+  std::uint64_t resident_bytes = 0;
+  std::size_t tensors = 0;
+};
+
+struct session_entry : owned {
+  session_actor actor;
+  worker_actor worker;
+  std::string model_id;
+  std::string label;
+};
+
+struct graph_entry : owned {
+  graph_actor actor;
+  std::string label;
+  std::uint32_t steps = 0;
+  std::vector<std::string> bindings;
+  std::uint64_t body_bytes = 0;
+  std::uint64_t per_call_bytes = 0;
+  std::set<std::string> models;  ///< models the template reads
+  worker_actor worker;           ///< where it was validated
+};
+
+/// A session checkpoint held here (the one bulk copy the coordinator keeps on purpose).
+struct checkpoint_entry {
+  std::string key_id;
+  session_dump dump;
+  std::uint64_t steps = 0;
+};
+
+struct v2_entry : owned {
+  worker_actor worker;
+  std::uint64_t bytes = 0;
+};
+
+struct coordinator_state {
+  coordinator_config cfg;
+  pool_actor pool;
+  std::map<std::string, model_entry> models;
+  std::map<std::string, session_entry> sessions;
+  std::map<std::string, graph_entry> graphs;
+  std::map<std::string, v2_entry> tensors;
+  std::map<std::string, checkpoint_entry> checkpoints;  ///< by session id
+  /// load-response tensorIds: id -> (model, weight name)
+  std::map<std::string, std::pair<std::string, std::string>> weight_ids;
+  std::map<std::string, int> pending_loads;  ///< per key
+
+  template <class Map>
+  int count_for_key(const Map& m, const std::string& key_id) const {
+    return int(std::count_if(m.begin(), m.end(), [&](const auto& kv) { return kv.second.key_id == key_id; }));
+  }
+  /// The entry if it exists and belongs to the caller's account; another account's id is
+  /// indistinguishable from an unknown one (decisions.md).
+  template <class Map>
+  auto* find(Map& m, const std::string& id, const caller& who) {
+    auto it = m.find(id);
+    return it != m.end() && it->second.account == who.account ? &it->second : nullptr;
+  }
+};
+
+using coordinator_pointer = coordinator_actor::stateful_pointer<coordinator_state>;
+
+/// Delivers a JSON text or an error to a promise.
+template <class Promise>
+void deliver(Promise& rp, result<std::string> r) {
+  if (r) rp.deliver(std::move(*r));
+  else rp.deliver(to_caf(r.err()));
+}
+
+std::string limits_json(const coordinator_config& cfg, const std::vector<worker_status>& ws) {
+  bool packed = true, quantize = true;
+  std::uint64_t max_tensor = 0, free = 0;
+  for (const auto& w : ws) {
+    packed = packed && w.packed_weights;
+    quantize = quantize && w.can_quantize;
+    max_tensor = std::max(max_tensor, w.max_tensor_bytes);
+    free += w.free_bytes;
+  }
+  return json([&](writer& w) {
+    w.StartObject();
+    key(w, "widenFactor");
+    w.StartObject();
+    key(w, "f32"); w.Int(1);
+    key(w, "bf16"); w.Int(packed ? 1 : 2);
+    key(w, "f16"); w.Int(packed ? 1 : 2);
+    w.EndObject();
+    key(w, "byteUnits"); str(w, "resident");
+    key(w, "maxTensorBytes"); w.Uint64(max_tensor);
+    key(w, "freeBytes"); w.Uint64(free);
+    key(w, "workers"); w.Uint64(ws.size());
+    key(w, "quantizeOnLoad"); w.Bool(quantize && !ws.empty());
+    key(w, "defaultQuantize"); str(w, cfg.load.default_quantize);
+    key(w, "pieceBytes"); w.Uint64(16'000'000);
+    key(w, "modelsPerKey"); w.Int(cfg.max_models_per_key);
+    key(w, "sessionsPerKey"); w.Int(cfg.max_sessions_per_key);
+    key(w, "compiledGraphsPerKey"); w.Int(cfg.max_graphs_per_key);
+    key(w, "graphTimeoutMs"); w.Int64(cfg.timeouts.graph.count());
+    key(w, "maxSessionsPerGraph"); w.Int(64);
+    key(w, "maxNewTokens"); w.Int(4096);
+    key(w, "maxVerifyGraphs"); w.Int(16);
+    key(w, "v2QuotaBytes"); w.Uint64(cfg.v2_quota_bytes);
+    key(w, "randomMaxCount"); w.Int(10000);
+    w.EndObject();
+  });
+}
+
+/// Bytes of a minimal compiled call for this template: ids and a session id as long as
+/// ours, every bound input filled with zeros, every bound parameter 0.
+std::uint64_t per_call_bytes(const std::string& graph_id, const graph_decl& d) {
+  std::string call = "{\"graphId\":\"" + graph_id + "\",\"session\":\"s_000000000000000000000000\",\"bind\":{";
+  bool first = true;
+  for (const auto& in : d.inputs) {
+    if (in.kind != input_kind::bound) continue;
+    call += (first ? "\"" : ",\"") + in.bind + "\":[";
+    const std::int64_t n = shape_numel(in.shape);
+    for (std::int64_t i = 0; i < n && i < 1'000'000; ++i) call += i ? ",0" : "0";
+    call += "]";
+    first = false;
+  }
+  std::set<std::string> params;
+  for (const auto& st : d.steps)
+    for (const auto& b : st.binds) params.insert(b.name);
+  for (const auto& p : params) {
+    call += (first ? "\"" : ",\"") + p + "\":0";
+    first = false;
+  }
+  return call.size() + 2;
+}
+
+}  // namespace
+
+coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config cfg, pool_actor pool) {
+  return sys.spawn([cfg, pool](coordinator_pointer self) -> coordinator_actor::behavior_type {
+    self->state.cfg = cfg;
+    self->state.pool = pool;
+    auto& S = self->state;
+    const auto control = cfg.timeouts.control;
+
+    /// Resolves the references of a graph (models, tensorIds, sessions) against the
+    /// caller's directory; picks the worker; rewrites load tensorIds as {model, weight}.
+    struct routed {
+      std::string graph_json;
+      worker_actor worker;  ///< may be invalid: any worker will do
+      std::string primary;
+      std::vector<std::string> sessions;
+      std::set<std::string> models;
+    };
+    auto route = [self](const caller& who, rapidjson::Document& body, rapidjson::Value& graph, const std::string& top_session,
+                        const std::vector<std::string>& top_sessions, bool allow_bind, int version) -> result<routed> {
+      auto& S = self->state;
+      auto decl = parse_graph(graph, allow_bind);
+      if (!decl) return std::move(decl).err();
+      routed r;
+      // Sessions: inside the graph or at the top level (decisions.md), not conflicting.
+      r.primary = decl->session.value_or(top_session);
+      if (decl->session && !top_session.empty() && *decl->session != top_session)
+        return invalid("graph.session and session name different sessions");
+      r.sessions = decl->sessions.empty() ? top_sessions : decl->sessions;
+      if (!r.sessions.empty()) {
+        if (r.primary.empty()) r.primary = r.sessions.front();
+        if (std::find(r.sessions.begin(), r.sessions.end(), r.primary) == r.sessions.end())
+          return invalid("sessions must include the primary session " + r.primary);
+        if (r.sessions.size() > 64) return invalid("a graph may list at most 64 sessions");
+      }
+      if (version == 2 && (!r.primary.empty() || !r.sessions.empty()))
+        return invalid("sessions are an API v3 feature; use /api/v3/graph");
+      auto pin = [&](const worker_actor& w, const std::string& what) -> status {
+        if (!r.worker) {
+          r.worker = w;
+        } else if (r.worker != w) {
+          return make_error(errc::conflict, what + " lives on a different worker from the rest of the graph");
+        }
+        return {};
+      };
+      std::vector<std::string> all_sessions = r.sessions;
+      if (all_sessions.empty() && !r.primary.empty()) all_sessions.push_back(r.primary);
+      for (const auto& sid : all_sessions) {
+        auto* s = S.find(S.sessions, sid, who);
+        if (!s) return make_error(errc::not_found, "session " + sid + " does not exist");
+        MPAKT_TRY(pin(s->worker, "session " + sid));
+      }
+      // Inputs: owned models and tensors; load tensorIds become {model, weight}.
+      auto& inputs = graph["inputs"];
+      for (std::size_t i = 0; i < decl->inputs.size(); ++i) {
+        const auto& in = decl->inputs[i];
+        const std::string at = "inputs[" + std::to_string(i) + "] (" + in.name + ")";
+        if (version == 2 && in.kind != input_kind::data && in.kind != input_kind::tensor_id)
+          return invalid(at + ": API v2 inputs carry data or a tensorId; model and session inputs need /api/v3/graph");
+        if (in.kind == input_kind::weight) {
+          auto* m = S.find(S.models, in.model, who);
+          if (!m) return make_error(errc::not_found, at + ": model " + in.model + " does not exist");
+          MPAKT_TRY(pin(m->worker, "model " + in.model));
+          r.models.insert(in.model);
+        } else if (in.kind == input_kind::tensor_id) {
+          if (auto* t = S.find(S.tensors, in.tensor_id, who)) {
+            MPAKT_TRY(pin(t->worker, "tensor " + in.tensor_id));
+            continue;
+          }
+          auto w = S.weight_ids.find(in.tensor_id);
+          auto* m = w == S.weight_ids.end() ? nullptr : S.find(S.models, w->second.first, who);
+          if (!m) return make_error(errc::not_found, at + ": tensor " + in.tensor_id + " does not exist");
+          MPAKT_TRY(pin(m->worker, "model " + w->second.first));
+          r.models.insert(w->second.first);
+          auto& obj = inputs[rapidjson::SizeType(i)];
+          obj.RemoveMember("tensorId");
+          obj.AddMember("model", rapidjson::Value(w->second.first.c_str(), body.GetAllocator()), body.GetAllocator());
+          obj.AddMember("weight", rapidjson::Value(w->second.second.c_str(), body.GetAllocator()), body.GetAllocator());
+        }
+      }
+      if (version == 2) {
+        const auto& sc = schema::instance();
+        for (std::size_t i = 0; i < decl->steps.size(); ++i) {
+          const auto* spec = sc.find(decl->steps[i].op);
+          if (spec && spec->added_in != "v2")
+            return invalid("step " + std::to_string(i) + " (" + decl->steps[i].op + "): op " + decl->steps[i].op +
+                           " was added in API " + spec->added_in + "; use /api/v3/graph");
+        }
+      }
+      r.graph_json = text_of(graph);
+      return r;
+    };
+
+    /// Runs `req` on `w` (through the session's actor when there is one) and delivers
+    /// {"outputs": ...} to the promise.
+    auto run_on = [self](caf::typed_response_promise<std::string> rp, run_request req, worker_actor w,
+                         std::optional<graph_actor> compiled) {
+      auto& S = self->state;
+      auto done = [rp](run_reply& reply) mutable {
+        rp.deliver("{\"outputs\":" + reply.outputs_json + ",\"steps\":" + std::to_string(reply.steps) + "}");
+      };
+      auto fail = [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); };
+      const std::string primary = req.session.empty() && !req.sessions.empty() ? req.sessions.front() : req.session;
+      if (compiled && !primary.empty()) {
+        // Through the session's actor, which counts the step and runs on its worker.
+        auto it = S.sessions.find(primary);
+        self->request(it->second.actor, S.cfg.timeouts.graph + std::chrono::seconds(5), run_atom::value, std::move(req), *compiled)
+            .then(done, fail);
+        return;
+      }
+      if (compiled) {
+        self->request(*compiled, S.cfg.timeouts.graph + std::chrono::seconds(5), run_atom::value, std::move(req), w)
+            .then(done, fail);
+        return;
+      }
+      if (!primary.empty()) {
+        auto it = S.sessions.find(primary);
+        self->request(it->second.actor, S.cfg.timeouts.graph + std::chrono::seconds(5), run_atom::value, std::move(req))
+            .then(done, fail);
+        return;
+      }
+      self->request(w, S.cfg.timeouts.graph, run_atom::value, std::move(req)).then(done, fail);
+    };
+
+    /// The worker to use when a graph names no session or weights: the one with most free.
+    auto with_any_worker = [self](std::function<void(result<worker_actor>)> k) {
+      self->request(self->state.pool, std::chrono::seconds(10), pick_atom::value, std::uint64_t(0))
+          .then([k](worker_actor& w, worker_status&) { k(w); }, [k](caf::error& e) { k(from_caf(e)); });
+    };
+
+    return {
+        // ------------------------------------------------------------ discovery
+        [=](versions_atom) -> caf::result<std::string> {
+          auto rp = self->make_response_promise<std::string>();
+          self->request(self->state.pool, control, workers_atom::value)
+              .then(
+                  [=](std::vector<worker_status>& ws) mutable {
+                    const auto& sc = schema::instance();
+                    std::vector<std::string> v2ops, v3ops;
+                    for (const auto& o : sc.ops()) (o.added_in == "v2" ? v2ops : v3ops).push_back(o.name);
+                    rp.deliver(json([&](writer& w) {
+                      w.StartObject();
+                      key(w, "current"); str(w, "v3");
+                      key(w, "versions");
+                      w.StartArray();
+                      w.StartObject();
+                      key(w, "version"); str(w, "v1");
+                      key(w, "status"); str(w, "live");
+                      key(w, "aliasOf"); str(w, "v2");
+                      w.EndObject();
+                      w.StartObject();
+                      key(w, "version"); str(w, "v2");
+                      key(w, "status"); str(w, "live");
+                      key(w, "supports"); strings(w, {"tensors", "graph"});
+                      key(w, "ops"); strings(w, v2ops);
+                      key(w, "uploadQuotaBytes"); w.Uint64(self->state.cfg.v2_quota_bytes);
+                      w.EndObject();
+                      w.StartObject();
+                      key(w, "version"); str(w, "v3");
+                      key(w, "status"); str(w, "live");
+                      key(w, "current"); w.Bool(true);
+                      key(w, "supports");
+                      strings(w, {"models", "inspect", "quantize", "sessions", "graph", "compiledGraphs", "multiSessionGraphs",
+                                  "random"});
+                      key(w, "ops"); w.Uint64(sc.ops().size());
+                      key(w, "opsHash"); str(w, sc.ops_hash());
+                      w.EndObject();
+                      w.EndArray();
+                      key(w, "compute");
+                      w.StartObject();
+                      key(w, "version"); str(w, "v0");
+                      key(w, "status"); str(w, "beta");
+                      key(w, "note"); str(w, "mPAKT Compute is a separate service, not part of this API");
+                      w.EndObject();
+                      key(w, "limits");
+                      w.RawValue(limits_json(self->state.cfg, ws).c_str(), limits_json(self->state.cfg, ws).size(),
+                                 rapidjson::kObjectType);
+                      w.EndObject();
+                    }));
+                  },
+                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          return rp;
+        },
+        [=](status_atom, const caller&) -> caf::result<std::string> {
+          auto rp = self->make_response_promise<std::string>();
+          self->request(self->state.pool, control, workers_atom::value)
+              .then(
+                  [=](std::vector<worker_status>& ws) mutable {
+                    std::map<std::string, int> backends{{"webgpu", 0}, {"npu", 0}, {"npu+webgpu", 0}, {"cpu", 0}};
+                    std::uint64_t free = 0, total = 0, max_tensor = 0;
+                    std::vector<std::string> features;
+                    for (std::size_t i = 0; i < ws.size(); ++i) {
+                      backends[ws[i].backend]++;
+                      free += ws[i].free_bytes;
+                      total += ws[i].total_bytes;
+                      max_tensor = std::max(max_tensor, ws[i].max_tensor_bytes);
+                      if (i == 0) {
+                        features = ws[i].features;
+                      } else {
+                        std::vector<std::string> both;
+                        for (const auto& f : features)
+                          if (std::find(ws[i].features.begin(), ws[i].features.end(), f) != ws[i].features.end()) both.push_back(f);
+                        features = both;
+                      }
+                    }
+                    const auto& sc = schema::instance();
+                    rp.deliver(json([&](writer& w) {
+                      w.StartObject();
+                      key(w, "workers"); w.Uint64(ws.size());
+                      key(w, "backends");
+                      w.StartObject();
+                      for (const auto& [b, n] : backends) { key(w, b.c_str()); w.Int(n); }
+                      w.EndObject();
+                      key(w, "ops"); w.Uint64(sc.ops().size());
+                      key(w, "opsHash"); str(w, sc.ops_hash());
+                      key(w, "features"); strings(w, features);
+                      key(w, "freeBytes"); w.Uint64(free);
+                      key(w, "totalBytes"); w.Uint64(total);
+                      key(w, "byteUnits"); str(w, "resident");
+                      key(w, "device");
+                      w.StartObject();
+                      key(w, "maxTensorBytes"); w.Uint64(max_tensor);
+                      w.EndObject();
+                      key(w, "pool");
+                      w.StartArray();
+                      for (const auto& s : ws) {
+                        w.StartObject();
+                        key(w, "workerId"); str(w, s.worker_id);
+                        key(w, "backend"); str(w, s.backend);
+                        key(w, "freeBytes"); w.Uint64(s.free_bytes);
+                        key(w, "totalBytes"); w.Uint64(s.total_bytes);
+                        key(w, "packedWeights"); w.Bool(s.packed_weights);
+                        key(w, "quantizeOnLoad"); w.Bool(s.can_quantize);
+                        w.EndObject();
+                      }
+                      w.EndArray();
+                      w.EndObject();
+                    }));
+                  },
+                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          return rp;
+        },
+        // ------------------------------------------------------------ models
+        [=](inspect_atom, const caller&, const std::string& source) -> caf::result<std::string> {
+          auto rp = self->make_response_promise<std::string>();
+          if (source.empty()) return to_caf(errc::invalid, "inspect needs a source query parameter, e.g. ?source=hf:Org/Model");
+          auto job = spawn_load_job(self->system(), self->state.cfg.load, self->state.pool);
+          self->request(job, std::chrono::minutes(5), inspect_atom::value, source)
+              .then([=](std::string& j) mutable { rp.deliver(std::move(j)); },
+                    [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          return rp;
+        },
+        [=](load_atom, const caller& who, const std::string& body) -> caf::result<std::string> {
+          auto& S = self->state;
+          auto d = parse_body(body);
+          if (!d) return to_caf(d.err());
+          if (auto s = check_fields(*d, {"source", "include", "exclude", "names", "quantize"}, "load request"); !s)
+            return to_caf(s.err());
+          load_job_request req;
+          auto src = opt_string(*d, "source", "load request");
+          if (!src) return to_caf(src.err());
+          if (src->empty()) return to_caf(errc::invalid, "load request needs a source, e.g. \"hf:Org/Model\"");
+          req.source = *src;
+          for (auto [k, out] : {std::pair{"include", &req.include}, {"exclude", &req.exclude}, {"names", &req.names}}) {
+            auto v = opt_strings(*d, k, "load request");
+            if (!v) return to_caf(v.err());
+            *out = std::move(*v);
+          }
+          auto q = opt_string(*d, "quantize", "load request");
+          if (!q) return to_caf(q.err());
+          req.quantize = *q;
+          const int held = S.count_for_key(S.models, who.key_id) + S.pending_loads[who.key_id];
+          if (held >= S.cfg.max_models_per_key)
+            return to_caf(errc::limit, "this key already holds " + std::to_string(S.cfg.max_models_per_key) +
+                                           " models, the limit; delete one first");
+          req.model_id = new_id("m_");
+          S.pending_loads[who.key_id]++;
+          auto rp = self->make_response_promise<std::string>();
+          auto job = spawn_load_job(self->system(), S.cfg.load, S.pool);
+          self->request(job, caf::infinite, load_atom::value, req)
+              .then(
+                  [=](load_outcome& out) mutable {
+                    auto& S = self->state;
+                    S.pending_loads[who.key_id]--;
+                    model_entry m;
+                    m.account = who.account;
+                    m.key_id = who.key_id;
+                    m.created_at = now_iso();
+                    m.actor = spawn_model(self->system(), req.model_id, {out.worker}, S.cfg.timeouts);
+                    m.worker = out.worker;
+                    m.source = out.source;
+                    m.quantize = out.quantize;
+                    m.published_bytes = out.published_bytes;
+                    m.resident_bytes = out.resident_bytes;
+                    m.tensors = out.tensor_ids.size();
+                    for (const auto& [tid, name] : out.tensor_ids) S.weight_ids[tid] = {req.model_id, name};
+                    S.models[req.model_id] = std::move(m);
+                    rp.deliver(std::move(out.reply_json));
+                  },
+                  [=](caf::error& e) mutable {
+                    self->state.pending_loads[who.key_id]--;
+                    rp.deliver(caf::error(e));
+                  });
+          return rp;
+        },
+        [=](list_atom, models_atom, const caller& who) -> caf::result<std::string> {
+          auto rp = self->make_response_promise<std::string>();
+          self->request(self->state.pool, control, workers_atom::value)
+              .then(
+                  [=](std::vector<worker_status>& ws) mutable {
+                    auto& S = self->state;
+                    std::uint64_t free = 0, total = 0;
+                    for (const auto& s : ws) { free += s.free_bytes; total += s.total_bytes; }
+                    rp.deliver(json([&](writer& w) {
+                      w.StartObject();
+                      key(w, "models");
+                      w.StartArray();
+                      for (const auto& [id, m] : S.models) {
+                        if (m.account != who.account) continue;
+                        w.StartObject();
+                        key(w, "modelId"); str(w, id);
+                        key(w, "source"); str(w, m.source);
+                        key(w, "tensors"); w.Uint64(m.tensors);
+                        key(w, "bytesTransferred"); w.Uint64(m.published_bytes);
+                        key(w, "residentBytes"); w.Uint64(m.resident_bytes);
+                        key(w, "quantize"); str(w, m.quantize);
+                        key(w, "createdAt"); str(w, m.created_at);
+                        w.EndObject();
+                      }
+                      w.EndArray();
+                      key(w, "capacity");
+                      w.StartObject();
+                      key(w, "workers"); w.Uint64(ws.size());
+                      key(w, "freeBytes"); w.Uint64(free);
+                      key(w, "totalBytes"); w.Uint64(total);
+                      key(w, "byteUnits"); str(w, "resident");
+                      w.EndObject();
+                      w.EndObject();
+                    }));
+                  },
+                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          return rp;
+        },
+        [=](delete_atom, models_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
+          auto& S = self->state;
+          auto* m = S.find(S.models, id, who);
+          if (!m) return to_caf(errc::not_found, "model " + id + " does not exist");
+          caf::anon_send(m->actor, delete_atom::value);
+          for (auto it = S.weight_ids.begin(); it != S.weight_ids.end();)
+            it = it->second.first == id ? S.weight_ids.erase(it) : std::next(it);
+          S.models.erase(id);
+          return json([&](writer& w) {
+            w.StartObject();
+            key(w, "deleted"); w.Bool(true);
+            key(w, "modelId"); str(w, id);
+            w.EndObject();
+          });
+        },
+        // ------------------------------------------------------------ sessions
+        [=](create_atom, sessions_atom, const caller& who, const std::string& body) -> caf::result<std::string> {
+          auto& S = self->state;
+          auto d = parse_body(body, true);
+          if (!d) return to_caf(d.err());
+          if (auto s = check_fields(*d, {"modelId", "label"}, "session request"); !s) return to_caf(s.err());
+          auto model_id = opt_string(*d, "modelId", "session request");
+          if (!model_id) return to_caf(model_id.err());
+          auto label = opt_string(*d, "label", "session request");
+          if (!label) return to_caf(label.err());
+          if (S.count_for_key(S.sessions, who.key_id) >= S.cfg.max_sessions_per_key)
+            return to_caf(errc::limit, "this key already holds " + std::to_string(S.cfg.max_sessions_per_key) +
+                                           " sessions, the limit; delete one first");
+          auto rp = self->make_response_promise<std::string>();
+          auto open = [=](worker_actor w) mutable {
+            const std::string sid = new_id("s_");
+            self->request(w, control, sopen_atom::value, sid)
+                .then(
+                    [=](bool) mutable {
+                      auto& S = self->state;
+                      session_entry e;
+                      e.account = who.account;
+                      e.key_id = who.key_id;
+                      e.created_at = now_iso();
+                      e.worker = w;
+                      e.model_id = *model_id;
+                      e.label = *label;
+                      e.actor = spawn_session(self->system(), sid, w, S.cfg.timeouts);
+                      S.sessions[sid] = e;
+                      rp.deliver(json([&](writer& jw) {
+                        jw.StartObject();
+                        key(jw, "session");
+                        jw.StartObject();
+                        key(jw, "sessionId"); str(jw, sid);
+                        if (!e.model_id.empty()) { key(jw, "modelId"); str(jw, e.model_id); }
+                        if (!e.label.empty()) { key(jw, "label"); str(jw, e.label); }
+                        key(jw, "createdAt"); str(jw, e.created_at);
+                        jw.EndObject();
+                        jw.EndObject();
+                      }));
+                    },
+                    [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          };
+          if (!model_id->empty()) {
+            auto* m = S.find(S.models, *model_id, who);
+            if (!m) return to_caf(errc::not_found, "model " + *model_id + " does not exist");
+            open(m->worker);  // a session lives where its model's weights are
+          } else {
+            with_any_worker([=](result<worker_actor> w) mutable {
+              if (!w) rp.deliver(to_caf(w.err()));
+              else open(*w);
+            });
+          }
+          return rp;
+        },
+        [=](get_atom, sessions_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
+          auto& S = self->state;
+          auto* s = S.find(S.sessions, id, who);
+          if (!s) return to_caf(errc::not_found, "session " + id + " does not exist");
+          auto rp = self->make_response_promise<std::string>();
+          const session_entry e = *s;
+          self->request(s->actor, control, info_atom::value)
+              .then(
+                  [=](session_info& info, std::uint64_t steps) mutable {
+                    rp.deliver(json([&](writer& w) {
+                      w.StartObject();
+                      key(w, "sessionId"); str(w, id);
+                      if (!e.model_id.empty()) { key(w, "modelId"); str(w, e.model_id); }
+                      if (!e.label.empty()) { key(w, "label"); str(w, e.label); }
+                      key(w, "createdAt"); str(w, e.created_at);
+                      key(w, "tensors");
+                      w.StartArray();
+                      for (const auto& t : info.tensors) {
+                        w.StartObject();
+                        key(w, "name"); str(w, t.name);
+                        key(w, "shape");
+                        w.StartArray();
+                        for (auto d : t.shape) w.Int64(d);
+                        w.EndArray();
+                        key(w, "dtype"); str(w, t.dtype);
+                        key(w, "bytes"); w.Uint64(t.bytes);
+                        w.EndObject();
+                      }
+                      w.EndArray();
+                      key(w, "bytes"); w.Uint64(info.bytes);
+                      key(w, "steps"); w.Uint64(steps);
+                      w.EndObject();
+                    }));
+                  },
+                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          return rp;
+        },
+        [=](delete_atom, sessions_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
+          auto& S = self->state;
+          auto* s = S.find(S.sessions, id, who);
+          if (!s) return to_caf(errc::not_found, "session " + id + " does not exist");
+          caf::anon_send(s->actor, delete_atom::value);
+          S.sessions.erase(id);
+          S.checkpoints.erase(id);
+          return json([&](writer& w) {
+            w.StartObject();
+            key(w, "deleted"); w.Bool(true);
+            key(w, "sessionId"); str(w, id);
+            w.EndObject();
+          });
+        },
+        // ------------------------------------------------------------ graphs
+        [=](graph_atom, const caller& who, const std::string& body, std::int32_t version) -> caf::result<std::string> {
+          auto& S = self->state;
+          auto d = parse_body(body);
+          if (!d) return to_caf(d.err());
+          if (auto s = check_fields(*d, {"graph", "graphId", "bind", "session", "sessions", "encoding"}, "graph request"); !s)
+            return to_caf(s.err());
+          auto enc = opt_string(*d, "encoding", "graph request");
+          if (!enc) return to_caf(enc.err());
+          if (!enc->empty() && *enc != "base64") return to_caf(errc::invalid, "encoding must be \"base64\" (or absent for JSON numbers)");
+          auto top_session = opt_string(*d, "session", "graph request");
+          if (!top_session) return to_caf(top_session.err());
+          auto top_sessions = opt_strings(*d, "sessions", "graph request");
+          if (!top_sessions) return to_caf(top_sessions.err());
+          run_request req;
+          req.base64 = *enc == "base64";
+          auto rp = self->make_response_promise<std::string>();
+
+          if (d->HasMember("graphId")) {
+            if (version != 3) return to_caf(errc::invalid, "compiled graphs are an API v3 feature; use /api/v3/graph");
+            if (d->HasMember("graph")) return to_caf(errc::invalid, "give either graph or graphId, not both");
+            auto gid = opt_string(*d, "graphId", "graph request");
+            if (!gid) return to_caf(gid.err());
+            auto* g = S.find(S.graphs, *gid, who);
+            if (!g) return to_caf(errc::not_found, "graph " + *gid + " does not exist");
+            if (d->HasMember("bind") && !(*d)["bind"].IsObject())
+              return to_caf(errc::invalid, "bind must be an object mapping binding names to values");
+            req.bind_json = d->HasMember("bind") ? text_of((*d)["bind"]) : "{}";
+            req.session = *top_session;
+            req.sessions = *top_sessions;
+            if (!req.sessions.empty()) {
+              if (req.session.empty()) req.session = req.sessions.front();
+              if (std::find(req.sessions.begin(), req.sessions.end(), req.session) == req.sessions.end())
+                return to_caf(errc::invalid, "sessions must include the primary session " + req.session);
+              if (req.sessions.size() > 64) return to_caf(errc::invalid, "a graph may list at most 64 sessions");
+            }
+            worker_actor w = g->worker;
+            std::vector<std::string> all = req.sessions;
+            if (all.empty() && !req.session.empty()) all.push_back(req.session);
+            for (std::size_t i = 0; i < all.size(); ++i) {
+              auto* s = S.find(S.sessions, all[i], who);
+              if (!s) return to_caf(errc::not_found, "session " + all[i] + " does not exist");
+              if (i == 0) w = s->worker;
+              else if (s->worker != w)
+                return to_caf(errc::conflict, "session " + all[i] + " lives on a different worker from session " + all[0]);
+            }
+            for (const auto& mid : g->models)
+              if (!S.find(S.models, mid, who)) return to_caf(errc::not_found, "model " + mid + ", which graph " + *gid + " reads, no longer exists");
+            run_on(rp, std::move(req), w, g->actor);
+            return rp;
+          }
+          if (!d->HasMember("graph")) return to_caf(errc::invalid, "graph request needs graph (inline) or graphId (compiled)");
+          if (d->HasMember("bind")) return to_caf(errc::invalid, "bind belongs to compiled graphs (graphId)");
+          auto r = route(who, *d, (*d)["graph"], *top_session, *top_sessions, false, version);
+          if (!r) return to_caf(r.err());
+          req.graph_json = std::move(r->graph_json);
+          req.session = r->primary;
+          req.sessions = r->sessions;
+          if (r->worker) {
+            run_on(rp, std::move(req), r->worker, std::nullopt);
+          } else {
+            with_any_worker([=](result<worker_actor> w) mutable {
+              if (!w) rp.deliver(to_caf(w.err()));
+              else run_on(rp, std::move(req), *w, std::nullopt);
+            });
+          }
+          return rp;
+        },
+        [=](create_atom, graphs_atom, const caller& who, const std::string& body) -> caf::result<std::string> {
+          auto& S = self->state;
+          auto d = parse_body(body);
+          if (!d) return to_caf(d.err());
+          if (auto s = check_fields(*d, {"label", "graph"}, "compile request"); !s) return to_caf(s.err());
+          if (!d->HasMember("graph")) return to_caf(errc::invalid, "compile request needs a graph");
+          auto label = opt_string(*d, "label", "compile request");
+          if (!label) return to_caf(label.err());
+          if (S.count_for_key(S.graphs, who.key_id) >= S.cfg.max_graphs_per_key)
+            return to_caf(errc::limit, "this key already holds " + std::to_string(S.cfg.max_graphs_per_key) +
+                                           " compiled graphs, the limit; delete one first");
+          auto decl = parse_graph((*d)["graph"], true);
+          if (!decl) return to_caf(decl.err());
+          if (decl->session || !decl->sessions.empty())
+            return to_caf(errc::invalid, "a compiled graph names its session per call, not in the template");
+          auto r = route(who, *d, (*d)["graph"], "", {}, true, 3);
+          if (!r) return to_caf(r.err());
+          const std::string gid = new_id("gt_");
+          graph_entry e;
+          e.account = who.account;
+          e.key_id = who.key_id;
+          e.created_at = now_iso();
+          e.label = *label;
+          e.body_bytes = body.size();
+          e.per_call_bytes = per_call_bytes(gid, *decl);
+          e.models = r->models;
+          e.actor = spawn_graph(self->system(), gid, r->graph_json, S.cfg.timeouts);
+          auto rp = self->make_response_promise<std::string>();
+          auto compile = [=](worker_actor w) mutable {
+            self->request(e.actor, S.cfg.timeouts.graph + std::chrono::seconds(5), compile_atom::value, w)
+                .then(
+                    [=](compile_reply& c) mutable {
+                      graph_entry g = e;
+                      g.worker = w;
+                      g.steps = c.steps;
+                      g.bindings = c.bindings;
+                      self->state.graphs[gid] = g;
+                      rp.deliver(json([&](writer& jw) {
+                        jw.StartObject();
+                        key(jw, "graphId"); str(jw, gid);
+                        if (!g.label.empty()) { key(jw, "label"); str(jw, g.label); }
+                        key(jw, "steps"); jw.Uint(g.steps);
+                        key(jw, "bindings"); strings(jw, g.bindings);
+                        key(jw, "bodyBytes"); jw.Uint64(g.body_bytes);
+                        key(jw, "perCallBytes"); jw.Uint64(g.per_call_bytes);
+                        key(jw, "savedPerCall");
+                        jw.Int64(std::int64_t(g.body_bytes) - std::int64_t(g.per_call_bytes));
+                        key(jw, "features"); strings(jw, c.features);
+                        jw.EndObject();
+                      }));
+                    },
+                    [=](caf::error& err) mutable {
+                      caf::anon_send(e.actor, delete_atom::value);
+                      rp.deliver(caf::error(err));
+                    });
+          };
+          if (r->worker) {
+            compile(r->worker);
+          } else {
+            with_any_worker([=](result<worker_actor> w) mutable {
+              if (!w) {
+                caf::anon_send(e.actor, delete_atom::value);
+                rp.deliver(to_caf(w.err()));
+              } else {
+                compile(*w);
+              }
+            });
+          }
+          return rp;
+        },
+        [=](list_atom, graphs_atom, const caller& who) -> caf::result<std::string> {
+          auto& S = self->state;
+          return json([&](writer& w) {
+            w.StartObject();
+            key(w, "graphs");
+            w.StartArray();
+            for (const auto& [id, g] : S.graphs) {
+              if (g.account != who.account) continue;
+              w.StartObject();
+              key(w, "graphId"); str(w, id);
+              key(w, "label"); str(w, g.label);
+              key(w, "steps"); w.Uint(g.steps);
+              key(w, "bindings"); strings(w, g.bindings);
+              key(w, "bodyBytes"); w.Uint64(g.body_bytes);
+              key(w, "perCallBytes"); w.Uint64(g.per_call_bytes);
+              key(w, "createdAt"); str(w, g.created_at);
+              w.EndObject();
+            }
+            w.EndArray();
+            w.EndObject();
+          });
+        },
+        [=](delete_atom, graphs_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
+          auto& S = self->state;
+          auto* g = S.find(S.graphs, id, who);
+          if (!g) return to_caf(errc::not_found, "graph " + id + " does not exist");
+          caf::anon_send(g->actor, delete_atom::value);
+          S.graphs.erase(id);
+          return json([&](writer& w) {
+            w.StartObject();
+            key(w, "deleted"); w.Bool(true);
+            key(w, "graphId"); str(w, id);
+            w.EndObject();
+          });
+        },
+        // ------------------------------------------------------------ checkpoints
+        [=](checkpt_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
+          auto& S = self->state;
+          auto* s = S.find(S.sessions, id, who);
+          if (!s) return to_caf(errc::not_found, "session " + id + " does not exist");
+          auto rp = self->make_response_promise<std::string>();
+          const session_entry e = *s;
+          // The durable budget is checked before anything is fetched (CKP-06).
+          self->request(e.actor, control, info_atom::value)
+              .then(
+                  [=](session_info& info, std::uint64_t steps) mutable {
+                    auto& S = self->state;
+                    std::uint64_t held = 0;
+                    for (const auto& [sid, c] : S.checkpoints)
+                      if (c.key_id == who.key_id && sid != id) held += c.dump.bytes;
+                    const std::uint64_t budget = S.cfg.durable_budget_bytes;
+                    if (held + info.bytes > budget) {
+                      rp.deliver(to_caf(errc::too_large, "checkpoint of session " + id + " needs " + std::to_string(info.bytes) +
+                                                             " bytes but only " + std::to_string(budget > held ? budget - held : 0) +
+                                                             " bytes of this key's durable budget are available"));
+                      return;
+                    }
+                    self->request(e.worker, S.cfg.timeouts.graph, sdump_atom::value, id)
+                        .then(
+                            [=](session_dump& d) mutable {
+                              // Only a complete copy replaces the previous checkpoint (CKP-07).
+                              const std::size_t n = d.tensors.size();
+                              const std::uint64_t bytes = d.bytes;
+                              self->state.checkpoints[id] = checkpoint_entry{who.key_id, std::move(d), steps};
+                              rp.deliver(json([&](writer& w) {
+                                w.StartObject();
+                                key(w, "sessionId"); str(w, id);
+                                key(w, "tensors"); w.Uint64(n);
+                                key(w, "bytes"); w.Uint64(bytes);
+                                key(w, "step"); w.Uint64(steps);
+                                w.EndObject();
+                              }));
+                            },
+                            [=](caf::error& err) mutable { rp.deliver(caf::error(err)); });
+                  },
+                  [=](caf::error& err) mutable { rp.deliver(caf::error(err)); });
+          return rp;
+        },
+        [=](restore_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
+          auto& S = self->state;
+          auto* s = S.find(S.sessions, id, who);
+          if (!s) return to_caf(errc::not_found, "session " + id + " does not exist");
+          auto c = S.checkpoints.find(id);
+          if (c == S.checkpoints.end())
+            return to_caf(errc::conflict, "session " + id + " has no checkpoint; POST /api/v3/sessions/" + id + "/checkpoint first");
+          auto rp = self->make_response_promise<std::string>();
+          const worker_actor old = s->worker;
+          // Any worker with room; a session that must stay with its model's weights goes
+          // back where they are.
+          auto place = [=](worker_actor target) mutable {
+            auto& S = self->state;
+            const checkpoint_entry& ck = S.checkpoints.at(id);
+            self->request(target, S.cfg.timeouts.graph, sload_atom::value, id, ck.dump)
+                .then(
+                    [=](bool) mutable {
+                      auto& S = self->state;
+                      auto it = S.sessions.find(id);
+                      auto ck_it = S.checkpoints.find(id);
+                      if (it == S.sessions.end() || ck_it == S.checkpoints.end()) {
+                        rp.deliver(to_caf(errc::not_found, "session " + id + " was deleted during the restore"));
+                        return;
+                      }
+                      if (old != target) caf::anon_send(old, sclose_atom::value, id);
+                      it->second.worker = target;
+                      caf::anon_send(it->second.actor, move_atom::value, target, ck_it->second.steps);
+                      const auto& d = ck_it->second.dump;
+                      rp.deliver(json([&](writer& w) {
+                        w.StartObject();
+                        key(w, "sessionId"); str(w, id);
+                        key(w, "tensors"); w.Uint64(d.tensors.size());
+                        key(w, "bytes"); w.Uint64(d.bytes);
+                        key(w, "step"); w.Uint64(ck_it->second.steps);
+                        w.EndObject();
+                      }));
+                    },
+                    [=](caf::error& err) mutable { rp.deliver(caf::error(err)); });
+          };
+          auto* m = s->model_id.empty() ? nullptr : S.find(S.models, s->model_id, who);
+          if (m) {
+            place(m->worker);
+          } else {
+            self->request(S.pool, control, pick_atom::value, c->second.dump.bytes)
+                .then([=](worker_actor& w, worker_status&) mutable { place(w); },
+                      [=](caf::error& err) mutable { rp.deliver(caf::error(err)); });
+          }
+          return rp;
+        },
+        // ------------------------------------------------------------ v2 tensors
+        [=](create_atom, tensors_atom, const caller& who, const std::string& body) -> caf::result<std::string> {
+          auto& S = self->state;
+          auto d = parse_body(body);
+          if (!d) return to_caf(d.err());
+          if (auto s = check_fields(*d, {"shape", "data", "dataB64"}, "tensor upload"); !s) return to_caf(s.err());
+          // Reuse the graph input parser: one upload is one {name, shape, data|dataB64} input.
+          rapidjson::Document g;
+          g.SetObject();
+          rapidjson::Value in(rapidjson::kObjectType);
+          in.AddMember("name", "tensor", g.GetAllocator());
+          for (auto it = d->MemberBegin(); it != d->MemberEnd(); ++it)
+            in.AddMember(rapidjson::Value(it->name, g.GetAllocator()), rapidjson::Value(it->value, g.GetAllocator()), g.GetAllocator());
+          rapidjson::Value inputs(rapidjson::kArrayType);
+          inputs.PushBack(in, g.GetAllocator());
+          g.AddMember("inputs", inputs, g.GetAllocator());
+          g.AddMember("steps", rapidjson::Value(rapidjson::kArrayType), g.GetAllocator());
+          auto decl = parse_graph(g, false);
+          if (!decl) {
+            std::string msg = decl.err().message;
+            const std::string prefix = "inputs[0] (tensor)";
+            if (msg.rfind(prefix, 0) == 0) msg = "tensor upload" + msg.substr(prefix.size());
+            return to_caf(errc::invalid, msg);
+          }
+          auto& t = decl->inputs[0];
+          const std::uint64_t bytes = t.data.size() * 4;
+          std::uint64_t used = 0;
+          for (const auto& [_, e] : S.tensors)
+            if (e.key_id == who.key_id) used += e.bytes;
+          if (used + bytes > S.cfg.v2_quota_bytes)
+            return to_caf(errc::too_large, "tensor of " + std::to_string(bytes) + " bytes would exceed this key's v2 upload quota (" +
+                                               std::to_string(S.cfg.v2_quota_bytes - std::min(used, S.cfg.v2_quota_bytes)) +
+                                               " of " + std::to_string(S.cfg.v2_quota_bytes) + " bytes left)");
+          auto rp = self->make_response_promise<std::string>();
+          const std::string tid = new_id("t_");
+          tensor_upload up{tid, t.shape, std::move(t.data)};
+          self->request(S.pool, control, pick_atom::value, bytes)
+              .then(
+                  [=](worker_actor& w, worker_status&) mutable {
+                    self->request(w, control, tput_atom::value, up)
+                        .then(
+                            [=](bool) mutable {
+                              v2_entry e;
+                              e.account = who.account;
+                              e.key_id = who.key_id;
+                              e.created_at = now_iso();
+                              e.worker = w;
+                              e.bytes = bytes;
+                              self->state.tensors[tid] = e;
+                              rp.deliver(json([&](writer& jw) {
+                                jw.StartObject();
+                                key(jw, "tensorId"); str(jw, tid);
+                                key(jw, "shape");
+                                jw.StartArray();
+                                for (auto x : up.shape) jw.Int64(x);
+                                jw.EndArray();
+                                key(jw, "bytes"); jw.Uint64(bytes);
+                                jw.EndObject();
+                              }));
+                            },
+                            [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+                  },
+                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          return rp;
+        },
+        [=](delete_atom, tensors_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
+          auto& S = self->state;
+          auto* t = S.find(S.tensors, id, who);
+          if (!t) return to_caf(errc::not_found, "tensor " + id + " does not exist");
+          caf::anon_send(t->worker, tdrop_atom::value, id);
+          S.tensors.erase(id);
+          return json([&](writer& w) {
+            w.StartObject();
+            key(w, "deleted"); w.Bool(true);
+            key(w, "tensorId"); str(w, id);
+            w.EndObject();
+          });
+        },
+    };
+  });
+}
+
+}  // namespace mpakt

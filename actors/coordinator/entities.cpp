@@ -1,0 +1,162 @@
+#include "actors/coordinator/entities.hpp"
+
+#include <algorithm>
+
+#include "actors/errors.hpp"
+
+namespace mpakt {
+
+namespace {
+
+struct session_state {
+  std::string id;
+  worker_actor worker;
+  std::uint64_t steps = 0;
+  entity_timeouts t;
+};
+
+struct graph_state {
+  std::string id;
+  std::string graph_json;
+  std::vector<caf::actor_addr> compiled_on;
+  entity_timeouts t;
+};
+
+struct model_state {
+  std::string id;
+  std::vector<worker_actor> workers;
+  entity_timeouts t;
+};
+
+}  // namespace
+
+session_actor spawn_session(caf::actor_system& sys, std::string session_id, worker_actor worker, entity_timeouts t) {
+  return sys.spawn([id = std::move(session_id), worker, t](session_actor::stateful_pointer<session_state> self)
+                       -> session_actor::behavior_type {
+    self->state.id = id;
+    self->state.worker = worker;
+    self->state.t = t;
+    return {
+        [=](run_atom, run_request& r) -> caf::result<run_reply> {
+          auto rp = self->make_response_promise<run_reply>();
+          self->request(self->state.worker, self->state.t.graph, run_atom::value, std::move(r))
+              .then(
+                  [=](run_reply& reply) mutable {
+                    self->state.steps++;
+                    rp.deliver(std::move(reply));
+                  },
+                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          return rp;
+        },
+        [=](run_atom, run_request& r, graph_actor g) -> caf::result<run_reply> {
+          auto rp = self->make_response_promise<run_reply>();
+          self->request(g, self->state.t.graph + std::chrono::seconds(1), run_atom::value, std::move(r), self->state.worker)
+              .then(
+                  [=](run_reply& reply) mutable {
+                    self->state.steps++;
+                    rp.deliver(std::move(reply));
+                  },
+                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          return rp;
+        },
+        [=](info_atom) -> caf::result<session_info, std::uint64_t> {
+          auto rp = self->make_response_promise<session_info, std::uint64_t>();
+          self->request(self->state.worker, self->state.t.control, sinfo_atom::value, self->state.id)
+              .then([=](session_info& info) mutable { rp.deliver(std::move(info), self->state.steps); },
+                    [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          return rp;
+        },
+        [=](move_atom, worker_actor w, std::uint64_t steps) {
+          self->state.worker = std::move(w);
+          self->state.steps = steps;
+          return true;
+        },
+        [=](delete_atom) -> caf::result<bool> {
+          auto rp = self->make_response_promise<bool>();
+          self->request(self->state.worker, self->state.t.control, sclose_atom::value, self->state.id)
+              .then(
+                  [=](bool) mutable {
+                    rp.deliver(true);
+                    self->quit();
+                  },
+                  [=](caf::error&) mutable {
+                    rp.deliver(true);  // the worker is gone: so is the session
+                    self->quit();
+                  });
+          return rp;
+        },
+    };
+  });
+}
+
+graph_actor spawn_graph(caf::actor_system& sys, std::string graph_id, std::string graph_json, entity_timeouts t) {
+  return sys.spawn([id = std::move(graph_id), json = std::move(graph_json), t](graph_actor::stateful_pointer<graph_state> self)
+                       -> graph_actor::behavior_type {
+    self->state.id = id;
+    self->state.graph_json = json;
+    self->state.t = t;
+    auto compiled_on = [=](const worker_actor& w) {
+      const auto& v = self->state.compiled_on;
+      return std::find(v.begin(), v.end(), w.address()) != v.end();
+    };
+    return {
+        [=](compile_atom, worker_actor w) -> caf::result<compile_reply> {
+          auto rp = self->make_response_promise<compile_reply>();
+          self->request(w, self->state.t.graph, compile_atom::value, compile_request{self->state.id, self->state.graph_json})
+              .then(
+                  [=](compile_reply& c) mutable {
+                    self->state.compiled_on.push_back(w.address());
+                    rp.deliver(std::move(c));
+                  },
+                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          return rp;
+        },
+        [=](run_atom, run_request& r, worker_actor w) -> caf::result<run_reply> {
+          auto rp = self->make_response_promise<run_reply>();
+          r.graph_id = self->state.id;
+          auto run = [=](run_request req) mutable {
+            self->request(w, self->state.t.graph, run_atom::value, std::move(req))
+                .then([=](run_reply& reply) mutable { rp.deliver(std::move(reply)); },
+                      [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          };
+          if (compiled_on(w)) {
+            run(std::move(r));
+          } else {
+            self->request(w, self->state.t.graph, compile_atom::value, compile_request{self->state.id, self->state.graph_json})
+                .then(
+                    [=](compile_reply&) mutable {
+                      self->state.compiled_on.push_back(w.address());
+                      run(r);
+                    },
+                    [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          }
+          return rp;
+        },
+        [=](delete_atom) {
+          // Workers drop their compiled copy; nothing to wait for.
+          for (const auto& addr : self->state.compiled_on)
+            if (auto w = caf::actor_cast<worker_actor>(addr)) caf::anon_send(w, dropgraph_atom::value, self->state.id);
+          self->quit();
+          return true;
+        },
+    };
+  });
+}
+
+model_actor spawn_model(caf::actor_system& sys, std::string model_id, std::vector<worker_actor> workers, entity_timeouts t) {
+  return sys.spawn([id = std::move(model_id), workers, t](model_actor::stateful_pointer<model_state> self)
+                       -> model_actor::behavior_type {
+    self->state.id = id;
+    self->state.workers = workers;
+    self->state.t = t;
+    return {
+        [=](delete_atom) {
+          for (const auto& w : self->state.workers) caf::anon_send(w, dropmodel_atom::value, self->state.id);
+          self->quit();
+          return true;
+        },
+    };
+  });
+}
+
+}  // namespace mpakt

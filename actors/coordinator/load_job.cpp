@@ -1,0 +1,203 @@
+#include "actors/coordinator/load_job.hpp"
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <cmath>
+#include <tuple>
+
+#include "actors/errors.hpp"
+#include "actors/ids.hpp"
+#include "actors/loader/inspect.hpp"
+#include "actors/loader/quantize_plan.hpp"
+#include "actors/loader/reader.hpp"
+#include "actors/loader/selection.hpp"
+#include "actors/loader/source.hpp"
+#include "actors/loader/stream.hpp"
+
+namespace mpakt {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct job_context {
+  loader::model_source source;
+  std::unique_ptr<loader::byte_reader> reader;
+  loader::model_index index;
+};
+
+result<job_context> open_source(const load_job_config& cfg, const std::string& text) {
+  loader::source_options so;
+  so.hf_endpoint = cfg.hf_endpoint;
+  auto src = loader::parse_source(text, so);
+  if (!src) return std::move(src).err();
+  job_context ctx;
+  ctx.source = std::move(*src);
+  if (ctx.source.remote()) {
+    loader::http_reader_options ho;
+    ho.verify_tls = cfg.verify_tls;
+    ctx.reader = loader::make_http_reader(ho);
+  } else {
+    ctx.reader = loader::make_local_reader();
+  }
+  auto idx = loader::inspect_source(ctx.source, *ctx.reader);
+  if (!idx) return std::move(idx).err();
+  ctx.index = std::move(*idx);
+  return ctx;
+}
+
+/// Asks `h` and waits for the answer (of types Rs...) on this, the job's own, thread.
+template <class... Rs, class Handle, class... Ts>
+result<std::tuple<Rs...>> ask(caf::scoped_actor& self, const Handle& h, std::chrono::milliseconds timeout, Ts&&... xs) {
+  result<std::tuple<Rs...>> out = error{errc::internal, "no reply"};
+  self->request(h, timeout, std::forward<Ts>(xs)...)
+      .receive([&](Rs&... ys) { out = std::tuple<Rs...>(std::move(ys)...); },
+               [&](caf::error& e) { out = from_caf(e); });
+  return out;
+}
+
+result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg, const pool_actor& pool,
+                              const load_job_request& req) {
+  const auto t0 = clock_type::now();
+  auto ctx = open_source(cfg, req.source);
+  if (!ctx) return std::move(ctx).err();
+  loader::selection_request sel{req.include, req.exclude, req.names};
+  auto selected = loader::select_tensors(ctx->index, sel);
+  if (!selected) return std::move(selected).err();
+  MPAKT_TRY(loader::check_not_quantised(ctx->index, *selected));
+  const std::string mode_name = req.quantize.empty() ? cfg.default_quantize : req.quantize;
+  auto mode = loader::quantize_mode_from_name(mode_name);
+  if (!mode) return invalid("quantize must be one of none, q8, q4, auto, not \"" + mode_name + "\"");
+
+  caf::scoped_actor self{sys};
+  auto workers = ask<std::vector<worker_status>>(self, pool, cfg.worker_timeout, workers_atom::value);
+  if (!workers) return std::move(workers).err();
+  const auto& statuses = std::get<0>(*workers);
+  loader::pool_capacity cap;
+  cap.workers = int(statuses.size());
+  for (const auto& w : statuses) {
+    cap.free_bytes += w.free_bytes;
+    cap.largest_free_bytes = std::max(cap.largest_free_bytes, w.free_bytes);
+    if (!w.packed_weights) cap.widen_factor = 2;
+    if (!w.can_quantize) cap.can_quantize = false;
+  }
+  if (statuses.empty()) return error{errc::unavailable, "no worker is connected — wait for volunteers"};
+  auto plan = loader::plan_load(ctx->index, *selected, *mode, cap);
+  if (!plan) return std::move(plan).err();
+
+  // Placement: one worker holds the whole selection (spreading a model over several workers
+  // comes with the cluster work); the one with the most free memory.
+  auto picked = ask<worker_actor, worker_status>(self, pool, cfg.worker_timeout, pick_atom::value, plan->planned_bytes);
+  if (!picked) {
+    return error{errc::unavailable, "model needs " + std::to_string(loader::mb_up(plan->planned_bytes)) +
+                                        " MB but no single worker has that much free (the largest has " +
+                                        std::to_string(loader::mb_down(cap.largest_free_bytes)) +
+                                        " MB); a model cannot yet be spread over several workers"};
+  }
+  worker_actor worker = std::get<0>(*picked);
+
+  load_outcome out;
+  out.source = req.source;
+  out.quantize = std::string(loader::quantize_mode_name(plan->mode));
+  out.worker = worker;
+  std::uint64_t transferred = 0, resident = 0, peak_piece = 0;
+  auto abort_load = [&](error e) -> error {
+    self->request(worker, cfg.worker_timeout, tabort_atom::value, req.model_id).receive([](bool) {}, [](caf::error&) {});
+    return e;
+  };
+  for (const auto& tp : plan->tensors) {
+    const auto& t = ctx->index.tensors[tp.tensor];
+    tensor_begin_request b;
+    b.model_id = req.model_id;
+    b.name = t.entry.name;
+    b.file_dtype = t.entry.file_dtype;
+    b.shape = t.entry.shape;
+    b.resident = std::string(dtype_name(tp.resident));
+    b.published_bytes = tp.published_bytes;
+    if (auto r = ask<bool>(self, worker, cfg.worker_timeout, tbegin_atom::value, b); !r) return abort_load(r.err());
+    auto sink = [&](std::uint64_t offset, std::string_view bytes) -> status {
+      tensor_piece p{req.model_id, t.entry.name, offset, std::string(bytes)};
+      auto r = ask<std::uint64_t>(self, worker, cfg.worker_timeout, tpiece_atom::value, std::move(p));
+      if (!r) return std::move(r).err();
+      transferred += bytes.size();
+      return {};
+    };
+    auto streamed = loader::stream_tensor(*ctx->reader, loader::locate(ctx->index, t), sink);
+    if (!streamed) return abort_load(streamed.err());
+    peak_piece = std::max(peak_piece, streamed->peak_buffered);
+    auto done = ask<std::uint64_t>(self, worker, cfg.worker_timeout, tend_atom::value, req.model_id, t.entry.name);
+    if (!done) return abort_load(done.err());
+    resident += std::get<0>(*done);
+    out.tensor_ids.emplace_back(new_id("t_"), t.entry.name);
+  }
+  const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+  out.published_bytes = transferred;
+  out.resident_bytes = resident;
+
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartObject();
+  w.Key("modelId");
+  w.String(req.model_id.c_str());
+  w.Key("source");
+  w.String(req.source.c_str());
+  w.Key("tensors");
+  w.StartArray();
+  for (const auto& [id, name] : out.tensor_ids) {
+    w.StartObject();
+    w.Key("name");
+    w.String(name.c_str());
+    w.Key("tensorId");
+    w.String(id.c_str());
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("bytesTransferred");
+  w.Uint64(transferred);
+  w.Key("throughputMBs");
+  w.Double(std::round(transferred / 1e6 / std::max(secs, 1e-6) * 10) / 10);
+  w.Key("storedOnCoordinator");
+  w.Uint(0);
+  w.Key("quantize");
+  w.String(out.quantize.c_str());
+  w.Key("residentBytes");
+  w.Uint64(resident);
+  // The most weight bytes the coordinator held at once: one piece (LOAD-19).
+  w.Key("coordinatorPeakBytes");
+  w.Uint64(peak_piece);
+  w.Key("elapsedMs");
+  w.Uint64(std::uint64_t(secs * 1000));
+  w.EndObject();
+  out.reply_json.assign(buf.GetString(), buf.GetSize());
+  return out;
+}
+
+}  // namespace
+
+load_job_actor spawn_load_job(caf::actor_system& sys, load_job_config cfg, pool_actor pool) {
+  return sys.spawn<caf::detached>([cfg, pool](load_job_actor::pointer self) -> load_job_actor::behavior_type {
+    return {
+        [=](load_atom, const load_job_request& req) -> caf::result<load_outcome> {
+          auto r = run_load(self->system(), cfg, pool, req);
+          self->quit();
+          if (!r) return to_caf(r.err());
+          return std::move(*r);
+        },
+        [=](inspect_atom, const std::string& source) -> caf::result<std::string> {
+          auto ctx = open_source(cfg, source);
+          self->quit();
+          if (!ctx) return to_caf(ctx.err());
+          return loader::inspect_json(ctx->index);
+        },
+    };
+  });
+}
+
+void add_load_job_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<load_job_request>("load_job_request");
+  cfg.add_message_type<load_outcome>("load_outcome");
+  cfg.add_message_type<std::vector<std::pair<std::string, std::string>>>("std::vector<std::pair<std::string,std::string>>");
+}
+
+}  // namespace mpakt

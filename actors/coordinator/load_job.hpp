@@ -1,0 +1,66 @@
+#pragma once
+/// Load and inspect jobs: the blocking work of reading a model host, run on their own
+/// thread (a detached actor per job), so neither the coordinator nor CAF's scheduler
+/// threads ever wait on the network.
+///
+/// Lifecycle: the coordinator spawns a job per request, asks it once, and the job quits
+/// after replying. A load streams each tensor from the host to the chosen worker in
+/// pieces of at most 16 MB, waiting for the worker's acknowledgement of each piece, so the
+/// coordinator holds at most one piece of weights at a time.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "actors/protocol.hpp"
+
+namespace mpakt {
+
+struct load_job_config {
+  std::string hf_endpoint = "https://huggingface.co";
+  std::string default_quantize = "none";
+  bool verify_tls = true;
+  std::chrono::milliseconds worker_timeout{60 * 1000};
+};
+
+/// What a load asks for (the POST /api/v3/models body, parsed).
+struct load_job_request {
+  std::string model_id;
+  std::string source;
+  std::vector<std::string> include;
+  std::vector<std::string> exclude;
+  std::vector<std::string> names;
+  std::string quantize;  ///< empty = the operator's default
+};
+
+/// What a finished load tells the coordinator.
+struct load_outcome {
+  std::string reply_json;                                  ///< the response body
+  std::vector<std::pair<std::string, std::string>> tensor_ids;  ///< tensorId -> name
+  std::string source;
+  std::string quantize;
+  std::uint64_t published_bytes = 0;
+  std::uint64_t resident_bytes = 0;
+  worker_actor worker;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, load_job_request& x) {
+  return f(caf::meta::type_name("load_job_request"), x.model_id, x.source, x.include, x.exclude, x.names, x.quantize);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, load_outcome& x) {
+  return f(caf::meta::type_name("load_outcome"), x.reply_json, x.tensor_ids, x.source, x.quantize, x.published_bytes,
+           x.resident_bytes, x.worker);
+}
+
+using load_job_actor = caf::typed_actor<caf::replies_to<load_atom, load_job_request>::with<load_outcome>,
+                                        caf::replies_to<inspect_atom, std::string>::with<std::string>>;
+
+/// A job on its own thread; it quits after answering one request.
+load_job_actor spawn_load_job(caf::actor_system& sys, load_job_config cfg, pool_actor pool);
+
+/// Announces the job's payload types.
+void add_load_job_types(caf::actor_system_config& cfg);
+
+}  // namespace mpakt

@@ -1,0 +1,24 @@
+#pragma once
+/// Errors crossing actor boundaries: mpakt::error <-> caf::error.
+///
+/// A caf::error in category "mpakt" carries our errc as its code and the message as its
+/// context, so an error raised in a worker (possibly on another host) reaches the HTTP
+/// layer with its status and its sentence intact. CAF's own errors (a timeout, a dead
+/// actor) map to errc::timeout / errc::unavailable with a readable message.
+
+#include <caf/error.hpp>
+
+#include "runtime/status.hpp"
+
+namespace mpakt {
+
+/// The caf::error for one of ours.
+caf::error to_caf(const error& e);
+caf::error to_caf(errc code, std::string message);
+/// Ours for any caf::error.
+error from_caf(const caf::error& e);
+
+/// The HTTP status for an error code (decisions.md "Errors").
+int http_status(errc code);
+
+}  // namespace mpakt

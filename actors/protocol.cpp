@@ -1,0 +1,24 @@
+#include "actors/protocol.hpp"
+
+namespace mpakt {
+
+void add_protocol_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<worker_status>("worker_status");
+  cfg.add_message_type<tensor_begin_request>("tensor_begin_request");
+  cfg.add_message_type<tensor_piece>("tensor_piece");
+  cfg.add_message_type<run_request>("run_request");
+  cfg.add_message_type<run_reply>("run_reply");
+  cfg.add_message_type<compile_request>("compile_request");
+  cfg.add_message_type<compile_reply>("compile_reply");
+  cfg.add_message_type<tensor_info>("tensor_info");
+  cfg.add_message_type<session_info>("session_info");
+  cfg.add_message_type<tensor_upload>("tensor_upload");
+  cfg.add_message_type<tensor_blob>("tensor_blob");
+  cfg.add_message_type<session_dump>("session_dump");
+  cfg.add_message_type<std::vector<tensor_info>>("std::vector<tensor_info>");
+  cfg.add_message_type<std::vector<worker_status>>("std::vector<worker_status>");
+  cfg.add_message_type<caller>("caller");
+  cfg.add_message_type<worker_actor>("worker_actor");
+}
+
+}  // namespace mpakt

@@ -1,0 +1,323 @@
+#pragma once
+/// The actor message protocol, in one place.
+///
+/// Every actor interface of the system is declared here as a CAF typed actor, with the
+/// payload structs it exchanges. Payloads have inspect() and are announced to CAF in
+/// `add_protocol_types`, under the same names on every node, so a worker in this process
+/// and a worker on another host (the cluster issue) are the same to the coordinator.
+/// Naming: <verb>_atom; payloads <verb>_<noun>_request / _reply. Errors travel as
+/// caf::error in category "mpakt" (actors/errors.hpp). docs/protocol.md explains each
+/// message.
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mpakt {
+
+// ---------------------------------------------------------------- atoms
+// (CAF 0.17: at most 10 characters each)
+using status_atom = caf::atom_constant<caf::atom("status")>;
+using tbegin_atom = caf::atom_constant<caf::atom("tbegin")>;
+using tpiece_atom = caf::atom_constant<caf::atom("tpiece")>;
+using tend_atom = caf::atom_constant<caf::atom("tend")>;
+using tabort_atom = caf::atom_constant<caf::atom("tabort")>;
+using dropmodel_atom = caf::atom_constant<caf::atom("dropmodel")>;
+using sopen_atom = caf::atom_constant<caf::atom("sopen")>;
+using sclose_atom = caf::atom_constant<caf::atom("sclose")>;
+using sinfo_atom = caf::atom_constant<caf::atom("sinfo")>;
+using run_atom = caf::atom_constant<caf::atom("run")>;
+using compile_atom = caf::atom_constant<caf::atom("compile")>;
+using dropgraph_atom = caf::atom_constant<caf::atom("dropgraph")>;
+using tput_atom = caf::atom_constant<caf::atom("tput")>;
+using sdump_atom = caf::atom_constant<caf::atom("sdump")>;
+using sload_atom = caf::atom_constant<caf::atom("sload")>;
+using tdrop_atom = caf::atom_constant<caf::atom("tdrop")>;
+
+// ---------------------------------------------------------------- worker payloads
+
+/// What a worker is and has free. Resident bytes throughout (decisions.md "Units").
+struct worker_status {
+  std::string worker_id;
+  std::string backend;              ///< "cpu" or "cuda"
+  std::uint64_t total_bytes = 0;    ///< memory the worker offers the grid
+  std::uint64_t free_bytes = 0;     ///< total minus what it holds
+  std::vector<std::string> features;
+  bool packed_weights = true;       ///< keeps bf16/f16 packed (widenFactor 1)
+  bool can_quantize = true;         ///< converts to q8/q4 on load
+  std::uint64_t max_tensor_bytes = 0;
+};
+
+/// Starts receiving one tensor of a model. `file_dtype` is the published safetensors dtype
+/// ("BF16", "F64", ...); `resident` the dtype the worker keeps ("bf16", "q8", ...).
+struct tensor_begin_request {
+  std::string model_id;
+  std::string name;
+  std::string file_dtype;
+  std::vector<std::int64_t> shape;
+  std::string resident;
+  std::uint64_t published_bytes = 0;
+};
+
+/// One piece of a tensor's published bytes, in order. At most 16 MB (LOAD-19).
+struct tensor_piece {
+  std::string model_id;
+  std::string name;
+  std::uint64_t offset = 0;
+  std::string bytes;
+};
+
+/// Runs a graph on the worker: inline (`graph_json`) or a compiled template already
+/// compiled here under `graph_id` with `bind_json` holding the call's bindings.
+struct run_request {
+  std::string graph_json;                ///< the graph object, for inline runs
+  std::string graph_id;                  ///< compiled template id, for compiled runs
+  std::string bind_json;                 ///< {"name": number | [numbers]} for compiled runs
+  std::string session;                   ///< the primary session; empty = none
+  std::vector<std::string> sessions;     ///< a multi-session graph's list (`of` indexes it)
+  std::vector<std::string> outputs;      ///< compiled runs: what to return
+  bool base64 = false;                   ///< outputs as dataB64
+};
+
+struct run_reply {
+  std::string outputs_json;              ///< {"name": {"shape": [...], "data"|"dataB64": ...}}
+  std::uint32_t steps = 0;
+};
+
+/// Compiles a template on this worker: validated against the weights it holds, kept
+/// under `graph_id` for later run_requests.
+struct compile_request {
+  std::string graph_id;
+  std::string graph_json;
+};
+
+struct compile_reply {
+  std::uint32_t steps = 0;
+  std::vector<std::string> bindings;
+  std::vector<std::string> features;
+};
+
+struct tensor_info {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::string dtype;
+  std::uint64_t bytes = 0;
+};
+
+struct session_info {
+  std::vector<tensor_info> tensors;
+  std::uint64_t bytes = 0;
+};
+
+/// One session tensor with its bytes, for checkpoints.
+struct tensor_blob {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::string dtype;
+  std::string bytes;
+};
+
+/// A whole session's tensors (a checkpoint).
+struct session_dump {
+  std::vector<tensor_blob> tensors;
+  std::uint64_t bytes = 0;
+};
+
+/// A v2 tensor uploaded by a client (f32 values).
+struct tensor_upload {
+  std::string tensor_id;
+  std::vector<std::int64_t> shape;
+  std::vector<float> values;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
+  return f(caf::meta::type_name("worker_status"), x.worker_id, x.backend, x.total_bytes, x.free_bytes, x.features,
+           x.packed_weights, x.can_quantize, x.max_tensor_bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor_begin_request& x) {
+  return f(caf::meta::type_name("tensor_begin_request"), x.model_id, x.name, x.file_dtype, x.shape, x.resident,
+           x.published_bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor_piece& x) {
+  return f(caf::meta::type_name("tensor_piece"), x.model_id, x.name, x.offset, x.bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, run_request& x) {
+  return f(caf::meta::type_name("run_request"), x.graph_json, x.graph_id, x.bind_json, x.session, x.sessions, x.outputs,
+           x.base64);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, run_reply& x) {
+  return f(caf::meta::type_name("run_reply"), x.outputs_json, x.steps);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, compile_request& x) {
+  return f(caf::meta::type_name("compile_request"), x.graph_id, x.graph_json);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, compile_reply& x) {
+  return f(caf::meta::type_name("compile_reply"), x.steps, x.bindings, x.features);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor_info& x) {
+  return f(caf::meta::type_name("tensor_info"), x.name, x.shape, x.dtype, x.bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, session_info& x) {
+  return f(caf::meta::type_name("session_info"), x.tensors, x.bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor_blob& x) {
+  return f(caf::meta::type_name("tensor_blob"), x.name, x.shape, x.dtype, x.bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, session_dump& x) {
+  return f(caf::meta::type_name("session_dump"), x.tensors, x.bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor_upload& x) {
+  return f(caf::meta::type_name("tensor_upload"), x.tensor_id, x.shape, x.values);
+}
+
+// ---------------------------------------------------------------- worker interface
+
+/// A worker: holds tensors (weights, sessions, v2 tensors) and runs graphs on its backend.
+/// Computes on its own thread (spawned detached), so CAF's scheduler threads only carry
+/// messages. Replies with caf::error (category "mpakt") on failure.
+using worker_actor = caf::typed_actor<
+    caf::replies_to<status_atom>::with<worker_status>,
+    // loading: begin, pieces in order, end (replies the resident bytes); abort drops it
+    caf::replies_to<tbegin_atom, tensor_begin_request>::with<bool>,
+    caf::replies_to<tpiece_atom, tensor_piece>::with<std::uint64_t>,
+    caf::replies_to<tend_atom, std::string, std::string>::with<std::uint64_t>,  // model, tensor
+    caf::replies_to<tabort_atom, std::string>::with<bool>,                      // model
+    caf::replies_to<dropmodel_atom, std::string>::with<bool>,                   // model
+    // sessions
+    caf::replies_to<sopen_atom, std::string>::with<bool>,
+    caf::replies_to<sclose_atom, std::string>::with<bool>,
+    caf::replies_to<sinfo_atom, std::string>::with<session_info>,
+    caf::replies_to<sdump_atom, std::string>::with<session_dump>,          // checkpoint: copy out
+    caf::replies_to<sload_atom, std::string, session_dump>::with<bool>,    // restore: replace
+    // graphs
+    caf::replies_to<run_atom, run_request>::with<run_reply>,
+    caf::replies_to<compile_atom, compile_request>::with<compile_reply>,
+    caf::replies_to<dropgraph_atom, std::string>::with<bool>,
+    // v2 tensors
+    caf::replies_to<tput_atom, tensor_upload>::with<bool>,
+    caf::replies_to<tdrop_atom, std::string>::with<bool>>;
+
+// ---------------------------------------------------------------- coordinator side
+//
+// The HTTP routes (http/api) check the key with the accounts actor, then send one of the
+// messages below to the coordinator with the caller's identity. Replies are the API's JSON
+// response bodies; failures are caf::errors carrying errc and the message.
+
+using add_atom = caf::atom_constant<caf::atom("add")>;
+using pick_atom = caf::atom_constant<caf::atom("pick")>;
+using workers_atom = caf::atom_constant<caf::atom("workers")>;
+using versions_atom = caf::atom_constant<caf::atom("versions")>;
+using inspect_atom = caf::atom_constant<caf::atom("inspect")>;
+using load_atom = caf::atom_constant<caf::atom("load")>;
+using list_atom = caf::atom_constant<caf::atom("list")>;
+using delete_atom = caf::atom_constant<caf::atom("delete")>;
+using create_atom = caf::atom_constant<caf::atom("create")>;
+using get_atom = caf::atom_constant<caf::atom("get")>;
+using graph_atom = caf::atom_constant<caf::atom("graph")>;
+using v2put_atom = caf::atom_constant<caf::atom("v2put")>;
+using info_atom = caf::atom_constant<caf::atom("info")>;
+using models_atom = caf::atom_constant<caf::atom("models")>;
+using sessions_atom = caf::atom_constant<caf::atom("sessions")>;
+using graphs_atom = caf::atom_constant<caf::atom("graphs")>;
+using tensors_atom = caf::atom_constant<caf::atom("tensors")>;
+using loaded_atom = caf::atom_constant<caf::atom("loaded")>;
+using checkpt_atom = caf::atom_constant<caf::atom("checkpt")>;
+using restore_atom = caf::atom_constant<caf::atom("restore")>;
+using move_atom = caf::atom_constant<caf::atom("move")>;
+
+/// Who is asking: the account owns what it creates; limits count per key.
+struct caller {
+  std::string account;
+  std::string key_id;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, caller& x) {
+  return f(caf::meta::type_name("caller"), x.account, x.key_id);
+}
+
+/// The pool: the connected workers, their measured state, and placement.
+using pool_actor = caf::typed_actor<
+    caf::reacts_to<add_atom, worker_actor>,
+    /// Fresh status of every connected worker.
+    caf::replies_to<workers_atom>::with<std::vector<worker_status>>,
+    /// A worker with at least `bytes` free (the most free first); errc::unavailable if none.
+    caf::replies_to<pick_atom, std::uint64_t>::with<worker_actor, worker_status>>;
+
+/// The coordinator: the directory of models, sessions, compiled graphs and v2 tensors,
+/// ownership and per-key limits; it delegates to the actor of each entity.
+using coordinator_actor = caf::typed_actor<
+    caf::replies_to<versions_atom>::with<std::string>,
+    caf::replies_to<status_atom, caller>::with<std::string>,
+    caf::replies_to<inspect_atom, caller, std::string>::with<std::string>,         // source
+    caf::replies_to<load_atom, caller, std::string>::with<std::string>,            // body
+    caf::replies_to<list_atom, models_atom, caller>::with<std::string>,
+    caf::replies_to<delete_atom, models_atom, caller, std::string>::with<std::string>,
+    caf::replies_to<create_atom, sessions_atom, caller, std::string>::with<std::string>,  // body
+    caf::replies_to<get_atom, sessions_atom, caller, std::string>::with<std::string>,
+    caf::replies_to<delete_atom, sessions_atom, caller, std::string>::with<std::string>,
+    caf::replies_to<graph_atom, caller, std::string, std::int32_t>::with<std::string>,   // body, API version
+    caf::replies_to<create_atom, graphs_atom, caller, std::string>::with<std::string>,    // body
+    caf::replies_to<list_atom, graphs_atom, caller>::with<std::string>,
+    caf::replies_to<delete_atom, graphs_atom, caller, std::string>::with<std::string>,
+    caf::replies_to<create_atom, tensors_atom, caller, std::string>::with<std::string>,   // v2 upload body
+    caf::replies_to<delete_atom, tensors_atom, caller, std::string>::with<std::string>,
+    caf::replies_to<checkpt_atom, caller, std::string>::with<std::string>,   // session id
+    caf::replies_to<restore_atom, caller, std::string>::with<std::string>>;  // session id
+
+/// A compiled graph: the validated template, compiled lazily on each worker that runs it.
+using graph_actor = caf::typed_actor<
+    caf::replies_to<run_atom, run_request, worker_actor>::with<run_reply>,
+    caf::replies_to<compile_atom, worker_actor>::with<compile_reply>,
+    caf::replies_to<delete_atom>::with<bool>>;
+
+/// A session: a tensor namespace pinned to one worker. Every graph run in it — inline, or
+/// compiled (through the graph's actor, on this session's worker) — counts as one step.
+using session_actor = caf::typed_actor<
+    caf::replies_to<run_atom, run_request>::with<run_reply>,
+    caf::replies_to<run_atom, run_request, graph_actor>::with<run_reply>,
+    caf::replies_to<info_atom>::with<session_info, std::uint64_t>,  // tensors, steps
+    /// Re-pins the session on another worker (after a restore) with its step count.
+    caf::replies_to<move_atom, worker_actor, std::uint64_t>::with<bool>,
+    caf::replies_to<delete_atom>::with<bool>>;
+
+/// A loaded model: where its tensors live. Deleting releases them on every worker.
+using model_actor = caf::typed_actor<caf::replies_to<delete_atom>::with<bool>>;
+
+using signup_atom = caf::atom_constant<caf::atom("signup")>;
+using login_atom = caf::atom_constant<caf::atom("login")>;
+using mkkey_atom = caf::atom_constant<caf::atom("mkkey")>;
+using keys_atom = caf::atom_constant<caf::atom("keys")>;
+using rmkey_atom = caf::atom_constant<caf::atom("rmkey")>;
+using checkkey_atom = caf::atom_constant<caf::atom("checkkey")>;
+using approve_atom = caf::atom_constant<caf::atom("approve")>;
+
+/// Accounts and keys (SQLite under --data-dir). Replies are JSON bodies; check replies the
+/// key's owner and whether the account is an operator.
+using accounts_actor = caf::typed_actor<
+    caf::replies_to<signup_atom, std::string, std::string>::with<std::string>,  // username, password
+    caf::replies_to<login_atom, std::string, std::string>::with<std::string>,   // username, password
+    caf::replies_to<mkkey_atom, std::string, std::string>::with<std::string>,   // token, label
+    caf::replies_to<keys_atom, std::string>::with<std::string>,                 // token
+    caf::replies_to<rmkey_atom, std::string, std::string>::with<std::string>,   // token, key id
+    caf::replies_to<checkkey_atom, std::string>::with<caller, bool>,            // key -> caller, admin
+    caf::replies_to<approve_atom, std::string>::with<std::string>>;             // username
+
+/// Announces every payload type to CAF (call on every node's actor_system_config).
+void add_protocol_types(caf::actor_system_config& cfg);
+
+}  // namespace mpakt

@@ -1,0 +1,185 @@
+// `mpakt serve`: the coordinator — the HTTP API, the accounts database and the actors —
+// plus, by default, one embedded CPU worker so a single command serves.
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "actors/accounts/accounts_actor.hpp"
+#include "actors/coordinator/coordinator_actor.hpp"
+#include "actors/coordinator/pool_actor.hpp"
+#include "actors/worker/worker_actor.hpp"
+#include "app/commands.hpp"
+#include "http/api/routes.hpp"
+
+namespace mpakt {
+std::string_view embedded_api_reference();
+}
+
+namespace mpakt::app {
+
+namespace {
+
+const char* serve_usage =
+    "usage: mpakt serve --port N --data-dir DIR [--dev] [--hf-endpoint URL] [--workers N]\n"
+    "                   [--default-quantize none|q8|q4|auto] [--address ADDR]\n"
+    "                   [--worker-memory SIZE] [--graph-timeout-ms MS] [--body-limit SIZE]\n"
+    "                   [--durable-budget SIZE] [--web DIR]\n"
+    "\n"
+    "Runs the coordinator: the v3 HTTP API, accounts (SQLite in DIR) and the actors, with\n"
+    "N embedded CPU workers (default 1; 0 = only remote volunteers).\n"
+    "  --dev               approve sign-ups at once (a one-person machine)\n"
+    "  --hf-endpoint URL   where hf: sources resolve (default https://huggingface.co, or\n"
+    "                      $MPAKT_HF_ENDPOINT); point it at `mpakt host` for offline grids\n"
+    "  --worker-memory     memory each embedded worker offers, e.g. 8G, 512M (default 8G)\n"
+    "  --graph-timeout-ms  how long one graph may run before 504 (default 300000)\n"
+    "  --body-limit        largest request body, e.g. 256M (default 256M)\n"
+    "  --durable-budget    per-key room for session checkpoints on the coordinator (default 1G)\n";
+
+/// "8G", "512M", "1000000" -> bytes (G/M/K are powers of 1024 here: memory sizes).
+std::optional<std::uint64_t> parse_size(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || v < 0) return std::nullopt;
+  std::string unit(end);
+  double mul = 1;
+  if (unit == "K" || unit == "k") mul = 1024.0;
+  else if (unit == "M" || unit == "m") mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") mul = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) return std::nullopt;
+  return std::uint64_t(v * mul);
+}
+
+}  // namespace
+
+int cmd_serve(const std::vector<std::string>& args) {
+  std::string data_dir, address = "127.0.0.1", web_dir;
+  int port = -1, workers = 1;
+  bool dev = false;
+  coordinator_config ccfg;
+  if (const char* env = std::getenv("MPAKT_HF_ENDPOINT"); env && *env) ccfg.load.hf_endpoint = env;
+  std::uint64_t worker_memory = std::uint64_t(8) << 30, body_limit = std::uint64_t(256) << 20;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
+    const std::string* v = nullptr;
+    auto bad = [&](const char* what) {
+      std::fprintf(stderr, "mpakt serve: %s\n\n%s", what, serve_usage);
+      return 2;
+    };
+    if (a == "--help" || a == "-h") { std::fputs(serve_usage, stdout); return 0; }
+    else if (a == "--dev") dev = true;
+    else if (a == "--port") { if (!(v = value())) return bad("--port needs a number"); port = std::atoi(v->c_str()); }
+    else if (a == "--data-dir") { if (!(v = value())) return bad("--data-dir needs a folder"); data_dir = *v; }
+    else if (a == "--address") { if (!(v = value())) return bad("--address needs an address"); address = *v; }
+    else if (a == "--hf-endpoint") { if (!(v = value())) return bad("--hf-endpoint needs a URL"); ccfg.load.hf_endpoint = *v; }
+    else if (a == "--workers") { if (!(v = value())) return bad("--workers needs a number"); workers = std::atoi(v->c_str()); }
+    else if (a == "--web") { if (!(v = value())) return bad("--web needs a folder"); web_dir = *v; }
+    else if (a == "--default-quantize") {
+      if (!(v = value()) || (*v != "none" && *v != "q8" && *v != "q4" && *v != "auto"))
+        return bad("--default-quantize takes none, q8, q4 or auto");
+      ccfg.load.default_quantize = *v;
+    } else if (a == "--worker-memory") {
+      auto s = (v = value()) ? parse_size(*v) : std::nullopt;
+      if (!s || *s == 0) return bad("--worker-memory takes a size such as 8G or 512M");
+      worker_memory = *s;
+    } else if (a == "--durable-budget") {
+      auto s = (v = value()) ? parse_size(*v) : std::nullopt;
+      if (!s) return bad("--durable-budget takes a size such as 1G");
+      ccfg.durable_budget_bytes = *s;
+    } else if (a == "--body-limit") {
+      auto s = (v = value()) ? parse_size(*v) : std::nullopt;
+      if (!s || *s == 0) return bad("--body-limit takes a size such as 256M");
+      body_limit = *s;
+    } else if (a == "--graph-timeout-ms") {
+      if (!(v = value()) || std::atoll(v->c_str()) <= 0) return bad("--graph-timeout-ms takes a positive number");
+      ccfg.timeouts.graph = std::chrono::milliseconds(std::atoll(v->c_str()));
+    } else {
+      return bad(("unknown option " + a).c_str());
+    }
+  }
+  if (port < 0 || port > 65535) { std::fprintf(stderr, "mpakt serve: --port N is required\n\n%s", serve_usage); return 2; }
+  if (data_dir.empty()) { std::fprintf(stderr, "mpakt serve: --data-dir DIR is required\n\n%s", serve_usage); return 2; }
+  if (workers < 0) { std::fprintf(stderr, "mpakt serve: --workers must be 0 or more\n"); return 2; }
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir, ec);
+  if (ec) { std::fprintf(stderr, "mpakt serve: cannot create %s: %s\n", data_dir.c_str(), ec.message().c_str()); return 1; }
+  auto store = accounts::accounts_store::open((std::filesystem::path(data_dir) / "accounts.sqlite3").string());
+  if (!store) { std::fprintf(stderr, "mpakt serve: %s\n", store.err().message.c_str()); return 1; }
+  if (web_dir.empty() && std::filesystem::exists(std::string(MPAKT_SOURCE_DIR) + "/web/index.html"))
+    web_dir = std::string(MPAKT_SOURCE_DIR) + "/web";
+
+  // Block the stop signals in every thread (the actor system and Beast start threads that
+  // inherit the mask); this thread waits for them below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  caf::actor_system_config cfg;
+  add_protocol_types(cfg);
+  add_load_job_types(cfg);
+  // Scheduler threads carry messages only; workers compute on their own threads.
+  cfg.set("scheduler.max-threads", 1);
+  cfg.set("logger.verbosity", caf::atom("quiet"));
+  auto sys = std::make_unique<caf::actor_system>(cfg);
+
+  auto pool = spawn_pool(*sys);
+  std::vector<worker_actor> local_workers;
+  for (int i = 0; i < workers; ++i) {
+    worker_config wc;
+    wc.worker_id = "w_local" + std::to_string(i);
+    wc.memory_bytes = worker_memory;
+    local_workers.push_back(spawn_worker(*sys, wc));
+    caf::anon_send(pool, add_atom::value, local_workers.back());
+  }
+  auto coordinator = spawn_coordinator(*sys, ccfg, pool);
+  accounts_config acfg;
+  acfg.approve_sign_ups = dev;
+  auto accounts = spawn_accounts(*sys, std::move(*store), acfg);
+
+  http::server_config scfg;
+  scfg.address = address;
+  scfg.port = std::uint16_t(port);
+  scfg.threads = 1;
+  scfg.body_limit = body_limit;
+  http::api_config api;
+  api.llms_txt = std::string(embedded_api_reference());
+  api.web_dir = web_dir;
+  api.request_timeout = ccfg.timeouts.graph + std::chrono::seconds(10);
+  auto server = http::server::start(scfg, http::make_api_handler(*sys, {coordinator, accounts}, api));
+  if (!server) {
+    std::fprintf(stderr, "mpakt serve: %s\n", server.err().message.c_str());
+    caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(accounts, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+    return 1;
+  }
+  const std::string base = "http://" + address + ":" + std::to_string((*server)->port());
+  std::printf("mpakt serve: listening on %s (%d embedded worker%s, data in %s%s)\n", base.c_str(), workers,
+              workers == 1 ? "" : "s", data_dir.c_str(), dev ? ", dev mode: sign-ups approved at once" : "");
+  std::printf("  models resolve hf: sources at %s\n", ccfg.load.hf_endpoint.c_str());
+  std::printf("  first call:  curl %s/api/versions\n", base.c_str());
+  std::printf("  sign up:     curl -X POST %s/api/accounts -d '{\"username\":\"alice\",\"password\":\"a long password\"}'\n", base.c_str());
+  std::printf("  reference:   %s/llms.txt\n", base.c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::printf("mpakt serve: stopping (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fflush(stdout);
+  (*server)->stop();
+  // Stop the long-lived actors; entity actors and jobs still running are not waited for.
+  caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(accounts, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+  for (auto& w : local_workers) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+  sys->await_actors_before_shutdown(false);
+  sys.reset();
+  return 0;
+}
+
+}  // namespace mpakt::app

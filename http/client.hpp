@@ -1,0 +1,71 @@
+#pragma once
+/// A blocking HTTP/1.1 client for model hosts: GET (optionally with Range), HEAD, and GET
+/// streamed to a sink in bounded chunks so a multi-gigabyte tensor never sits in memory.
+/// http:// and https:// (OpenSSL, SNI, host-name verification against the system CA
+/// store); follows redirects (the hub answers with redirects to its CDN).
+///
+/// Thread-safety: one object per thread; an object keeps one connection alive between calls
+/// to the same host. Meant for the loader, which runs on its own thread, never an I/O or
+/// actor scheduler thread.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "http/server.hpp"
+#include "runtime/status.hpp"
+
+namespace mpakt::http {
+
+struct client_response {
+  int status = 0;
+  header_list headers;    ///< names lower-case
+  std::string body;       ///< empty for streamed GETs and HEAD
+  std::string final_url;  ///< after redirects
+
+  const std::string* header(std::string_view lower_name) const;
+};
+
+/// Inclusive byte range, as in "Range: bytes=first-last".
+struct byte_range {
+  std::uint64_t first = 0;
+  std::uint64_t last = 0;
+};
+
+struct client_options {
+  std::chrono::milliseconds timeout{30000};  ///< per connect/read/write operation
+  int max_redirects = 5;
+  std::size_t max_body = std::size_t(64) << 20;  ///< for get(); larger bodies are an error
+  bool verify_tls = true;
+  /// A PEM file of extra trusted certificates (a private host's own CA), on top of the
+  /// system store. Host names are still verified. Empty: the system store only.
+  std::string ca_file;
+};
+
+class client {
+ public:
+  explicit client(client_options opts = {});
+  ~client();
+  client(const client&) = delete;
+  client& operator=(const client&) = delete;
+
+  /// Errors: errc::invalid for a malformed URL, errc::unavailable when the host cannot be
+  /// reached (naming it), errc::timeout, errc::too_large past max_body. HTTP error statuses
+  /// are not errors: check `status`.
+  result<client_response> get(const std::string& url, std::optional<byte_range> range = std::nullopt);
+  result<client_response> head(const std::string& url);
+  /// Streams the body to `sink` in order, in chunks of at most `chunk_bytes`; `sink`
+  /// returning false aborts with errc::conflict. The response's body stays empty.
+  result<client_response> get_stream(const std::string& url, std::optional<byte_range> range, std::size_t chunk_bytes,
+                                     const std::function<bool(std::string_view chunk)>& sink);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> p_;
+};
+
+}  // namespace mpakt::http

@@ -1,0 +1,150 @@
+#include "http/url.hpp"
+
+#include <cctype>
+#include <charconv>
+
+namespace mpakt::http {
+
+std::string url::host_header() const {
+  const bool default_port = (scheme == "http" && port == 80) || (scheme == "https" && port == 443);
+  const std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;  // an IPv6 literal
+  return default_port ? h : h + ":" + std::to_string(port);
+}
+
+std::string url::str() const { return scheme + "://" + host_header() + target; }
+
+std::optional<url> parse_url(std::string_view text) {
+  url u;
+  if (text.rfind("http://", 0) == 0) {
+    u.scheme = "http";
+    u.port = 80;
+    text.remove_prefix(7);
+  } else if (text.rfind("https://", 0) == 0) {
+    u.scheme = "https";
+    u.port = 443;
+    text.remove_prefix(8);
+  } else {
+    return std::nullopt;
+  }
+  const auto slash = text.find_first_of("/?#");
+  std::string_view authority = text.substr(0, slash);
+  std::string_view rest = slash == std::string_view::npos ? std::string_view() : text.substr(slash);
+  if (authority.empty() || authority.find('@') != std::string_view::npos) return std::nullopt;
+  if (authority.front() == '[') {  // [v6]:port
+    const auto close = authority.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    u.host = std::string(authority.substr(1, close - 1));
+    authority.remove_prefix(close + 1);
+  } else {
+    const auto colon = authority.rfind(':');
+    u.host = std::string(authority.substr(0, colon));
+    authority = colon == std::string_view::npos ? std::string_view() : authority.substr(colon);
+  }
+  if (!authority.empty()) {
+    if (authority.front() != ':' || authority.size() < 2) return std::nullopt;
+    unsigned p = 0;
+    auto r = std::from_chars(authority.data() + 1, authority.data() + authority.size(), p);
+    if (r.ec != std::errc() || r.ptr != authority.data() + authority.size() || p == 0 || p > 65535) return std::nullopt;
+    u.port = std::uint16_t(p);
+  }
+  if (u.host.empty()) return std::nullopt;
+  const auto hash = rest.find('#');
+  if (hash != std::string_view::npos) rest = rest.substr(0, hash);
+  u.target = rest.empty() ? "/" : std::string(rest);
+  if (u.target.front() == '?') u.target = "/" + u.target;
+  return u;
+}
+
+namespace {
+
+/// RFC 3986 5.2.4: removes "." and ".." segments from a path.
+std::string remove_dot_segments(std::string_view in) {
+  std::vector<std::string_view> out;
+  const bool trailing = in.ends_with("/") || in.ends_with("/.") || in.ends_with("/..");
+  std::size_t i = 0;
+  while (i < in.size()) {
+    const auto slash = in.find('/', i + 1);
+    std::string_view seg = in.substr(i + 1, slash == std::string_view::npos ? std::string_view::npos : slash - i - 1);
+    if (seg == "..") {
+      if (!out.empty()) out.pop_back();
+    } else if (seg != ".") {
+      out.push_back(seg);
+    }
+    if (slash == std::string_view::npos) break;
+    i = slash;
+  }
+  std::string path;
+  for (const auto& seg : out) path.append("/").append(seg);
+  if (trailing && (out.empty() || !out.back().empty())) path += "/";
+  return path.empty() ? "/" : path;
+}
+
+}  // namespace
+
+std::optional<url> resolve_location(const url& base, std::string_view location) {
+  if (location.rfind("http://", 0) == 0 || location.rfind("https://", 0) == 0) return parse_url(location);
+  if (location.rfind("//", 0) == 0) return parse_url(base.scheme + ":" + std::string(location));
+  if (location.empty()) return std::nullopt;
+  {  // "scheme:..." of another scheme (RFC 3986 3.1: a letter, then letters, digits, + - .)
+    std::size_t i = 0;
+    while (i < location.size() && (std::isalnum(static_cast<unsigned char>(location[i])) || location[i] == '+' ||
+                                   location[i] == '-' || location[i] == '.'))
+      ++i;
+    if (i > 0 && i < location.size() && location[i] == ':' && std::isalpha(static_cast<unsigned char>(location[0])))
+      return std::nullopt;
+  }
+  const auto hash = location.find('#');
+  if (hash != std::string_view::npos) location = location.substr(0, hash);
+  url u = base;
+  const std::string_view base_target = base.target;
+  const std::string_view base_path = base_target.substr(0, base_target.find('?'));
+  if (location.front() == '?') {  // same path, new query
+    u.target = std::string(base_path) + std::string(location);
+    return u;
+  }
+  std::string_view rel_path = location.substr(0, location.find('?'));
+  const std::string query = location.find('?') == std::string_view::npos ? "" : std::string(location.substr(location.find('?')));
+  std::string merged;
+  if (!rel_path.empty() && rel_path.front() == '/') {
+    merged = std::string(rel_path);
+  } else {  // relative to the base's directory
+    merged = std::string(base_path.substr(0, base_path.rfind('/') + 1)) + std::string(rel_path);
+  }
+  u.target = remove_dot_segments(merged) + query;
+  return u;
+}
+
+std::optional<std::string> percent_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    if (i + 2 >= s.size() || !std::isxdigit(static_cast<unsigned char>(s[i + 1])) ||
+        !std::isxdigit(static_cast<unsigned char>(s[i + 2])))
+      return std::nullopt;
+    out += char(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+    i += 2;
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> parse_query(std::string_view q) {
+  std::vector<std::pair<std::string, std::string>> out;
+  while (!q.empty()) {
+    const auto amp = q.find('&');
+    std::string_view part = q.substr(0, amp);
+    q = amp == std::string_view::npos ? std::string_view() : q.substr(amp + 1);
+    if (part.empty()) continue;
+    const auto eq = part.find('=');
+    std::string k(part.substr(0, eq)), v(eq == std::string_view::npos ? "" : part.substr(eq + 1));
+    for (auto& c : v) if (c == '+') c = ' ';
+    auto dk = percent_decode(k), dv = percent_decode(v);
+    out.emplace_back(dk.value_or(k), dv.value_or(v));
+  }
+  return out;
+}
+
+}  // namespace mpakt::http

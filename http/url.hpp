@@ -1,0 +1,36 @@
+#pragma once
+/// URLs as the HTTP client and the model loader need them.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mpakt::http {
+
+struct url {
+  std::string scheme;  ///< "http" or "https"
+  std::string host;
+  std::uint16_t port = 0;
+  std::string target;  ///< path and query, always starting with '/'
+
+  bool tls() const { return scheme == "https"; }
+  /// "host" or "host:port" when the port is not the scheme's default.
+  std::string host_header() const;
+  std::string str() const;
+};
+
+/// Parses http:// and https:// URLs; nullopt for anything else (no user-info, no fragments).
+std::optional<url> parse_url(std::string_view text);
+/// Resolves a redirect Location against the URL it came from: absolute, scheme-relative
+/// ("//host/x"), absolute-path ("/x") or relative ("x", "../x", "?q"), dot segments removed
+/// (RFC 3986 5.2). nullopt for other schemes.
+std::optional<url> resolve_location(const url& base, std::string_view location);
+
+/// Percent-decodes a path or query component ('+' stays '+'); nullopt on bad escapes.
+std::optional<std::string> percent_decode(std::string_view s);
+/// Splits "a=1&b=two" into decoded pairs (query strings of requests).
+std::vector<std::pair<std::string, std::string>> parse_query(std::string_view query);
+
+}  // namespace mpakt::http
