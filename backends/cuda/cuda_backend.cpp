@@ -1,0 +1,57 @@
+#include "backends/cuda/cuda_backend.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include "backends/cuda/context.hpp"
+#include "backends/cuda/ops/registry.hpp"
+#include "runtime/schema.hpp"
+
+namespace mpakt {
+
+int cuda_device_count() {
+  int n = 0;
+  // Without a driver (or a GPU) this fails with e.g. cudaErrorInsufficientDriver or
+  // cudaErrorNoDevice: that means no device, not a fault.
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the error so later runtime calls do not report it
+    return 0;
+  }
+  return n;
+}
+
+result<std::unique_ptr<cuda_backend>> cuda_backend::create(config cfg) {
+  const int count = cuda_device_count();
+  if (count == 0) return make_error(errc::unavailable, "no CUDA device (no GPU, or no usable driver)");
+  if (cfg.device < 0 || cfg.device >= count)
+    return make_error(errc::unavailable, "no CUDA device " + std::to_string(cfg.device) + " (found " +
+                                             std::to_string(count) + ")");
+  auto ctx = cuda::device_context::open(cfg.device);
+  if (!ctx) return std::move(ctx).err();
+  std::unique_ptr<cuda_backend> be(new cuda_backend(std::move(ctx).value()));
+  be->make_current();
+  return be;
+}
+
+cuda_backend::cuda_backend(std::shared_ptr<cuda::device_context> ctx) : ctx_(std::move(ctx)) {}
+
+// The current-context registry holds a weak_ptr: once ctx_ goes, kernels report an error.
+cuda_backend::~cuda_backend() = default;
+
+kernel_fn cuda_backend::kernel(std::string_view op, std::span<const tensor_desc> inputs,
+                               const op_params& params) const {
+  return cuda::select_kernel(op, inputs, params);
+}
+
+std::vector<std::string> cuda_backend::features() const {
+  // Steps the CUDA kernels do not take run the CPU reference, which implements them all.
+  return schema::instance().feature_names();
+}
+
+void cuda_backend::make_current() const { cuda::set_current_context(ctx_); }
+
+int cuda_backend::device() const { return ctx_->device(); }
+
+const std::string& cuda_backend::device_name() const { return ctx_->name(); }
+
+}  // namespace mpakt

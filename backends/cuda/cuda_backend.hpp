@@ -1,0 +1,85 @@
+#pragma once
+/// The CUDA backend: device kernels for the ops a GPU does best, the CPU reference for the rest.
+///
+/// Plain C++: this header includes no CUDA header, so app/ and actors/ can create and hold a
+/// cuda_backend in a build where it exists. The target `mpakt_cuda` exists only when nvcc was
+/// found; targets linking it get MPAKT_HAS_CUDA=1, so use this header behind
+/// `#if defined(MPAKT_HAS_CUDA)`.
+///
+/// Which ops run on the GPU: see backends/cuda/ops/registry.hpp. For any other op, or a
+/// step with inputs a CUDA kernel does not handle (a q8/q4 weight, a dimension past cuBLAS's
+/// int range), `kernel()` returns nullptr and the executor runs the CPU reference kernel.
+///
+/// Tensors are host memory today (runtime/tensor.hpp), so every CUDA kernel copies its
+/// inputs to the device, runs, and copies the output back: correct, and slow for weights.
+/// Device-resident tensors come with a later issue.
+///
+/// Handles: each cuda_backend owns one device context (a CUDA stream, a cuBLAS handle and
+/// growing device scratch buffers, all RAII). kernel_fn is a plain function pointer that
+/// cannot carry the backend, so the kernels use the *process-wide current context*: that of
+/// the live cuda_backend most recently created or made current (make_current()); when it is
+/// destroyed, the one current before it is current again. It is process-wide rather than
+/// per-thread on purpose: a worker actor may plan a graph on one scheduler thread and run it
+/// on another, so a thread_local set at planning time would not be seen at run time. Kernel
+/// calls lock the context, so two threads never use its stream or cuBLAS handle at once.
+///
+/// Thread-safety: as for every backend, one worker thread at a time; kernel calls are
+/// serialised on the context's mutex in any case. Lifecycle: create() → (kernels run) →
+/// destroyed; a kernel run after its backend is gone returns an error, never crashes.
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backends/backend.hpp"
+#include "runtime/status.hpp"
+
+namespace mpakt {
+
+/// Number of usable CUDA devices; 0 when there is no driver or no GPU (never fails).
+int cuda_device_count();
+
+namespace cuda {
+class device_context;
+}
+
+class cuda_backend final : public backend {
+ public:
+  struct config {
+    /// CUDA device ordinal.
+    int device = 0;
+  };
+
+  /// Opens `cfg.device` (stream, cuBLAS handle) and makes this backend's context current.
+  /// errc::unavailable when there is no such device (no driver, no GPU);
+  /// errc::internal naming the CUDA call when opening the device fails.
+  static result<std::unique_ptr<cuda_backend>> create(config cfg);
+  static result<std::unique_ptr<cuda_backend>> create() { return create(config{}); }
+
+  ~cuda_backend() override;
+  cuda_backend(const cuda_backend&) = delete;
+  cuda_backend& operator=(const cuda_backend&) = delete;
+
+  std::string_view name() const override { return "cuda"; }
+  /// A CUDA kernel when one handles this op with these input dtypes/shapes and params,
+  /// else nullptr (the executor then runs the CPU reference kernel).
+  kernel_fn kernel(std::string_view op, std::span<const tensor_desc> inputs,
+                   const op_params& params) const override;
+  /// Every schema feature: steps the GPU does not handle fall back to the CPU reference,
+  /// which implements them all.
+  std::vector<std::string> features() const override;
+
+  /// Makes this backend's context the one CUDA kernels run on (see the header comment).
+  void make_current() const;
+  /// Device ordinal and name, e.g. "NVIDIA H200", for status reports.
+  int device() const;
+  const std::string& device_name() const;
+
+ private:
+  explicit cuda_backend(std::shared_ptr<cuda::device_context> ctx);
+  std::shared_ptr<cuda::device_context> ctx_;
+};
+
+}  // namespace mpakt

@@ -1,0 +1,54 @@
+#include "backends/cuda/ops/call.hpp"
+
+#include <string>
+
+namespace mpakt::cuda {
+
+result<device_call> device_call::begin(std::string_view op) {
+  auto ctx = current_context();
+  if (!ctx) return make_error(errc::internal, "CUDA kernel for " + op_where(op) + " ran with no cuda_backend alive");
+  device_call call(std::move(ctx), op);
+  // The CUDA runtime's current device is per host thread, and a worker may run on any.
+  MPAKT_TRY(call.check(cudaSetDevice(call.ctx().device()), "cudaSetDevice"));
+  return call;
+}
+
+result<float*> device_call::scratch_f32(slot s, std::int64_t count) {
+  MPAKT_CUDA_ASSIGN(void* p, scratch(s, std::size_t(count) * sizeof(float)));
+  return static_cast<float*>(p);
+}
+
+result<void*> device_call::upload(slot s, const tensor& t) {
+  MPAKT_CUDA_ASSIGN(void* p, scratch(s, t.nbytes()));
+  // From pageable memory the call returns once the bytes are staged, so the host tensor
+  // may change afterwards without affecting the copy.
+  if (t.nbytes() > 0)
+    MPAKT_TRY(check(cudaMemcpyAsync(p, t.data(), t.nbytes(), cudaMemcpyHostToDevice, stream()),
+                    "cudaMemcpyAsync (host to device)"));
+  return p;
+}
+
+result<float*> device_call::upload_f32(slot s, const tensor& t) {
+  if (t.type() != dtype::f32)
+    return make_error(errc::internal, "CUDA kernel for " + where_ + " got a " + std::string(dtype_name(t.type())) +
+                                          " input where it reads f32");
+  MPAKT_CUDA_ASSIGN(void* p, upload(s, t));
+  return static_cast<float*>(p);
+}
+
+result<float*> device_call::upload_floats(slot s, const float* host, std::size_t count) {
+  MPAKT_CUDA_ASSIGN(float* p, scratch_f32(s, std::int64_t(count)));
+  if (count > 0)
+    MPAKT_TRY(check(cudaMemcpyAsync(p, host, count * sizeof(float), cudaMemcpyHostToDevice, stream()),
+                    "cudaMemcpyAsync (host to device)"));
+  return p;
+}
+
+status device_call::download(tensor& out, const void* dev) {
+  if (out.nbytes() > 0)
+    MPAKT_TRY(check(cudaMemcpyAsync(out.data(), dev, out.nbytes(), cudaMemcpyDeviceToHost, stream()),
+                    "cudaMemcpyAsync (device to host)"));
+  return check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+}
+
+}  // namespace mpakt::cuda

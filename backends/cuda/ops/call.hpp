@@ -1,0 +1,75 @@
+#pragma once
+/// What every CUDA kernel_fn does around its device work: find the current context, lock
+/// it, select its device, copy inputs in, copy the output back.
+///
+/// Tensors are host memory today, so each call copies its inputs host→device and the
+/// output device→host (correct, slow for weights). Device-resident tensors come with a
+/// later issue; then `upload` and `download` go away for tensors already on the device.
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "backends/cuda/context.hpp"
+#include "runtime/tensor.hpp"
+
+/// Binds `lhs` (a declaration such as `float* p`) to the value of a result<T>
+/// expression, or returns its error from the enclosing function.
+#define MPAKT_CUDA_CAT2_(a, b) a##b
+#define MPAKT_CUDA_CAT_(a, b) MPAKT_CUDA_CAT2_(a, b)
+#define MPAKT_CUDA_ASSIGN(lhs, expr) MPAKT_CUDA_ASSIGN_IMPL_(MPAKT_CUDA_CAT_(mpakt_cuda_r_, __LINE__), lhs, expr)
+#define MPAKT_CUDA_ASSIGN_IMPL_(tmp, lhs, expr)          \
+  auto tmp = (expr);                                     \
+  if (!tmp.ok()) return std::move(tmp).err();            \
+  lhs = std::move(tmp).value()
+
+namespace mpakt::cuda {
+
+/// Scratch slots of the device context, by role, so one call's buffers never overlap.
+enum slot : int { slot_in0 = 0, slot_in1 = 1, slot_in2 = 2, slot_out = 3, slot_tmp = 4 };
+
+/// One kernel call on the current device context, held locked for the call's lifetime.
+/// Created on the stack of a kernel_fn; move-only.
+class device_call {
+ public:
+  /// errc::internal when no cuda_backend is alive (the message names the op), or when
+  /// selecting its device fails.
+  static result<device_call> begin(std::string_view op);
+
+  std::string_view op() const { return op_; }
+  /// "op 'add'", for messages.
+  const std::string& where() const { return where_; }
+  device_context& ctx() { return *ctx_; }
+  cudaStream_t stream() const { return ctx_->stream(); }
+
+  /// A CUDA/cuBLAS failure as an error naming this op and `what`.
+  status check(cudaError_t e, std::string_view what) const { return cuda::check(e, where_, what); }
+  status check(cublasStatus_t s, std::string_view what) const { return cuda::check(s, where_, what); }
+
+  /// Device scratch of at least `bytes` in `s`.
+  result<void*> scratch(slot s, std::size_t bytes) { return ctx_->scratch(int(s), bytes, where_); }
+  result<float*> scratch_f32(slot s, std::int64_t count);
+  /// Copies the tensor's bytes (any dtype, as stored) into scratch slot `s`; the device
+  /// copy is the caller's to read or overwrite.
+  result<void*> upload(slot s, const tensor& t);
+  /// As upload, for an f32 tensor (errc::internal otherwise: kernel() let a bad dtype in).
+  result<float*> upload_f32(slot s, const tensor& t);
+  /// Copies `count` floats of host memory into scratch slot `s`.
+  result<float*> upload_floats(slot s, const float* host, std::size_t count);
+  /// Copies `out.nbytes()` bytes from `dev` into `out` and waits for the stream, so every
+  /// error of the call's queued work surfaces here.
+  status download(tensor& out, const void* dev);
+
+ private:
+  device_call(std::shared_ptr<device_context> ctx, std::string_view op)
+      : ctx_(std::move(ctx)), lock_(ctx_->mutex()), op_(op), where_(op_where(op)) {}
+  std::shared_ptr<device_context> ctx_;
+  std::unique_lock<std::mutex> lock_;
+  std::string_view op_;  ///< a literal in the kernel_fn
+  std::string where_;
+};
+
+}  // namespace mpakt::cuda
