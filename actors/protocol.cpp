@@ -15,6 +15,13 @@ void add_protocol_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<tensor_upload>("tensor_upload");
   cfg.add_message_type<tensor_blob>("tensor_blob");
   cfg.add_message_type<session_dump>("session_dump");
+  cfg.add_message_type<gen_token>("gen_token");
+  cfg.add_message_type<gen_done>("gen_done");
+  cfg.add_message_type<gen_request>("gen_request");
+  cfg.add_message_type<gen_plan>("gen_plan");
+  cfg.add_message_type<gen_listener>("gen_listener");
+  cfg.add_message_type<std::vector<std::pair<std::string, double>>>("std::vector<std::pair<std::string,double>>");
+  cfg.add_message_type<std::vector<std::int64_t>>("std::vector<std::int64_t>");
   cfg.add_message_type<std::vector<tensor_info>>("std::vector<tensor_info>");
   cfg.add_message_type<std::vector<worker_status>>("std::vector<worker_status>");
   cfg.add_message_type<caller>("caller");

@@ -33,6 +33,12 @@ using compile_atom = caf::atom_constant<caf::atom("compile")>;
 using dropgraph_atom = caf::atom_constant<caf::atom("dropgraph")>;
 using tput_atom = caf::atom_constant<caf::atom("tput")>;
 using sdump_atom = caf::atom_constant<caf::atom("sdump")>;
+using genstart_atom = caf::atom_constant<caf::atom("genstart")>;
+using genstep_atom = caf::atom_constant<caf::atom("genstep")>;
+using gencancel_atom = caf::atom_constant<caf::atom("gencancel")>;
+using gentoken_atom = caf::atom_constant<caf::atom("gentoken")>;
+using gendone_atom = caf::atom_constant<caf::atom("gendone")>;
+using gencheck_atom = caf::atom_constant<caf::atom("gencheck")>;
 using sload_atom = caf::atom_constant<caf::atom("sload")>;
 using tdrop_atom = caf::atom_constant<caf::atom("tdrop")>;
 
@@ -79,6 +85,9 @@ struct run_request {
   std::vector<std::string> sessions;     ///< a multi-session graph's list (`of` indexes it)
   std::vector<std::string> outputs;      ///< compiled runs: what to return
   bool base64 = false;                   ///< outputs as dataB64
+  /// Per-call settings of sample-step parameters that the template does not bind
+  /// (server-side decoding's temperature, topK, topP, seed and step counter).
+  std::vector<std::pair<std::string, double>> overrides;
 };
 
 struct run_reply {
@@ -149,7 +158,7 @@ typename Inspector::result_type inspect(Inspector& f, tensor_piece& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_request& x) {
   return f(caf::meta::type_name("run_request"), x.graph_json, x.graph_id, x.bind_json, x.session, x.sessions, x.outputs,
-           x.base64);
+           x.base64, x.overrides);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_reply& x) {
@@ -184,6 +193,56 @@ typename Inspector::result_type inspect(Inspector& f, tensor_upload& x) {
   return f(caf::meta::type_name("tensor_upload"), x.tensor_id, x.shape, x.values);
 }
 
+// ---------------------------------------------------------------- server-side decoding
+
+/// One generated token, as the worker (or the ordinary loop) reports it.
+struct gen_token {
+  std::int64_t token = 0;
+  std::uint32_t index = 0;
+  std::int64_t pos = 0;  ///< the position fed (decisions.md)
+  double ms = 0;         ///< time for this token
+};
+
+/// How a generation ended: "stop token", "max tokens", "cancelled" or "error".
+struct gen_done {
+  std::string stopped;
+  std::string error;
+  std::int64_t next_pos = 0;
+};
+
+/// Receives a generation's tokens and its end (the HTTP side's generation actor).
+using gen_listener = caf::typed_actor<caf::reacts_to<gentoken_atom, std::string, gen_token>,
+                                      caf::reacts_to<gendone_atom, std::string, gen_done>>;
+
+/// Starts a decode loop on the worker (the worker-side loop): the compiled graph `graph_id`
+/// (already compiled there) in `session`, fed `first_id` at `start_pos`.
+struct gen_request {
+  std::string gen_id;
+  std::string graph_id;
+  std::string session;
+  std::vector<std::string> bindings;  ///< the template's bindings
+  std::int64_t first_id = 0;
+  std::int64_t start_pos = 0;
+  std::uint32_t max_new = 0;
+  std::vector<std::int64_t> stop_ids;
+  std::vector<std::pair<std::string, double>> sampling;  ///< temperature, topK, topP, seed
+  gen_listener listener;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gen_token& x) {
+  return f(caf::meta::type_name("gen_token"), x.token, x.index, x.pos, x.ms);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gen_done& x) {
+  return f(caf::meta::type_name("gen_done"), x.stopped, x.error, x.next_pos);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gen_request& x) {
+  return f(caf::meta::type_name("gen_request"), x.gen_id, x.graph_id, x.session, x.bindings, x.first_id, x.start_pos,
+           x.max_new, x.stop_ids, x.sampling, x.listener);
+}
+
 // ---------------------------------------------------------------- worker interface
 
 /// A worker: holds tensors (weights, sessions, v2 tensors) and runs graphs on its backend.
@@ -207,6 +266,12 @@ using worker_actor = caf::typed_actor<
     caf::replies_to<run_atom, run_request>::with<run_reply>,
     caf::replies_to<compile_atom, compile_request>::with<compile_reply>,
     caf::replies_to<dropgraph_atom, std::string>::with<bool>,
+    // server-side decoding: check a compiled graph for generation (with sampling?), start a
+    // loop (the worker runs it one token per message, so cancels and other work interleave)
+    caf::replies_to<gencheck_atom, std::string, bool>::with<bool>,
+    caf::replies_to<genstart_atom, gen_request>::with<bool>,
+    caf::reacts_to<genstep_atom, std::string>,
+    caf::reacts_to<gencancel_atom, std::string>,
     // v2 tensors
     caf::replies_to<tput_atom, tensor_upload>::with<bool>,
     caf::replies_to<tdrop_atom, std::string>::with<bool>>;
@@ -221,6 +286,7 @@ using add_atom = caf::atom_constant<caf::atom("add")>;
 using pick_atom = caf::atom_constant<caf::atom("pick")>;
 using workers_atom = caf::atom_constant<caf::atom("workers")>;
 using versions_atom = caf::atom_constant<caf::atom("versions")>;
+using generate_atom = caf::atom_constant<caf::atom("generate")>;
 using inspect_atom = caf::atom_constant<caf::atom("inspect")>;
 using load_atom = caf::atom_constant<caf::atom("load")>;
 using list_atom = caf::atom_constant<caf::atom("list")>;
@@ -258,6 +324,52 @@ using pool_actor = caf::typed_actor<
     /// A worker with at least `bytes` free (the most free first); errc::unavailable if none.
     caf::replies_to<pick_atom, std::uint64_t>::with<worker_actor, worker_status>>;
 
+ // session id
+
+/// A compiled graph: the validated template, compiled lazily on each worker that runs it.
+using graph_actor = caf::typed_actor<
+    caf::replies_to<run_atom, run_request, worker_actor>::with<run_reply>,
+    caf::replies_to<compile_atom, worker_actor>::with<compile_reply>,
+    caf::replies_to<delete_atom>::with<bool>>;
+
+/// A session: a tensor namespace pinned to one worker. Every graph run in it — inline, or
+/// compiled (through the graph's actor, on this session's worker) — counts as one step.
+using session_actor = caf::typed_actor<
+    caf::replies_to<run_atom, run_request>::with<run_reply>,
+    caf::replies_to<run_atom, run_request, graph_actor>::with<run_reply>,
+    caf::replies_to<info_atom>::with<session_info, std::uint64_t>,  // tensors, steps
+    /// Re-pins the session on another worker (after a restore) with its step count.
+    caf::replies_to<move_atom, worker_actor, std::uint64_t>::with<bool>,
+    caf::replies_to<delete_atom>::with<bool>>;
+
+/// Everything the HTTP side needs to run one POST /api/v3/generate: where, what, and the
+/// request's settings, checked by the coordinator (ownership, values, the graph's shape).
+struct gen_plan {
+  worker_actor worker;
+  session_actor session;
+  graph_actor graph;
+  std::string graph_id;
+  std::string session_id;
+  std::vector<std::string> bindings;
+  std::int64_t first_id = 0;
+  std::int64_t start_pos = 0;
+  std::uint32_t max_new = 256;
+  std::vector<std::int64_t> stop_ids;
+  std::vector<std::pair<std::string, double>> sampling;
+  std::int64_t seed = 0;
+  bool stream = true;
+  bool worker_loop = true;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gen_plan& x) {
+  return f(caf::meta::type_name("gen_plan"), x.worker, x.session, x.graph, x.graph_id, x.session_id, x.bindings, x.first_id,
+           x.start_pos, x.max_new, x.stop_ids, x.sampling, x.seed, x.stream, x.worker_loop);
+}
+
+/// A loaded model: where its tensors live. Deleting releases them on every worker.
+using model_actor = caf::typed_actor<caf::replies_to<delete_atom>::with<bool>>;
+
 /// The coordinator: the directory of models, sessions, compiled graphs and v2 tensors,
 /// ownership and per-key limits; it delegates to the actor of each entity.
 using coordinator_actor = caf::typed_actor<
@@ -276,27 +388,9 @@ using coordinator_actor = caf::typed_actor<
     caf::replies_to<delete_atom, graphs_atom, caller, std::string>::with<std::string>,
     caf::replies_to<create_atom, tensors_atom, caller, std::string>::with<std::string>,   // v2 upload body
     caf::replies_to<delete_atom, tensors_atom, caller, std::string>::with<std::string>,
+    caf::replies_to<generate_atom, caller, std::string>::with<gen_plan>,     // body
     caf::replies_to<checkpt_atom, caller, std::string>::with<std::string>,   // session id
-    caf::replies_to<restore_atom, caller, std::string>::with<std::string>>;  // session id
-
-/// A compiled graph: the validated template, compiled lazily on each worker that runs it.
-using graph_actor = caf::typed_actor<
-    caf::replies_to<run_atom, run_request, worker_actor>::with<run_reply>,
-    caf::replies_to<compile_atom, worker_actor>::with<compile_reply>,
-    caf::replies_to<delete_atom>::with<bool>>;
-
-/// A session: a tensor namespace pinned to one worker. Every graph run in it — inline, or
-/// compiled (through the graph's actor, on this session's worker) — counts as one step.
-using session_actor = caf::typed_actor<
-    caf::replies_to<run_atom, run_request>::with<run_reply>,
-    caf::replies_to<run_atom, run_request, graph_actor>::with<run_reply>,
-    caf::replies_to<info_atom>::with<session_info, std::uint64_t>,  // tensors, steps
-    /// Re-pins the session on another worker (after a restore) with its step count.
-    caf::replies_to<move_atom, worker_actor, std::uint64_t>::with<bool>,
-    caf::replies_to<delete_atom>::with<bool>>;
-
-/// A loaded model: where its tensors live. Deleting releases them on every worker.
-using model_actor = caf::typed_actor<caf::replies_to<delete_atom>::with<bool>>;
+    caf::replies_to<restore_atom, caller, std::string>::with<std::string>>; 
 
 using signup_atom = caf::atom_constant<caf::atom("signup")>;
 using login_atom = caf::atom_constant<caf::atom("login")>;

@@ -536,6 +536,28 @@ status executable_graph::run(tensor_source& source) {
   return {};
 }
 
+status executable_graph::override_param(std::string_view op, std::string_view param, double value) {
+  if (!std::isfinite(value)) return invalid(std::string(param) + " must be a finite number");
+  for (auto& st : p_->steps) {
+    if (st.def->name != op) continue;
+    double* field = st.def->bindable ? st.def->bindable(*st.params, param) : nullptr;
+    if (!field) return invalid("parameter " + std::string(param) + " of " + std::string(op) + " cannot be set per call");
+    *field = value;
+    if (st.def->check) {
+      auto ck = st.def->check(*st.params);
+      if (!ck) return make_error(ck.err().code, step_prefix(std::size_t(st.index), op) + ck.err().message);
+    }
+  }
+  return {};
+}
+
+std::string executable_graph::producer_op(std::string_view value) const {
+  auto it = p_->by_name.find(std::string(value));
+  if (it == p_->by_name.end()) return {};
+  const slot& s = p_->slots[std::size_t(it->second)];
+  return s.step >= 0 ? std::string(p_->steps[std::size_t(s.step)].def->name) : std::string();
+}
+
 const tensor* executable_graph::value(std::string_view name) const {
   auto it = p_->by_name.find(std::string(name));
   return it == p_->by_name.end() ? nullptr : &p_->slots[std::size_t(it->second)].t;

@@ -70,6 +70,12 @@ class executable_graph {
   status bind_input(std::string_view name, std::span<const float> values);
   /// Sets a $bind parameter (value * mul + add is applied per use).
   status bind_param(std::string_view name, double value);
+  /// Sets a numeric parameter of every step of `op` (e.g. the sample step's temperature or
+  /// step counter for server-side decoding), literal or bound; checked like a binding.
+  /// Errors name the parameter; false-free no-op when the graph has no such step.
+  status override_param(std::string_view op, std::string_view param, double value);
+  /// The op of the step producing `value` ("" for an input or unknown name).
+  std::string producer_op(std::string_view value) const;
   /// Names of the steps' op features in use (for routing), sorted, unique.
   const std::vector<std::string>& features_used() const { return features_; }
   std::size_t step_count() const;

@@ -5,6 +5,7 @@
 #include <rapidjson/writer.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <map>
 #include <set>
@@ -867,6 +868,126 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
             key(w, "graphId"); str(w, id);
             w.EndObject();
           });
+        },
+        // ------------------------------------------------------------ generate
+        [=](generate_atom, const caller& who, const std::string& body) -> caf::result<gen_plan> {
+          auto& S = self->state;
+          auto d = parse_body(body);
+          if (!d) return to_caf(d.err());
+          if (auto s = check_fields(*d, {"graphId", "sessionId", "ids", "startPos", "maxNewTokens", "stopIds", "temperature",
+                                         "topK", "topP", "seed", "stream", "workerLoop", "speculative"},
+                                    "generate request");
+              !s)
+            return to_caf(s.err());
+          if (d->HasMember("speculative"))
+            return to_caf(errc::invalid, "speculative decoding is not available on this server yet; drop \"speculative\"");
+          auto need_string = [&](const char* k) -> result<std::string> {
+            auto v = opt_string(*d, k, "generate request");
+            if (v && v->empty()) return invalid(std::string("generate request needs ") + k);
+            return v;
+          };
+          auto integer = [&](const char* k, std::int64_t lo, std::int64_t hi, std::optional<std::int64_t> fallback)
+              -> result<std::int64_t> {
+            auto it = d->FindMember(k);
+            if (it == d->MemberEnd()) {
+              if (fallback) return *fallback;
+              return invalid(std::string("generate request needs ") + k);
+            }
+            const auto& v = it->value;
+            if (!v.IsNumber() || v.GetDouble() != std::floor(v.GetDouble()))
+              return invalid(std::string(k) + " must be an integer");
+            if (v.GetDouble() < double(lo) || v.GetDouble() > double(hi))
+              return invalid(std::string(k) + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
+                             ", not " + std::to_string(v.GetInt64()));
+            return v.GetInt64();
+          };
+          auto ids_of = [&](const char* k, bool required) -> result<std::vector<std::int64_t>> {
+            std::vector<std::int64_t> out;
+            auto it = d->FindMember(k);
+            if (it == d->MemberEnd()) {
+              if (required) return invalid(std::string("generate request needs ") + k + " (the last prompt token first)");
+              return out;
+            }
+            if (!it->value.IsArray()) return invalid(std::string(k) + " must be an array of token ids");
+            for (rapidjson::SizeType i = 0; i < it->value.Size(); ++i) {
+              const auto& v = it->value[i];
+              if (!v.IsNumber() || v.GetDouble() != std::floor(v.GetDouble()) || v.GetDouble() < 0)
+                return invalid(std::string(k) + "[" + std::to_string(i) + "] must be a non-negative integer token id");
+              out.push_back(v.GetInt64());
+            }
+            if (required && out.empty()) return invalid(std::string(k) + " must hold at least the token to feed");
+            return out;
+          };
+          gen_plan plan;
+          auto gid = need_string("graphId");
+          if (!gid) return to_caf(gid.err());
+          auto sid = need_string("sessionId");
+          if (!sid) return to_caf(sid.err());
+          auto ids = ids_of("ids", true);
+          if (!ids) return to_caf(ids.err());
+          auto stops = ids_of("stopIds", false);
+          if (!stops) return to_caf(stops.err());
+          auto start = integer("startPos", 0, std::int64_t(1) << 40, std::nullopt);
+          if (!start) return to_caf(start.err());
+          auto max_new = integer("maxNewTokens", 1, 4096, 256);
+          if (!max_new) return to_caf(max_new.err());
+          for (const char* k : {"stream", "workerLoop"}) {
+            auto it = d->FindMember(k);
+            if (it != d->MemberEnd() && !it->value.IsBool()) return to_caf(errc::invalid, std::string(k) + " must be true or false");
+          }
+          plan.stream = !d->HasMember("stream") || (*d)["stream"].GetBool();
+          plan.worker_loop = !d->HasMember("workerLoop") || (*d)["workerLoop"].GetBool();
+          for (const char* k : {"temperature", "topP"}) {
+            auto it = d->FindMember(k);
+            if (it == d->MemberEnd()) continue;
+            if (!it->value.IsNumber()) return to_caf(errc::invalid, std::string(k) + " must be a number");
+            const double v = it->value.GetDouble();
+            if (std::string_view(k) == "temperature" && v < 0) return to_caf(errc::invalid, "temperature must be 0 or more");
+            if (std::string_view(k) == "topP" && (v <= 0 || v > 1)) return to_caf(errc::invalid, "topP must be in (0, 1]");
+            plan.sampling.emplace_back(k, v);
+          }
+          if (d->HasMember("topK")) {
+            auto k = integer("topK", 0, 1 << 30, std::nullopt);
+            if (!k) return to_caf(k.err());
+            plan.sampling.emplace_back("topK", double(*k));
+          }
+          if (d->HasMember("seed")) {
+            auto seed = integer("seed", 0, (std::int64_t(1) << 53), std::nullopt);
+            if (!seed) return to_caf(seed.err());
+            plan.seed = *seed;
+          } else {
+            // No seed: one from the OS in [84, 2147483646], echoed in done.seed (decisions.md).
+            std::uint64_t r;
+            os_random(&r, sizeof r);
+            plan.seed = 84 + std::int64_t(r % (2147483646ull - 84ull + 1));
+          }
+          plan.sampling.emplace_back("seed", double(plan.seed));
+          auto* g = S.find(S.graphs, *gid, who);
+          if (!g) return to_caf(errc::not_found, "graph " + *gid + " does not exist");
+          auto* s = S.find(S.sessions, *sid, who);
+          if (!s) return to_caf(errc::not_found, "session " + *sid + " does not exist");
+          plan.worker = s->worker;
+          plan.session = s->actor;
+          plan.graph = g->actor;
+          plan.graph_id = *gid;
+          plan.session_id = *sid;
+          plan.bindings = g->bindings;
+          plan.first_id = ids->back();
+          plan.start_pos = *start;
+          plan.max_new = std::uint32_t(*max_new);
+          plan.stop_ids = *stops;
+          bool sampling = false;
+          for (const auto& [k, v] : plan.sampling) sampling = sampling || (k == "temperature" && v > 0);
+          auto rp = self->make_response_promise<gen_plan>();
+          // The template must be planned on the session's worker, then fit for generation.
+          self->request(plan.graph, S.cfg.timeouts.graph, compile_atom::value, plan.worker)
+              .then(
+                  [=](compile_reply&) mutable {
+                    self->request(plan.worker, control, gencheck_atom::value, plan.graph_id, sampling)
+                        .then([=](bool) mutable { rp.deliver(plan); }, [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+                  },
+                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          return rp;
         },
         // ------------------------------------------------------------ checkpoints
         [=](checkpt_atom, const caller& who, const std::string& id) -> caf::result<std::string> {

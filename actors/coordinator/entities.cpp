@@ -19,6 +19,7 @@ struct graph_state {
   std::string id;
   std::string graph_json;
   std::vector<caf::actor_addr> compiled_on;
+  compile_reply last_compile;
   entity_timeouts t;
 };
 
@@ -101,11 +102,13 @@ graph_actor spawn_graph(caf::actor_system& sys, std::string graph_id, std::strin
     };
     return {
         [=](compile_atom, worker_actor w) -> caf::result<compile_reply> {
+          if (compiled_on(w)) return self->state.last_compile;  // already planned there
           auto rp = self->make_response_promise<compile_reply>();
           self->request(w, self->state.t.graph, compile_atom::value, compile_request{self->state.id, self->state.graph_json})
               .then(
                   [=](compile_reply& c) mutable {
                     self->state.compiled_on.push_back(w.address());
+                    self->state.last_compile = c;
                     rp.deliver(std::move(c));
                   },
                   [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });

@@ -5,12 +5,15 @@
 #include <rapidjson/writer.h>
 
 #include <cstring>
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 
 #include "actors/errors.hpp"
+#include "actors/generate/gen_values.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/graph.hpp"
@@ -43,6 +46,15 @@ struct worker_state {
   std::map<std::string, std::map<std::string, incoming>> loading;
   std::uint64_t loading_bytes = 0;  ///< resident bytes reserved by tensors being received
   std::map<std::string, compiled_entry> graphs;
+
+  /// A worker-side decode loop in progress (one token per genstep message).
+  struct generation {
+    gen_request req;
+    std::int64_t token = 0;  ///< the next token to feed
+    std::int64_t pos = 0;    ///< where it is fed
+    std::uint32_t index = 0;
+  };
+  std::map<std::string, generation> generations;
 
   std::uint64_t used() const { return store.bytes_held() + loading_bytes; }
   std::uint64_t free() const { return cfg.memory_bytes > used() ? cfg.memory_bytes - used() : 0; }
@@ -109,6 +121,42 @@ std::set<std::string> models_of(const graph_decl& d) {
   for (const auto& in : d.inputs)
     if (in.kind == input_kind::weight) out.insert(in.model);
   return out;
+}
+
+/// Runs a compiled template once with a call's bindings and sample-step overrides, then
+/// keeps retained values in the primary session. The one path every compiled run takes.
+status run_compiled(worker_state& st, compiled_entry& e, const std::string& bind_json,
+                    const std::vector<std::pair<std::string, double>>& overrides, const std::string& session,
+                    const std::vector<std::string>& sessions) {
+  tensor_store::source src(st.store, session, sessions);
+  MPAKT_TRY(apply_bindings(*e.graph, bind_json));
+  for (const auto& [name, value] : overrides) MPAKT_TRY(e.graph->override_param("sample", name, value));
+  MPAKT_TRY(e.graph->run(src));
+  if (!e.retain.empty()) {
+    const std::string primary = session.empty() && !sessions.empty() ? sessions.front() : session;
+    if (primary.empty()) return invalid("the graph retains values but no session was given");
+    MPAKT_TRY(st.store.apply_retain(*e.graph, primary, e.retain));
+  }
+  return {};
+}
+
+/// Whether a compiled template can drive generation (decisions.md: checked when used):
+/// it binds ids (one token) and pos and ends in one token id from argmax or sample.
+status check_generate_graph(const compiled_entry& e, bool sampling) {
+  const auto& b = e.graph->bindings();
+  for (const char* need : {"ids", "pos"})
+    if (std::find(b.begin(), b.end(), need) == b.end())
+      return invalid(std::string("the graph must bind ") + need + " for generate (an input with \"bind\": \"ids\" and {\"$bind\": \"pos\"} params)");
+  const shape_t* ids = e.graph->bound_shape("ids");
+  if (!ids) return invalid("ids must be a bound input of the graph, not a parameter");
+  if (shape_numel(*ids) != 1) return invalid("generate feeds one token per step, but the graph binds ids with shape " + shape_str(*ids));
+  if (e.outputs.size() != 1) return invalid("the graph must have exactly one output, the next token id, not " + std::to_string(e.outputs.size()));
+  const std::string op = e.graph->producer_op(e.outputs.front());
+  if (op != "argmax" && op != "sample") return invalid("the graph must end in argmax or sample, but its output " + e.outputs.front() + " comes from " + (op.empty() ? "an input" : op));
+  const tensor_desc* d = e.graph->desc(e.outputs.front());
+  if (!d || shape_numel(d->shape) != 1) return invalid("the graph's output must be a single token id");
+  if (sampling && op == "argmax") return invalid("the graph ends in argmax; sampling with temperature > 0 needs a sample step");
+  return {};
 }
 
 }  // namespace
@@ -244,12 +292,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
           auto it = st.graphs.find(r.graph_id);
           if (it == st.graphs.end()) return to_caf(errc::not_found, "graph " + r.graph_id + " is not compiled on this worker");
           auto& e = it->second;
-          if (auto s = apply_bindings(*e.graph, r.bind_json); !s) return to_caf(s.err());
-          if (auto s = e.graph->run(src); !s) return to_caf(s.err());
-          if (!e.retain.empty()) {
-            if (primary.empty()) return to_caf(errc::invalid, "the graph retains values but no session was given");
-            if (auto s = st.store.apply_retain(*e.graph, primary, e.retain); !s) return to_caf(s.err());
-          }
+          if (auto s = run_compiled(st, e, r.bind_json, r.overrides, r.session, r.sessions); !s) return to_caf(s.err());
           reply.outputs_json = outputs_text(*e.graph, r.outputs.empty() ? e.outputs : r.outputs, r.base64);
           reply.steps = std::uint32_t(e.graph->step_count());
           return reply;
@@ -289,6 +332,56 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         return reply;
       },
       [=](dropgraph_atom, const std::string& id) { return self->state.graphs.erase(id) > 0; },
+      [=](gencheck_atom, const std::string& id, bool sampling) -> caf::result<bool> {
+        auto it = self->state.graphs.find(id);
+        if (it == self->state.graphs.end()) return to_caf(errc::not_found, "graph " + id + " is not compiled on this worker");
+        if (auto s = check_generate_graph(it->second, sampling); !s) return to_caf(s.err());
+        return true;
+      },
+      [=](genstart_atom, gen_request& r) -> caf::result<bool> {
+        auto& st = self->state;
+        auto it = st.graphs.find(r.graph_id);
+        if (it == st.graphs.end()) return to_caf(errc::not_found, "graph " + r.graph_id + " is not compiled on this worker");
+        bool sampling = false;
+        for (const auto& [k, v] : r.sampling) sampling = sampling || (k == "temperature" && v > 0);
+        if (auto s = check_generate_graph(it->second, sampling); !s) return to_caf(s.err());
+        if (!st.store.find_session(r.session)) return to_caf(errc::not_found, "session " + r.session + " is not on this worker");
+        worker_state::generation g;
+        g.token = r.first_id;
+        g.pos = r.start_pos;
+        const std::string id = r.gen_id;
+        g.req = std::move(r);
+        st.generations[id] = std::move(g);
+        self->send(self, genstep_atom::value, id);
+        return true;
+      },
+      [=](genstep_atom, const std::string& id) {
+        auto& st = self->state;
+        auto it = st.generations.find(id);
+        if (it == st.generations.end()) return;  // cancelled meanwhile
+        auto& g = it->second;
+        const auto t0 = std::chrono::steady_clock::now();
+        auto finish = [&](std::string stopped, std::string err) {
+          self->send(g.req.listener, gendone_atom::value, id, gen_done{std::move(stopped), std::move(err), g.pos});
+          st.generations.erase(it);
+        };
+        auto e = st.graphs.find(g.req.graph_id);
+        if (e == st.graphs.end()) return finish("error", "graph " + g.req.graph_id + " was deleted during the generation");
+        const gen_call call = make_gen_call(g.req.bindings, g.token, g.pos, g.req.sampling);
+        if (auto s = run_compiled(st, e->second, call.bind_json, call.overrides, g.req.session, {}); !s)
+          return finish("error", s.err().message);
+        const float next = e->second.graph->value(e->second.outputs.front())->f32()[0];
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const std::int64_t tok = std::int64_t(next);
+        self->send(g.req.listener, gentoken_atom::value, id, gen_token{tok, g.index, g.pos, ms});
+        g.token = tok;
+        g.pos++;
+        g.index++;
+        if (std::find(g.req.stop_ids.begin(), g.req.stop_ids.end(), tok) != g.req.stop_ids.end()) return finish("stop token", "");
+        if (g.index >= g.req.max_new) return finish("max tokens", "");
+        self->send(self, genstep_atom::value, id);
+      },
+      [=](gencancel_atom, const std::string& id) { self->state.generations.erase(id); },
       [=](tput_atom, tensor_upload& u) -> caf::result<bool> {
         auto t = make_f32(u.shape, u.values);
         if (!t) return to_caf(t.err());

@@ -11,6 +11,7 @@
 
 #include "actors/errors.hpp"
 #include "actors/ids.hpp"
+#include "http/api/generate.hpp"
 #include "http/url.hpp"
 #include "runtime/schema.hpp"
 
@@ -338,8 +339,10 @@ void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const respo
   }
   if (what == "generate" && n == 3) {
     if (m != "POST") return wrong_method();
-    return with_key(ctx, *req, res, [=](caf::event_based_actor*, const caller&, bool) {
-      reply_error(res, errc::unavailable, "POST /api/v3/generate is not available on this server yet; run the decode loop with /api/v3/graph");
+    return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
+      self->request(coord, 60s, generate_atom::value, who, req->body)
+          .then([ctx, res](gen_plan& plan) { start_generation(*ctx->sys, std::move(plan), res); },
+                [res](caf::error& e) { reply_error(res, from_caf(e)); });
     });
   }
   no_route();

@@ -1,0 +1,31 @@
+#include "actors/generate/gen_values.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace mpakt {
+
+namespace {
+std::string number(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+}  // namespace
+
+gen_call make_gen_call(const std::vector<std::string>& bindings, std::int64_t token, std::int64_t pos,
+                       const std::vector<std::pair<std::string, double>>& sampling) {
+  auto bound = [&](const std::string& n) { return std::find(bindings.begin(), bindings.end(), n) != bindings.end(); };
+  gen_call c;
+  c.bind_json = "{\"ids\":[" + std::to_string(token) + "],\"pos\":" + std::to_string(pos);
+  if (bound("step")) c.bind_json += ",\"step\":" + std::to_string(pos);
+  else c.overrides.emplace_back("step", double(pos));
+  for (const auto& [name, value] : sampling) {
+    if (bound(name)) c.bind_json += ",\"" + name + "\":" + number(value);
+    else c.overrides.emplace_back(name, value);
+  }
+  c.bind_json += "}";
+  return c;
+}
+
+}  // namespace mpakt

@@ -1,0 +1,24 @@
+#pragma once
+/// The per-token values of server-side decoding, shared by the worker-side loop and the
+/// ordinary (one round trip per token) loop so both feed the graph exactly the same.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace mpakt {
+
+struct gen_call {
+  std::string bind_json;                                   ///< {"ids":[t],"pos":p,...}
+  std::vector<std::pair<std::string, double>> overrides;   ///< sample-step parameters set directly
+};
+
+/// One decode call: `ids` = [token] fed at `pos`; the sampler's counter `step` = pos
+/// (decisions.md: the absolute position of the row decoded). Sampling parameters the
+/// template binds are bound; the others (and step, when not bound) override the template's
+/// sample step, so a request's settings win over what the template baked in.
+gen_call make_gen_call(const std::vector<std::string>& bindings, std::int64_t token, std::int64_t pos,
+                       const std::vector<std::pair<std::string, double>>& sampling);
+
+}  // namespace mpakt

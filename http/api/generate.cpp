@@ -1,0 +1,188 @@
+#include "http/api/generate.hpp"
+
+#include <rapidjson/document.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "actors/errors.hpp"
+#include "actors/generate/gen_values.hpp"
+#include "actors/ids.hpp"
+
+namespace mpakt::http {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+using next_atom = caf::atom_constant<caf::atom("next")>;
+
+struct generation_state {
+  gen_plan plan;
+  std::string id;
+  std::shared_ptr<responder> res;
+  std::shared_ptr<sse_stream> sse;
+  std::vector<std::int64_t> tokens;
+  clock_type::time_point started;
+  std::uint64_t round_trips = 0;
+  std::int64_t next_token = 0;  ///< ordinary loop: the token to feed next
+  std::int64_t pos = 0;         ///< ordinary loop: where it is fed
+  bool finished = false;
+  bool cancelled = false;
+};
+
+std::string fmt_double(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+std::string token_json(const gen_token& t) {
+  return "{\"token\":" + std::to_string(t.token) + ",\"index\":" + std::to_string(t.index) + ",\"pos\":" + std::to_string(t.pos) +
+         ",\"ms\":" + fmt_double(t.ms) + "}";
+}
+
+std::string done_json(const generation_state& st, const gen_done& d) {
+  const double secs = std::chrono::duration<double>(clock_type::now() - st.started).count();
+  std::string tokens = "[";
+  for (std::size_t i = 0; i < st.tokens.size(); ++i) tokens += (i ? "," : "") + std::to_string(st.tokens[i]);
+  tokens += "]";
+  std::string out = "{\"ok\":" + std::string(d.stopped == "error" ? "false" : "true") + ",\"tokens\":" + tokens +
+                    ",\"stopped\":\"" + d.stopped + "\",\"elapsedMs\":" + std::to_string(std::llround(secs * 1000)) +
+                    ",\"tokensPerSecond\":" + fmt_double(secs > 0 ? double(st.tokens.size()) / secs : 0.0) +
+                    ",\"roundTrips\":" + std::to_string(st.round_trips) + ",\"workerLoop\":" +
+                    (st.plan.worker_loop ? "true" : "false") + ",\"nextPos\":" + std::to_string(d.next_pos) +
+                    ",\"seed\":" + std::to_string(st.plan.seed);
+  if (!d.error.empty()) {
+    const std::string e = error_json(d.error);  // {"error":"..."}: reuse its escaping
+    out += "," + e.substr(1, e.size() - 2);
+  }
+  return out + "}";
+}
+
+/// The single token id in a compiled run's outputs JSON.
+result<std::int64_t> token_of(const std::string& outputs_json) {
+  rapidjson::Document d;
+  d.Parse(outputs_json.c_str());
+  if (d.HasParseError() || !d.IsObject() || d.MemberCount() != 1) return invalid("the graph did not return one output");
+  const auto& o = d.MemberBegin()->value;
+  if (!o.IsObject() || !o.HasMember("data") || !o["data"].IsArray() || o["data"].Size() != 1 || !o["data"][0].IsNumber())
+    return invalid("the graph did not return one token id");
+  return std::int64_t(o["data"][0].GetDouble());
+}
+
+}  // namespace
+
+void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<responder> res) {
+  sys.spawn([plan, res](caf::stateful_actor<generation_state>* self) -> caf::behavior {
+    auto& st = self->state;
+    st.plan = plan;
+    st.res = res;
+    st.id = new_id("g_");
+    st.started = clock_type::now();
+    st.next_token = plan.first_id;
+    st.pos = plan.start_pos;
+
+    auto open_stream = [self] {
+      auto& st = self->state;
+      if (!st.plan.stream || st.sse) return;
+      st.sse = st.res->start_sse(200);
+      auto me = caf::actor_cast<caf::actor>(self);
+      st.sse->on_disconnect([me] { caf::anon_send(me, cancel_atom::value); });
+    };
+    auto finish = [self](gen_done d) {
+      auto& st = self->state;
+      if (st.finished) return;
+      st.finished = true;
+      const std::string body = done_json(st, d);
+      if (st.sse) {
+        if (!st.cancelled) {
+          st.sse->send("done", body);
+          st.sse->close();
+        }
+      } else if (!st.cancelled) {
+        st.res->respond(response{200, "application/json", body, {}});
+      }
+      self->quit();
+    };
+    auto on_token = [self, finish](const gen_token& t) {
+      auto& st = self->state;
+      st.tokens.push_back(t.token);
+      if (st.sse && !st.cancelled) st.sse->send("token", token_json(t));
+    };
+    auto fail_before_start = [self](const caf::error& e) {
+      auto& st = self->state;
+      const error err = from_caf(e);
+      st.finished = true;
+      st.res->respond(response{http_status(err.code), "application/json", error_json(err.message), {}});
+      self->quit();
+    };
+
+    if (plan.worker_loop) {
+      gen_request r;
+      r.gen_id = st.id;
+      r.graph_id = plan.graph_id;
+      r.session = plan.session_id;
+      r.bindings = plan.bindings;
+      r.first_id = plan.first_id;
+      r.start_pos = plan.start_pos;
+      r.max_new = plan.max_new;
+      r.stop_ids = plan.stop_ids;
+      r.sampling = plan.sampling;
+      r.listener = caf::actor_cast<gen_listener>(self);
+      st.round_trips = 1;
+      self->request(plan.worker, std::chrono::seconds(60), genstart_atom::value, std::move(r))
+          .then([open_stream](bool) { open_stream(); }, fail_before_start);
+    } else {
+      open_stream();
+      self->send(self, next_atom::value);
+    }
+
+    return {
+        [=](gentoken_atom, const std::string&, const gen_token& t) { on_token(t); },
+        [=](gendone_atom, const std::string&, const gen_done& d) { finish(d); },
+        [=](cancel_atom) {
+          auto& st = self->state;
+          st.cancelled = true;
+          if (st.plan.worker_loop) caf::anon_send(st.plan.worker, gencancel_atom::value, st.id);
+          finish(gen_done{"cancelled", "", st.pos});
+        },
+        // The ordinary loop: one compiled run per token, through the session's actor.
+        [=](next_atom) {
+          auto& st = self->state;
+          if (st.finished) return;
+          const auto t0 = clock_type::now();
+          const gen_call call = make_gen_call(st.plan.bindings, st.next_token, st.pos, st.plan.sampling);
+          run_request r;
+          r.graph_id = st.plan.graph_id;
+          r.bind_json = call.bind_json;
+          r.overrides = call.overrides;
+          r.session = st.plan.session_id;
+          st.round_trips++;
+          self->request(st.plan.session, std::chrono::minutes(5), run_atom::value, std::move(r), st.plan.graph)
+              .then(
+                  [=](run_reply& reply) {
+                    auto& st = self->state;
+                    if (st.finished) return;
+                    auto tok = token_of(reply.outputs_json);
+                    if (!tok) return finish(gen_done{"error", tok.err().message, st.pos});
+                    const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+                    on_token(gen_token{*tok, std::uint32_t(st.tokens.size()), st.pos, ms});
+                    st.next_token = *tok;
+                    st.pos++;
+                    const auto& stops = st.plan.stop_ids;
+                    if (std::find(stops.begin(), stops.end(), *tok) != stops.end()) return finish(gen_done{"stop token", "", st.pos});
+                    if (st.tokens.size() >= st.plan.max_new) return finish(gen_done{"max tokens", "", st.pos});
+                    self->send(self, next_atom::value);
+                  },
+                  [=](caf::error& e) {
+                    auto& st = self->state;
+                    finish(gen_done{"error", from_caf(e).message, st.pos});
+                  });
+        },
+    };
+  });
+}
+
+}  // namespace mpakt::http

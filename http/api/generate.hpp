@@ -1,0 +1,16 @@
+#pragma once
+/// The HTTP side of POST /api/v3/generate: a generation actor per request that runs the
+/// decode loop — on the worker (workerLoop: one request, tokens stream back as messages) or
+/// from here (one round trip per token) — and writes SSE `token`/`done` events, or one JSON
+/// body when `stream` is false. A client that disconnects cancels the generation.
+
+#include <memory>
+
+#include "actors/protocol.hpp"
+#include "http/server.hpp"
+
+namespace mpakt::http {
+
+void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<responder> res);
+
+}  // namespace mpakt::http
