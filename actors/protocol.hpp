@@ -54,6 +54,7 @@ struct worker_status {
   bool packed_weights = true;       ///< keeps bf16/f16 packed (widenFactor 1)
   bool can_quantize = true;         ///< converts to q8/q4 on load
   std::uint64_t max_tensor_bytes = 0;
+  std::uint32_t generations = 0;    ///< worker-side decode loops running now
 };
 
 /// Starts receiving one tensor of a model. `file_dtype` is the published safetensors dtype
@@ -144,7 +145,7 @@ struct tensor_upload {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
   return f(caf::meta::type_name("worker_status"), x.worker_id, x.backend, x.total_bytes, x.free_bytes, x.features,
-           x.packed_weights, x.can_quantize, x.max_tensor_bytes);
+           x.packed_weights, x.can_quantize, x.max_tensor_bytes, x.generations);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_begin_request& x) {

@@ -14,11 +14,13 @@ namespace mpakt::app {
 namespace {
 const char* graph_usage =
     "usage: mpakt graph CONFIG.json [--model-id ID] [--ids 1,2,3 | --tokens T] [--pos P]\n"
-    "                   [--cache ROWS] [--compiled] [--argmax] [--alloc-cache ROWS]\n"
+    "                   [--cache ROWS] [--compiled] [--argmax | --sample] [--alloc-cache ROWS]\n"
     "\n"
     "Prints a v3 graph for a Llama-family config.json: a pass over the given ids (or T bound\n"
     "ids with --compiled, positions bound as {\"$bind\": \"pos\"}), reading and writing the\n"
-    "session's KV caches with --cache ROWS. --alloc-cache ROWS prints instead the graph that\n"
+    "session's KV caches with --cache ROWS. --argmax ends in the greedy token, --sample in a\n"
+    "sample step (temperature 0 unless a call or generate sets it; its RNG step bound to pos).\n"
+    "--alloc-cache ROWS prints instead the graph that\n"
     "allocates those caches in a session.\n";
 
 std::vector<int> parse_ids(const std::string& s) {
@@ -54,6 +56,7 @@ int cmd_graph(const std::vector<std::string>& args) {
     else if (a == "--alloc-cache" && has_value) alloc_rows = std::atoi(args[++i].c_str());
     else if (a == "--compiled") o.compiled = true;
     else if (a == "--argmax") o.argmax = true;
+    else if (a == "--sample") o.sample = true;
     else {
       std::fprintf(stderr, "mpakt graph: unknown or incomplete option %s\n\n%s", a.c_str(), graph_usage);
       return 2;

@@ -421,13 +421,14 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
               .then(
                   [=](std::vector<worker_status>& ws) mutable {
                     std::map<std::string, int> backends{{"webgpu", 0}, {"npu", 0}, {"npu+webgpu", 0}, {"cpu", 0}};
-                    std::uint64_t free = 0, total = 0, max_tensor = 0;
+                    std::uint64_t free = 0, total = 0, max_tensor = 0, generations = 0;
                     std::vector<std::string> features;
                     for (std::size_t i = 0; i < ws.size(); ++i) {
                       backends[ws[i].backend]++;
                       free += ws[i].free_bytes;
                       total += ws[i].total_bytes;
                       max_tensor = std::max(max_tensor, ws[i].max_tensor_bytes);
+                      generations += ws[i].generations;
                       if (i == 0) {
                         features = ws[i].features;
                       } else {
@@ -451,6 +452,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                       key(w, "freeBytes"); w.Uint64(free);
                       key(w, "totalBytes"); w.Uint64(total);
                       key(w, "byteUnits"); str(w, "resident");
+                      key(w, "generations"); w.Uint64(generations);
                       key(w, "device");
                       w.StartObject();
                       key(w, "maxTensorBytes"); w.Uint64(max_tensor);

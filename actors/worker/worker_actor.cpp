@@ -178,6 +178,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         s.packed_weights = !st.cfg.legacy;
         s.can_quantize = !st.cfg.legacy;
         s.max_tensor_bytes = s.free_bytes;
+        s.generations = std::uint32_t(st.generations.size());
         return s;
       },
       [=](tbegin_atom, tensor_begin_request& r) -> caf::result<bool> {

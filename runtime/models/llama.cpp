@@ -216,11 +216,18 @@ std::string llama_graph(const llama_config& c, const llama_graph_options& o) {
   }
   g.step("rmsnorm", {h, "norm"}, "hn", eps);
   g.step("matmul", {"hn", c.tied_embeddings ? "embed" : "lm_head"}, "logits", transb);
-  if (o.argmax) g.step("argmax", {"logits"}, "tok");
+  if (o.sample) {
+    g.step("sample", {"logits"}, "tok", [&] {
+      g.key("temperature"); w.Double(0.0);
+      if (o.compiled) { g.key("step"); w.StartObject(); g.key("$bind"); g.str("pos"); w.EndObject(); }
+    });
+  } else if (o.argmax) {
+    g.step("argmax", {"logits"}, "tok");
+  }
   w.EndArray();
   g.key("outputs");
   w.StartArray();
-  g.str(o.argmax ? "tok" : "logits");
+  g.str(o.argmax || o.sample ? "tok" : "logits");
   w.EndArray();
   w.EndObject();
   return g.text();

@@ -44,6 +44,8 @@ struct llama_graph_options {
   std::vector<int> ids;        ///< token ids (when not compiled)
   /// Output: "logits" [T, vocab] or "tok" (argmax of every row).
   bool argmax = false;
+  /// Output "tok" from a sample step instead (temperature etc. set per call by generate).
+  bool sample = false;
 };
 
 /// The v3 graph object (JSON text) for one pass.
