@@ -209,6 +209,8 @@ struct gen_done {
   std::string stopped;
   std::string error;
   std::int64_t next_pos = 0;
+  bool speculative = false;  ///< counters below are meaningful
+  std::uint64_t verifies = 0, drafted = 0, accepted = 0, produced = 0, plain = 0;
 };
 
 /// Receives a generation's tokens and its end (the HTTP side's generation actor).
@@ -228,6 +230,11 @@ struct gen_request {
   std::vector<std::int64_t> stop_ids;
   std::vector<std::pair<std::string, double>> sampling;  ///< temperature, topK, topP, seed
   gen_listener listener;
+  // speculative decoding (empty verify_graphs = off)
+  std::vector<std::string> verify_graphs;
+  std::vector<std::vector<std::string>> verify_bindings;
+  std::vector<std::int64_t> context;  ///< token ids so far, ending with first_id
+  bool always = false;
 };
 
 template <class Inspector>
@@ -236,12 +243,13 @@ typename Inspector::result_type inspect(Inspector& f, gen_token& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_done& x) {
-  return f(caf::meta::type_name("gen_done"), x.stopped, x.error, x.next_pos);
+  return f(caf::meta::type_name("gen_done"), x.stopped, x.error, x.next_pos, x.speculative, x.verifies, x.drafted, x.accepted,
+           x.produced, x.plain);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_request& x) {
   return f(caf::meta::type_name("gen_request"), x.gen_id, x.graph_id, x.session, x.bindings, x.first_id, x.start_pos,
-           x.max_new, x.stop_ids, x.sampling, x.listener);
+           x.max_new, x.stop_ids, x.sampling, x.listener, x.verify_graphs, x.verify_bindings, x.context, x.always);
 }
 
 // ---------------------------------------------------------------- worker interface
@@ -269,7 +277,8 @@ using worker_actor = caf::typed_actor<
     caf::replies_to<dropgraph_atom, std::string>::with<bool>,
     // server-side decoding: check a compiled graph for generation (with sampling?), start a
     // loop (the worker runs it one token per message, so cancels and other work interleave)
-    caf::replies_to<gencheck_atom, std::string, bool>::with<bool>,
+    /// graph id, sampling?, verify? -> k (drafts per pass; 0 for a plain decode graph)
+    caf::replies_to<gencheck_atom, std::string, bool, bool>::with<std::int32_t>,
     caf::replies_to<genstart_atom, gen_request>::with<bool>,
     caf::reacts_to<genstep_atom, std::string>,
     caf::reacts_to<gencancel_atom, std::string>,
@@ -360,12 +369,19 @@ struct gen_plan {
   std::int64_t seed = 0;
   bool stream = true;
   bool worker_loop = true;
+  std::vector<std::string> verify_graphs;
+  std::vector<graph_actor> verify_actors;
+  std::vector<std::vector<std::string>> verify_bindings;
+  std::vector<std::int32_t> verify_ks;
+  std::vector<std::int64_t> context;
+  bool always = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_plan& x) {
   return f(caf::meta::type_name("gen_plan"), x.worker, x.session, x.graph, x.graph_id, x.session_id, x.bindings, x.first_id,
-           x.start_pos, x.max_new, x.stop_ids, x.sampling, x.seed, x.stream, x.worker_loop);
+           x.start_pos, x.max_new, x.stop_ids, x.sampling, x.seed, x.stream, x.worker_loop, x.verify_graphs, x.verify_actors,
+           x.verify_bindings, x.verify_ks, x.context, x.always);
 }
 
 /// A loaded model: where its tensors live. Deleting releases them on every worker.

@@ -127,59 +127,65 @@ int cmd_serve(const std::vector<std::string>& args) {
   cfg.set("logger.verbosity", caf::atom("quiet"));
   auto sys = std::make_unique<caf::actor_system>(cfg);
 
-  auto pool = spawn_pool(*sys);
-  std::vector<worker_actor> local_workers;
-  for (int i = 0; i < workers; ++i) {
-    worker_config wc;
-    wc.worker_id = "w_local" + std::to_string(i);
-    wc.memory_bytes = worker_memory;
-    local_workers.push_back(spawn_worker(*sys, wc));
-    caf::anon_send(pool, add_atom::value, local_workers.back());
-  }
-  auto coordinator = spawn_coordinator(*sys, ccfg, pool);
-  accounts_config acfg;
-  acfg.approve_sign_ups = dev;
-  auto accounts = spawn_accounts(*sys, std::move(*store), acfg);
+  int exit_code = 0;
+  {
+    // Every actor handle and the server live in this scope: the actor system waits for
+    // detached actors (workers, accounts) until the last handle to them is gone.
+    auto pool = spawn_pool(*sys);
+    std::vector<worker_actor> local_workers;
+    for (int i = 0; i < workers; ++i) {
+      worker_config wc;
+      wc.worker_id = "w_local" + std::to_string(i);
+      wc.memory_bytes = worker_memory;
+      local_workers.push_back(spawn_worker(*sys, wc));
+      caf::anon_send(pool, add_atom::value, local_workers.back());
+    }
+    auto coordinator = spawn_coordinator(*sys, ccfg, pool);
+    accounts_config acfg;
+    acfg.approve_sign_ups = dev;
+    auto accounts = spawn_accounts(*sys, std::move(*store), acfg);
 
-  http::server_config scfg;
-  scfg.address = address;
-  scfg.port = std::uint16_t(port);
-  scfg.threads = 1;
-  scfg.body_limit = body_limit;
-  http::api_config api;
-  api.llms_txt = std::string(embedded_api_reference());
-  api.web_dir = web_dir;
-  api.request_timeout = ccfg.timeouts.graph + std::chrono::seconds(10);
-  auto server = http::server::start(scfg, http::make_api_handler(*sys, {coordinator, accounts}, api));
-  if (!server) {
-    std::fprintf(stderr, "mpakt serve: %s\n", server.err().message.c_str());
-    caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(accounts, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
-    return 1;
-  }
-  const std::string base = "http://" + address + ":" + std::to_string((*server)->port());
-  std::printf("mpakt serve: listening on %s (%d embedded worker%s, data in %s%s)\n", base.c_str(), workers,
-              workers == 1 ? "" : "s", data_dir.c_str(), dev ? ", dev mode: sign-ups approved at once" : "");
-  std::printf("  models resolve hf: sources at %s\n", ccfg.load.hf_endpoint.c_str());
-  std::printf("  first call:  curl %s/api/versions\n", base.c_str());
-  std::printf("  sign up:     curl -X POST %s/api/accounts -d '{\"username\":\"alice\",\"password\":\"a long password\"}'\n", base.c_str());
-  std::printf("  reference:   %s/llms.txt\n", base.c_str());
-  std::fflush(stdout);
+    http::server_config scfg;
+    scfg.address = address;
+    scfg.port = std::uint16_t(port);
+    scfg.threads = 1;
+    scfg.body_limit = body_limit;
+    http::api_config api;
+    api.llms_txt = std::string(embedded_api_reference());
+    api.web_dir = web_dir;
+    api.request_timeout = ccfg.timeouts.graph + std::chrono::seconds(10);
+    auto server = http::server::start(scfg, http::make_api_handler(*sys, {coordinator, accounts}, api));
+    auto stop_actors = [&] {
+      caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(accounts, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+      for (auto& w : local_workers) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+    };
+    if (!server) {
+      std::fprintf(stderr, "mpakt serve: %s\n", server.err().message.c_str());
+      stop_actors();
+      exit_code = 1;
+    } else {
+    const std::string base = "http://" + address + ":" + std::to_string((*server)->port());
+    std::printf("mpakt serve: listening on %s (%d embedded worker%s, data in %s%s)\n", base.c_str(), workers,
+                workers == 1 ? "" : "s", data_dir.c_str(), dev ? ", dev mode: sign-ups approved at once" : "");
+    std::printf("  models resolve hf: sources at %s\n", ccfg.load.hf_endpoint.c_str());
+    std::printf("  first call:  curl %s/api/versions\n", base.c_str());
+    std::printf("  sign up:     curl -X POST %s/api/accounts -d '{\"username\":\"alice\",\"password\":\"a long password\"}'\n", base.c_str());
+    std::printf("  reference:   %s/llms.txt\n", base.c_str());
+    std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  std::printf("mpakt serve: stopping (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-  std::fflush(stdout);
-  (*server)->stop();
-  // Stop the long-lived actors; entity actors and jobs still running are not waited for.
-  caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(accounts, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
-  for (auto& w : local_workers) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
-  sys->await_actors_before_shutdown(false);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    std::printf("mpakt serve: stopping (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    std::fflush(stdout);
+    (*server)->stop();
+    // The coordinator's entity actors are linked to it and end with it.
+    stop_actors();
+    }
+  }
   sys.reset();
-  return 0;
+  return exit_code;
 }
 
 }  // namespace mpakt::app

@@ -55,11 +55,20 @@ class client {
 
   /// Errors: errc::invalid for a malformed URL, errc::unavailable when the host cannot be
   /// reached (naming it), errc::timeout, errc::too_large past max_body. HTTP error statuses
-  /// are not errors: check `status`.
+  /// are not errors: check `status`. Redirects keep the Range header; more than
+  /// max_redirects is errc::unavailable. A kept-alive connection the server has closed
+  /// meanwhile is reopened once, transparently.
   result<client_response> get(const std::string& url, std::optional<byte_range> range = std::nullopt);
   result<client_response> head(const std::string& url);
   /// Streams the body to `sink` in order, in chunks of at most `chunk_bytes`; `sink`
   /// returning false aborts with errc::conflict. The response's body stays empty.
+  /// Every chunk but the last is exactly `chunk_bytes` long; only `chunk_bytes` (plus Beast's
+  /// 64 KiB read buffer) is ever held, whatever the length or transfer coding.
+  /// Only the body asked for reaches the sink: a 2xx answer, and with a range only 206. A 200
+  /// to a range request (a host that ignores Range) or an error status comes back with
+  /// `status` set, the sink untouched and `body` holding up to 64 KiB of the answer (for
+  /// messages); check `status` before trusting what the sink got. An error mid-body comes
+  /// after the sink has seen part of it: discard that part.
   result<client_response> get_stream(const std::string& url, std::optional<byte_range> range, std::size_t chunk_bytes,
                                      const std::function<bool(std::string_view chunk)>& sink);
 

@@ -135,7 +135,7 @@ result<input_decl> parse_input(const rapidjson::Value& v, std::size_t i, bool al
     in.tensor_id = std::move(*t);
   } else {
     in.kind = input_kind::bound;
-    if (!allow_bind) return invalid(at + " is a bound input; bound inputs belong in compiled graphs (POST /api/v3/graphs)");
+    if (!allow_bind) return invalid(at + " has \"bind\": bound inputs belong in compiled graphs (POST /api/v3/graphs)");
     auto b = get_string(v, "bind", at);
     if (!b) return std::move(b).err();
     in.bind = std::move(*b);

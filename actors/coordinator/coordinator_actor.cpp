@@ -478,8 +478,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
         },
         // ------------------------------------------------------------ models
         [=](inspect_atom, const caller&, const std::string& source) -> caf::result<std::string> {
-          auto rp = self->make_response_promise<std::string>();
           if (source.empty()) return to_caf(errc::invalid, "inspect needs a source query parameter, e.g. ?source=hf:Org/Model");
+          auto rp = self->make_response_promise<std::string>();
           auto job = spawn_load_job(self->system(), self->state.cfg.load, self->state.pool);
           self->request(job, std::chrono::minutes(5), inspect_atom::value, source)
               .then([=](std::string& j) mutable { rp.deliver(std::move(j)); },
@@ -523,6 +523,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                     m.key_id = who.key_id;
                     m.created_at = now_iso();
                     m.actor = spawn_model(self->system(), req.model_id, {out.worker}, S.cfg.timeouts);
+                    self->link_to(m.actor);  // entity actors end with the coordinator
                     m.worker = out.worker;
                     m.source = out.source;
                     m.quantize = out.quantize;
@@ -605,6 +606,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (S.count_for_key(S.sessions, who.key_id) >= S.cfg.max_sessions_per_key)
             return to_caf(errc::limit, "this key already holds " + std::to_string(S.cfg.max_sessions_per_key) +
                                            " sessions, the limit; delete one first");
+          auto* m = model_id->empty() ? nullptr : S.find(S.models, *model_id, who);
+          if (!model_id->empty() && !m) return to_caf(errc::not_found, "model " + *model_id + " does not exist");
           auto rp = self->make_response_promise<std::string>();
           auto open = [=](worker_actor w) mutable {
             const std::string sid = new_id("s_");
@@ -620,6 +623,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                       e.model_id = *model_id;
                       e.label = *label;
                       e.actor = spawn_session(self->system(), sid, w, S.cfg.timeouts);
+                      self->link_to(e.actor);
                       S.sessions[sid] = e;
                       rp.deliver(json([&](writer& jw) {
                         jw.StartObject();
@@ -635,9 +639,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                     },
                     [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
           };
-          if (!model_id->empty()) {
-            auto* m = S.find(S.models, *model_id, who);
-            if (!m) return to_caf(errc::not_found, "model " + *model_id + " does not exist");
+          if (m) {
             open(m->worker);  // a session lives where its model's weights are
           } else {
             with_any_worker([=](result<worker_actor> w) mutable {
@@ -714,8 +716,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (!top_sessions) return to_caf(top_sessions.err());
           run_request req;
           req.base64 = *enc == "base64";
-          auto rp = self->make_response_promise<std::string>();
-
+          // The promise is made only after the synchronous checks: an error returned once a
+          // promise exists would never reach the caller.
           if (d->HasMember("graphId")) {
             if (version != 3) return to_caf(errc::invalid, "compiled graphs are an API v3 feature; use /api/v3/graph");
             if (d->HasMember("graph")) return to_caf(errc::invalid, "give either graph or graphId, not both");
@@ -746,6 +748,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
             }
             for (const auto& mid : g->models)
               if (!S.find(S.models, mid, who)) return to_caf(errc::not_found, "model " + mid + ", which graph " + *gid + " reads, no longer exists");
+            auto rp = self->make_response_promise<std::string>();
             run_on(rp, std::move(req), w, g->actor);
             return rp;
           }
@@ -756,6 +759,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           req.graph_json = std::move(r->graph_json);
           req.session = r->primary;
           req.sessions = r->sessions;
+          auto rp = self->make_response_promise<std::string>();
           if (r->worker) {
             run_on(rp, std::move(req), r->worker, std::nullopt);
           } else {
@@ -793,6 +797,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           e.per_call_bytes = per_call_bytes(gid, *decl);
           e.models = r->models;
           e.actor = spawn_graph(self->system(), gid, r->graph_json, S.cfg.timeouts);
+          self->link_to(e.actor);
           auto rp = self->make_response_promise<std::string>();
           auto compile = [=](worker_actor w) mutable {
             self->request(e.actor, S.cfg.timeouts.graph + std::chrono::seconds(5), compile_atom::value, w)
@@ -881,8 +886,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                                     "generate request");
               !s)
             return to_caf(s.err());
-          if (d->HasMember("speculative"))
-            return to_caf(errc::invalid, "speculative decoding is not available on this server yet; drop \"speculative\"");
+
           auto need_string = [&](const char* k) -> result<std::string> {
             auto v = opt_string(*d, k, "generate request");
             if (v && v->empty()) return invalid(std::string("generate request needs ") + k);
@@ -978,17 +982,76 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           plan.start_pos = *start;
           plan.max_new = std::uint32_t(*max_new);
           plan.stop_ids = *stops;
+          // Speculative decoding: verify graphs (owned, at most 16), the context for drafting.
+          if (auto sp = d->FindMember("speculative"); sp != d->MemberEnd()) {
+            const auto& o = sp->value;
+            if (!o.IsObject()) return to_caf(errc::invalid, "speculative must be an object {graphIds, context, always}");
+            if (auto c = check_fields(o, {"graphIds", "context", "always"}, "speculative"); !c) return to_caf(c.err());
+            auto vids = opt_strings(o, "graphIds", "speculative");
+            if (!vids) return to_caf(vids.err());
+            if (vids->empty()) return to_caf(errc::invalid, "speculative.graphIds must name at least one verify graph");
+            if (vids->size() > 16) return to_caf(errc::invalid, "speculative.graphIds lists " + std::to_string(vids->size()) + " graphs; at most 16");
+            for (const auto& vid : *vids) {
+              auto* vg = S.find(S.graphs, vid, who);
+              if (!vg) return to_caf(errc::not_found, "verify graph " + vid + " does not exist");
+              plan.verify_graphs.push_back(vid);
+              plan.verify_actors.push_back(vg->actor);
+              plan.verify_bindings.push_back(vg->bindings);
+            }
+            if (auto a = o.FindMember("always"); a != o.MemberEnd()) {
+              if (!a->value.IsBool()) return to_caf(errc::invalid, "speculative.always must be true or false");
+              plan.always = a->value.GetBool();
+            }
+            if (auto c = o.FindMember("context"); c != o.MemberEnd()) {
+              if (!c->value.IsArray()) return to_caf(errc::invalid, "speculative.context must be an array of token ids");
+              for (rapidjson::SizeType i = 0; i < c->value.Size(); ++i) {
+                const auto& v = c->value[i];
+                if (!v.IsNumber() || v.GetDouble() != std::floor(v.GetDouble()) || v.GetDouble() < 0)
+                  return to_caf(errc::invalid, "speculative.context[" + std::to_string(i) + "] must be a token id");
+                plan.context.push_back(v.GetInt64());
+              }
+            } else {
+              plan.context = *ids;  // context defaults to ids (SPC-03)
+            }
+            if (plan.context.empty() || plan.context.back() != plan.first_id) plan.context.push_back(plan.first_id);
+          }
           bool sampling = false;
           for (const auto& [k, v] : plan.sampling) sampling = sampling || (k == "temperature" && v > 0);
           auto rp = self->make_response_promise<gen_plan>();
-          // The template must be planned on the session's worker, then fit for generation.
-          self->request(plan.graph, S.cfg.timeouts.graph, compile_atom::value, plan.worker)
-              .then(
-                  [=](compile_reply&) mutable {
-                    self->request(plan.worker, control, gencheck_atom::value, plan.graph_id, sampling)
-                        .then([=](bool) mutable { rp.deliver(plan); }, [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
-                  },
-                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          // Every template must be planned on the session's worker, then fit for generation:
+          // the decode graph first, then each verify graph, one after another.
+          auto graphs = std::make_shared<std::vector<std::pair<graph_actor, std::string>>>();
+          graphs->emplace_back(plan.graph, plan.graph_id);
+          for (std::size_t i = 0; i < plan.verify_graphs.size(); ++i) graphs->emplace_back(plan.verify_actors[i], plan.verify_graphs[i]);
+          auto result_plan = std::make_shared<gen_plan>(plan);
+          // The chain holds itself only weakly; each pending reply handler holds it strongly.
+          auto step = std::make_shared<std::function<void(std::size_t)>>();
+          std::weak_ptr<std::function<void(std::size_t)>> weak = step;
+          *step = [=](std::size_t i) mutable {
+            if (i == graphs->size()) {
+              rp.deliver(*result_plan);
+              return;
+            }
+            auto chain = weak.lock();
+            const auto [actor, id] = (*graphs)[i];
+            self->request(actor, self->state.cfg.timeouts.graph, compile_atom::value, result_plan->worker)
+                .then(
+                    [=](compile_reply&) mutable {
+                      self->request(result_plan->worker, control, gencheck_atom::value, id, sampling, i > 0)
+                          .then(
+                              [=](std::int32_t k) mutable {
+                                if (i > 0) result_plan->verify_ks.push_back(k);
+                                (*chain)(i + 1);
+                              },
+                              [=](caf::error& e) mutable {
+                                error err = from_caf(e);
+                                if (i > 0) err.message = "verify graph " + id + ": " + err.message;
+                                rp.deliver(to_caf(err));
+                              });
+                    },
+                    [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          };
+          (*step)(0);
           return rp;
         },
         // ------------------------------------------------------------ checkpoints

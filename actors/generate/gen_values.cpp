@@ -13,11 +13,13 @@ std::string number(double v) {
 }
 }  // namespace
 
-gen_call make_gen_call(const std::vector<std::string>& bindings, std::int64_t token, std::int64_t pos,
+gen_call make_gen_call(const std::vector<std::string>& bindings, const std::vector<std::int64_t>& tokens, std::int64_t pos,
                        const std::vector<std::pair<std::string, double>>& sampling) {
   auto bound = [&](const std::string& n) { return std::find(bindings.begin(), bindings.end(), n) != bindings.end(); };
   gen_call c;
-  c.bind_json = "{\"ids\":[" + std::to_string(token) + "],\"pos\":" + std::to_string(pos);
+  c.bind_json = "{\"ids\":[";
+  for (std::size_t i = 0; i < tokens.size(); ++i) c.bind_json += (i ? "," : "") + std::to_string(tokens[i]);
+  c.bind_json += "],\"pos\":" + std::to_string(pos);
   if (bound("step")) c.bind_json += ",\"step\":" + std::to_string(pos);
   else c.overrides.emplace_back("step", double(pos));
   for (const auto& [name, value] : sampling) {

@@ -14,11 +14,12 @@ struct gen_call {
   std::vector<std::pair<std::string, double>> overrides;   ///< sample-step parameters set directly
 };
 
-/// One decode call: `ids` = [token] fed at `pos`; the sampler's counter `step` = pos
+/// One decode call: `ids` = the tokens fed at pos, pos+1, … (one for a plain step, k+1 for
+/// a verify pass); the sampler's counter `step` = pos
 /// (decisions.md: the absolute position of the row decoded). Sampling parameters the
 /// template binds are bound; the others (and step, when not bound) override the template's
 /// sample step, so a request's settings win over what the template baked in.
-gen_call make_gen_call(const std::vector<std::string>& bindings, std::int64_t token, std::int64_t pos,
+gen_call make_gen_call(const std::vector<std::string>& bindings, const std::vector<std::int64_t>& tokens, std::int64_t pos,
                        const std::vector<std::pair<std::string, double>>& sampling);
 
 }  // namespace mpakt

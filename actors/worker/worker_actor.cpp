@@ -14,6 +14,7 @@
 
 #include "actors/errors.hpp"
 #include "actors/generate/gen_values.hpp"
+#include "actors/generate/speculator.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/graph.hpp"
@@ -53,6 +54,7 @@ struct worker_state {
     std::int64_t token = 0;  ///< the next token to feed
     std::int64_t pos = 0;    ///< where it is fed
     std::uint32_t index = 0;
+    std::unique_ptr<speculator> spec;  ///< set when speculative
   };
   std::map<std::string, generation> generations;
 
@@ -140,23 +142,27 @@ status run_compiled(worker_state& st, compiled_entry& e, const std::string& bind
   return {};
 }
 
-/// Whether a compiled template can drive generation (decisions.md: checked when used):
-/// it binds ids (one token) and pos and ends in one token id from argmax or sample.
-status check_generate_graph(const compiled_entry& e, bool sampling) {
+/// Whether a compiled template can drive generation (decisions.md: checked when used): it
+/// binds ids and pos and ends in one token id per row from argmax or sample. A plain decode
+/// graph feeds one token; a verify graph (`verify`) feeds k+1 >= 2 and returns k+1 ids.
+/// Returns k (0 for a plain graph).
+result<std::int32_t> check_generate_graph(const compiled_entry& e, bool sampling, bool verify) {
   const auto& b = e.graph->bindings();
   for (const char* need : {"ids", "pos"})
     if (std::find(b.begin(), b.end(), need) == b.end())
       return invalid(std::string("the graph must bind ") + need + " for generate (an input with \"bind\": \"ids\" and {\"$bind\": \"pos\"} params)");
   const shape_t* ids = e.graph->bound_shape("ids");
   if (!ids) return invalid("ids must be a bound input of the graph, not a parameter");
-  if (shape_numel(*ids) != 1) return invalid("generate feeds one token per step, but the graph binds ids with shape " + shape_str(*ids));
-  if (e.outputs.size() != 1) return invalid("the graph must have exactly one output, the next token id, not " + std::to_string(e.outputs.size()));
+  const std::int64_t rows = shape_numel(*ids);
+  if (!verify && rows != 1) return invalid("generate feeds one token per step, but the graph binds ids with shape " + shape_str(*ids));
+  if (verify && rows < 2) return invalid("a verify graph binds ids with two or more positions, not shape " + shape_str(*ids));
+  if (e.outputs.size() != 1) return invalid("the graph must have exactly one output, the next token ids, not " + std::to_string(e.outputs.size()));
   const std::string op = e.graph->producer_op(e.outputs.front());
   if (op != "argmax" && op != "sample") return invalid("the graph must end in argmax or sample, but its output " + e.outputs.front() + " comes from " + (op.empty() ? "an input" : op));
   const tensor_desc* d = e.graph->desc(e.outputs.front());
-  if (!d || shape_numel(d->shape) != 1) return invalid("the graph's output must be a single token id");
+  if (!d || shape_numel(d->shape) != rows) return invalid("the graph must return one token id per fed position (" + std::to_string(rows) + ")");
   if (sampling && op == "argmax") return invalid("the graph ends in argmax; sampling with temperature > 0 needs a sample step");
-  return {};
+  return std::int32_t(rows - 1);
 }
 
 }  // namespace
@@ -333,11 +339,12 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         return reply;
       },
       [=](dropgraph_atom, const std::string& id) { return self->state.graphs.erase(id) > 0; },
-      [=](gencheck_atom, const std::string& id, bool sampling) -> caf::result<bool> {
+      [=](gencheck_atom, const std::string& id, bool sampling, bool verify) -> caf::result<std::int32_t> {
         auto it = self->state.graphs.find(id);
         if (it == self->state.graphs.end()) return to_caf(errc::not_found, "graph " + id + " is not compiled on this worker");
-        if (auto s = check_generate_graph(it->second, sampling); !s) return to_caf(s.err());
-        return true;
+        auto k = check_generate_graph(it->second, sampling, verify);
+        if (!k) return to_caf(k.err());
+        return *k;
       },
       [=](genstart_atom, gen_request& r) -> caf::result<bool> {
         auto& st = self->state;
@@ -345,11 +352,20 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         if (it == st.graphs.end()) return to_caf(errc::not_found, "graph " + r.graph_id + " is not compiled on this worker");
         bool sampling = false;
         for (const auto& [k, v] : r.sampling) sampling = sampling || (k == "temperature" && v > 0);
-        if (auto s = check_generate_graph(it->second, sampling); !s) return to_caf(s.err());
+        if (auto k = check_generate_graph(it->second, sampling, false); !k) return to_caf(k.err());
+        std::vector<int> ks;
+        for (const auto& vid : r.verify_graphs) {
+          auto v = st.graphs.find(vid);
+          if (v == st.graphs.end()) return to_caf(errc::not_found, "verify graph " + vid + " is not compiled on this worker");
+          auto k = check_generate_graph(v->second, sampling, true);
+          if (!k) return to_caf(errc::invalid, "verify graph " + vid + ": " + k.err().message);
+          ks.push_back(*k);
+        }
         if (!st.store.find_session(r.session)) return to_caf(errc::not_found, "session " + r.session + " is not on this worker");
         worker_state::generation g;
         g.token = r.first_id;
         g.pos = r.start_pos;
+        if (!r.verify_graphs.empty()) g.spec = std::make_unique<speculator>(r.context, ks, r.always);
         const std::string id = r.gen_id;
         g.req = std::move(r);
         st.generations[id] = std::move(g);
@@ -363,23 +379,51 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         auto& g = it->second;
         const auto t0 = std::chrono::steady_clock::now();
         auto finish = [&](std::string stopped, std::string err) {
-          self->send(g.req.listener, gendone_atom::value, id, gen_done{std::move(stopped), std::move(err), g.pos});
+          gen_done d{std::move(stopped), std::move(err), g.pos};
+          if (g.spec) {
+            d.speculative = true;
+            d.verifies = g.spec->verifies;
+            d.drafted = g.spec->drafted;
+            d.accepted = g.spec->accepted;
+            d.produced = g.spec->produced;
+            d.plain = g.spec->plains;
+          }
+          self->send(g.req.listener, gendone_atom::value, id, std::move(d));
           st.generations.erase(it);
         };
-        auto e = st.graphs.find(g.req.graph_id);
-        if (e == st.graphs.end()) return finish("error", "graph " + g.req.graph_id + " was deleted during the generation");
-        const gen_call call = make_gen_call(g.req.bindings, g.token, g.pos, g.req.sampling);
+        // A verify pass when drafts look worth it, else a plain step.
+        speculator::pass pass = g.spec ? g.spec->next() : speculator::pass{};
+        const std::string& graph_id = pass.graph < 0 ? g.req.graph_id : g.req.verify_graphs[std::size_t(pass.graph)];
+        auto e = st.graphs.find(graph_id);
+        if (e == st.graphs.end()) return finish("error", "graph " + graph_id + " was deleted during the generation");
+        std::vector<std::int64_t> fed{g.token};
+        fed.insert(fed.end(), pass.drafts.begin(), pass.drafts.end());
+        const auto& bindings = pass.graph < 0 ? g.req.bindings : g.req.verify_bindings[std::size_t(pass.graph)];
+        const gen_call call = make_gen_call(bindings, fed, g.pos, g.req.sampling);
         if (auto s = run_compiled(st, e->second, call.bind_json, call.overrides, g.req.session, {}); !s)
           return finish("error", s.err().message);
-        const float next = e->second.graph->value(e->second.outputs.front())->f32()[0];
+        const tensor* out = e->second.graph->value(e->second.outputs.front());
+        std::vector<std::int64_t> outputs;
+        for (std::int64_t i = 0; i < out->numel(); ++i) outputs.push_back(std::int64_t(out->f32()[i]));
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        const std::int64_t tok = std::int64_t(next);
-        self->send(g.req.listener, gentoken_atom::value, id, gen_token{tok, g.index, g.pos, ms});
-        g.token = tok;
-        g.pos++;
-        g.index++;
-        if (std::find(g.req.stop_ids.begin(), g.req.stop_ids.end(), tok) != g.req.stop_ids.end()) return finish("stop token", "");
-        if (g.index >= g.req.max_new) return finish("max tokens", "");
+        std::vector<std::int64_t> produced;
+        if (pass.graph < 0) {
+          produced = {outputs.front()};
+          if (g.spec) g.spec->plain(ms);
+        } else {
+          produced = g.spec->verified(pass, outputs, ms);
+        }
+        std::vector<std::int64_t> emitted;
+        for (std::int64_t tok : produced) {
+          self->send(g.req.listener, gentoken_atom::value, id, gen_token{tok, g.index, g.pos, ms / double(produced.size())});
+          emitted.push_back(tok);
+          g.token = tok;
+          g.pos++;
+          g.index++;
+          if (std::find(g.req.stop_ids.begin(), g.req.stop_ids.end(), tok) != g.req.stop_ids.end()) return finish("stop token", "");
+          if (g.index >= g.req.max_new) return finish("max tokens", "");
+        }
+        if (g.spec) g.spec->extend(emitted);
         self->send(self, genstep_atom::value, id);
       },
       [=](gencancel_atom, const std::string& id) { self->state.generations.erase(id); },

@@ -8,6 +8,7 @@
 
 #include "actors/errors.hpp"
 #include "actors/generate/gen_values.hpp"
+#include "actors/generate/speculator.hpp"
 #include "actors/ids.hpp"
 
 namespace mpakt::http {
@@ -30,6 +31,7 @@ struct generation_state {
   std::int64_t pos = 0;         ///< ordinary loop: where it is fed
   bool finished = false;
   bool cancelled = false;
+  std::unique_ptr<speculator> spec;  ///< ordinary loop with speculative decoding
 };
 
 std::string fmt_double(double v) {
@@ -54,6 +56,10 @@ std::string done_json(const generation_state& st, const gen_done& d) {
                     ",\"roundTrips\":" + std::to_string(st.round_trips) + ",\"workerLoop\":" +
                     (st.plan.worker_loop ? "true" : "false") + ",\"nextPos\":" + std::to_string(d.next_pos) +
                     ",\"seed\":" + std::to_string(st.plan.seed);
+  if (d.speculative)
+    out += ",\"speculation\":{\"verifies\":" + std::to_string(d.verifies) + ",\"drafted\":" + std::to_string(d.drafted) +
+           ",\"accepted\":" + std::to_string(d.accepted) + ",\"produced\":" + std::to_string(d.produced) +
+           ",\"plain\":" + std::to_string(d.plain) + "}";
   if (!d.error.empty()) {
     const std::string e = error_json(d.error);  // {"error":"..."}: reuse its escaping
     out += "," + e.substr(1, e.size() - 2);
@@ -61,15 +67,32 @@ std::string done_json(const generation_state& st, const gen_done& d) {
   return out + "}";
 }
 
-/// The single token id in a compiled run's outputs JSON.
-result<std::int64_t> token_of(const std::string& outputs_json) {
+/// The token ids in a compiled run's outputs JSON (its single output).
+result<std::vector<std::int64_t>> tokens_of(const std::string& outputs_json) {
   rapidjson::Document d;
   d.Parse(outputs_json.c_str());
   if (d.HasParseError() || !d.IsObject() || d.MemberCount() != 1) return invalid("the graph did not return one output");
   const auto& o = d.MemberBegin()->value;
-  if (!o.IsObject() || !o.HasMember("data") || !o["data"].IsArray() || o["data"].Size() != 1 || !o["data"][0].IsNumber())
-    return invalid("the graph did not return one token id");
-  return std::int64_t(o["data"][0].GetDouble());
+  if (!o.IsObject() || !o.HasMember("data") || !o["data"].IsArray() || o["data"].Size() == 0)
+    return invalid("the graph did not return token ids");
+  std::vector<std::int64_t> out;
+  for (const auto& v : o["data"].GetArray()) {
+    if (!v.IsNumber()) return invalid("the graph returned a non-numeric token id");
+    out.push_back(std::int64_t(v.GetDouble()));
+  }
+  return out;
+}
+
+/// Adds the speculation counters to a done record.
+gen_done with_counters(gen_done d, const speculator* spec) {
+  if (!spec) return d;
+  d.speculative = true;
+  d.verifies = spec->verifies;
+  d.drafted = spec->drafted;
+  d.accepted = spec->accepted;
+  d.produced = spec->produced;
+  d.plain = spec->plains;
+  return d;
 }
 
 }  // namespace
@@ -83,6 +106,8 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
     st.started = clock_type::now();
     st.next_token = plan.first_id;
     st.pos = plan.start_pos;
+    if (!plan.worker_loop && !plan.verify_graphs.empty())
+      st.spec = std::make_unique<speculator>(plan.context, std::vector<int>(plan.verify_ks.begin(), plan.verify_ks.end()), plan.always);
 
     auto open_stream = [self] {
       auto& st = self->state;
@@ -131,6 +156,10 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
       r.stop_ids = plan.stop_ids;
       r.sampling = plan.sampling;
       r.listener = caf::actor_cast<gen_listener>(self);
+      r.verify_graphs = plan.verify_graphs;
+      r.verify_bindings = plan.verify_bindings;
+      r.context = plan.context;
+      r.always = plan.always;
       st.round_trips = 1;
       self->request(plan.worker, std::chrono::seconds(60), genstart_atom::value, std::move(r))
           .then([open_stream](bool) { open_stream(); }, fail_before_start);
@@ -148,37 +177,57 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
           if (st.plan.worker_loop) caf::anon_send(st.plan.worker, gencancel_atom::value, st.id);
           finish(gen_done{"cancelled", "", st.pos});
         },
-        // The ordinary loop: one compiled run per token, through the session's actor.
+        // The ordinary loop: one compiled run per pass (a token, or a verify pass), through
+        // the session's actor.
         [=](next_atom) {
           auto& st = self->state;
           if (st.finished) return;
           const auto t0 = clock_type::now();
-          const gen_call call = make_gen_call(st.plan.bindings, st.next_token, st.pos, st.plan.sampling);
+          const speculator::pass pass = st.spec ? st.spec->next() : speculator::pass{};
+          std::vector<std::int64_t> fed{st.next_token};
+          fed.insert(fed.end(), pass.drafts.begin(), pass.drafts.end());
+          const auto& bindings = pass.graph < 0 ? st.plan.bindings : st.plan.verify_bindings[std::size_t(pass.graph)];
+          const gen_call call = make_gen_call(bindings, fed, st.pos, st.plan.sampling);
           run_request r;
-          r.graph_id = st.plan.graph_id;
+          r.graph_id = pass.graph < 0 ? st.plan.graph_id : st.plan.verify_graphs[std::size_t(pass.graph)];
           r.bind_json = call.bind_json;
           r.overrides = call.overrides;
           r.session = st.plan.session_id;
+          const graph_actor graph = pass.graph < 0 ? st.plan.graph : st.plan.verify_actors[std::size_t(pass.graph)];
           st.round_trips++;
-          self->request(st.plan.session, std::chrono::minutes(5), run_atom::value, std::move(r), st.plan.graph)
+          self->request(st.plan.session, std::chrono::minutes(5), run_atom::value, std::move(r), graph)
               .then(
                   [=](run_reply& reply) {
                     auto& st = self->state;
                     if (st.finished) return;
-                    auto tok = token_of(reply.outputs_json);
-                    if (!tok) return finish(gen_done{"error", tok.err().message, st.pos});
+                    auto outputs = tokens_of(reply.outputs_json);
+                    if (!outputs) return finish(with_counters(gen_done{"error", outputs.err().message, st.pos}, st.spec.get()));
                     const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-                    on_token(gen_token{*tok, std::uint32_t(st.tokens.size()), st.pos, ms});
-                    st.next_token = *tok;
-                    st.pos++;
-                    const auto& stops = st.plan.stop_ids;
-                    if (std::find(stops.begin(), stops.end(), *tok) != stops.end()) return finish(gen_done{"stop token", "", st.pos});
-                    if (st.tokens.size() >= st.plan.max_new) return finish(gen_done{"max tokens", "", st.pos});
+                    std::vector<std::int64_t> produced;
+                    if (pass.graph < 0) {
+                      produced = {outputs->front()};
+                      if (st.spec) st.spec->plain(ms);
+                    } else {
+                      produced = st.spec->verified(pass, *outputs, ms);
+                    }
+                    std::vector<std::int64_t> emitted;
+                    for (std::int64_t tok : produced) {
+                      on_token(gen_token{tok, std::uint32_t(st.tokens.size()), st.pos, ms / double(produced.size())});
+                      emitted.push_back(tok);
+                      st.next_token = tok;
+                      st.pos++;
+                      const auto& stops = st.plan.stop_ids;
+                      if (std::find(stops.begin(), stops.end(), tok) != stops.end())
+                        return finish(with_counters(gen_done{"stop token", "", st.pos}, st.spec.get()));
+                      if (st.tokens.size() >= st.plan.max_new)
+                        return finish(with_counters(gen_done{"max tokens", "", st.pos}, st.spec.get()));
+                    }
+                    if (st.spec) st.spec->extend(emitted);
                     self->send(self, next_atom::value);
                   },
                   [=](caf::error& e) {
                     auto& st = self->state;
-                    finish(gen_done{"error", from_caf(e).message, st.pos});
+                    finish(with_counters(gen_done{"error", from_caf(e).message, st.pos}, st.spec.get()));
                   });
         },
     };

@@ -48,7 +48,12 @@ def prefilled_session(grid):
     """A session with KV caches, the prompt but its last token fed through the greedy graph
     (decisions.md: prefill prompt[:-1], then generate from the last prompt token)."""
     api, key = grid["api"], grid["key"]
+    # One at a time: earlier sessions are done with (a key may hold 16).
+    for old in grid.setdefault("sessions", []):
+        api.delete(f"/api/v3/sessions/{old}", key=key)
+    grid["sessions"].clear()
     sid = expect(api.post("/api/v3/sessions", {"modelId": grid["model"]}, key=key), 200)["session"]["sessionId"]
+    grid["sessions"].append(sid)
     alloc = dict(grid["alloc"], session=sid)
     expect(api.post("/api/v3/graph", {"graph": alloc}, key=key), 200)
     prompt = grid["golden"]["prompt_ids"]
@@ -182,6 +187,7 @@ def test_disconnect_mid_stream_frees_the_generation(grid, worker_loop):
     api, key = grid["api"], grid["key"]
     graph = expect(api.post("/api/v3/graphs", {"label": "slow", "graph": slow_generate_graph()}, key=key), 200)["graphId"]
     sid = expect(api.post("/api/v3/sessions", {}, key=key), 200)["session"]["sessionId"]
+    grid.setdefault("sessions", []).append(sid)
     conn = http.client.HTTPConnection("127.0.0.1", grid["server"].port, timeout=30)
     body = {"graphId": graph, "sessionId": sid, "ids": [0], "startPos": 0, "maxNewTokens": 4096,
             "workerLoop": worker_loop}
@@ -233,3 +239,77 @@ def test_generate_refuses_bad_requests(grid, server):
     _, other = server.account("generator-b")
     expect(api.post("/api/v3/generate", base, key=other), 404)
     server.assert_up()
+
+
+# --------------------------------------------------------------------------- speculative
+
+
+@pytest.fixture(scope="module")
+def verify_graphs(grid):
+    """Verify passes over k+1 = 5 and 3 positions, greedy and sampled (one sample step over
+    all rows: row r draws with counter step + r, as a one-token step at pos + r would)."""
+    api, key, model = grid["api"], grid["key"], grid["model"]
+    out = {}
+    for kind in ("argmax", "sample"):
+        for rows in (5, 3):
+            g = graph_cli("--model-id", model, "--compiled", "--tokens", str(rows), "--cache", str(CACHE_ROWS), f"--{kind}")
+            out[(kind, rows)] = expect(api.post("/api/v3/graphs", {"label": f"verify{rows}-{kind}", "graph": g}, key=key),
+                                       200)["graphId"]
+    return out
+
+
+@pytest.mark.parametrize("worker_loop", [True, False])
+@pytest.mark.parametrize("always", [True, False])
+def test_speculative_greedy_tokens_equal_plain_decoding(grid, verify_graphs, worker_loop, always):
+    golden = grid["golden"]["greedy_ids"]
+    prompt = grid["golden"]["prompt_ids"]
+    n = len(golden) - len(prompt)
+    sid, prompt = prefilled_session(grid)
+    # Context that repeats the golden continuation makes the drafts mostly right.
+    context = golden + prompt
+    spec = {"graphIds": [verify_graphs[("argmax", 5)], verify_graphs[("argmax", 3)]], "context": context,
+            "always": always}
+    r = generate(grid, sid, grid["graphs"]["greedy"], prompt[-1], len(prompt) - 1, n, workerLoop=worker_loop,
+                 speculative=spec)
+    assert prompt + r["tokens"] == golden
+    s = r["speculation"]
+    assert set(s) == {"verifies", "drafted", "accepted", "produced", "plain"}
+    assert s["accepted"] <= s["drafted"] and s["produced"] == s["accepted"] + s["verifies"]
+    assert s["produced"] + s["plain"] >= n  # every token came from a pass (the last may overshoot)
+    if always:
+        assert s["verifies"] > 0 and s["accepted"] > 0
+    assert r["nextPos"] == len(prompt) - 1 + n
+    if not worker_loop:
+        assert r["roundTrips"] == s["verifies"] + s["plain"]
+
+
+@pytest.mark.parametrize("worker_loop", [True, False])
+def test_speculative_seeded_sampling_equals_plain_sampling(grid, verify_graphs, worker_loop):
+    settings = {"temperature": 0.8, "topK": 40, "seed": 11}
+    n = 24
+    sid, prompt = prefilled_session(grid)
+    plain = generate(grid, sid, grid["graphs"]["sampled"], prompt[-1], len(prompt) - 1, n, **settings)["tokens"]
+    sid, prompt = prefilled_session(grid)
+    spec = {"graphIds": [verify_graphs[("sample", 5)], verify_graphs[("sample", 3)]],
+            "context": prompt + plain + prompt, "always": True}
+    r = generate(grid, sid, grid["graphs"]["sampled"], prompt[-1], len(prompt) - 1, n, workerLoop=worker_loop,
+                 speculative=spec, **settings)
+    assert r["tokens"] == plain
+    assert r["speculation"]["verifies"] > 0
+
+
+def test_speculative_requests_are_checked(grid, verify_graphs):
+    api, key = grid["api"], grid["key"]
+    sid, prompt = prefilled_session(grid)
+    base = {"graphId": grid["graphs"]["greedy"], "sessionId": sid, "ids": [prompt[-1]], "startPos": len(prompt) - 1,
+            "maxNewTokens": 4, "stream": False}
+    v5 = verify_graphs[("argmax", 5)]
+    expect(api.post("/api/v3/generate", {**base, "speculative": {"graphIds": [v5] * 17}}, key=key), 400, "16")
+    expect(api.post("/api/v3/generate", {**base, "speculative": {"graphIds": []}}, key=key), 400, "graphIds")
+    expect(api.post("/api/v3/generate", {**base, "speculative": {"graphIds": ["gt_nope"]}}, key=key), 404, "gt_nope")
+    expect(api.post("/api/v3/generate", {**base, "speculative": {"graphIds": [v5], "always": 1}}, key=key), 400, "always")
+    expect(api.post("/api/v3/generate", {**base, "speculative": {"graphIds": [v5], "bogus": 1}}, key=key), 400, "bogus")
+    # a one-position graph cannot verify drafts
+    expect(api.post("/api/v3/generate", {**base, "speculative": {"graphIds": [grid["graphs"]["greedy"]]}}, key=key),
+           400, "verify graph", "two or more")
+    grid["server"].assert_up()

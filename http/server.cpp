@@ -1,0 +1,262 @@
+// The server: the listener half of Beast's listener → session pair, the I/O threads, and the
+// helpers of server.hpp (error_json, the streaming responder methods).
+
+#include "http/server.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "http/session.hpp"
+
+namespace mpakt::http {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+using tcp = net::ip::tcp;
+
+// ---- small helpers of server.hpp ----
+
+const std::string* request::header(std::string_view lower_name) const {
+  for (const auto& [name, value] : headers)
+    if (name == lower_name) return &value;
+  return nullptr;
+}
+
+namespace {
+
+/// Length of the valid UTF-8 sequence at s[i], or 0.
+std::size_t utf8_length(std::string_view s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+  return n;
+}
+
+}  // namespace
+
+std::string error_json(std::string_view message) {
+  std::string out = "{\"error\": \"";
+  for (std::size_t i = 0; i < message.size();) {
+    const char c = message[i];
+    switch (c) {
+      case '"': out += "\\\""; ++i; continue;
+      case '\\': out += "\\\\"; ++i; continue;
+      case '\n': out += "\\n"; ++i; continue;
+      case '\r': out += "\\r"; ++i; continue;
+      case '\t': out += "\\t"; ++i; continue;
+      default: break;
+    }
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(static_cast<unsigned char>(c)));
+      out += buf;
+      ++i;
+      continue;
+    }
+    // Messages quote user input (paths, names): bytes that are not UTF-8 would make the
+    // whole document invalid JSON, so they become U+FFFD.
+    const std::size_t n = utf8_length(message, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(message.substr(i, n));
+      i += n;
+    }
+  }
+  out += "\"}";
+  return out;
+}
+
+void responder::respond_stream(response head, std::optional<std::uint64_t> content_length, body_source source) {
+  // Buffering fallback for responders that are not the server's (fakes in tests).
+  std::string body;
+  std::vector<char> buf(std::size_t(1) << 20);
+  for (;;) {
+    std::size_t want = buf.size();
+    if (content_length) want = std::min<std::uint64_t>(want, *content_length - body.size());
+    if (want == 0) break;
+    auto got = source(buf.data(), want);
+    if (!got) {
+      response r;
+      r.status = 500;
+      r.body = error_json(got.err().message);
+      respond(std::move(r));
+      return;
+    }
+    if (*got == 0) break;
+    body.append(buf.data(), std::min(*got, want));
+  }
+  head.body = std::move(body);
+  respond(std::move(head));
+}
+
+namespace {
+
+/// An open file descriptor, closed with the last body_source copy that reads it.
+struct file_handle {
+  int fd = -1;
+  explicit file_handle(int f) : fd(f) {}
+  ~file_handle() {
+    if (fd >= 0) ::close(fd);
+  }
+  file_handle(const file_handle&) = delete;
+  file_handle& operator=(const file_handle&) = delete;
+};
+
+}  // namespace
+
+status responder::respond_file(const std::string& path, std::uint64_t offset, std::optional<std::uint64_t> length,
+                               response head) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return make_error(errc::not_found, "cannot open " + path + ": " + std::strerror(errno));
+  auto file = std::make_shared<file_handle>(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return make_error(errc::not_found, path + " is not a regular file");
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (offset > size || (length && *length > size - offset))
+    return make_error(errc::invalid, "bytes " + std::to_string(offset) + "+" + std::to_string(length.value_or(0)) +
+                                         " are past the end of " + path + " (" + std::to_string(size) + " bytes)");
+  const std::uint64_t len = length.value_or(size - offset);
+  std::uint64_t pos = offset;
+  const std::uint64_t end = offset + len;
+  respond_stream(std::move(head), len, [file, pos, end, path](char* buf, std::size_t cap) mutable -> result<std::size_t> {
+    const std::size_t want = std::min<std::uint64_t>(cap, end - pos);
+    if (want == 0) return std::size_t(0);
+    for (;;) {
+      const ssize_t n = ::pread(file->fd, buf, want, static_cast<off_t>(pos));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return make_error(errc::internal, "reading " + path + ": " + std::strerror(errno));
+      if (n == 0) return make_error(errc::internal, path + " shrank while it was being sent");
+      pos += static_cast<std::uint64_t>(n);
+      return static_cast<std::size_t>(n);
+    }
+  });
+  return ok_status();
+}
+
+// ---- the server ----
+
+namespace {
+
+constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
+
+/// Accepts connections and starts a session for each, on its own strand.
+net::awaitable<void> listen(net::io_context& ioc, tcp::acceptor acceptor, server_config cfg,
+                            std::shared_ptr<const handler> h, std::shared_ptr<detail::gate> g) {
+  net::steady_timer backoff(ioc);
+  for (;;) {
+    auto [ec, socket] = co_await acceptor.async_accept(net::make_strand(ioc), use_tuple);
+    if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
+    if (ec) {
+      // Out of descriptors and the like: accepting again at once would spin.
+      backoff.expires_after(std::chrono::milliseconds(50));
+      co_await backoff.async_wait(use_tuple);
+      continue;
+    }
+    // Without TCP_NODELAY small writes (SSE events) wait ~40 ms for Nagle's algorithm.
+    beast::error_code opt_ec;
+    socket.set_option(tcp::no_delay(true), opt_ec);
+    auto s = std::make_shared<detail::session>(std::move(socket), cfg, h, g);
+    auto ex = s->executor();
+    net::co_spawn(ex, detail::session::run(std::move(s)), [](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        std::fprintf(stderr, "mpakt http: connection failed: %s\n", x.what());
+      } catch (...) {
+      }
+    });
+  }
+}
+
+/// Owns the io_context and its threads. The io_context is destroyed in stop(), after the
+/// threads are joined and the gate is closed, which also destroys every session.
+class server_impl final : public server {
+ public:
+  ~server_impl() override { stop(); }
+  std::uint16_t port() const override { return port_; }
+
+  void stop() override {
+    std::lock_guard<std::mutex> lock(stop_m_);
+    if (!ioc_) return;
+    {
+      std::lock_guard<std::mutex> g(gate_->m);
+      gate_->ioc = nullptr;  // from now on responders and streams post nothing
+    }
+    ioc_->stop();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    threads_.clear();
+    ioc_.reset();  // closes the acceptor and all connections
+  }
+
+  std::unique_ptr<net::io_context> ioc_;
+  std::shared_ptr<detail::gate> gate_ = std::make_shared<detail::gate>();
+  std::vector<std::thread> threads_;
+  std::uint16_t port_ = 0;
+  std::mutex stop_m_;
+};
+
+}  // namespace
+
+result<std::unique_ptr<server>> server::start(server_config cfg, handler h) {
+  auto s = std::make_unique<server_impl>();
+  const int threads = std::max(1, cfg.threads);
+  s->ioc_ = std::make_unique<net::io_context>(threads);
+  const std::string where = cfg.address + ":" + std::to_string(cfg.port);
+
+  beast::error_code ec;
+  tcp::resolver resolver(*s->ioc_);
+  auto endpoints = resolver.resolve(cfg.address, std::to_string(cfg.port),
+                                    tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || endpoints.empty())
+    return make_error(errc::unavailable, "cannot listen on " + where + ": " + (ec ? ec.message() : "no such address"));
+  const tcp::endpoint ep = endpoints.begin()->endpoint();
+
+  tcp::acceptor acceptor(*s->ioc_);
+  acceptor.open(ep.protocol(), ec);
+  // SO_REUSEADDR: a restarted server can bind while old connections sit in TIME_WAIT.
+  if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return make_error(errc::unavailable, "cannot listen on " + where + ": " + ec.message());
+  s->port_ = acceptor.local_endpoint(ec).port();
+
+  s->gate_->ioc = s->ioc_.get();
+  auto shared_handler = std::make_shared<const handler>(std::move(h));
+  net::co_spawn(*s->ioc_, listen(*s->ioc_, std::move(acceptor), cfg, shared_handler, s->gate_), net::detached);
+  for (int i = 0; i < threads; ++i)
+    s->threads_.emplace_back([ioc = s->ioc_.get()] {
+      // A throwing callback must not take the I/O thread down with it.
+      for (;;) {
+        try {
+          ioc->run();
+          return;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "mpakt http: I/O thread caught: %s\n", e.what());
+        }
+      }
+    });
+  return std::unique_ptr<server>(std::move(s));
+}
+
+}  // namespace mpakt::http

@@ -1,0 +1,164 @@
+#pragma once
+/// Internal to http/: one accepted connection of the server (see server.hpp for the public
+/// side), and the responder / SSE stream objects handlers get for it.
+///
+/// Ownership and threads: a `session` is owned by its coroutine (and by handlers posted to
+/// its strand), so it lives inside the io_context and dies with it at the latest. Handlers'
+/// objects (`responder_impl`, `sse_impl`) may live on any thread for any time; they reach the
+/// session only through a `session_link`, which posts to the session's strand while both the
+/// session and the server are alive and does nothing afterwards. Nothing outside the strand
+/// touches the socket.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+
+#include "http/server.hpp"
+
+namespace mpakt::http::detail {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+using tcp = net::ip::tcp;
+
+/// The server's io_context as seen from foreign threads. server::stop() clears `ioc` (under
+/// `m`) before it destroys the io_context, so a post either lands while it is alive or not
+/// at all.
+struct gate {
+  std::mutex m;
+  net::io_context* ioc = nullptr;
+};
+
+class session;
+
+/// How objects held by handlers reach their session from any thread.
+class session_link {
+ public:
+  session_link(std::shared_ptr<gate> g, std::weak_ptr<session> s) : gate_(std::move(g)), session_(std::move(s)) {}
+  /// Runs f(session&) on the session's strand. False when the session or the server is gone.
+  bool post(std::function<void(session&)> f) const;
+
+ private:
+  std::shared_ptr<gate> gate_;
+  std::weak_ptr<session> session_;
+};
+
+/// The handler's side of an SSE stream. Sending posts the formatted event to the session;
+/// the disconnect state lives here so on_disconnect works even after the session is gone.
+class sse_impl final : public sse_stream, public std::enable_shared_from_this<sse_impl> {
+ public:
+  explicit sse_impl(session_link link) : link_(std::move(link)) {}
+  bool send(std::string_view event, std::string_view data) override;
+  void close() override;
+  bool closed() const override { return closed_.load(); }
+  void on_disconnect(std::function<void()> f) override;
+
+  /// Session side: the client went away (or the server stopped) before close(). Fires the
+  /// on_disconnect callback; does nothing the second time or after close().
+  void mark_disconnected();
+
+ private:
+  session_link link_;
+  std::atomic<bool> closed_{false};
+  std::mutex m_;  // guards the fields below
+  bool user_closed_ = false;
+  bool disconnected_ = false;
+  std::function<void()> on_disconnect_;  // taken (so called once) when the disconnect happens
+};
+
+/// "event: <event>\ndata: <line>\n...\n" — one data line per line of `data`, as SSE wants.
+std::string format_sse_event(std::string_view event, std::string_view data);
+
+/// What the handler answered: a whole body, an SSE stream or a pulled body.
+struct answer {
+  enum class kind { whole, sse, stream };
+  kind k = kind::whole;
+  response head;                                ///< the whole response, or status and headers
+  std::optional<std::uint64_t> content_length;  ///< stream: known length, else chunked
+  body_source source;                           ///< stream
+  std::shared_ptr<sse_impl> sse;                ///< sse
+};
+
+/// The server's responder: answers once, by posting the answer to the session.
+class responder_impl final : public responder {
+ public:
+  explicit responder_impl(session_link link) : link_(std::move(link)) {}
+  ~responder_impl() override;  // answers 500 when nothing else did
+  void respond(response r) override;
+  std::shared_ptr<sse_stream> start_sse(int status) override;
+  void respond_stream(response head, std::optional<std::uint64_t> content_length, body_source source) override;
+
+ private:
+  bool claim() { return !answered_.exchange(true); }
+  void deliver(answer a);
+
+  session_link link_;
+  std::atomic<bool> answered_{false};
+};
+
+/// One connection: reads requests (keep-alive), calls the handler, writes its answer.
+/// Every member is touched only on the connection's strand.
+class session : public std::enable_shared_from_this<session> {
+ public:
+  session(tcp::socket socket, const server_config& cfg, std::shared_ptr<const handler> h, std::shared_ptr<gate> g);
+  ~session();
+
+  /// The connection's life, spawned on its strand by the listener.
+  static net::awaitable<void> run(std::shared_ptr<session> self);
+  net::any_io_executor executor() { return stream_.get_executor(); }
+
+  // Called on the strand, through session_link::post.
+  void on_answer(answer a);
+  void on_sse_data(const std::shared_ptr<sse_impl>& s, std::string text);
+  void on_sse_close(const std::shared_ptr<sse_impl>& s);
+
+ private:
+  net::awaitable<void> serve();
+  /// Writes the answer; false when the connection must close afterwards.
+  net::awaitable<bool> write_whole(response& r, bool head_only, bool keep_alive);
+  net::awaitable<bool> write_stream(answer& a, bool head_only, bool keep_alive);
+  net::awaitable<bool> write_sse(answer& a, bool head_only, bool keep_alive);
+  /// Answers with a JSON error and closes (the request could not be read to its end).
+  net::awaitable<void> refuse(int status, const std::string& message);
+  net::awaitable<void> lingering_close();
+
+  /// Suspends until notify(); callers loop on their condition around it.
+  net::awaitable<void> wait();
+  void notify();
+  /// While an SSE stream is open: a read that fails means the client left.
+  void start_watch();
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  net::steady_timer signal_;  // never expires: cancel() is the wake-up
+  const server_config cfg_;
+  std::shared_ptr<const handler> handler_;
+  std::shared_ptr<gate> gate_;
+  std::string remote_;
+
+  std::optional<answer> answer_;  // set by on_answer, consumed by serve()
+  bool finished_ = false;         // serve() has returned; late answers are dropped
+
+  // SSE state, for the stream being written.
+  std::shared_ptr<sse_impl> sse_;
+  std::string sse_pending_;  // formatted events not yet written
+  bool sse_close_ = false;   // the handler called close()
+  bool peer_gone_ = false;   // the watch read failed, or the backlog overflowed
+  bool watching_ = false;    // a watch read is outstanding
+  bool sse_ending_ = false;  // the watch read is being cancelled on purpose
+  std::string pipelined_;    // bytes the watch read got: the start of the next request
+  char watch_buf_[4096];
+};
+
+}  // namespace mpakt::http::detail

@@ -1,0 +1,149 @@
+"""Fixtures for the end-to-end suite: a model host serving stories260K in the Hugging Face hub
+layout, and `mpakt serve` coordinators (accounts need approval: no --dev) pointed at it.
+
+Every process is real and listens on loopback; all are stopped at the end of the session.
+Set MPAKT_BINARY to test a binary other than build/mpakt.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+
+import pytest
+
+from e2e_util import (STORIES_DIR, Process, Server, binary, read_safetensors_index, start_with_free_port, stop_all,
+                      write_safetensors)
+
+_processes = []
+
+
+@pytest.fixture(scope="session")
+def mpakt_binary():
+    b = binary()
+    if not b.is_file():
+        pytest.fail(f"no mpakt binary at {b}; build it (ninja -C build mpakt) or set MPAKT_BINARY", pytrace=False)
+    return b
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_processes_at_exit():
+    yield
+    stop_all(_processes)
+
+
+def _split_shards(src, dst_dir):
+    """Writes stories260K as an index plus two shards with unconventional names."""
+    header, data, _ = read_safetensors_index(src)
+    names = sorted(header)
+    halves = {"part-a.safetensors": names[: len(names) // 2], "part-b.safetensors": names[len(names) // 2 :]}
+    weight_map = {}
+    for shard, members in halves.items():
+        tensors = {}
+        for n in members:
+            e = header[n]
+            a, b = e["data_offsets"]
+            tensors[n] = (e["dtype"], e["shape"], data[a:b])
+            weight_map[n] = shard
+        write_safetensors(dst_dir / shard, tensors)
+    total = len(data)
+    (dst_dir / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+
+
+@pytest.fixture(scope="session")
+def hub_dir(tmp_path_factory):
+    """A folder in hub layout: local/stories260K (as published), local/sharded (the same
+    tensors as an index and two shards), local/int8, local/fp8 and local/gptq (quantised
+    checkpoints the loader must refuse)."""
+    root = tmp_path_factory.mktemp("hub")
+    model = root / "local" / "stories260K"
+    model.mkdir(parents=True)
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        if (STORIES_DIR / f).exists():
+            shutil.copy(STORIES_DIR / f, model / f)
+    sharded = root / "local" / "sharded"
+    sharded.mkdir()
+    _split_shards(STORIES_DIR / "model.safetensors", sharded)
+
+    f32 = struct.pack("<4f", 1, 2, 3, 4)
+    for name, tensors in {
+        "int8": {"layer.weight": ("I8", [4, 4], bytes(16)), "norm.weight": ("F32", [4], f32)},
+        "fp8": {"layer.weight": ("F8_E4M3", [4, 4], bytes(16)), "norm.weight": ("F32", [4], f32)},
+        "gptq": {"layer.qweight": ("I32", [2, 4], bytes(32)), "layer.scales": ("F16", [1, 4], bytes(8)),
+                 "norm.weight": ("F32", [4], f32)},
+    }.items():
+        d = root / "local" / name
+        d.mkdir()
+        write_safetensors(d / "model.safetensors", tensors)
+    return root
+
+
+def _start_host(hub_dir, tmp_path_factory, no_range=False):
+    logs = tmp_path_factory.mktemp("host-logs")
+    extra = ["--no-range"] if no_range else []
+
+    def make(port):
+        return Process("mpakt host" + (" --no-range" if no_range else ""),
+                       [binary(), "host", hub_dir, "--port", port, *extra], logs / f"host-{port}.log")
+
+    proc, port = start_with_free_port(make, r"mpakt host: serving .* at (http://\S+)")
+    _processes.append(proc)
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="session")
+def host_url(mpakt_binary, hub_dir, tmp_path_factory):
+    """Base URL of `mpakt host` serving hub_dir with Range support."""
+    return _start_host(hub_dir, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def no_range_host_url(mpakt_binary, hub_dir, tmp_path_factory):
+    """Base URL of `mpakt host --no-range` serving the same folder."""
+    return _start_host(hub_dir, tmp_path_factory, no_range=True)
+
+
+@pytest.fixture(scope="session")
+def start_server(mpakt_binary, host_url, tmp_path_factory):
+    """Starts an extra `mpakt serve` with the given flags (and --hf-endpoint at the host unless
+    one is given); it runs until the end of the session."""
+
+    def start(*flags, hf_endpoint=None):
+        data = tmp_path_factory.mktemp("serve-data")
+        argv_flags = list(flags) + ["--hf-endpoint", hf_endpoint or host_url]
+
+        def make(port):
+            return Process("mpakt serve " + " ".join(flags), [binary(), "serve", "--port", port, "--data-dir", data,
+                                                               *argv_flags], data / f"serve-{port}.log")
+
+        proc, port = start_with_free_port(make, r"mpakt serve: listening on http://")
+        _processes.append(proc)
+        return Server(proc, port, data, flags)
+
+    return start
+
+
+@pytest.fixture(scope="session")
+def server(start_server):
+    """The main coordinator: default settings, sign-ups need an operator's approval."""
+    return start_server()
+
+
+@pytest.fixture(scope="session")
+def stories_config():
+    return json.loads((STORIES_DIR / "config.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def stories_golden():
+    """{"prompt_ids": [...], "greedy_ids": [...]} — greedy_ids starts with the prompt."""
+    return json.loads((STORIES_DIR / "goldens" / "stories260K_once_upon.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def stories_index():
+    """The stories260K checkpoint's header (name -> dtype, shape, data_offsets) and data size."""
+    header, data, raw = read_safetensors_index(STORIES_DIR / "model.safetensors")
+    return {"header": header, "data_bytes": len(data), "file_bytes": len(raw)}

@@ -1,0 +1,310 @@
+// End to end: the real `mpakt host` binary as a child process, driven over real sockets.
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "http/client.hpp"
+#include "test/http/raw_connection.hpp"
+
+extern char** environ;
+
+namespace mpakt::http {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+namespace bhttp = boost::beast::http;
+
+/// `mpakt host ARGS...` with its stdout on a pipe; started when the "serving" line appears.
+class host_process {
+ public:
+  explicit host_process(const std::vector<std::string>& args) {
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    std::vector<std::string> argv_s{MPAKT_BINARY, "host"};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, MPAKT_BINARY, &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(fds[1]);
+    out_ = fds[0];
+    if (pid_ > 0) wait_for_serving();
+  }
+  ~host_process() {
+    stop(SIGKILL);
+    if (out_ >= 0) ::close(out_);
+  }
+
+  std::uint16_t port() const { return port_; }
+  const std::string& first_line() const { return line_; }
+
+  /// Sends `sig` and returns the exit status (as waitpid gives it), -1 if not running.
+  int stop(int sig = SIGTERM) {
+    if (pid_ <= 0) return -1;
+    ::kill(pid_, sig);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  void wait_for_serving() {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    std::string got;
+    while (got.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_, POLLIN, 0};
+      if (::poll(&p, 1, 200) <= 0) continue;
+      char buf[256];
+      const ssize_t n = ::read(out_, buf, sizeof buf);
+      if (n <= 0) break;  // exited
+      got.append(buf, std::size_t(n));
+    }
+    line_ = got.substr(0, got.find('\n'));
+    const auto colon = line_.rfind(':');
+    if (line_.find("serving") != std::string::npos && colon != std::string::npos)
+      port_ = std::uint16_t(std::stoi(line_.substr(colon + 1)));
+  }
+
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::uint16_t port_ = 0;
+  std::string line_;
+};
+
+void write_file(const fs::path& p, const std::string& content) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << content;
+}
+
+/// A checkpoint folder in the hub's layout, with traps.
+struct host_folder {
+  static inline int count = 0;
+  const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(count++);
+  fs::path root = fs::path(testing::TempDir()) / ("mpakt_host_" + tag);
+  fs::path outside = fs::path(testing::TempDir()) / ("mpakt_host_secret_" + tag + ".txt");
+  std::string weights;
+
+  host_folder() {
+    fs::remove_all(root);
+    weights.resize((std::size_t(3) << 20) + 123);  // more than one 1 MiB streaming chunk
+    for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = char((i * 31 + i / 7) % 256);
+    write_file(root / "org/model/model.safetensors", weights);
+    write_file(root / "org/model/sub/dir/file.txt", "nested");
+    write_file(root / "org/model/revisions/v1/model.safetensors", "revision one");
+    write_file(root / "other/thing/x.bin", "x");
+    write_file(outside, "the-outside-content");
+    fs::create_symlink(outside, root / "org/model/link.txt");                        // points out of DIR
+    fs::create_symlink(root / "org/model/sub/dir/file.txt", root / "org/model/in.txt");  // stays inside
+  }
+  ~host_folder() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+    fs::remove(outside, ec);
+  }
+};
+
+class host_test : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    folder_ = new host_folder;
+    proc_ = new host_process({folder_->root.string(), "--port", "0"});
+  }
+  static void TearDownTestSuite() {
+    delete proc_;
+    delete folder_;
+  }
+  void SetUp() override {
+    ASSERT_NE(proc_->port(), 0) << "mpakt host did not start; its first line: \"" << proc_->first_line()
+                                << "\" (a failing registry check in main() stops every subcommand)";
+  }
+
+  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(proc_->port()) + path; }
+  const std::string& weights() const { return folder_->weights; }
+
+  /// The raw answer to GET/HEAD `target` with optional extra header lines.
+  bhttp::response<bhttp::string_body> raw(const std::string& method, const std::string& target,
+                                          const std::string& extra = "") {
+    test::raw_connection c(proc_->port());
+    EXPECT_TRUE(c.connected());
+    EXPECT_FALSE(c.send(method + " " + target + " HTTP/1.1\r\nHost: t\r\n" + extra + "\r\n"));
+    bhttp::response<bhttp::string_body> r;
+    EXPECT_FALSE(c.read_response(r, method == "HEAD"));
+    return r;
+  }
+
+  static host_folder* folder_;
+  static host_process* proc_;
+};
+
+host_folder* host_test::folder_ = nullptr;
+host_process* host_test::proc_ = nullptr;
+
+const std::string model = "/org/model/resolve/main/model.safetensors";
+
+TEST_F(host_test, prints_where_it_serves) {
+  EXPECT_EQ(proc_->first_line().rfind("mpakt host: serving " + folder_->root.string() + " at http://127.0.0.1:", 0), 0u)
+      << proc_->first_line();
+}
+
+TEST_F(host_test, whole_file_is_200_with_length_and_accept_ranges) {
+  client c;
+  auto r = c.get(url(model));
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body.size(), weights().size());
+  EXPECT_TRUE(r->body == weights());
+  EXPECT_EQ(*r->header("content-length"), std::to_string(weights().size()));
+  EXPECT_EQ(*r->header("accept-ranges"), "bytes");
+}
+
+TEST_F(host_test, streamed_download_matches) {
+  client c;
+  std::string got;
+  auto r = c.get_stream(url(model), std::nullopt, std::size_t(1) << 20, [&](std::string_view chunk) {
+    got.append(chunk);
+    return true;
+  });
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_TRUE(got == weights());
+}
+
+TEST_F(host_test, ranges_are_206_with_the_exact_bytes) {
+  client c;
+  // Across the boundary of the host's 1 MiB streaming chunks.
+  auto r = c.get(url(model), byte_range{1'048'000, 1'049'999});
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_EQ(r->status, 206);
+  EXPECT_EQ(*r->header("content-range"), "bytes 1048000-1049999/" + std::to_string(weights().size()));
+  EXPECT_TRUE(r->body == weights().substr(1'048'000, 2000));
+
+  const std::string size = std::to_string(weights().size());
+  auto tail = raw("GET", model, "Range: bytes=3145728-\r\n");
+  EXPECT_EQ(tail.result_int(), 206u);
+  EXPECT_EQ(tail[bhttp::field::content_range], "bytes 3145728-" + std::to_string(weights().size() - 1) + "/" + size);
+  EXPECT_TRUE(tail.body() == weights().substr(3145728));
+
+  auto suffix = raw("GET", model, "Range: bytes=-100\r\n");
+  EXPECT_EQ(suffix.result_int(), 206u);
+  EXPECT_TRUE(suffix.body() == weights().substr(weights().size() - 100));
+}
+
+TEST_F(host_test, unsatisfiable_range_is_416) {
+  auto r = raw("GET", model, "Range: bytes=" + std::to_string(weights().size()) + "-\r\n");
+  EXPECT_EQ(r.result_int(), 416u);
+  EXPECT_EQ(r[bhttp::field::content_range], "bytes */" + std::to_string(weights().size()));
+}
+
+TEST_F(host_test, head_gives_headers_only) {
+  client c;
+  auto h = c.head(url(model));
+  ASSERT_TRUE(h.ok()) << h.err().message;
+  EXPECT_EQ(h->status, 200);
+  EXPECT_EQ(*h->header("content-length"), std::to_string(weights().size()));
+  EXPECT_EQ(*h->header("accept-ranges"), "bytes");
+  EXPECT_NE(h->header("etag"), nullptr);
+  EXPECT_TRUE(h->body.empty());
+}
+
+TEST_F(host_test, revisions_nested_paths_and_listing) {
+  client c;
+  auto rev = c.get(url("/org/model/resolve/v1/model.safetensors"));
+  ASSERT_TRUE(rev.ok());
+  EXPECT_EQ(rev->status, 200);
+  EXPECT_EQ(rev->body, "revision one");
+  auto nested = c.get(url("/org/model/resolve/main/sub/dir/file.txt"));
+  ASSERT_TRUE(nested.ok());
+  EXPECT_EQ(nested->body, "nested");
+  auto inside_link = c.get(url("/org/model/resolve/main/in.txt"));
+  ASSERT_TRUE(inside_link.ok());
+  EXPECT_EQ(inside_link->body, "nested");
+  auto list = c.get(url("/"));
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->body, "org/model\nother/thing\n");
+}
+
+TEST_F(host_test, missing_things_are_404) {
+  client c;
+  for (const char* p : {"/org/model/resolve/main/nope.bin", "/org/model/resolve/v2/model.safetensors",
+                        "/nobody/model/resolve/main/model.safetensors", "/org/model/blob/main/model.safetensors",
+                        "/org/model/resolve/main/sub"}) {
+    auto r = c.get(url(p));
+    ASSERT_TRUE(r.ok()) << p;
+    EXPECT_EQ(r->status, 404) << p;
+  }
+  auto post = raw("POST", model, "Content-Length: 0\r\n");
+  EXPECT_EQ(post.result_int(), 405u);
+}
+
+TEST_F(host_test, nothing_outside_the_folder_is_served) {
+  const std::string name = folder_->outside.filename().string();
+  const std::vector<std::string> attempts = {
+      "/org/model/resolve/main/../../../" + name,
+      "/org/model/resolve/main/%2e%2e/%2e%2e/%2e%2e/" + name,
+      "/org/model/resolve/main/..%2f..%2f..%2f" + name,
+      "/org/model/resolve/main//etc/passwd",
+      "/org/model/resolve/main/link.txt",
+      "/../../" + name,
+      "/org/model/resolve/%2e%2e/model.safetensors",
+  };
+  for (const auto& target : attempts) {
+    auto r = raw("GET", target);
+    EXPECT_TRUE(r.result_int() == 400u || r.result_int() == 404u) << target << " -> " << r.result_int();
+    EXPECT_EQ(r.body().find("the-outside-content"), std::string::npos) << target;
+  }
+}
+
+TEST(host_no_range, ignores_range_and_exits_cleanly_on_sigint) {
+  host_folder folder;
+  host_process proc({folder.root.string(), "--port", "0", "--no-range"});
+  ASSERT_NE(proc.port(), 0) << proc.first_line();
+  const std::string u = "http://127.0.0.1:" + std::to_string(proc.port()) + model;
+  client c;
+  auto r = c.get(u, byte_range{0, 99});
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body.size(), folder.weights.size());
+  EXPECT_EQ(r->header("accept-ranges"), nullptr);
+  // The loader's path: a streamed range request to such a host hands nothing to the sink.
+  int calls = 0;
+  auto s = c.get_stream(u, byte_range{0, 99}, 4096, [&](std::string_view) { return ++calls, true; });
+  ASSERT_TRUE(s.ok()) << s.err().message;
+  EXPECT_EQ(s->status, 200);
+  EXPECT_EQ(calls, 0);
+  const int status = proc.stop(SIGINT);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST(host_cli, exits_cleanly_on_sigterm_and_refuses_bad_arguments) {
+  host_folder folder;
+  host_process proc({folder.root.string(), "--port", "0"});
+  ASSERT_NE(proc.port(), 0) << proc.first_line();
+  const int status = proc.stop(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+
+  host_process missing({(folder.root / "nope").string(), "--port", "0"});
+  EXPECT_EQ(missing.port(), 0);
+  const int st = missing.stop(SIGTERM);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 1) << st;
+}
+
+}  // namespace
+}  // namespace mpakt::http
