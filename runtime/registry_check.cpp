@@ -6,9 +6,10 @@
 
 namespace mpakt {
 
-std::vector<std::string> check_registry() {
+std::vector<std::string> check_registry() { return check_registry(schema::instance()); }
+
+std::vector<std::string> check_registry(const schema& sc) {
   std::vector<std::string> problems;
-  const auto& sc = schema::instance();
   if (sc.ops().empty()) problems.push_back("the embedded ops schema did not parse");
   for (const auto& op : sc.ops()) {
     const op_def* def = find_op_def(op.name);

@@ -10,5 +10,8 @@ namespace mpakt {
 /// reference kernels (backends/cpu/ref/), one message per problem; empty when consistent.
 /// `mpakt` refuses to start unless it is empty.
 std::vector<std::string> check_registry();
+class schema;
+/// The same check against any schema (tests feed it broken ones).
+std::vector<std::string> check_registry(const schema& sc);
 
 }  // namespace mpakt
