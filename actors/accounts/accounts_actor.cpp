@@ -4,25 +4,13 @@
 #include <rapidjson/writer.h>
 
 #include "actors/errors.hpp"
+#include "actors/json_text.hpp"
 
 namespace mpakt {
 
 namespace {
 
-using writer = rapidjson::Writer<rapidjson::StringBuffer>;
-
-template <class F>
-std::string json(F&& f) {
-  rapidjson::StringBuffer buf;
-  writer w(buf);
-  f(w);
-  return std::string(buf.GetString(), buf.GetSize());
-}
-
-void kv(writer& w, const char* k, const std::string& v) {
-  w.Key(k);
-  w.String(v.c_str(), rapidjson::SizeType(v.size()));
-}
+using writer = json_writer;
 
 void write_key(writer& w, const accounts::key_info& k) {
   w.StartObject();

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "actors/errors.hpp"
+#include "actors/json_text.hpp"
 #include "actors/ids.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/schema.hpp"
@@ -19,7 +20,7 @@ namespace mpakt {
 
 namespace {
 
-using writer = rapidjson::Writer<rapidjson::StringBuffer>;
+using writer = json_writer;
 
 std::string now_iso() {
   std::time_t t = std::time(nullptr);
@@ -28,22 +29,6 @@ std::string now_iso() {
   return buf;
 }
 
-/// Builds a JSON text with a writer callback.
-template <class F>
-std::string json(F&& f) {
-  rapidjson::StringBuffer buf;
-  writer w(buf);
-  f(w);
-  return std::string(buf.GetString(), buf.GetSize());
-}
-
-void str(writer& w, const std::string& s) { w.String(s.c_str(), rapidjson::SizeType(s.size())); }
-void key(writer& w, const char* k) { w.Key(k); }
-void strings(writer& w, const std::vector<std::string>& v) {
-  w.StartArray();
-  for (const auto& s : v) str(w, s);
-  w.EndArray();
-}
 
 result<rapidjson::Document> parse_body(const std::string& body, bool allow_empty = false) {
   rapidjson::Document d;
