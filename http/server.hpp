@@ -51,14 +51,19 @@ struct response {
 class sse_stream {
  public:
   virtual ~sse_stream() = default;
-  /// Queues "event: <event>\ndata: <data>\n\n". False once the client has gone.
+  /// Queues "event: <event>\ndata: <data>\n\n" (no event line when `event` is empty; a
+  /// multi-line `data` gets one "data:" line per line). Never blocks. False once the client
+  /// has gone; a client that lets more than server_config::sse_backlog_limit pile up counts
+  /// as gone.
   virtual bool send(std::string_view event, std::string_view data) = 0;
   /// Ends the stream with the final chunk.
   virtual void close() = 0;
   /// True once the client disconnected (or close() was called).
   virtual bool closed() const = 0;
   /// Called once, on an I/O thread, if the client disconnects before close(). Set it right
-  /// after start_sse(); a disconnect that already happened calls it immediately.
+  /// after start_sse(); a disconnect that already happened calls it immediately (on the
+  /// caller's thread). server::stop() counts as a disconnect and calls it on stop()'s thread.
+  /// Keep it short and non-blocking: post to an actor, nothing more.
   virtual void on_disconnect(std::function<void()> f) = 0;
 };
 
