@@ -468,6 +468,12 @@ class Session:
         server does not offer generation yet.
         """
         body = {"graphId": _id_of(compiled), "sessionId": self.id, "ids": [int(i) for i in _flatten(ids)]}
+        if speculative is not None:
+            # Verify graphs may be given as CompiledGraph objects or ids.
+            speculative = dict(speculative)
+            if "graph_ids" in speculative:
+                speculative["graphIds"] = speculative.pop("graph_ids")
+            speculative["graphIds"] = [_id_of(g) for g in speculative.get("graphIds", [])]
         fields = dict(max_new_tokens=max_new_tokens, start_pos=start_pos, stop_ids=stop_ids, temperature=temperature,
                       top_k=top_k, top_p=top_p, seed=seed, speculative=speculative, worker_loop=worker_loop, **extra)
         for k, v in fields.items():

@@ -355,6 +355,32 @@ def test_generate_matches_golden_or_says_not_yet(gpu, model, stories_config, sto
         decode.delete()
 
 
+def test_speculative_generate_through_the_client(gpu, model, stories_config, stories_golden):
+    """Verify graphs built with the client's Graph (ids bound over 3 positions), given to
+    generate as CompiledGraph objects: the same tokens as plain greedy decoding."""
+    g = Graph()
+    tok, _, _ = build_model_graph(model, stories_config, g.bound_input("ids", [1], "ids"), bind("pos"))
+    decode = gpu.compile(g, outputs=[tok])
+    v = Graph()
+    vtok, _, _ = build_model_graph(model, stories_config, v.bound_input("ids", [3], "ids"), bind("pos"))
+    verify = gpu.compile(v, outputs=[vtok])
+    prompt, greedy = stories_golden["prompt_ids"], stories_golden["greedy_ids"]
+    try:
+        with gpu.session(model) as s:
+            allocate_caches(s, stories_config)
+            prefill = Graph()
+            ptok, _, _ = build_model_graph(model, stories_config, prefill.input("ids", [len(prompt) - 1], prompt[:-1]), 0)
+            s.run(prefill, outputs=[ptok])
+            gen = s.generate(decode, [prompt[-1]], max_new_tokens=len(greedy) - len(prompt), start_pos=len(prompt) - 1,
+                             speculative={"graph_ids": [verify], "context": greedy + prompt, "always": True})
+            assert list(gen) == greedy[len(prompt):]
+            spec = gen.result["speculation"]
+            assert spec["verifies"] > 0 and spec["accepted"] > 0
+    finally:
+        decode.delete()
+        verify.delete()
+
+
 # --------------------------------------------------------------------------- transport
 
 
