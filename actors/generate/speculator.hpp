@@ -3,7 +3,9 @@
 /// acceptance rule, shared by the worker-side loop and the ordinary loop.
 ///
 /// Drafts are the continuation of the most recent earlier occurrence, in the context so
-/// far, of its last 4, 3, 2 or 1 tokens (the longest that matches). A verify pass feeds the
+/// far, of its last 4, 3, 2 or 1 tokens (the longest that matches; among its occurrences
+/// the most recent whose continuation fills the smallest verify pass). Every verify graph
+/// is tried once before the estimates choose between them. A verify pass feeds the
 /// current token and k drafts at positions pos..pos+k; row r's output is the model's token
 /// after row r, sampled exactly as a one-token step at pos + r would be. The longest prefix
 /// of drafts that agrees with the outputs is accepted, plus the first disagreeing row's
@@ -41,7 +43,7 @@ class speculator {
   std::uint64_t verifies = 0, drafted = 0, accepted = 0, produced = 0, plains = 0;
 
  private:
-  std::vector<std::int64_t> draft(std::size_t max_len) const;
+  std::vector<std::int64_t> draft(std::size_t max_len, std::size_t min_len) const;
   std::vector<std::int64_t> context_;
   std::vector<int> ks_;
   bool always_;
