@@ -4,7 +4,7 @@
 /// Every actor interface of the system is declared here as a CAF typed actor, with the
 /// payload structs it exchanges. Payloads have inspect() and are announced to CAF in
 /// `add_protocol_types`, under the same names on every node, so a worker in this process
-/// and a worker on another host (the cluster issue) are the same to the coordinator.
+/// and a worker on another host are the same to the coordinator.
 /// Naming: <verb>_atom; payloads <verb>_<noun>_request / _reply. Errors travel as
 /// caf::error in category "mpakt" (actors/errors.hpp). docs/protocol.md explains each
 /// message.

@@ -1,7 +1,7 @@
 #pragma once
 /// Tensors a worker holds: model weights, v2 tensors and session namespaces.
 ///
-/// The worker actor owns one store (later issues); the `mpakt run` tool and the tests use
+/// The worker actor owns one store; the `mpakt run` tool and the tests use
 /// one directly. Not thread-safe: its owner serialises access.
 
 #include <map>

@@ -1,7 +1,7 @@
 #pragma once
 /// The pool/scheduler: the connected workers and their state (see pool_actor in
 /// actors/protocol.hpp). Workers are added as they start (the embedded worker) or join
-/// (the cluster issue); a worker that goes down is removed when its monitor fires.
+/// (remote volunteers, later); a worker that goes down is removed when its monitor fires.
 
 #include "actors/protocol.hpp"
 

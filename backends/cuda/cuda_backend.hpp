@@ -12,7 +12,7 @@
 ///
 /// Tensors are host memory today (runtime/tensor.hpp), so every CUDA kernel copies its
 /// inputs to the device, runs, and copies the output back: correct, and slow for weights.
-/// Device-resident tensors come with a later issue.
+/// Device-resident tensors come later.
 ///
 /// Handles: each cuda_backend owns one device context (a CUDA stream, a cuBLAS handle and
 /// growing device scratch buffers, all RAII). kernel_fn is a plain function pointer that

@@ -4,7 +4,7 @@
 ///
 /// Tensors are host memory today, so each call copies its inputs host→device and the
 /// output device→host (correct, slow for weights). Device-resident tensors come with a
-/// later issue; then `upload` and `download` go away for tensors already on the device.
+/// later step; then `upload` and `download` go away for tensors already on the device.
 
 #include <cstddef>
 #include <memory>

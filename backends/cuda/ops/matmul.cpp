@@ -107,7 +107,7 @@ status embedding_k(const kernel_call& c) {
   if (out.numel() == 0) return ok_status();
   const auto wt = weight_type_of(table.type());
   if (!wt) return make_error(errc::internal, "CUDA kernel for op 'embedding' got an unsupported table dtype");
-  // The whole table travels on every call until tensors are device-resident (later issue).
+  // The whole table travels on every call until tensors are device-resident.
   MPAKT_CUDA_ASSIGN(auto call, device_call::begin("embedding"));
   MPAKT_CUDA_ASSIGN(const float* dids, call.upload_f32(slot_in0, ids));
   MPAKT_CUDA_ASSIGN(const void* dt, call.upload(slot_in1, table));
