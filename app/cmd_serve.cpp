@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "actors/accounts/accounts_actor.hpp"
 #include "actors/coordinator/coordinator_actor.hpp"
 #include "actors/coordinator/pool_actor.hpp"
 #include "actors/worker/worker_actor.hpp"
 #include "app/commands.hpp"
+#include "backends/cpu/fast/parallel.hpp"
 #include "http/api/routes.hpp"
 
 namespace mpakt {
@@ -25,7 +27,7 @@ const char* serve_usage =
     "usage: mpakt serve --port N --data-dir DIR [--dev] [--hf-endpoint URL] [--workers N]\n"
     "                   [--default-quantize none|q8|q4|auto] [--address ADDR]\n"
     "                   [--worker-memory SIZE] [--graph-timeout-ms MS] [--body-limit SIZE]\n"
-    "                   [--durable-budget SIZE] [--web DIR]\n"
+    "                   [--durable-budget SIZE] [--threads N] [--web DIR]\n"
     "\n"
     "Runs the coordinator: the v3 HTTP API, accounts (SQLite in DIR) and the actors, with\n"
     "N embedded CPU workers (default 1; 0 = only remote volunteers).\n"
@@ -35,7 +37,8 @@ const char* serve_usage =
     "  --worker-memory     memory each embedded worker offers, e.g. 8G, 512M (default 8G)\n"
     "  --graph-timeout-ms  how long one graph may run before 504 (default 300000)\n"
     "  --body-limit        largest request body, e.g. 256M (default 256M)\n"
-    "  --durable-budget    per-key room for session checkpoints on the coordinator (default 1G)\n";
+    "  --durable-budget    per-key room for session checkpoints on the coordinator (default 1G)\n"
+    "  --threads N         threads a kernel may use (default: the machine's cores, or $MPAKT_THREADS)\n";
 
 /// "8G", "512M", "1000000" -> bytes (G/M/K are powers of 1024 here: memory sizes).
 std::optional<std::uint64_t> parse_size(const std::string& s) {
@@ -57,6 +60,10 @@ std::optional<std::uint64_t> parse_size(const std::string& s) {
 int cmd_serve(const std::vector<std::string>& args) {
   std::string data_dir, address = "127.0.0.1", web_dir;
   int port = -1, workers = 1;
+  // Kernel threads per worker: by default the machine's cores (the embedded worker is the
+  // only heavy computation; CAF's scheduler and the HTTP thread mostly wait).
+  int threads = std::max(1u, std::thread::hardware_concurrency());
+  if (const char* t = std::getenv("MPAKT_THREADS"); t && std::atoi(t) > 0) threads = std::atoi(t);
   bool dev = false;
   coordinator_config ccfg;
   if (const char* env = std::getenv("MPAKT_HF_ENDPOINT"); env && *env) ccfg.load.hf_endpoint = env;
@@ -85,6 +92,9 @@ int cmd_serve(const std::vector<std::string>& args) {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s || *s == 0) return bad("--worker-memory takes a size such as 8G or 512M");
       worker_memory = *s;
+    } else if (a == "--threads") {
+      if (!(v = value()) || std::atoi(v->c_str()) < 1) return bad("--threads takes a positive number");
+      threads = std::atoi(v->c_str());
     } else if (a == "--durable-budget") {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s) return bad("--durable-budget takes a size such as 1G");
@@ -100,6 +110,7 @@ int cmd_serve(const std::vector<std::string>& args) {
       return bad(("unknown option " + a).c_str());
     }
   }
+  cpu_fast::set_kernel_threads(threads);
   if (port < 0 || port > 65535) { std::fprintf(stderr, "mpakt serve: --port N is required\n\n%s", serve_usage); return 2; }
   if (data_dir.empty()) { std::fprintf(stderr, "mpakt serve: --data-dir DIR is required\n\n%s", serve_usage); return 2; }
   if (workers < 0) { std::fprintf(stderr, "mpakt serve: --workers must be 0 or more\n"); return 2; }

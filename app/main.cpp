@@ -1,10 +1,12 @@
 // mpakt: one binary, one subcommand per role (see docs/architecture.md).
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "app/commands.hpp"
+#include "backends/cpu/fast/parallel.hpp"
 #include "runtime/registry_check.hpp"
 
 namespace {
@@ -40,6 +42,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mpakt: refusing to start: the op registry does not match schemas/ops.json\n");
     return 1;
   }
+  // Kernel threads: MPAKT_THREADS for every command (serve also takes --threads).
+  if (const char* t = std::getenv("MPAKT_THREADS"); t && std::atoi(t) > 0) mpakt::cpu_fast::set_kernel_threads(std::atoi(t));
   const std::string cmd = args[0];
   args.erase(args.begin());
   if (cmd == "ops") return mpakt::app::cmd_ops(args);

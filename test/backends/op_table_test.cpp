@@ -16,6 +16,7 @@
 #include <map>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/fast/parallel.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/schema.hpp"
@@ -37,6 +38,8 @@ std::vector<backend_entry> backends() {
   return {
       {"cpu_ref", [] { return std::make_unique<cpu_backend>(cpu_backend::config{true}); }},
       {"cpu", [] { return std::make_unique<cpu_backend>(); }},
+      // the fast kernels splitting their work over two threads
+      {"cpu_2threads", [] { return std::make_unique<cpu_backend>(); }},
   };
 }
 
@@ -172,12 +175,14 @@ TEST_P(op_table, MatchesGoldens) {
   for (const auto& b : backends())
     if (b.name == backend_name) be = b.make();
   ASSERT_TRUE(be);
+  cpu_fast::set_kernel_threads(backend_name == "cpu_2threads" ? 2 : 1);
   int n = 0;
   for (const auto& c : doc["cases"].GetArray()) {
     const std::string failure = run_case(c, *be);
     EXPECT_EQ(failure, "") << op << " on " << backend_name;
     ++n;
   }
+  cpu_fast::set_kernel_threads(1);
   EXPECT_GT(n, 0) << op << " has no cases";
   RecordProperty("cases", n);
 }

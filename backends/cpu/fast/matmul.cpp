@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "backends/cpu/fast/families.hpp"
+#include "backends/cpu/fast/parallel.hpp"
 #include "runtime/ops/matmul_params.hpp"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -39,6 +40,7 @@ struct product_args {
   const float* bias = nullptr;  ///< linear only
   float* y = nullptr;
   std::int64_t rows = 0, k = 0, n = 0;
+  std::int64_t n_begin = 0, n_end = 0;  ///< the weight rows (output columns) this call computes
 };
 
 #ifdef MPAKT_FAST_MATMUL_AVX512
@@ -223,16 +225,16 @@ void column_block(const product_args& a, std::int64_t n0) {
 
 template <dtype T>
 void product(const product_args& a) {
-  std::int64_t n0 = 0;
+  std::int64_t n0 = a.n_begin;
   if (a.rows <= 4) {
-    for (; n0 + 4 <= a.n; n0 += 4) column_block<T, 4>(a, n0);
+    for (; n0 + 4 <= a.n_end; n0 += 4) column_block<T, 4>(a, n0);
   } else {
-    for (; n0 + 2 <= a.n; n0 += 2) column_block<T, 2>(a, n0);
+    for (; n0 + 2 <= a.n_end; n0 += 2) column_block<T, 2>(a, n0);
   }
-  for (; n0 < a.n; ++n0) column_block<T, 1>(a, n0);
+  for (; n0 < a.n_end; ++n0) column_block<T, 1>(a, n0);
 }
 
-void run(const product_args& a, workspace&) {
+void run_range(const product_args& a) {
   switch (a.w->type()) {
     case dtype::f32: product<dtype::f32>(a); return;
     case dtype::bf16: product<dtype::bf16>(a); return;
@@ -240,6 +242,30 @@ void run(const product_args& a, workspace&) {
     case dtype::q8: product<dtype::q8>(a); return;
     case dtype::q4: product<dtype::q4>(a); return;
   }
+}
+
+/// Below this many multiply-adds a product runs on the caller alone: waking helpers costs
+/// more than it saves.
+constexpr std::int64_t parallel_min_macs = std::int64_t(1) << 18;
+
+/// Splits the weight rows (output columns) into equal parts, in multiples of 4 so every
+/// part keeps the 4-wide column blocks, one part per kernel thread.
+void run(const product_args& a, workspace&) {
+  const int threads = kernel_threads();
+  if (threads <= 1 || a.rows * a.k * a.n < parallel_min_macs || a.n < 8) {
+    product_args whole = a;
+    whole.n_begin = 0;
+    whole.n_end = a.n;
+    run_range(whole);
+    return;
+  }
+  const int parts = int(std::min<std::int64_t>(threads, a.n / 4));
+  parallel_for(parts, [&](int p) {
+    product_args part = a;
+    part.n_begin = a.n * p / parts / 4 * 4;
+    part.n_end = p + 1 == parts ? a.n : a.n * (p + 1) / parts / 4 * 4;
+    run_range(part);
+  });
 }
 
 #else  // portable fallback
