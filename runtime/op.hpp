@@ -30,6 +30,11 @@ struct op_params {
 /// An op with no parameters.
 struct no_params final : op_params {};
 
+/// op_def::parse for ops without parameters (the schema already refused any given).
+result<std::unique_ptr<op_params>> parse_no_params(const param_map& params);
+/// op_def::features for ops that use no feature.
+void no_features(const param_map& params, std::size_t n_inputs, std::vector<std::string>& out);
+
 /// Growing scratch memory owned by one executor; reaches a steady size after the first
 /// call, so kernels get temporaries without allocating in the steady state.
 class workspace {

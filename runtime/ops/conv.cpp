@@ -9,10 +9,6 @@ namespace mpakt::ops {
 
 namespace {
 
-result<std::unique_ptr<op_params>> parse_none(const param_map&) { return std::unique_ptr<op_params>(std::make_unique<no_params>()); }
-
-void no_features(const param_map&, std::size_t, std::vector<std::string>&) {}
-
 /// x [T, C]: returns C.
 result<std::int64_t> channels_of(const tensor_desc& x) {
   if (x.shape.empty() || x.shape.back() <= 0)
@@ -61,7 +57,7 @@ result<tensor_desc> infer_short_conv(const shape_query& q) {
 void add_conv_ops(std::vector<op_def>& out) {
   op_def conv1d;
   conv1d.name = "conv1d";
-  conv1d.parse = &parse_none;
+  conv1d.parse = &parse_no_params;
   conv1d.infer = &infer_conv1d;
   conv1d.features = &no_features;
   conv1d.packed_inputs = 1u << 1;  // weight
@@ -69,7 +65,7 @@ void add_conv_ops(std::vector<op_def>& out) {
 
   op_def short_conv;
   short_conv.name = "short_conv";
-  short_conv.parse = &parse_none;
+  short_conv.parse = &parse_no_params;
   short_conv.infer = &infer_short_conv;
   short_conv.features = &no_features;
   short_conv.writes_input = 4;  // the state advances in place

@@ -13,12 +13,6 @@ namespace mpakt::ops {
 
 namespace {
 
-result<std::unique_ptr<op_params>> parse_none(const param_map&) {
-  return std::unique_ptr<op_params>(std::make_unique<no_params>());
-}
-
-void no_features(const param_map&, std::size_t, std::vector<std::string>&) {}
-
 result<tensor_desc> infer_unary(const shape_query& q) {
   return tensor_desc{dtype::f32, q.inputs[0].shape};
 }
@@ -96,7 +90,7 @@ status check_softcap(const op_params& p) {
 op_def simple(std::string_view name, result<tensor_desc> (*infer)(const shape_query&)) {
   op_def d;
   d.name = name;
-  d.parse = parse_none;
+  d.parse = parse_no_params;
   d.infer = infer;
   d.features = no_features;
   return d;

@@ -14,12 +14,6 @@ namespace {
 
 constexpr std::int64_t max_dim = std::int64_t(1) << 53;  // doubles hold integers exactly up to here
 
-result<std::unique_ptr<op_params>> parse_none(const param_map&) {
-  return std::unique_ptr<op_params>(std::make_unique<no_params>());
-}
-
-void no_features(const param_map&, std::size_t, std::vector<std::string>&) {}
-
 /// A shape parameter: whole numbers >= 0, or -1 where `allow_infer` (at most one).
 result<shape_t> parse_shape(const param_map& pm, bool allow_infer) {
   auto nums = pm.numbers("shape");
@@ -229,7 +223,7 @@ void add_layout_ops(std::vector<op_def>& out) {
 
   op_def transpose;
   transpose.name = "transpose";
-  transpose.parse = parse_none;
+  transpose.parse = parse_no_params;
   transpose.infer = infer_transpose;
   transpose.features = no_features;
   out.push_back(transpose);

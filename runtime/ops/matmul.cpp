@@ -10,12 +10,6 @@ namespace mpakt::ops {
 
 namespace {
 
-result<std::unique_ptr<op_params>> parse_none(const param_map&) {
-  return std::unique_ptr<op_params>(std::make_unique<no_params>());
-}
-
-void no_features(const param_map&, std::size_t, std::vector<std::string>&) {}
-
 result<std::unique_ptr<op_params>> parse_matmul(const param_map& pm) {
   auto p = std::make_unique<matmul_params>();
   p->trans_b = pm.boolean("transB", false);
@@ -91,7 +85,7 @@ void add_matmul_ops(std::vector<op_def>& out) {
 
   op_def emb;
   emb.name = "embedding";
-  emb.parse = parse_none;
+  emb.parse = parse_no_params;
   emb.infer = infer_embedding;
   emb.features = no_features;
   emb.packed_inputs = 1u << 1;

@@ -11,12 +11,6 @@ namespace mpakt::ops {
 
 namespace {
 
-result<std::unique_ptr<op_params>> parse_none(const param_map&) {
-  return std::unique_ptr<op_params>(std::make_unique<no_params>());
-}
-
-void no_features(const param_map&, std::size_t, std::vector<std::string>&) {}
-
 /// eps must be a finite, non-negative number (bound values arrive unchecked).
 status check_eps(double eps) {
   if (!std::isfinite(eps) || eps < 0) return invalid("parameter eps must be a finite number >= 0, not " + num_str(eps));
@@ -149,14 +143,14 @@ void add_norm_ops(std::vector<op_def>& out) {
 
   op_def sm;
   sm.name = "softmax";
-  sm.parse = parse_none;
+  sm.parse = parse_no_params;
   sm.infer = infer_softmax;
   sm.features = no_features;
   out.push_back(sm);
 
   op_def cm;
   cm.name = "causal_mask";
-  cm.parse = parse_none;
+  cm.parse = parse_no_params;
   cm.infer = infer_causal_mask;
   cm.features = no_features;
   out.push_back(cm);

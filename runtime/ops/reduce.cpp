@@ -8,12 +8,6 @@ namespace mpakt::ops {
 
 namespace {
 
-result<std::unique_ptr<op_params>> parse_none(const param_map&) {
-  return std::unique_ptr<op_params>(std::make_unique<no_params>());
-}
-
-void no_features(const param_map&, std::size_t, std::vector<std::string>&) {}
-
 /// x [..., N] -> [...], or [1] when x is one-dimensional. N must not be 0.
 result<tensor_desc> infer_last_axis(const shape_query& q) {
   const shape_t& x = q.inputs[0].shape;
@@ -28,7 +22,7 @@ result<tensor_desc> infer_total(const shape_query&) { return tensor_desc{dtype::
 op_def make(std::string_view name, result<tensor_desc> (*infer)(const shape_query&)) {
   op_def d;
   d.name = name;
-  d.parse = parse_none;
+  d.parse = parse_no_params;
   d.infer = infer;
   d.features = no_features;
   return d;
