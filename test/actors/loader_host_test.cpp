@@ -23,12 +23,12 @@
 #include <string>
 #include <vector>
 
+#include "test/support/host_process.hpp"
 #include "actors/loader/inspect.hpp"
 #include "actors/loader/selection.hpp"
 #include "actors/loader/stream.hpp"
 #include "runtime/tensor_builder.hpp"
 
-extern char** environ;
 
 namespace mpakt::loader {
 namespace {
@@ -36,59 +36,7 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-/// `mpakt host ARGS...`, its port read from the "serving … :PORT" line it prints.
-class host_process {
- public:
-  explicit host_process(const std::vector<std::string>& args) {
-    int fds[2];
-    if (::pipe(fds) != 0) return;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    std::vector<std::string> argv_s{MPAKT_BINARY, "host"};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid_, MPAKT_BINARY, &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(fds[1]);
-    out_ = fds[0];
-    if (pid_ > 0) read_port();
-  }
-  ~host_process() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-    }
-    if (out_ >= 0) ::close(out_);
-  }
-  std::uint16_t port() const { return port_; }
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-
- private:
-  void read_port() {
-    const auto deadline = std::chrono::steady_clock::now() + 30s;
-    std::string got;
-    while (got.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      pollfd p{out_, POLLIN, 0};
-      if (::poll(&p, 1, 200) <= 0) continue;
-      char buf[256];
-      const ssize_t n = ::read(out_, buf, sizeof buf);
-      if (n <= 0) break;
-      got.append(buf, std::size_t(n));
-    }
-    const std::string line = got.substr(0, got.find('\n'));
-    const auto colon = line.rfind(':');
-    if (line.find("serving") != std::string::npos && colon != std::string::npos)
-      port_ = std::uint16_t(std::stoi(line.substr(colon + 1)));
-  }
-  pid_t pid_ = -1;
-  int out_ = -1;
-  std::uint16_t port_ = 0;
-};
+using test::host_process;
 
 /// A TCP relay in front of the host that records every request head the client sends, so
 /// request counts are checked on the wire rather than through the reader's own counter.
