@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "actors/generate/speculator.hpp"
+
 namespace mpakt {
 
 namespace {
@@ -28,6 +30,17 @@ gen_call make_gen_call(const std::vector<std::string>& bindings, const std::vect
   }
   c.bind_json += "}";
   return c;
+}
+
+gen_done with_counters(gen_done d, const speculator* spec) {
+  if (!spec) return d;
+  d.speculative = true;
+  d.verifies = spec->verifies;
+  d.drafted = spec->drafted;
+  d.accepted = spec->accepted;
+  d.produced = spec->produced;
+  d.plain = spec->plains;
+  return d;
 }
 
 }  // namespace mpakt

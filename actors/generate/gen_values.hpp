@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "actors/protocol.hpp"
+
 namespace mpakt {
 
 struct gen_call {
@@ -21,5 +23,10 @@ struct gen_call {
 /// sample step, so a request's settings win over what the template baked in.
 gen_call make_gen_call(const std::vector<std::string>& bindings, const std::vector<std::int64_t>& tokens, std::int64_t pos,
                        const std::vector<std::pair<std::string, double>>& sampling);
+
+class speculator;
+
+/// Copies a speculator's counters into a generation's end record (nothing without one).
+gen_done with_counters(gen_done d, const speculator* spec);
 
 }  // namespace mpakt

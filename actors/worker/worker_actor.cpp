@@ -379,16 +379,8 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         auto& g = it->second;
         const auto t0 = std::chrono::steady_clock::now();
         auto finish = [&](std::string stopped, std::string err) {
-          gen_done d{std::move(stopped), std::move(err), g.pos};
-          if (g.spec) {
-            d.speculative = true;
-            d.verifies = g.spec->verifies;
-            d.drafted = g.spec->drafted;
-            d.accepted = g.spec->accepted;
-            d.produced = g.spec->produced;
-            d.plain = g.spec->plains;
-          }
-          self->send(g.req.listener, gendone_atom::value, id, std::move(d));
+          self->send(g.req.listener, gendone_atom::value, id,
+                     with_counters(gen_done{std::move(stopped), std::move(err), g.pos}, g.spec.get()));
           st.generations.erase(it);
         };
         // A verify pass when drafts look worth it, else a plain step.

@@ -83,18 +83,6 @@ result<std::vector<std::int64_t>> tokens_of(const std::string& outputs_json) {
   return out;
 }
 
-/// Adds the speculation counters to a done record.
-gen_done with_counters(gen_done d, const speculator* spec) {
-  if (!spec) return d;
-  d.speculative = true;
-  d.verifies = spec->verifies;
-  d.drafted = spec->drafted;
-  d.accepted = spec->accepted;
-  d.produced = spec->produced;
-  d.plain = spec->plains;
-  return d;
-}
-
 }  // namespace
 
 void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<responder> res) {
