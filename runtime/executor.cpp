@@ -536,19 +536,34 @@ status executable_graph::run(tensor_source& source) {
   return {};
 }
 
-status executable_graph::override_param(std::string_view op, std::string_view param, double value) {
-  if (!std::isfinite(value)) return invalid(std::string(param) + " must be a finite number");
-  for (auto& st : p_->steps) {
-    if (st.def->name != op) continue;
-    double* field = st.def->bindable ? st.def->bindable(*st.params, param) : nullptr;
-    if (!field) return invalid("parameter " + std::string(param) + " of " + std::string(op) + " cannot be set per call");
-    *field = value;
-    if (st.def->check) {
-      auto ck = st.def->check(*st.params);
-      if (!ck) return make_error(ck.err().code, step_prefix(std::size_t(st.index), op) + ck.err().message);
-    }
+namespace {
+/// Sets one numeric parameter of one planned step, checked like a binding.
+template <class Step>
+status set_step_param(Step& st, std::string_view param, double value) {
+  const std::string_view op = st.def->name;
+  double* field = st.def->bindable ? st.def->bindable(*st.params, param) : nullptr;
+  if (!field) return invalid("parameter " + std::string(param) + " of " + std::string(op) + " cannot be set per call");
+  *field = value;
+  if (st.def->check) {
+    auto ck = st.def->check(*st.params);
+    if (!ck) return make_error(ck.err().code, step_prefix(std::size_t(st.index), op) + ck.err().message);
   }
   return {};
+}
+}  // namespace
+
+status executable_graph::override_param(std::string_view op, std::string_view param, double value) {
+  if (!std::isfinite(value)) return invalid(std::string(param) + " must be a finite number");
+  for (auto& st : p_->steps)
+    if (st.def->name == op) MPAKT_TRY(set_step_param(st, param, value));
+  return {};
+}
+
+status executable_graph::override_step_param(std::size_t step, std::string_view op, std::string_view param, double value) {
+  if (!std::isfinite(value)) return invalid(std::string(param) + " must be a finite number");
+  for (auto& st : p_->steps)
+    if (std::size_t(st.index) == step) return st.def->name == op ? set_step_param(st, param, value) : status{};
+  return invalid("the graph has no step " + std::to_string(step));
 }
 
 std::string executable_graph::producer_op(std::string_view value) const {

@@ -74,6 +74,9 @@ class executable_graph {
   /// step counter for server-side decoding), literal or bound; checked like a binding.
   /// Errors name the parameter; false-free no-op when the graph has no such step.
   status override_param(std::string_view op, std::string_view param, double value);
+  /// The same for one step, by its index in the graph, when that step is an `op` step
+  /// (a no-op otherwise): a batched pass sets each conversation's sample step on its own.
+  status override_step_param(std::size_t step, std::string_view op, std::string_view param, double value);
   /// The op of the step producing `value` ("" for an input or unknown name).
   std::string producer_op(std::string_view value) const;
   /// Names of the steps' op features in use (for routing), sorted, unique.
