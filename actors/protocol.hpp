@@ -211,6 +211,8 @@ struct gen_done {
   std::int64_t next_pos = 0;
   bool speculative = false;  ///< counters below are meaningful
   std::uint64_t verifies = 0, drafted = 0, accepted = 0, produced = 0, plain = 0;
+  /// Tokens produced by passes shared with other generations (multi-session batching).
+  std::uint64_t batched = 0;
 };
 
 /// Receives a generation's tokens and its end (the HTTP side's generation actor).
@@ -244,7 +246,7 @@ typename Inspector::result_type inspect(Inspector& f, gen_token& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_done& x) {
   return f(caf::meta::type_name("gen_done"), x.stopped, x.error, x.next_pos, x.speculative, x.verifies, x.drafted, x.accepted,
-           x.produced, x.plain);
+           x.produced, x.plain, x.batched);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_request& x) {
@@ -276,11 +278,13 @@ using worker_actor = caf::typed_actor<
     caf::replies_to<compile_atom, compile_request>::with<compile_reply>,
     caf::replies_to<dropgraph_atom, std::string>::with<bool>,
     // server-side decoding: check a compiled graph for generation (with sampling?), start a
-    // loop (the worker runs it one token per message, so cancels and other work interleave)
+    // loop. The worker advances every running loop by one pass per genstep message it sends
+    // itself (so cancels and other work interleave); plain steps of one template share a
+    // multi-session pass (runtime/batching.hpp).
     /// graph id, sampling?, verify? -> k (drafts per pass; 0 for a plain decode graph)
     caf::replies_to<gencheck_atom, std::string, bool, bool>::with<std::int32_t>,
     caf::replies_to<genstart_atom, gen_request>::with<bool>,
-    caf::reacts_to<genstep_atom, std::string>,
+    caf::reacts_to<genstep_atom>,
     caf::reacts_to<gencancel_atom, std::string>,
     // v2 tensors
     caf::replies_to<tput_atom, tensor_upload>::with<bool>,

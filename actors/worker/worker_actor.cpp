@@ -16,6 +16,7 @@
 #include "actors/generate/gen_values.hpp"
 #include "actors/generate/speculator.hpp"
 #include "backends/cpu/cpu_backend.hpp"
+#include "runtime/batching.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/outputs.hpp"
@@ -26,13 +27,26 @@ namespace mpakt {
 
 namespace {
 
+/// A compiled template rewritten to run several sessions' plain decode steps in one pass.
+struct batched_entry {
+  batched_graph meta;
+  std::unique_ptr<executable_graph> graph;
+};
+
 /// A template compiled on this worker.
 struct compiled_entry {
   std::unique_ptr<executable_graph> graph;
   std::vector<std::string> outputs;
   std::vector<std::pair<std::string, std::string>> retain;
   std::set<std::string> models;  ///< models whose weights it reads
+  graph_decl decl;               ///< what it was built from (batched forms derive from it)
+  /// Batched forms by session count, built on first use; nullptr = this template cannot be
+  /// batched (its sessions then run one by one).
+  std::map<int, std::unique_ptr<batched_entry>> batched;
 };
+
+/// Most sessions one batched pass runs (the spec allows 64 per graph).
+constexpr std::size_t max_batch = 16;
 
 struct worker_state {
   worker_config cfg;
@@ -55,8 +69,10 @@ struct worker_state {
     std::int64_t pos = 0;    ///< where it is fed
     std::uint32_t index = 0;
     std::unique_ptr<speculator> spec;  ///< set when speculative
+    std::uint64_t batched = 0;         ///< tokens produced by shared passes
   };
   std::map<std::string, generation> generations;
+  bool tick_pending = false;  ///< a genstep message is on its way
 
   std::uint64_t used() const { return store.bytes_held() + loading_bytes; }
   std::uint64_t free() const { return cfg.memory_bytes > used() ? cfg.memory_bytes - used() : 0; }
@@ -163,6 +179,154 @@ result<std::int32_t> check_generate_graph(const compiled_entry& e, bool sampling
   if (!d || shape_numel(d->shape) != rows) return invalid("the graph must return one token id per fed position (" + std::to_string(rows) + ")");
   if (sampling && op == "argmax") return invalid("the graph ends in argmax; sampling with temperature > 0 needs a sample step");
   return std::int32_t(rows - 1);
+}
+
+void schedule_pass(worker_pointer self) {
+  if (self->state.tick_pending) return;
+  self->state.tick_pending = true;
+  self->send(self, genstep_atom::value);
+}
+
+/// Ends a generation: tells its listener how, and forgets it.
+void finish_generation(worker_pointer self, const std::string& id, std::string stopped, std::string err) {
+  auto& gens = self->state.generations;
+  auto it = gens.find(id);
+  if (it == gens.end()) return;
+  auto& g = it->second;
+  gen_done d = with_counters(gen_done{std::move(stopped), std::move(err), g.pos}, g.spec.get());
+  d.batched = g.batched;
+  self->send(g.req.listener, gendone_atom::value, id, std::move(d));
+  gens.erase(it);
+}
+
+/// Streams a pass's produced tokens to the listener, applying the stop and length rules.
+/// Returns false when the generation ended.
+bool deliver_tokens(worker_pointer self, const std::string& id, const std::vector<std::int64_t>& produced, double ms) {
+  auto& g = self->state.generations.at(id);
+  for (std::int64_t tok : produced) {
+    self->send(g.req.listener, gentoken_atom::value, id, gen_token{tok, g.index, g.pos, ms / double(produced.size())});
+    g.token = tok;
+    g.pos++;
+    g.index++;
+    if (std::find(g.req.stop_ids.begin(), g.req.stop_ids.end(), tok) != g.req.stop_ids.end()) {
+      finish_generation(self, id, "stop token", "");
+      return false;
+    }
+    if (g.index >= g.req.max_new) {
+      finish_generation(self, id, "max tokens", "");
+      return false;
+    }
+  }
+  if (g.spec) g.spec->extend(produced);
+  return true;
+}
+
+std::vector<std::int64_t> token_ids(const tensor& out) {
+  std::vector<std::int64_t> ids;
+  for (std::int64_t i = 0; i < out.numel(); ++i) ids.push_back(std::int64_t(out.f32()[i]));
+  return ids;
+}
+
+/// One generation's pass on its own: a plain decode step, or a verify pass of drafts.
+void run_solo_pass(worker_pointer self, const std::string& id, const speculator::pass& pass) {
+  auto& st = self->state;
+  auto it = st.generations.find(id);
+  if (it == st.generations.end()) return;
+  auto& g = it->second;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string& graph_id = pass.graph < 0 ? g.req.graph_id : g.req.verify_graphs[std::size_t(pass.graph)];
+  auto e = st.graphs.find(graph_id);
+  if (e == st.graphs.end()) return finish_generation(self, id, "error", "graph " + graph_id + " was deleted during the generation");
+  std::vector<std::int64_t> fed{g.token};
+  fed.insert(fed.end(), pass.drafts.begin(), pass.drafts.end());
+  const auto& bindings = pass.graph < 0 ? g.req.bindings : g.req.verify_bindings[std::size_t(pass.graph)];
+  const gen_call call = make_gen_call(bindings, fed, g.pos, g.req.sampling);
+  if (auto s = run_compiled(st, e->second, call.bind_json, call.overrides, g.req.session, {}); !s)
+    return finish_generation(self, id, "error", s.err().message);
+  const std::vector<std::int64_t> outputs = token_ids(*e->second.graph->value(e->second.outputs.front()));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<std::int64_t> produced;
+  if (pass.graph < 0) {
+    produced = {outputs.front()};
+    if (g.spec) g.spec->plain(ms);
+  } else {
+    produced = g.spec->verified(pass, outputs, ms);
+  }
+  deliver_tokens(self, id, produced, ms);
+}
+
+/// The template's batched form for n sessions, built once; nullptr when it cannot be.
+batched_entry* batched_for(worker_state& st, compiled_entry& e, int n) {
+  auto it = e.batched.find(n);
+  if (it != e.batched.end()) return it->second.get();
+  std::unique_ptr<batched_entry> made;
+  if (auto meta = batch_graph(e.decl, *e.graph, n)) {
+    tensor_store::source src(st.store, {});
+    if (auto g = executable_graph::build(meta->decl, src, *st.backend, st.options(true))) {
+      made = std::make_unique<batched_entry>();
+      made->meta = std::move(*meta);
+      made->graph = std::move(*g);
+    }
+  }
+  return e.batched.emplace(n, std::move(made)).first->second.get();
+}
+
+/// Adds one call's bindings to a batched call's, each name renamed for session b.
+status add_session_bindings(rapidjson::Document& all, const std::string& bind_json, int b) {
+  rapidjson::Document one;
+  one.Parse(bind_json.c_str());
+  if (one.HasParseError() || !one.IsObject()) return invalid("bindings of a batched call are not an object");
+  for (auto it = one.MemberBegin(); it != one.MemberEnd(); ++it) {
+    const std::string name = session_value_name(std::string_view(it->name.GetString(), it->name.GetStringLength()), b);
+    rapidjson::Value key(name.c_str(), rapidjson::SizeType(name.size()), all.GetAllocator());
+    all.AddMember(key, rapidjson::Value(it->value, all.GetAllocator()), all.GetAllocator());
+  }
+  return {};
+}
+
+/// One plain decode step for several generations of one template in a single
+/// multi-session pass. Returns false (having changed nothing) when the template cannot be
+/// batched or the pass fails before running, so the caller runs them one by one.
+bool run_batched_pass(worker_pointer self, const std::string& graph_id, const std::vector<std::string>& ids) {
+  auto& st = self->state;
+  auto e = st.graphs.find(graph_id);
+  if (e == st.graphs.end()) return false;
+  batched_entry* be = batched_for(st, e->second, int(ids.size()));
+  if (!be) return false;
+  const auto t0 = std::chrono::steady_clock::now();
+  rapidjson::Document all;
+  all.SetObject();
+  std::vector<std::string> sessions;
+  std::vector<std::vector<std::pair<std::string, double>>> overrides;
+  for (std::size_t b = 0; b < ids.size(); ++b) {
+    const auto& g = st.generations.at(ids[b]);
+    const gen_call call = make_gen_call(g.req.bindings, {g.token}, g.pos, g.req.sampling);
+    if (!add_session_bindings(all, call.bind_json, int(b))) return false;
+    sessions.push_back(g.req.session);
+    overrides.push_back(call.overrides);
+  }
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  all.Accept(w);
+  executable_graph& graph = *be->graph;
+  if (!apply_bindings(graph, std::string(buf.GetString(), buf.GetSize()))) return false;
+  for (std::size_t b = 0; b < ids.size(); ++b)
+    for (const auto& [name, value] : overrides[b])
+      for (std::size_t step : be->meta.session_steps[b])
+        if (!graph.override_step_param(step, "sample", name, value)) return false;
+  tensor_store::source src(st.store, sessions.front(), sessions);
+  // A failure here (a session closed meanwhile) happens before any step writes a cache, and
+  // a step re-run alone writes the same rows again, so falling back is always safe.
+  if (!graph.run(src)) return false;
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  for (std::size_t b = 0; b < ids.size(); ++b) {
+    auto& g = st.generations.at(ids[b]);
+    const std::int64_t tok = token_ids(*graph.value(be->meta.session_outputs[b].front())).front();
+    if (g.spec) g.spec->plain(ms);
+    g.batched++;
+    deliver_tokens(self, ids[b], {tok}, ms);
+  }
+  return true;
 }
 
 }  // namespace
@@ -327,6 +491,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         e.outputs = decl->outputs;
         e.retain = decl->retain;
         e.models = models_of(*decl);
+        e.decl = *decl;
         tensor_store::source src(st.store, {});
         auto g = executable_graph::build(std::move(*decl), src, *st.backend, st.options(true));
         if (!g) return to_caf(g.err());
@@ -369,54 +534,30 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         const std::string id = r.gen_id;
         g.req = std::move(r);
         st.generations[id] = std::move(g);
-        self->send(self, genstep_atom::value, id);
+        schedule_pass(self);
         return true;
       },
-      [=](genstep_atom, const std::string& id) {
+      [=](genstep_atom) {
         auto& st = self->state;
-        auto it = st.generations.find(id);
-        if (it == st.generations.end()) return;  // cancelled meanwhile
-        auto& g = it->second;
-        const auto t0 = std::chrono::steady_clock::now();
-        auto finish = [&](std::string stopped, std::string err) {
-          self->send(g.req.listener, gendone_atom::value, id,
-                     with_counters(gen_done{std::move(stopped), std::move(err), g.pos}, g.spec.get()));
-          st.generations.erase(it);
-        };
-        // A verify pass when drafts look worth it, else a plain step.
-        speculator::pass pass = g.spec ? g.spec->next() : speculator::pass{};
-        const std::string& graph_id = pass.graph < 0 ? g.req.graph_id : g.req.verify_graphs[std::size_t(pass.graph)];
-        auto e = st.graphs.find(graph_id);
-        if (e == st.graphs.end()) return finish("error", "graph " + graph_id + " was deleted during the generation");
-        std::vector<std::int64_t> fed{g.token};
-        fed.insert(fed.end(), pass.drafts.begin(), pass.drafts.end());
-        const auto& bindings = pass.graph < 0 ? g.req.bindings : g.req.verify_bindings[std::size_t(pass.graph)];
-        const gen_call call = make_gen_call(bindings, fed, g.pos, g.req.sampling);
-        if (auto s = run_compiled(st, e->second, call.bind_json, call.overrides, g.req.session, {}); !s)
-          return finish("error", s.err().message);
-        const tensor* out = e->second.graph->value(e->second.outputs.front());
-        std::vector<std::int64_t> outputs;
-        for (std::int64_t i = 0; i < out->numel(); ++i) outputs.push_back(std::int64_t(out->f32()[i]));
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        std::vector<std::int64_t> produced;
-        if (pass.graph < 0) {
-          produced = {outputs.front()};
-          if (g.spec) g.spec->plain(ms);
-        } else {
-          produced = g.spec->verified(pass, outputs, ms);
+        st.tick_pending = false;
+        // Every running generation advances one pass: verify passes run alone, plain steps
+        // of one template share multi-session passes.
+        std::map<std::string, std::vector<std::string>> plain;  // graph id -> generations
+        std::vector<std::pair<std::string, speculator::pass>> verifies;
+        for (auto& [id, g] : st.generations) {
+          speculator::pass pass = g.spec ? g.spec->next() : speculator::pass{};
+          if (pass.graph < 0) plain[g.req.graph_id].push_back(id);
+          else verifies.emplace_back(id, std::move(pass));
         }
-        std::vector<std::int64_t> emitted;
-        for (std::int64_t tok : produced) {
-          self->send(g.req.listener, gentoken_atom::value, id, gen_token{tok, g.index, g.pos, ms / double(produced.size())});
-          emitted.push_back(tok);
-          g.token = tok;
-          g.pos++;
-          g.index++;
-          if (std::find(g.req.stop_ids.begin(), g.req.stop_ids.end(), tok) != g.req.stop_ids.end()) return finish("stop token", "");
-          if (g.index >= g.req.max_new) return finish("max tokens", "");
-        }
-        if (g.spec) g.spec->extend(emitted);
-        self->send(self, genstep_atom::value, id);
+        for (auto& [id, pass] : verifies) run_solo_pass(self, id, pass);
+        for (const auto& [graph_id, ids] : plain)
+          for (std::size_t i = 0; i < ids.size(); i += max_batch) {
+            const std::vector<std::string> chunk(ids.begin() + std::ptrdiff_t(i),
+                                                 ids.begin() + std::ptrdiff_t(std::min(ids.size(), i + max_batch)));
+            if (chunk.size() == 1 || !run_batched_pass(self, graph_id, chunk))
+              for (const auto& id : chunk) run_solo_pass(self, id, speculator::pass{});
+          }
+        if (!st.generations.empty()) schedule_pass(self);
       },
       [=](gencancel_atom, const std::string& id) { self->state.generations.erase(id); },
       [=](tput_atom, tensor_upload& u) -> caf::result<bool> {

@@ -55,7 +55,7 @@ std::string done_json(const generation_state& st, const gen_done& d) {
                     ",\"tokensPerSecond\":" + fmt_double(secs > 0 ? double(st.tokens.size()) / secs : 0.0) +
                     ",\"roundTrips\":" + std::to_string(st.round_trips) + ",\"workerLoop\":" +
                     (st.plan.worker_loop ? "true" : "false") + ",\"nextPos\":" + std::to_string(d.next_pos) +
-                    ",\"seed\":" + std::to_string(st.plan.seed);
+                    ",\"seed\":" + std::to_string(st.plan.seed) + ",\"batched\":" + std::to_string(d.batched);
   if (d.speculative)
     out += ",\"speculation\":{\"verifies\":" + std::to_string(d.verifies) + ",\"drafted\":" + std::to_string(d.drafted) +
            ",\"accepted\":" + std::to_string(d.accepted) + ",\"produced\":" + std::to_string(d.produced) +

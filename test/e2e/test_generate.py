@@ -7,6 +7,7 @@ import copy
 import http.client
 import json
 import subprocess
+import threading
 import time
 
 import pytest
@@ -312,4 +313,89 @@ def test_speculative_requests_are_checked(grid, verify_graphs):
     # a one-position graph cannot verify drafts
     expect(api.post("/api/v3/generate", {**base, "speculative": {"graphIds": [grid["graphs"]["greedy"]]}}, key=key),
            400, "verify graph", "two or more")
+    grid["server"].assert_up()
+
+
+# --------------------------------------------------------------------------- batching
+
+LONG_ROWS = 512
+
+
+@pytest.fixture(scope="module")
+def long_graphs(grid):
+    """Templates with 512-row caches, so generations last long enough to overlap."""
+    api, key, model = grid["api"], grid["key"], grid["model"]
+    out = {"alloc": graph_cli("--alloc-cache", str(LONG_ROWS))}
+    for kind in ("argmax", "sample"):
+        g = graph_cli("--model-id", model, "--compiled", "--tokens", "1", "--cache", str(LONG_ROWS), f"--{kind}")
+        out[kind] = expect(api.post("/api/v3/graphs", {"label": f"long-{kind}", "graph": g}, key=key), 200)["graphId"]
+    return out
+
+
+def long_session(grid, long_graphs, prompt):
+    api, key = grid["api"], grid["key"]
+    sid = expect(api.post("/api/v3/sessions", {"modelId": grid["model"]}, key=key), 200)["session"]["sessionId"]
+    expect(api.post("/api/v3/graph", {"graph": dict(long_graphs["alloc"], session=sid)}, key=key), 200)
+    for pos, tok in enumerate(prompt[:-1]):
+        expect(api.post("/api/v3/graph", {"graphId": long_graphs["argmax"], "session": sid,
+                                          "bind": {"ids": [tok], "pos": pos}}, key=key), 200)
+    return sid
+
+
+def test_concurrent_generations_share_passes_and_keep_their_tokens(grid, long_graphs):
+    """Conversations decoding at the same time on one model share multi-session passes
+    (SES-14, CHAT-02), and each gets exactly the tokens it gets alone: greedy and seeded
+    sampling with different settings, at different positions."""
+    api, key = grid["api"], grid["key"]
+    n = 440
+    convs = [(grid["golden"]["prompt_ids"], {"temperature": 0}),
+             ([1, 20, 30, 40, 50, 60], {"temperature": 0.9, "seed": 5}),
+             ([1, 9], {"temperature": 0.7, "topK": 30, "seed": 9})]
+
+    def body(sid, prompt, settings, stream):
+        return {"graphId": long_graphs["sample"], "sessionId": sid, "ids": [prompt[-1]], "startPos": len(prompt) - 1,
+                "maxNewTokens": n, "stream": stream, **settings}
+
+    alone = []
+    for prompt, settings in convs:
+        sid = long_session(grid, long_graphs, prompt)
+        r = expect(api.post("/api/v3/generate", body(sid, prompt, settings, False), key=key, timeout=60), 200)
+        assert r["batched"] == 0 and len(r["tokens"]) == n
+        alone.append(r["tokens"])
+        api.delete(f"/api/v3/sessions/{sid}", key=key)
+    assert len({tuple(t) for t in alone}) == 3
+    golden = grid["golden"]["greedy_ids"][len(convs[0][0]):]
+    assert alone[0][:len(golden)] == golden  # temperature 0 on the sample template is greedy
+
+    for attempt in range(3):
+        sids = [long_session(grid, long_graphs, p) for p, _ in convs]
+        # The first generation streams; once its first token arrives the others start.
+        conn = http.client.HTTPConnection("127.0.0.1", grid["server"].port, timeout=60)
+        conn.request("POST", "/api/v3/generate", json.dumps(body(sids[0], *convs[0], True)), {"x-api-key": key})
+        resp = conn.getresponse()
+        events = read_sse(resp)
+        first = next(events)
+        assert first[0] == "token"
+        results = [None] * len(convs)
+
+        def run(i):
+            results[i] = expect(api.post("/api/v3/generate", body(sids[i], *convs[i], False), key=key, timeout=60), 200)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(1, len(convs))]
+        for t in threads:
+            t.start()
+        rest = list(events)
+        for t in threads:
+            t.join()
+        conn.close()
+        results[0] = rest[-1][1]
+        assert rest[-1][0] == "done"
+        for r, want in zip(results, alone):
+            assert r["ok"] is True and r["tokens"] == want
+        for sid in sids:
+            api.delete(f"/api/v3/sessions/{sid}", key=key)
+        if all(r["batched"] > 0 for r in results):
+            break
+    else:
+        pytest.fail(f"three overlapping generations did not all share passes: {[r['batched'] for r in results]}")
     grid["server"].assert_up()
