@@ -14,14 +14,17 @@ namespace mpakt::app {
 namespace {
 const char* graph_usage =
     "usage: mpakt graph CONFIG.json [--model-id ID] [--ids 1,2,3 | --tokens T] [--pos P]\n"
-    "                   [--cache ROWS] [--compiled] [--argmax | --sample] [--alloc-cache ROWS]\n"
+    "                   [--cache ROWS] [--compiled] [--argmax | --sample] [--penalty P]\n"
+    "                   [--alloc-cache ROWS [--history]]\n"
     "\n"
     "Prints a v3 graph for a Llama-family config.json: a pass over the given ids (or T bound\n"
     "ids with --compiled, positions bound as {\"$bind\": \"pos\"}), reading and writing the\n"
     "session's KV caches with --cache ROWS. --argmax ends in the greedy token, --sample in a\n"
     "sample step (temperature 0 unless a call or generate sets it; its RNG step bound to pos).\n"
-    "--alloc-cache ROWS prints instead the graph that\n"
-    "allocates those caches in a session.\n";
+    "--penalty P keeps the fed ids in the session's token history \"hist\" and has the sample\n"
+    "step penalise repeats (repetitionPenalty P; one sample step per row).\n"
+    "--alloc-cache ROWS prints instead the graph that allocates those caches in a session\n"
+    "(and the token history with --history).\n";
 
 std::vector<int> parse_ids(const std::string& s) {
   std::vector<int> ids;
@@ -45,6 +48,7 @@ int cmd_graph(const std::vector<std::string>& args) {
   models::llama_graph_options o;
   o.model_id = "m_local";
   int alloc_rows = 0;
+  bool history = false;
   for (std::size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     const bool has_value = i + 1 < args.size();
@@ -57,13 +61,15 @@ int cmd_graph(const std::vector<std::string>& args) {
     else if (a == "--compiled") o.compiled = true;
     else if (a == "--argmax") o.argmax = true;
     else if (a == "--sample") o.sample = true;
+    else if (a == "--penalty" && has_value) o.repetition_penalty = std::atof(args[++i].c_str());
+    else if (a == "--history") history = true;
     else {
       std::fprintf(stderr, "mpakt graph: unknown or incomplete option %s\n\n%s", a.c_str(), graph_usage);
       return 2;
     }
   }
   if (alloc_rows > 0) {
-    std::printf("%s\n", models::llama_cache_graph(*cfg, alloc_rows).c_str());
+    std::printf("%s\n", models::llama_cache_graph(*cfg, alloc_rows, history).c_str());
     return 0;
   }
   if (!o.compiled) {

@@ -161,6 +161,8 @@ std::string llama_graph(const llama_config& c, const llama_graph_options& o) {
       g.session_input("v" + s, o.cache_rows, kvw);
     }
   }
+  const bool history = o.use_cache && o.repetition_penalty > 0;
+  if (history) g.session_input("hist", o.cache_rows, 1);
   g.weight("norm", "model.norm.weight");
   if (!c.tied_embeddings) g.weight("lm_head", "lm_head.weight");
   w.EndArray();
@@ -180,6 +182,10 @@ std::string llama_graph(const llama_config& c, const llama_graph_options& o) {
       sd.Accept(w);
     }
   };
+  if (history) {
+    g.step("reshape", {"ids"}, "ids_rows", [&] { g.key("shape"); w.StartArray(); w.Int(o.tokens); w.Int(1); w.EndArray(); });
+    g.step("cache_write", {"hist", "ids_rows"}, "histw", [&] { g.pos_param("offset"); });
+  }
   g.step("embedding", {"ids", "embed"}, "h0");
   std::string h = "h0";
   for (int l = 0; l < c.layers; ++l) {
@@ -216,7 +222,29 @@ std::string llama_graph(const llama_config& c, const llama_graph_options& o) {
   }
   g.step("rmsnorm", {h, "norm"}, "hn", eps);
   g.step("matmul", {"hn", c.tied_embeddings ? "embed" : "lm_head"}, "logits", transb);
-  if (o.sample) {
+  // A param worth binding + add ({"$bind": binding, "add": add} when compiled, else pos + add).
+  auto bound_plus = [&](const char* name, const char* binding, int add) {
+    g.key(name);
+    if (!o.compiled) { w.Int(o.pos + add); return; }
+    w.StartObject(); g.key("$bind"); g.str(binding); if (add) { g.key("add"); w.Int(add); } w.EndObject();
+  };
+  if (o.sample && history) {
+    // One sample step per row: row r penalises the history up to its own position pos + r,
+    // exactly as a one-token step there would.
+    for (int r = 0; r < o.tokens; ++r) {
+      const std::string row = "logits_" + std::to_string(r), tok = o.tokens == 1 ? "tok" : "tok_" + std::to_string(r);
+      if (o.tokens > 1)
+        g.step("slice", {"logits"}, row, [&] { g.key("start"); w.Int(r); g.key("length"); w.Int(1); });
+      g.step("sample", {o.tokens > 1 ? row : "logits", "histw"}, tok, [&] {
+        g.key("temperature"); w.Double(0.0);
+        g.key("repetitionPenalty"); w.Double(o.repetition_penalty);
+        bound_plus("step", "step", r);  // generate binds step = pos (decisions.md)
+        bound_plus("penaltyEnd", "pos", r + 1);
+      });
+      if (r == 1) g.step("concat", {"tok_0", tok}, o.tokens == 2 ? "tok" : "toks_1");
+      else if (r > 1) g.step("concat", {"toks_" + std::to_string(r - 1), tok}, r + 1 == o.tokens ? "tok" : "toks_" + std::to_string(r));
+    }
+  } else if (o.sample) {
     g.step("sample", {"logits"}, "tok", [&] {
       g.key("temperature"); w.Double(0.0);
       if (o.compiled) { g.key("step"); w.StartObject(); g.key("$bind"); g.str("pos"); w.EndObject(); }
@@ -233,7 +261,7 @@ std::string llama_graph(const llama_config& c, const llama_graph_options& o) {
   return g.text();
 }
 
-std::string llama_cache_graph(const llama_config& c, int cache_rows) {
+std::string llama_cache_graph(const llama_config& c, int cache_rows, bool history) {
   llama_graph_options o;
   graph_writer g(c, o);
   auto& w = g.w();
@@ -247,9 +275,12 @@ std::string llama_cache_graph(const llama_config& c, int cache_rows) {
       g.step("zeros", {}, kv + std::to_string(l), [&] {
         g.key("shape"); w.StartArray(); w.Int(cache_rows); w.Int(kvw); w.EndArray();
       });
+  if (history)
+    g.step("zeros", {}, "hist", [&] { g.key("shape"); w.StartArray(); w.Int(cache_rows); w.Int(1); w.EndArray(); });
   w.EndArray();
   g.key("retain");
   w.StartObject();
+  if (history) { g.key("hist"); g.str("hist"); }
   for (int l = 0; l < c.layers; ++l)
     for (const char* kv : {"k", "v"}) {
       const std::string n = kv + std::to_string(l);

@@ -46,11 +46,16 @@ struct llama_graph_options {
   bool argmax = false;
   /// Output "tok" from a sample step instead (temperature etc. set per call by generate).
   bool sample = false;
+  /// With use_cache: keep the fed token ids in the session's "hist" [cache_rows, 1] and let
+  /// the sample step penalise repeats over positions 0..pos of each row (its
+  /// repetitionPenalty; 1 keeps the history without penalising). 0 = no history.
+  double repetition_penalty = 0;
 };
 
 /// The v3 graph object (JSON text) for one pass.
 std::string llama_graph(const llama_config& c, const llama_graph_options& o);
-/// A graph allocating the session's KV caches with zeros and retaining them.
-std::string llama_cache_graph(const llama_config& c, int cache_rows);
+/// A graph allocating the session's KV caches with zeros and retaining them, and the token
+/// history "hist" [cache_rows, 1] when `history` (see repetition_penalty).
+std::string llama_cache_graph(const llama_config& c, int cache_rows, bool history = false);
 
 }  // namespace mpakt::models

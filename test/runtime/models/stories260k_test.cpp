@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <set>
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "runtime/safetensors.hpp"
@@ -153,6 +154,77 @@ TEST_F(stories, CachedDecodeReproducesGoldenGreedyIdsAndLogits) {
     next = int((*step)->value("tok")->f32()[0]);
   }
   EXPECT_EQ(produced, greedy);
+}
+
+}  // namespace
+}  // namespace mpakt
+
+namespace mpakt {
+namespace {
+
+// The chat decode step: the fed ids go into the session's token history and the sample step
+// penalises every distinct id at positions 0..pos (repetitionPenalty). Checked against the
+// unpenalised logits with the penalty applied here, as transformers'
+// RepetitionPenaltyLogitsProcessor does (divide a positive logit, multiply a negative one).
+TEST_F(stories, PenaltyStepPenalisesTheSessionsHistory) {
+  const int rows = 64;
+  const double penalty = 1.3;
+  run(models::llama_cache_graph(config, rows, true), "s_pen", false);
+  ASSERT_TRUE(store.find_session("s_pen")->count("hist"));
+  run(models::llama_cache_graph(config, rows), "s_ref", false);
+  std::vector<int> history(prompt.begin(), prompt.end() - 1);
+  for (const char* s : {"s_pen", "s_ref"}) {
+    models::llama_graph_options pre;
+    pre.model_id = "m_stories";
+    pre.tokens = int(history.size());
+    pre.ids = history;
+    pre.use_cache = true;
+    pre.cache_rows = rows;
+    pre.repetition_penalty = std::string(s) == "s_pen" ? penalty : 0;
+    run(models::llama_graph(config, pre), s, false);
+  }
+  auto compile = [&](bool sample) {
+    models::llama_graph_options o;
+    o.model_id = "m_stories";
+    o.use_cache = true;
+    o.cache_rows = rows;
+    o.compiled = true;
+    o.sample = sample;
+    o.repetition_penalty = sample ? penalty : 0;
+    auto decl = parse_graph_text(models::llama_graph(config, o), true);
+    EXPECT_TRUE(decl.ok()) << decl.err().message;
+    tensor_store::source none(store, {});
+    build_options opts;
+    opts.compiled = true;
+    auto g = executable_graph::build(std::move(*decl), none, backend, opts);
+    EXPECT_TRUE(g.ok()) << g.err().message;
+    return std::move(*g);
+  };
+  auto step = compile(true);
+  auto logits = compile(false);
+  EXPECT_EQ(step->bindings(), (std::vector<std::string>{"ids", "pos", "step"}));
+  int token = prompt.back(), differs = 0;
+  for (int pos = int(prompt.size()) - 1; pos < 40; ++pos) {
+    const float id = float(token);
+    history.push_back(token);
+    tensor_store::source pen(store, {"s_pen"}), ref(store, {"s_ref"});
+    ASSERT_TRUE(step->bind_input("ids", std::span<const float>(&id, 1)).ok());
+    ASSERT_TRUE(step->bind_param("pos", pos).ok());
+    ASSERT_TRUE(step->bind_param("step", pos).ok());
+    ASSERT_TRUE(step->run(pen).ok());
+    ASSERT_TRUE(logits->bind_input("ids", std::span<const float>(&id, 1)).ok());
+    ASSERT_TRUE(logits->bind_param("pos", pos).ok());
+    ASSERT_TRUE(logits->run(ref).ok());
+    std::vector<float> l(logits->value("logits")->f32(), logits->value("logits")->f32() + config.vocab);
+    const int plain = argmax(l.data(), config.vocab);
+    std::set<int> seen(history.begin(), history.end());
+    for (int t : seen) l[std::size_t(t)] = l[std::size_t(t)] > 0 ? float(l[std::size_t(t)] / penalty) : float(l[std::size_t(t)] * penalty);
+    const int want = argmax(l.data(), config.vocab);
+    token = int(step->value("tok")->f32()[0]);
+    ASSERT_EQ(token, want) << "position " << pos;
+    differs += want != plain;
+  }
+  EXPECT_GT(differs, 0);  // the penalty changed some choices
 }
 
 }  // namespace
