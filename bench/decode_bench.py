@@ -61,6 +61,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -80,6 +81,9 @@ SMOL_CONFIG = {
 }
 
 # performance.md (the peer, measured on this machine class; not run here).
+# Conversations decoding at once in the batched path (their steps share passes).
+BATCH = 4
+
 LLAMA_CPP = {
     "smol": {"dtype": "bf16", "tps_1thread": 107, "tps_2threads": 138, "roofline_2threads": 285,
              "fraction_2threads": 0.48, "bw_1thread_GBs": 40, "bw_2threads_GBs": 77},
@@ -401,6 +405,15 @@ class ModelBench:
         for pos, tok in enumerate(self.prompt[:-1]):
             self.step(tok, pos)
         self.prefill_s = time.perf_counter() - t
+        # More sessions with the same prompt, for conversations decoding at the same time.
+        self.extra_sessions = []
+        for _ in range(BATCH - 1):
+            sid = api.post("/api/v3/sessions", {"modelId": self.model})["session"]["sessionId"]
+            api.post("/api/v3/graph", {"graph": dict(alloc, session=sid)})
+            for pos, tok in enumerate(self.prompt[:-1]):
+                api.post("/api/v3/graph", {"graphId": self.graphs["decode"], "session": sid,
+                                           "bind": {"ids": [tok], "pos": pos}})
+            self.extra_sessions.append(sid)
 
     def step(self, tok, pos):
         """One compiled decode step over HTTP: the token it chose."""
@@ -456,6 +469,33 @@ class ModelBench:
             return res
         return self.timed(call)
 
+    def concurrent(self, n, count):
+        """`count` generations at once, one per session and HTTP connection: plain decode
+        steps of the same template share passes on the worker (batching). tokens/s is the
+        total over all conversations."""
+        sessions = [self.session] + self.extra_sessions[:count - 1]
+
+        def call():
+            done = [None] * count
+
+            def one(i):
+                api = Api(self.api.port)
+                api.key = self.api.key
+                done[i] = api.post("/api/v3/generate", {
+                    "graphId": self.graphs["decode"], "sessionId": sessions[i], "ids": [self.prompt[-1]],
+                    "startPos": self.start, "maxNewTokens": n, "stream": False})
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if not all(d and d.get("ok") for d in done):
+                raise RuntimeError(f"a concurrent generation failed: {done}")
+            same = all(d["tokens"] == done[0]["tokens"] for d in done)
+            return {"tokens": done[0]["tokens"] if same else None, "roundTrips": 1, "tokens_total": count * n,
+                    "batched_share": sum(d["batched"] for d in done) / (count * n)}
+        return self.timed(call)
+
     def pass_costs(self, plain, calls):
         """Median HTTP round-trip time of one compiled call of the decode graph and of each
         verify graph (fed at startPos, rewriting the same cache rows): what a verify pass
@@ -493,6 +533,7 @@ class ModelBench:
             for always in (False, True):
                 paths.append((f"spec-{ctx}-always{'T' if always else 'F'}",
                               lambda c=ctx, a=always: self.generate(n, True, self.spec_body(contexts[c], a))))
+        paths.append((f"batched-x{BATCH}", lambda: self.concurrent(n, BATCH)))
         # The verify-5 graph alone: what the 4-draft pass gives when the chooser cannot pick 3.
         paths.append(("spec-seen-alwaysT-v5only",
                       lambda: self.generate(n, True, self.spec_body(contexts["seen"], True, ("verify5",)))))
@@ -509,7 +550,7 @@ class ModelBench:
         return plain, runs, costs
 
     def teardown(self):
-        for path in ([f"/api/v3/sessions/{self.session}"] + [f"/api/v3/graphs/{g}" for g in self.graphs.values()] +
+        for path in ([f"/api/v3/sessions/{s}" for s in [self.session] + self.extra_sessions] + [f"/api/v3/graphs/{g}" for g in self.graphs.values()] +
                      [f"/api/v3/models/{self.model}"]):
             try:
                 self.api.delete(path)
@@ -528,28 +569,31 @@ def summarize(mb: ModelBench, runs, bw_Bps, header):
     # done.tokensPerSecond is tokens / the server's exact elapsed time (elapsedMs is rounded to 1 ms)
     compute_ms = med(1e3 / r["serverTokensPerSecond"] for r in runs["gen-worker"])
     step_ms = med(sum(r["step_ms"]) / n for r in runs["gen-worker-sse"])
-    cpu_ms = lambda r: (r["serve_cpu_s"] + r["client_cpu_s"]) / n * 1e3
+    cpu_ms = lambda r: (r["serve_cpu_s"] + r["client_cpu_s"]) / r.get("tokens_total", n) * 1e3
     worker_cpu_ms = med(cpu_ms(r) for r in runs["gen-worker"])
     # the busiest serve thread of the worker-loop runs is the one that computes
     compute_thread_cpu_ms = med(r["serve_threads"][0][0] / n * 1e3 for r in runs["gen-worker"])
     rows = []
     for p, rs in runs.items():
+        total = rs[0].get("tokens_total", n)  # every conversation's tokens for concurrent runs
         wall = med(r["wall_s"] for r in rs)
-        ms = wall / n * 1e3
+        ms = wall / total * 1e3
         top = [r["serve_threads"][0] for r in rs]
-        row = {"path": p, "tokens": n, "repeats": len(rs), "median_wall_s": wall, "tokens_per_s": n / wall,
+        row = {"path": p, "tokens": total, "repeats": len(rs), "median_wall_s": wall, "tokens_per_s": total / wall,
                "ms_per_token": ms, "overhead_ms_per_token": ms - compute_ms,
                "cpu_ms_per_token": med(cpu_ms(r) for r in rs),
                "cpu_overhead_ms_per_token": med(cpu_ms(r) for r in rs) - worker_cpu_ms,
                "client_cpu_ms_per_token": med(r["client_cpu_s"] / n * 1e3 for r in rs),
                "busiest_serve_thread": top[0][2].split("/")[0],
                "busiest_thread_runqueue_wait_share": med(t[1] / (t[0] + t[1]) if t[0] + t[1] else 0.0 for t in top),
-               "roofline_tokens_per_s": roof, "fraction_of_roofline": (n / wall) / roof,
+               "roofline_tokens_per_s": roof, "fraction_of_roofline": (total / wall) / roof,
                "server_tokens_per_s_median": med(r["serverTokensPerSecond"] for r in rs) if "serverTokensPerSecond" in rs[0] else None,
                "roundTrips": rs[0]["roundTrips"],
                "tokens_match_plain": all(r["tokens_match_plain"] for r in rs),
                "all_wall_s": [r["wall_s"] for r in rs],
                "serve_threads_per_repeat": [r["serve_threads"] for r in rs]}
+        if "batched_share" in rs[0]:
+            row["batched_share"] = med(r["batched_share"] for r in rs)
         if "speculation" in rs[0]:
             s = [r["speculation"] for r in rs]
             row["speculation"] = s[len(s) // 2]
@@ -605,7 +649,8 @@ def print_table(results):
                   f"{acc:>6s} {tpp:>8s} {str(r['tokens_match_plain']):>5s}")
     print("\n   ovh ms = ms/tok - worker-loop compute ms/tok; cpu ms = serve + client CPU per token; cpu ovh = that minus "
           "gen-worker's;\n   rq wait = share of the busiest serve thread's time spent waiting for a CPU (load); "
-          "frac = tok/s / roofline (spec rows: vs the one-token roofline)")
+          "frac = tok/s / roofline (spec rows: vs the one-token roofline;\n   batched rows: every conversation's tokens, "
+          "so a pass that reads the weights once for all of them can exceed the one-conversation roofline)")
 
 
 def main():
