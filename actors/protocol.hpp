@@ -301,6 +301,7 @@ using pick_atom = caf::atom_constant<caf::atom("pick")>;
 using workers_atom = caf::atom_constant<caf::atom("workers")>;
 using versions_atom = caf::atom_constant<caf::atom("versions")>;
 using generate_atom = caf::atom_constant<caf::atom("generate")>;
+using files_atom = caf::atom_constant<caf::atom("files")>;
 using inspect_atom = caf::atom_constant<caf::atom("inspect")>;
 using load_atom = caf::atom_constant<caf::atom("load")>;
 using list_atom = caf::atom_constant<caf::atom("list")>;
@@ -410,6 +411,8 @@ using coordinator_actor = caf::typed_actor<
     caf::replies_to<create_atom, tensors_atom, caller, std::string>::with<std::string>,   // v2 upload body
     caf::replies_to<delete_atom, tensors_atom, caller, std::string>::with<std::string>,
     caf::replies_to<generate_atom, caller, std::string>::with<gen_plan>,     // body
+    /// model id -> its config.json, tokenizer.json, tokenizer_config.json (chat; read once)
+    caf::replies_to<files_atom, caller, std::string>::with<std::string, std::string, std::string>,
     caf::replies_to<checkpt_atom, caller, std::string>::with<std::string>,   // session id
     caf::replies_to<restore_atom, caller, std::string>::with<std::string>>; 
 

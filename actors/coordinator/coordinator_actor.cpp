@@ -91,6 +91,8 @@ struct model_entry : owned {
   std::uint64_t published_bytes = 0;
   std::uint64_t resident_bytes = 0;
   std::size_t tensors = 0;
+  /// config.json, tokenizer.json, tokenizer_config.json once read (chat), else empty.
+  std::vector<std::string> files;
 };
 
 struct session_entry : owned {
@@ -559,6 +561,22 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                       w.EndObject();
                       w.EndObject();
                     }));
+                  },
+                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          return rp;
+        },
+        [=](files_atom, const caller& who, const std::string& id) -> caf::result<std::string, std::string, std::string> {
+          auto& S = self->state;
+          auto* m = S.find(S.models, id, who);
+          if (!m) return to_caf(errc::not_found, "model " + id + " does not exist");
+          if (m->files.size() == 3) return caf::result<std::string, std::string, std::string>(m->files[0], m->files[1], m->files[2]);
+          auto rp = self->make_response_promise<std::string, std::string, std::string>();
+          auto job = spawn_load_job(self->system(), S.cfg.load, S.pool);
+          self->request(job, std::chrono::minutes(2), files_atom::value, m->source)
+              .then(
+                  [=](std::string& config, std::string& tok, std::string& tok_cfg) mutable {
+                    if (auto* again = self->state.find(self->state.models, id, who)) again->files = {config, tok, tok_cfg};
+                    rp.deliver(std::move(config), std::move(tok), std::move(tok_cfg));
                   },
                   [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
           return rp;

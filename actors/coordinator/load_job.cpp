@@ -8,6 +8,7 @@
 
 #include "actors/errors.hpp"
 #include "actors/ids.hpp"
+#include "actors/loader/files.hpp"
 #include "actors/loader/inspect.hpp"
 #include "actors/loader/quantize_plan.hpp"
 #include "actors/loader/reader.hpp"
@@ -27,7 +28,8 @@ struct job_context {
   loader::model_index index;
 };
 
-result<job_context> open_source(const load_job_config& cfg, const std::string& text) {
+/// The parsed source and a reader for it, without reading anything yet.
+result<job_context> reach_source(const load_job_config& cfg, const std::string& text) {
   loader::source_options so;
   so.hf_endpoint = cfg.hf_endpoint;
   auto src = loader::parse_source(text, so);
@@ -41,6 +43,13 @@ result<job_context> open_source(const load_job_config& cfg, const std::string& t
   } else {
     ctx.reader = loader::make_local_reader();
   }
+  return ctx;
+}
+
+result<job_context> open_source(const load_job_config& cfg, const std::string& text) {
+  auto reached = reach_source(cfg, text);
+  if (!reached) return reached;
+  job_context ctx = std::move(*reached);
   auto idx = loader::inspect_source(ctx.source, *ctx.reader);
   if (!idx) return std::move(idx).err();
   ctx.index = std::move(*idx);
@@ -189,6 +198,15 @@ load_job_actor spawn_load_job(caf::actor_system& sys, load_job_config cfg, pool_
           self->quit();
           if (!ctx) return to_caf(ctx.err());
           return loader::inspect_json(ctx->index);
+        },
+        [=](files_atom, const std::string& source) -> caf::result<std::string, std::string, std::string> {
+          self->quit();
+          auto ctx = reach_source(cfg, source);
+          if (!ctx) return to_caf(ctx.err());
+          auto files = loader::read_model_files(ctx->source, *ctx->reader);
+          if (!files) return to_caf(files.err());
+          return caf::result<std::string, std::string, std::string>(std::move(files->config), std::move(files->tokenizer),
+                                                                    std::move(files->tokenizer_config));
         },
     };
   });
