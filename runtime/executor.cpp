@@ -573,6 +573,14 @@ std::string executable_graph::producer_op(std::string_view value) const {
   return s.step >= 0 ? std::string(p_->steps[std::size_t(s.step)].def->name) : std::string();
 }
 
+std::vector<std::string> executable_graph::producer_inputs(std::string_view value) const {
+  auto it = p_->by_name.find(std::string(value));
+  if (it == p_->by_name.end()) return {};
+  const slot& s = p_->slots[std::size_t(it->second)];
+  if (s.step < 0) return {};
+  return p_->graph.steps[std::size_t(p_->steps[std::size_t(s.step)].index)].in;
+}
+
 const tensor* executable_graph::value(std::string_view name) const {
   auto it = p_->by_name.find(std::string(name));
   return it == p_->by_name.end() ? nullptr : &p_->slots[std::size_t(it->second)].t;
