@@ -1,4 +1,4 @@
-// `mpakt demo`: greedy-decodes a story with a local Llama-family model through the runtime
+// `mpakt demo`: greedy-decodes a story with a local model through the runtime
 // (caches in a session, one compiled decode step per token) and prints it.
 
 #include <rapidjson/document.h>
@@ -10,7 +10,7 @@
 #include "app/commands.hpp"
 #include "app/model_folder.hpp"
 #include "backends/cpu/cpu_backend.hpp"
-#include "runtime/models/llama.hpp"
+#include "runtime/models/arch.hpp"
 #include "runtime/tensor_store.hpp"
 
 namespace mpakt::app {
@@ -47,14 +47,14 @@ std::vector<std::string> read_pieces(const std::string& path) {
 
 int cmd_demo(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "--help") {
-    std::fputs("usage: mpakt demo MODEL_DIR [--tokens N]\n\nGreedy-decodes from \"<s>Once upon a time\" with a local Llama-family model.\n",
+    std::fputs("usage: mpakt demo MODEL_DIR [--tokens N]\n\nGreedy-decodes from \"<s>Once upon a time\" with a local model (any family in docs/architectures.md).\n",
                args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
   }
   const std::string dir = args[0];
   int new_tokens = 64;
   if (args.size() >= 3 && args[1] == "--tokens") new_tokens = std::max(1, std::atoi(args[2].c_str()));
-  auto cfg = models::parse_llama_config(slurp(dir + "/config.json"));
+  auto cfg = models::parse_arch_config(slurp(dir + "/config.json"));
   if (!cfg) return std::fprintf(stderr, "mpakt demo: %s\n", cfg.err().message.c_str()), 1;
   auto weights = load_folder(dir);
   if (!weights) return std::fprintf(stderr, "mpakt demo: %s\n", weights.err().message.c_str()), 1;
@@ -78,21 +78,21 @@ int cmd_demo(const std::vector<std::string>& args) {
     if (auto st = store.apply_retain(**g, "s_demo", retain); !st) return nullptr;
     return std::move(*g);
   };
-  if (!run_inline(models::llama_cache_graph(*cfg, rows))) return 1;
-  models::llama_graph_options o;
+  if (!run_inline(models::arch_cache_graph(*cfg, rows))) return 1;
+  models::arch_graph_options o;
   o.model_id = "m_demo";
   o.use_cache = true;
   o.cache_rows = rows;
   o.ids = prompt;
   o.tokens = int(prompt.size());
   o.argmax = true;
-  auto pre = run_inline(models::llama_graph(*cfg, o));
+  auto pre = run_inline(models::arch_graph(*cfg, o));
   if (!pre) return 1;
   int next = int(pre->value("tok")->f32()[prompt.size() - 1]);
 
   o.compiled = true;
   o.tokens = 1;
-  auto decl = parse_graph_text(models::llama_graph(*cfg, o), true);
+  auto decl = parse_graph_text(models::arch_graph(*cfg, o), true);
   build_options bo;
   bo.compiled = true;
   auto step = executable_graph::build(std::move(*decl), src, be, bo);

@@ -7,7 +7,7 @@
 
 #include "app/commands.hpp"
 #include "app/model_folder.hpp"
-#include "runtime/models/llama.hpp"
+#include "runtime/models/arch.hpp"
 
 namespace mpakt::app {
 
@@ -17,9 +17,10 @@ const char* graph_usage =
     "                   [--cache ROWS] [--compiled] [--argmax | --sample] [--penalty P]\n"
     "                   [--alloc-cache ROWS [--history]]\n"
     "\n"
-    "Prints a v3 graph for a Llama-family config.json: a pass over the given ids (or T bound\n"
-    "ids with --compiled, positions bound as {\"$bind\": \"pos\"}), reading and writing the\n"
-    "session's KV caches with --cache ROWS. --argmax ends in the greedy token, --sample in a\n"
+    "Prints a v3 graph for a model's config.json (any family in docs/architectures.md): a\n"
+    "pass over the given ids (or T bound ids with --compiled, positions bound as\n"
+    "{\"$bind\": \"pos\"}), reading and writing the session's caches with --cache ROWS.\n"
+    "--argmax ends in the greedy token, --sample in a\n"
     "sample step (temperature 0 unless a call or generate sets it; its RNG step bound to pos).\n"
     "--penalty P keeps the fed ids in the session's token history \"hist\" and has the sample\n"
     "step penalise repeats (repetitionPenalty P; one sample step per row).\n"
@@ -40,12 +41,12 @@ int cmd_graph(const std::vector<std::string>& args) {
     std::fputs(graph_usage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
   }
-  auto cfg = models::parse_llama_config(slurp(args[0]));
+  auto cfg = models::parse_arch_config(slurp(args[0]));
   if (!cfg) {
     std::fprintf(stderr, "mpakt graph: %s: %s\n", args[0].c_str(), cfg.err().message.c_str());
     return 1;
   }
-  models::llama_graph_options o;
+  models::arch_graph_options o;
   o.model_id = "m_local";
   int alloc_rows = 0;
   bool history = false;
@@ -69,7 +70,7 @@ int cmd_graph(const std::vector<std::string>& args) {
     }
   }
   if (alloc_rows > 0) {
-    std::printf("%s\n", models::llama_cache_graph(*cfg, alloc_rows, history).c_str());
+    std::printf("%s\n", models::arch_cache_graph(*cfg, alloc_rows, history).c_str());
     return 0;
   }
   if (!o.compiled) {
@@ -83,7 +84,7 @@ int cmd_graph(const std::vector<std::string>& args) {
     std::fprintf(stderr, "mpakt graph: --tokens and --cache must be positive\n");
     return 2;
   }
-  std::printf("%s\n", models::llama_graph(*cfg, o).c_str());
+  std::printf("%s\n", models::arch_graph(*cfg, o).c_str());
   return 0;
 }
 

@@ -10,8 +10,7 @@
 /// parse time with a message naming the config field; nothing is approximated.
 ///
 /// The graphs are v3 JSON text, exactly what a client would send, so they go through the
-/// same parser and validator as any request. `arch_graph_options` means what
-/// `llama_graph_options` means (runtime/models/llama.hpp), so callers can switch builders.
+/// same parser and validator as any request.
 ///
 /// Session tensors (allocated by `arch_cache_graph`, updated in place by every pass):
 ///   "k<L>", "v<L>"  KV cache of attention layer L: [cache_rows, kvHeads*headDim] and
@@ -196,7 +195,7 @@ struct arch_config {
 /// field, e.g. "config.json model_type 'xyz' is not a family mpakt builds".
 result<arch_config> parse_arch_config(std::string_view config_json);
 
-/// Same fields and meaning as llama_graph_options (runtime/models/llama.hpp).
+/// What one pass feeds and returns.
 struct arch_graph_options {
   std::string model_id;        ///< the {model} of every weight input
   int tokens = 1;              ///< T rows fed in this pass

@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "backends/cpu/cpu_backend.hpp"
-#include "runtime/models/llama.hpp"
+#include "runtime/models/arch.hpp"
 #include "runtime/safetensors.hpp"
 #include "runtime/tensor_store.hpp"
 #include "test/support/files.hpp"
@@ -24,7 +24,7 @@ constexpr int cache_rows = 96;
 
 struct batching : ::testing::Test {
   void SetUp() override {
-    auto cfg = models::parse_llama_config(test::read_file(model_dir + "/config.json"));
+    auto cfg = models::parse_arch_config(test::read_file(model_dir + "/config.json"));
     ASSERT_TRUE(cfg.ok()) << cfg.err().message;
     config = *cfg;
     auto weights = load_safetensors_file(model_dir + "/model.safetensors");
@@ -49,18 +49,18 @@ struct batching : ::testing::Test {
   /// Zeroed caches, then the prompt prefilled, in a fresh session.
   void prefill(const std::string& session, const std::vector<int>& prompt) {
     store.session(session);
-    run_inline(models::llama_cache_graph(config, cache_rows), session);
-    models::llama_graph_options o;
+    run_inline(models::arch_cache_graph(config, cache_rows), session);
+    models::arch_graph_options o;
     o.model_id = "m_s";
     o.tokens = int(prompt.size());
     o.ids = prompt;
     o.use_cache = true;
     o.cache_rows = cache_rows;
-    run_inline(models::llama_graph(config, o), session);
+    run_inline(models::arch_graph(config, o), session);
   }
 
   std::string template_json(bool sample) const {
-    models::llama_graph_options o;
+    models::arch_graph_options o;
     o.model_id = "m_s";
     o.tokens = 1;
     o.use_cache = true;
@@ -68,7 +68,7 @@ struct batching : ::testing::Test {
     o.compiled = true;
     o.argmax = !sample;
     o.sample = sample;
-    return models::llama_graph(config, o);
+    return models::arch_graph(config, o);
   }
 
   std::unique_ptr<executable_graph> build(const graph_decl& decl) {
@@ -96,7 +96,7 @@ struct batching : ::testing::Test {
     set("step", c.pos);
   }
 
-  models::llama_config config;
+  models::arch_config config;
   tensor_store store;
   cpu_backend backend;
 };

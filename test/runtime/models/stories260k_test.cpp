@@ -2,7 +2,7 @@
 // the runtime from its safetensors file, against golden logits from an independent
 // float64 forward pass (../shared/models/stories260K/goldens).
 
-#include "runtime/models/llama.hpp"
+#include "runtime/models/arch.hpp"
 
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
@@ -23,7 +23,7 @@ const std::string model_dir = std::string(MPAKT_SHARED_DIR) + "/models/stories26
 
 struct stories : ::testing::Test {
   void SetUp() override {
-    auto cfg = models::parse_llama_config(test::read_file(model_dir + "/config.json"));
+    auto cfg = models::parse_arch_config(test::read_file(model_dir + "/config.json"));
     ASSERT_TRUE(cfg.ok()) << cfg.err().message;
     config = *cfg;
     auto weights = load_safetensors_file(model_dir + "/model.safetensors");
@@ -80,7 +80,7 @@ struct stories : ::testing::Test {
     return best;
   }
 
-  models::llama_config config;
+  models::arch_config config;
   tensor_store store;
   cpu_backend backend;
   std::vector<int> prompt, greedy;
@@ -89,11 +89,11 @@ struct stories : ::testing::Test {
 
 TEST_F(stories, PrefillOfAllPositionsMatchesGoldenLogits) {
   const int T = int(golden.shape[0]);
-  models::llama_graph_options o;
+  models::arch_graph_options o;
   o.model_id = "m_stories";
   o.tokens = T;
   o.ids.assign(greedy.begin(), greedy.begin() + T);
-  auto g = run(models::llama_graph(config, o), "", false);
+  auto g = run(models::arch_graph(config, o), "", false);
   ASSERT_TRUE(g);
   const tensor* logits = g->value("logits");
   ASSERT_EQ(logits->shape(), (shape_t{T, config.vocab}));
@@ -111,18 +111,18 @@ TEST_F(stories, PrefillOfAllPositionsMatchesGoldenLogits) {
 
 TEST_F(stories, CachedDecodeReproducesGoldenGreedyIdsAndLogits) {
   const int rows = 64;
-  run(models::llama_cache_graph(config, rows), "s_1", false);
+  run(models::arch_cache_graph(config, rows), "s_1", false);
   ASSERT_NE(store.find_session("s_1"), nullptr);
   ASSERT_EQ(store.find_session("s_1")->size(), std::size_t(2 * config.layers));
 
   // Prefill the prompt through the caches in one pass.
-  models::llama_graph_options pre;
+  models::arch_graph_options pre;
   pre.model_id = "m_stories";
   pre.tokens = int(prompt.size());
   pre.ids = prompt;
   pre.use_cache = true;
   pre.cache_rows = rows;
-  auto g = run(models::llama_graph(config, pre), "s_1", false);
+  auto g = run(models::arch_graph(config, pre), "s_1", false);
   ASSERT_TRUE(g);
   const tensor* logits = g->value("logits");
   const std::size_t last = prompt.size() - 1;
@@ -130,11 +130,11 @@ TEST_F(stories, CachedDecodeReproducesGoldenGreedyIdsAndLogits) {
   int next = argmax(logits->f32() + last * std::size_t(config.vocab), config.vocab);
 
   // Then one compiled decode step per token: ids and pos bound, argmax in the graph.
-  models::llama_graph_options dec = pre;
+  models::arch_graph_options dec = pre;
   dec.tokens = 1;
   dec.compiled = true;
   dec.argmax = true;
-  auto decl = parse_graph_text(models::llama_graph(config, dec), true);
+  auto decl = parse_graph_text(models::arch_graph(config, dec), true);
   ASSERT_TRUE(decl.ok()) << decl.err().message;
   tensor_store::source src(store, {"s_1"});
   build_options opts;
@@ -169,29 +169,29 @@ namespace {
 TEST_F(stories, PenaltyStepPenalisesTheSessionsHistory) {
   const int rows = 64;
   const double penalty = 1.3;
-  run(models::llama_cache_graph(config, rows, true), "s_pen", false);
+  run(models::arch_cache_graph(config, rows, true), "s_pen", false);
   ASSERT_TRUE(store.find_session("s_pen")->count("hist"));
-  run(models::llama_cache_graph(config, rows), "s_ref", false);
+  run(models::arch_cache_graph(config, rows), "s_ref", false);
   std::vector<int> history(prompt.begin(), prompt.end() - 1);
   for (const char* s : {"s_pen", "s_ref"}) {
-    models::llama_graph_options pre;
+    models::arch_graph_options pre;
     pre.model_id = "m_stories";
     pre.tokens = int(history.size());
     pre.ids = history;
     pre.use_cache = true;
     pre.cache_rows = rows;
     pre.repetition_penalty = std::string(s) == "s_pen" ? penalty : 0;
-    run(models::llama_graph(config, pre), s, false);
+    run(models::arch_graph(config, pre), s, false);
   }
   auto compile = [&](bool sample) {
-    models::llama_graph_options o;
+    models::arch_graph_options o;
     o.model_id = "m_stories";
     o.use_cache = true;
     o.cache_rows = rows;
     o.compiled = true;
     o.sample = sample;
     o.repetition_penalty = sample ? penalty : 0;
-    auto decl = parse_graph_text(models::llama_graph(config, o), true);
+    auto decl = parse_graph_text(models::arch_graph(config, o), true);
     EXPECT_TRUE(decl.ok()) << decl.err().message;
     tensor_store::source none(store, {});
     build_options opts;
