@@ -573,6 +573,12 @@ std::string executable_graph::producer_op(std::string_view value) const {
   return s.step >= 0 ? std::string(p_->steps[std::size_t(s.step)].def->name) : std::string();
 }
 
+bool executable_graph::has_op(std::string_view op) const {
+  for (const auto& st : p_->steps)
+    if (st.def->name == op) return true;
+  return false;
+}
+
 std::vector<std::string> executable_graph::producer_inputs(std::string_view value) const {
   auto it = p_->by_name.find(std::string(value));
   if (it == p_->by_name.end()) return {};

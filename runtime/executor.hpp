@@ -79,6 +79,8 @@ class executable_graph {
   status override_step_param(std::size_t step, std::string_view op, std::string_view param, double value);
   /// The op of the step producing `value` ("" for an input or unknown name).
   std::string producer_op(std::string_view value) const;
+  /// Whether any step runs `op`.
+  bool has_op(std::string_view op) const;
   /// The inputs of the step producing `value` (empty for an input or unknown name).
   std::vector<std::string> producer_inputs(std::string_view value) const;
   /// Names of the steps' op features in use (for routing), sorted, unique.

@@ -193,6 +193,10 @@ result<std::int32_t> check_generate_graph(const compiled_entry& e, bool sampling
   const tensor_desc* d = e.graph->desc(e.outputs.front());
   if (!d || shape_numel(d->shape) != rows) return invalid("the graph must return one token id per fed position (" + std::to_string(rows) + ")");
   if (sampling && op == "argmax") return invalid("the graph ends in argmax; sampling with temperature > 0 needs a sample step");
+  // Rows written for rejected drafts are harmless in a KV cache (overwritten before they are
+  // read), but a short_conv state advanced past a rejected draft cannot be taken back.
+  if (verify && e.graph->has_op("short_conv"))
+    return invalid("a verify graph may not carry short_conv state: a rejected draft would leave the state advanced past it");
   return std::int32_t(rows - 1);
 }
 
