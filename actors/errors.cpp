@@ -40,6 +40,19 @@ error from_caf(const caf::error& e) {
   return error{errc::internal, "internal error: " + caf::to_string(e)};
 }
 
+bool actor_gone(const caf::error& e) {
+  if (e.category() != caf::atom("system")) return false;
+  switch (static_cast<caf::sec>(e.code())) {
+    case caf::sec::request_receiver_down:
+    case caf::sec::no_route_to_receiving_node:
+    case caf::sec::cannot_forward_to_invalid_actor:
+    case caf::sec::socket_disconnected:
+      return true;
+    default:
+      return false;
+  }
+}
+
 int http_status(errc code) {
   switch (code) {
     case errc::invalid: return 400;

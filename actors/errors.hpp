@@ -18,6 +18,9 @@ caf::error to_caf(errc code, std::string message);
 /// Ours for any caf::error.
 error from_caf(const caf::error& e);
 
+/// Whether the error says the receiving actor is gone (its worker left the grid).
+bool actor_gone(const caf::error& e);
+
 /// The HTTP status for an error code (decisions.md "Errors").
 int http_status(errc code);
 

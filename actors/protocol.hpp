@@ -411,8 +411,9 @@ using coordinator_actor = caf::typed_actor<
     caf::replies_to<create_atom, tensors_atom, caller, std::string>::with<std::string>,   // v2 upload body
     caf::replies_to<delete_atom, tensors_atom, caller, std::string>::with<std::string>,
     caf::replies_to<generate_atom, caller, std::string>::with<gen_plan>,     // body
-    /// model id -> its config.json, tokenizer.json, tokenizer_config.json (chat; read once)
-    caf::replies_to<files_atom, caller, std::string>::with<std::string, std::string, std::string>,
+    /// model id -> its config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja
+    /// (chat; read once)
+    caf::replies_to<files_atom, caller, std::string>::with<std::string, std::string, std::string, std::string>,
     caf::replies_to<checkpt_atom, caller, std::string>::with<std::string>,   // session id
     caf::replies_to<restore_atom, caller, std::string>::with<std::string>>; 
 

@@ -11,7 +11,9 @@
 #include "actors/coordinator/coordinator_actor.hpp"
 #include "actors/coordinator/pool_actor.hpp"
 #include "actors/worker/worker_actor.hpp"
+#include "actors/cluster.hpp"
 #include "app/commands.hpp"
+#include "app/sizes.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "http/api/routes.hpp"
 
@@ -27,7 +29,7 @@ const char* serve_usage =
     "usage: mpakt serve --port N --data-dir DIR [--dev] [--hf-endpoint URL] [--workers N]\n"
     "                   [--default-quantize none|q8|q4|auto] [--address ADDR]\n"
     "                   [--worker-memory SIZE] [--graph-timeout-ms MS] [--body-limit SIZE]\n"
-    "                   [--durable-budget SIZE] [--threads N] [--web DIR]\n"
+    "                   [--durable-budget SIZE] [--threads N] [--web DIR] [--cluster-port N]\n"
     "\n"
     "Runs the coordinator: the v3 HTTP API, accounts (SQLite in DIR) and the actors, with\n"
     "N embedded CPU workers (default 1; 0 = only remote volunteers).\n"
@@ -38,28 +40,14 @@ const char* serve_usage =
     "  --graph-timeout-ms  how long one graph may run before 504 (default 300000)\n"
     "  --body-limit        largest request body, e.g. 256M (default 256M)\n"
     "  --durable-budget    per-key room for session checkpoints on the coordinator (default 1G)\n"
-    "  --threads N         threads a kernel may use (default: the machine's cores, or $MPAKT_THREADS)\n";
-
-/// "8G", "512M", "1000000" -> bytes (G/M/K are powers of 1024 here: memory sizes).
-std::optional<std::uint64_t> parse_size(const std::string& s) {
-  if (s.empty()) return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || v < 0) return std::nullopt;
-  std::string unit(end);
-  double mul = 1;
-  if (unit == "K" || unit == "k") mul = 1024.0;
-  else if (unit == "M" || unit == "m") mul = 1024.0 * 1024;
-  else if (unit == "G" || unit == "g") mul = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) return std::nullopt;
-  return std::uint64_t(v * mul);
-}
+    "  --threads N         threads a kernel may use (default: the machine's cores, or $MPAKT_THREADS)\n"
+    "  --cluster-port N    accept volunteers (`mpakt worker --join ADDR:N`) on --address, port N\n";
 
 }  // namespace
 
 int cmd_serve(const std::vector<std::string>& args) {
   std::string data_dir, address = "127.0.0.1", web_dir;
-  int port = -1, workers = 1;
+  int port = -1, workers = 1, cluster_port = -1;
   // Kernel threads per worker: by default the machine's cores (the embedded worker is the
   // only heavy computation; CAF's scheduler and the HTTP thread mostly wait).
   int threads = std::max(1u, std::thread::hardware_concurrency());
@@ -84,6 +72,10 @@ int cmd_serve(const std::vector<std::string>& args) {
     else if (a == "--hf-endpoint") { if (!(v = value())) return bad("--hf-endpoint needs a URL"); ccfg.load.hf_endpoint = *v; }
     else if (a == "--workers") { if (!(v = value())) return bad("--workers needs a number"); workers = std::atoi(v->c_str()); }
     else if (a == "--web") { if (!(v = value())) return bad("--web needs a folder"); web_dir = *v; }
+    else if (a == "--cluster-port") {
+      if (!(v = value()) || std::atoi(v->c_str()) < 0 || std::atoi(v->c_str()) > 65535) return bad("--cluster-port needs a port");
+      cluster_port = std::atoi(v->c_str());
+    }
     else if (a == "--default-quantize") {
       if (!(v = value()) || (*v != "none" && *v != "q8" && *v != "q4" && *v != "auto"))
         return bad("--default-quantize takes none, q8, q4 or auto");
@@ -136,6 +128,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   // Scheduler threads carry messages only; workers compute on their own threads.
   cfg.set("scheduler.max-threads", 1);
   cfg.set("logger.verbosity", caf::atom("quiet"));
+  if (cluster_port >= 0) configure_cluster(cfg);
   auto sys = std::make_unique<caf::actor_system>(cfg);
 
   int exit_code = 0;
@@ -150,6 +143,17 @@ int cmd_serve(const std::vector<std::string>& args) {
       wc.memory_bytes = worker_memory;
       local_workers.push_back(spawn_worker(*sys, wc));
       caf::anon_send(pool, add_atom::value, local_workers.back());
+    }
+    std::string cluster_line;
+    if (cluster_port >= 0) {
+      auto bound = publish_pool(*sys, pool, address, std::uint16_t(cluster_port));
+      if (!bound) {
+        std::fprintf(stderr, "mpakt serve: %s\n", bound.err().message.c_str());
+        caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+        for (auto& w : local_workers) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+        return 1;
+      }
+      cluster_line = "  volunteers:  mpakt worker --join " + address + ":" + std::to_string(*bound) + "\n";
     }
     auto coordinator = spawn_coordinator(*sys, ccfg, pool);
     accounts_config acfg;
@@ -184,6 +188,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     std::printf("  first call:  curl %s/api/versions\n", base.c_str());
     std::printf("  sign up:     curl -X POST %s/api/accounts -d '{\"username\":\"alice\",\"password\":\"a long password\"}'\n", base.c_str());
     std::printf("  reference:   %s/llms.txt\n", base.c_str());
+    std::printf("%s", cluster_line.c_str());
     std::fflush(stdout);
 
     int sig = 0;

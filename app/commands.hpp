@@ -13,5 +13,6 @@ int cmd_demo(const std::vector<std::string>& args);
 int cmd_serve(const std::vector<std::string>& args);
 int cmd_host(const std::vector<std::string>& args);
 int cmd_admin(const std::vector<std::string>& args);
+int cmd_worker(const std::vector<std::string>& args);
 
 }  // namespace mpakt::app

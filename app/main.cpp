@@ -17,6 +17,7 @@ void usage(FILE* out) {
       "\n"
       "commands:\n"
       "  serve               run the coordinator: the v3 HTTP API with an embedded worker; see `mpakt serve --help`\n"
+      "  worker --join H:P   run a volunteer worker that joins a coordinator's --cluster-port; see `mpakt worker --help`\n"
       "  ops                 print the op catalogue (the GET /api/ops document)\n"
       "  run GRAPH.json      validate and run a graph on this machine's CPU; see `mpakt run --help`\n"
       "  graph CONFIG.json   print the v3 graph for a model's config.json; see `mpakt graph --help`\n"
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   if (cmd == "demo") return mpakt::app::cmd_demo(args);
   if (cmd == "host") return mpakt::app::cmd_host(args);
   if (cmd == "admin") return mpakt::app::cmd_admin(args);
+  if (cmd == "worker") return mpakt::app::cmd_worker(args);
   std::fprintf(stderr, "mpakt: unknown command \"%s\"\n\n", cmd.c_str());
   usage(stderr);
   return 2;

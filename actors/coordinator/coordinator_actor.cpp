@@ -91,7 +91,7 @@ struct model_entry : owned {
   std::uint64_t published_bytes = 0;
   std::uint64_t resident_bytes = 0;
   std::size_t tensors = 0;
-  /// config.json, tokenizer.json, tokenizer_config.json once read (chat), else empty.
+  /// config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja once read (chat).
   std::vector<std::string> files;
 };
 
@@ -136,6 +136,14 @@ struct coordinator_state {
   /// load-response tensorIds: id -> (model, weight name)
   std::map<std::string, std::pair<std::string, std::string>> weight_ids;
   std::map<std::string, int> pending_loads;  ///< per key
+  /// Workers holding something here (monitored), and those that have since left the grid.
+  std::set<caf::actor_addr> watched, lost;
+
+  /// Monitors a worker once something is placed on it, so its loss is known at once.
+  void watch(coordinator_actor::pointer self, const worker_actor& w) {
+    if (w && watched.insert(w.address()).second) self->monitor(w);
+  }
+  bool is_lost(const worker_actor& w) const { return w && lost.count(w.address()) > 0; }
 
   template <class Map>
   int count_for_key(const Map& m, const std::string& key_id) const {
@@ -221,12 +229,22 @@ std::uint64_t per_call_bytes(const std::string& graph_id, const graph_decl& d) {
 
 }  // namespace
 
+/// What a call gets when `what` ("session s_…", "model m_…", "tensor t_…") was on a worker
+/// that left the grid.
+std::string lost_message(const std::string& what) {
+  if (what.rfind("session ", 0) == 0)
+    return what + " was held by a worker that left the grid, and its caches went with it: open a new session and "
+                  "prefill it again (or restore a checkpoint)";
+  return what + " was on a worker that left the grid: load it again";
+}
+
 coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config cfg, pool_actor pool) {
   return sys.spawn([cfg, pool](coordinator_pointer self) -> coordinator_actor::behavior_type {
     self->state.cfg = cfg;
     self->state.pool = pool;
     auto& S = self->state;
     const auto control = cfg.timeouts.control;
+    self->set_down_handler([self](caf::down_msg& dm) { self->state.lost.insert(dm.source); });
 
     /// Resolves the references of a graph (models, tensorIds, sessions) against the
     /// caller's directory; picks the worker; rewrites load tensorIds as {model, weight}.
@@ -257,6 +275,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
       if (version == 2 && (!r.primary.empty() || !r.sessions.empty()))
         return invalid("sessions are an API v3 feature; use /api/v3/graph");
       auto pin = [&](const worker_actor& w, const std::string& what) -> status {
+        if (S.is_lost(w)) return make_error(errc::unavailable, lost_message(what));
         if (!r.worker) {
           r.worker = w;
         } else if (r.worker != w) {
@@ -512,6 +531,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                     m.actor = spawn_model(self->system(), req.model_id, {out.worker}, S.cfg.timeouts);
                     self->link_to(m.actor);  // entity actors end with the coordinator
                     m.worker = out.worker;
+                    S.watch(self, out.worker);
                     m.source = out.source;
                     m.quantize = out.quantize;
                     m.published_bytes = out.published_bytes;
@@ -565,18 +585,20 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                   [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
           return rp;
         },
-        [=](files_atom, const caller& who, const std::string& id) -> caf::result<std::string, std::string, std::string> {
+        [=](files_atom, const caller& who, const std::string& id)
+            -> caf::result<std::string, std::string, std::string, std::string> {
           auto& S = self->state;
           auto* m = S.find(S.models, id, who);
           if (!m) return to_caf(errc::not_found, "model " + id + " does not exist");
-          if (m->files.size() == 3) return caf::result<std::string, std::string, std::string>(m->files[0], m->files[1], m->files[2]);
-          auto rp = self->make_response_promise<std::string, std::string, std::string>();
+          if (m->files.size() == 4)
+            return caf::result<std::string, std::string, std::string, std::string>(m->files[0], m->files[1], m->files[2], m->files[3]);
+          auto rp = self->make_response_promise<std::string, std::string, std::string, std::string>();
           auto job = spawn_load_job(self->system(), S.cfg.load, S.pool);
           self->request(job, std::chrono::minutes(2), files_atom::value, m->source)
               .then(
-                  [=](std::string& config, std::string& tok, std::string& tok_cfg) mutable {
-                    if (auto* again = self->state.find(self->state.models, id, who)) again->files = {config, tok, tok_cfg};
-                    rp.deliver(std::move(config), std::move(tok), std::move(tok_cfg));
+                  [=](std::string& config, std::string& tok, std::string& tok_cfg, std::string& jinja) mutable {
+                    if (auto* again = self->state.find(self->state.models, id, who)) again->files = {config, tok, tok_cfg, jinja};
+                    rp.deliver(std::move(config), std::move(tok), std::move(tok_cfg), std::move(jinja));
                   },
                   [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
           return rp;
@@ -623,6 +645,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                       e.key_id = who.key_id;
                       e.created_at = now_iso();
                       e.worker = w;
+                      S.watch(self, w);
                       e.model_id = *model_id;
                       e.label = *label;
                       e.actor = spawn_session(self->system(), sid, w, S.cfg.timeouts);
@@ -656,6 +679,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto& S = self->state;
           auto* s = S.find(S.sessions, id, who);
           if (!s) return to_caf(errc::not_found, "session " + id + " does not exist");
+          if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + id));
           auto rp = self->make_response_promise<std::string>();
           const session_entry e = *s;
           self->request(s->actor, control, info_atom::value)
@@ -745,12 +769,16 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
             for (std::size_t i = 0; i < all.size(); ++i) {
               auto* s = S.find(S.sessions, all[i], who);
               if (!s) return to_caf(errc::not_found, "session " + all[i] + " does not exist");
+              if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + all[i]));
               if (i == 0) w = s->worker;
               else if (s->worker != w)
                 return to_caf(errc::conflict, "session " + all[i] + " lives on a different worker from session " + all[0]);
             }
-            for (const auto& mid : g->models)
-              if (!S.find(S.models, mid, who)) return to_caf(errc::not_found, "model " + mid + ", which graph " + *gid + " reads, no longer exists");
+            for (const auto& mid : g->models) {
+              auto* m = S.find(S.models, mid, who);
+              if (!m) return to_caf(errc::not_found, "model " + mid + ", which graph " + *gid + " reads, no longer exists");
+              if (S.is_lost(m->worker)) return to_caf(errc::unavailable, lost_message("model " + mid));
+            }
             auto rp = self->make_response_promise<std::string>();
             run_on(rp, std::move(req), w, g->actor);
             return rp;
@@ -975,6 +1003,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (!g) return to_caf(errc::not_found, "graph " + *gid + " does not exist");
           auto* s = S.find(S.sessions, *sid, who);
           if (!s) return to_caf(errc::not_found, "session " + *sid + " does not exist");
+          if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + *sid));
           plan.worker = s->worker;
           plan.session = s->actor;
           plan.graph = g->actor;
@@ -1062,6 +1091,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto& S = self->state;
           auto* s = S.find(S.sessions, id, who);
           if (!s) return to_caf(errc::not_found, "session " + id + " does not exist");
+          if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + id));
           auto rp = self->make_response_promise<std::string>();
           const session_entry e = *s;
           // The durable budget is checked before anything is fetched (CKP-06).
@@ -1126,6 +1156,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                       }
                       if (old != target) caf::anon_send(old, sclose_atom::value, id);
                       it->second.worker = target;
+                      S.watch(self, target);
                       caf::anon_send(it->second.actor, move_atom::value, target, ck_it->second.steps);
                       const auto& d = ck_it->second.dump;
                       rp.deliver(json([&](writer& w) {
@@ -1196,6 +1227,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                               e.key_id = who.key_id;
                               e.created_at = now_iso();
                               e.worker = w;
+                              self->state.watch(self, w);
                               e.bytes = bytes;
                               self->state.tensors[tid] = e;
                               rp.deliver(json([&](writer& jw) {

@@ -31,6 +31,15 @@ struct model_state {
 
 }  // namespace
 
+namespace {
+/// A session's calls fail this way once its worker is gone: its caches went with it.
+caf::error session_error(const std::string& id, const caf::error& e) {
+  if (!actor_gone(e)) return e;
+  return to_caf(errc::unavailable, "session " + id + " was held by a worker that left the grid, and its caches went with it: "
+                                   "open a new session and prefill it again (or restore a checkpoint)");
+}
+}  // namespace
+
 session_actor spawn_session(caf::actor_system& sys, std::string session_id, worker_actor worker, entity_timeouts t) {
   return sys.spawn([id = std::move(session_id), worker, t](session_actor::stateful_pointer<session_state> self)
                        -> session_actor::behavior_type {
@@ -46,7 +55,7 @@ session_actor spawn_session(caf::actor_system& sys, std::string session_id, work
                     self->state.steps++;
                     rp.deliver(std::move(reply));
                   },
-                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+                  [=](caf::error& e) mutable { rp.deliver(session_error(self->state.id, e)); });
           return rp;
         },
         [=](run_atom, run_request& r, graph_actor g) -> caf::result<run_reply> {
@@ -57,14 +66,14 @@ session_actor spawn_session(caf::actor_system& sys, std::string session_id, work
                     self->state.steps++;
                     rp.deliver(std::move(reply));
                   },
-                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+                  [=](caf::error& e) mutable { rp.deliver(session_error(self->state.id, e)); });
           return rp;
         },
         [=](info_atom) -> caf::result<session_info, std::uint64_t> {
           auto rp = self->make_response_promise<session_info, std::uint64_t>();
           self->request(self->state.worker, self->state.t.control, sinfo_atom::value, self->state.id)
               .then([=](session_info& info) mutable { rp.deliver(std::move(info), self->state.steps); },
-                    [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+                    [=](caf::error& e) mutable { rp.deliver(session_error(self->state.id, e)); });
           return rp;
         },
         [=](move_atom, worker_actor w, std::uint64_t steps) {

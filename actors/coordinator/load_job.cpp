@@ -199,14 +199,15 @@ load_job_actor spawn_load_job(caf::actor_system& sys, load_job_config cfg, pool_
           if (!ctx) return to_caf(ctx.err());
           return loader::inspect_json(ctx->index);
         },
-        [=](files_atom, const std::string& source) -> caf::result<std::string, std::string, std::string> {
+        [=](files_atom, const std::string& source) -> caf::result<std::string, std::string, std::string, std::string> {
           self->quit();
           auto ctx = reach_source(cfg, source);
           if (!ctx) return to_caf(ctx.err());
           auto files = loader::read_model_files(ctx->source, *ctx->reader);
           if (!files) return to_caf(files.err());
-          return caf::result<std::string, std::string, std::string>(std::move(files->config), std::move(files->tokenizer),
-                                                                    std::move(files->tokenizer_config));
+          return caf::result<std::string, std::string, std::string, std::string>(
+              std::move(files->config), std::move(files->tokenizer), std::move(files->tokenizer_config),
+              std::move(files->chat_template));
         },
     };
   });

@@ -56,8 +56,9 @@ typename Inspector::result_type inspect(Inspector& f, load_outcome& x) {
 
 using load_job_actor = caf::typed_actor<caf::replies_to<load_atom, load_job_request>::with<load_outcome>,
                                         caf::replies_to<inspect_atom, std::string>::with<std::string>,
-                                        /// source -> config.json, tokenizer.json, tokenizer_config.json
-                                        caf::replies_to<files_atom, std::string>::with<std::string, std::string, std::string>>;
+                                        /// source -> config.json, tokenizer.json, tokenizer_config.json,
+                                        /// chat_template.jinja
+                                        caf::replies_to<files_atom, std::string>::with<std::string, std::string, std::string, std::string>>;
 
 /// A job on its own thread; it quits after answering one request.
 load_job_actor spawn_load_job(caf::actor_system& sys, load_job_config cfg, pool_actor pool);

@@ -33,6 +33,7 @@ result<model_files> read_model_files(const model_source& source, byte_reader& re
   out.config = std::move(*config);
   MPAKT_TRY(optional("tokenizer.json", out.tokenizer));
   MPAKT_TRY(optional("tokenizer_config.json", out.tokenizer_config));
+  MPAKT_TRY(optional("chat_template.jinja", out.chat_template));
   return out;
 }
 

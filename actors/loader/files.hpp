@@ -1,6 +1,7 @@
 #pragma once
 /// The small files beside a checkpoint that chat needs: config.json (the architecture),
-/// tokenizer.json and tokenizer_config.json (tokenizer, special tokens, chat template).
+/// tokenizer.json and tokenizer_config.json (tokenizer, special tokens, chat template), and
+/// chat_template.jinja where a repository keeps its template apart.
 ///
 /// They live in the folder of the source's checkpoint (the hub revision's folder, the URL's
 /// folder, the local folder) and are read whole with the same reader as the weights.
@@ -17,6 +18,7 @@ struct model_files {
   std::string config;            ///< config.json (required)
   std::string tokenizer;         ///< tokenizer.json, empty when the source has none
   std::string tokenizer_config;  ///< tokenizer_config.json, empty when the source has none
+  std::string chat_template;     ///< chat_template.jinja (newer repos keep the template there), or empty
 };
 
 /// Where `file` lives beside the source's checkpoint.

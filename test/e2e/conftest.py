@@ -8,13 +8,17 @@ Set MPAKT_BINARY to test a binary other than build/mpakt.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import shutil
 import struct
 
+import numpy as np
 import pytest
 
 from e2e_util import (STORIES_DIR, Process, Server, binary, read_safetensors_index, start_with_free_port, stop_all,
                       write_safetensors)
+
+ARCH_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "arch"
 
 _processes = []
 
@@ -52,6 +56,36 @@ def _split_shards(src, dst_dir):
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
 
 
+def write_slow_llama(folder):
+    """local/slow: a random bf16 Llama of about 77 MB with stories260K's tokenizer, so chat and
+    generate take seconds rather than milliseconds (tests of stopping mid-stream)."""
+    folder.mkdir(parents=True)
+    cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 768,
+           "intermediate_size": 2048, "num_hidden_layers": 6, "num_attention_heads": 12, "num_key_value_heads": 4,
+           "head_dim": 64, "vocab_size": 512, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5,
+           "rope_theta": 10000.0, "tie_word_embeddings": True, "hidden_act": "silu"}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(STORIES_DIR / f, folder / f)
+    rng = np.random.default_rng(5)
+    h, inter, hd = 768, 2048, 64
+    shapes = {"model.embed_tokens.weight": [512, h], "model.norm.weight": [h]}
+    for i in range(6):
+        p = f"model.layers.{i}."
+        shapes.update({p + "input_layernorm.weight": [h], p + "post_attention_layernorm.weight": [h],
+                       p + "self_attn.q_proj.weight": [12 * hd, h], p + "self_attn.k_proj.weight": [4 * hd, h],
+                       p + "self_attn.v_proj.weight": [4 * hd, h], p + "self_attn.o_proj.weight": [h, 12 * hd],
+                       p + "mlp.gate_proj.weight": [inter, h], p + "mlp.up_proj.weight": [inter, h],
+                       p + "mlp.down_proj.weight": [h, inter]})
+    tensors = {}
+    for name, shape in shapes.items():
+        a = np.ones(shape, np.float32) if len(shape) == 1 else rng.standard_normal(shape, dtype=np.float32) * np.float32(0.05)
+        u = a.view(np.uint32)
+        bf16 = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+        tensors[name] = ("BF16", shape, bf16.tobytes())
+    write_safetensors(folder / "model.safetensors", tensors)
+
+
 @pytest.fixture(scope="session")
 def hub_dir(tmp_path_factory):
     """A folder in hub layout: local/stories260K (as published), local/sharded (the same
@@ -63,6 +97,13 @@ def hub_dir(tmp_path_factory):
     for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
         if (STORIES_DIR / f).exists():
             shutil.copy(STORIES_DIR / f, model / f)
+    write_slow_llama(root / "local" / "slow")
+    # every architecture fixture as hf:arch/<family> (test_architectures.py)
+    for d in sorted(ARCH_DIR.iterdir()):
+        if (d / "reference.json").exists():
+            (root / "arch" / d.name).mkdir(parents=True)
+            for f in ("config.json", "model.safetensors"):
+                shutil.copy(d / f, root / "arch" / d.name / f)
     sharded = root / "local" / "sharded"
     sharded.mkdir()
     _split_shards(STORIES_DIR / "model.safetensors", sharded)

@@ -1,0 +1,35 @@
+#pragma once
+/// The grid across hosts: volunteers' worker actors join the coordinator's pool over CAF's
+/// middleman (CAF 0.17 io, one TCP connection per volunteer).
+///
+/// `mpakt serve --cluster-port N` publishes the pool actor; `mpakt worker --join HOST:PORT`
+/// spawns a worker actor and sends it to the pool, which monitors it: a volunteer that exits,
+/// crashes or stops answering heartbeats is removed within seconds (docs/operators.md). Every
+/// message the worker speaks is announced (add_protocol_types) on both sides, and weights
+/// travel as the same ≤ 16 MB pieces as in one process.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "actors/protocol.hpp"
+#include "runtime/status.hpp"
+
+namespace mpakt {
+
+/// Loads the middleman with the grid's heartbeat settings (each side sends a heartbeat every
+/// second; a peer silent for five is declared dead). Call before creating the actor system.
+void configure_cluster(caf::actor_system_config& cfg);
+
+/// Publishes the pool on `address:port` (0 = any free port); returns the port bound.
+result<std::uint16_t> publish_pool(caf::actor_system& sys, const pool_actor& pool, const std::string& address,
+                                   std::uint16_t port);
+
+/// Connects to a published pool, retrying until `patience` has passed.
+result<pool_actor> join_pool(caf::actor_system& sys, const std::string& host, std::uint16_t port,
+                             std::chrono::milliseconds patience);
+
+/// "host:port" -> its parts; errors name the text.
+result<std::pair<std::string, std::uint16_t>> parse_host_port(const std::string& text);
+
+}  // namespace mpakt

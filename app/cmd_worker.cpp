@@ -1,0 +1,128 @@
+// `mpakt worker --join HOST:PORT`: a volunteer. Its worker actor joins the coordinator's
+// pool over CAF's middleman and then receives weights, sessions and graphs like the
+// embedded one; it leaves when stopped (SIGINT/SIGTERM) or when the coordinator goes away.
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "actors/cluster.hpp"
+#include "actors/coordinator/load_job.hpp"
+#include "actors/worker/worker_actor.hpp"
+#include "app/commands.hpp"
+#include "app/sizes.hpp"
+#include "backends/cpu/fast/parallel.hpp"
+
+namespace mpakt::app {
+
+namespace {
+
+const char* worker_usage =
+    "usage: mpakt worker --join HOST:PORT [--id NAME] [--memory SIZE] [--threads N]\n"
+    "                    [--join-timeout-ms MS] [--legacy] [--reference]\n"
+    "\n"
+    "Runs a volunteer: a CPU worker that joins the coordinator started with\n"
+    "`mpakt serve --cluster-port PORT` and holds weights and sessions for the grid.\n"
+    "  --id NAME           how the pool shows it (default w_<host>_<pid>)\n"
+    "  --memory SIZE       memory it offers, e.g. 8G, 512M (default 8G)\n"
+    "  --threads N         threads a kernel may use (default: the machine's cores)\n"
+    "  --join-timeout-ms   how long to keep trying to reach the coordinator (default 30000)\n"
+    "  --legacy            behave like a worker that predates packed weights and quantize-on-load\n"
+    "  --reference         run only the reference kernels\n";
+
+std::atomic<bool> coordinator_gone{false};
+
+}  // namespace
+
+int cmd_worker(const std::vector<std::string>& args) {
+  std::string join, id;
+  worker_config wc;
+  int threads = std::max(1u, std::thread::hardware_concurrency());
+  if (const char* t = std::getenv("MPAKT_THREADS"); t && std::atoi(t) > 0) threads = std::atoi(t);
+  long patience_ms = 30000;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
+    const std::string* v = nullptr;
+    auto bad = [&](const char* what) {
+      std::fprintf(stderr, "mpakt worker: %s\n\n%s", what, worker_usage);
+      return 2;
+    };
+    if (a == "--help" || a == "-h") { std::fputs(worker_usage, stdout); return 0; }
+    else if (a == "--join") { if (!(v = value())) return bad("--join needs HOST:PORT"); join = *v; }
+    else if (a == "--id") { if (!(v = value()) || v->empty()) return bad("--id needs a name"); id = *v; }
+    else if (a == "--memory") {
+      auto s = (v = value()) ? parse_size(*v) : std::nullopt;
+      if (!s || *s == 0) return bad("--memory takes a size such as 8G");
+      wc.memory_bytes = *s;
+    } else if (a == "--threads") {
+      if (!(v = value()) || std::atoi(v->c_str()) <= 0) return bad("--threads takes a positive number");
+      threads = std::atoi(v->c_str());
+    } else if (a == "--join-timeout-ms") {
+      if (!(v = value()) || std::atol(v->c_str()) < 0) return bad("--join-timeout-ms takes a number");
+      patience_ms = std::atol(v->c_str());
+    } else if (a == "--legacy") wc.legacy = true;
+    else if (a == "--reference") wc.reference_only = true;
+    else return bad(("unknown option " + a).c_str());
+  }
+  if (join.empty()) { std::fprintf(stderr, "mpakt worker: --join HOST:PORT is required\n\n%s", worker_usage); return 2; }
+  auto where = parse_host_port(join);
+  if (!where) { std::fprintf(stderr, "mpakt worker: %s\n", where.err().message.c_str()); return 2; }
+  if (id.empty()) {
+    char host[128] = "host";
+    gethostname(host, sizeof host - 1);
+    id = "w_" + std::string(host) + "_" + std::to_string(getpid());
+  }
+  wc.worker_id = id;
+  cpu_fast::set_kernel_threads(threads);
+
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  caf::actor_system_config cfg;
+  add_protocol_types(cfg);
+  add_load_job_types(cfg);
+  cfg.set("scheduler.max-threads", 1);
+  cfg.set("logger.verbosity", caf::atom("quiet"));
+  configure_cluster(cfg);
+  auto sys = std::make_unique<caf::actor_system>(cfg);
+  int exit_code = 0;
+  {
+    auto pool = join_pool(*sys, where->first, where->second, std::chrono::milliseconds(patience_ms));
+    if (!pool) {
+      std::fprintf(stderr, "mpakt worker: %s\n", pool.err().message.c_str());
+      return 1;
+    }
+    auto worker = spawn_worker(*sys, wc);
+    // Leaves when the coordinator does: its pool going down ends this process.
+    auto watcher = sys->spawn([p = *pool](caf::event_based_actor* self) -> caf::behavior {
+      self->monitor(p);
+      self->set_down_handler([](caf::down_msg&) {
+        coordinator_gone = true;
+        kill(getpid(), SIGTERM);
+      });
+      return {[](caf::exit_msg&) {}};
+    });
+    caf::anon_send(*pool, add_atom::value, worker);
+    std::printf("mpakt worker: %s joined %s (%s offered, %d kernel threads)\n", id.c_str(), join.c_str(),
+                (std::to_string(wc.memory_bytes >> 20) + " MiB").c_str(), threads);
+    std::fflush(stdout);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    std::printf("mpakt worker: %s\n", coordinator_gone ? "the coordinator went away; stopping" : "stopping");
+    std::fflush(stdout);
+    exit_code = coordinator_gone ? 3 : 0;
+    caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
+  }
+  sys.reset();
+  return exit_code;
+}
+
+}  // namespace mpakt::app

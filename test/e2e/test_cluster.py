@@ -1,0 +1,171 @@
+"""Volunteers on other processes (issue: cluster; checklist POOL-*, DUR-*): `mpakt worker
+--join` processes connect to `mpakt serve --cluster-port` over CAF's middleman; the pool counts
+them, loads and generation run on them, a volunteer that dies is noticed within seconds, a
+session on it fails with an error saying to prefill again, and a volunteer that joins later is
+used at once. Real processes on loopback, killed with SIGKILL."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from e2e_util import STORIES_DIR, Process, binary, expect, free_port
+
+GOLDEN = json.loads((STORIES_DIR / "goldens" / "stories260K_once_upon.json").read_text())
+
+
+class Cluster:
+    def __init__(self, server, cluster_port, logs):
+        self.server, self.port, self.logs = server, cluster_port, logs
+        self.workers = {}
+
+    def join(self, name, memory="1G", *extra):
+        proc = Process(f"mpakt worker {name}", [binary(), "worker", "--join", f"127.0.0.1:{self.port}", "--id", name,
+                                                 "--memory", memory, "--threads", "1", *extra], self.logs / f"{name}.log")
+        proc.start(r"mpakt worker: \S+ joined", timeout=30)
+        self.workers[name] = proc
+        self.wait_for(lambda s: name in [w["workerId"] for w in s["pool"]], f"{name} in the pool")
+        return proc
+
+    def kill(self, name):
+        proc = self.workers.pop(name)
+        proc.proc.send_signal(signal.SIGKILL)
+        proc.proc.wait(timeout=10)
+
+    def status(self, key):
+        return expect(self.server.api.get("/api/v3/status", key=key), 200)
+
+    def wait_for(self, cond, what, timeout=10.0, key=None):
+        key = key or self.key
+        deadline = time.monotonic() + timeout
+        while True:
+            s = self.status(key)
+            if cond(s):
+                return s
+            assert time.monotonic() < deadline, f"waited {timeout} s for {what}; status: {s}"
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def cluster(start_server, tmp_path_factory):
+    cport = free_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
+    assert f"mpakt worker --join 127.0.0.1:{cport}" in server.process.output()
+    c = Cluster(server, cport, tmp_path_factory.mktemp("workers"))
+    c.key = server.account("operator")[1]
+    yield c
+    for name in list(c.workers):
+        c.workers[name].proc.send_signal(signal.SIGTERM)
+        try:
+            c.workers[name].proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            c.workers[name].proc.kill()
+
+
+def graph_cli(*args):
+    out = subprocess.run([str(binary()), "graph", str(STORIES_DIR / "config.json"), *args], capture_output=True,
+                         text=True, timeout=30, check=True)
+    return json.loads(out.stdout)
+
+
+def holder(status, before):
+    """The worker whose free bytes dropped since `before` (a status)."""
+    was = {w["workerId"]: w["freeBytes"] for w in before["pool"]}
+    dropped = [w["workerId"] for w in status["pool"] if w["freeBytes"] < was.get(w["workerId"], 0)]
+    assert len(dropped) == 1, (before["pool"], status["pool"])
+    return dropped[0]
+
+
+def decode_golden(api, key, model):
+    """Caches, the prompt and 20 greedy steps through a compiled graph: the golden ids."""
+    sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+    expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key), 200)
+    g = expect(api.post("/api/v3/graphs", {"graph": graph_cli("--model-id", model, "--compiled", "--tokens", "1",
+                                                              "--cache", "64", "--argmax")}, key=key), 200)["graphId"]
+    prompt = GOLDEN["prompt_ids"]
+    for pos, tok in enumerate(prompt[:-1]):
+        expect(api.post("/api/v3/graph", {"graphId": g, "session": sid, "bind": {"ids": [tok], "pos": pos}}, key=key), 200)
+    n = len(GOLDEN["greedy_ids"]) - len(prompt)
+    r = expect(api.post("/api/v3/generate", {"graphId": g, "sessionId": sid, "ids": [prompt[-1]],
+                                             "startPos": len(prompt) - 1, "maxNewTokens": n, "stream": False},
+                        key=key, timeout=60), 200)
+    assert prompt + r["tokens"] == GOLDEN["greedy_ids"]
+    return sid, g
+
+
+def test_volunteers_join_and_are_counted(cluster):
+    assert cluster.status(cluster.key)["workers"] == 0
+    cluster.join("w_a")
+    cluster.join("w_b")
+    s = cluster.status(cluster.key)
+    assert s["workers"] == 2 and s["backends"]["cpu"] == 2
+    assert sorted(w["workerId"] for w in s["pool"]) == ["w_a", "w_b"]
+    assert s["totalBytes"] == 2 * (1 << 30)
+
+
+def test_load_generate_and_chat_on_volunteers(cluster):
+    api, key = cluster.server.api, cluster.key
+    before = cluster.status(key)
+    model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
+    where = holder(cluster.status(key), before)
+    assert where in ("w_a", "w_b")
+    decode_golden(api, key, model)
+    r = expect(api.post("/api/v3/chat", {"model": model, "messages": [{"role": "user", "content": "Once upon a time"}],
+                                         "maxTokens": 20, "temperature": 0, "stream": False}, key=key, timeout=60), 200)
+    assert r["ok"] and r["usage"]["completionTokens"] == 20
+    cluster.model, cluster.holder = model, where
+
+
+def test_a_volunteer_that_dies_is_noticed_and_others_keep_serving(cluster):
+    api, key = cluster.server.api, cluster.key
+    other = "w_b" if cluster.holder == "w_a" else "w_a"
+    t0 = time.monotonic()
+    cluster.kill(other)
+    cluster.wait_for(lambda s: s["workers"] == 1, "the dead volunteer to leave the pool", timeout=8)
+    assert time.monotonic() - t0 < 8
+    decode_golden(api, key, cluster.model)  # the model's worker is untouched
+    cluster.server.assert_up()
+
+
+def test_a_session_on_a_dead_volunteer_says_to_prefill_again(cluster):
+    api, key = cluster.server.api, cluster.key
+    sid, graph = decode_golden(api, key, cluster.model)
+    cluster.kill(cluster.holder)
+    cluster.wait_for(lambda s: s["workers"] == 0, "the pool to empty", timeout=8)
+    r = api.post("/api/v3/graph", {"graphId": graph, "session": sid, "bind": {"ids": [1], "pos": 5}}, key=key, timeout=30)
+    expect(r, 503, sid, "prefill")
+    cluster.server.assert_up()
+
+
+def test_a_volunteer_that_joins_later_is_used_at_once(cluster):
+    api, key = cluster.server.api, cluster.key
+    cluster.join("w_c", "512M")
+    s = cluster.status(key)
+    assert s["workers"] == 1 and s["freeBytes"] > 0
+    model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
+    decode_golden(api, key, model)
+
+
+def test_a_volunteer_too_small_for_a_tensor_is_never_given_it(cluster):
+    """Placement goes by free memory: a 77 MB model lands on the volunteer that can hold it,
+    never on one offering 1 MB."""
+    api, key = cluster.server.api, cluster.key
+    cluster.join("w_tiny", "1M")
+    expect(api.post("/api/v3/models", {"source": "hf:local/slow"}, key=key, timeout=60), 200)
+    pool = {w["workerId"]: w for w in cluster.status(key)["pool"]}
+    assert pool["w_tiny"]["freeBytes"] == pool["w_tiny"]["totalBytes"]
+    assert pool["w_c"]["freeBytes"] < pool["w_c"]["totalBytes"] - 70_000_000
+
+
+def test_a_legacy_volunteer_sets_the_pools_widen_factor(cluster):
+    api, key = cluster.server.api, cluster.key
+    before = expect(api.get("/api/versions"), 200)["limits"]["widenFactor"]
+    cluster.join("w_old", "256M", "--legacy")
+    after = expect(api.get("/api/versions"), 200)["limits"]["widenFactor"]
+    assert before["bf16"] == 1 and after["bf16"] == 2
+    cluster.kill("w_old")
+    cluster.wait_for(lambda s: "w_old" not in [w["workerId"] for w in s["pool"]], "w_old to leave")
+    assert expect(api.get("/api/versions"), 200)["limits"]["widenFactor"]["bf16"] == 1
