@@ -515,19 +515,22 @@ class Session:
 class Generation:
     """The tokens of one ``POST /api/v3/generate``, read from its event stream as they come."""
 
+    PATH = "/api/v3/generate"
+    ITEM = "token"  # the event carrying one item
+
     def __init__(self, http_, body, stream):
         self._http = http_
         self.result = None
         self.tokens = []
         self._buffer = []
         self._resp = None
-        resp = http_.send("POST", "/api/v3/generate", json.dumps(body, separators=(",", ":")),
+        resp = http_.send("POST", self.PATH, json.dumps(body, separators=(",", ":")),
                           {"Accept": "text/event-stream" if stream else "application/json"})
         ctype = (resp.getheader("Content-Type") or "").lower()
         if resp.status >= 400 or not ctype.startswith("text/event-stream"):
             reply = _decode_reply(resp.status, http_.finish(resp))  # raises on errors
             self._finish(reply)
-            self._buffer = list(reply.get("tokens", []))
+            self._buffer = self._items_of(reply)
             return
         self._resp = resp
         http_.active_stream = self
@@ -536,6 +539,14 @@ class Generation:
         self.result = done
         if done.get("ok") is False or done.get("stopped") == "error":
             raise GridError(500, done.get("error", "generation failed"))
+
+    @staticmethod
+    def _items_of(reply):
+        return list(reply.get("tokens", []))
+
+    @staticmethod
+    def _item(doc):
+        return int(doc["token"])
 
     def _events(self):
         """Yields (event, data) pairs from the server-sent event stream until it ends."""
@@ -566,8 +577,8 @@ class Generation:
             raise StopIteration
         for event, data in self._events():
             doc = json.loads(data)
-            if event == "token":
-                return int(doc["token"])
+            if event == self.ITEM:
+                return self._item(doc)
             if event == "done":
                 self._close_stream()
                 self._finish(doc)
@@ -609,6 +620,27 @@ class Generation:
         tok = self._next_token()
         self.tokens.append(tok)
         return tok
+
+
+class ChatReply(Generation):
+    """The text of one ``POST /api/v3/chat``: iterate it for text pieces as they stream (never
+    half a character); afterwards ``result`` holds the summary (``text``, ``finishReason``,
+    ``usage``, ``timing``, ``speculation``, ``quantize``) and ``text`` the whole reply."""
+
+    PATH = "/api/v3/chat"
+    ITEM = "delta"
+
+    @staticmethod
+    def _items_of(reply):
+        return [reply["text"]] if reply.get("text") else []
+
+    @staticmethod
+    def _item(doc):
+        return doc["text"]
+
+    @property
+    def text(self):
+        return "".join(self.tokens)
 
 
 class VirtualGPU:
@@ -670,6 +702,22 @@ class VirtualGPU:
         return self._http.call("GET", "/api/v3/models")
 
     # ---- sessions
+    def chat(self, model, messages, max_tokens=None, temperature=None, top_k=None, top_p=None, seed=None,
+             repetition_penalty=None, speculative=None, stream=True):
+        """Chats with a model: ``model`` is a Model, a modelId, or a source to load (reused when
+        already loaded); ``messages`` a list of {"role", "content"} dicts (or (role, content)
+        pairs). Returns a ``ChatReply`` to iterate for text as it streams."""
+        msgs = [m if isinstance(m, dict) else {"role": m[0], "content": m[1]} for m in messages]
+        body = {"model": _id_of(model), "messages": msgs}
+        fields = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                      repetition_penalty=repetition_penalty, speculative=speculative)
+        for k, v in fields.items():
+            if v is not None:
+                body[_camel(k)] = v
+        if not stream:
+            body["stream"] = False
+        return ChatReply(self._http, body, stream)
+
     def session(self, model=None, label=None):
         """Opens a session (on the worker holding ``model``, when given). Use with ``with``."""
         body = {}

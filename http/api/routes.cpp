@@ -11,6 +11,7 @@
 
 #include "actors/errors.hpp"
 #include "actors/ids.hpp"
+#include "http/api/chat.hpp"
 #include "http/api/generate.hpp"
 #include "http/url.hpp"
 #include "runtime/schema.hpp"
@@ -25,6 +26,7 @@ struct context {
   caf::actor_system* sys;
   api_actors actors;
   api_config cfg;
+  std::shared_ptr<chat_registry> chat = std::make_shared<chat_registry>();
 };
 
 using responder_ptr = std::shared_ptr<responder>;
@@ -337,6 +339,14 @@ void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const respo
       });
     return n <= 4 ? wrong_method() : no_route();
   }
+  if (what == "chat" && n == 3) {
+    if (m != "POST") return wrong_method();
+    return with_key(ctx, *req, res, [=](caf::event_based_actor*, const caller& who, bool) {
+      auto chat = parse_chat_request(req->body);
+      if (!chat) return reply_error(res, chat.err());
+      start_chat(*ctx->sys, coord, ctx->chat, who, std::move(*chat), res);
+    });
+  }
   if (what == "generate" && n == 3) {
     if (m != "POST") return wrong_method();
     return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
@@ -351,7 +361,7 @@ void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const respo
 }  // namespace
 
 handler make_api_handler(caf::actor_system& sys, api_actors actors, api_config cfg) {
-  auto ctx = std::make_shared<context>(context{&sys, std::move(actors), std::move(cfg)});
+  auto ctx = std::make_shared<context>(context{&sys, std::move(actors), std::move(cfg), std::make_shared<chat_registry>()});
   return [ctx](request&& req, std::shared_ptr<responder> res) { dispatch(ctx, std::move(req), res); };
 }
 

@@ -1,0 +1,481 @@
+#include "http/api/chat.hpp"
+
+#include <rapidjson/document.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "actors/errors.hpp"
+#include "actors/ids.hpp"
+#include "actors/json_text.hpp"
+
+namespace mpakt::http {
+
+std::shared_ptr<const chat_model> chat_registry::model(const std::string& model_id) const {
+  std::lock_guard lock(mu_);
+  auto it = models_.find(model_id);
+  return it == models_.end() ? nullptr : it->second;
+}
+
+void chat_registry::put_model(const std::string& model_id, std::shared_ptr<const chat_model> m) {
+  std::lock_guard lock(mu_);
+  models_[model_id] = std::move(m);
+}
+
+std::optional<chat_graphs> chat_registry::graphs(const std::string& key) const {
+  std::lock_guard lock(mu_);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) return std::nullopt;
+  return it->second;
+}
+
+void chat_registry::put_graphs(const std::string& key, chat_graphs g) {
+  std::lock_guard lock(mu_);
+  graphs_[key] = std::move(g);
+}
+
+void chat_registry::drop_graphs(const std::string& key) {
+  std::lock_guard lock(mu_);
+  graphs_.erase(key);
+}
+
+namespace {
+
+using namespace std::chrono_literals;
+using clock_type = std::chrono::steady_clock;
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+
+/// Drafts per verify pass of chat's verify graphs (passes over k+1 positions).
+constexpr int chat_drafts[] = {4, 2};
+
+struct chat_state {
+  coordinator_actor coordinator;
+  std::shared_ptr<chat_registry> registry;
+  caller who;
+  chat_request req;
+  std::shared_ptr<responder> res;
+  std::shared_ptr<sse_stream> sse;
+
+  std::string model_id, quantize = "none", session_id, gen_id;
+  bool loaded_now = false;
+  std::shared_ptr<const chat_model> model;
+  chat_graphs graphs;
+  std::vector<std::int32_t> prompt;
+  std::uint32_t max_new = 0;
+  std::unique_ptr<models::stream_decoder> decoder;
+  std::string text;
+  std::vector<std::int64_t> tokens;
+  gen_plan plan;
+  bool generating = false, finished = false, cancelled = false, recompiled = false;
+  bool speculative = false;  ///< asked for and possible for this model
+  clock_type::time_point started, prefill_started, decode_started;
+  double prefill_ms = 0;
+};
+
+using chat_pointer = caf::stateful_actor<chat_state>*;
+
+std::string fmt(double v, const char* spec = "%.1f") {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, spec, v);
+  return buf;
+}
+
+double ms_since(clock_type::time_point t) { return std::chrono::duration<double, std::milli>(clock_type::now() - t).count(); }
+
+/// A JSON string literal.
+std::string json_string(const std::string& s) {
+  return json([&](json_writer& w) { str(w, s); });
+}
+
+/// Graph key in the registry: graphs belong to an account (the penalty is set per call).
+std::string graphs_key(const chat_state& st) { return st.who.account + "/" + st.model_id; }
+
+/// Deletes the conversation's session (fire and forget).
+void drop_session(chat_pointer self) {
+  auto& st = self->state;
+  if (st.session_id.empty()) return;
+  self->request(st.coordinator, 30s, delete_atom::value, sessions_atom::value, st.who, st.session_id)
+      .then([](std::string&) {}, [](caf::error&) {});
+  st.session_id.clear();
+}
+
+/// Ends the request with an error: an HTTP error before the stream opened, an `error`
+/// event after.
+void fail(chat_pointer self, const error& e) {
+  auto& st = self->state;
+  if (st.finished) return;
+  st.finished = true;
+  if (st.generating) caf::anon_send(st.plan.worker, gencancel_atom::value, st.gen_id);
+  if (st.sse) {
+    if (!st.cancelled) {
+      st.sse->send("error", error_json(e.message));
+      st.sse->close();
+    }
+  } else if (!st.cancelled) {
+    st.res->respond(response{http_status(e.code), "application/json", error_json(e.message), {}});
+  }
+  drop_session(self);
+  self->quit();
+}
+
+auto on_error(chat_pointer self) {
+  return [self](caf::error& e) { fail(self, from_caf(e)); };
+}
+
+void open_stream(chat_pointer self) {
+  auto& st = self->state;
+  if (!st.req.stream || st.sse) return;
+  st.sse = st.res->start_sse(200);
+  auto me = caf::actor_cast<caf::actor>(self);
+  st.sse->on_disconnect([me] { caf::anon_send(me, cancel_atom::value); });
+}
+
+void send_event(chat_pointer self, const char* event, const std::string& data) {
+  auto& st = self->state;
+  if (st.sse && !st.cancelled) st.sse->send(event, data);
+}
+
+/// Runs a coordinator call with a JSON body and hands the reply's JSON to `next`.
+template <class Next, class... Ts>
+void call_json(chat_pointer self, std::chrono::milliseconds timeout, Next next, Ts&&... xs) {
+  self->request(self->state.coordinator, timeout, std::forward<Ts>(xs)...)
+      .then(
+          [self, next](std::string& body) {
+            if (self->state.finished) return;
+            if (self->state.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+            rapidjson::Document d;
+            d.Parse(body.c_str());
+            if (d.HasParseError()) return fail(self, error{errc::internal, "the coordinator answered with invalid JSON"});
+            next(d);
+          },
+          on_error(self));
+}
+
+void resolve_model(chat_pointer self);
+void prepare_model(chat_pointer self);
+void prepare_graphs(chat_pointer self, void (*then)(chat_pointer));
+void start_session(chat_pointer self);
+void prefill(chat_pointer self);
+void generate(chat_pointer self);
+
+void resolve_model(chat_pointer self) {
+  auto& st = self->state;
+  call_json(self, 30s, [self](rapidjson::Document& d) {
+    auto& st = self->state;
+    const std::string& want = st.req.model_id.empty() ? st.req.source : st.req.model_id;
+    const char* by = st.req.model_id.empty() ? "source" : "modelId";
+    for (const auto& m : d["models"].GetArray())
+      if (want == m[by].GetString()) {
+        st.model_id = m["modelId"].GetString();
+        st.quantize = m["quantize"].GetString();
+        return prepare_model(self);
+      }
+    if (!st.req.model_id.empty()) return fail(self, error{errc::not_found, "model " + st.req.model_id + " does not exist"});
+    // Load it: q8 or q4 only when it does not otherwise fit.
+    open_stream(self);
+    send_event(self, "status", json([&](json_writer& w) {
+      w.StartObject(); kv(w, "phase", "loading"); kv(w, "source", st.req.source); w.EndObject();
+    }));
+    const std::string body = json([&](json_writer& w) {
+      w.StartObject(); kv(w, "source", st.req.source); kv(w, "quantize", "auto"); w.EndObject();
+    });
+    call_json(self, std::chrono::hours(2), [self](rapidjson::Document& loaded) {
+      auto& st = self->state;
+      st.model_id = loaded["modelId"].GetString();
+      if (loaded.HasMember("quantize") && loaded["quantize"].IsString()) st.quantize = loaded["quantize"].GetString();
+      st.loaded_now = true;
+      prepare_model(self);
+    }, load_atom::value, st.who, body);
+  }, list_atom::value, models_atom::value, st.who);
+}
+
+void prepare_model(chat_pointer self) {
+  auto& st = self->state;
+  if ((st.model = st.registry->model(st.model_id))) return prepare_graphs(self, start_session);
+  open_stream(self);
+  send_event(self, "status", R"({"phase":"preparing"})");
+  self->request(st.coordinator, 3min, files_atom::value, st.who, st.model_id)
+      .then(
+          [self](std::string& config, std::string& tok, std::string& tok_cfg, std::string& jinja) {
+            auto& st = self->state;
+            if (st.finished) return;
+            if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+            auto m = make_chat_model(config, tok, tok_cfg, jinja);
+            if (!m) return fail(self, m.err());
+            st.registry->put_model(st.model_id, *m);
+            st.model = *m;
+            prepare_graphs(self, start_session);
+          },
+          on_error(self));
+}
+
+std::string chat_graph(const chat_state& st, int tokens) {
+  models::arch_graph_options o;
+  o.model_id = st.model_id;
+  o.tokens = tokens;
+  o.use_cache = true;
+  o.cache_rows = st.model->context;
+  o.compiled = true;
+  o.sample = true;
+  // Any value keeps the token history; each call sets the request's penalty (see generate).
+  o.repetition_penalty = 1.1;
+  return models::arch_graph(st.model->config, o);
+}
+
+/// Compiles chat's graphs one after another (decode, then a verify pass per draft length);
+/// `done` collects their ids. A failure deletes those already compiled, so nothing piles up.
+void compile_chain(chat_pointer self, std::shared_ptr<std::vector<std::string>> done, void (*then)(chat_pointer)) {
+  auto& st = self->state;
+  const std::size_t i = done->size();
+  if (i == 1 + std::size(chat_drafts)) {
+    st.graphs.decode = (*done)[0];
+    st.graphs.verify.assign(done->begin() + 1, done->end());
+    st.registry->put_graphs(graphs_key(st), st.graphs);
+    return then(self);
+  }
+  const int tokens = i == 0 ? 1 : chat_drafts[i - 1] + 1;
+  const std::string label = (i == 0 ? "chat decode" : "chat verify " + std::to_string(tokens)) + " " + st.model_id;
+  const std::string body = "{\"label\":" + json_string(label) + ",\"graph\":" + chat_graph(st, tokens) + "}";
+  self->request(st.coordinator, 5min, create_atom::value, graphs_atom::value, st.who, body)
+      .then(
+          [self, done, then](std::string& reply) {
+            rapidjson::Document d;
+            d.Parse(reply.c_str());
+            done->push_back(d["graphId"].GetString());
+            if (self->state.finished) return;
+            if (self->state.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+            compile_chain(self, done, then);
+          },
+          [self, done](caf::error& e) {
+            for (const auto& id : *done)
+              caf::anon_send(self->state.coordinator, delete_atom::value, graphs_atom::value, self->state.who, id);
+            fail(self, from_caf(e));
+          });
+}
+
+void prepare_graphs(chat_pointer self, void (*then)(chat_pointer)) {
+  auto& st = self->state;
+  if (auto g = st.registry->graphs(graphs_key(st))) {
+    st.graphs = *g;
+    return then(self);
+  }
+  open_stream(self);
+  send_event(self, "status", R"({"phase":"compiling"})");
+  compile_chain(self, std::make_shared<std::vector<std::string>>(), then);
+}
+
+void start_session(chat_pointer self) {
+  auto& st = self->state;
+  auto ids = st.model->prompt(st.req.messages);
+  if (!ids) return fail(self, ids.err());
+  st.prompt = std::move(*ids);
+  const int context = st.model->context;
+  st.speculative = st.req.speculative && st.model->can_speculate;
+  const int margin = st.speculative ? chat_drafts[0] : 0;  // rows a last verify pass may write
+  const int room = context - int(st.prompt.size()) - margin;
+  if (room < 1)
+    return fail(self, error{errc::invalid, "the conversation is " + std::to_string(st.prompt.size()) +
+                                               " tokens, which leaves no room in the model's context of " +
+                                               std::to_string(context) + " tokens"});
+  st.max_new = std::min<std::uint32_t>(st.req.max_tokens, std::uint32_t(room));
+  open_stream(self);
+  send_event(self, "model", json([&](json_writer& w) {
+    w.StartObject();
+    kv(w, "modelId", st.model_id);
+    key(w, "loaded"); w.Bool(st.loaded_now);
+    kv(w, "quantize", st.quantize);
+    kv(w, "format", std::string(models::chat_format_name(st.model->format.format)));
+    key(w, "promptTokens"); w.Uint64(st.prompt.size());
+    key(w, "context"); w.Int(context);
+    w.EndObject();
+  }));
+  const std::string body = "{\"modelId\":" + json_string(st.model_id) + ",\"label\":\"chat\"}";
+  call_json(self, 30s, [self](rapidjson::Document& d) {
+    auto& st = self->state;
+    st.session_id = d["session"]["sessionId"].GetString();
+    if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+    std::string alloc = models::arch_cache_graph(st.model->config, st.model->context, true);
+    alloc.insert(1, "\"session\":" + json_string(st.session_id) + ",");
+    call_json(self, 5min, [self](rapidjson::Document&) { prefill(self); }, graph_atom::value, st.who,
+              "{\"graph\":" + alloc + "}", std::int32_t(3));
+  }, create_atom::value, sessions_atom::value, st.who, body);
+}
+
+/// Feeds every prompt token but the last (generate feeds that one) through the caches and
+/// the token history.
+void prefill(chat_pointer self) {
+  auto& st = self->state;
+  st.prefill_started = clock_type::now();
+  if (st.prompt.size() < 2) return generate(self);
+  models::arch_graph_options o;
+  o.model_id = st.model_id;
+  o.ids.assign(st.prompt.begin(), st.prompt.end() - 1);
+  o.tokens = int(o.ids.size());
+  o.use_cache = true;
+  o.cache_rows = st.model->context;
+  o.argmax = true;  // a small output: one id per row, not the logits
+  o.repetition_penalty = st.req.repetition_penalty;
+  std::string graph = models::arch_graph(st.model->config, o);
+  graph.insert(1, "\"session\":" + json_string(st.session_id) + ",");
+  call_json(self, 5min, [self](rapidjson::Document&) { generate(self); }, graph_atom::value, st.who,
+            "{\"graph\":" + graph + "}", std::int32_t(3));
+}
+
+void generate(chat_pointer self) {
+  auto& st = self->state;
+  st.prefill_ms = ms_since(st.prefill_started);
+  if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+  const std::string body = json([&](json_writer& w) {
+    w.StartObject();
+    kv(w, "graphId", st.graphs.decode);
+    kv(w, "sessionId", st.session_id);
+    key(w, "ids"); w.StartArray(); for (auto id : st.prompt) w.Int(id); w.EndArray();
+    key(w, "startPos"); w.Int64(std::int64_t(st.prompt.size()) - 1);
+    key(w, "maxNewTokens"); w.Uint(st.max_new);
+    key(w, "stopIds"); w.StartArray(); for (auto id : st.model->stop_ids) w.Int64(id); w.EndArray();
+    key(w, "temperature"); w.Double(st.req.temperature);
+    if (st.req.top_k) { key(w, "topK"); w.Double(*st.req.top_k); }
+    if (st.req.top_p) { key(w, "topP"); w.Double(*st.req.top_p); }
+    if (st.req.seed) { key(w, "seed"); w.Int64(*st.req.seed); }
+    key(w, "workerLoop"); w.Bool(true);
+    if (st.speculative) {
+      key(w, "speculative"); w.StartObject(); key(w, "graphIds"); strings(w, st.graphs.verify); w.EndObject();
+    }
+    w.EndObject();
+  });
+  self->request(st.coordinator, 60s, generate_atom::value, st.who, body)
+      .then(
+          [self](gen_plan& plan) {
+            auto& st = self->state;
+            if (st.finished) return;
+            st.plan = std::move(plan);
+            // The request's penalty, written into every sample step like the other settings.
+            st.plan.sampling.emplace_back("repetitionPenalty", st.req.repetition_penalty);
+            st.gen_id = new_id("g_");
+            st.decoder = std::make_unique<models::stream_decoder>(st.model->tokenizer, true);
+            gen_request r;
+            r.gen_id = st.gen_id;
+            r.graph_id = st.plan.graph_id;
+            r.session = st.plan.session_id;
+            r.bindings = st.plan.bindings;
+            r.first_id = st.plan.first_id;
+            r.start_pos = st.plan.start_pos;
+            r.max_new = st.plan.max_new;
+            r.stop_ids = st.plan.stop_ids;
+            r.sampling = st.plan.sampling;
+            r.listener = caf::actor_cast<gen_listener>(self);
+            r.verify_graphs = st.plan.verify_graphs;
+            r.verify_bindings = st.plan.verify_bindings;
+            r.context = st.plan.context;
+            r.always = st.plan.always;
+            st.decode_started = clock_type::now();
+            st.generating = true;
+            self->request(st.plan.worker, 60s, genstart_atom::value, std::move(r))
+                .then([](bool) {}, on_error(self));
+          },
+          [self](caf::error& e) {
+            // Graphs the account deleted meanwhile: compile them again, once.
+            auto& st = self->state;
+            const error err = from_caf(e);
+            if (err.code == errc::not_found && err.message.rfind("graph ", 0) == 0 && !st.recompiled) {
+              st.recompiled = true;
+              st.registry->drop_graphs(graphs_key(st));
+              return prepare_graphs(self, generate);
+            }
+            fail(self, err);
+          });
+}
+
+std::string done_json(const chat_state& st, const gen_done& d) {
+  const double decode_ms = ms_since(st.decode_started);
+  const std::string reason = d.stopped == "stop token" ? "stop" : d.stopped == "max tokens" ? "length" : d.stopped;
+  return json([&](json_writer& w) {
+    w.StartObject();
+    key(w, "ok"); w.Bool(d.stopped != "error");
+    kv(w, "modelId", st.model_id);
+    kv(w, "finishReason", reason);
+    kv(w, "text", st.text);
+    kv(w, "quantize", st.quantize);
+    key(w, "usage"); w.StartObject();
+    key(w, "promptTokens"); w.Uint64(st.prompt.size());
+    key(w, "completionTokens"); w.Uint64(st.tokens.size());
+    w.EndObject();
+    key(w, "timing"); w.StartObject();
+    key(w, "elapsedMs"); w.Int64(std::llround(ms_since(st.started)));
+    key(w, "prefillMs"); w.Double(std::round(st.prefill_ms * 10) / 10);
+    key(w, "tokensPerSecond"); w.Double(decode_ms > 0 ? std::round(double(st.tokens.size()) / decode_ms * 1e4) / 10 : 0.0);
+    w.EndObject();
+    key(w, "speculation");
+    if (d.speculative) {
+      w.StartObject();
+      key(w, "verifies"); w.Uint64(d.verifies);
+      key(w, "drafted"); w.Uint64(d.drafted);
+      key(w, "accepted"); w.Uint64(d.accepted);
+      key(w, "acceptance"); w.Double(d.drafted ? std::round(double(d.accepted) / double(d.drafted) * 1000) / 1000 : 0.0);
+      w.EndObject();
+    } else {
+      w.Null();
+    }
+    key(w, "batched"); w.Uint64(d.batched);
+    if (!d.error.empty()) kv(w, "error", d.error);
+    w.EndObject();
+  });
+}
+
+}  // namespace
+
+void start_chat(caf::actor_system& sys, coordinator_actor coordinator, std::shared_ptr<chat_registry> registry, caller who,
+                chat_request req, std::shared_ptr<responder> res) {
+  sys.spawn([=](chat_pointer self) -> caf::behavior {
+    auto& st = self->state;
+    st.coordinator = coordinator;
+    st.registry = registry;
+    st.who = who;
+    st.req = req;
+    st.res = res;
+    st.started = clock_type::now();
+    resolve_model(self);
+    return {
+        [=](gentoken_atom, const std::string&, const gen_token& t) {
+          auto& st = self->state;
+          if (st.finished) return;
+          st.tokens.push_back(t.token);
+          const std::string delta = st.decoder->push(std::int32_t(t.token));
+          if (delta.empty()) return;
+          st.text += delta;
+          send_event(self, "delta", json([&](json_writer& w) { w.StartObject(); kv(w, "text", delta); w.EndObject(); }));
+        },
+        [=](gendone_atom, const std::string&, const gen_done& d) {
+          auto& st = self->state;
+          if (st.finished) return;
+          st.generating = false;
+          const std::string rest = st.decoder->finish();
+          if (!rest.empty()) {
+            st.text += rest;
+            send_event(self, "delta", json([&](json_writer& w) { w.StartObject(); kv(w, "text", rest); w.EndObject(); }));
+          }
+          st.finished = true;
+          const std::string body = done_json(st, d);
+          if (st.sse) {
+            if (!st.cancelled) {
+              st.sse->send("done", body);
+              st.sse->close();
+            }
+          } else {
+            st.res->respond(response{d.stopped == "error" ? 500 : 200, "application/json", body, {}});
+          }
+          drop_session(self);
+          self->quit();
+        },
+        [=](cancel_atom) {
+          auto& st = self->state;
+          st.cancelled = true;
+          // Before decoding starts, the step in flight sees the flag and stops there.
+          if (st.generating) fail(self, error{errc::invalid, "cancelled"});
+        },
+    };
+  });
+}
+
+}  // namespace mpakt::http

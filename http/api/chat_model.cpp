@@ -1,0 +1,147 @@
+#include "http/api/chat_model.hpp"
+
+#include <rapidjson/document.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace mpakt::http {
+
+namespace {
+
+std::string field(const char* name) { return std::string("chat request ") + name; }
+
+result<double> number_in(const rapidjson::Value& v, const char* name, double lo, double hi) {
+  if (!v.IsNumber()) return invalid(field(name) + " must be a number");
+  const double x = v.GetDouble();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    return invalid(field(name) + " must be between " + std::to_string(lo).substr(0, 6) + " and " + std::to_string(hi).substr(0, 6));
+  return x;
+}
+
+result<std::vector<models::chat_message>> messages_of(const rapidjson::Value& v) {
+  if (!v.IsArray() || v.Empty()) return invalid("chat request messages must be a non-empty array of {role, content}");
+  if (v.Size() > 1024) return invalid("chat request messages holds " + std::to_string(v.Size()) + " messages, more than 1024");
+  std::vector<models::chat_message> out;
+  for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
+    const std::string at = "chat request messages[" + std::to_string(i) + "]";
+    const auto& m = v[i];
+    if (!m.IsObject()) return invalid(at + " must be an object {role, content}");
+    for (auto it = m.MemberBegin(); it != m.MemberEnd(); ++it) {
+      const std::string k = it->name.GetString();
+      if (k != "role" && k != "content") return invalid(at + " has an unknown field \"" + k + "\"");
+    }
+    auto role = m.FindMember("role");
+    auto content = m.FindMember("content");
+    if (role == m.MemberEnd() || !role->value.IsString()) return invalid(at + ".role must be a string");
+    if (content == m.MemberEnd() || !content->value.IsString()) return invalid(at + ".content must be a string");
+    const std::string r(role->value.GetString(), role->value.GetStringLength());
+    if (r != "system" && r != "user" && r != "assistant")
+      return invalid(at + ".role must be system, user or assistant, not \"" + r + "\"");
+    out.push_back({r, std::string(content->value.GetString(), content->value.GetStringLength())});
+  }
+  return out;
+}
+
+}  // namespace
+
+result<chat_request> parse_chat_request(std::string_view body) {
+  rapidjson::Document d;
+  d.Parse(body.data(), body.size());
+  if (d.HasParseError()) return invalid("request body is not valid JSON (error at byte " + std::to_string(d.GetErrorOffset()) + ")");
+  if (!d.IsObject()) return invalid("request body must be a JSON object");
+  static const std::set<std::string> known = {"model", "messages", "maxTokens", "temperature", "topK", "topP", "seed",
+                                              "repetitionPenalty", "speculative", "stream"};
+  for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it)
+    if (!known.count(it->name.GetString())) return invalid(std::string("chat request has an unknown field \"") + it->name.GetString() + "\"");
+  chat_request r;
+  auto model = d.FindMember("model");
+  if (model == d.MemberEnd() || !model->value.IsString() || model->value.GetStringLength() == 0)
+    return invalid("chat request model must be a modelId (m_…) or a source to load, e.g. \"hf:Org/Model\"");
+  const std::string m(model->value.GetString(), model->value.GetStringLength());
+  (m.rfind("m_", 0) == 0 ? r.model_id : r.source) = m;
+  auto msgs = d.FindMember("messages");
+  if (msgs == d.MemberEnd()) return invalid("chat request lacks messages");
+  auto parsed = messages_of(msgs->value);
+  if (!parsed) return std::move(parsed).err();
+  r.messages = std::move(*parsed);
+  if (auto it = d.FindMember("maxTokens"); it != d.MemberEnd()) {
+    if (!it->value.IsInt() || it->value.GetInt() < 1 || it->value.GetInt() > 4096)
+      return invalid("chat request maxTokens must be an integer from 1 to 4096");
+    r.max_tokens = std::uint32_t(it->value.GetInt());
+  }
+  if (auto it = d.FindMember("temperature"); it != d.MemberEnd()) {
+    auto v = number_in(it->value, "temperature", 0, 100);
+    if (!v) return std::move(v).err();
+    r.temperature = *v;
+  }
+  if (auto it = d.FindMember("topK"); it != d.MemberEnd()) {
+    if (!it->value.IsInt() || it->value.GetInt() < 0) return invalid("chat request topK must be a non-negative integer");
+    r.top_k = it->value.GetInt();
+  }
+  if (auto it = d.FindMember("topP"); it != d.MemberEnd()) {
+    auto v = number_in(it->value, "topP", 0, 1);
+    if (!v) return std::move(v).err();
+    if (*v <= 0) return invalid("chat request topP must be greater than 0");
+    r.top_p = *v;
+  }
+  if (auto it = d.FindMember("seed"); it != d.MemberEnd()) {
+    if (!it->value.IsInt64() || it->value.GetInt64() < 0) return invalid("chat request seed must be a non-negative integer");
+    r.seed = it->value.GetInt64();
+  }
+  if (auto it = d.FindMember("repetitionPenalty"); it != d.MemberEnd()) {
+    auto v = number_in(it->value, "repetitionPenalty", 1, 10);
+    if (!v) return std::move(v).err();
+    r.repetition_penalty = *v;
+  }
+  for (auto [name, out] : {std::pair{"speculative", &r.speculative}, {"stream", &r.stream}}) {
+    auto it = d.FindMember(name);
+    if (it == d.MemberEnd()) continue;
+    if (!it->value.IsBool()) return invalid(field(name) + " must be true or false");
+    *out = it->value.GetBool();
+  }
+  return r;
+}
+
+result<std::vector<std::int32_t>> chat_model::prompt(const std::vector<models::chat_message>& messages) const {
+  auto text = models::render_chat(format, messages, true);
+  if (!text) return std::move(text).err();
+  auto ids = tokenizer.encode(*text, !models::template_adds_bos(format));
+  if (ids.empty()) return invalid("the conversation renders to no tokens; give a message with some text");
+  return ids;
+}
+
+result<std::shared_ptr<const chat_model>> make_chat_model(std::string_view config_json, std::string_view tokenizer_json,
+                                                           std::string_view tokenizer_config_json,
+                                                           std::string_view chat_template_jinja) {
+  auto config = models::parse_arch_config(config_json);
+  if (!config) return std::move(config).err();
+  if (tokenizer_json.empty()) return invalid("the model has no tokenizer.json beside its checkpoint, and chat needs one");
+  auto tok = models::tokenizer::from_json(tokenizer_json);
+  if (!tok) return std::move(tok).err();
+  auto format = models::parse_chat_template(tokenizer_config_json.empty() ? std::string_view("{}") : tokenizer_config_json,
+                                            chat_template_jinja);
+  if (!format) return std::move(format).err();
+  auto m = std::make_shared<chat_model>(chat_model{std::move(*config), std::move(*tok), std::move(*format), {}, 0, true});
+  std::vector<std::string> stops = m->format.stop_tokens;
+  if (!m->format.eos_token.empty()) stops.push_back(m->format.eos_token);
+  for (const auto& s : stops)
+    if (auto id = m->tokenizer.token_to_id(s); id && std::find(m->stop_ids.begin(), m->stop_ids.end(), *id) == m->stop_ids.end())
+      m->stop_ids.push_back(*id);
+  // Context: max_position_embeddings, capped (every conversation allocates it whole).
+  rapidjson::Document d;
+  d.Parse(config_json.data(), config_json.size());
+  int context = 2048;
+  if (auto it = d.FindMember("max_position_embeddings"); it != d.MemberEnd() && it->value.IsInt() && it->value.GetInt() > 0)
+    context = it->value.GetInt();
+  m->context = std::min(context, chat_max_context);
+  if (m->config.max_positions > 0) m->context = std::min(m->context, m->config.max_positions);
+  // longrope switches factors past this position, and transformers then prefills again;
+  // chat conversations stay below it rather than decode with the wrong factors.
+  if (m->config.rope_regime_limit > 0) m->context = std::min(m->context, m->config.rope_regime_limit);
+  m->can_speculate = !m->config.recurrent_state;
+  return std::shared_ptr<const chat_model>(std::move(m));
+}
+
+}  // namespace mpakt::http
