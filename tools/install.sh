@@ -12,6 +12,8 @@ debs=(
   libsqlite3-dev libssl-dev
   libgtest-dev libgmock-dev
   python3 python3-venv python3-pip
+  # the chat page's browser test: headless Chromium driven by Selenium, and fonts to lay out text
+  chromium chromium-driver fonts-liberation
 )
 
 missing=()
