@@ -27,13 +27,17 @@ trap 'kill $host_pid 2>/dev/null || true' EXIT
 base="http://127.0.0.1:$port"
 cat <<EOT
 
-  The demo model is ready to load as hf:local/stories260K. A first session:
+  Open $base/ in a browser for the chat page: sign up (approved at once on this demo
+  server), keep the model hf:local/stories260K, and type the start of a story.
+
+  Or from the command line — the demo model is ready to load as hf:local/stories260K:
 
     curl -X POST $base/api/accounts -d '{"username":"alice","password":"a long password"}'
     TOKEN=\$(curl -s -X POST $base/api/accounts/login -d '{"username":"alice","password":"a long password"}' | sed 's/.*"token":"\([^"]*\)".*/\1/')
     KEY=\$(curl -s -X POST $base/api/keys -H "Authorization: Bearer \$TOKEN" -d '{"label":"first"}' | sed 's/.*"key":"\([^"]*\)".*/\1/')
     curl -s "$base/api/v3/models/inspect?source=hf:local/stories260K" -H "x-api-key: \$KEY"
     curl -s -X POST $base/api/v3/models -H "x-api-key: \$KEY" -d '{"source":"hf:local/stories260K"}'
+    curl -N -X POST $base/api/v3/chat -H "x-api-key: \$KEY" -d '{"model":"hf:local/stories260K","messages":[{"role":"user","content":"Once upon a time"}]}'
 
   Then build/mpakt graph ../shared/models/stories260K/config.json --help shows how to make
   the graphs to run; the Python client is clients/mpakt_grid.py; the reference is at $base/llms.txt.
