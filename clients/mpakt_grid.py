@@ -342,6 +342,26 @@ class Model:
                 return t["tensorId"]
         raise KeyError(name)
 
+    def graph(self, ids=None, tokens=None, cache_rows=None, compiled=False, pos=None, output="logits",
+              repetition_penalty=None):
+        """A pass of this model as a v3 graph, built by the server from the model's config.json
+        for its architecture (the builder chat uses): prefill ``ids`` inline, or with
+        ``compiled=True`` a template over ``tokens`` bound ids and a bound ``pos`` (a decode
+        step, or a verify pass). ``cache_rows`` reads and writes the session's caches;
+        ``output`` is "logits", "argmax" or "sample". A model whose config the builder cannot
+        map raises GridError naming the field."""
+        body = {"compiled": bool(compiled), "output": output}
+        for k, v in dict(ids=ids, tokens=tokens, cache_rows=cache_rows, pos=pos,
+                         repetition_penalty=repetition_penalty).items():
+            if v is not None:
+                body[_camel(k)] = [int(i) for i in v] if k == "ids" else v
+        return self._gpu._http.call("POST", f"/api/v3/models/{self.id}/graph", body)["graph"]
+
+    def cache_graph(self, rows, history=False):
+        """The graph allocating a session's caches (and token history) for ``rows`` positions."""
+        body = {"allocate": True, "cacheRows": rows, "history": bool(history)}
+        return self._gpu._http.call("POST", f"/api/v3/models/{self.id}/graph", body)["graph"]
+
     def delete(self):
         """Releases the model everywhere."""
         return self._gpu._http.call("DELETE", "/api/v3/models/" + self.id)

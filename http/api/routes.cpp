@@ -13,6 +13,7 @@
 #include "actors/ids.hpp"
 #include "http/api/chat.hpp"
 #include "http/api/generate.hpp"
+#include "http/api/model_graph.hpp"
 #include "http/url.hpp"
 #include "runtime/schema.hpp"
 
@@ -293,7 +294,21 @@ void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const respo
       return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
         forward(self, coord, 30s, res, 200, delete_atom::value, models_atom::value, who, seg[3]);
       });
-    return n <= 4 ? wrong_method() : no_route();
+    if (n == 5 && seg[4] == "graph") {
+      if (m != "POST") return wrong_method();
+      const std::string model_id = seg[3];
+      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
+        self->request(coord, 3min, files_atom::value, who, model_id)
+            .then(
+                [=](std::string& config, std::string&, std::string&, std::string&) {
+                  auto body = build_model_graph(req->body, config, model_id);
+                  if (!body) return reply_error(res, body.err());
+                  reply_json(res, 200, std::move(*body));
+                },
+                [res](caf::error& e) { reply_error(res, from_caf(e)); });
+      });
+    }
+    return n <= 5 ? wrong_method() : no_route();
   }
   if (what == "sessions") {
     if (n == 3 && m == "POST")

@@ -104,6 +104,10 @@ def hub_dir(tmp_path_factory):
             (root / "arch" / d.name).mkdir(parents=True)
             for f in ("config.json", "model.safetensors"):
                 shutil.copy(d / f, root / "arch" / d.name / f)
+    # a checkpoint whose config no builder maps
+    (root / "arch" / "unmappable").mkdir()
+    shutil.copy(ARCH_DIR / "llama2" / "model.safetensors", root / "arch" / "unmappable" / "model.safetensors")
+    (root / "arch" / "unmappable" / "config.json").write_text(json.dumps({"model_type": "xyz", "hidden_size": 32}))
     sharded = root / "local" / "sharded"
     sharded.mkdir()
     _split_shards(STORIES_DIR / "model.safetensors", sharded)

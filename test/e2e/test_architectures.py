@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_util import binary, expect
+from e2e_util import binary, expect, import_client
 
 ARCH = Path(__file__).resolve().parents[1] / "fixtures" / "arch"
 FAMILIES = sorted(d.name for d in ARCH.iterdir() if (d / "reference.json").exists())
@@ -154,3 +154,44 @@ def test_quantized_loads_report_agreement_and_kl(server, key, family, record_pro
     assert results["q8"][0] >= 0.75 and results["q8"][1] < 0.05
     assert results["q4"][0] >= 0.4 and results["q4"][1] < 1.0
     assert results["q4"][2] < results["q8"][2]
+
+
+@pytest.mark.parametrize("family", ["gemma2", "deepseek_v3", "bloom", "phi3_short", "qwen2_moe"])
+def test_python_client_builds_every_family(server, key, family):
+    """clients/mpakt_grid.py: Model.cache_graph and Model.graph give the builder's graphs for
+    any family; prefill, a compiled step and server-side generation then reproduce
+    transformers' greedy tokens."""
+    mg = import_client()
+    gpu = mg.VirtualGPU(server.base_url, key=key)
+    ref = json.loads((ARCH / family / "reference.json").read_text())
+    prompt, greedy = ref["prompt_ids"], ref["greedy_tokens"]
+    model = gpu.load_model(f"hf:arch/{family}")
+    try:
+        with gpu.session(model) as s:
+            s.run(model.cache_graph(ROWS))
+            s.run(model.graph(ids=prompt[:-1], cache_rows=ROWS, output="argmax"))
+            step = gpu.compile(model.graph(compiled=True, tokens=1, cache_rows=ROWS, output="argmax"))
+            tokens = list(s.generate(step, [prompt[-1]], max_new_tokens=len(greedy), start_pos=len(prompt) - 1))
+            assert tokens == greedy
+            step.delete()
+    finally:
+        model.delete()
+
+
+def test_the_builder_refuses_what_it_cannot_map(server, key):
+    mg = import_client()
+    gpu = mg.VirtualGPU(server.base_url, key=key)
+    model = gpu.load_model("hf:arch/unmappable")
+    try:
+        with pytest.raises(mg.GridError) as e:
+            model.graph(compiled=True, tokens=1, cache_rows=ROWS)
+        assert e.value.status == 400 and "model_type" in e.value.message and "xyz" in e.value.message
+        api = server.api
+        expect(api.post(f"/api/v3/models/{model.id}/graph", {"compiled": True, "colour": 1}, key=key), 400, "colour")
+        expect(api.post("/api/v3/models/m_nope/graph", {"compiled": True}, key=key), 404, "m_nope")
+        # and chat refuses it the same way, naming the field
+        r = api.post("/api/v3/chat", {"model": model.id, "messages": [{"role": "user", "content": "hi"}],
+                                      "stream": False}, key=key, timeout=60)
+        expect(r, 400, "model_type")
+    finally:
+        model.delete()
