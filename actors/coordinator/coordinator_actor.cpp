@@ -8,6 +8,7 @@
 #include <cmath>
 #include <ctime>
 #include <map>
+#include <cstdio>
 #include <set>
 
 #include "actors/errors.hpp"
@@ -91,15 +92,31 @@ struct model_entry : owned {
   std::uint64_t published_bytes = 0;
   std::uint64_t resident_bytes = 0;
   std::size_t tensors = 0;
+  bool replacing = false;  ///< its worker left; its tensors are being fetched again
   /// config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja once read (chat).
   std::vector<std::string> files;
 };
+
+/// A call made on a checkpointed session since its checkpoint, kept to be replayed after an
+/// automatic restore (decisions.md: a bounded journal of each call's bound inputs).
+struct journal_call {
+  run_request req;
+  std::string graph_id;  ///< compiled template, or empty for an inline graph
+};
+
+/// Calls journaled per session at most; past it the session can no longer be restored
+/// automatically (an explicit restore still works).
+constexpr std::size_t max_journal = 4096;
 
 struct session_entry : owned {
   session_actor actor;
   worker_actor worker;
   std::string model_id;
   std::string label;
+  std::vector<journal_call> journal;
+  /// Something changed the session that the journal cannot replay (a worker-side
+  /// generation, a multi-session graph, too many calls) since its checkpoint.
+  std::string journal_broken;
 };
 
 struct graph_entry : owned {
@@ -138,6 +155,14 @@ struct coordinator_state {
   std::map<std::string, int> pending_loads;  ///< per key
   /// Workers holding something here (monitored), and those that have since left the grid.
   std::set<caf::actor_addr> watched, lost;
+  /// Lost workers whose models and checkpointed sessions are being placed again; graph and
+  /// generate requests wait in `waiting` until none is left, then run as if sent now.
+  std::set<caf::actor_addr> recovering;
+  std::vector<std::function<void()>> waiting;
+  /// Graph calls in flight per worker: what to do if that worker is lost before it answers
+  /// (a request to a vanished remote actor may otherwise wait for its full timeout).
+  std::map<caf::actor_addr, std::map<std::uint64_t, std::function<void()>>> inflight;
+  std::uint64_t next_call = 0;
 
   /// Monitors a worker once something is placed on it, so its loss is known at once.
   void watch(coordinator_actor::pointer self, const worker_actor& w) {
@@ -238,13 +263,142 @@ std::string lost_message(const std::string& what) {
   return what + " was on a worker that left the grid: load it again";
 }
 
+/// Runs the requests that waited for recoveries once none is left.
+void release_waiting(coordinator_pointer self) {
+  auto& S = self->state;
+  if (!S.recovering.empty()) return;
+  auto waiting = std::move(S.waiting);
+  S.waiting.clear();
+  for (auto& f : waiting) f();
+}
+
+/// Replays a restored session's journal, one call after another, then calls `done` with
+/// whether every call succeeded.
+void replay_journal(coordinator_pointer self, std::string sid, std::size_t i, std::function<void(bool)> done) {
+  auto& S = self->state;
+  auto it = S.sessions.find(sid);
+  if (it == S.sessions.end()) return done(false);
+  if (i == it->second.journal.size()) return done(true);
+  const journal_call& call = it->second.journal[i];
+  auto next = [=](run_reply&) { replay_journal(self, sid, i + 1, done); };
+  auto fail = [=](caf::error&) { done(false); };
+  const auto timeout = S.cfg.timeouts.graph + std::chrono::seconds(5);
+  if (call.graph_id.empty()) {
+    self->request(it->second.actor, timeout, run_atom::value, call.req).then(next, fail);
+    return;
+  }
+  auto g = S.graphs.find(call.graph_id);
+  if (g == S.graphs.end()) return done(false);
+  self->request(it->second.actor, timeout, run_atom::value, call.req, g->second.actor).then(next, fail);
+}
+
+/// Puts a lost worker's checkpointed sessions back on their models' new workers and
+/// replays what was called since each checkpoint; sessions that cannot be restored stay
+/// lost (their calls then say to prefill again). Ends the recovery of `addr`.
+void restore_sessions(coordinator_pointer self, caf::actor_addr addr) {
+  auto& S = self->state;
+  std::vector<std::string> ids;
+  for (const auto& [sid, e] : S.sessions)
+    if (e.worker && e.worker.address() == addr && S.checkpoints.count(sid) && e.journal_broken.empty()) ids.push_back(sid);
+  auto pending = std::make_shared<std::size_t>(ids.size());
+  auto finish = [self, addr, pending] {
+    if (*pending > 0 && --*pending > 0) return;
+    self->state.recovering.erase(addr);
+    release_waiting(self);
+  };
+  if (ids.empty()) {
+    S.recovering.erase(addr);
+    return release_waiting(self);
+  }
+  for (const auto& sid : ids) {
+    auto& e = S.sessions.at(sid);
+    auto m = S.models.find(e.model_id);
+    if (m == S.models.end() || S.is_lost(m->second.worker)) {
+      finish();
+      continue;
+    }
+    const worker_actor target = m->second.worker, gone = e.worker;
+    const checkpoint_entry& ck = S.checkpoints.at(sid);
+    self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, ck.dump)
+        .then(
+            [=](bool) {
+              auto& S = self->state;
+              auto it = S.sessions.find(sid);
+              auto ck_it = S.checkpoints.find(sid);
+              if (it == S.sessions.end() || ck_it == S.checkpoints.end()) return finish();
+              it->second.worker = target;
+              S.watch(self, target);
+              caf::anon_send(it->second.actor, move_atom::value, target, ck_it->second.steps);
+              replay_journal(self, sid, 0, [=](bool ok) {
+                if (!ok) {
+                  // Half-replayed caches must not pass for good ones: the session stays lost.
+                  if (auto it = self->state.sessions.find(sid); it != self->state.sessions.end()) it->second.worker = gone;
+                }
+                finish();
+              });
+            },
+            [=](caf::error&) { finish(); });
+  }
+}
+
+/// A worker left the grid: its models are fetched again from their model host onto other
+/// workers (the same tensors, the same quantization), then its checkpointed sessions are
+/// restored (restore_sessions). Requests arriving meanwhile wait and then run normally.
+void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr) {
+  auto& S = self->state;
+  if (!S.lost.insert(addr).second) return;
+  S.recovering.insert(addr);
+  // Calls in flight there will never be answered: send them again once recovered.
+  if (auto it = S.inflight.find(addr); it != S.inflight.end()) {
+    auto calls = std::move(it->second);
+    S.inflight.erase(it);
+    for (auto& [_, abort] : calls) abort();
+  }
+  std::vector<std::string> models;
+  for (auto& [id, m] : S.models)
+    if (m.worker && m.worker.address() == addr) {
+      m.replacing = true;
+      models.push_back(id);
+    }
+  if (models.empty()) return restore_sessions(self, addr);
+  auto pending = std::make_shared<std::size_t>(models.size());
+  for (const auto& id : models) {
+    load_job_request req;
+    req.model_id = id;
+    req.source = S.models.at(id).source;
+    req.quantize = S.models.at(id).quantize;
+    for (const auto& [tid, where] : S.weight_ids)
+      if (where.first == id) req.names.push_back(where.second);
+    auto done = [self, addr, pending] {
+      if (--*pending == 0) restore_sessions(self, addr);
+    };
+    // The pool drops the dead worker before this request reaches it (its own monitor fired
+    // first), so the job places on the workers that are left.
+    auto job = spawn_load_job(self->system(), S.cfg.load, S.pool);
+    self->request(job, std::chrono::minutes(30), load_atom::value, req)
+        .then(
+            [=](load_outcome& out) {
+              if (auto m = self->state.models.find(id); m != self->state.models.end()) {
+                m->second.worker = out.worker;
+                m->second.replacing = false;
+                self->state.watch(self, out.worker);
+              }
+              done();
+            },
+            [=](caf::error&) {
+              // Nowhere to put it: the model stays lost and its calls say to load it again.
+              if (auto m = self->state.models.find(id); m != self->state.models.end()) m->second.replacing = false;
+              done();
+            });
+  }
+}
+
 coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config cfg, pool_actor pool) {
   return sys.spawn([cfg, pool](coordinator_pointer self) -> coordinator_actor::behavior_type {
     self->state.cfg = cfg;
     self->state.pool = pool;
-    auto& S = self->state;
     const auto control = cfg.timeouts.control;
-    self->set_down_handler([self](caf::down_msg& dm) { self->state.lost.insert(dm.source); });
+    self->set_down_handler([self](caf::down_msg& dm) { on_worker_lost(self, dm.source); });
 
     /// Resolves the references of a graph (models, tensorIds, sessions) against the
     /// caller's directory; picks the worker; rewrites load tensorIds as {model, weight}.
@@ -333,14 +487,57 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
 
     /// Runs `req` on `w` (through the session's actor when there is one) and delivers
     /// {"outputs": ...} to the promise.
+    /// Runs a routed graph request. A success on a checkpointed session is journaled (for
+    /// replay after an automatic restore); a failure because the worker left the grid starts
+    /// its recovery and sends the whole request again (`again`), which then waits for the
+    /// recovery and is routed afresh — so a client does not notice a lost worker whose
+    /// weights and checkpointed sessions could be placed again.
     auto run_on = [self](caf::typed_response_promise<std::string> rp, run_request req, worker_actor w,
-                         std::optional<graph_actor> compiled) {
+                         std::optional<graph_actor> compiled, std::function<void(caf::typed_response_promise<std::string>)> again) {
       auto& S = self->state;
-      auto done = [rp](run_reply& reply) mutable {
+      const std::string primary = req.session.empty() && !req.sessions.empty() ? req.sessions.front() : req.session;
+      auto journaled = std::make_shared<run_request>(req);
+      // Exactly one of: the reply, the error, or the worker's loss settles the call.
+      auto settled = std::make_shared<bool>(false);
+      const caf::actor_addr where = w ? w.address() : caf::actor_addr{};
+      const std::uint64_t call_id = S.next_call++;
+      auto settle = [self, settled, where, call_id] {
+        if (*settled) return false;
+        *settled = true;
+        if (auto it = self->state.inflight.find(where); it != self->state.inflight.end()) {
+          it->second.erase(call_id);
+          if (it->second.empty()) self->state.inflight.erase(it);
+        }
+        return true;
+      };
+      if (w && again)
+        S.inflight[where][call_id] = [self, settled, rp, again]() mutable {
+          if (*settled) return;
+          *settled = true;
+          self->state.waiting.push_back([rp, again]() mutable { again(rp); });
+        };
+      auto done = [self, rp, primary, journaled, settle](run_reply& reply) mutable {
+        if (!settle()) return;
+        auto& S = self->state;
+        if (auto it = S.sessions.find(primary); it != S.sessions.end() && S.checkpoints.count(primary)) {
+          auto& e = it->second;
+          if (journaled->sessions.size() > 1) e.journal_broken = "a multi-session graph ran on it";
+          else if (e.journal.size() >= max_journal) e.journal_broken = "more than " + std::to_string(max_journal) + " calls since the checkpoint";
+          else if (e.journal_broken.empty()) e.journal.push_back({*journaled, journaled->graph_id});
+        }
         rp.deliver("{\"outputs\":" + reply.outputs_json + ",\"steps\":" + std::to_string(reply.steps) + "}");
       };
-      auto fail = [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); };
-      const std::string primary = req.session.empty() && !req.sessions.empty() ? req.sessions.front() : req.session;
+      auto fail = [self, rp, w, again, settle](caf::error& e) mutable {
+        if (!settle()) return;
+        if (again && actor_gone(e) && w) {
+          on_worker_lost(self, w.address());
+          auto& S = self->state;
+          if (S.recovering.empty()) again(rp);
+          else S.waiting.push_back([rp, again]() mutable { again(rp); });
+          return;
+        }
+        rp.deliver(caf::error(e));
+      };
       if (compiled && !primary.empty()) {
         // Through the session's actor, which counts the step and runs on its worker.
         auto it = S.sessions.find(primary);
@@ -608,6 +805,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto* m = S.find(S.models, id, who);
           if (!m) return to_caf(errc::not_found, "model " + id + " does not exist");
           caf::anon_send(m->actor, delete_atom::value);
+          caf::anon_send(m->worker, dropmodel_atom::value, id);  // where it is now, after any re-placement
           for (auto it = S.weight_ids.begin(); it != S.weight_ids.end();)
             it = it->second.first == id ? S.weight_ids.erase(it) : std::next(it);
           S.models.erase(id);
@@ -730,6 +928,17 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
         // ------------------------------------------------------------ graphs
         [=](graph_atom, const caller& who, const std::string& body, std::int32_t version) -> caf::result<std::string> {
           auto& S = self->state;
+          // Sends this request again (after a recovery): routed afresh, answered to rp.
+          auto again = [self, who, body, version](caf::typed_response_promise<std::string> rp) mutable {
+            self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, graph_atom::value, who, body, version)
+                .then([rp](std::string& r) mutable { rp.deliver(std::move(r)); },
+                      [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          };
+          if (!S.recovering.empty()) {  // a lost worker's models and sessions are being placed again
+            auto rp = self->make_response_promise<std::string>();
+            S.waiting.push_back([rp, again]() mutable { again(rp); });
+            return rp;
+          }
           auto d = parse_body(body);
           if (!d) return to_caf(d.err());
           if (auto s = check_fields(*d, {"graph", "graphId", "bind", "session", "sessions", "encoding"}, "graph request"); !s)
@@ -755,6 +964,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
             if (d->HasMember("bind") && !(*d)["bind"].IsObject())
               return to_caf(errc::invalid, "bind must be an object mapping binding names to values");
             req.bind_json = d->HasMember("bind") ? text_of((*d)["bind"]) : "{}";
+            req.graph_id = *gid;  // the graph actor sets it too; the journal needs it here
             req.session = *top_session;
             req.sessions = *top_sessions;
             if (!req.sessions.empty()) {
@@ -780,7 +990,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
               if (S.is_lost(m->worker)) return to_caf(errc::unavailable, lost_message("model " + mid));
             }
             auto rp = self->make_response_promise<std::string>();
-            run_on(rp, std::move(req), w, g->actor);
+            run_on(rp, std::move(req), w, g->actor, again);
             return rp;
           }
           if (!d->HasMember("graph")) return to_caf(errc::invalid, "graph request needs graph (inline) or graphId (compiled)");
@@ -792,11 +1002,11 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           req.sessions = r->sessions;
           auto rp = self->make_response_promise<std::string>();
           if (r->worker) {
-            run_on(rp, std::move(req), r->worker, std::nullopt);
+            run_on(rp, std::move(req), r->worker, std::nullopt, again);
           } else {
             with_any_worker([=](result<worker_actor> w) mutable {
               if (!w) rp.deliver(to_caf(w.err()));
-              else run_on(rp, std::move(req), *w, std::nullopt);
+              else run_on(rp, std::move(req), *w, std::nullopt, again);
             });
           }
           return rp;
@@ -910,6 +1120,15 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
         // ------------------------------------------------------------ generate
         [=](generate_atom, const caller& who, const std::string& body) -> caf::result<gen_plan> {
           auto& S = self->state;
+          if (!S.recovering.empty()) {  // wait for the placement to settle, then plan afresh
+            auto rp = self->make_response_promise<gen_plan>();
+            S.waiting.push_back([self, rp, who, body]() mutable {
+              self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, generate_atom::value, who, body)
+                  .then([rp](gen_plan& p) mutable { rp.deliver(std::move(p)); },
+                        [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+            });
+            return rp;
+          }
           auto d = parse_body(body);
           if (!d) return to_caf(d.err());
           if (auto s = check_fields(*d, {"graphId", "sessionId", "ids", "startPos", "maxNewTokens", "stopIds", "temperature",
@@ -1004,6 +1223,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto* s = S.find(S.sessions, *sid, who);
           if (!s) return to_caf(errc::not_found, "session " + *sid + " does not exist");
           if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + *sid));
+          // Its tokens are decoded on the worker, out of the journal's sight.
+          if (S.checkpoints.count(*sid)) s->journal_broken = "a generation ran on it";
           plan.worker = s->worker;
           plan.session = s->actor;
           plan.graph = g->actor;
@@ -1116,6 +1337,10 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                               const std::size_t n = d.tensors.size();
                               const std::uint64_t bytes = d.bytes;
                               self->state.checkpoints[id] = checkpoint_entry{who.key_id, std::move(d), steps};
+                              if (auto it = self->state.sessions.find(id); it != self->state.sessions.end()) {
+                                it->second.journal.clear();  // replay starts from this checkpoint
+                                it->second.journal_broken.clear();
+                              }
                               rp.deliver(json([&](writer& w) {
                                 w.StartObject();
                                 key(w, "sessionId"); str(w, id);
@@ -1156,6 +1381,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                       }
                       if (old != target) caf::anon_send(old, sclose_atom::value, id);
                       it->second.worker = target;
+                      it->second.journal.clear();  // the session is at its checkpoint again
+                      it->second.journal_broken.clear();
                       S.watch(self, target);
                       caf::anon_send(it->second.actor, move_atom::value, target, ck_it->second.steps);
                       const auto& d = ck_it->second.dump;

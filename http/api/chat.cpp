@@ -371,6 +371,11 @@ void generate(chat_pointer self) {
             r.always = st.plan.always;
             st.decode_started = clock_type::now();
             st.generating = true;
+            // A worker that leaves the grid mid-reply sends no gendone: notice it directly.
+            self->monitor(st.plan.worker);
+            self->set_down_handler([self](caf::down_msg&) {
+              fail(self, error{errc::unavailable, "the worker decoding this reply left the grid; send the conversation again"});
+            });
             self->request(st.plan.worker, 60s, genstart_atom::value, std::move(r))
                 .then([](bool) {}, on_error(self));
           },

@@ -149,6 +149,12 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
       r.context = plan.context;
       r.always = plan.always;
       st.round_trips = 1;
+      // A worker that leaves the grid mid-generation sends no gendone: notice it directly.
+      self->monitor(plan.worker);
+      self->set_down_handler([self, finish](caf::down_msg&) {
+        finish(gen_done{"error", "the worker running this generation left the grid; its session must be restored or prefilled again",
+                        self->state.pos + std::int64_t(self->state.tokens.size())});
+      });
       self->request(plan.worker, std::chrono::seconds(60), genstart_atom::value, std::move(r))
           .then([open_stream](bool) { open_stream(); }, fail_before_start);
     } else {

@@ -1,0 +1,146 @@
+"""Durability with real processes (issue: cluster; checklist DUR-*, CKP-*): a coordinator and
+volunteers on loopback; the volunteer holding a model and a checkpointed session is killed
+with SIGKILL at a random moment of a decode loop, 20 times. Each time the coordinator fetches
+the model again from the model host onto the other volunteer, restores the session from its
+checkpoint there and replays the calls made since, so every decode loop finishes with the
+tokens of an undisturbed run and the client never sees an error. A model host that is down
+gives a clear error, not a hang."""
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from e2e_util import STORIES_DIR, Process, binary, expect, free_port
+
+GOLDEN = json.loads((STORIES_DIR / "goldens" / "stories260K_once_upon.json").read_text())
+TRIALS = 20
+
+
+def graph_cli(*args):
+    out = subprocess.run([str(binary()), "graph", str(STORIES_DIR / "config.json"), *args], capture_output=True,
+                         text=True, timeout=30, check=True)
+    return json.loads(out.stdout)
+
+
+class Grid:
+    def __init__(self, server, cport, logs):
+        self.server, self.cport, self.logs = server, cport, logs
+        self.workers = {}
+        self.n = 0
+
+    def join(self):
+        self.n += 1
+        name = f"w_{self.n}"
+        proc = Process(name, [binary(), "worker", "--join", f"127.0.0.1:{self.cport}", "--id", name, "--memory", "256M",
+                              "--threads", "1"], self.logs / f"{name}.log")
+        proc.start(r"mpakt worker: \S+ joined", timeout=30)
+        self.workers[name] = proc
+        self.wait(lambda s: name in [w["workerId"] for w in s["pool"]])
+        return name
+
+    def status(self):
+        return expect(self.server.api.get("/api/v3/status", key=self.key), 200)
+
+    def wait(self, cond, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while not cond(self.status()):
+            assert time.monotonic() < deadline, f"waited {timeout} s; status: {self.status()}"
+            time.sleep(0.05)
+
+    def holder(self):
+        """The volunteer holding the model (the one with the least free memory)."""
+        pool = self.status()["pool"]
+        return min(pool, key=lambda w: w["freeBytes"])["workerId"]
+
+    def kill(self, name):
+        proc = self.workers.pop(name)
+        proc.proc.send_signal(signal.SIGKILL)
+        proc.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def grid(start_server, tmp_path_factory):
+    cport = free_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
+    g = Grid(server, cport, tmp_path_factory.mktemp("durability"))
+    g.key = server.account("durable")[1]
+    g.join()
+    g.join()
+    yield g
+    for proc in g.workers.values():
+        proc.proc.kill()
+
+
+def test_killed_volunteer_loses_nothing_checkpointed(grid):
+    api, key = grid.server.api, grid.key
+    model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
+    step = expect(api.post("/api/v3/graphs", {"graph": graph_cli("--model-id", model, "--compiled", "--tokens", "1",
+                                                                 "--cache", "64", "--argmax")}, key=key), 200)["graphId"]
+    alloc = graph_cli("--alloc-cache", "64")
+    prompt, golden = GOLDEN["prompt_ids"], GOLDEN["greedy_ids"]
+    n = len(golden) - len(prompt)
+    rng = random.Random(7)
+    recoveries = []
+    for trial in range(TRIALS):
+        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+        expect(api.post("/api/v3/graph", {"graph": dict(alloc, session=sid)}, key=key), 200)
+        call = lambda tok, pos: expect(api.post("/api/v3/graph", {"graphId": step, "session": sid,
+                                                                  "bind": {"ids": [tok], "pos": pos}},
+                                                key=key, timeout=60), 200)["outputs"]["tok"]["data"][0]
+        tok = prompt[0]
+        for pos in range(len(prompt) - 1):
+            call(prompt[pos], pos)
+        expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key), 200)
+        victim = grid.holder()
+        # The kill lands at a random moment: between calls or in the middle of one.
+        delay = rng.uniform(0, 0.03)
+        killer = threading.Timer(delay, grid.kill, args=(victim,))
+        t0 = time.monotonic()
+        killer.start()
+        out, tok = [], prompt[-1]
+        for i in range(n):
+            tok = int(call(tok, len(prompt) - 1 + i))
+            out.append(tok)
+        killer.join()
+        recoveries.append(time.monotonic() - t0)
+        assert prompt + out == golden, f"trial {trial}: killed {victim} after {delay * 1000:.0f} ms"
+        # the next call still works, and the model now lives on the survivor
+        grid.wait(lambda s: victim not in [w["workerId"] for w in s["pool"]])
+        expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
+        grid.join()  # a replacement volunteer joins for the next trial and is used at once
+    print(f"\n{TRIALS} kills: decode loops took {min(recoveries):.2f}-{max(recoveries):.2f} s including recovery")
+    grid.server.assert_up()
+
+
+def test_an_unsaved_session_on_a_killed_volunteer_must_be_prefilled_again(grid):
+    api, key = grid.server.api, grid.key
+    model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
+    step = expect(api.post("/api/v3/graphs", {"graph": graph_cli("--model-id", model, "--compiled", "--tokens", "1",
+                                                                 "--cache", "64", "--argmax")}, key=key), 200)["graphId"]
+    sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+    expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key), 200)
+    grid.kill(grid.holder())
+    r = api.post("/api/v3/graph", {"graphId": step, "session": sid, "bind": {"ids": [1], "pos": 0}}, key=key, timeout=60)
+    expect(r, 503, sid, "prefill it again")
+    # the model itself was placed again: a new session works at once
+    sid2 = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+    expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid2)}, key=key), 200)
+    expect(api.post("/api/v3/graph", {"graphId": step, "session": sid2, "bind": {"ids": [1], "pos": 0}}, key=key), 200)
+    grid.server.assert_up()
+
+
+def test_a_model_host_that_is_down_gives_a_clear_error(start_server):
+    dead = f"http://127.0.0.1:{free_port()}"
+    server = start_server("--dev", hf_endpoint=dead)
+    key = server.account("hostless")[1]
+    t0 = time.monotonic()
+    r = server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60)
+    assert r.status in (502, 503) and "127.0.0.1" in r.error, r
+    assert time.monotonic() - t0 < 30
+    server.assert_up()
