@@ -93,6 +93,7 @@ struct model_entry : owned {
   std::uint64_t resident_bytes = 0;
   std::size_t tensors = 0;
   bool replacing = false;  ///< its worker left; its tensors are being fetched again
+  std::string worker_id;   ///< where it is (placement)
   /// config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja once read (chat).
   std::vector<std::string> files;
 };
@@ -380,6 +381,7 @@ void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr) {
             [=](load_outcome& out) {
               if (auto m = self->state.models.find(id); m != self->state.models.end()) {
                 m->second.worker = out.worker;
+                m->second.worker_id = out.worker_id;
                 m->second.replacing = false;
                 self->state.watch(self, out.worker);
               }
@@ -618,7 +620,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                   [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
           return rp;
         },
-        [=](status_atom, const caller&) -> caf::result<std::string> {
+        [=](status_atom, const caller& who) -> caf::result<std::string> {
           auto rp = self->make_response_promise<std::string>();
           self->request(self->state.pool, control, workers_atom::value)
               .then(
@@ -670,6 +672,11 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                         key(w, "totalBytes"); w.Uint64(s.total_bytes);
                         key(w, "packedWeights"); w.Bool(s.packed_weights);
                         key(w, "quantizeOnLoad"); w.Bool(s.can_quantize);
+                        key(w, "models");  // the caller's models placed there
+                        w.StartArray();
+                        for (const auto& [id, m] : self->state.models)
+                          if (m.account == who.account && m.worker_id == s.worker_id && !self->state.is_lost(m.worker)) str(w, id);
+                        w.EndArray();
                         w.EndObject();
                       }
                       w.EndArray();
@@ -728,6 +735,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                     m.actor = spawn_model(self->system(), req.model_id, {out.worker}, S.cfg.timeouts);
                     self->link_to(m.actor);  // entity actors end with the coordinator
                     m.worker = out.worker;
+                    m.worker_id = out.worker_id;
                     S.watch(self, out.worker);
                     m.source = out.source;
                     m.quantize = out.quantize;
@@ -765,6 +773,16 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                         key(w, "bytesTransferred"); w.Uint64(m.published_bytes);
                         key(w, "residentBytes"); w.Uint64(m.resident_bytes);
                         key(w, "quantize"); str(w, m.quantize);
+                        key(w, "placement");
+                        w.StartArray();
+                        if (!S.is_lost(m.worker)) {
+                          w.StartObject();
+                          key(w, "workerId"); str(w, m.worker_id);
+                          key(w, "tensors"); w.Uint64(m.tensors);
+                          key(w, "residentBytes"); w.Uint64(m.resident_bytes);
+                          w.EndObject();
+                        }
+                        w.EndArray();
                         key(w, "createdAt"); str(w, m.created_at);
                         w.EndObject();
                       }

@@ -110,6 +110,7 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
   out.source = req.source;
   out.quantize = std::string(loader::quantize_mode_name(plan->mode));
   out.worker = worker;
+  out.worker_id = std::get<1>(*picked).worker_id;
   std::uint64_t transferred = 0, resident = 0, peak_piece = 0;
   auto abort_load = [&](error e) -> error {
     self->request(worker, cfg.worker_timeout, tabort_atom::value, req.model_id).receive([](bool) {}, [](caf::error&) {});
@@ -177,6 +178,18 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
   w.Uint64(peak_piece);
   w.Key("elapsedMs");
   w.Uint64(std::uint64_t(secs * 1000));
+  // Where it went: today one worker holds a whole model.
+  w.Key("placement");
+  w.StartArray();
+  w.StartObject();
+  w.Key("workerId");
+  w.String(out.worker_id.c_str());
+  w.Key("tensors");
+  w.Uint64(out.tensor_ids.size());
+  w.Key("residentBytes");
+  w.Uint64(resident);
+  w.EndObject();
+  w.EndArray();
   w.EndObject();
   out.reply_json.assign(buf.GetString(), buf.GetSize());
   return out;

@@ -42,6 +42,7 @@ struct load_outcome {
   std::uint64_t published_bytes = 0;
   std::uint64_t resident_bytes = 0;
   worker_actor worker;
+  std::string worker_id;  ///< the worker's name, for the placement shown to clients
 };
 
 template <class Inspector>
@@ -51,7 +52,7 @@ typename Inspector::result_type inspect(Inspector& f, load_job_request& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_outcome& x) {
   return f(caf::meta::type_name("load_outcome"), x.reply_json, x.tensor_ids, x.source, x.quantize, x.published_bytes,
-           x.resident_bytes, x.worker);
+           x.resident_bytes, x.worker, x.worker_id);
 }
 
 using load_job_actor = caf::typed_actor<caf::replies_to<load_atom, load_job_request>::with<load_outcome>,

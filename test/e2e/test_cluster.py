@@ -109,9 +109,17 @@ def test_volunteers_join_and_are_counted(cluster):
 def test_load_generate_and_chat_on_volunteers(cluster):
     api, key = cluster.server.api, cluster.key
     before = cluster.status(key)
-    model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
+    loaded = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)
+    model = loaded["modelId"]
     where = holder(cluster.status(key), before)
     assert where in ("w_a", "w_b")
+    # the placement is shown: in the load response, the model list and the status's pool
+    assert [p["workerId"] for p in loaded["placement"]] == [where]
+    assert loaded["placement"][0]["residentBytes"] == loaded["residentBytes"]
+    listed = [m for m in expect(api.get("/api/v3/models", key=key), 200)["models"] if m["modelId"] == model][0]
+    assert [p["workerId"] for p in listed["placement"]] == [where]
+    pool = {w["workerId"]: w for w in cluster.status(key)["pool"]}
+    assert pool[where]["models"] == [model] and model not in pool[({"w_a", "w_b"} - {where}).pop()]["models"]
     decode_golden(api, key, model)
     r = expect(api.post("/api/v3/chat", {"model": model, "messages": [{"role": "user", "content": "Once upon a time"}],
                                          "maxTokens": 20, "temperature": 0, "stream": False}, key=key, timeout=60), 200)

@@ -112,6 +112,8 @@ def test_killed_volunteer_loses_nothing_checkpointed(grid):
         assert prompt + out == golden, f"trial {trial}: killed {victim} after {delay * 1000:.0f} ms"
         # the next call still works, and the model now lives on the survivor
         grid.wait(lambda s: victim not in [w["workerId"] for w in s["pool"]])
+        placed = [m for m in expect(api.get("/api/v3/models", key=key), 200)["models"] if m["modelId"] == model][0]
+        assert len(placed["placement"]) == 1 and placed["placement"][0]["workerId"] != victim
         expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
         grid.join()  # a replacement volunteer joins for the next trial and is used at once
     print(f"\n{TRIALS} kills: decode loops took {min(recoveries):.2f}-{max(recoveries):.2f} s including recovery")
