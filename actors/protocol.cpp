@@ -19,6 +19,7 @@ void add_protocol_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<gen_done>("gen_done");
   cfg.add_message_type<gen_request>("gen_request");
   cfg.add_message_type<gen_plan>("gen_plan");
+  cfg.add_message_type<gen_journal>("gen_journal");
   cfg.add_message_type<std::vector<std::vector<std::string>>>("std::vector<std::vector<std::string>>");
   cfg.add_message_type<std::vector<std::int32_t>>("std::vector<std::int32_t>");
   cfg.add_message_type<std::vector<graph_actor>>("std::vector<graph_actor>");

@@ -302,6 +302,8 @@ using workers_atom = caf::atom_constant<caf::atom("workers")>;
 using versions_atom = caf::atom_constant<caf::atom("versions")>;
 using generate_atom = caf::atom_constant<caf::atom("generate")>;
 using files_atom = caf::atom_constant<caf::atom("files")>;
+using journal_atom = caf::atom_constant<caf::atom("journal")>;
+using replan_atom = caf::atom_constant<caf::atom("replan")>;
 using inspect_atom = caf::atom_constant<caf::atom("inspect")>;
 using load_atom = caf::atom_constant<caf::atom("load")>;
 using list_atom = caf::atom_constant<caf::atom("list")>;
@@ -382,6 +384,24 @@ struct gen_plan {
   bool always = false;
 };
 
+/// What a generation fed to its session (one token per position from start_pos), reported
+/// to the coordinator when it ends or loses its worker, so a checkpointed session's journal
+/// can replay it after an automatic restore.
+struct gen_journal {
+  std::string session_id;
+  std::string graph_id;
+  std::vector<std::string> bindings;
+  std::vector<std::pair<std::string, double>> sampling;
+  std::int64_t start_pos = 0;
+  std::vector<std::int64_t> fed;
+  bool ended = true;  ///< false: the generation goes on elsewhere (it lost its worker)
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gen_journal& x) {
+  return f(caf::meta::type_name("gen_journal"), x.session_id, x.graph_id, x.bindings, x.sampling, x.start_pos, x.fed, x.ended);
+}
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_plan& x) {
   return f(caf::meta::type_name("gen_plan"), x.worker, x.session, x.graph, x.graph_id, x.session_id, x.bindings, x.first_id,
@@ -411,6 +431,11 @@ using coordinator_actor = caf::typed_actor<
     caf::replies_to<create_atom, tensors_atom, caller, std::string>::with<std::string>,   // v2 upload body
     caf::replies_to<delete_atom, tensors_atom, caller, std::string>::with<std::string>,
     caf::replies_to<generate_atom, caller, std::string>::with<gen_plan>,     // body
+    /// a generation's fed tokens (journal of a checkpointed session)
+    caf::reacts_to<journal_atom, caller, gen_journal>,
+    /// a generation that lost its worker continues: the plan again, once the session is
+    /// restored (waits for the recovery), on its new worker
+    caf::replies_to<replan_atom, caller, gen_plan>::with<gen_plan>,
     /// model id -> its config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja
     /// (chat; read once)
     caf::replies_to<files_atom, caller, std::string>::with<std::string, std::string, std::string, std::string>,

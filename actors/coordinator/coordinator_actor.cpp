@@ -12,6 +12,7 @@
 #include <set>
 
 #include "actors/errors.hpp"
+#include "actors/generate/gen_values.hpp"
 #include "actors/json_text.hpp"
 #include "actors/ids.hpp"
 #include "runtime/graph.hpp"
@@ -115,9 +116,13 @@ struct session_entry : owned {
   std::string model_id;
   std::string label;
   std::vector<journal_call> journal;
-  /// Something changed the session that the journal cannot replay (a worker-side
-  /// generation, a multi-session graph, too many calls) since its checkpoint.
+  /// Something changed the session that the journal cannot replay (a multi-session graph,
+  /// too many calls) since its checkpoint.
   std::string journal_broken;
+  /// Generations running on it: their fed tokens reach the journal when they report.
+  int generating = 0;
+  /// A restore waiting for those reports (the session's worker was lost meanwhile).
+  std::function<void()> after_reports;
 };
 
 struct graph_entry : owned {
@@ -293,6 +298,8 @@ void replay_journal(coordinator_pointer self, std::string sid, std::size_t i, st
   self->request(it->second.actor, timeout, run_atom::value, call.req, g->second.actor).then(next, fail);
 }
 
+void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish);
+
 /// Puts a lost worker's checkpointed sessions back on their models' new workers and
 /// replays what was called since each checkpoint; sessions that cannot be restored stay
 /// lost (their calls then say to prefill again). Ends the recovery of `addr`.
@@ -313,11 +320,27 @@ void restore_sessions(coordinator_pointer self, caf::actor_addr addr) {
   }
   for (const auto& sid : ids) {
     auto& e = S.sessions.at(sid);
-    auto m = S.models.find(e.model_id);
-    if (m == S.models.end() || S.is_lost(m->second.worker)) {
-      finish();
+    if (e.generating > 0) {
+      // Its generations report what they fed when they notice the loss; restore after that.
+      e.after_reports = [self, sid, finish] {
+        auto& S = self->state;
+        auto it = S.sessions.find(sid);
+        if (it == S.sessions.end()) return finish();
+        restore_one(self, sid, finish);
+      };
       continue;
     }
+    restore_one(self, sid, finish);
+  }
+}
+
+/// Restores one checkpointed session on its model's (new) worker and replays its journal;
+/// `finish` runs when it is done either way.
+void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish) {
+  auto& S = self->state;
+  auto& e = S.sessions.at(sid);
+    auto m = S.models.find(e.model_id);
+    if (m == S.models.end() || S.is_lost(m->second.worker)) return finish();
     const worker_actor target = m->second.worker, gone = e.worker;
     const checkpoint_entry& ck = S.checkpoints.at(sid);
     self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, ck.dump)
@@ -339,7 +362,6 @@ void restore_sessions(coordinator_pointer self, caf::actor_addr addr) {
               });
             },
             [=](caf::error&) { finish(); });
-  }
 }
 
 /// A worker left the grid: its models are fetched again from their model host onto other
@@ -1241,8 +1263,6 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto* s = S.find(S.sessions, *sid, who);
           if (!s) return to_caf(errc::not_found, "session " + *sid + " does not exist");
           if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + *sid));
-          // Its tokens are decoded on the worker, out of the journal's sight.
-          if (S.checkpoints.count(*sid)) s->journal_broken = "a generation ran on it";
           plan.worker = s->worker;
           plan.session = s->actor;
           plan.graph = g->actor;
@@ -1298,8 +1318,35 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           // The chain holds itself only weakly; each pending reply handler holds it strongly.
           auto step = std::make_shared<std::function<void(std::size_t)>>();
           std::weak_ptr<std::function<void(std::size_t)>> weak = step;
+          // Planning talks to the session's worker; if it leaves meanwhile, plan again after
+          // the recovery instead of waiting for a reply that will not come.
+          auto settled = std::make_shared<bool>(false);
+          const caf::actor_addr where = plan.worker.address();
+          const std::uint64_t call_id = S.next_call++;
+          auto settle = [self, settled, where, call_id] {
+            if (*settled) return false;
+            *settled = true;
+            if (auto it = self->state.inflight.find(where); it != self->state.inflight.end()) {
+              it->second.erase(call_id);
+              if (it->second.empty()) self->state.inflight.erase(it);
+            }
+            return true;
+          };
+          S.inflight[where][call_id] = [self, settled, rp, who, body]() mutable {
+            if (*settled) return;
+            *settled = true;
+            self->state.waiting.push_back([self, rp, who, body]() mutable {
+              self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, generate_atom::value, who, body)
+                  .then([rp](gen_plan& p) mutable { rp.deliver(std::move(p)); },
+                        [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+            });
+          };
           *step = [=](std::size_t i) mutable {
             if (i == graphs->size()) {
+              if (!settle()) return;
+              // Its fed tokens reach the journal when the generation reports them (journal_atom).
+              if (auto it = self->state.sessions.find(result_plan->session_id); it != self->state.sessions.end())
+                it->second.generating++;
               rp.deliver(*result_plan);
               return;
             }
@@ -1315,17 +1362,86 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                                 (*chain)(i + 1);
                               },
                               [=](caf::error& e) mutable {
+                                if (!settle()) return;
                                 error err = from_caf(e);
                                 if (i > 0) err.message = "verify graph " + id + ": " + err.message;
                                 rp.deliver(to_caf(err));
                               });
                     },
-                    [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+                    [=](caf::error& e) mutable {
+                      if (settle()) rp.deliver(caf::error(e));
+                    });
           };
           (*step)(0);
           return rp;
         },
         // ------------------------------------------------------------ checkpoints
+        [=](journal_atom, const caller& who, gen_journal& j) {
+          auto& S = self->state;
+          auto* s = S.find(S.sessions, j.session_id, who);
+          if (!s) return;
+          if (S.checkpoints.count(j.session_id) && s->journal_broken.empty()) {
+            for (std::size_t i = 0; i < j.fed.size(); ++i) {
+              if (s->journal.size() >= max_journal) {
+                s->journal_broken = "more than " + std::to_string(max_journal) + " calls since the checkpoint";
+                break;
+              }
+              const gen_call call = make_gen_call(j.bindings, {j.fed[i]}, j.start_pos + std::int64_t(i), j.sampling);
+              run_request r;
+              r.graph_id = j.graph_id;
+              r.bind_json = call.bind_json;
+              r.overrides = call.overrides;
+              r.session = j.session_id;
+              s->journal.push_back({std::move(r), j.graph_id});
+            }
+          }
+          // The run that fed them is over (a generation that lost its worker asks for a new
+          // plan with replan, which counts it again).
+          s->generating = std::max(0, s->generating - 1);
+          if (s->generating == 0) {
+            if (auto after = std::move(s->after_reports)) {
+              s->after_reports = nullptr;
+              after();
+            }
+          }
+        },
+        [=](replan_atom, const caller& who, gen_plan& plan) -> caf::result<gen_plan> {
+          auto& S = self->state;
+          if (!S.recovering.empty()) {  // once the session is back
+            auto rp = self->make_response_promise<gen_plan>();
+            S.waiting.push_back([self, rp, who, plan]() mutable {
+              self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, replan_atom::value, who, plan)
+                  .then([rp](gen_plan& p) mutable { rp.deliver(std::move(p)); },
+                        [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+            });
+            return rp;
+          }
+          auto* s = S.find(S.sessions, plan.session_id, who);
+          if (!s) return to_caf(errc::not_found, "session " + plan.session_id + " does not exist");
+          if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + plan.session_id));
+          plan.worker = s->worker;
+          plan.session = s->actor;
+          s->generating++;
+          // The loop runs compiled templates there: plan each on the new worker first.
+          auto rp = self->make_response_promise<gen_plan>();
+          auto actors = std::make_shared<std::vector<graph_actor>>(plan.verify_actors);
+          actors->insert(actors->begin(), plan.graph);
+          auto result = std::make_shared<gen_plan>(std::move(plan));
+          auto step = std::make_shared<std::function<void(std::size_t)>>();
+          std::weak_ptr<std::function<void(std::size_t)>> weak = step;
+          *step = [=](std::size_t i) mutable {
+            if (i == actors->size()) {
+              rp.deliver(*result);
+              return;
+            }
+            auto chain = weak.lock();
+            self->request((*actors)[i], self->state.cfg.timeouts.graph, compile_atom::value, result->worker)
+                .then([=](compile_reply&) mutable { (*chain)(i + 1); },
+                      [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          };
+          (*step)(0);
+          return rp;
+        },
         [=](checkpt_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
           auto& S = self->state;
           auto* s = S.find(S.sessions, id, who);

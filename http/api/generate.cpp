@@ -32,7 +32,33 @@ struct generation_state {
   bool finished = false;
   bool cancelled = false;
   std::unique_ptr<speculator> spec;  ///< ordinary loop with speculative decoding
+  coordinator_actor coordinator;
+  caller who;
+  /// The current run on a worker (a generation that loses its worker goes on in a new run):
+  /// the token it was started with, where, and how many tokens came before it.
+  std::int64_t run_first = 0, run_start = 0;
+  std::size_t run_offset = 0;
+  bool reported = false;  ///< the current run's fed tokens went to the coordinator
+  int runs = 0;           ///< runs started (a late answer from an earlier run is ignored)
 };
+
+/// Tells the coordinator what the current run fed its session (journal of a checkpointed
+/// session): its first token, then every token it produced but the last.
+void report_fed(generation_state& st) {
+  if (st.reported || !st.coordinator) return;
+  st.reported = true;
+  gen_journal j;
+  j.session_id = st.plan.session_id;
+  j.graph_id = st.plan.graph_id;
+  j.bindings = st.plan.bindings;
+  j.sampling = st.plan.sampling;
+  j.start_pos = st.run_start;
+  if (st.tokens.size() > st.run_offset) {
+    j.fed.push_back(st.run_first);
+    j.fed.insert(j.fed.end(), st.tokens.begin() + std::ptrdiff_t(st.run_offset), st.tokens.end() - 1);
+  }
+  caf::anon_send(st.coordinator, journal_atom::value, st.who, std::move(j));
+}
 
 std::string fmt_double(double v) {
   char buf[32];
@@ -85,11 +111,16 @@ result<std::vector<std::int64_t>> tokens_of(const std::string& outputs_json) {
 
 }  // namespace
 
-void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<responder> res) {
-  sys.spawn([plan, res](caf::stateful_actor<generation_state>* self) -> caf::behavior {
+void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<responder> res, coordinator_actor coordinator,
+                      caller who) {
+  sys.spawn([plan, res, coordinator, who](caf::stateful_actor<generation_state>* self) -> caf::behavior {
     auto& st = self->state;
     st.plan = plan;
     st.res = res;
+    st.coordinator = coordinator;
+    st.who = who;
+    st.run_first = plan.first_id;
+    st.run_start = plan.start_pos;
     st.id = new_id("g_");
     st.started = clock_type::now();
     st.next_token = plan.first_id;
@@ -108,6 +139,7 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
       auto& st = self->state;
       if (st.finished) return;
       st.finished = true;
+      report_fed(st);
       const std::string body = done_json(st, d);
       if (st.sse) {
         if (!st.cancelled) {
@@ -119,8 +151,9 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
       }
       self->quit();
     };
-    auto on_token = [self, finish](const gen_token& t) {
+    auto on_token = [self, finish](gen_token t) {
       auto& st = self->state;
+      t.index += std::uint32_t(st.run_offset);  // a continued generation counts on
       st.tokens.push_back(t.token);
       if (st.sse && !st.cancelled) st.sse->send("token", token_json(t));
     };
@@ -133,30 +166,71 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
     };
 
     if (plan.worker_loop) {
-      gen_request r;
-      r.gen_id = st.id;
-      r.graph_id = plan.graph_id;
-      r.session = plan.session_id;
-      r.bindings = plan.bindings;
-      r.first_id = plan.first_id;
-      r.start_pos = plan.start_pos;
-      r.max_new = plan.max_new;
-      r.stop_ids = plan.stop_ids;
-      r.sampling = plan.sampling;
-      r.listener = caf::actor_cast<gen_listener>(self);
-      r.verify_graphs = plan.verify_graphs;
-      r.verify_bindings = plan.verify_bindings;
-      r.context = plan.context;
-      r.always = plan.always;
-      st.round_trips = 1;
-      // A worker that leaves the grid mid-generation sends no gendone: notice it directly.
-      self->monitor(plan.worker);
-      self->set_down_handler([self, finish](caf::down_msg&) {
-        finish(gen_done{"error", "the worker running this generation left the grid; its session must be restored or prefilled again",
-                        self->state.pos + std::int64_t(self->state.tokens.size())});
-      });
-      self->request(plan.worker, std::chrono::seconds(60), genstart_atom::value, std::move(r))
-          .then([open_stream](bool) { open_stream(); }, fail_before_start);
+      // Starts a run of the loop on the plan's worker: the first, or one continuing a
+      // generation whose worker left the grid (the coordinator restored the session first).
+      auto run = std::make_shared<std::function<void(bool)>>();
+      *run = [self, open_stream, fail_before_start, finish, run](bool first) {
+        auto& st = self->state;
+        const gen_plan& p = st.plan;
+        const int this_run = ++st.runs;
+        gen_request r;
+        r.gen_id = st.id;
+        r.graph_id = p.graph_id;
+        r.session = p.session_id;
+        r.bindings = p.bindings;
+        r.first_id = p.first_id;
+        r.start_pos = p.start_pos;
+        r.max_new = p.max_new;
+        r.stop_ids = p.stop_ids;
+        r.sampling = p.sampling;
+        r.listener = caf::actor_cast<gen_listener>(self);
+        r.verify_graphs = p.verify_graphs;
+        r.verify_bindings = p.verify_bindings;
+        r.context = p.context;
+        r.always = p.always;
+        st.round_trips++;
+        // A worker that leaves mid-generation sends no gendone: notice it directly, report
+        // what was fed, and go on where the session is restored (or end with the reason).
+        self->monitor(p.worker);
+        self->set_down_handler([self, finish, run](caf::down_msg& dm) {
+          auto& st = self->state;
+          if (st.finished || dm.source != st.plan.worker.address()) return;
+          report_fed(st);
+          gen_plan next = st.plan;
+          const std::size_t got = st.tokens.size();
+          next.first_id = got > 0 ? st.tokens.back() : st.run_first;
+          next.start_pos = st.run_start + std::int64_t(got - st.run_offset);
+          next.max_new = st.plan.max_new - std::uint32_t(got - st.run_offset);
+          next.context.insert(next.context.end(), st.tokens.begin() + std::ptrdiff_t(st.run_offset), st.tokens.end());
+          self->request(st.coordinator, caf::infinite, replan_atom::value, st.who, std::move(next))
+              .then(
+                  [self, run](gen_plan& p) {
+                    auto& st = self->state;
+                    if (st.finished) return;
+                    st.run_offset = st.tokens.size();
+                    st.run_first = p.first_id;
+                    st.run_start = p.start_pos;
+                    st.reported = false;
+                    st.plan = std::move(p);
+                    (*run)(false);
+                  },
+                  [self, finish](caf::error& e) {
+                    auto& st = self->state;
+                    finish(gen_done{"error", "the worker running this generation left the grid: " + from_caf(e).message,
+                                    st.run_start + std::int64_t(st.tokens.size() - st.run_offset)});
+                  });
+        });
+        self->request(p.worker, std::chrono::seconds(60), genstart_atom::value, std::move(r))
+            .then([open_stream](bool) { open_stream(); },
+                  [self, first, this_run, fail_before_start, finish](caf::error& e) {
+                    auto& st = self->state;
+                    if (st.runs != this_run || st.finished) return;  // superseded by a later run
+                    if (first) return fail_before_start(e);
+                    finish(gen_done{"error", from_caf(e).message, st.run_start});
+                  });
+      };
+      st.round_trips = 0;
+      (*run)(true);
     } else {
       open_stream();
       self->send(self, next_atom::value);

@@ -11,6 +11,9 @@
 
 namespace mpakt::http {
 
-void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<responder> res);
+/// Runs one generation for `who`; `coordinator` hears what it fed the session (the journal of
+/// a checkpointed session) and re-plans it when its worker leaves the grid.
+void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<responder> res, coordinator_actor coordinator,
+                      caller who);
 
 }  // namespace mpakt::http

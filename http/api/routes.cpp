@@ -366,7 +366,7 @@ void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const respo
     if (m != "POST") return wrong_method();
     return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
       self->request(coord, 60s, generate_atom::value, who, req->body)
-          .then([ctx, res](gen_plan& plan) { start_generation(*ctx->sys, std::move(plan), res); },
+          .then([ctx, res, coord, who](gen_plan& plan) { start_generation(*ctx->sys, std::move(plan), res, coord, who); },
                 [res](caf::error& e) { reply_error(res, from_caf(e)); });
     });
   }
