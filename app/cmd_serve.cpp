@@ -13,6 +13,7 @@
 #include "actors/worker/worker_actor.hpp"
 #include "actors/cluster.hpp"
 #include "app/commands.hpp"
+#include "app/process.hpp"
 #include "app/sizes.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "http/api/routes.hpp"
@@ -114,21 +115,10 @@ int cmd_serve(const std::vector<std::string>& args) {
   if (web_dir.empty() && std::filesystem::exists(std::string(MPAKT_SOURCE_DIR) + "/web/index.html"))
     web_dir = std::string(MPAKT_SOURCE_DIR) + "/web";
 
-  // Block the stop signals in every thread (the actor system and Beast start threads that
-  // inherit the mask); this thread waits for them below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
+  // This thread waits for the stop signals below.
+  sigset_t stop_signals = block_stop_signals();
   caf::actor_system_config cfg;
-  add_protocol_types(cfg);
-  add_load_job_types(cfg);
-  // Scheduler threads carry messages only; workers compute on their own threads.
-  cfg.set("scheduler.max-threads", 1);
-  cfg.set("logger.verbosity", caf::atom("quiet"));
-  if (cluster_port >= 0) configure_cluster(cfg);
+  configure_actor_system(cfg, cluster_port >= 0);
   auto sys = std::make_unique<caf::actor_system>(cfg);
 
   int exit_code = 0;

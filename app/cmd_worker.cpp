@@ -13,6 +13,7 @@
 #include "actors/coordinator/load_job.hpp"
 #include "actors/worker/worker_actor.hpp"
 #include "app/commands.hpp"
+#include "app/process.hpp"
 #include "app/sizes.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 
@@ -79,18 +80,9 @@ int cmd_worker(const std::vector<std::string>& args) {
   wc.worker_id = id;
   cpu_fast::set_kernel_threads(threads);
 
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
+  sigset_t stop_signals = block_stop_signals();
   caf::actor_system_config cfg;
-  add_protocol_types(cfg);
-  add_load_job_types(cfg);
-  cfg.set("scheduler.max-threads", 1);
-  cfg.set("logger.verbosity", caf::atom("quiet"));
-  configure_cluster(cfg);
+  configure_actor_system(cfg, true);
   auto sys = std::make_unique<caf::actor_system>(cfg);
   int exit_code = 0;
   {

@@ -64,12 +64,6 @@ def loopback_bandwidth(total=1 << 30, chunk=1 << 20):
     return received[0] / (time.perf_counter() - t0)
 
 
-def account(api):
-    api.post("/api/accounts", {"username": "bench", "password": "a long password"})
-    token = api.post("/api/accounts/login", {"username": "bench", "password": "a long password"})["token"]
-    api.key = api.post("/api/keys", {"label": "bench"}, token=token)["key"]
-
-
 def measure(api, binary, config_path, source, n):
     """Load (timed) then a worker-loop generation of n tokens (timed by the server)."""
     t = time.perf_counter()
@@ -124,7 +118,7 @@ def main():
                 procs.append(w)
                 w.start(r"mpakt worker: \S+ joined")
             api = db.Api(port)
-            account(api)
+            db.bench_account(api)
             if label == "volunteer":
                 while not api.request("GET", "/api/v3/status")["workers"]:
                     time.sleep(0.05)

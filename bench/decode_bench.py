@@ -345,6 +345,13 @@ def measure_bandwidth(quick=False):
 # --------------------------------------------------------------------------- one model
 
 
+def bench_account(api):
+    """Signs up the benchmark's account on a --dev server and gives `api` a key."""
+    api.post("/api/accounts", {"username": "bench", "password": "a long password"})
+    token = api.post("/api/accounts/login", {"username": "bench", "password": "a long password"})["token"]
+    api.key = api.post("/api/keys", {"label": "bench"}, token=token)["key"]
+
+
 def graph_cli(binary, config, *args):
     out = subprocess.run([str(binary), "graph", str(config), *args], capture_output=True, text=True, timeout=120,
                          check=True)
@@ -724,9 +731,7 @@ def main():
                     raise
         procs.append(serve)
         api = Api(port)
-        api.post("/api/accounts", {"username": "bench", "password": "a long password"})
-        token = api.post("/api/accounts/login", {"username": "bench", "password": "a long password"})["token"]
-        api.key = api.post("/api/keys", {"label": "bench"}, token=token)["key"]
+        bench_account(api)
 
         out_models = []
         for name, d, source, prompt in models:

@@ -278,6 +278,36 @@ void release_waiting(coordinator_pointer self) {
   for (auto& f : waiting) f();
 }
 
+/// Sends a request to this coordinator again (after a recovery) and answers `rp` with its reply.
+template <class Reply, class... Ts>
+void resend(coordinator_pointer self, caf::typed_response_promise<Reply> rp, Ts... xs) {
+  self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, xs...)
+      .then([rp](Reply& r) mutable { rp.deliver(std::move(r)); }, [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+}
+
+/// Registers a call in flight on the worker at `where`: if that worker is lost first,
+/// `on_lost` runs (once) instead of an answer. Returns settle(): true the first time, when the
+/// caller may answer; false once the call is settled (lost, or answered before).
+std::function<bool()> track_call(coordinator_pointer self, caf::actor_addr where, std::function<void()> on_lost) {
+  auto& S = self->state;
+  auto settled = std::make_shared<bool>(false);
+  const std::uint64_t id = S.next_call++;
+  S.inflight[where][id] = [settled, on_lost] {
+    if (*settled) return;
+    *settled = true;
+    on_lost();
+  };
+  return [self, settled, where, id] {
+    if (*settled) return false;
+    *settled = true;
+    if (auto it = self->state.inflight.find(where); it != self->state.inflight.end()) {
+      it->second.erase(id);
+      if (it->second.empty()) self->state.inflight.erase(it);
+    }
+    return true;
+  };
+}
+
 /// Replays a restored session's journal, one call after another, then calls `done` with
 /// whether every call succeeded.
 void replay_journal(coordinator_pointer self, std::string sid, std::size_t i, std::function<void(bool)> done) {
@@ -522,24 +552,11 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
       const std::string primary = req.session.empty() && !req.sessions.empty() ? req.sessions.front() : req.session;
       auto journaled = std::make_shared<run_request>(req);
       // Exactly one of: the reply, the error, or the worker's loss settles the call.
-      auto settled = std::make_shared<bool>(false);
-      const caf::actor_addr where = w ? w.address() : caf::actor_addr{};
-      const std::uint64_t call_id = S.next_call++;
-      auto settle = [self, settled, where, call_id] {
-        if (*settled) return false;
-        *settled = true;
-        if (auto it = self->state.inflight.find(where); it != self->state.inflight.end()) {
-          it->second.erase(call_id);
-          if (it->second.empty()) self->state.inflight.erase(it);
-        }
-        return true;
-      };
+      std::function<bool()> settle = [] { return true; };
       if (w && again)
-        S.inflight[where][call_id] = [self, settled, rp, again]() mutable {
-          if (*settled) return;
-          *settled = true;
+        settle = track_call(self, w.address(), [self, rp, again]() mutable {
           self->state.waiting.push_back([rp, again]() mutable { again(rp); });
-        };
+        });
       auto done = [self, rp, primary, journaled, settle](run_reply& reply) mutable {
         if (!settle()) return;
         auto& S = self->state;
@@ -969,10 +986,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
         [=](graph_atom, const caller& who, const std::string& body, std::int32_t version) -> caf::result<std::string> {
           auto& S = self->state;
           // Sends this request again (after a recovery): routed afresh, answered to rp.
-          auto again = [self, who, body, version](caf::typed_response_promise<std::string> rp) mutable {
-            self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, graph_atom::value, who, body, version)
-                .then([rp](std::string& r) mutable { rp.deliver(std::move(r)); },
-                      [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          auto again = [self, who, body, version](caf::typed_response_promise<std::string> rp) {
+            resend(self, rp, graph_atom::value, who, body, version);
           };
           if (!S.recovering.empty()) {  // a lost worker's models and sessions are being placed again
             auto rp = self->make_response_promise<std::string>();
@@ -1162,11 +1177,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto& S = self->state;
           if (!S.recovering.empty()) {  // wait for the placement to settle, then plan afresh
             auto rp = self->make_response_promise<gen_plan>();
-            S.waiting.push_back([self, rp, who, body]() mutable {
-              self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, generate_atom::value, who, body)
-                  .then([rp](gen_plan& p) mutable { rp.deliver(std::move(p)); },
-                        [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); });
-            });
+            S.waiting.push_back([self, rp, who, body] { resend(self, rp, generate_atom::value, who, body); });
             return rp;
           }
           auto d = parse_body(body);
@@ -1320,27 +1331,9 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           std::weak_ptr<std::function<void(std::size_t)>> weak = step;
           // Planning talks to the session's worker; if it leaves meanwhile, plan again after
           // the recovery instead of waiting for a reply that will not come.
-          auto settled = std::make_shared<bool>(false);
-          const caf::actor_addr where = plan.worker.address();
-          const std::uint64_t call_id = S.next_call++;
-          auto settle = [self, settled, where, call_id] {
-            if (*settled) return false;
-            *settled = true;
-            if (auto it = self->state.inflight.find(where); it != self->state.inflight.end()) {
-              it->second.erase(call_id);
-              if (it->second.empty()) self->state.inflight.erase(it);
-            }
-            return true;
-          };
-          S.inflight[where][call_id] = [self, settled, rp, who, body]() mutable {
-            if (*settled) return;
-            *settled = true;
-            self->state.waiting.push_back([self, rp, who, body]() mutable {
-              self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, generate_atom::value, who, body)
-                  .then([rp](gen_plan& p) mutable { rp.deliver(std::move(p)); },
-                        [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); });
-            });
-          };
+          auto settle = track_call(self, plan.worker.address(), [self, rp, who, body]() mutable {
+            self->state.waiting.push_back([self, rp, who, body]() mutable { resend(self, rp, generate_atom::value, who, body); });
+          });
           *step = [=](std::size_t i) mutable {
             if (i == graphs->size()) {
               if (!settle()) return;
@@ -1409,11 +1402,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto& S = self->state;
           if (!S.recovering.empty()) {  // once the session is back
             auto rp = self->make_response_promise<gen_plan>();
-            S.waiting.push_back([self, rp, who, plan]() mutable {
-              self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, replan_atom::value, who, plan)
-                  .then([rp](gen_plan& p) mutable { rp.deliver(std::move(p)); },
-                        [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); });
-            });
+            S.waiting.push_back([self, rp, who, plan] { resend(self, rp, replan_atom::value, who, plan); });
             return rp;
           }
           auto* s = S.find(S.sessions, plan.session_id, who);

@@ -83,12 +83,18 @@ def grid(start_server, tmp_path_factory):
         proc.proc.kill()
 
 
-def test_killed_volunteer_loses_nothing_checkpointed(grid):
+def stories_with_step(grid, rows, output):
+    """stories260K loaded, and a compiled one-token decode step over `rows` cache rows."""
     api, key = grid.server.api, grid.key
     model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
     step = expect(api.post("/api/v3/graphs", {"graph": graph_cli("--model-id", model, "--compiled", "--tokens", "1",
-                                                                 "--cache", "64", "--argmax")}, key=key), 200)["graphId"]
-    alloc = graph_cli("--alloc-cache", "64")
+                                                                 "--cache", str(rows), output)}, key=key), 200)["graphId"]
+    return model, step, graph_cli("--alloc-cache", str(rows))
+
+
+def test_killed_volunteer_loses_nothing_checkpointed(grid):
+    api, key = grid.server.api, grid.key
+    model, step, alloc = stories_with_step(grid, 64, "--argmax")
     prompt, golden = GOLDEN["prompt_ids"], GOLDEN["greedy_ids"]
     n = len(golden) - len(prompt)
     rng = random.Random(7)
@@ -132,11 +138,8 @@ def test_generations_survive_a_killed_volunteer(grid):
     reports what it fed, the coordinator restores the session elsewhere and replays it, and
     the generation goes on there — every one ends with the tokens of an undisturbed run."""
     api, key = grid.server.api, grid.key
-    rows, n = 512, 300
-    model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
-    step = expect(api.post("/api/v3/graphs", {"graph": graph_cli("--model-id", model, "--compiled", "--tokens", "1",
-                                                                 "--cache", str(rows), "--sample")}, key=key), 200)["graphId"]
-    alloc = graph_cli("--alloc-cache", str(rows))
+    n = 300
+    model, step, alloc = stories_with_step(grid, 512, "--sample")
     prompt = GOLDEN["prompt_ids"]
 
     def session():
@@ -178,17 +181,15 @@ def test_generations_survive_a_killed_volunteer(grid):
 
 def test_an_unsaved_session_on_a_killed_volunteer_must_be_prefilled_again(grid):
     api, key = grid.server.api, grid.key
-    model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
-    step = expect(api.post("/api/v3/graphs", {"graph": graph_cli("--model-id", model, "--compiled", "--tokens", "1",
-                                                                 "--cache", "64", "--argmax")}, key=key), 200)["graphId"]
+    model, step, alloc = stories_with_step(grid, 64, "--argmax")
     sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
-    expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key), 200)
+    expect(api.post("/api/v3/graph", {"graph": dict(alloc, session=sid)}, key=key), 200)
     grid.kill(grid.holder(model))
     r = api.post("/api/v3/graph", {"graphId": step, "session": sid, "bind": {"ids": [1], "pos": 0}}, key=key, timeout=60)
     expect(r, 503, sid, "prefill it again")
     # the model itself was placed again: a new session works at once
     sid2 = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
-    expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid2)}, key=key), 200)
+    expect(api.post("/api/v3/graph", {"graph": dict(alloc, session=sid2)}, key=key), 200)
     expect(api.post("/api/v3/graph", {"graphId": step, "session": sid2, "bind": {"ids": [1], "pos": 0}}, key=key), 200)
     grid.server.assert_up()
 

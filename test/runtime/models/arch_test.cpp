@@ -22,6 +22,7 @@
 #include "runtime/safetensors.hpp"
 #include "runtime/tensor_store.hpp"
 #include "test/support/files.hpp"
+#include "test/support/model_store.hpp"
 
 namespace mpakt {
 namespace {
@@ -124,11 +125,8 @@ class arch_family : public ::testing::TestWithParam<std::string> {
     auto cfg = models::parse_arch_config(test::read_file(dir + "/config.json"));
     ASSERT_TRUE(cfg.ok()) << cfg.err().message;
     config = *cfg;
-    auto weights = load_safetensors_file(dir + "/model.safetensors");
-    ASSERT_TRUE(weights.ok()) << weights.err().message;
-    tensor_store::tensor_map m;
-    for (auto& [name, t] : *weights) m[name] = t;
-    store.put_model(model_id, std::move(m));
+    auto put = test::put_checkpoint(store, model_id, dir + "/model.safetensors");
+    ASSERT_TRUE(put.ok()) << put.err().message;
     ref = read_reference(dir + "/reference.json");
     ASSERT_EQ(ref.prompt.size(), 8u);
     ASSERT_EQ(ref.steps.size(), 32u);

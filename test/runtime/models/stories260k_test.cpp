@@ -15,6 +15,7 @@
 #include "runtime/safetensors.hpp"
 #include "runtime/tensor_store.hpp"
 #include "test/support/files.hpp"
+#include "test/support/model_store.hpp"
 
 namespace mpakt {
 namespace {
@@ -26,11 +27,8 @@ struct stories : ::testing::Test {
     auto cfg = models::parse_arch_config(test::read_file(model_dir + "/config.json"));
     ASSERT_TRUE(cfg.ok()) << cfg.err().message;
     config = *cfg;
-    auto weights = load_safetensors_file(model_dir + "/model.safetensors");
-    ASSERT_TRUE(weights.ok()) << weights.err().message;
-    tensor_store::tensor_map m;
-    for (auto& [name, t] : *weights) m[name] = t;
-    store.put_model("m_stories", std::move(m));
+    auto put = test::put_checkpoint(store, "m_stories", model_dir + "/model.safetensors");
+    ASSERT_TRUE(put.ok()) << put.err().message;
     rapidjson::Document g;
     g.Parse(test::read_file(model_dir + "/goldens/stories260K_once_upon.json").c_str());
     for (const auto& v : g["prompt_ids"].GetArray()) prompt.push_back(v.GetInt());
