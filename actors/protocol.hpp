@@ -304,6 +304,7 @@ using generate_atom = caf::atom_constant<caf::atom("generate")>;
 using files_atom = caf::atom_constant<caf::atom("files")>;
 using journal_atom = caf::atom_constant<caf::atom("journal")>;
 using replan_atom = caf::atom_constant<caf::atom("replan")>;
+using reportdue_atom = caf::atom_constant<caf::atom("reportdue")>;
 using inspect_atom = caf::atom_constant<caf::atom("inspect")>;
 using load_atom = caf::atom_constant<caf::atom("load")>;
 using list_atom = caf::atom_constant<caf::atom("list")>;
@@ -436,6 +437,8 @@ using coordinator_actor = caf::typed_actor<
     /// a generation that lost its worker continues: the plan again, once the session is
     /// restored (waits for the recovery), on its new worker
     caf::replies_to<replan_atom, caller, gen_plan>::with<gen_plan>,
+    /// (to itself) a restore that waits for generation reports stops waiting: session id
+    caf::reacts_to<reportdue_atom, std::string>,
     /// model id -> its config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja
     /// (chat; read once)
     caf::replies_to<files_atom, caller, std::string>::with<std::string, std::string, std::string, std::string>,

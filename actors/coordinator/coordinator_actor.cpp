@@ -358,6 +358,9 @@ void restore_sessions(coordinator_pointer self, caf::actor_addr addr) {
         if (it == S.sessions.end()) return finish();
         restore_one(self, sid, finish);
       };
+      // A report that never comes (its generation's process died too) must not hold every
+      // waiting request: past the deadline the session is restored without it, as lost.
+      self->delayed_send(self, std::chrono::seconds(10), reportdue_atom::value, sid);
       continue;
     }
     restore_one(self, sid, finish);
@@ -369,29 +372,30 @@ void restore_sessions(coordinator_pointer self, caf::actor_addr addr) {
 void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish) {
   auto& S = self->state;
   auto& e = S.sessions.at(sid);
-    auto m = S.models.find(e.model_id);
-    if (m == S.models.end() || S.is_lost(m->second.worker)) return finish();
-    const worker_actor target = m->second.worker, gone = e.worker;
-    const checkpoint_entry& ck = S.checkpoints.at(sid);
-    self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, ck.dump)
-        .then(
-            [=](bool) {
-              auto& S = self->state;
-              auto it = S.sessions.find(sid);
-              auto ck_it = S.checkpoints.find(sid);
-              if (it == S.sessions.end() || ck_it == S.checkpoints.end()) return finish();
-              it->second.worker = target;
-              S.watch(self, target);
-              caf::anon_send(it->second.actor, move_atom::value, target, ck_it->second.steps);
-              replay_journal(self, sid, 0, [=](bool ok) {
-                if (!ok) {
-                  // Half-replayed caches must not pass for good ones: the session stays lost.
-                  if (auto it = self->state.sessions.find(sid); it != self->state.sessions.end()) it->second.worker = gone;
-                }
-                finish();
-              });
-            },
-            [=](caf::error&) { finish(); });
+  if (!e.journal_broken.empty()) return finish();  // cannot be brought back exactly: stays lost
+  auto m = S.models.find(e.model_id);
+  if (m == S.models.end() || S.is_lost(m->second.worker)) return finish();
+  const worker_actor target = m->second.worker, gone = e.worker;
+  const checkpoint_entry& ck = S.checkpoints.at(sid);
+  self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, ck.dump)
+      .then(
+          [=](bool) {
+            auto& S = self->state;
+            auto it = S.sessions.find(sid);
+            auto ck_it = S.checkpoints.find(sid);
+            if (it == S.sessions.end() || ck_it == S.checkpoints.end()) return finish();
+            it->second.worker = target;
+            S.watch(self, target);
+            caf::anon_send(it->second.actor, move_atom::value, target, ck_it->second.steps);
+            replay_journal(self, sid, 0, [=](bool ok) {
+              if (!ok) {
+                // Half-replayed caches must not pass for good ones: the session stays lost.
+                if (auto it = self->state.sessions.find(sid); it != self->state.sessions.end()) it->second.worker = gone;
+              }
+              finish();
+            });
+          },
+          [=](caf::error&) { finish(); });
 }
 
 /// A worker left the grid: its models are fetched again from their model host onto other
@@ -1397,6 +1401,17 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
               after();
             }
           }
+        },
+        [=](reportdue_atom, const std::string& sid) {
+          auto it = self->state.sessions.find(sid);
+          if (it == self->state.sessions.end() || !it->second.after_reports) return;
+          // Without the generation's tokens the journal is incomplete: restoring would give
+          // caches that differ from the client's view, so the session stays lost.
+          it->second.journal_broken = "a generation on it never reported what it fed";
+          it->second.generating = 0;
+          auto after = std::move(it->second.after_reports);
+          it->second.after_reports = nullptr;
+          after();
         },
         [=](replan_atom, const caller& who, gen_plan& plan) -> caf::result<gen_plan> {
           auto& S = self->state;
