@@ -175,6 +175,8 @@ struct coordinator_state {
     if (w && watched.insert(w.address()).second) self->monitor(w);
   }
   bool is_lost(const worker_actor& w) const { return w && lost.count(w.address()) > 0; }
+  /// Lost, and what it held is still being placed again: calls touching it wait.
+  bool is_recovering(const worker_actor& w) const { return w && recovering.count(w.address()) > 0; }
 
   template <class Map>
   int count_for_key(const Map& m, const std::string& key_id) const {
@@ -462,6 +464,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
     /// caller's directory; picks the worker; rewrites load tensorIds as {model, weight}.
     struct routed {
       std::string graph_json;
+      bool wait = false;    ///< it touches a lost worker whose models and sessions are being placed again
       worker_actor worker;  ///< may be invalid: any worker will do
       std::string primary;
       std::vector<std::string> sessions;
@@ -487,6 +490,10 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
       if (version == 2 && (!r.primary.empty() || !r.sessions.empty()))
         return invalid("sessions are an API v3 feature; use /api/v3/graph");
       auto pin = [&](const worker_actor& w, const std::string& what) -> status {
+        if (S.is_recovering(w)) {
+          r.wait = true;
+          return {};
+        }
         if (S.is_lost(w)) return make_error(errc::unavailable, lost_message(what));
         if (!r.worker) {
           r.worker = w;
@@ -993,11 +1000,13 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto again = [self, who, body, version](caf::typed_response_promise<std::string> rp) {
             resend(self, rp, graph_atom::value, who, body, version);
           };
-          if (!S.recovering.empty()) {  // a lost worker's models and sessions are being placed again
+          // A call touching a lost worker whose models and sessions are being placed again waits
+          // for that, then is routed afresh; other calls go on meanwhile.
+          auto wait = [&] {
             auto rp = self->make_response_promise<std::string>();
             S.waiting.push_back([rp, again]() mutable { again(rp); });
             return rp;
-          }
+          };
           auto d = parse_body(body);
           if (!d) return to_caf(d.err());
           if (auto s = check_fields(*d, {"graph", "graphId", "bind", "session", "sessions", "encoding"}, "graph request"); !s)
@@ -1038,6 +1047,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
             for (std::size_t i = 0; i < all.size(); ++i) {
               auto* s = S.find(S.sessions, all[i], who);
               if (!s) return to_caf(errc::not_found, "session " + all[i] + " does not exist");
+              if (S.is_recovering(s->worker)) return wait();
               if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + all[i]));
               if (i == 0) w = s->worker;
               else if (s->worker != w)
@@ -1046,6 +1056,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
             for (const auto& mid : g->models) {
               auto* m = S.find(S.models, mid, who);
               if (!m) return to_caf(errc::not_found, "model " + mid + ", which graph " + *gid + " reads, no longer exists");
+              if (S.is_recovering(m->worker)) return wait();
               if (S.is_lost(m->worker)) return to_caf(errc::unavailable, lost_message("model " + mid));
             }
             auto rp = self->make_response_promise<std::string>();
@@ -1056,6 +1067,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (d->HasMember("bind")) return to_caf(errc::invalid, "bind belongs to compiled graphs (graphId)");
           auto r = route(who, *d, (*d)["graph"], *top_session, *top_sessions, false, version);
           if (!r) return to_caf(r.err());
+          if (r->wait) return wait();
           req.graph_json = std::move(r->graph_json);
           req.session = r->primary;
           req.sessions = r->sessions;
@@ -1179,11 +1191,12 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
         // ------------------------------------------------------------ generate
         [=](generate_atom, const caller& who, const std::string& body) -> caf::result<gen_plan> {
           auto& S = self->state;
-          if (!S.recovering.empty()) {  // wait for the placement to settle, then plan afresh
+          // A session on a lost worker being recovered: plan afresh once it is back.
+          auto wait = [&] {
             auto rp = self->make_response_promise<gen_plan>();
             S.waiting.push_back([self, rp, who, body] { resend(self, rp, generate_atom::value, who, body); });
             return rp;
-          }
+          };
           auto d = parse_body(body);
           if (!d) return to_caf(d.err());
           if (auto s = check_fields(*d, {"graphId", "sessionId", "ids", "startPos", "maxNewTokens", "stopIds", "temperature",
@@ -1277,6 +1290,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (!g) return to_caf(errc::not_found, "graph " + *gid + " does not exist");
           auto* s = S.find(S.sessions, *sid, who);
           if (!s) return to_caf(errc::not_found, "session " + *sid + " does not exist");
+          if (S.is_recovering(s->worker)) return wait();
           if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + *sid));
           plan.worker = s->worker;
           plan.session = s->actor;
