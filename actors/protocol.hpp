@@ -55,6 +55,9 @@ struct worker_status {
   bool can_quantize = true;         ///< converts to q8/q4 on load
   std::uint64_t max_tensor_bytes = 0;
   std::uint32_t generations = 0;    ///< worker-side decode loops running now
+  /// Ops and features this worker does not offer (an older volunteer): it is never given a
+  /// graph using one.
+  std::vector<std::string> lacks;
 };
 
 /// Starts receiving one tensor of a model. `file_dtype` is the published safetensors dtype
@@ -145,7 +148,7 @@ struct tensor_upload {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
   return f(caf::meta::type_name("worker_status"), x.worker_id, x.backend, x.total_bytes, x.free_bytes, x.features,
-           x.packed_weights, x.can_quantize, x.max_tensor_bytes, x.generations);
+           x.packed_weights, x.can_quantize, x.max_tensor_bytes, x.generations, x.lacks);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_begin_request& x) {
@@ -340,7 +343,9 @@ using pool_actor = caf::typed_actor<
     /// Fresh status of every connected worker.
     caf::replies_to<workers_atom>::with<std::vector<worker_status>>,
     /// A worker with at least `bytes` free (the most free first); errc::unavailable if none.
-    caf::replies_to<pick_atom, std::uint64_t>::with<worker_actor, worker_status>>;
+    caf::replies_to<pick_atom, std::uint64_t>::with<worker_actor, worker_status>,
+    /// The same among the workers offering every op and feature named (a graph's needs).
+    caf::replies_to<pick_atom, std::uint64_t, std::vector<std::string>>::with<worker_actor, worker_status>>;
 
  // session id
 

@@ -23,7 +23,7 @@ namespace {
 
 const char* worker_usage =
     "usage: mpakt worker --join HOST:PORT [--id NAME] [--memory SIZE] [--threads N]\n"
-    "                    [--join-timeout-ms MS] [--legacy] [--reference]\n"
+    "                    [--join-timeout-ms MS] [--legacy] [--reference] [--without OPS]\n"
     "\n"
     "Runs a volunteer: a CPU worker that joins the coordinator started with\n"
     "`mpakt serve --cluster-port PORT` and holds weights and sessions for the grid.\n"
@@ -32,7 +32,9 @@ const char* worker_usage =
     "  --threads N         threads a kernel may use (default: the machine's cores)\n"
     "  --join-timeout-ms   how long to keep trying to reach the coordinator (default 30000)\n"
     "  --legacy            behave like a worker that predates packed weights and quantize-on-load\n"
-    "  --reference         run only the reference kernels\n";
+    "  --reference         run only the reference kernels\n"
+    "  --without OPS       ops or features (comma-separated) to leave out, like an older volunteer;\n"
+    "                      graphs using them are never given to it\n";
 
 std::atomic<bool> coordinator_gone{false};
 
@@ -67,6 +69,17 @@ int cmd_worker(const std::vector<std::string>& args) {
       patience_ms = std::atol(v->c_str());
     } else if (a == "--legacy") wc.legacy = true;
     else if (a == "--reference") wc.reference_only = true;
+    else if (a == "--without") {
+      if (!(v = value()) || v->empty()) return bad("--without takes ops or features, comma-separated");
+      std::size_t start = 0;
+      while (start <= v->size()) {
+        const std::size_t comma = v->find(',', start);
+        const std::string item = v->substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (!item.empty()) wc.lacks.push_back(item);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
     else return bad(("unknown option " + a).c_str());
   }
   if (join.empty()) { std::fprintf(stderr, "mpakt worker: --join HOST:PORT is required\n\n%s", worker_usage); return 2; }

@@ -147,6 +147,22 @@ struct executable_graph::impl {
   status prepare_output(planned_step& st);
 };
 
+std::vector<std::string> graph_needs(const graph_decl& graph) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& x) {
+    if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+  };
+  for (const auto& sd : graph.steps) {
+    add(sd.op);
+    const op_def* def = find_op_def(sd.op);
+    if (!def || !def->features) continue;
+    std::vector<std::string> used;
+    def->features(sd.params, sd.in.size(), used);
+    for (const auto& f : used) add(f);
+  }
+  return out;
+}
+
 executable_graph::executable_graph(std::unique_ptr<impl> p) : p_(std::move(p)) {}
 executable_graph::~executable_graph() = default;
 
@@ -264,6 +280,8 @@ result<std::unique_ptr<executable_graph>> executable_graph::build(graph_decl gra
     const std::string pre = step_prefix(i, sd.op);
     const op_def* def = find_op_def(sd.op);
     if (!def) return make_error(errc::internal, pre + "op has no implementation");
+    if (std::find(opts.missing_ops.begin(), opts.missing_ops.end(), sd.op) != opts.missing_ops.end())
+      return make_error(errc::unavailable, pre + "op " + sd.op + " is not available on this worker");
     if (int(sd.in.size()) < spec->min_inputs || int(sd.in.size()) > spec->max_inputs) {
       const std::string want = spec->min_inputs == spec->max_inputs
                                    ? std::to_string(spec->min_inputs)

@@ -48,7 +48,14 @@ struct build_options {
   /// Features the executing worker implements; a step needing another is refused,
   /// naming it. Empty = the backend's own list.
   std::vector<std::string> features;
+  /// Ops the executing worker does not offer (an older volunteer); a step using one is
+  /// refused, naming it.
+  std::vector<std::string> missing_ops;
 };
+
+/// The ops and features a graph's steps use (names as in ops.json), without building it: what
+/// a worker must offer to be given the graph.
+std::vector<std::string> graph_needs(const graph_decl& graph);
 
 class executable_graph {
  public:

@@ -15,6 +15,7 @@
 #include "actors/generate/gen_values.hpp"
 #include "actors/json_text.hpp"
 #include "actors/ids.hpp"
+#include "runtime/executor.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/schema.hpp"
 
@@ -469,6 +470,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
       std::string primary;
       std::vector<std::string> sessions;
       std::set<std::string> models;
+      std::vector<std::string> needs;  ///< ops and features the graph uses (for an unpinned graph)
     };
     auto route = [self](const caller& who, rapidjson::Document& body, rapidjson::Value& graph, const std::string& top_session,
                         const std::vector<std::string>& top_sessions, bool allow_bind, int version) -> result<routed> {
@@ -476,6 +478,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
       auto decl = parse_graph(graph, allow_bind);
       if (!decl) return std::move(decl).err();
       routed r;
+      r.needs = graph_needs(*decl);
       // Sessions: inside the graph or at the top level (decisions.md), not conflicting.
       r.primary = decl->session.value_or(top_session);
       if (decl->session && !top_session.empty() && *decl->session != top_session)
@@ -611,9 +614,10 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
       self->request(w, S.cfg.timeouts.graph, run_atom::value, std::move(req)).then(done, fail);
     };
 
-    /// The worker to use when a graph names no session or weights: the one with most free.
-    auto with_any_worker = [self](std::function<void(result<worker_actor>)> k) {
-      self->request(self->state.pool, std::chrono::seconds(10), pick_atom::value, std::uint64_t(0))
+    /// The worker to use when a graph names no session or weights: the one with most free
+    /// among those offering every op and feature the graph uses.
+    auto with_any_worker = [self](std::vector<std::string> needs, std::function<void(result<worker_actor>)> k) {
+      self->request(self->state.pool, std::chrono::seconds(10), pick_atom::value, std::uint64_t(0), std::move(needs))
           .then([k](worker_actor& w, worker_status&) { k(w); }, [k](caf::error& e) { k(from_caf(e)); });
     };
 
@@ -934,7 +938,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (m) {
             open(m->worker);  // a session lives where its model's weights are
           } else {
-            with_any_worker([=](result<worker_actor> w) mutable {
+            with_any_worker({}, [=](result<worker_actor> w) mutable {
               if (!w) rp.deliver(to_caf(w.err()));
               else open(*w);
             });
@@ -1075,7 +1079,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (r->worker) {
             run_on(rp, std::move(req), r->worker, std::nullopt, again);
           } else {
-            with_any_worker([=](result<worker_actor> w) mutable {
+            with_any_worker(r->needs, [=](result<worker_actor> w) mutable {
               if (!w) rp.deliver(to_caf(w.err()));
               else run_on(rp, std::move(req), *w, std::nullopt, again);
             });
@@ -1142,7 +1146,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (r->worker) {
             compile(r->worker);
           } else {
-            with_any_worker([=](result<worker_actor> w) mutable {
+            with_any_worker(r->needs, [=](result<worker_actor> w) mutable {
               if (!w) {
                 caf::anon_send(e.actor, delete_atom::value);
                 rp.deliver(to_caf(w.err()));

@@ -36,6 +36,42 @@ void gather(pool_actor::stateful_pointer<pool_state> self,
   }
 }
 
+/// The worker with the most free memory among those offering every op and feature in `needs`;
+/// errc::unavailable naming what is missing or how much memory when none qualifies.
+caf::typed_response_promise<worker_actor, worker_status> pick(pool_actor::stateful_pointer<pool_state> self,
+                                                               std::uint64_t bytes, std::vector<std::string> needs) {
+  auto rp = self->make_response_promise<worker_actor, worker_status>();
+  gather(self, [rp, bytes, needs](std::vector<std::pair<worker_actor, worker_status>> all) mutable {
+    if (all.empty()) {
+      rp.deliver(to_caf(errc::unavailable, "no worker is connected"));
+      return;
+    }
+    std::string missing;
+    std::vector<std::pair<worker_actor, worker_status>> able;
+    for (auto& w : all) {
+      std::string lacked;
+      for (const auto& n : needs)
+        if (std::find(w.second.lacks.begin(), w.second.lacks.end(), n) != w.second.lacks.end()) lacked = n;
+      if (lacked.empty()) able.push_back(std::move(w));
+      else missing = lacked;
+    }
+    if (able.empty()) {
+      rp.deliver(to_caf(errc::unavailable, "no connected worker offers " + missing + ", which the graph uses"));
+      return;
+    }
+    auto best = std::max_element(able.begin(), able.end(),
+                                 [](const auto& a, const auto& b) { return a.second.free_bytes < b.second.free_bytes; });
+    if (best->second.free_bytes < bytes) {
+      rp.deliver(to_caf(errc::unavailable, "no worker has " + std::to_string((bytes + 999999) / 1000000) +
+                                               " MB free (the largest has " + std::to_string(best->second.free_bytes / 1000000) +
+                                               " MB)"));
+      return;
+    }
+    rp.deliver(best->first, best->second);
+  });
+  return rp;
+}
+
 }  // namespace
 
 pool_actor spawn_pool(caf::actor_system& sys) {
@@ -60,23 +96,10 @@ pool_actor spawn_pool(caf::actor_system& sys) {
           return rp;
         },
         [=](pick_atom, std::uint64_t bytes) -> caf::result<worker_actor, worker_status> {
-          auto rp = self->make_response_promise<worker_actor, worker_status>();
-          gather(self, [rp, bytes](std::vector<std::pair<worker_actor, worker_status>> all) mutable {
-            auto best = std::max_element(all.begin(), all.end(),
-                                         [](const auto& a, const auto& b) { return a.second.free_bytes < b.second.free_bytes; });
-            if (best == all.end()) {
-              rp.deliver(to_caf(errc::unavailable, "no worker is connected"));
-              return;
-            }
-            if (best->second.free_bytes < bytes) {
-              rp.deliver(to_caf(errc::unavailable, "no worker has " + std::to_string((bytes + 999999) / 1000000) +
-                                                       " MB free (the largest has " +
-                                                       std::to_string(best->second.free_bytes / 1000000) + " MB)"));
-              return;
-            }
-            rp.deliver(best->first, best->second);
-          });
-          return rp;
+          return pick(self, bytes, {});
+        },
+        [=](pick_atom, std::uint64_t bytes, std::vector<std::string>& needs) -> caf::result<worker_actor, worker_status> {
+          return pick(self, bytes, std::move(needs));
         },
     };
   });

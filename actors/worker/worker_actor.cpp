@@ -81,7 +81,16 @@ struct worker_state {
     build_options o;
     o.compiled = compiled;
     o.max_tensor_bytes = std::int64_t(cfg.memory_bytes);
+    o.features = features();
+    o.missing_ops = cfg.lacks;
     return o;
+  }
+  /// The backend's features less those this worker leaves out.
+  std::vector<std::string> features() const {
+    std::vector<std::string> out;
+    for (auto& f : backend->features())
+      if (std::find(cfg.lacks.begin(), cfg.lacks.end(), f) == cfg.lacks.end()) out.push_back(f);
+    return out;
   }
   void drop_graphs_reading(const std::string& model) {
     for (auto it = graphs.begin(); it != graphs.end();)
@@ -363,7 +372,8 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         s.backend = std::string(st.backend->name());
         s.total_bytes = st.cfg.memory_bytes;
         s.free_bytes = st.free();
-        s.features = st.backend->features();
+        s.features = st.features();
+        s.lacks = st.cfg.lacks;
         s.packed_weights = !st.cfg.legacy;
         s.can_quantize = !st.cfg.legacy;
         s.max_tensor_bytes = s.free_bytes;

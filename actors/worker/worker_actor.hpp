@@ -22,6 +22,9 @@ struct worker_config {
   /// Behave like a worker that predates packed weights and quantize-on-load: widens bf16/f16
   /// to f32 on load and never quantizes (tests of the pool's least-capable planning).
   bool legacy = false;
+  /// Ops and features this worker leaves out (behaving like an older volunteer; tests of
+  /// routing by capability).
+  std::vector<std::string> lacks;
 };
 
 /// Spawns a worker on its own thread.

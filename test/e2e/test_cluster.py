@@ -177,3 +177,43 @@ def test_a_legacy_volunteer_sets_the_pools_widen_factor(cluster):
     cluster.kill("w_old")
     cluster.wait_for(lambda s: "w_old" not in [w["workerId"] for w in s["pool"]], "w_old to leave")
     assert expect(api.get("/api/versions"), 200)["limits"]["widenFactor"]["bf16"] == 1
+
+
+def penalised_sample_graph():
+    """A graph with no model or session (any worker may run it) that uses the sample op's
+    penalty feature: sample.penalty."""
+    return {"inputs": [{"name": "hist", "shape": [3], "data": [1, 2, -1]}],
+            "steps": [{"op": "zeros", "in": [], "out": "l", "params": {"shape": [1, 4]}},
+                      {"op": "sample", "in": ["l", "hist"], "out": "tok", "params": {"repetitionPenalty": 1.3}}],
+            "outputs": ["tok"]}
+
+
+def test_a_volunteer_lacking_a_feature_is_never_given_a_graph_using_it(start_server, tmp_path_factory):
+    """Routing by capability: a volunteer that leaves out sample.penalty (like an older
+    program) never receives a graph using it, even with the most free memory; with no other
+    volunteer the graph is refused naming the feature."""
+    cport = free_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
+    c = Cluster(server, cport, tmp_path_factory.mktemp("capability"))
+    c.key = server.account("capable")[1]
+    try:
+        c.join("w_old", "2G", "--without", "sample.penalty")
+        status = c.status(c.key)
+        assert "sample.penalty" not in status["features"]
+        api = server.api
+        r = api.post("/api/v3/graph", {"graph": penalised_sample_graph()}, key=c.key)
+        expect(r, 503, "sample.penalty")
+        # a plain graph still runs on it
+        plain = {"steps": [{"op": "zeros", "in": [], "out": "z", "params": {"shape": [2]}}], "outputs": ["z"]}
+        expect(api.post("/api/v3/graph", {"graph": plain}, key=c.key), 200)
+        c.join("w_new", "256M")
+        assert "sample.penalty" not in c.status(c.key)["features"]  # the pool-wide set: w_old still lacks it
+        for _ in range(5):  # w_old has far more free memory, yet never gets it
+            expect(api.post("/api/v3/graph", {"graph": penalised_sample_graph()}, key=c.key), 200)
+    finally:
+        for name in list(c.workers):
+            c.workers[name].proc.send_signal(signal.SIGTERM)
+            try:
+                c.workers[name].proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                c.workers[name].proc.kill()

@@ -127,7 +127,7 @@ void decode_and_compare(batching& f, bool sample) {
   ASSERT_TRUE(solo);
 
   std::vector<batching::conversation> convs = {
-      {"a0", "b0", 0, 0, sample ? 0.8 : 0, sample ? 20 : 0, 11},
+      {"a0", "b0", 0, 0, sample ? 0.8 : 0, sample ? 20.0 : 0.0, 11},
       {"a1", "b1", 0, 0, sample ? 1.1 : 0, 0, 12},
       {"a2", "b2", 0, 0, 0, 0, 13},
   };
