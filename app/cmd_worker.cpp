@@ -125,6 +125,9 @@ int cmd_worker(const std::vector<std::string>& args) {
     exit_code = coordinator_gone ? 3 : 0;
     caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
+    // Sending the worker to the coordinator registered it for remote lookups; that reference
+    // would keep its thread (and this process) alive after it quits.
+    sys->registry().erase(worker->id());
   }
   sys.reset();
   return exit_code;
