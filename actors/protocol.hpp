@@ -400,12 +400,11 @@ struct gen_journal {
   std::vector<std::pair<std::string, double>> sampling;
   std::int64_t start_pos = 0;
   std::vector<std::int64_t> fed;
-  bool ended = true;  ///< false: the generation goes on elsewhere (it lost its worker)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_journal& x) {
-  return f(caf::meta::type_name("gen_journal"), x.session_id, x.graph_id, x.bindings, x.sampling, x.start_pos, x.fed, x.ended);
+  return f(caf::meta::type_name("gen_journal"), x.session_id, x.graph_id, x.bindings, x.sampling, x.start_pos, x.fed);
 }
 
 template <class Inspector>

@@ -100,13 +100,6 @@ struct model_entry : owned {
   std::vector<std::string> files;
 };
 
-/// A call made on a checkpointed session since its checkpoint, kept to be replayed after an
-/// automatic restore (decisions.md: a bounded journal of each call's bound inputs).
-struct journal_call {
-  run_request req;
-  std::string graph_id;  ///< compiled template, or empty for an inline graph
-};
-
 /// Calls journaled per session at most; past it the session can no longer be restored
 /// automatically (an explicit restore still works).
 constexpr std::size_t max_journal = 4096;
@@ -116,7 +109,9 @@ struct session_entry : owned {
   worker_actor worker;
   std::string model_id;
   std::string label;
-  std::vector<journal_call> journal;
+  /// Calls made on it since its checkpoint (a compiled one carries its graph_id, an inline one
+  /// its graph), replayed after an automatic restore (decisions.md: a bounded journal).
+  std::vector<run_request> journal;
   /// Something changed the session that the journal cannot replay (a multi-session graph,
   /// too many calls) since its checkpoint.
   std::string journal_broken;
@@ -281,6 +276,14 @@ void release_waiting(coordinator_pointer self) {
   for (auto& f : waiting) f();
 }
 
+/// Runs step(i, next) for i = 0 … n-1, each after the one before called next(), then done().
+/// A step that fails simply does not call next(); its own handler answers.
+void in_sequence(std::size_t n, std::function<void(std::size_t, std::function<void()>)> step, std::function<void()> done,
+                 std::size_t i = 0) {
+  if (i == n) return done();
+  step(i, [n, step, done, i] { in_sequence(n, step, done, i + 1); });
+}
+
 /// Sends a request to this coordinator again (after a recovery) and answers `rp` with its reply.
 template <class Reply, class... Ts>
 void resend(coordinator_pointer self, caf::typed_response_promise<Reply> rp, Ts... xs) {
@@ -318,17 +321,17 @@ void replay_journal(coordinator_pointer self, std::string sid, std::size_t i, st
   auto it = S.sessions.find(sid);
   if (it == S.sessions.end()) return done(false);
   if (i == it->second.journal.size()) return done(true);
-  const journal_call& call = it->second.journal[i];
+  const run_request& call = it->second.journal[i];
   auto next = [=](run_reply&) { replay_journal(self, sid, i + 1, done); };
   auto fail = [=](caf::error&) { done(false); };
   const auto timeout = S.cfg.timeouts.graph + std::chrono::seconds(5);
   if (call.graph_id.empty()) {
-    self->request(it->second.actor, timeout, run_atom::value, call.req).then(next, fail);
+    self->request(it->second.actor, timeout, run_atom::value, call).then(next, fail);
     return;
   }
   auto g = S.graphs.find(call.graph_id);
   if (g == S.graphs.end()) return done(false);
-  self->request(it->second.actor, timeout, run_atom::value, call.req, g->second.actor).then(next, fail);
+  self->request(it->second.actor, timeout, run_atom::value, call, g->second.actor).then(next, fail);
 }
 
 void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish);
@@ -578,7 +581,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto& e = it->second;
           if (journaled->sessions.size() > 1) e.journal_broken = "a multi-session graph ran on it";
           else if (e.journal.size() >= max_journal) e.journal_broken = "more than " + std::to_string(max_journal) + " calls since the checkpoint";
-          else if (e.journal_broken.empty()) e.journal.push_back({*journaled, journaled->graph_id});
+          else if (e.journal_broken.empty()) e.journal.push_back(*journaled);
         }
         rp.deliver("{\"outputs\":" + reply.outputs_json + ",\"steps\":" + std::to_string(reply.steps) + "}");
       };
@@ -1348,24 +1351,12 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           graphs->emplace_back(plan.graph, plan.graph_id);
           for (std::size_t i = 0; i < plan.verify_graphs.size(); ++i) graphs->emplace_back(plan.verify_actors[i], plan.verify_graphs[i]);
           auto result_plan = std::make_shared<gen_plan>(plan);
-          // The chain holds itself only weakly; each pending reply handler holds it strongly.
-          auto step = std::make_shared<std::function<void(std::size_t)>>();
-          std::weak_ptr<std::function<void(std::size_t)>> weak = step;
           // Planning talks to the session's worker; if it leaves meanwhile, plan again after
           // the recovery instead of waiting for a reply that will not come.
           auto settle = track_call(self, plan.worker.address(), [self, rp, who, body]() mutable {
             self->state.waiting.push_back([self, rp, who, body]() mutable { resend(self, rp, generate_atom::value, who, body); });
           });
-          *step = [=](std::size_t i) mutable {
-            if (i == graphs->size()) {
-              if (!settle()) return;
-              // Its fed tokens reach the journal when the generation reports them (journal_atom).
-              if (auto it = self->state.sessions.find(result_plan->session_id); it != self->state.sessions.end())
-                it->second.generating++;
-              rp.deliver(*result_plan);
-              return;
-            }
-            auto chain = weak.lock();
+          auto step = [=](std::size_t i, std::function<void()> next) mutable {
             const auto [actor, id] = (*graphs)[i];
             self->request(actor, self->state.cfg.timeouts.graph, compile_atom::value, result_plan->worker)
                 .then(
@@ -1374,7 +1365,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                           .then(
                               [=](std::int32_t k) mutable {
                                 if (i > 0) result_plan->verify_ks.push_back(k);
-                                (*chain)(i + 1);
+                                next();
                               },
                               [=](caf::error& e) mutable {
                                 if (!settle()) return;
@@ -1387,7 +1378,13 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                       if (settle()) rp.deliver(caf::error(e));
                     });
           };
-          (*step)(0);
+          in_sequence(graphs->size(), step, [=]() mutable {
+            if (!settle()) return;
+            // Its fed tokens reach the journal when the generation reports them (journal_atom).
+            if (auto it = self->state.sessions.find(result_plan->session_id); it != self->state.sessions.end())
+              it->second.generating++;
+            rp.deliver(*result_plan);
+          });
           return rp;
         },
         // ------------------------------------------------------------ checkpoints
@@ -1407,7 +1404,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
               r.bind_json = call.bind_json;
               r.overrides = call.overrides;
               r.session = j.session_id;
-              s->journal.push_back({std::move(r), j.graph_id});
+              s->journal.push_back(std::move(r));
             }
           }
           // The run that fed them is over (a generation that lost its worker asks for a new
@@ -1449,19 +1446,13 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto actors = std::make_shared<std::vector<graph_actor>>(plan.verify_actors);
           actors->insert(actors->begin(), plan.graph);
           auto result = std::make_shared<gen_plan>(std::move(plan));
-          auto step = std::make_shared<std::function<void(std::size_t)>>();
-          std::weak_ptr<std::function<void(std::size_t)>> weak = step;
-          *step = [=](std::size_t i) mutable {
-            if (i == actors->size()) {
-              rp.deliver(*result);
-              return;
-            }
-            auto chain = weak.lock();
-            self->request((*actors)[i], self->state.cfg.timeouts.graph, compile_atom::value, result->worker)
-                .then([=](compile_reply&) mutable { (*chain)(i + 1); },
-                      [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
-          };
-          (*step)(0);
+          in_sequence(
+              actors->size(),
+              [=](std::size_t i, std::function<void()> next) mutable {
+                self->request((*actors)[i], self->state.cfg.timeouts.graph, compile_atom::value, result->worker)
+                    .then([next](compile_reply&) { next(); }, [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+              },
+              [=]() mutable { rp.deliver(*result); });
           return rp;
         },
         [=](checkpt_atom, const caller& who, const std::string& id) -> caf::result<std::string> {

@@ -32,6 +32,25 @@ gen_call make_gen_call(const std::vector<std::string>& bindings, const std::vect
   return c;
 }
 
+gen_request start_request(const gen_plan& plan, std::string gen_id, gen_listener listener) {
+  gen_request r;
+  r.gen_id = std::move(gen_id);
+  r.graph_id = plan.graph_id;
+  r.session = plan.session_id;
+  r.bindings = plan.bindings;
+  r.first_id = plan.first_id;
+  r.start_pos = plan.start_pos;
+  r.max_new = plan.max_new;
+  r.stop_ids = plan.stop_ids;
+  r.sampling = plan.sampling;
+  r.listener = std::move(listener);
+  r.verify_graphs = plan.verify_graphs;
+  r.verify_bindings = plan.verify_bindings;
+  r.context = plan.context;
+  r.always = plan.always;
+  return r;
+}
+
 gen_done with_counters(gen_done d, const speculator* spec) {
   if (!spec) return d;
   d.speculative = true;

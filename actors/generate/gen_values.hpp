@@ -24,6 +24,9 @@ struct gen_call {
 gen_call make_gen_call(const std::vector<std::string>& bindings, const std::vector<std::int64_t>& tokens, std::int64_t pos,
                        const std::vector<std::pair<std::string, double>>& sampling);
 
+/// The worker-side loop's start request for a plan: what generate and chat send with genstart.
+gen_request start_request(const gen_plan& plan, std::string gen_id, gen_listener listener);
+
 class speculator;
 
 /// Copies a speculator's counters into a generation's end record (nothing without one).

@@ -4,9 +4,9 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 
 #include "actors/errors.hpp"
+#include "actors/generate/gen_values.hpp"
 #include "actors/ids.hpp"
 #include "actors/json_text.hpp"
 
@@ -74,12 +74,6 @@ struct chat_state {
 };
 
 using chat_pointer = caf::stateful_actor<chat_state>*;
-
-std::string fmt(double v, const char* spec = "%.1f") {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, spec, v);
-  return buf;
-}
 
 double ms_since(clock_type::time_point t) { return std::chrono::duration<double, std::milli>(clock_type::now() - t).count(); }
 
@@ -354,21 +348,7 @@ void generate(chat_pointer self) {
             st.plan.sampling.emplace_back("repetitionPenalty", st.req.repetition_penalty);
             st.gen_id = new_id("g_");
             st.decoder = std::make_unique<models::stream_decoder>(st.model->tokenizer, true);
-            gen_request r;
-            r.gen_id = st.gen_id;
-            r.graph_id = st.plan.graph_id;
-            r.session = st.plan.session_id;
-            r.bindings = st.plan.bindings;
-            r.first_id = st.plan.first_id;
-            r.start_pos = st.plan.start_pos;
-            r.max_new = st.plan.max_new;
-            r.stop_ids = st.plan.stop_ids;
-            r.sampling = st.plan.sampling;
-            r.listener = caf::actor_cast<gen_listener>(self);
-            r.verify_graphs = st.plan.verify_graphs;
-            r.verify_bindings = st.plan.verify_bindings;
-            r.context = st.plan.context;
-            r.always = st.plan.always;
+            gen_request r = start_request(st.plan, st.gen_id, caf::actor_cast<gen_listener>(self));
             st.decode_started = clock_type::now();
             st.generating = true;
             // A worker that leaves the grid mid-reply sends no gendone: notice it directly.

@@ -173,21 +173,7 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
         auto& st = self->state;
         const gen_plan& p = st.plan;
         const int this_run = ++st.runs;
-        gen_request r;
-        r.gen_id = st.id;
-        r.graph_id = p.graph_id;
-        r.session = p.session_id;
-        r.bindings = p.bindings;
-        r.first_id = p.first_id;
-        r.start_pos = p.start_pos;
-        r.max_new = p.max_new;
-        r.stop_ids = p.stop_ids;
-        r.sampling = p.sampling;
-        r.listener = caf::actor_cast<gen_listener>(self);
-        r.verify_graphs = p.verify_graphs;
-        r.verify_bindings = p.verify_bindings;
-        r.context = p.context;
-        r.always = p.always;
+        gen_request r = start_request(p, st.id, caf::actor_cast<gen_listener>(self));
         st.round_trips++;
         // A worker that leaves mid-generation sends no gendone: notice it directly, report
         // what was fed, and go on where the session is restored (or end with the reason).
