@@ -334,6 +334,28 @@ void replay_journal(coordinator_pointer self, std::string sid, std::size_t i, st
   self->request(it->second.actor, timeout, run_atom::value, call, g->second.actor).then(next, fail);
 }
 
+/// Loads a session's checkpoint onto `target` and points the session there (the one way a
+/// checkpoint goes back, asked for or automatic). `done` gets no error on success, else the
+/// worker's refusal or errc::not_found when the session went away meanwhile.
+void put_checkpoint_back(coordinator_pointer self, const std::string& sid, const worker_actor& target,
+                         std::function<void(caf::error)> done) {
+  auto& S = self->state;
+  self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, S.checkpoints.at(sid).dump)
+      .then(
+          [=](bool) {
+            auto& S = self->state;
+            auto it = S.sessions.find(sid);
+            auto ck = S.checkpoints.find(sid);
+            if (it == S.sessions.end() || ck == S.checkpoints.end())
+              return done(to_caf(errc::not_found, "session " + sid + " was deleted during the restore"));
+            it->second.worker = target;
+            S.watch(self, target);
+            caf::anon_send(it->second.actor, move_atom::value, target, ck->second.steps);
+            done(caf::error{});
+          },
+          [=](caf::error& e) { done(e); });
+}
+
 void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish);
 
 /// Puts a lost worker's checkpointed sessions back on their models' new workers and
@@ -381,27 +403,17 @@ void restore_one(coordinator_pointer self, const std::string& sid, std::function
   if (!e.journal_broken.empty()) return finish();  // cannot be brought back exactly: stays lost
   auto m = S.models.find(e.model_id);
   if (m == S.models.end() || S.is_lost(m->second.worker)) return finish();
-  const worker_actor target = m->second.worker, gone = e.worker;
-  const checkpoint_entry& ck = S.checkpoints.at(sid);
-  self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, ck.dump)
-      .then(
-          [=](bool) {
-            auto& S = self->state;
-            auto it = S.sessions.find(sid);
-            auto ck_it = S.checkpoints.find(sid);
-            if (it == S.sessions.end() || ck_it == S.checkpoints.end()) return finish();
-            it->second.worker = target;
-            S.watch(self, target);
-            caf::anon_send(it->second.actor, move_atom::value, target, ck_it->second.steps);
-            replay_journal(self, sid, 0, [=](bool ok) {
-              if (!ok) {
-                // Half-replayed caches must not pass for good ones: the session stays lost.
-                if (auto it = self->state.sessions.find(sid); it != self->state.sessions.end()) it->second.worker = gone;
-              }
-              finish();
-            });
-          },
-          [=](caf::error&) { finish(); });
+  const worker_actor gone = e.worker;
+  put_checkpoint_back(self, sid, m->second.worker, [=](caf::error failed) {
+    if (failed) return finish();
+    replay_journal(self, sid, 0, [=](bool ok) {
+      if (!ok) {
+        // Half-replayed caches must not pass for good ones: the session stays lost.
+        if (auto it = self->state.sessions.find(sid); it != self->state.sessions.end()) it->second.worker = gone;
+      }
+      finish();
+    });
+  });
 }
 
 /// A worker left the grid: its models are fetched again from their model host onto other
@@ -1514,35 +1526,27 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           // Any worker with room; a session that must stay with its model's weights goes
           // back where they are.
           auto place = [=](worker_actor target) mutable {
-            auto& S = self->state;
-            const checkpoint_entry& ck = S.checkpoints.at(id);
-            self->request(target, S.cfg.timeouts.graph, sload_atom::value, id, ck.dump)
-                .then(
-                    [=](bool) mutable {
-                      auto& S = self->state;
-                      auto it = S.sessions.find(id);
-                      auto ck_it = S.checkpoints.find(id);
-                      if (it == S.sessions.end() || ck_it == S.checkpoints.end()) {
-                        rp.deliver(to_caf(errc::not_found, "session " + id + " was deleted during the restore"));
-                        return;
-                      }
-                      if (old != target) caf::anon_send(old, sclose_atom::value, id);
-                      it->second.worker = target;
-                      it->second.journal.clear();  // the session is at its checkpoint again
-                      it->second.journal_broken.clear();
-                      S.watch(self, target);
-                      caf::anon_send(it->second.actor, move_atom::value, target, ck_it->second.steps);
-                      const auto& d = ck_it->second.dump;
-                      rp.deliver(json([&](writer& w) {
-                        w.StartObject();
-                        key(w, "sessionId"); str(w, id);
-                        key(w, "tensors"); w.Uint64(d.tensors.size());
-                        key(w, "bytes"); w.Uint64(d.bytes);
-                        key(w, "step"); w.Uint64(ck_it->second.steps);
-                        w.EndObject();
-                      }));
-                    },
-                    [=](caf::error& err) mutable { rp.deliver(caf::error(err)); });
+            put_checkpoint_back(self, id, target, [=](caf::error failed) mutable {
+              if (failed) {
+                rp.deliver(failed);
+                return;
+              }
+              auto& S = self->state;
+              auto it = S.sessions.find(id);
+              auto ck = S.checkpoints.find(id);
+              if (old != target) caf::anon_send(old, sclose_atom::value, id);
+              it->second.journal.clear();  // the session is at its checkpoint again
+              it->second.journal_broken.clear();
+              const auto& d = ck->second.dump;
+              rp.deliver(json([&](writer& w) {
+                w.StartObject();
+                key(w, "sessionId"); str(w, id);
+                key(w, "tensors"); w.Uint64(d.tensors.size());
+                key(w, "bytes"); w.Uint64(d.bytes);
+                key(w, "step"); w.Uint64(ck->second.steps);
+                w.EndObject();
+              }));
+            });
           };
           auto* m = s->model_id.empty() ? nullptr : S.find(S.models, s->model_id, who);
           if (m) {
