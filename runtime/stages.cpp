@@ -1,0 +1,410 @@
+#include "runtime/stages.hpp"
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <tuple>
+
+#include "runtime/graph.hpp"
+
+namespace mpakt {
+
+namespace {
+
+using json_writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+std::string text_of(const rapidjson::Value& v) {
+  rapidjson::StringBuffer buf;
+  json_writer w(buf);
+  v.Accept(w);
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+void write_number(json_writer& w, double v) {
+  if (v == std::floor(v) && std::fabs(v) < 9.0e15) w.Int64(static_cast<std::int64_t>(v));
+  else w.Double(v);
+}
+
+std::string quoted(const std::string& s) {
+  rapidjson::StringBuffer buf;
+  json_writer w(buf);
+  w.String(s.c_str(), rapidjson::SizeType(s.size()));
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
+std::string step_at(std::size_t i, const step_decl& s) { return "step " + std::to_string(i) + " (" + s.op + ")"; }
+
+}  // namespace
+
+std::string stage::graph_json(const std::map<std::string, stage_value>& received) const {
+  std::string out = "{\"inputs\":[";
+  bool first = true;
+  for (const auto& t : input_texts) {
+    out += first ? "" : ",";
+    out += t;
+    first = false;
+  }
+  for (const auto& name : receives) {
+    auto it = received.find(name);
+    if (it == received.end()) continue;  // the worker then names the missing value
+    out += first ? "{" : ",{";
+    first = false;
+    out += "\"name\":" + quoted(name) + ",\"shape\":[";
+    for (std::size_t d = 0; d < it->second.shape.size(); ++d) out += (d ? "," : "") + std::to_string(it->second.shape[d]);
+    out += "],\"dataB64\":\"" + encode_f32_base64(it->second.values) + "\"}";
+  }
+  out += "],\"steps\":[";
+  for (std::size_t i = 0; i < step_texts.size(); ++i) out += (i ? "," : "") + step_texts[i];
+  out += "],\"outputs\":[";
+  const auto r = returns();
+  for (std::size_t i = 0; i < r.size(); ++i) out += (i ? "," : "") + quoted(r[i]);
+  out += "]";
+  if (!retain.empty()) {
+    out += ",\"retain\":{";
+    for (std::size_t i = 0; i < retain.size(); ++i) out += (i ? "," : "") + quoted(retain[i].first) + ":" + quoted(retain[i].second);
+    out += "}";
+  }
+  out += "}";
+  return out;
+}
+
+std::vector<std::string> stage::returns() const {
+  std::vector<std::string> r = sends;
+  for (const auto& o : outputs)
+    if (std::find(r.begin(), r.end(), o) == r.end()) r.push_back(o);
+  return r;
+}
+
+result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placement& where) {
+  auto parsed = parse_graph(graph, false);
+  if (!parsed) return std::move(parsed).err();
+  const graph_decl& d = *parsed;
+  if (d.sessions.size() > 1)
+    return invalid("a graph listing several sessions cannot run on a model spread over several workers");
+  const auto& inputs_json = graph["inputs"];
+  const auto& steps_json = graph["steps"];
+
+  std::map<std::string, std::size_t> input_of;  // input name -> index
+  for (std::size_t i = 0; i < d.inputs.size(); ++i) input_of[d.inputs[i].name] = i;
+  std::map<std::string, std::size_t> producer;  // value -> step index
+  std::vector<int> worker_of(d.steps.size(), -1);
+  std::map<std::string, int> session_dest;  // session tensor -> where it is read in this graph
+
+  auto weight_worker = [&](const input_decl& in, const std::string& at) -> result<int> {
+    const int w = where.weight_worker(in.model, in.weight);
+    if (w < 0) return make_error(errc::not_found, at + ": weight " + in.weight + " of model " + in.model + " is on no worker");
+    return w;
+  };
+  // Where the first weight-reading step runs: the start for steps before it.
+  int first_weight_worker = -1;
+  for (const auto& s : d.steps) {
+    for (const auto& name : s.in) {
+      auto it = input_of.find(name);
+      if (it != input_of.end() && d.inputs[it->second].kind == input_kind::weight) {
+        first_weight_worker = where.weight_worker(d.inputs[it->second].model, d.inputs[it->second].weight);
+        break;
+      }
+    }
+    if (first_weight_worker >= 0) break;
+  }
+
+  int current = -1;
+  for (std::size_t i = 0; i < d.steps.size(); ++i) {
+    const auto& s = d.steps[i];
+    const std::string at = step_at(i, s);
+    int w = -1;
+    for (const auto& name : s.in) {
+      auto it = input_of.find(name);
+      if (producer.count(name) || it == input_of.end() || d.inputs[it->second].kind != input_kind::weight) continue;
+      auto ww = weight_worker(d.inputs[it->second], at);
+      if (!ww) return std::move(ww).err();
+      if (w >= 0 && *ww != w)
+        return invalid(at + " reads weights held by two different workers; a layer's weights must stay together");
+      w = *ww;
+    }
+    if (w < 0) {
+      std::size_t latest = 0;
+      bool any = false;
+      for (const auto& name : s.in) {
+        auto p = producer.find(name);
+        if (p != producer.end() && (!any || p->second > latest)) {
+          latest = p->second;
+          any = true;
+        }
+      }
+      if (any) w = worker_of[latest];
+    }
+    std::vector<std::string> reads;
+    for (const auto& name : s.in) {
+      auto it = input_of.find(name);
+      if (producer.count(name) || it == input_of.end() || d.inputs[it->second].kind != input_kind::session) continue;
+      reads.push_back(d.inputs[it->second].session_name);
+    }
+    if (w < 0)
+      for (const auto& t : reads)
+        if (auto p = session_dest.find(t); p != session_dest.end()) {
+          w = p->second;
+          break;
+        }
+    if (w < 0) w = current >= 0 ? current : first_weight_worker >= 0 ? first_weight_worker : where.home;
+    for (const auto& t : reads) {
+      auto [p, fresh] = session_dest.emplace(t, w);
+      if (!fresh && p->second != w)
+        return invalid(at + " reads session tensor " + t + " on a different worker from an earlier step of the graph");
+    }
+    worker_of[i] = w;
+    current = w;
+    producer[s.out] = i;
+  }
+
+  // Consecutive steps on one worker form a stage.
+  stage_plan plan;
+  std::vector<std::size_t> stage_of(d.steps.size(), 0);
+  for (std::size_t i = 0; i < d.steps.size(); ++i) {
+    if (plan.stages.empty() || plan.stages.back().worker != worker_of[i]) {
+      plan.stages.emplace_back();
+      plan.stages.back().worker = worker_of[i];
+    }
+    stage_of[i] = plan.stages.size() - 1;
+    plan.stages.back().step_texts.push_back(text_of(steps_json[rapidjson::SizeType(i)]));
+  }
+  if (plan.stages.empty()) {
+    plan.stages.emplace_back();
+    plan.stages.back().worker = first_weight_worker >= 0 ? first_weight_worker : where.home;
+  }
+  // Graph inputs go to every stage reading them; values computed elsewhere cross.
+  std::vector<std::set<std::string>> has_input(plan.stages.size());
+  auto add_input = [&](std::size_t st, const std::string& name) {
+    if (has_input[st].insert(name).second)
+      plan.stages[st].input_texts.push_back(text_of(inputs_json[rapidjson::SizeType(input_of.at(name))]));
+  };
+  auto add_cross = [&](std::size_t from, std::size_t to, const std::string& name) {
+    auto& snd = plan.stages[from].sends;
+    if (std::find(snd.begin(), snd.end(), name) == snd.end()) snd.push_back(name);
+    auto& rcv = plan.stages[to].receives;
+    if (std::find(rcv.begin(), rcv.end(), name) == rcv.end()) rcv.push_back(name);
+  };
+  producer.clear();
+  for (std::size_t i = 0; i < d.steps.size(); ++i) {
+    for (const auto& name : d.steps[i].in) {
+      if (auto p = producer.find(name); p != producer.end()) {
+        if (stage_of[p->second] != stage_of[i]) add_cross(stage_of[p->second], stage_of[i], name);
+      } else if (input_of.count(name)) {
+        add_input(stage_of[i], name);
+      }
+    }
+    producer[d.steps[i].out] = i;
+  }
+  // Where a graph input named by outputs or retain can be read: data anywhere (the last
+  // stage), a weight or session tensor only on the worker holding it.
+  auto stage_for_input = [&](const std::string& name, const std::string& at) -> result<std::size_t> {
+    const input_decl& in = d.inputs[input_of.at(name)];
+    int w = -1;
+    if (in.kind == input_kind::weight) {
+      auto ww = weight_worker(in, at);
+      if (!ww) return std::move(ww).err();
+      w = *ww;
+    } else if (in.kind == input_kind::session) {
+      auto p = session_dest.find(in.session_name);
+      w = p != session_dest.end() ? p->second : where.session_worker(in.session_name);
+      if (w < 0) return plan.stages.size() - 1;  // the worker names the missing tensor
+    } else {
+      return plan.stages.size() - 1;
+    }
+    for (std::size_t st = plan.stages.size(); st-- > 0;)
+      if (plan.stages[st].worker == w) return st;
+    return invalid(at + " names input " + name + ", held on a worker no step of this graph runs on");
+  };
+  auto owner = [&](const std::string& value, const std::string& at) -> result<std::size_t> {
+    if (auto p = producer.find(value); p != producer.end()) return stage_of[p->second];
+    if (!input_of.count(value)) return invalid(at + " names " + value + ", which no input or step defines");
+    auto st = stage_for_input(value, at);
+    if (!st) return std::move(st).err();
+    add_input(*st, value);
+    return *st;
+  };
+  for (std::size_t i = 0; i < d.outputs.size(); ++i) {
+    auto st = owner(d.outputs[i], "outputs[" + std::to_string(i) + "]");
+    if (!st) return std::move(st).err();
+    plan.stages[*st].outputs.push_back(d.outputs[i]);
+  }
+  plan.outputs = d.outputs;
+  for (const auto& [tensor, value] : d.retain) {
+    if (auto it = input_of.find(value); it != input_of.end() && !producer.count(value)) {
+      const auto& in = d.inputs[it->second];
+      if (in.kind == input_kind::session && in.session_name == tensor) continue;  // keeping it where it is
+    }
+    auto st = owner(value, "retain." + tensor);
+    if (!st) return std::move(st).err();
+    plan.stages[*st].retain.emplace_back(tensor, value);
+  }
+  for (const auto& [tensor, w] : session_dest)
+    if (const int now = where.session_worker(tensor); now >= 0 && now != w) plan.moves.emplace_back(tensor, w);
+  return plan;
+}
+
+namespace {
+
+/// Replaces {"$bind"} objects in a step's params by their values.
+status bind_params(rapidjson::Value& params, const std::map<std::string, double>& values, const std::string& at) {
+  if (!params.IsObject()) return {};
+  for (auto it = params.MemberBegin(); it != params.MemberEnd(); ++it) {
+    auto& v = it->value;
+    if (!v.IsObject() || !v.HasMember("$bind")) continue;
+    const std::string name = v["$bind"].IsString() ? v["$bind"].GetString() : "";
+    auto b = values.find(name);
+    if (b == values.end()) return invalid(at + ": binding " + name + " fills a parameter and takes a number");
+    const double mul = v.HasMember("mul") && v["mul"].IsNumber() ? v["mul"].GetDouble() : 1;
+    double add = v.HasMember("add") && v["add"].IsNumber() ? v["add"].GetDouble() : 0;
+    const double x = b->second * mul + add;
+    if (!std::isfinite(x)) return invalid(at + ": parameter " + std::string(it->name.GetString()) + " is not finite");
+    if (x == std::floor(x) && std::fabs(x) < 9.0e15) v.SetInt64(static_cast<std::int64_t>(x));
+    else v.SetDouble(x);
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<std::string> template_bindings(const rapidjson::Value& tmpl) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& n) {
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  };
+  if (tmpl.HasMember("inputs") && tmpl["inputs"].IsArray())
+    for (const auto& in : tmpl["inputs"].GetArray())
+      if (in.IsObject() && in.HasMember("bind") && in["bind"].IsString()) add(in["bind"].GetString());
+  if (tmpl.HasMember("steps") && tmpl["steps"].IsArray())
+    for (const auto& s : tmpl["steps"].GetArray()) {
+      if (!s.IsObject() || !s.HasMember("params") || !s["params"].IsObject()) continue;
+      for (const auto& p : s["params"].GetObject())
+        if (p.value.IsObject() && p.value.HasMember("$bind") && p.value["$bind"].IsString()) add(p.value["$bind"].GetString());
+    }
+  return out;
+}
+
+result<std::string> bind_template(const rapidjson::Value& tmpl, const std::string& bind_json,
+                                  const std::vector<std::pair<std::string, double>>& overrides) {
+  rapidjson::Document b;
+  b.Parse(bind_json.empty() ? "{}" : bind_json.c_str());
+  if (b.HasParseError() || !b.IsObject()) return invalid("bind must be an object of binding values");
+  const auto declared = template_bindings(tmpl);
+  for (const auto& name : declared)
+    if (!b.HasMember(name.c_str())) return invalid("binding " + name + " was not given");
+  for (auto it = b.MemberBegin(); it != b.MemberEnd(); ++it)
+    if (std::find(declared.begin(), declared.end(), it->name.GetString()) == declared.end())
+      return invalid("binding " + std::string(it->name.GetString()) + " is not declared by this graph");
+
+  rapidjson::Document g;
+  g.CopyFrom(tmpl, g.GetAllocator());
+  auto& a = g.GetAllocator();
+  std::map<std::string, double> scalars;
+  for (auto it = b.MemberBegin(); it != b.MemberEnd(); ++it)
+    if (it->value.IsNumber()) scalars[it->name.GetString()] = it->value.GetDouble();
+  auto& inputs = g["inputs"];
+  for (rapidjson::SizeType i = 0; i < inputs.Size(); ++i) {
+    auto& in = inputs[i];
+    if (!in.HasMember("bind")) continue;
+    const std::string name = in["bind"].GetString();
+    const std::string at = "inputs[" + std::to_string(i) + "]";
+    const auto& v = b[name.c_str()];
+    std::int64_t want = 1;
+    if (in.HasMember("shape") && in["shape"].IsArray())
+      for (const auto& dim : in["shape"].GetArray()) want *= dim.IsNumber() ? std::int64_t(dim.GetDouble()) : 0;
+    rapidjson::Value data(rapidjson::kArrayType);
+    if (v.IsNumber()) {
+      data.PushBack(rapidjson::Value(v.GetDouble()), a);
+    } else if (v.IsArray()) {
+      for (rapidjson::SizeType k = 0; k < v.Size(); ++k) {
+        if (!v[k].IsNumber()) return invalid("bind." + name + "[" + std::to_string(k) + "] must be a number");
+        data.PushBack(rapidjson::Value(double(float(v[k].GetDouble()))), a);
+      }
+    } else {
+      return invalid("bind." + name + " must be an array of numbers");
+    }
+    if (std::int64_t(data.Size()) != want)
+      return invalid("binding " + name + " takes " + std::to_string(want) + " values (" + at + "), not " + std::to_string(data.Size()));
+    in.RemoveMember("bind");
+    in.AddMember("data", data, a);
+  }
+  auto& steps = g["steps"];
+  for (rapidjson::SizeType i = 0; i < steps.Size(); ++i) {
+    auto& s = steps[i];
+    if (!s.HasMember("params")) s.AddMember("params", rapidjson::Value(rapidjson::kObjectType), a);
+    const std::string at = "step " + std::to_string(i);
+    MPAKT_TRY(bind_params(s["params"], scalars, at));
+    if (s.HasMember("op") && s["op"].IsString() && std::string_view(s["op"].GetString()) == "sample")
+      for (const auto& [name, value] : overrides) {
+        auto& p = s["params"];
+        rapidjson::Value key(name.c_str(), a);
+        p.RemoveMember(name.c_str());
+        rapidjson::Value num;
+        if (value == std::floor(value) && std::fabs(value) < 9.0e15) num.SetInt64(static_cast<std::int64_t>(value));
+        else num.SetDouble(value);
+        p.AddMember(key, num, a);
+      }
+  }
+  g.RemoveMember("session");
+  g.RemoveMember("sessions");
+  return text_of(g);
+}
+
+std::string layer_group(const std::string& name) {
+  std::size_t start = 0;
+  while (start <= name.size()) {
+    std::size_t end = name.find('.', start);
+    if (end == std::string::npos) end = name.size();
+    const std::string_view part(name.data() + start, end - start);
+    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return name.substr(0, end);
+    start = end + 1;
+  }
+  return name;
+}
+
+namespace {
+
+/// Model order of a group: embeddings first, then layers by number, then the rest.
+std::tuple<int, std::string, long long> group_rank(const std::string& group) {
+  const auto dot = group.rfind('.');
+  const std::string last = dot == std::string::npos ? group : group.substr(dot + 1);
+  if (!last.empty() && std::all_of(last.begin(), last.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return {1, group.substr(0, dot), last.size() > 15 ? 0 : std::stoll(last)};
+  for (const char* front : {"embed", "wte", "wpe", "word_embeddings", "embed_in"})
+    if (group.find(front) != std::string::npos) return {0, group, 0};
+  return {2, group, 0};
+}
+
+}  // namespace
+
+result<std::vector<int>> plan_spread(const std::vector<spread_tensor>& tensors, const std::vector<std::uint64_t>& free_bytes) {
+  std::map<std::string, std::uint64_t> group_bytes;
+  for (const auto& t : tensors) group_bytes[layer_group(t.name)] += t.bytes;
+  std::vector<std::string> order;
+  for (const auto& [g, _] : group_bytes) order.push_back(g);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return group_rank(a) < group_rank(b); });
+  std::map<std::string, int> group_worker;
+  std::vector<std::uint64_t> left = free_bytes;
+  std::size_t w = 0;
+  for (const auto& g : order) {
+    const std::uint64_t need = group_bytes[g];
+    std::size_t k = w;
+    while (k < left.size() && left[k] < need) ++k;
+    if (k == left.size())
+      return make_error(errc::unavailable, "the model cannot be spread over the workers: " + g + " needs " +
+                                               std::to_string((need + 999999) / 1000000) +
+                                               " MB together and no worker left in the order of placement has that much free");
+    w = k;
+    left[w] -= need;
+    group_worker[g] = int(w);
+  }
+  std::vector<int> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) out.push_back(group_worker[layer_group(t.name)]);
+  return out;
+}
+
+}  // namespace mpakt

@@ -1,0 +1,100 @@
+#pragma once
+/// Splitting a graph into stages for a model spread over several workers.
+///
+/// A model too large for any one worker is placed layer by layer over several (a tensor
+/// never spans workers, a layer's tensors stay together). A graph reading its weights then
+/// runs as a chain of stages, each a whole v3 graph run on one worker, the values that cross
+/// from one stage to a later one travelling as f32 (exact: base64 out, dataB64 in).
+///
+/// Which worker runs a step:
+///   1. the worker holding the weight it reads (a step reading weights on two workers is
+///      refused, naming it);
+///   2. else the worker of its most recently computed input (the data flows on);
+///   3. else the worker a session tensor it reads was already placed on in this graph;
+///   4. else the worker of the step before it, or (for the first) of the first step reading
+///      a weight, or `home`.
+/// A session tensor lives where the step reading it runs: if it lives elsewhere now, the
+/// plan lists a move (done once; it stays there afterwards). Retained values stay on the
+/// worker that computed them. Consecutive steps on one worker form one stage.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <rapidjson/document.h>
+
+#include "runtime/status.hpp"
+#include "runtime/tensor.hpp"
+
+namespace mpakt {
+
+struct stage_placement {
+  /// The worker holding a model's weight; -1 when no worker holds it.
+  std::function<int(const std::string& model, const std::string& weight)> weight_worker;
+  /// The worker a session tensor lives on now; -1 when it does not exist yet.
+  std::function<int(const std::string& tensor)> session_worker;
+  int home = 0;
+};
+
+/// A value crossing between stages (or an output), as f32.
+struct stage_value {
+  shape_t shape;
+  std::vector<float> values;
+};
+
+struct stage {
+  int worker = 0;
+  std::vector<std::string> input_texts;  ///< the graph's own input objects this stage reads, as JSON
+  std::vector<std::string> step_texts;   ///< its steps, as JSON, in order
+  std::vector<std::string> receives;     ///< values computed by earlier stages
+  std::vector<std::string> sends;        ///< values later stages read
+  std::vector<std::string> outputs;      ///< the graph's outputs computed here
+  std::vector<std::pair<std::string, std::string>> retain;  ///< session tensor -> value kept here
+  /// The v3 graph of this stage, with `received` values as dataB64 inputs.
+  std::string graph_json(const std::map<std::string, stage_value>& received) const;
+  /// What this stage returns: its sends, then its outputs (unique).
+  std::vector<std::string> returns() const;
+};
+
+struct stage_plan {
+  std::vector<stage> stages;
+  /// Session tensors to move before running: (tensor, destination worker).
+  std::vector<std::pair<std::string, int>> moves;
+  std::vector<std::string> outputs;  ///< the graph's outputs, in its order
+};
+
+/// Splits an inline graph (no bindings; its `session`/`sessions` fields are ignored: the
+/// caller passes the session with each stage). Errors name the step or entry at fault.
+result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placement& where);
+
+/// Turns a compiled template into the inline graph of one call: bound inputs become data,
+/// {"$bind"} parameters their value (times mul, plus add), and each override sets that
+/// parameter of every sample step. Every binding must be given and none may be unknown.
+result<std::string> bind_template(const rapidjson::Value& tmpl, const std::string& bind_json,
+                                  const std::vector<std::pair<std::string, double>>& overrides);
+
+/// The binding names of a template, bound inputs first, then $bind parameters, in first-use
+/// order (as a worker's compiled graph lists them).
+std::vector<std::string> template_bindings(const rapidjson::Value& tmpl);
+
+/// A tensor to place and the memory each worker has free, for `plan_spread`.
+struct spread_tensor {
+  std::string name;
+  std::uint64_t bytes = 0;
+};
+
+/// Places a model over several workers when no one of them can hold it: tensors are grouped
+/// by layer (the name up to its first all-digit component, "model.layers.7"; other tensors
+/// are a group each), the groups put in model order (embeddings, layers by number, the rest)
+/// and filled into the workers in the order given (most free first), moving on to the next
+/// worker when a group does not fit. Returns the worker index of each tensor; refuses,
+/// naming the group, when a group fits in none of the workers left.
+result<std::vector<int>> plan_spread(const std::vector<spread_tensor>& tensors, const std::vector<std::uint64_t>& free_bytes);
+
+/// The layer group of a tensor name ("model.layers.7.mlp.up_proj.weight" -> "model.layers.7";
+/// a name without an all-digit component is its own group).
+std::string layer_group(const std::string& name);
+
+}  // namespace mpakt
