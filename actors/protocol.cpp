@@ -29,6 +29,7 @@ void add_protocol_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<std::int64_t>>("std::vector<std::int64_t>");
   cfg.add_message_type<std::vector<tensor_info>>("std::vector<tensor_info>");
   cfg.add_message_type<std::vector<worker_status>>("std::vector<worker_status>");
+  cfg.add_message_type<std::vector<worker_actor>>("std::vector<worker_actor>");
   cfg.add_message_type<caller>("caller");
   cfg.add_message_type<worker_actor>("worker_actor");
 }

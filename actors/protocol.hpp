@@ -301,6 +301,7 @@ using worker_actor = caf::typed_actor<
 
 using add_atom = caf::atom_constant<caf::atom("add")>;
 using pick_atom = caf::atom_constant<caf::atom("pick")>;
+using members_atom = caf::atom_constant<caf::atom("members")>;
 using workers_atom = caf::atom_constant<caf::atom("workers")>;
 using versions_atom = caf::atom_constant<caf::atom("versions")>;
 using generate_atom = caf::atom_constant<caf::atom("generate")>;
@@ -342,6 +343,9 @@ using pool_actor = caf::typed_actor<
     caf::reacts_to<add_atom, worker_actor>,
     /// Fresh status of every connected worker.
     caf::replies_to<workers_atom>::with<std::vector<worker_status>>,
+    /// Every connected worker with its fresh status, the most free memory first (spreading
+    /// a model over several).
+    caf::replies_to<members_atom>::with<std::vector<worker_actor>, std::vector<worker_status>>,
     /// A worker with at least `bytes` free (the most free first); errc::unavailable if none.
     caf::replies_to<pick_atom, std::uint64_t>::with<worker_actor, worker_status>,
     /// The same among the workers offering every op and feature named (a graph's needs).

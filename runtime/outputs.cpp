@@ -5,6 +5,36 @@
 
 namespace mpakt {
 
+void write_output(rapidjson::Writer<rapidjson::StringBuffer>& w, const std::string& name, const shape_t& shape,
+                  std::span<const float> values, bool base64) {
+  w.Key(name.c_str(), rapidjson::SizeType(name.size()));
+  w.StartObject();
+  w.Key("shape");
+  w.StartArray();
+  for (auto d : shape) w.Int64(d);
+  w.EndArray();
+  if (base64) {
+    const std::string b = encode_f32_base64(values);
+    w.Key("dataB64");
+    w.String(b.c_str(), rapidjson::SizeType(b.size()));
+  } else {
+    w.Key("data");
+    w.StartArray();
+    for (float v : values) {
+      // JSON has no inf/nan: -inf (a causal mask) and friends are written as null.
+      if (std::isfinite(v)) {
+        char buf[32];
+        auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back exactly
+        w.RawValue(buf, std::size_t(r.ptr - buf), rapidjson::kNumberType);
+      } else {
+        w.Null();
+      }
+    }
+    w.EndArray();
+  }
+  w.EndObject();
+}
+
 void write_outputs(rapidjson::Writer<rapidjson::StringBuffer>& w, const executable_graph& g,
                    const std::vector<std::string>& names, bool base64) {
   w.StartObject();
@@ -13,32 +43,7 @@ void write_outputs(rapidjson::Writer<rapidjson::StringBuffer>& w, const executab
     if (!t) continue;
     auto wide = to_f32(*t);
     if (!wide) continue;
-    w.Key(name.c_str(), rapidjson::SizeType(name.size()));
-    w.StartObject();
-    w.Key("shape");
-    w.StartArray();
-    for (auto d : t->shape()) w.Int64(d);
-    w.EndArray();
-    if (base64) {
-      const std::string b = encode_f32_base64(wide->f32_span());
-      w.Key("dataB64");
-      w.String(b.c_str(), rapidjson::SizeType(b.size()));
-    } else {
-      w.Key("data");
-      w.StartArray();
-      for (float v : wide->f32_span()) {
-        // JSON has no inf/nan: -inf (a causal mask) and friends are written as null.
-        if (std::isfinite(v)) {
-          char buf[32];
-          auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back exactly
-          w.RawValue(buf, std::size_t(r.ptr - buf), rapidjson::kNumberType);
-        } else {
-          w.Null();
-        }
-      }
-      w.EndArray();
-    }
-    w.EndObject();
+    write_output(w, name, t->shape(), wide->f32_span(), base64);
   }
   w.EndObject();
 }

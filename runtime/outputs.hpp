@@ -17,4 +17,8 @@ namespace mpakt {
 void write_outputs(rapidjson::Writer<rapidjson::StringBuffer>& w, const executable_graph& g,
                    const std::vector<std::string>& names, bool base64);
 
+/// Writes one named output (key and value) from f32 values.
+void write_output(rapidjson::Writer<rapidjson::StringBuffer>& w, const std::string& name, const shape_t& shape,
+                  std::span<const float> values, bool base64);
+
 }  // namespace mpakt

@@ -170,6 +170,7 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
     }
     stage_of[i] = plan.stages.size() - 1;
     plan.stages.back().step_texts.push_back(text_of(steps_json[rapidjson::SizeType(i)]));
+    plan.stages.back().step_index.push_back(i);
   }
   if (plan.stages.empty()) {
     plan.stages.emplace_back();
@@ -379,6 +380,15 @@ std::tuple<int, std::string, long long> group_rank(const std::string& group) {
 }
 
 }  // namespace
+
+std::vector<std::string> layer_groups(const std::vector<std::string>& names) {
+  std::set<std::string> seen;
+  std::vector<std::string> out;
+  for (const auto& n : names)
+    if (auto g = layer_group(n); seen.insert(g).second) out.push_back(g);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return group_rank(a) < group_rank(b); });
+  return out;
+}
 
 result<std::vector<int>> plan_spread(const std::vector<spread_tensor>& tensors, const std::vector<std::uint64_t>& free_bytes) {
   std::map<std::string, std::uint64_t> group_bytes;

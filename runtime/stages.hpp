@@ -48,6 +48,7 @@ struct stage {
   int worker = 0;
   std::vector<std::string> input_texts;  ///< the graph's own input objects this stage reads, as JSON
   std::vector<std::string> step_texts;   ///< its steps, as JSON, in order
+  std::vector<std::size_t> step_index;   ///< each step's index in the whole graph (for messages)
   std::vector<std::string> receives;     ///< values computed by earlier stages
   std::vector<std::string> sends;        ///< values later stages read
   std::vector<std::string> outputs;      ///< the graph's outputs computed here
@@ -96,5 +97,8 @@ result<std::vector<int>> plan_spread(const std::vector<spread_tensor>& tensors, 
 /// The layer group of a tensor name ("model.layers.7.mlp.up_proj.weight" -> "model.layers.7";
 /// a name without an all-digit component is its own group).
 std::string layer_group(const std::string& name);
+
+/// The layer groups of these tensor names, each once, in model order (as plan_spread fills).
+std::vector<std::string> layer_groups(const std::vector<std::string>& names);
 
 }  // namespace mpakt

@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <set>
 
+#include "actors/coordinator/pipeline_actor.hpp"
 #include "actors/errors.hpp"
+#include "actors/sequence.hpp"
 #include "actors/generate/gen_values.hpp"
 #include "actors/json_text.hpp"
 #include "actors/ids.hpp"
@@ -96,6 +98,10 @@ struct model_entry : owned {
   std::size_t tensors = 0;
   bool replacing = false;  ///< its worker left; its tensors are being fetched again
   std::string worker_id;   ///< where it is (placement)
+  /// A model spread over several workers: `worker` is its pipeline (standing in for one
+  /// worker), `parts` each worker's share.
+  pipeline_actor pipeline;
+  std::vector<pipeline_part> parts;
   /// config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja once read (chat).
   std::vector<std::string> files;
 };
@@ -166,10 +172,14 @@ struct coordinator_state {
   std::map<caf::actor_addr, std::map<std::uint64_t, std::function<void()>>> inflight;
   std::uint64_t next_call = 0;
 
+  /// Pipelines of spread models (actors here, not workers: never watched as workers).
+  std::set<caf::actor_addr> pipelines;
+
   /// Monitors a worker once something is placed on it, so its loss is known at once.
   void watch(coordinator_actor::pointer self, const worker_actor& w) {
-    if (w && watched.insert(w.address()).second) self->monitor(w);
+    if (w && !pipelines.count(w.address()) && watched.insert(w.address()).second) self->monitor(w);
   }
+  bool is_pipeline(const worker_actor& w) const { return w && pipelines.count(w.address()) > 0; }
   bool is_lost(const worker_actor& w) const { return w && lost.count(w.address()) > 0; }
   /// Lost, and what it held is still being placed again: calls touching it wait.
   bool is_recovering(const worker_actor& w) const { return w && recovering.count(w.address()) > 0; }
@@ -274,14 +284,6 @@ void release_waiting(coordinator_pointer self) {
   auto waiting = std::move(S.waiting);
   S.waiting.clear();
   for (auto& f : waiting) f();
-}
-
-/// Runs step(i, next) for i = 0 … n-1, each after the one before called next(), then done().
-/// A step that fails simply does not call next(); its own handler answers.
-void in_sequence(std::size_t n, std::function<void(std::size_t, std::function<void()>)> step, std::function<void()> done,
-                 std::size_t i = 0) {
-  if (i == n) return done();
-  step(i, [n, step, done, i] { in_sequence(n, step, done, i + 1); });
 }
 
 /// Sends a request to this coordinator again (after a recovery) and answers `rp` with its reply.
@@ -416,6 +418,55 @@ void restore_one(coordinator_pointer self, const std::string& sid, std::function
   });
 }
 
+/// A worker holding part of spread models left the grid: for each such model, calls in flight
+/// through its pipeline are sent again once recovered, the part's tensors are fetched again
+/// from the model host onto one other worker, the pipeline uses that worker in the lost one's
+/// stead, and the model's checkpointed sessions are restored (restore_sessions on the
+/// pipeline). Sessions with tensors on the lost worker and no checkpoint stay lost.
+void recover_parts(coordinator_pointer self, const caf::actor_addr& addr) {
+  auto& S = self->state;
+  for (auto& [id, m] : S.models) {
+    for (std::size_t p = 0; p < m.parts.size(); ++p) {
+      if (m.parts[p].worker.address() != addr) continue;
+      const caf::actor_addr pipe = m.pipeline.address();
+      S.recovering.insert(pipe);
+      if (auto it = S.inflight.find(pipe); it != S.inflight.end()) {
+        auto calls = std::move(it->second);
+        S.inflight.erase(it);
+        for (auto& [_, abort] : calls) abort();
+      }
+      caf::anon_send(m.pipeline, partlost_atom::value, std::uint32_t(p));
+      load_job_request req;
+      req.model_id = id;
+      req.source = m.source;
+      req.quantize = m.quantize;
+      req.names = m.parts[p].tensors;
+      req.allow_spread = false;
+      const std::string model_id = id;
+      const pipeline_actor pipeline = m.pipeline;
+      auto finish = [self, pipe] {
+        self->state.recovering.erase(pipe);
+        release_waiting(self);
+      };
+      auto job = spawn_load_job(self->system(), S.cfg.load, S.pool);
+      self->request(job, std::chrono::minutes(30), load_atom::value, req)
+          .then(
+              [=](load_outcome& out) {
+                auto m = self->state.models.find(model_id);
+                if (m == self->state.models.end()) return finish();
+                auto& part = m->second.parts[p];
+                part.worker = out.worker;
+                part.worker_id = out.worker_id;
+                part.resident_bytes = out.resident_bytes;
+                self->state.watch(self, out.worker);
+                self->request(pipeline, self->state.cfg.timeouts.control, place_atom::value, std::uint32_t(p), out.worker)
+                    .then([self, pipe](bool) { restore_sessions(self, pipe); }, [finish](caf::error&) { finish(); });
+              },
+              [finish](caf::error&) { finish(); });  // nowhere to put it: its calls say the worker left
+    }
+  }
+}
+
 /// A worker left the grid: its models are fetched again from their model host onto other
 /// workers (the same tensors, the same quantization), then its checkpointed sessions are
 /// restored (restore_sessions). Requests arriving meanwhile wait and then run normally.
@@ -429,6 +480,7 @@ void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr) {
     S.inflight.erase(it);
     for (auto& [_, abort] : calls) abort();
   }
+  recover_parts(self, addr);
   std::vector<std::string> models;
   for (auto& [id, m] : S.models)
     if (m.worker && m.worker.address() == addr) {
@@ -743,8 +795,13 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                         key(w, "quantizeOnLoad"); w.Bool(s.can_quantize);
                         key(w, "models");  // the caller's models placed there
                         w.StartArray();
-                        for (const auto& [id, m] : self->state.models)
-                          if (m.account == who.account && m.worker_id == s.worker_id && !self->state.is_lost(m.worker)) str(w, id);
+                        for (const auto& [id, m] : self->state.models) {
+                          if (m.account != who.account) continue;
+                          bool here = m.worker_id == s.worker_id && !self->state.is_lost(m.worker);
+                          for (const auto& part : m.parts)
+                            here = here || (part.worker_id == s.worker_id && !self->state.is_lost(part.worker));
+                          if (here) str(w, id);
+                        }
                         w.EndArray();
                         w.EndObject();
                       }
@@ -801,11 +858,24 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                     m.account = who.account;
                     m.key_id = who.key_id;
                     m.created_at = now_iso();
-                    m.actor = spawn_model(self->system(), req.model_id, {out.worker}, S.cfg.timeouts);
+                    m.actor = spawn_model(self->system(), req.model_id,
+                                          out.part_workers.empty() ? std::vector<worker_actor>{out.worker} : out.part_workers,
+                                          S.cfg.timeouts);
                     self->link_to(m.actor);  // entity actors end with the coordinator
                     m.worker = out.worker;
                     m.worker_id = out.worker_id;
                     S.watch(self, out.worker);
+                    if (!out.part_workers.empty()) {
+                      for (std::size_t p = 0; p < out.part_workers.size(); ++p) {
+                        m.parts.push_back({out.part_workers[p], out.part_ids[p], out.part_tensors[p], out.part_bytes[p]});
+                        S.watch(self, out.part_workers[p]);
+                      }
+                      m.pipeline = spawn_pipeline(self->system(), req.model_id, m.parts, S.cfg.timeouts);
+                      self->link_to(m.pipeline);
+                      m.worker = caf::actor_cast<worker_actor>(m.pipeline);
+                      m.worker_id = "";
+                      S.pipelines.insert(m.pipeline.address());
+                    }
                     m.source = out.source;
                     m.quantize = out.quantize;
                     m.published_bytes = out.published_bytes;
@@ -844,7 +914,16 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                         key(w, "quantize"); str(w, m.quantize);
                         key(w, "placement");
                         w.StartArray();
-                        if (!S.is_lost(m.worker)) {
+                        if (!m.parts.empty()) {
+                          for (const auto& part : m.parts) {
+                            if (S.is_lost(part.worker)) continue;
+                            w.StartObject();
+                            key(w, "workerId"); str(w, part.worker_id);
+                            key(w, "tensors"); w.Uint64(part.tensors.size());
+                            key(w, "residentBytes"); w.Uint64(part.resident_bytes);
+                            w.EndObject();
+                          }
+                        } else if (!S.is_lost(m.worker)) {
                           w.StartObject();
                           key(w, "workerId"); str(w, m.worker_id);
                           key(w, "tensors"); w.Uint64(m.tensors);
@@ -893,6 +972,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (!m) return to_caf(errc::not_found, "model " + id + " does not exist");
           caf::anon_send(m->actor, delete_atom::value);
           caf::anon_send(m->worker, dropmodel_atom::value, id);  // where it is now, after any re-placement
+          if (m->pipeline) S.pipelines.erase(m->pipeline.address());
           for (auto it = S.weight_ids.begin(); it != S.weight_ids.end();)
             it = it->second.first == id ? S.weight_ids.erase(it) : std::next(it);
           S.models.erase(id);
@@ -1312,6 +1392,9 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (S.is_recovering(s->worker)) return wait();
           if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + *sid));
           plan.worker = s->worker;
+          // A spread model's steps run stage by stage through its pipeline: no worker holds
+          // everything the graph reads, so the loop runs here (the spec's ordinary path).
+          if (S.is_pipeline(s->worker)) plan.worker_loop = false;
           plan.session = s->actor;
           plan.graph = g->actor;
           plan.graph_id = *gid;

@@ -4,6 +4,8 @@
 #include <rapidjson/writer.h>
 
 #include <cmath>
+#include <map>
+#include <set>
 #include <tuple>
 
 #include "actors/errors.hpp"
@@ -15,6 +17,7 @@
 #include "actors/loader/selection.hpp"
 #include "actors/loader/source.hpp"
 #include "actors/loader/stream.hpp"
+#include "runtime/stages.hpp"
 
 namespace mpakt {
 
@@ -95,29 +98,60 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
   auto plan = loader::plan_load(ctx->index, *selected, *mode, cap);
   if (!plan) return std::move(plan).err();
 
-  // Placement: one worker holds the whole selection (spreading a model over several workers
-  // comes with the cluster work); the one with the most free memory.
-  auto picked = ask<worker_actor, worker_status>(self, pool, cfg.worker_timeout, pick_atom::value, plan->planned_bytes);
-  if (!picked) {
-    return error{errc::unavailable, "model needs " + std::to_string(loader::mb_up(plan->planned_bytes)) +
-                                        " MB but no single worker has that much free (the largest has " +
-                                        std::to_string(loader::mb_down(cap.largest_free_bytes)) +
-                                        " MB); a model cannot yet be spread over several workers"};
-  }
-  worker_actor worker = std::get<0>(*picked);
-
+  // Placement: the worker with the most free memory holds the whole selection; when none can,
+  // it is spread over several, layer by layer (runtime/stages.hpp).
   load_outcome out;
   out.source = req.source;
   out.quantize = std::string(loader::quantize_mode_name(plan->mode));
-  out.worker = worker;
-  out.worker_id = std::get<1>(*picked).worker_id;
+  std::vector<worker_actor> part_of;  // per planned tensor
+  auto picked = ask<worker_actor, worker_status>(self, pool, cfg.worker_timeout, pick_atom::value, plan->planned_bytes);
+  if (picked) {
+    out.worker = std::get<0>(*picked);
+    out.worker_id = std::get<1>(*picked).worker_id;
+    part_of.assign(plan->tensors.size(), out.worker);
+  } else {
+    const std::string too_big = "model needs " + std::to_string(loader::mb_up(plan->planned_bytes)) +
+                                " MB but no single worker has that much free (the largest has " +
+                                std::to_string(loader::mb_down(cap.largest_free_bytes)) + " MB)";
+    if (!req.allow_spread) return error{errc::unavailable, too_big};
+    auto members = ask<std::vector<worker_actor>, std::vector<worker_status>>(self, pool, cfg.worker_timeout, members_atom::value);
+    if (!members) return std::move(members).err();
+    const auto& [ws, ss] = *members;
+    if (ws.size() < 2) return error{errc::unavailable, too_big};
+    std::vector<spread_tensor> ts;
+    for (const auto& tp : plan->tensors) ts.push_back({ctx->index.tensors[tp.tensor].entry.name, tp.planned_bytes});
+    std::vector<std::uint64_t> free;
+    for (const auto& st : ss) free.push_back(st.free_bytes);
+    auto where = plan_spread(ts, free);
+    if (!where) return error{errc::unavailable, too_big + ", and " + where.err().message};
+    std::map<int, std::size_t> part_index;  // worker index -> part
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      const int w = (*where)[i];
+      auto [it, fresh] = part_index.emplace(w, out.part_workers.size());
+      if (fresh) {
+        out.part_workers.push_back(ws[std::size_t(w)]);
+        out.part_ids.push_back(ss[std::size_t(w)].worker_id);
+        out.part_tensors.emplace_back();
+        out.part_bytes.push_back(0);
+      }
+      out.part_tensors[it->second].push_back(ts[i].name);
+      part_of.push_back(ws[std::size_t(w)]);
+    }
+    out.worker = out.part_workers.front();
+    out.worker_id = out.part_ids.front();
+  }
   std::uint64_t transferred = 0, resident = 0, peak_piece = 0;
   auto abort_load = [&](error e) -> error {
-    self->request(worker, cfg.worker_timeout, tabort_atom::value, req.model_id).receive([](bool) {}, [](caf::error&) {});
+    std::vector<worker_actor> touched = out.part_workers;
+    if (touched.empty()) touched.push_back(out.worker);
+    for (const auto& w : touched)
+      self->request(w, cfg.worker_timeout, tabort_atom::value, req.model_id).receive([](bool) {}, [](caf::error&) {});
     return e;
   };
-  for (const auto& tp : plan->tensors) {
+  for (std::size_t k = 0; k < plan->tensors.size(); ++k) {
+    const auto& tp = plan->tensors[k];
     const auto& t = ctx->index.tensors[tp.tensor];
+    const worker_actor& worker = part_of[k];
     tensor_begin_request b;
     b.model_id = req.model_id;
     b.name = t.entry.name;
@@ -139,6 +173,8 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
     auto done = ask<std::uint64_t>(self, worker, cfg.worker_timeout, tend_atom::value, req.model_id, t.entry.name);
     if (!done) return abort_load(done.err());
     resident += std::get<0>(*done);
+    for (std::size_t p = 0; p < out.part_workers.size(); ++p)
+      if (out.part_workers[p] == worker) out.part_bytes[p] += std::get<0>(*done);
     out.tensor_ids.emplace_back(new_id("t_"), t.entry.name);
   }
   const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -178,17 +214,34 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
   w.Uint64(peak_piece);
   w.Key("elapsedMs");
   w.Uint64(std::uint64_t(secs * 1000));
-  // Where it went: today one worker holds a whole model.
+  // Where it went: one worker, or each worker's share of a spread model (its layers in order).
   w.Key("placement");
   w.StartArray();
-  w.StartObject();
-  w.Key("workerId");
-  w.String(out.worker_id.c_str());
-  w.Key("tensors");
-  w.Uint64(out.tensor_ids.size());
-  w.Key("residentBytes");
-  w.Uint64(resident);
-  w.EndObject();
+  if (out.part_workers.empty()) {
+    w.StartObject();
+    w.Key("workerId");
+    w.String(out.worker_id.c_str());
+    w.Key("tensors");
+    w.Uint64(out.tensor_ids.size());
+    w.Key("residentBytes");
+    w.Uint64(resident);
+    w.EndObject();
+  } else {
+    for (std::size_t p = 0; p < out.part_workers.size(); ++p) {
+      w.StartObject();
+      w.Key("workerId");
+      w.String(out.part_ids[p].c_str());
+      w.Key("tensors");
+      w.Uint64(out.part_tensors[p].size());
+      w.Key("residentBytes");
+      w.Uint64(out.part_bytes[p]);
+      w.Key("layers");
+      w.StartArray();
+      for (const auto& g : layer_groups(out.part_tensors[p])) w.String(g.c_str());
+      w.EndArray();
+      w.EndObject();
+    }
+  }
   w.EndArray();
   w.EndObject();
   out.reply_json.assign(buf.GetString(), buf.GetSize());

@@ -31,6 +31,9 @@ struct load_job_request {
   std::vector<std::string> exclude;
   std::vector<std::string> names;
   std::string quantize;  ///< empty = the operator's default
+  /// Whether the selection may be spread over several workers when no one can hold it
+  /// (false when fetching one lost worker's share again: it goes to one worker).
+  bool allow_spread = true;
 };
 
 /// What a finished load tells the coordinator.
@@ -43,16 +46,23 @@ struct load_outcome {
   std::uint64_t resident_bytes = 0;
   worker_actor worker;
   std::string worker_id;  ///< the worker's name, for the placement shown to clients
+  /// Spread over several workers: each part's worker, name, weight names and resident
+  /// bytes (empty when one worker holds it all).
+  std::vector<worker_actor> part_workers;
+  std::vector<std::string> part_ids;
+  std::vector<std::vector<std::string>> part_tensors;
+  std::vector<std::uint64_t> part_bytes;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_job_request& x) {
-  return f(caf::meta::type_name("load_job_request"), x.model_id, x.source, x.include, x.exclude, x.names, x.quantize);
+  return f(caf::meta::type_name("load_job_request"), x.model_id, x.source, x.include, x.exclude, x.names, x.quantize,
+           x.allow_spread);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_outcome& x) {
   return f(caf::meta::type_name("load_outcome"), x.reply_json, x.tensor_ids, x.source, x.quantize, x.published_bytes,
-           x.resident_bytes, x.worker, x.worker_id);
+           x.resident_bytes, x.worker, x.worker_id, x.part_workers, x.part_ids, x.part_tensors, x.part_bytes);
 }
 
 using load_job_actor = caf::typed_actor<caf::replies_to<load_atom, load_job_request>::with<load_outcome>,

@@ -95,6 +95,21 @@ pool_actor spawn_pool(caf::actor_system& sys) {
           });
           return rp;
         },
+        [=](members_atom) -> caf::result<std::vector<worker_actor>, std::vector<worker_status>> {
+          auto rp = self->make_response_promise<std::vector<worker_actor>, std::vector<worker_status>>();
+          gather(self, [rp](std::vector<std::pair<worker_actor, worker_status>> all) mutable {
+            std::stable_sort(all.begin(), all.end(),
+                             [](const auto& a, const auto& b) { return a.second.free_bytes > b.second.free_bytes; });
+            std::vector<worker_actor> ws;
+            std::vector<worker_status> ss;
+            for (auto& [w, s] : all) {
+              ws.push_back(w);
+              ss.push_back(std::move(s));
+            }
+            rp.deliver(std::move(ws), std::move(ss));
+          });
+          return rp;
+        },
         [=](pick_atom, std::uint64_t bytes) -> caf::result<worker_actor, worker_status> {
           return pick(self, bytes, {});
         },

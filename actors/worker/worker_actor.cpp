@@ -18,6 +18,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "runtime/batching.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/generate_check.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/outputs.hpp"
 #include "runtime/tensor_builder.hpp"
@@ -167,46 +168,15 @@ status run_compiled(worker_state& st, compiled_entry& e, const std::string& bind
   return {};
 }
 
-/// The op choosing a graph's token ids: the producer of `value`, looking through concat
-/// steps that join per-row choices (one sample step per row); "" for an input, and the
-/// first op that is neither when the parts disagree.
-std::string token_producer(const executable_graph& g, const std::string& value, int depth = 0) {
-  const std::string op = g.producer_op(value);
-  if (op != "concat" || depth > 256) return op;
-  std::string found;
-  for (const auto& in : g.producer_inputs(value)) {
-    const std::string part = token_producer(g, in, depth + 1);
-    if (part != "argmax" && part != "sample") return part.empty() ? "concat of an input" : part;
-    found = found.empty() || found == part ? part : "a mix of argmax and sample";
-  }
-  return found;
-}
-
-/// Whether a compiled template can drive generation (decisions.md: checked when used): it
-/// binds ids and pos and ends in one token id per row from argmax or sample. A plain decode
-/// graph feeds one token; a verify graph (`verify`) feeds k+1 >= 2 and returns k+1 ids.
-/// Returns k (0 for a plain graph).
+/// Whether a compiled template can drive generation (runtime/generate_check.hpp), and
+/// returns one token id per fed row. Returns k (0 for a plain graph).
 result<std::int32_t> check_generate_graph(const compiled_entry& e, bool sampling, bool verify) {
-  const auto& b = e.graph->bindings();
-  for (const char* need : {"ids", "pos"})
-    if (std::find(b.begin(), b.end(), need) == b.end())
-      return invalid(std::string("the graph must bind ") + need + " for generate (an input with \"bind\": \"ids\" and {\"$bind\": \"pos\"} params)");
-  const shape_t* ids = e.graph->bound_shape("ids");
-  if (!ids) return invalid("ids must be a bound input of the graph, not a parameter");
-  const std::int64_t rows = shape_numel(*ids);
-  if (!verify && rows != 1) return invalid("generate feeds one token per step, but the graph binds ids with shape " + shape_str(*ids));
-  if (verify && rows < 2) return invalid("a verify graph binds ids with two or more positions, not shape " + shape_str(*ids));
-  if (e.outputs.size() != 1) return invalid("the graph must have exactly one output, the next token ids, not " + std::to_string(e.outputs.size()));
-  const std::string op = token_producer(*e.graph, e.outputs.front());
-  if (op != "argmax" && op != "sample") return invalid("the graph must end in argmax or sample, but its output " + e.outputs.front() + " comes from " + (op.empty() ? "an input" : op));
+  auto k = check_generate_template(e.decl, e.graph->bindings(), sampling, verify);
+  if (!k) return k;
   const tensor_desc* d = e.graph->desc(e.outputs.front());
-  if (!d || shape_numel(d->shape) != rows) return invalid("the graph must return one token id per fed position (" + std::to_string(rows) + ")");
-  if (sampling && op == "argmax") return invalid("the graph ends in argmax; sampling with temperature > 0 needs a sample step");
-  // Rows written for rejected drafts are harmless in a KV cache (overwritten before they are
-  // read), but a short_conv state advanced past a rejected draft cannot be taken back.
-  if (verify && e.graph->has_op("short_conv"))
-    return invalid("a verify graph may not carry short_conv state: a rejected draft would leave the state advanced past it");
-  return std::int32_t(rows - 1);
+  if (!d || shape_numel(d->shape) != *k + 1)
+    return invalid("the graph must return one token id per fed position (" + std::to_string(*k + 1) + ")");
+  return k;
 }
 
 void schedule_pass(worker_pointer self) {

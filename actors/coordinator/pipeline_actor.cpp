@@ -1,0 +1,507 @@
+#include "actors/coordinator/pipeline_actor.hpp"
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+
+#include "actors/errors.hpp"
+#include "actors/sequence.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/generate_check.hpp"
+#include "runtime/graph.hpp"
+#include "runtime/outputs.hpp"
+#include "runtime/stages.hpp"
+
+namespace mpakt {
+
+namespace {
+
+struct pipeline_session {
+  std::map<std::string, int> where;  ///< session tensor -> part index
+  bool lost = false;                 ///< a part holding its tensors left the grid
+};
+
+struct pipeline_state {
+  std::string model_id;
+  std::vector<pipeline_part> parts;
+  std::vector<bool> alive;
+  std::map<std::string, int> weight_part;
+  std::map<std::string, pipeline_session> sessions;
+  std::map<std::string, std::shared_ptr<const rapidjson::Document>> templates;
+  entity_timeouts t;
+  /// Stage runs in flight per part: failed at once if that part's worker is lost (a request
+  /// to a vanished remote actor would otherwise wait for its full timeout).
+  std::map<int, std::map<std::uint64_t, std::function<void()>>> inflight;
+  std::uint64_t next_call = 0;
+};
+
+using pointer = pipeline_actor::stateful_pointer<pipeline_state>;
+
+caf::error lost_session(const std::string& sid) {
+  return to_caf(errc::unavailable, "session " + sid +
+                                       " was held by a worker that left the grid, and its caches went with it: open a new "
+                                       "session and prefill it again (or restore a checkpoint)");
+}
+
+/// A stage's error names its steps by their index in the stage: give them the graph's.
+caf::error in_graph_terms(const caf::error& e, const stage& s, const std::string& worker_id) {
+  error err = from_caf(e);
+  if (actor_gone(e)) return e;
+  static const std::regex step_ref(R"(\bstep (\d+) \()");
+  std::string out;
+  auto begin = std::sregex_iterator(err.message.begin(), err.message.end(), step_ref);
+  std::size_t last = 0;
+  for (auto it = begin; it != std::sregex_iterator(); ++it) {
+    const auto& m = *it;
+    const std::size_t local = std::stoul(m[1].str());
+    out += err.message.substr(last, std::size_t(m.position(0)) - last);
+    out += "step " + std::to_string(local < s.step_index.size() ? s.step_index[local] : local) + " (";
+    last = std::size_t(m.position(0) + m.length(0));
+  }
+  out += err.message.substr(last);
+  err.message = out + " (on worker " + worker_id + ", which holds that part of the model)";
+  return to_caf(err);
+}
+
+/// One graph call in progress.
+struct call {
+  caf::typed_response_promise<run_reply> rp;
+  std::string sid;
+  stage_plan plan;
+  std::map<std::string, stage_value> carried;
+  std::uint32_t steps = 0;
+  bool base64 = false;
+  bool settled = false;  ///< answered (or failed by a lost part); later replies are dropped
+  void fail(caf::error e) {
+    if (settled) return;
+    settled = true;
+    rp.deliver(std::move(e));
+  }
+};
+
+result<std::map<std::string, stage_value>> read_outputs(const std::string& json) {
+  rapidjson::Document d;
+  d.Parse(json.c_str());
+  if (d.HasParseError() || !d.IsObject()) return invalid("a stage returned outputs that are not a JSON object");
+  std::map<std::string, stage_value> out;
+  for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it) {
+    const auto& o = it->value;
+    if (!o.IsObject() || !o.HasMember("shape") || !o.HasMember("dataB64") || !o["dataB64"].IsString())
+      return invalid("a stage returned an output without shape and dataB64");
+    stage_value v;
+    for (const auto& dim : o["shape"].GetArray()) v.shape.push_back(dim.GetInt64());
+    auto vals = decode_f32_base64(std::string_view(o["dataB64"].GetString(), o["dataB64"].GetStringLength()));
+    if (!vals) return std::move(vals).err();
+    v.values = std::move(*vals);
+    out[it->name.GetString()] = std::move(v);
+  }
+  return out;
+}
+
+void finish_call(pointer self, std::shared_ptr<call> c) {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartObject();
+  for (const auto& name : c->plan.outputs) {
+    auto it = c->carried.find(name);
+    if (it == c->carried.end()) continue;
+    write_output(w, name, it->second.shape, it->second.values, c->base64);
+  }
+  w.EndObject();
+  run_reply reply;
+  reply.outputs_json.assign(buf.GetString(), buf.GetSize());
+  reply.steps = c->steps;
+  c->settled = true;
+  c->rp.deliver(std::move(reply));
+}
+
+void run_stage(pointer self, std::shared_ptr<call> c, std::size_t i) {
+  auto& S = self->state;
+  if (c->settled) return;
+  if (i == c->plan.stages.size()) return finish_call(self, c);
+  const stage& s = c->plan.stages[i];
+  const std::string& worker_id = S.parts[std::size_t(s.worker)].worker_id;
+  const std::string gone = "worker " + worker_id + " holding part of model " + S.model_id + " left the grid";
+  if (!S.alive[std::size_t(s.worker)]) return c->fail(to_caf(errc::unavailable, gone + "; its tensors are being fetched again"));
+  run_request r;
+  r.graph_json = s.graph_json(c->carried);
+  r.session = c->sid;
+  r.base64 = true;
+  const std::uint64_t id = S.next_call++;
+  S.inflight[s.worker][id] = [c, gone] { c->fail(to_caf(errc::unavailable, gone + " during this call")); };
+  auto settle = [self, part = s.worker, id] {
+    auto& in = self->state.inflight;
+    if (auto it = in.find(part); it != in.end()) it->second.erase(id);
+  };
+  self->request(S.parts[std::size_t(s.worker)].worker, S.t.graph, run_atom::value, std::move(r))
+      .then(
+          [self, c, i, settle](run_reply& reply) {
+            settle();
+            if (c->settled) return;
+            const stage& s = c->plan.stages[i];
+            auto got = read_outputs(reply.outputs_json);
+            if (!got) return c->fail(to_caf(got.err()));
+            for (auto& [name, v] : *got) c->carried[name] = std::move(v);
+            c->steps += reply.steps;
+            if (!c->sid.empty())
+              for (const auto& [tensor, _] : s.retain) self->state.sessions[c->sid].where[tensor] = s.worker;
+            run_stage(self, c, i + 1);
+          },
+          [self, c, i, settle](caf::error& e) {
+            settle();
+            const stage& s = c->plan.stages[i];
+            c->fail(in_graph_terms(e, s, self->state.parts[std::size_t(s.worker)].worker_id));
+          });
+}
+
+/// Moves session tensors to the parts that will read them: each part involved is dumped
+/// once and loaded once with what it holds afterwards.
+void move_tensors(pointer self, std::string sid, std::vector<std::pair<std::string, int>> moves,
+                  std::function<void(caf::error)> done) {
+  auto& S = self->state;
+  std::set<int> involved;
+  for (const auto& [t, to] : moves) {
+    involved.insert(to);
+    involved.insert(S.sessions[sid].where.at(t));
+  }
+  auto order = std::make_shared<std::vector<int>>(involved.begin(), involved.end());
+  auto dumps = std::make_shared<std::map<int, session_dump>>();
+  in_sequence(
+      order->size(),
+      [self, sid, order, dumps, done](std::size_t i, std::function<void()> next) {
+        const int p = (*order)[i];
+        self->request(self->state.parts[std::size_t(p)].worker, self->state.t.graph, sdump_atom::value, sid)
+            .then(
+                [dumps, p, next](session_dump& d) {
+                  (*dumps)[p] = std::move(d);
+                  next();
+                },
+                [done](caf::error& e) { done(e); });
+      },
+      [self, sid, moves, order, dumps, done] {
+        auto& where = self->state.sessions[sid].where;
+        // What each part keeps: the tensors recorded there, with the moved ones dealt anew.
+        std::map<int, std::vector<tensor_blob>> keep;
+        std::map<std::string, tensor_blob> moving;
+        for (auto& [p, d] : *dumps)
+          for (auto& b : d.tensors) {
+            auto w = where.find(b.name);
+            if (w == where.end() || w->second != p) continue;  // a stale copy: dropped
+            bool moves_away = false;
+            for (const auto& [t, to] : moves) moves_away = moves_away || (t == b.name && to != p);
+            if (moves_away) moving[b.name] = std::move(b);
+            else keep[p].push_back(std::move(b));
+          }
+        for (const auto& [t, to] : moves)
+          if (auto m = moving.find(t); m != moving.end()) {
+            keep[to].push_back(std::move(m->second));
+            where[t] = to;
+          }
+        in_sequence(
+            order->size(),
+            [self, sid, order, keep, done](std::size_t i, std::function<void()> next) {
+              const int p = (*order)[i];
+              session_dump d;
+              if (auto k = keep.find(p); k != keep.end()) d.tensors = k->second;
+              for (const auto& b : d.tensors) d.bytes += b.bytes.size();
+              self->request(self->state.parts[std::size_t(p)].worker, self->state.t.graph, sload_atom::value, sid, d)
+                  .then([next](bool) { next(); }, [done](caf::error& e) { done(e); });
+            },
+            [done] { done(caf::error{}); });
+      });
+}
+
+result<stage_plan> plan_call(pointer self, const run_request& r, std::string& sid) {
+  auto& S = self->state;
+  if (r.sessions.size() > 1) return invalid("a graph listing several sessions cannot run on a model spread over several workers");
+  sid = r.session.empty() && !r.sessions.empty() ? r.sessions.front() : r.session;
+  std::string json;
+  if (!r.graph_id.empty()) {
+    auto t = S.templates.find(r.graph_id);
+    if (t == S.templates.end()) return make_error(errc::not_found, "graph " + r.graph_id + " is not compiled for model " + S.model_id);
+    auto bound = bind_template(*t->second, r.bind_json, r.overrides);
+    if (!bound) return std::move(bound).err();
+    json = std::move(*bound);
+  }
+  rapidjson::Document d;
+  d.Parse(r.graph_id.empty() ? r.graph_json.c_str() : json.c_str());
+  if (d.HasParseError() || !d.IsObject()) return invalid("graph is not a JSON object");
+  if (!r.graph_id.empty() && !r.outputs.empty()) {
+    rapidjson::Value outs(rapidjson::kArrayType);
+    for (const auto& o : r.outputs) outs.PushBack(rapidjson::Value(o.c_str(), d.GetAllocator()), d.GetAllocator());
+    d.RemoveMember("outputs");
+    d.AddMember("outputs", outs, d.GetAllocator());
+  }
+  stage_placement where;
+  where.weight_worker = [self](const std::string& model, const std::string& weight) {
+    auto& S = self->state;
+    auto it = S.weight_part.find(weight);
+    return model == S.model_id && it != S.weight_part.end() ? it->second : -1;
+  };
+  where.session_worker = [self, sid](const std::string& tensor) {
+    auto s = self->state.sessions.find(sid);
+    if (s == self->state.sessions.end()) return -1;
+    auto it = s->second.where.find(tensor);
+    return it == s->second.where.end() ? -1 : it->second;
+  };
+  return split_graph(d, where);
+}
+
+}  // namespace
+
+pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std::vector<pipeline_part> parts,
+                              entity_timeouts t) {
+  return sys.spawn([model_id, parts, t](pointer self) -> pipeline_actor::behavior_type {
+    auto& S = self->state;
+    S.model_id = model_id;
+    S.parts = parts;
+    S.alive.assign(parts.size(), true);
+    S.t = t;
+    for (std::size_t p = 0; p < parts.size(); ++p)
+      for (const auto& name : parts[p].tensors) S.weight_part[name] = int(p);
+    const std::string not_here = "model " + model_id + " is spread over several workers: ";
+
+    /// Asks every part in turn; `each` folds a reply in, `done` answers.
+    auto all_parts = [self](std::function<void(std::size_t, std::function<void()>, std::function<void(caf::error)>)> each,
+                            std::function<void()> done, std::function<void(caf::error)> fail) {
+      in_sequence(
+          self->state.parts.size(), [each, fail](std::size_t p, std::function<void()> next) { each(p, next, fail); }, done);
+    };
+
+    return {
+        [=](status_atom) {
+          worker_status s;
+          s.worker_id = "pipeline of " + self->state.model_id;
+          s.backend = "pipeline";
+          return s;
+        },
+        [=](tbegin_atom, const tensor_begin_request&) -> caf::result<bool> {
+          return to_caf(errc::invalid, not_here + "its tensors are loaded onto those workers directly");
+        },
+        [=](tpiece_atom, const tensor_piece&) -> caf::result<std::uint64_t> {
+          return to_caf(errc::invalid, not_here + "its tensors are loaded onto those workers directly");
+        },
+        [=](tend_atom, const std::string&, const std::string&) -> caf::result<std::uint64_t> {
+          return to_caf(errc::invalid, not_here + "its tensors are loaded onto those workers directly");
+        },
+        [=](tabort_atom, const std::string&) { return true; },
+        [=](dropmodel_atom, const std::string&) {
+          for (std::size_t p = 0; p < self->state.parts.size(); ++p)
+            if (self->state.alive[p]) caf::anon_send(self->state.parts[p].worker, dropmodel_atom::value, self->state.model_id);
+          self->quit();
+          return true;
+        },
+        [=](sopen_atom, const std::string& sid) -> caf::result<bool> {
+          auto rp = self->make_response_promise<bool>();
+          self->state.sessions[sid];
+          all_parts(
+              [self, sid](std::size_t p, std::function<void()> next, std::function<void(caf::error)> fail) {
+                if (!self->state.alive[p]) return next();
+                self->request(self->state.parts[p].worker, self->state.t.control, sopen_atom::value, sid)
+                    .then([next](bool) { next(); }, [fail](caf::error& e) { fail(e); });
+              },
+              [rp]() mutable { rp.deliver(true); }, [rp](caf::error e) mutable { rp.deliver(std::move(e)); });
+          return rp;
+        },
+        [=](sclose_atom, const std::string& sid) {
+          for (std::size_t p = 0; p < self->state.parts.size(); ++p)
+            if (self->state.alive[p]) caf::anon_send(self->state.parts[p].worker, sclose_atom::value, sid);
+          return self->state.sessions.erase(sid) > 0;
+        },
+        [=](sinfo_atom, const std::string& sid) -> caf::result<session_info> {
+          auto s = self->state.sessions.find(sid);
+          if (s == self->state.sessions.end()) return to_caf(errc::not_found, "session " + sid + " is not on this model");
+          if (s->second.lost) return lost_session(sid);
+          auto rp = self->make_response_promise<session_info>();
+          auto info = std::make_shared<session_info>();
+          all_parts(
+              [self, sid, info](std::size_t p, std::function<void()> next, std::function<void(caf::error)> fail) {
+                if (!self->state.alive[p]) return next();
+                self->request(self->state.parts[p].worker, self->state.t.control, sinfo_atom::value, sid)
+                    .then(
+                        [self, sid, info, p, next](session_info& part) {
+                          const auto& where = self->state.sessions[sid].where;
+                          for (auto& t : part.tensors) {
+                            auto w = where.find(t.name);
+                            if (w == where.end() || w->second != int(p)) continue;
+                            info->bytes += t.bytes;
+                            info->tensors.push_back(std::move(t));
+                          }
+                          next();
+                        },
+                        [fail](caf::error& e) { fail(e); });
+              },
+              [rp, info]() mutable { rp.deliver(std::move(*info)); }, [rp](caf::error e) mutable { rp.deliver(std::move(e)); });
+          return rp;
+        },
+        [=](sdump_atom, const std::string& sid) -> caf::result<session_dump> {
+          auto s = self->state.sessions.find(sid);
+          if (s == self->state.sessions.end()) return to_caf(errc::not_found, "session " + sid + " is not on this model");
+          if (s->second.lost) return lost_session(sid);
+          auto rp = self->make_response_promise<session_dump>();
+          auto dump = std::make_shared<session_dump>();
+          all_parts(
+              [self, sid, dump](std::size_t p, std::function<void()> next, std::function<void(caf::error)> fail) {
+                if (!self->state.alive[p]) return next();
+                self->request(self->state.parts[p].worker, self->state.t.graph, sdump_atom::value, sid)
+                    .then(
+                        [self, sid, dump, p, next](session_dump& part) {
+                          const auto& where = self->state.sessions[sid].where;
+                          for (auto& b : part.tensors) {
+                            auto w = where.find(b.name);
+                            if (w == where.end() || w->second != int(p)) continue;
+                            dump->bytes += b.bytes.size();
+                            dump->tensors.push_back(std::move(b));
+                          }
+                          next();
+                        },
+                        [fail](caf::error& e) { fail(e); });
+              },
+              [rp, dump]() mutable { rp.deliver(std::move(*dump)); }, [rp](caf::error e) mutable { rp.deliver(std::move(e)); });
+          return rp;
+        },
+        [=](sload_atom, const std::string& sid, session_dump& d) -> caf::result<bool> {
+          // Each tensor goes back to the part it lived on (a new session's to the first).
+          auto& S = self->state;
+          auto& s = S.sessions[sid];
+          std::map<std::string, int> where;
+          auto split = std::make_shared<std::vector<session_dump>>(S.parts.size());
+          for (auto& b : d.tensors) {
+            auto w = s.where.find(b.name);
+            const int p = w == s.where.end() ? 0 : w->second;
+            where[b.name] = p;
+            (*split)[std::size_t(p)].bytes += b.bytes.size();
+            (*split)[std::size_t(p)].tensors.push_back(std::move(b));
+          }
+          auto rp = self->make_response_promise<bool>();
+          all_parts(
+              [self, sid, split](std::size_t p, std::function<void()> next, std::function<void(caf::error)> fail) {
+                if (!self->state.alive[p]) {
+                  if ((*split)[p].tensors.empty()) return next();
+                  return fail(to_caf(errc::unavailable, "worker " + self->state.parts[p].worker_id + " holding part of model " +
+                                                            self->state.model_id + " left the grid"));
+                }
+                self->request(self->state.parts[p].worker, self->state.t.graph, sload_atom::value, sid, (*split)[p])
+                    .then([next](bool) { next(); }, [fail](caf::error& e) { fail(e); });
+              },
+              [self, sid, where, rp]() mutable {
+                auto& s = self->state.sessions[sid];
+                s.where = where;
+                s.lost = false;
+                rp.deliver(true);
+              },
+              [rp](caf::error e) mutable { rp.deliver(std::move(e)); });
+          return rp;
+        },
+        [=](run_atom, run_request& r) -> caf::result<run_reply> {
+          std::string sid;
+          auto plan = plan_call(self, r, sid);
+          if (!plan) return to_caf(plan.err());
+          if (!sid.empty()) {
+            auto s = self->state.sessions.find(sid);
+            if (s == self->state.sessions.end()) return to_caf(errc::not_found, "session " + sid + " is not on this model");
+            if (s->second.lost) return lost_session(sid);
+          }
+          auto c = std::make_shared<call>();
+          c->rp = self->make_response_promise<run_reply>();
+          c->sid = sid;
+          c->plan = std::move(*plan);
+          c->base64 = r.base64;
+          if (c->plan.moves.empty() || sid.empty()) {
+            run_stage(self, c, 0);
+          } else {
+            move_tensors(self, sid, c->plan.moves, [self, c](caf::error e) {
+              if (e) return c->fail(std::move(e));
+              run_stage(self, c, 0);
+            });
+          }
+          return c->rp;
+        },
+        [=](compile_atom, compile_request& r) -> caf::result<compile_reply> {
+          auto doc = std::make_shared<rapidjson::Document>();
+          doc->Parse(r.graph_json.c_str());
+          if (doc->HasParseError() || !doc->IsObject()) return to_caf(errc::invalid, "graph is not a JSON object");
+          auto decl = parse_graph(*doc, true);
+          if (!decl) return to_caf(decl.err());
+          if (decl->sessions.size() > 1)
+            return to_caf(errc::invalid, "a graph listing several sessions cannot run on a model spread over several workers");
+          for (std::size_t i = 0; i < decl->inputs.size(); ++i) {
+            const auto& in = decl->inputs[i];
+            if (in.kind == input_kind::weight && (in.model != self->state.model_id || !self->state.weight_part.count(in.weight)))
+              return to_caf(errc::not_found, "inputs[" + std::to_string(i) + "] (" + in.name + "): model " + in.model +
+                                                 " has no weight " + in.weight + " here");
+            if (in.kind == input_kind::tensor_id)
+              return to_caf(errc::invalid, "inputs[" + std::to_string(i) + "] (" + in.name +
+                                               "): a graph on a model spread over several workers reads weights by model and name");
+          }
+          compile_reply reply;
+          reply.steps = std::uint32_t(decl->steps.size());
+          reply.bindings = template_bindings(*doc);
+          std::set<std::string> ops;
+          for (const auto& s : decl->steps) ops.insert(s.op);
+          for (const auto& n : graph_needs(*decl))
+            if (!ops.count(n)) reply.features.push_back(n);
+          std::sort(reply.features.begin(), reply.features.end());
+          self->state.templates[r.graph_id] = std::move(doc);
+          return reply;
+        },
+        [=](dropgraph_atom, const std::string& id) { return self->state.templates.erase(id) > 0; },
+        [=](gencheck_atom, const std::string& id, bool sampling, bool verify) -> caf::result<std::int32_t> {
+          auto t = self->state.templates.find(id);
+          if (t == self->state.templates.end()) return to_caf(errc::not_found, "graph " + id + " is not compiled for this model");
+          auto decl = parse_graph(*t->second, true);
+          if (!decl) return to_caf(decl.err());
+          auto k = check_generate_template(*decl, template_bindings(*t->second), sampling, verify);
+          if (!k) return to_caf(k.err());
+          return *k;
+        },
+        [=](genstart_atom, const gen_request&) -> caf::result<bool> {
+          return to_caf(errc::invalid, not_here + "its generations run through the coordinator (workerLoop false)");
+        },
+        [=](genstep_atom) {},
+        [=](gencancel_atom, const std::string&) {},
+        [=](tput_atom, const tensor_upload&) -> caf::result<bool> {
+          return to_caf(errc::invalid, not_here + "it holds no v2 tensors");
+        },
+        [=](tdrop_atom, const std::string&) { return false; },
+        [=](place_atom, std::uint32_t p, worker_actor w) -> caf::result<bool> {
+          auto& S = self->state;
+          if (p >= S.parts.size()) return to_caf(errc::invalid, "no such part");
+          S.parts[p].worker = w;
+          S.alive[p] = true;
+          // Every session has a part on every worker: open them on the new one.
+          auto sids = std::make_shared<std::vector<std::string>>();
+          for (const auto& [sid, _] : S.sessions) sids->push_back(sid);
+          auto rp = self->make_response_promise<bool>();
+          in_sequence(
+              sids->size(),
+              [self, sids, w](std::size_t i, std::function<void()> next) {
+                self->request(w, self->state.t.control, sopen_atom::value, (*sids)[i])
+                    .then([next](bool) { next(); }, [next](caf::error&) { next(); });
+              },
+              [rp]() mutable { rp.deliver(true); });
+          return rp;
+        },
+        [=](partlost_atom, std::uint32_t p) {
+          auto& S = self->state;
+          if (p >= S.parts.size()) return;
+          S.alive[p] = false;
+          if (auto it = S.inflight.find(int(p)); it != S.inflight.end()) {
+            auto calls = std::move(it->second);
+            S.inflight.erase(it);
+            for (auto& [_, abort] : calls) abort();
+          }
+          for (auto& [sid, s] : S.sessions)
+            for (const auto& [t, where] : s.where)
+              if (where == int(p)) s.lost = true;
+        },
+    };
+  });
+}
+
+}  // namespace mpakt

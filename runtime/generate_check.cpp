@@ -1,0 +1,60 @@
+#include "runtime/generate_check.hpp"
+
+#include <algorithm>
+
+namespace mpakt {
+
+namespace {
+
+const step_decl* producer_of(const graph_decl& d, const std::string& value) {
+  for (auto it = d.steps.rbegin(); it != d.steps.rend(); ++it)
+    if (it->out == value) return &*it;
+  return nullptr;
+}
+
+std::string token_producer(const graph_decl& d, const std::string& value, int depth) {
+  const step_decl* s = producer_of(d, value);
+  const std::string op = s ? s->op : "";
+  if (op != "concat" || depth > 256) return op;
+  std::string found;
+  for (const auto& in : s->in) {
+    const std::string part = token_producer(d, in, depth + 1);
+    if (part != "argmax" && part != "sample") return part.empty() ? "concat of an input" : part;
+    found = found.empty() || found == part ? part : "a mix of argmax and sample";
+  }
+  return found;
+}
+
+}  // namespace
+
+std::string token_producer(const graph_decl& d, const std::string& value) { return token_producer(d, value, 0); }
+
+result<std::int32_t> check_generate_template(const graph_decl& d, const std::vector<std::string>& b, bool sampling,
+                                             bool verify) {
+  for (const char* need : {"ids", "pos"})
+    if (std::find(b.begin(), b.end(), need) == b.end())
+      return invalid(std::string("the graph must bind ") + need +
+                     " for generate (an input with \"bind\": \"ids\" and {\"$bind\": \"pos\"} params)");
+  const input_decl* ids = nullptr;
+  for (const auto& in : d.inputs)
+    if (in.kind == input_kind::bound && in.bind == "ids") ids = &in;
+  if (!ids) return invalid("ids must be a bound input of the graph, not a parameter");
+  const std::int64_t rows = shape_numel(ids->shape);
+  if (!verify && rows != 1)
+    return invalid("generate feeds one token per step, but the graph binds ids with shape " + shape_str(ids->shape));
+  if (verify && rows < 2) return invalid("a verify graph binds ids with two or more positions, not shape " + shape_str(ids->shape));
+  if (d.outputs.size() != 1)
+    return invalid("the graph must have exactly one output, the next token ids, not " + std::to_string(d.outputs.size()));
+  const std::string op = token_producer(d, d.outputs.front());
+  if (op != "argmax" && op != "sample")
+    return invalid("the graph must end in argmax or sample, but its output " + d.outputs.front() + " comes from " +
+                   (op.empty() ? "an input" : op));
+  if (sampling && op == "argmax") return invalid("the graph ends in argmax; sampling with temperature > 0 needs a sample step");
+  // Rows written for rejected drafts are harmless in a KV cache (overwritten before they are
+  // read), but a short_conv state advanced past a rejected draft cannot be taken back.
+  if (verify && std::any_of(d.steps.begin(), d.steps.end(), [](const step_decl& s) { return s.op == "short_conv"; }))
+    return invalid("a verify graph may not carry short_conv state: a rejected draft would leave the state advanced past it");
+  return std::int32_t(rows - 1);
+}
+
+}  // namespace mpakt
