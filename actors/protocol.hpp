@@ -58,6 +58,9 @@ struct worker_status {
   /// Ops and features this worker does not offer (an older volunteer): it is never given a
   /// graph using one.
   std::vector<std::string> lacks;
+  /// Filled in by the pool, not the worker: the measured end-to-end time of a probe call
+  /// (a small graph sent as any call is, answered and timed), milliseconds; 0 = not yet.
+  double measured_ms = 0;
 };
 
 /// Starts receiving one tensor of a model. `file_dtype` is the published safetensors dtype
@@ -148,7 +151,7 @@ struct tensor_upload {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
   return f(caf::meta::type_name("worker_status"), x.worker_id, x.backend, x.total_bytes, x.free_bytes, x.features,
-           x.packed_weights, x.can_quantize, x.max_tensor_bytes, x.generations, x.lacks);
+           x.packed_weights, x.can_quantize, x.max_tensor_bytes, x.generations, x.lacks, x.measured_ms);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_begin_request& x) {
@@ -302,6 +305,7 @@ using worker_actor = caf::typed_actor<
 using add_atom = caf::atom_constant<caf::atom("add")>;
 using pick_atom = caf::atom_constant<caf::atom("pick")>;
 using members_atom = caf::atom_constant<caf::atom("members")>;
+using probe_atom = caf::atom_constant<caf::atom("probe")>;
 using workers_atom = caf::atom_constant<caf::atom("workers")>;
 using versions_atom = caf::atom_constant<caf::atom("versions")>;
 using generate_atom = caf::atom_constant<caf::atom("generate")>;
@@ -341,6 +345,8 @@ typename Inspector::result_type inspect(Inspector& f, caller& x) {
 /// The pool: the connected workers, their measured state, and placement.
 using pool_actor = caf::typed_actor<
     caf::reacts_to<add_atom, worker_actor>,
+    /// Times a probe call on every worker again (sent to itself every few seconds).
+    caf::reacts_to<probe_atom>,
     /// Fresh status of every connected worker.
     caf::replies_to<workers_atom>::with<std::vector<worker_status>>,
     /// Every connected worker with its fresh status, the most free memory first (spreading

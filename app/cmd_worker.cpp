@@ -24,6 +24,7 @@ namespace {
 const char* worker_usage =
     "usage: mpakt worker --join HOST:PORT [--id NAME] [--memory SIZE] [--threads N]\n"
     "                    [--join-timeout-ms MS] [--legacy] [--reference] [--without OPS]\n"
+    "                    [--delay-ms MS]\n"
     "\n"
     "Runs a volunteer: a CPU worker that joins the coordinator started with\n"
     "`mpakt serve --cluster-port PORT` and holds weights and sessions for the grid.\n"
@@ -34,7 +35,9 @@ const char* worker_usage =
     "  --legacy            behave like a worker that predates packed weights and quantize-on-load\n"
     "  --reference         run only the reference kernels\n"
     "  --without OPS       ops or features (comma-separated) to leave out, like an older volunteer;\n"
-    "                      graphs using them are never given to it\n";
+    "                      graphs using them are never given to it\n"
+    "  --delay-ms MS       answer every graph call MS late, like a slow or distant volunteer\n"
+    "                      (the pool measures it and ranks it below faster workers)\n";
 
 std::atomic<bool> coordinator_gone{false};
 
@@ -67,6 +70,9 @@ int cmd_worker(const std::vector<std::string>& args) {
     } else if (a == "--join-timeout-ms") {
       if (!(v = value()) || std::atol(v->c_str()) < 0) return bad("--join-timeout-ms takes a number");
       patience_ms = std::atol(v->c_str());
+    } else if (a == "--delay-ms") {
+      if (!(v = value()) || std::atoi(v->c_str()) < 0) return bad("--delay-ms takes a number of milliseconds");
+      wc.delay_ms = std::atoi(v->c_str());
     } else if (a == "--legacy") wc.legacy = true;
     else if (a == "--reference") wc.reference_only = true;
     else if (a == "--without") {

@@ -8,10 +8,12 @@ volunteer (`mpakt worker --join`) on loopback. Reports
     worker and for the volunteer, beside the loopback TCP bandwidth measured in the same run
     (one socket, 1 GiB, Python), so the cost of the extra hop shows as a ratio;
   * decode tokens/s of the worker loop (`/api/v3/generate`, greedy, 64 tokens) on the
-    embedded worker and on the volunteer (every token crosses the volunteer link as a message).
-
-A model is placed whole on one worker today; a model split across two volunteers is not
-measured because placement does not split models yet.
+    embedded worker and on the volunteer (every token crosses the volunteer link as a message);
+  * the same model split across two volunteers that each offer 60% of it (the load spreads it
+    layer by layer): load throughput, and decode tokens/s, which then runs the ordinary loop
+    through the coordinator (each token: every stage on its worker, the activations relayed).
+    For the cost of the split alone, the one-volunteer decode is also measured with that same
+    ordinary loop (`workerLoop: false`).
 
 Usage: .venv/bin/python bench/cluster_bench.py --out /tmp/cluster.json [--tokens 64]
 """
@@ -64,8 +66,9 @@ def loopback_bandwidth(total=1 << 30, chunk=1 << 20):
     return received[0] / (time.perf_counter() - t0)
 
 
-def measure(api, binary, config_path, source, n):
-    """Load (timed) then a worker-loop generation of n tokens (timed by the server)."""
+def measure(api, binary, config_path, source, n, ordinary_too=False):
+    """Load (timed) then a generation of n tokens (timed by the server): the worker loop where
+    the model allows it, and with `ordinary_too` also the loop through the coordinator."""
     t = time.perf_counter()
     r = api.post("/api/v3/models", {"source": source})
     load_wall = time.perf_counter() - t
@@ -80,8 +83,15 @@ def measure(api, binary, config_path, source, n):
                                   "stream": False})  # warm-up
     done = api.post("/api/v3/generate", {"graphId": gid, "sessionId": sid, "ids": [5], "startPos": 0, "maxNewTokens": n,
                                          "stream": False})
-    return {"load": {k: r.get(k) for k in ("bytesTransferred", "throughputMBs", "elapsedMs", "placement")},
-            "load_wall_s": load_wall, "decode_tokens_per_s": done["tokensPerSecond"], "tokens": done["tokens"][:8]}
+    out = {"load": {k: r.get(k) for k in ("bytesTransferred", "throughputMBs", "elapsedMs", "placement")},
+           "load_wall_s": load_wall, "decode_tokens_per_s": done["tokensPerSecond"], "worker_loop": done["workerLoop"],
+           "tokens": done["tokens"][:8]}
+    if ordinary_too:
+        plain = api.post("/api/v3/generate", {"graphId": gid, "sessionId": sid, "ids": [5], "startPos": 0,
+                                              "maxNewTokens": n, "stream": False, "workerLoop": False})
+        out["ordinary_decode_tokens_per_s"] = plain["tokensPerSecond"]
+        assert plain["tokens"] == done["tokens"]
+    return out
 
 
 def main():
@@ -103,37 +113,45 @@ def main():
         loopback = loopback_bandwidth()
         db.log(f"loopback TCP, one connection: {loopback / 1e6:.0f} MB/s")
         results = {"loopback_Bps": loopback, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        for label, extra in (("embedded", []), ("volunteer", ["--workers", "0"])):
+        model_bytes = (d / "model.safetensors").stat().st_size
+        for label, extra in (("embedded", []), ("volunteer", ["--workers", "0"]), ("split", ["--workers", "0"])):
             port, cport = db.free_port(), db.free_port()
             data = tmp / f"serve-{label}"
             data.mkdir()
-            flags = ["--cluster-port", str(cport)] if label == "volunteer" else []
+            flags = ["--cluster-port", str(cport)] if label != "embedded" else []
             serve = db.Proc(f"serve {label}", [args.binary, "serve", "--port", port, "--data-dir", data, "--dev",
                                                "--hf-endpoint", host_url, *extra, *flags], data / "serve.log")
             procs.append(serve)
             serve.start(r"mpakt serve: listening on http://")
-            if label == "volunteer":
-                w = db.Proc("worker", [args.binary, "worker", "--join", f"127.0.0.1:{cport}", "--id", "w_bench",
-                                       "--memory", "2G"], data / "worker.log")
+            volunteers = {"embedded": [], "volunteer": [("w_bench", "2G")],
+                          "split": [("w_left", str(model_bytes * 6 // 10)), ("w_right", str(model_bytes * 6 // 10))]}[label]
+            for name, memory in volunteers:
+                w = db.Proc(name, [args.binary, "worker", "--join", f"127.0.0.1:{cport}", "--id", name,
+                                   "--memory", memory], data / f"{name}.log")
                 procs.append(w)
                 w.start(r"mpakt worker: \S+ joined")
             api = db.Api(port)
             db.bench_account(api)
-            if label == "volunteer":
-                while not api.request("GET", "/api/v3/status")["workers"]:
-                    time.sleep(0.05)
-            r = measure(api, args.binary, d / "config.json", "hf:local/smol", args.tokens)
+            while api.request("GET", "/api/v3/status")["workers"] < max(1, len(volunteers)):
+                time.sleep(0.05)
+            r = measure(api, args.binary, d / "config.json", "hf:local/smol", args.tokens, ordinary_too=label != "embedded")
             r["load_MBps_wall"] = r["load"]["bytesTransferred"] / 1e6 / r["load_wall_s"]
             r["load_fraction_of_loopback"] = r["load_MBps_wall"] * 1e6 / loopback
             results[label] = r
             db.log(f"{label}: load {r['load_MBps_wall']:.0f} MB/s ({r['load_fraction_of_loopback']:.3f} of loopback), "
-                   f"decode {r['decode_tokens_per_s']:.1f} tok/s")
+                   f"decode {r['decode_tokens_per_s']:.1f} tok/s (worker loop: {r['worker_loop']})"
+                   + (f", ordinary loop {r['ordinary_decode_tokens_per_s']:.1f} tok/s" if "ordinary_decode_tokens_per_s" in r else ""))
             api.close()
             serve.stop()
-        same = results["embedded"]["tokens"] == results["volunteer"]["tokens"]
+        same = results["embedded"]["tokens"] == results["volunteer"]["tokens"] == results["split"]["tokens"]
         results["same_tokens"] = same
         results["volunteer_decode_ratio"] = (results["volunteer"]["decode_tokens_per_s"] /
                                              results["embedded"]["decode_tokens_per_s"])
+        # split over two against one volunteer: as served (worker loop there), and loop for loop
+        results["split_decode_ratio"] = (results["split"]["decode_tokens_per_s"] /
+                                         results["volunteer"]["decode_tokens_per_s"])
+        results["split_decode_ratio_same_loop"] = (results["split"]["decode_tokens_per_s"] /
+                                                   results["volunteer"]["ordinary_decode_tokens_per_s"])
         Path(args.out).write_text(json.dumps(results, indent=1))
         print(json.dumps({k: v for k, v in results.items() if k != "date"}, indent=1))
     finally:

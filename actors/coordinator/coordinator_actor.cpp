@@ -793,6 +793,10 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                         key(w, "totalBytes"); w.Uint64(s.total_bytes);
                         key(w, "packedWeights"); w.Bool(s.packed_weights);
                         key(w, "quantizeOnLoad"); w.Bool(s.can_quantize);
+                        // end-to-end time of the pool's probe call (placement ranks by it)
+                        key(w, "measuredMs");
+                        if (s.measured_ms > 0) w.Double(s.measured_ms);
+                        else w.Null();
                         key(w, "models");  // the caller's models placed there
                         w.StartArray();
                         for (const auto& [id, m] : self->state.models) {

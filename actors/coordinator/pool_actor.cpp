@@ -1,6 +1,9 @@
 #include "actors/coordinator/pool_actor.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
 #include <memory>
 
 #include "actors/errors.hpp"
@@ -11,9 +14,51 @@ namespace {
 
 struct pool_state {
   std::vector<worker_actor> workers;
+  /// Measured end-to-end time of the probe call per worker (moving average), milliseconds.
+  std::map<caf::actor_addr, double> measured_ms;
+  bool probing = false;  ///< the periodic re-probe is scheduled
 };
 
+using pool_pointer = pool_actor::stateful_pointer<pool_state>;
+
 constexpr auto worker_timeout = std::chrono::seconds(10);
+constexpr auto probe_every = std::chrono::seconds(5);
+
+/// The probe: a 64x64 product of data sent with the call, a graph as small as a decode step's
+/// messages, so its round trip is what a call to this worker costs beyond its arithmetic (the
+/// link, the worker's queue and its speed). Fixed text, built once.
+const std::string& probe_graph() {
+  static const std::string g = [] {
+    std::string data;
+    for (int i = 0; i < 64 * 64; ++i) data += (i ? "," : "") + std::to_string((i * 37) % 17 - 8);
+    return "{\"inputs\":[{\"name\":\"a\",\"shape\":[64,64],\"data\":[" + data +
+           "]}],\"steps\":[{\"op\":\"matmul\",\"in\":[\"a\",\"a\"],\"out\":\"c\"}],\"outputs\":[\"c\"]}";
+  }();
+  return g;
+}
+
+/// Times one probe call on `w` and folds it into the worker's moving average.
+void probe(pool_pointer self, worker_actor w) {
+  run_request r;
+  r.graph_json = probe_graph();
+  r.base64 = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  self->request(w, worker_timeout, run_atom::value, std::move(r))
+      .then(
+          [self, w, t0](run_reply&) {
+            const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            auto& m = self->state.measured_ms;
+            auto it = m.find(w.address());
+            if (it == m.end()) m[w.address()] = ms;
+            else it->second = 0.5 * it->second + 0.5 * ms;
+          },
+          [](caf::error&) {});  // a worker that cannot answer is dropped by its monitor
+}
+
+/// Whether `a` is clearly faster than `b` by measured time: by more than half again and 2 ms
+/// (loopback noise must not reorder equal workers); an unmeasured worker is never clearly
+/// faster or slower.
+bool clearly_faster(double a, double b) { return a > 0 && b > 0 && b > a * 1.5 && b - a > 2.0; }
 
 /// Gathers every worker's status; replies once all answered (a worker that fails to answer
 /// in time is left out).
@@ -27,6 +72,8 @@ void gather(pool_actor::stateful_pointer<pool_state> self,
     self->request(w, worker_timeout, status_atom::value)
         .then(
             [=](worker_status& s) {
+              auto m = self->state.measured_ms.find(w.address());
+              s.measured_ms = m == self->state.measured_ms.end() ? 0 : std::round(m->second * 100) / 100;
               acc->emplace_back(w, std::move(s));
               if (--*pending == 0) done(std::move(*acc));
             },
@@ -59,9 +106,19 @@ caf::typed_response_promise<worker_actor, worker_status> pick(pool_actor::statef
       rp.deliver(to_caf(errc::unavailable, "no connected worker offers " + missing + ", which the graph uses"));
       return;
     }
-    auto best = std::max_element(able.begin(), able.end(),
-                                 [](const auto& a, const auto& b) { return a.second.free_bytes < b.second.free_bytes; });
-    if (best->second.free_bytes < bytes) {
+    // Ranked by measured end-to-end time first (only a clearly faster worker wins), then by
+    // free memory; among those with room for `bytes`.
+    auto better = [](const auto& a, const auto& b) {
+      if (clearly_faster(a.second.measured_ms, b.second.measured_ms)) return true;
+      if (clearly_faster(b.second.measured_ms, a.second.measured_ms)) return false;
+      return a.second.free_bytes > b.second.free_bytes;
+    };
+    const std::pair<worker_actor, worker_status>* best = nullptr;
+    for (const auto& w : able)
+      if (w.second.free_bytes >= bytes && (!best || better(w, *best))) best = &w;
+    if (!best) {
+      best = &*std::max_element(able.begin(), able.end(),
+                                [](const auto& a, const auto& b) { return a.second.free_bytes < b.second.free_bytes; });
       rp.deliver(to_caf(errc::unavailable, "no worker has " + std::to_string((bytes + 999999) / 1000000) +
                                                " MB free (the largest has " + std::to_string(best->second.free_bytes / 1000000) +
                                                " MB)"));
@@ -79,11 +136,21 @@ pool_actor spawn_pool(caf::actor_system& sys) {
     self->set_down_handler([=](caf::down_msg& dm) {
       auto& ws = self->state.workers;
       ws.erase(std::remove_if(ws.begin(), ws.end(), [&](const worker_actor& w) { return w.address() == dm.source; }), ws.end());
+      self->state.measured_ms.erase(dm.source);
     });
     return {
         [=](add_atom, worker_actor w) {
           self->monitor(w);
-          self->state.workers.push_back(std::move(w));
+          self->state.workers.push_back(w);
+          probe(self, w);
+          if (!self->state.probing) {
+            self->state.probing = true;
+            self->delayed_send(self, probe_every, probe_atom::value);
+          }
+        },
+        [=](probe_atom) {
+          for (const auto& w : self->state.workers) probe(self, w);
+          self->delayed_send(self, probe_every, probe_atom::value);
         },
         [=](workers_atom) -> caf::result<std::vector<worker_status>> {
           auto rp = self->make_response_promise<std::vector<worker_status>>();

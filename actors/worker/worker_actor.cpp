@@ -5,6 +5,7 @@
 #include <rapidjson/writer.h>
 
 #include <cstring>
+#include <thread>
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -451,6 +452,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
       },
       [=](run_atom, run_request& r) -> caf::result<run_reply> {
         auto& st = self->state;
+        if (st.cfg.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(st.cfg.delay_ms));
         if (!r.session.empty() && !st.store.find_session(r.session))
           return to_caf(errc::not_found, "session " + r.session + " is not on this worker");
         for (const auto& s : r.sessions)

@@ -25,6 +25,9 @@ struct worker_config {
   /// Ops and features this worker leaves out (behaving like an older volunteer; tests of
   /// routing by capability).
   std::vector<std::string> lacks;
+  /// Answers every graph call this many milliseconds late, as a volunteer on a slow machine or
+  /// a long link would (tests and demonstrations of ranking by measured time).
+  int delay_ms = 0;
 };
 
 /// Spawns a worker on its own thread.

@@ -217,3 +217,34 @@ def test_a_volunteer_lacking_a_feature_is_never_given_a_graph_using_it(start_ser
                 c.workers[name].proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 c.workers[name].proc.kill()
+
+
+def test_placement_ranks_volunteers_by_measured_time(start_server, tmp_path_factory):
+    """The pool times a probe call on every volunteer (end to end: the link, the queue, the
+    machine) and places on the clearly faster one even when a slower one has more free memory;
+    memory still decides what fits. A volunteer started with --delay-ms answers every call late,
+    as a distant or slow one would."""
+    cport = free_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
+    c = Cluster(server, cport, tmp_path_factory.mktemp("ranking"))
+    c.key = server.account("ranked")[1]
+    try:
+        c.join("w_slow", "2G", "--delay-ms", "60")
+        c.join("w_fast", "64M")
+        s = c.wait_for(lambda s: all(w["measuredMs"] for w in s["pool"]), "both volunteers measured")
+        measured = {w["workerId"]: w["measuredMs"] for w in s["pool"]}
+        assert measured["w_slow"] >= 60 > measured["w_fast"], measured
+        api = server.api
+        loaded = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
+        assert [p["workerId"] for p in loaded["placement"]] == ["w_fast"]  # though w_slow has 30x the room
+        decode_golden(api, c.key, loaded["modelId"])
+        # 77 MB fit only on the slow one: memory comes first
+        big = expect(api.post("/api/v3/models", {"source": "hf:local/slow"}, key=c.key, timeout=60), 200)
+        assert [p["workerId"] for p in big["placement"]] == ["w_slow"]
+    finally:
+        for name in list(c.workers):
+            c.workers[name].proc.send_signal(signal.SIGTERM)
+            try:
+                c.workers[name].proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                c.workers[name].proc.kill()
