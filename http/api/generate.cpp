@@ -40,6 +40,7 @@ struct generation_state {
   std::size_t run_offset = 0;
   bool reported = false;  ///< the current run's fed tokens went to the coordinator
   int runs = 0;           ///< runs started (a late answer from an earlier run is ignored)
+  int retries_since_token = 0;  ///< ordinary loop: passes sent again after losing a worker
 };
 
 /// Tells the coordinator what the current run fed its session (journal of a checkpointed
@@ -265,6 +266,7 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
                       produced = st.spec->verified(pass, *outputs, ms);
                     }
                     std::vector<std::int64_t> emitted;
+                    st.retries_since_token = 0;
                     for (std::int64_t tok : produced) {
                       on_token(gen_token{tok, std::uint32_t(st.tokens.size()), st.pos, ms / double(produced.size())});
                       emitted.push_back(tok);
@@ -281,7 +283,34 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
                   },
                   [=](caf::error& e) {
                     auto& st = self->state;
-                    finish(with_counters(gen_done{"error", from_caf(e).message, st.pos}, st.spec.get()));
+                    if (st.finished) return;
+                    // A worker behind the session left the grid (a part of a spread model): what
+                    // was fed goes to the journal, the coordinator restores the session, and the
+                    // loop goes on feeding the same token there. Twice without a token in between
+                    // ends it (the session could not be brought back).
+                    const error err = from_caf(e);
+                    if (err.code != errc::unavailable || st.retries_since_token >= 2)
+                      return finish(with_counters(gen_done{"error", err.message, st.pos}, st.spec.get()));
+                    st.retries_since_token++;
+                    report_fed(st);
+                    gen_plan next = st.plan;
+                    self->request(st.coordinator, caf::infinite, replan_atom::value, st.who, std::move(next))
+                        .then(
+                            [=](gen_plan& p) {
+                              auto& st = self->state;
+                              if (st.finished) return;
+                              st.run_offset = st.tokens.size();
+                              st.run_first = st.next_token;
+                              st.run_start = st.pos;
+                              st.reported = false;
+                              st.plan.worker = p.worker;
+                              st.plan.session = p.session;
+                              self->send(self, next_atom::value);
+                            },
+                            [=](caf::error& e2) {
+                              auto& st = self->state;
+                              finish(with_counters(gen_done{"error", from_caf(e2).message, st.pos}, st.spec.get()));
+                            });
                   });
         },
     };

@@ -186,6 +186,38 @@ def test_a_checkpointed_session_survives_killing_a_part_of_the_model(spread):
     spread.server.assert_up()
 
 
+def test_a_generation_goes_on_when_a_part_of_the_model_is_killed(spread):
+    """Server-side generation on a spread model runs its loop through the coordinator; when a
+    worker holding part of the model is killed mid-generation, the pass is sent again once the
+    part is back and the session restored: the tokens are the undisturbed ones, with no error."""
+    api, key = spread.server.api, spread.key
+    prompt, golden = GOLDEN["prompt_ids"], GOLDEN["greedy_ids"]
+    n = len(golden) - len(prompt)
+    rng = random.Random(5)
+    during = 0
+    for trial in range(5):
+        spread.spare()
+        sid = new_session(spread)
+        for pos in range(len(prompt) - 1):
+            feed(spread, sid, prompt[pos], pos)
+        expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key), 200)
+        victim = spread.holders(spread.model)[rng.randrange(3)]
+        delay = rng.uniform(0, 0.06)
+        killed_at = []
+        killer = threading.Timer(delay, lambda: (spread.kill(victim), killed_at.append(time.monotonic())))
+        killer.start()
+        r = expect(api.post("/api/v3/generate", {"graphId": spread.step, "sessionId": sid, "ids": [prompt[-1]],
+                                                 "startPos": len(prompt) - 1, "maxNewTokens": n, "stream": False},
+                            key=key, timeout=120), 200)
+        ended = time.monotonic()
+        killer.join()
+        during += killed_at[0] < ended
+        assert r["ok"] and prompt + r["tokens"] == golden, (trial, victim, delay, r)
+        expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
+    assert during >= 3, f"only {during} of 5 kills landed inside the generation"
+    spread.server.assert_up()
+
+
 def test_an_unsaved_session_on_a_lost_part_says_to_prefill_again(spread):
     api, key = spread.server.api, spread.key
     spread.spare()
