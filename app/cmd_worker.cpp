@@ -12,6 +12,9 @@
 #include "actors/cluster.hpp"
 #include "actors/coordinator/load_job.hpp"
 #include "actors/worker/worker_actor.hpp"
+#if defined(MPAKT_HAS_CUDA)
+#include "backends/cuda/cuda_backend.hpp"
+#endif
 #include "app/commands.hpp"
 #include "app/process.hpp"
 #include "app/sizes.hpp"
@@ -24,10 +27,12 @@ namespace {
 const char* worker_usage =
     "usage: mpakt worker --join HOST:PORT [--id NAME] [--memory SIZE] [--threads N]\n"
     "                    [--join-timeout-ms MS] [--legacy] [--reference] [--without OPS]\n"
-    "                    [--delay-ms MS]\n"
+    "                    [--delay-ms MS] [--cpu]\n"
     "\n"
-    "Runs a volunteer: a CPU worker that joins the coordinator started with\n"
-    "`mpakt serve --cluster-port PORT` and holds weights and sessions for the grid.\n"
+    "Runs a volunteer: a worker that joins the coordinator started with\n"
+    "`mpakt serve --cluster-port PORT` and holds weights and sessions for the grid. It computes\n"
+    "on the GPU where this build has CUDA and a usable GPU exists (steps the GPU path lacks run\n"
+    "on the CPU reference kernels), else on the CPU.\n"
     "  --id NAME           how the pool shows it (default w_<host>_<pid>)\n"
     "  --memory SIZE       memory it offers, e.g. 8G, 512M (default 8G)\n"
     "  --threads N         threads a kernel may use (default: the machine's cores)\n"
@@ -36,10 +41,25 @@ const char* worker_usage =
     "  --reference         run only the reference kernels\n"
     "  --without OPS       ops or features (comma-separated) to leave out, like an older volunteer;\n"
     "                      graphs using them are never given to it\n"
+    "  --cpu               compute on the CPU even where a GPU exists\n"
     "  --delay-ms MS       answer every graph call MS late, like a slow or distant volunteer\n"
     "                      (the pool measures it and ranks it below faster workers)\n";
 
 std::atomic<bool> coordinator_gone{false};
+
+/// The GPU backend when this build has CUDA and a usable GPU exists; errc::not_found when
+/// there is none (the CPU then serves), another error when opening it failed.
+result<std::shared_ptr<backend>> choose_gpu() {
+#if defined(MPAKT_HAS_CUDA)
+  if (cuda_device_count() == 0) return make_error(errc::not_found, "no usable GPU");
+  auto b = cuda_backend::create();
+  if (!b) return std::move(b).err();
+  std::fprintf(stderr, "mpakt worker: computing on GPU %d (%s)\n", (*b)->device(), (*b)->device_name().c_str());
+  return std::shared_ptr<backend>(std::move(*b));
+#else
+  return make_error(errc::not_found, "this build has no CUDA backend");
+#endif
+}
 
 }  // namespace
 
@@ -49,6 +69,7 @@ int cmd_worker(const std::vector<std::string>& args) {
   int threads = std::max(1u, std::thread::hardware_concurrency());
   if (const char* t = std::getenv("MPAKT_THREADS"); t && std::atoi(t) > 0) threads = std::atoi(t);
   long patience_ms = 30000;
+  bool force_cpu = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
@@ -73,7 +94,8 @@ int cmd_worker(const std::vector<std::string>& args) {
     } else if (a == "--delay-ms") {
       if (!(v = value()) || std::atoi(v->c_str()) < 0) return bad("--delay-ms takes a number of milliseconds");
       wc.delay_ms = std::atoi(v->c_str());
-    } else if (a == "--legacy") wc.legacy = true;
+    } else if (a == "--cpu") force_cpu = true;
+    else if (a == "--legacy") wc.legacy = true;
     else if (a == "--reference") wc.reference_only = true;
     else if (a == "--without") {
       if (!(v = value()) || v->empty()) return bad("--without takes ops or features, comma-separated");
@@ -98,6 +120,11 @@ int cmd_worker(const std::vector<std::string>& args) {
   }
   wc.worker_id = id;
   cpu_fast::set_kernel_threads(threads);
+  if (!force_cpu && !wc.reference_only) {
+    auto gpu = choose_gpu();
+    if (gpu) wc.device = std::move(*gpu);
+    else if (gpu.err().code != errc::not_found) std::fprintf(stderr, "mpakt worker: %s; computing on the CPU\n", gpu.err().message.c_str());
+  }
 
   sigset_t stop_signals = block_stop_signals();
   caf::actor_system_config cfg;
@@ -121,8 +148,9 @@ int cmd_worker(const std::vector<std::string>& args) {
       return {[](caf::exit_msg&) {}};
     });
     caf::anon_send(*pool, add_atom::value, worker);
-    std::printf("mpakt worker: %s joined %s (%s offered, %d kernel threads)\n", id.c_str(), join.c_str(),
-                (std::to_string(wc.memory_bytes >> 20) + " MiB").c_str(), threads);
+    std::printf("mpakt worker: %s joined %s (%s offered, %s, %d kernel threads)\n", id.c_str(), join.c_str(),
+                (std::to_string(wc.memory_bytes >> 20) + " MiB").c_str(), wc.device ? std::string(wc.device->name()).c_str() : "cpu",
+                threads);
     std::fflush(stdout);
     int sig = 0;
     sigwait(&stop_signals, &sig);

@@ -53,7 +53,7 @@ constexpr std::size_t max_batch = 16;
 struct worker_state {
   worker_config cfg;
   tensor_store store;
-  std::unique_ptr<cpu_backend> backend;
+  std::shared_ptr<mpakt::backend> backend;  ///< the CPU backend, or the device one the program chose
   /// A tensor being received, and the resident bytes reserved for it.
   struct incoming {
     tensor_builder builder;
@@ -334,7 +334,8 @@ namespace {
 
 worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config cfg) {
   self->state.cfg = cfg;
-  self->state.backend = std::make_unique<cpu_backend>(cpu_backend::config{cfg.reference_only});
+  if (cfg.device) self->state.backend = cfg.device;
+  else self->state.backend = std::make_shared<cpu_backend>(cpu_backend::config{cfg.reference_only});
   return {
       [=](status_atom) {
         auto& st = self->state;

@@ -7,9 +7,11 @@
 /// system shuts down. All state is owned by the actor; nothing is shared.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "actors/protocol.hpp"
+#include "backends/backend.hpp"
 
 namespace mpakt {
 
@@ -28,6 +30,10 @@ struct worker_config {
   /// Answers every graph call this many milliseconds late, as a volunteer on a slow machine or
   /// a long link would (tests and demonstrations of ranking by measured time).
   int delay_ms = 0;
+  /// What it computes on: a GPU backend chosen by the program (`mpakt worker` picks CUDA where
+  /// a usable GPU exists), which falls back to the CPU reference kernels for any step its
+  /// device path lacks; null = the CPU backend.
+  std::shared_ptr<backend> device;
 };
 
 /// Spawns a worker on its own thread.

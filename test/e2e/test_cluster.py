@@ -35,6 +35,16 @@ class Cluster:
         proc.proc.send_signal(signal.SIGKILL)
         proc.proc.wait(timeout=10)
 
+    def stop_all(self):
+        """SIGTERM to every volunteer still running (SIGKILL to one that does not stop)."""
+        for name in list(self.workers):
+            proc = self.workers.pop(name).proc
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
     def status(self, key):
         return expect(self.server.api.get("/api/v3/status", key=key), 200)
 
@@ -57,12 +67,7 @@ def cluster(start_server, tmp_path_factory):
     c = Cluster(server, cport, tmp_path_factory.mktemp("workers"))
     c.key = server.account("operator")[1]
     yield c
-    for name in list(c.workers):
-        c.workers[name].proc.send_signal(signal.SIGTERM)
-        try:
-            c.workers[name].proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            c.workers[name].proc.kill()
+    c.stop_all()
 
 
 def graph_cli(*args):
@@ -211,12 +216,7 @@ def test_a_volunteer_lacking_a_feature_is_never_given_a_graph_using_it(start_ser
         for _ in range(5):  # w_old has far more free memory, yet never gets it
             expect(api.post("/api/v3/graph", {"graph": penalised_sample_graph()}, key=c.key), 200)
     finally:
-        for name in list(c.workers):
-            c.workers[name].proc.send_signal(signal.SIGTERM)
-            try:
-                c.workers[name].proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                c.workers[name].proc.kill()
+        c.stop_all()
 
 
 def test_placement_ranks_volunteers_by_measured_time(start_server, tmp_path_factory):
@@ -242,9 +242,35 @@ def test_placement_ranks_volunteers_by_measured_time(start_server, tmp_path_fact
         big = expect(api.post("/api/v3/models", {"source": "hf:local/slow"}, key=c.key, timeout=60), 200)
         assert [p["workerId"] for p in big["placement"]] == ["w_slow"]
     finally:
-        for name in list(c.workers):
-            c.workers[name].proc.send_signal(signal.SIGTERM)
-            try:
-                c.workers[name].proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                c.workers[name].proc.kill()
+        c.stop_all()
+
+
+def gpu_present():
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not gpu_present(), reason="no GPU on this machine")
+def test_a_volunteer_with_a_gpu_reports_cuda_and_decodes_the_golden_tokens(start_server, tmp_path_factory):
+    """Where a usable GPU exists (and the build has CUDA), `mpakt worker` computes on it: the
+    pool counts it under backends.cuda, and its decode equals transformers' tokens (steps the
+    GPU path lacks run on the CPU reference kernels). --cpu keeps a volunteer on the CPU."""
+    cport = free_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
+    c = Cluster(server, cport, tmp_path_factory.mktemp("gpu"))
+    c.key = server.account("gpu")[1]
+    try:
+        proc = c.join("w_gpu", "2G")
+        if "cuda" not in proc.output():
+            pytest.skip("this build has no CUDA backend")
+        s = c.status(c.key)
+        assert s["backends"].get("cuda") == 1 and s["pool"][0]["backend"] == "cuda"
+        model = expect(server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60),
+                       200)["modelId"]
+        decode_golden(server.api, c.key, model)
+        c.join("w_cpu", "2G", "--cpu")
+        assert c.status(c.key)["backends"]["cpu"] == 1
+    finally:
+        c.stop_all()

@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import random
-import signal
-import subprocess
 import threading
 import time
 
@@ -62,12 +60,7 @@ def spread(start_server, tmp_path_factory):
                                                                           "1", "--cache", "64", "--argmax")},
                                     key=c.key), 200)["graphId"]
     yield c
-    for name in list(c.workers):
-        c.workers[name].proc.send_signal(signal.SIGTERM)
-        try:
-            c.workers[name].proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            c.workers[name].proc.kill()
+    c.stop_all()
 
 
 def new_session(c):
