@@ -111,10 +111,40 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
     if (first_weight_worker >= 0) break;
   }
 
+  // zeros steps whose value is only retained: deferred, not run here.
+  std::vector<bool> skip(d.steps.size(), false);
+  stage_plan plan;
+  {
+    std::set<std::string> read;
+    for (const auto& s : d.steps)
+      for (const auto& name : s.in) read.insert(name);
+    for (const auto& o : d.outputs) read.insert(o);
+    for (std::size_t i = 0; i < d.steps.size(); ++i) {
+      const auto& s = d.steps[i];
+      if (s.op != "zeros" || !s.in.empty() || !s.binds.empty() || read.count(s.out)) continue;
+      const param_value* shape = s.params.find("shape");
+      if (!shape || shape->k != param_value::kind::array) continue;
+      shape_t dims;
+      bool whole = true;
+      for (const auto& dim : shape->items) {
+        whole = whole && dim.is_number() && dim.num >= 0 && dim.num == std::floor(dim.num);
+        dims.push_back(whole ? static_cast<std::int64_t>(dim.num) : 0);
+      }
+      bool retained = false;
+      for (const auto& [tensor, value] : d.retain)
+        if (value == s.out) retained = true;
+      if (!whole || !retained) continue;
+      skip[i] = true;
+      for (const auto& [tensor, value] : d.retain)
+        if (value == s.out) plan.deferred.emplace_back(tensor, dims);
+    }
+  }
+
   int current = -1;
   for (std::size_t i = 0; i < d.steps.size(); ++i) {
     const auto& s = d.steps[i];
     const std::string at = step_at(i, s);
+    if (skip[i]) continue;
     int w = -1;
     for (const auto& name : s.in) {
       auto it = input_of.find(name);
@@ -161,9 +191,9 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
   }
 
   // Consecutive steps on one worker form a stage.
-  stage_plan plan;
   std::vector<std::size_t> stage_of(d.steps.size(), 0);
   for (std::size_t i = 0; i < d.steps.size(); ++i) {
+    if (skip[i]) continue;
     if (plan.stages.empty() || plan.stages.back().worker != worker_of[i]) {
       plan.stages.emplace_back();
       plan.stages.back().worker = worker_of[i];
@@ -190,6 +220,7 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
   };
   producer.clear();
   for (std::size_t i = 0; i < d.steps.size(); ++i) {
+    if (skip[i]) continue;
     for (const auto& name : d.steps[i].in) {
       if (auto p = producer.find(name); p != producer.end()) {
         if (stage_of[p->second] != stage_of[i]) add_cross(stage_of[p->second], stage_of[i], name);
@@ -211,7 +242,11 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
     } else if (in.kind == input_kind::session) {
       auto p = session_dest.find(in.session_name);
       w = p != session_dest.end() ? p->second : where.session_worker(in.session_name);
-      if (w < 0) return plan.stages.size() - 1;  // the worker names the missing tensor
+      if (w < 0) {
+        // Not created yet (or missing: the worker then names it): read on the last stage.
+        session_dest[in.session_name] = plan.stages.back().worker;
+        return plan.stages.size() - 1;
+      }
     } else {
       return plan.stages.size() - 1;
     }
@@ -233,7 +268,10 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
     plan.stages[*st].outputs.push_back(d.outputs[i]);
   }
   plan.outputs = d.outputs;
+  std::set<std::string> deferred_tensors;
+  for (const auto& [tensor, _] : plan.deferred) deferred_tensors.insert(tensor);
   for (const auto& [tensor, value] : d.retain) {
+    if (deferred_tensors.count(tensor)) continue;
     if (auto it = input_of.find(value); it != input_of.end() && !producer.count(value)) {
       const auto& in = d.inputs[it->second];
       if (in.kind == input_kind::session && in.session_name == tensor) continue;  // keeping it where it is
@@ -242,8 +280,11 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
     if (!st) return std::move(st).err();
     plan.stages[*st].retain.emplace_back(tensor, value);
   }
-  for (const auto& [tensor, w] : session_dest)
-    if (const int now = where.session_worker(tensor); now >= 0 && now != w) plan.moves.emplace_back(tensor, w);
+  for (const auto& [tensor, w] : session_dest) {
+    const int now = where.session_worker(tensor);
+    if (now >= 0 && now != w) plan.moves.emplace_back(tensor, w);
+    if (now == stage_placement::deferred) plan.create.emplace_back(tensor, w);
+  }
   return plan;
 }
 
@@ -390,31 +431,76 @@ std::vector<std::string> layer_groups(const std::vector<std::string>& names) {
   return out;
 }
 
+namespace {
+
+/// Fills `groups` (bytes, in order) into the first `k` workers, each up to min(its free
+/// memory, cap), moving on when a group does not fit; the worker of each group, or empty.
+std::vector<int> fill(const std::vector<std::uint64_t>& groups, const std::vector<std::uint64_t>& free_bytes, std::size_t k,
+                      std::uint64_t cap) {
+  std::vector<int> out;
+  std::size_t w = 0;
+  std::uint64_t used = 0;
+  for (const auto need : groups) {
+    while (w < k && used + need > std::min(free_bytes[w], cap)) {
+      ++w;
+      used = 0;
+    }
+    if (w == k) return {};
+    used += need;
+    out.push_back(int(w));
+  }
+  return out;
+}
+
+}  // namespace
+
 result<std::vector<int>> plan_spread(const std::vector<spread_tensor>& tensors, const std::vector<std::uint64_t>& free_bytes) {
   std::map<std::string, std::uint64_t> group_bytes;
   for (const auto& t : tensors) group_bytes[layer_group(t.name)] += t.bytes;
   std::vector<std::string> order;
   for (const auto& [g, _] : group_bytes) order.push_back(g);
   std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return group_rank(a) < group_rank(b); });
-  std::map<std::string, int> group_worker;
-  std::vector<std::uint64_t> left = free_bytes;
-  std::size_t w = 0;
+  std::vector<std::uint64_t> sizes;
+  std::uint64_t total = 0, largest = 0;
   for (const auto& g : order) {
-    const std::uint64_t need = group_bytes[g];
-    std::size_t k = w;
-    while (k < left.size() && left[k] < need) ++k;
-    if (k == left.size())
-      return make_error(errc::unavailable, "the model cannot be spread over the workers: " + g + " needs " +
-                                               std::to_string((need + 999999) / 1000000) +
-                                               " MB together and no worker left in the order of placement has that much free");
-    w = k;
-    left[w] -= need;
-    group_worker[g] = int(w);
+    sizes.push_back(group_bytes[g]);
+    total += group_bytes[g];
+    largest = std::max(largest, group_bytes[g]);
   }
-  std::vector<int> out;
-  out.reserve(tensors.size());
-  for (const auto& t : tensors) out.push_back(group_worker[layer_group(t.name)]);
-  return out;
+  // The fewest workers that can hold it (fewest stages), then the most even split among them
+  // (the least any one of them must hold: the smallest cap that still fits), which leaves each
+  // the most room for the sessions' caches.
+  for (std::size_t k = 1; k <= free_bytes.size(); ++k) {
+    if (fill(sizes, free_bytes, k, total).empty()) continue;
+    std::uint64_t lo = largest, hi = total;
+    while (lo < hi) {
+      const std::uint64_t mid = lo + (hi - lo) / 2;
+      if (fill(sizes, free_bytes, k, mid).empty()) lo = mid + 1;
+      else hi = mid;
+    }
+    const auto where = fill(sizes, free_bytes, k, lo);
+    std::map<std::string, int> group_worker;
+    for (std::size_t i = 0; i < order.size(); ++i) group_worker[order[i]] = where[i];
+    std::vector<int> out;
+    out.reserve(tensors.size());
+    for (const auto& t : tensors) out.push_back(group_worker[layer_group(t.name)]);
+    return out;
+  }
+  // Name the group that fits nowhere when every worker is filled to its free memory.
+  std::size_t w = 0;
+  std::uint64_t used = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    while (w < free_bytes.size() && used + sizes[i] > free_bytes[w]) {
+      ++w;
+      used = 0;
+    }
+    if (w == free_bytes.size())
+      return make_error(errc::unavailable, "the model cannot be spread over the workers: " + order[i] + " needs " +
+                                               std::to_string((sizes[i] + 999999) / 1000000) +
+                                               " MB together and no worker left in the order of placement has that much free");
+    used += sizes[i];
+  }
+  return make_error(errc::unavailable, "the model cannot be spread over the workers");
 }
 
 }  // namespace mpakt

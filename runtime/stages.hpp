@@ -16,6 +16,11 @@
 /// A session tensor lives where the step reading it runs: if it lives elsewhere now, the
 /// plan lists a move (done once; it stays there afterwards). Retained values stay on the
 /// worker that computed them. Consecutive steps on one worker form one stage.
+///
+/// A session tensor allocated by a `zeros` step that nothing else in the graph reads (how a
+/// session allocates its caches) is not computed anywhere yet: the plan lists it as deferred,
+/// and it is created as zeros on the worker that first reads it (a cache then never has to fit,
+/// or travel, on a worker whose layers do not use it).
 
 #include <cstdint>
 #include <functional>
@@ -31,9 +36,12 @@
 namespace mpakt {
 
 struct stage_placement {
+  /// `session_worker` of a deferred tensor (zeros not yet created anywhere).
+  static constexpr int deferred = -2;
   /// The worker holding a model's weight; -1 when no worker holds it.
   std::function<int(const std::string& model, const std::string& weight)> weight_worker;
-  /// The worker a session tensor lives on now; -1 when it does not exist yet.
+  /// The worker a session tensor lives on now; -1 when it does not exist yet, `deferred` when
+  /// it is zeros still to be created where first read.
   std::function<int(const std::string& tensor)> session_worker;
   int home = 0;
 };
@@ -63,6 +71,11 @@ struct stage_plan {
   std::vector<stage> stages;
   /// Session tensors to move before running: (tensor, destination worker).
   std::vector<std::pair<std::string, int>> moves;
+  /// Deferred session tensors this graph reads, to create as zeros before running: (tensor,
+  /// worker).
+  std::vector<std::pair<std::string, int>> create;
+  /// Session tensors this graph allocates as zeros without reading them: deferred.
+  std::vector<std::pair<std::string, shape_t>> deferred;
   std::vector<std::string> outputs;  ///< the graph's outputs, in its order
 };
 
@@ -88,10 +101,11 @@ struct spread_tensor {
 
 /// Places a model over several workers when no one of them can hold it: tensors are grouped
 /// by layer (the name up to its first all-digit component, "model.layers.7"; other tensors
-/// are a group each), the groups put in model order (embeddings, layers by number, the rest)
-/// and filled into the workers in the order given (most free first), moving on to the next
-/// worker when a group does not fit. Returns the worker index of each tensor; refuses,
-/// naming the group, when a group fits in none of the workers left.
+/// are a group each) and the groups, in model order (embeddings, layers by number, the rest),
+/// cut into consecutive runs, one per worker in the order given (most free first). It uses the
+/// fewest workers that can hold the model (fewest stages) and, among cuts over that many, the
+/// most even one (the least any worker must hold), leaving each room for session caches.
+/// Returns the worker index of each tensor; refuses, naming the group, when it fits nowhere.
 result<std::vector<int>> plan_spread(const std::vector<spread_tensor>& tensors, const std::vector<std::uint64_t>& free_bytes);
 
 /// The layer group of a tensor name ("model.layers.7.mlp.up_proj.weight" -> "model.layers.7";

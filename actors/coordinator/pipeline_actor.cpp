@@ -23,8 +23,12 @@ namespace {
 
 struct pipeline_session {
   std::map<std::string, int> where;  ///< session tensor -> part index
+  /// Tensors allocated as zeros and read nowhere yet: created where first read.
+  std::map<std::string, shape_t> zeros;
   bool lost = false;                 ///< a part holding its tensors left the grid
 };
+
+std::uint64_t zeros_bytes(const shape_t& shape) { return std::uint64_t(std::max<std::int64_t>(0, shape_numel(shape))) * 4; }
 
 struct pipeline_state {
   std::string model_id;
@@ -125,6 +129,7 @@ void run_stage(pointer self, std::shared_ptr<call> c, std::size_t i) {
   if (c->settled) return;
   if (i == c->plan.stages.size()) return finish_call(self, c);
   const stage& s = c->plan.stages[i];
+  if (s.step_texts.empty() && s.retain.empty() && s.returns().empty()) return run_stage(self, c, i + 1);
   const std::string& worker_id = S.parts[std::size_t(s.worker)].worker_id;
   const std::string gone = "worker " + worker_id + " holding part of model " + S.model_id + " left the grid";
   if (!S.alive[std::size_t(s.worker)]) return c->fail(to_caf(errc::unavailable, gone + "; its tensors are being fetched again"));
@@ -148,8 +153,13 @@ void run_stage(pointer self, std::shared_ptr<call> c, std::size_t i) {
             if (!got) return c->fail(to_caf(got.err()));
             for (auto& [name, v] : *got) c->carried[name] = std::move(v);
             c->steps += reply.steps;
-            if (!c->sid.empty())
-              for (const auto& [tensor, _] : s.retain) self->state.sessions[c->sid].where[tensor] = s.worker;
+            if (!c->sid.empty()) {
+              auto& session = self->state.sessions[c->sid];
+              for (const auto& [tensor, _] : s.retain) {
+                session.where[tensor] = s.worker;
+                session.zeros.erase(tensor);
+              }
+            }
             run_stage(self, c, i + 1);
           },
           [self, c, i, settle](caf::error& e) {
@@ -157,6 +167,49 @@ void run_stage(pointer self, std::shared_ptr<call> c, std::size_t i) {
             const stage& s = c->plan.stages[i];
             c->fail(in_graph_terms(e, s, self->state.parts[std::size_t(s.worker)].worker_id));
           });
+}
+
+/// Creates deferred zeros on the parts that first read them: one graph per part.
+void create_zeros(pointer self, std::string sid, std::vector<std::pair<std::string, int>> create,
+                  std::function<void(caf::error)> done) {
+  std::map<int, std::vector<std::string>> by_part;
+  for (const auto& [t, p] : create) by_part[p].push_back(t);
+  auto order = std::make_shared<std::vector<std::pair<int, std::vector<std::string>>>>(by_part.begin(), by_part.end());
+  in_sequence(
+      order->size(),
+      [self, sid, order, done](std::size_t i, std::function<void()> next) {
+        auto& S = self->state;
+        auto& s = S.sessions[sid];
+        const auto& [p, tensors] = (*order)[i];
+        std::string steps, retain;
+        for (std::size_t k = 0; k < tensors.size(); ++k) {
+          std::string shape;
+          for (auto d : s.zeros[tensors[k]]) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+          steps += std::string(k ? "," : "") + "{\"op\":\"zeros\",\"in\":[],\"out\":\"z" + std::to_string(k) +
+                   "\",\"params\":{\"shape\":[" + shape + "]}}";
+          rapidjson::StringBuffer name;
+          rapidjson::Writer<rapidjson::StringBuffer> w(name);
+          w.String(tensors[k].c_str());
+          retain += std::string(k ? "," : "") + name.GetString() + ":\"z" + std::to_string(k) + "\"";
+        }
+        run_request r;
+        r.graph_json = "{\"inputs\":[],\"steps\":[" + steps + "],\"outputs\":[],\"retain\":{" + retain + "}}";
+        r.session = sid;
+        const int part = p;
+        const auto names = tensors;
+        self->request(S.parts[std::size_t(part)].worker, S.t.graph, run_atom::value, std::move(r))
+            .then(
+                [self, sid, part, names, next](run_reply&) {
+                  auto& s = self->state.sessions[sid];
+                  for (const auto& t : names) {
+                    s.zeros.erase(t);
+                    s.where[t] = part;
+                  }
+                  next();
+                },
+                [done](caf::error& e) { done(e); });
+      },
+      [done] { done(caf::error{}); });
 }
 
 /// Moves session tensors to the parts that will read them: each part involved is dumped
@@ -246,6 +299,7 @@ result<stage_plan> plan_call(pointer self, const run_request& r, std::string& si
   where.session_worker = [self, sid](const std::string& tensor) {
     auto s = self->state.sessions.find(sid);
     if (s == self->state.sessions.end()) return -1;
+    if (s->second.zeros.count(tensor)) return stage_placement::deferred;
     auto it = s->second.where.find(tensor);
     return it == s->second.where.end() ? -1 : it->second;
   };
@@ -336,7 +390,15 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
                         },
                         [fail](caf::error& e) { fail(e); });
               },
-              [rp, info]() mutable { rp.deliver(std::move(*info)); }, [rp](caf::error e) mutable { rp.deliver(std::move(e)); });
+              [self, sid, rp, info]() mutable {
+                for (const auto& [name, shape] : self->state.sessions[sid].zeros) {
+                  info->tensors.push_back({name, shape, "f32", zeros_bytes(shape)});
+                  info->bytes += zeros_bytes(shape);
+                }
+                std::sort(info->tensors.begin(), info->tensors.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+                rp.deliver(std::move(*info));
+              },
+              [rp](caf::error e) mutable { rp.deliver(std::move(e)); });
           return rp;
         },
         [=](sdump_atom, const std::string& sid) -> caf::result<session_dump> {
@@ -362,7 +424,14 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
                         },
                         [fail](caf::error& e) { fail(e); });
               },
-              [rp, dump]() mutable { rp.deliver(std::move(*dump)); }, [rp](caf::error e) mutable { rp.deliver(std::move(e)); });
+              [self, sid, rp, dump]() mutable {
+                for (const auto& [name, shape] : self->state.sessions[sid].zeros) {
+                  dump->tensors.push_back({name, shape, "f32", std::string(zeros_bytes(shape), '\0')});
+                  dump->bytes += zeros_bytes(shape);
+                }
+                rp.deliver(std::move(*dump));
+              },
+              [rp](caf::error e) mutable { rp.deliver(std::move(e)); });
           return rp;
         },
         [=](sload_atom, const std::string& sid, session_dump& d) -> caf::result<bool> {
@@ -392,6 +461,7 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
               [self, sid, where, rp]() mutable {
                 auto& s = self->state.sessions[sid];
                 s.where = where;
+                s.zeros.clear();
                 s.lost = false;
                 rp.deliver(true);
               },
@@ -412,12 +482,30 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           c->sid = sid;
           c->plan = std::move(*plan);
           c->base64 = r.base64;
-          if (c->plan.moves.empty() || sid.empty()) {
-            run_stage(self, c, 0);
-          } else {
-            move_tensors(self, sid, c->plan.moves, [self, c](caf::error e) {
+          if (!sid.empty()) {
+            auto& s = self->state.sessions[sid];
+            for (const auto& [tensor, shape] : c->plan.deferred) {
+              s.zeros[tensor] = shape;
+              s.where.erase(tensor);  // a copy left on a worker is stale now
+            }
+          }
+          // Zeros first created where read, then tensors moved to their readers, then the stages.
+          auto moves = c->plan.moves;
+          auto create = c->plan.create;
+          auto run = [self, c] { run_stage(self, c, 0); };
+          auto then_move = [self, c, sid, moves, run] {
+            if (moves.empty() || sid.empty()) return run();
+            move_tensors(self, sid, moves, [c, run](caf::error e) {
               if (e) return c->fail(std::move(e));
-              run_stage(self, c, 0);
+              run();
+            });
+          };
+          if (create.empty() || sid.empty()) {
+            then_move();
+          } else {
+            create_zeros(self, sid, create, [c, then_move](caf::error e) {
+              if (e) return c->fail(std::move(e));
+              then_move();
             });
           }
           return c->rp;
