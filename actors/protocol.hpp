@@ -219,6 +219,9 @@ struct gen_done {
   std::uint64_t verifies = 0, drafted = 0, accepted = 0, produced = 0, plain = 0;
   /// Tokens produced by passes shared with other generations (multi-session batching).
   std::uint64_t batched = 0;
+  /// Passes the ordinary loop ran (each a round trip through the coordinator); 0 from a
+  /// worker-side loop.
+  std::uint64_t passes = 0;
 };
 
 /// Receives a generation's tokens and its end (the HTTP side's generation actor).
@@ -252,7 +255,7 @@ typename Inspector::result_type inspect(Inspector& f, gen_token& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_done& x) {
   return f(caf::meta::type_name("gen_done"), x.stopped, x.error, x.next_pos, x.speculative, x.verifies, x.drafted, x.accepted,
-           x.produced, x.plain, x.batched);
+           x.produced, x.plain, x.batched, x.passes);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_request& x) {

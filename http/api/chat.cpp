@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "actors/errors.hpp"
+#include "actors/generate/gen_loop.hpp"
 #include "actors/generate/gen_values.hpp"
 #include "actors/ids.hpp"
 #include "actors/json_text.hpp"
@@ -67,6 +68,7 @@ struct chat_state {
   std::string text;
   std::vector<std::int64_t> tokens;
   gen_plan plan;
+  gen_runner runner;  ///< runs the decode loop: the plan's worker, or a gen_loop here
   bool generating = false, finished = false, cancelled = false, recompiled = false;
   bool speculative = false;  ///< asked for and possible for this model
   clock_type::time_point started, prefill_started, decode_started;
@@ -100,7 +102,7 @@ void fail(chat_pointer self, const error& e) {
   auto& st = self->state;
   if (st.finished) return;
   st.finished = true;
-  if (st.generating) caf::anon_send(st.plan.worker, gencancel_atom::value, st.gen_id);
+  if (st.generating) caf::anon_send(st.runner, gencancel_atom::value, st.gen_id);
   if (st.sse) {
     if (!st.cancelled) {
       st.sse->send("error", error_json(e.message));
@@ -351,13 +353,16 @@ void generate(chat_pointer self) {
             gen_request r = start_request(st.plan, st.gen_id, caf::actor_cast<gen_listener>(self));
             st.decode_started = clock_type::now();
             st.generating = true;
-            // A worker that leaves the grid mid-reply sends no gendone: notice it directly.
-            self->monitor(st.plan.worker);
-            self->set_down_handler([self](caf::down_msg&) {
-              fail(self, error{errc::unavailable, "the worker decoding this reply left the grid; send the conversation again"});
-            });
-            self->request(st.plan.worker, 60s, genstart_atom::value, std::move(r))
-                .then([](bool) {}, on_error(self));
+            // The worker runs the loop, or (a model spread over several workers) a loop here.
+            st.runner = runner_for(self->system(), st.plan, st.coordinator, st.who);
+            if (st.plan.worker_loop) {
+              // A worker that leaves the grid mid-reply sends no gendone: notice it directly.
+              self->monitor(st.plan.worker);
+              self->set_down_handler([self](caf::down_msg&) {
+                fail(self, error{errc::unavailable, "the worker decoding this reply left the grid; send the conversation again"});
+              });
+            }
+            self->request(st.runner, 60s, genstart_atom::value, std::move(r)).then([](bool) {}, on_error(self));
           },
           [self](caf::error& e) {
             // Graphs the account deleted meanwhile: compile them again, once.

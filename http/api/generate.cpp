@@ -8,7 +8,7 @@
 
 #include "actors/errors.hpp"
 #include "actors/generate/gen_values.hpp"
-#include "actors/generate/speculator.hpp"
+#include "actors/generate/gen_loop.hpp"
 #include "actors/ids.hpp"
 
 namespace mpakt::http {
@@ -17,7 +17,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
-using next_atom = caf::atom_constant<caf::atom("next")>;
 
 struct generation_state {
   gen_plan plan;
@@ -27,11 +26,9 @@ struct generation_state {
   std::vector<std::int64_t> tokens;
   clock_type::time_point started;
   std::uint64_t round_trips = 0;
-  std::int64_t next_token = 0;  ///< ordinary loop: the token to feed next
-  std::int64_t pos = 0;         ///< ordinary loop: where it is fed
   bool finished = false;
   bool cancelled = false;
-  std::unique_ptr<speculator> spec;  ///< ordinary loop with speculative decoding
+  gen_runner runner;  ///< what runs the loop: the plan's worker, or a gen_loop here
   coordinator_actor coordinator;
   caller who;
   /// The current run on a worker (a generation that loses its worker goes on in a new run):
@@ -40,13 +37,13 @@ struct generation_state {
   std::size_t run_offset = 0;
   bool reported = false;  ///< the current run's fed tokens went to the coordinator
   int runs = 0;           ///< runs started (a late answer from an earlier run is ignored)
-  int retries_since_token = 0;  ///< ordinary loop: passes sent again after losing a worker
 };
 
-/// Tells the coordinator what the current run fed its session (journal of a checkpointed
-/// session): its first token, then every token it produced but the last.
+/// Tells the coordinator what the current run of a worker-side loop fed its session (journal of
+/// a checkpointed session): its first token, then every token it produced but the last. (The
+/// ordinary loop reports for itself: actors/generate/gen_loop.hpp.)
 void report_fed(generation_state& st) {
-  if (st.reported || !st.coordinator) return;
+  if (st.reported || !st.coordinator || !st.plan.worker_loop) return;
   st.reported = true;
   gen_journal j;
   j.session_id = st.plan.session_id;
@@ -94,22 +91,6 @@ std::string done_json(const generation_state& st, const gen_done& d) {
   return out + "}";
 }
 
-/// The token ids in a compiled run's outputs JSON (its single output).
-result<std::vector<std::int64_t>> tokens_of(const std::string& outputs_json) {
-  rapidjson::Document d;
-  d.Parse(outputs_json.c_str());
-  if (d.HasParseError() || !d.IsObject() || d.MemberCount() != 1) return invalid("the graph did not return one output");
-  const auto& o = d.MemberBegin()->value;
-  if (!o.IsObject() || !o.HasMember("data") || !o["data"].IsArray() || o["data"].Size() == 0)
-    return invalid("the graph did not return token ids");
-  std::vector<std::int64_t> out;
-  for (const auto& v : o["data"].GetArray()) {
-    if (!v.IsNumber()) return invalid("the graph returned a non-numeric token id");
-    out.push_back(std::int64_t(v.GetDouble()));
-  }
-  return out;
-}
-
 }  // namespace
 
 void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<responder> res, coordinator_actor coordinator,
@@ -124,10 +105,6 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
     st.run_start = plan.start_pos;
     st.id = new_id("g_");
     st.started = clock_type::now();
-    st.next_token = plan.first_id;
-    st.pos = plan.start_pos;
-    if (!plan.worker_loop && !plan.verify_graphs.empty())
-      st.spec = std::make_unique<speculator>(plan.context, std::vector<int>(plan.verify_ks.begin(), plan.verify_ks.end()), plan.always);
 
     auto open_stream = [self] {
       auto& st = self->state;
@@ -141,6 +118,7 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
       if (st.finished) return;
       st.finished = true;
       report_fed(st);
+      if (!st.plan.worker_loop) st.round_trips = d.passes;
       const std::string body = done_json(st, d);
       if (st.sse) {
         if (!st.cancelled) {
@@ -219,8 +197,12 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
       st.round_trips = 0;
       (*run)(true);
     } else {
+      // The ordinary loop, in this process: one run per pass through the session's actor.
+      st.runner = spawn_gen_loop(self->system(), plan, coordinator, who);
       open_stream();
-      self->send(self, next_atom::value);
+      self->request(st.runner, std::chrono::seconds(60), genstart_atom::value,
+                    start_request(plan, st.id, caf::actor_cast<gen_listener>(self)))
+          .then([](bool) {}, [fail_before_start](caf::error& e) { fail_before_start(e); });
     }
 
     return {
@@ -230,88 +212,8 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
           auto& st = self->state;
           st.cancelled = true;
           if (st.plan.worker_loop) caf::anon_send(st.plan.worker, gencancel_atom::value, st.id);
-          finish(gen_done{"cancelled", "", st.pos});
-        },
-        // The ordinary loop: one compiled run per pass (a token, or a verify pass), through
-        // the session's actor.
-        [=](next_atom) {
-          auto& st = self->state;
-          if (st.finished) return;
-          const auto t0 = clock_type::now();
-          const speculator::pass pass = st.spec ? st.spec->next() : speculator::pass{};
-          std::vector<std::int64_t> fed{st.next_token};
-          fed.insert(fed.end(), pass.drafts.begin(), pass.drafts.end());
-          const auto& bindings = pass.graph < 0 ? st.plan.bindings : st.plan.verify_bindings[std::size_t(pass.graph)];
-          const gen_call call = make_gen_call(bindings, fed, st.pos, st.plan.sampling);
-          run_request r;
-          r.graph_id = pass.graph < 0 ? st.plan.graph_id : st.plan.verify_graphs[std::size_t(pass.graph)];
-          r.bind_json = call.bind_json;
-          r.overrides = call.overrides;
-          r.session = st.plan.session_id;
-          const graph_actor graph = pass.graph < 0 ? st.plan.graph : st.plan.verify_actors[std::size_t(pass.graph)];
-          st.round_trips++;
-          self->request(st.plan.session, std::chrono::minutes(5), run_atom::value, std::move(r), graph)
-              .then(
-                  [=](run_reply& reply) {
-                    auto& st = self->state;
-                    if (st.finished) return;
-                    auto outputs = tokens_of(reply.outputs_json);
-                    if (!outputs) return finish(with_counters(gen_done{"error", outputs.err().message, st.pos}, st.spec.get()));
-                    const double ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-                    std::vector<std::int64_t> produced;
-                    if (pass.graph < 0) {
-                      produced = {outputs->front()};
-                      if (st.spec) st.spec->plain(ms);
-                    } else {
-                      produced = st.spec->verified(pass, *outputs, ms);
-                    }
-                    std::vector<std::int64_t> emitted;
-                    st.retries_since_token = 0;
-                    for (std::int64_t tok : produced) {
-                      on_token(gen_token{tok, std::uint32_t(st.tokens.size()), st.pos, ms / double(produced.size())});
-                      emitted.push_back(tok);
-                      st.next_token = tok;
-                      st.pos++;
-                      const auto& stops = st.plan.stop_ids;
-                      if (std::find(stops.begin(), stops.end(), tok) != stops.end())
-                        return finish(with_counters(gen_done{"stop token", "", st.pos}, st.spec.get()));
-                      if (st.tokens.size() >= st.plan.max_new)
-                        return finish(with_counters(gen_done{"max tokens", "", st.pos}, st.spec.get()));
-                    }
-                    if (st.spec) st.spec->extend(emitted);
-                    self->send(self, next_atom::value);
-                  },
-                  [=](caf::error& e) {
-                    auto& st = self->state;
-                    if (st.finished) return;
-                    // A worker behind the session left the grid (a part of a spread model): what
-                    // was fed goes to the journal, the coordinator restores the session, and the
-                    // loop goes on feeding the same token there. Twice without a token in between
-                    // ends it (the session could not be brought back).
-                    const error err = from_caf(e);
-                    if (err.code != errc::unavailable || st.retries_since_token >= 2)
-                      return finish(with_counters(gen_done{"error", err.message, st.pos}, st.spec.get()));
-                    st.retries_since_token++;
-                    report_fed(st);
-                    gen_plan next = st.plan;
-                    self->request(st.coordinator, caf::infinite, replan_atom::value, st.who, std::move(next))
-                        .then(
-                            [=](gen_plan& p) {
-                              auto& st = self->state;
-                              if (st.finished) return;
-                              st.run_offset = st.tokens.size();
-                              st.run_first = st.next_token;
-                              st.run_start = st.pos;
-                              st.reported = false;
-                              st.plan.worker = p.worker;
-                              st.plan.session = p.session;
-                              self->send(self, next_atom::value);
-                            },
-                            [=](caf::error& e2) {
-                              auto& st = self->state;
-                              finish(with_counters(gen_done{"error", from_caf(e2).message, st.pos}, st.spec.get()));
-                            });
-                  });
+          else caf::anon_send(st.runner, gencancel_atom::value, st.id);
+          finish(gen_done{"cancelled", "", st.run_start + std::int64_t(st.tokens.size() - st.run_offset)});
         },
     };
   });

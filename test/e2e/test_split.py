@@ -231,3 +231,31 @@ def test_an_unsaved_session_on_a_lost_part_says_to_prefill_again(spread):
         tok = feed(spread, fresh, t, pos)
     assert tok == GOLDEN["greedy_ids"][len(prompt)]
     spread.server.assert_up()
+
+
+def test_chat_with_a_model_spread_over_two_workers_equals_transformers(start_server, tmp_path_factory):
+    """Two volunteers of 1000 KiB: stories260K (1,040,128 bytes) fits on neither, so it is split
+    evenly over both, leaving each room for its layers' 512-row caches — which are created on
+    the worker whose layers read them, never all on the first. Chat replies, speculative or not,
+    equal transformers' greedy continuation (test/fixtures/chat)."""
+    from test_chat import GOLDEN as CHAT, chat_events, user
+    cport = free_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
+    c = Spread(server, cport, tmp_path_factory.mktemp("spread-chat"))
+    c.key = server.account("spread-chat")[1]
+    try:
+        c.join("w_left", "1000K")
+        c.join("w_right", "1000K")
+        loaded = expect(server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
+        shares = [p["residentBytes"] for p in loaded["placement"]]
+        assert len(shares) == 2 and max(shares) < 600_000, shares  # even: not 858 KB and 182 KB
+        for case in CHAT["cases"]:
+            for speculative in (True, False):
+                events = chat_events(server, c.key, {"model": loaded["modelId"], "messages": user(case["prompt"]),
+                                                     "maxTokens": CHAT["max_new_tokens"], "temperature": 0,
+                                                     "speculative": speculative})
+                assert events[-1][0] == "done", events[-3:]
+                assert events[-1][1]["text"] == case["text"], (speculative, events[-1][1])
+        server.assert_up()
+    finally:
+        c.stop_all()
