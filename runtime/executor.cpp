@@ -140,6 +140,8 @@ struct executable_graph::impl {
   std::vector<param_binding> params;
   std::vector<input_binding> inputs;
   std::vector<int> session_slots;
+  /// Parameters changed by override_param / override_step_param, with their built values.
+  std::vector<std::pair<double*, double>> overridden;
   workspace ws;
   bool compiled = false;
 
@@ -555,12 +557,15 @@ status executable_graph::run(tensor_source& source) {
 }
 
 namespace {
-/// Sets one numeric parameter of one planned step, checked like a binding.
+/// Sets one numeric parameter of one planned step, checked like a binding; the first change of
+/// a field records its built value in `overridden`.
 template <class Step>
-status set_step_param(Step& st, std::string_view param, double value) {
+status set_step_param(Step& st, std::string_view param, double value, std::vector<std::pair<double*, double>>& overridden) {
   const std::string_view op = st.def->name;
   double* field = st.def->bindable ? st.def->bindable(*st.params, param) : nullptr;
   if (!field) return invalid("parameter " + std::string(param) + " of " + std::string(op) + " cannot be set per call");
+  if (std::none_of(overridden.begin(), overridden.end(), [&](const auto& o) { return o.first == field; }))
+    overridden.emplace_back(field, *field);
   *field = value;
   if (st.def->check) {
     auto ck = st.def->check(*st.params);
@@ -573,14 +578,19 @@ status set_step_param(Step& st, std::string_view param, double value) {
 status executable_graph::override_param(std::string_view op, std::string_view param, double value) {
   if (!std::isfinite(value)) return invalid(std::string(param) + " must be a finite number");
   for (auto& st : p_->steps)
-    if (st.def->name == op) MPAKT_TRY(set_step_param(st, param, value));
+    if (st.def->name == op) MPAKT_TRY(set_step_param(st, param, value, p_->overridden));
   return {};
+}
+
+void executable_graph::clear_overrides() {
+  for (auto it = p_->overridden.rbegin(); it != p_->overridden.rend(); ++it) *it->first = it->second;
+  p_->overridden.clear();
 }
 
 status executable_graph::override_step_param(std::size_t step, std::string_view op, std::string_view param, double value) {
   if (!std::isfinite(value)) return invalid(std::string(param) + " must be a finite number");
   for (auto& st : p_->steps)
-    if (std::size_t(st.index) == step) return st.def->name == op ? set_step_param(st, param, value) : status{};
+    if (std::size_t(st.index) == step) return st.def->name == op ? set_step_param(st, param, value, p_->overridden) : status{};
   return invalid("the graph has no step " + std::to_string(step));
 }
 

@@ -84,6 +84,9 @@ class executable_graph {
   /// The same for one step, by its index in the graph, when that step is an `op` step
   /// (a no-op otherwise): a batched pass sets each conversation's sample step on its own.
   status override_step_param(std::size_t step, std::string_view op, std::string_view param, double value);
+  /// Puts back every parameter the two above changed, so a compiled template's next call (a
+  /// generation with other settings) starts from its own values, not the last caller's.
+  void clear_overrides();
   /// The op of the step producing `value` ("" for an input or unknown name).
   std::string producer_op(std::string_view value) const;
   /// Whether any step runs `op`.

@@ -159,6 +159,8 @@ status run_compiled(worker_state& st, compiled_entry& e, const std::string& bind
                     const std::vector<std::string>& sessions) {
   tensor_store::source src(st.store, session, sessions);
   MPAKT_TRY(apply_bindings(*e.graph, bind_json));
+  // Settings this call does not give are the template's own, not the previous caller's.
+  e.graph->clear_overrides();
   for (const auto& [name, value] : overrides) MPAKT_TRY(e.graph->override_param("sample", name, value));
   MPAKT_TRY(e.graph->run(src));
   if (!e.retain.empty()) {
@@ -309,6 +311,7 @@ bool run_batched_pass(worker_pointer self, const std::string& graph_id, const st
   all.Accept(w);
   executable_graph& graph = *be->graph;
   if (!apply_bindings(graph, std::string(buf.GetString(), buf.GetSize()))) return false;
+  graph.clear_overrides();  // each slot starts from the template's own settings
   for (std::size_t b = 0; b < ids.size(); ++b)
     for (const auto& [name, value] : overrides[b])
       for (std::size_t step : be->meta.session_steps[b])

@@ -194,6 +194,38 @@ TEST_F(batching, GreedyTokensAndCachesEqualEachSessionAlone) { decode_and_compar
 
 TEST_F(batching, SampledTokensWithPerSessionSettingsEqualEachSessionAlone) { decode_and_compare(*this, true); }
 
+/// A compiled template serves one generation after another: settings a call does not give are
+/// the template's own again, never the previous caller's (a topK of 1 must not stay behind).
+TEST_F(batching, OverridesOfOneCallDoNotLeakIntoTheNext) {
+  auto decl = parse_graph_text(template_json(true), true);
+  ASSERT_TRUE(decl.ok());
+  auto reused = build(*decl);
+  auto fresh = build(*decl);
+  ASSERT_TRUE(reused && fresh);
+  prefill("p", {1, 403, 407});
+  const float token = 407;
+  auto run = [&](executable_graph& g, std::initializer_list<std::pair<const char*, double>> settings) {
+    EXPECT_TRUE(g.bind_input("ids", std::span<const float>(&token, 1)).ok());
+    EXPECT_TRUE(g.bind_param("pos", 2).ok());
+    for (const auto& [k, v] : settings) EXPECT_TRUE(g.override_param("sample", k, v).ok());
+    tensor_store::source src(store, {"p"});
+    EXPECT_TRUE(g.run(src).ok());
+    return int(g.value("tok")->f32()[0]);
+  };
+  int leaked = 0;
+  for (int seed = 1; seed <= 24; ++seed) {
+    run(*reused, {{"temperature", 1.5}, {"topK", 1}, {"seed", seed}, {"step", 2}});  // topK 1: the argmax
+    const int stale = run(*reused, {{"temperature", 1.5}, {"seed", seed}, {"step", 2}});
+    reused->clear_overrides();
+    const int cleared = run(*reused, {{"temperature", 1.5}, {"seed", seed}, {"step", 2}});
+    const int want = run(*fresh, {{"temperature", 1.5}, {"seed", seed}, {"step", 2}});
+    EXPECT_EQ(cleared, want) << "seed " << seed;
+    leaked += stale != want;  // without clearing, the last caller's topK stays
+    reused->clear_overrides();
+  }
+  EXPECT_GT(leaked, 0) << "topK 1 never changed a draw: the check above proves nothing";
+}
+
 TEST_F(batching, RefusesTemplatesItCannotRewrite) {
   auto decl = parse_graph_text(template_json(false), true);
   ASSERT_TRUE(decl.ok());
