@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -157,6 +158,13 @@ int cmd_worker(const std::vector<std::string>& args) {
     std::printf("mpakt worker: %s\n", coordinator_gone ? "the coordinator went away; stopping" : "stopping");
     std::fflush(stdout);
     exit_code = coordinator_gone ? 3 : 0;
+    // A volunteer keeps nothing worth saving (the coordinator re-places what it held), so an
+    // orderly shutdown of the actor system is bounded: past 3 s the process just ends.
+    std::thread([code = exit_code] {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      std::fflush(stdout);
+      std::_Exit(code);
+    }).detach();
     caf::anon_send_exit(worker, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(watcher, caf::exit_reason::user_shutdown);
     // Sending the worker to the coordinator registered it for remote lookups; that reference
