@@ -107,12 +107,15 @@ struct run_reply {
 struct compile_request {
   std::string graph_id;
   std::string graph_json;
+  /// Values whose shapes the reply should carry (a spread model's stage: what it sends on).
+  std::vector<std::string> describe;
 };
 
 struct compile_reply {
   std::uint32_t steps = 0;
   std::vector<std::string> bindings;
   std::vector<std::string> features;
+  std::vector<std::vector<std::int64_t>> shapes;  ///< of `describe`, in its order
 };
 
 struct tensor_info {
@@ -173,11 +176,11 @@ typename Inspector::result_type inspect(Inspector& f, run_reply& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, compile_request& x) {
-  return f(caf::meta::type_name("compile_request"), x.graph_id, x.graph_json);
+  return f(caf::meta::type_name("compile_request"), x.graph_id, x.graph_json, x.describe);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, compile_reply& x) {
-  return f(caf::meta::type_name("compile_reply"), x.steps, x.bindings, x.features);
+  return f(caf::meta::type_name("compile_reply"), x.steps, x.bindings, x.features, x.shapes);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_info& x) {

@@ -39,7 +39,41 @@ std::string step_at(std::size_t i, const step_decl& s) { return "step " + std::t
 
 }  // namespace
 
+namespace {
+
+std::string shape_text(const shape_t& shape) {
+  std::string out = "[";
+  for (std::size_t d = 0; d < shape.size(); ++d) out += (d ? "," : "") + std::to_string(shape[d]);
+  return out + "]";
+}
+
+}  // namespace
+
 std::string stage::graph_json(const std::map<std::string, stage_value>& received) const {
+  std::vector<std::string> extra;
+  for (const auto& name : receives) {
+    auto it = received.find(name);
+    if (it == received.end()) continue;  // the worker then names the missing value
+    extra.push_back("{\"name\":" + quoted(name) + ",\"shape\":" + shape_text(it->second.shape) + ",\"dataB64\":\"" +
+                    encode_f32_base64(it->second.values) + "\"}");
+  }
+  return text(extra);
+}
+
+std::string stage::template_json(const std::map<std::string, shape_t>& shapes) const {
+  std::vector<std::string> extra;
+  for (const auto& name : receives) {
+    auto it = shapes.find(name);
+    if (it == shapes.end()) continue;  // the worker then names the missing value
+    extra.push_back("{\"name\":" + quoted(name) + ",\"shape\":" + shape_text(it->second) + ",\"bind\":" +
+                    quoted(received_binding(name)) + "}");
+  }
+  return text(extra);
+}
+
+std::string stage::received_binding(const std::string& value) { return "@" + value; }
+
+std::string stage::text(const std::vector<std::string>& received_inputs) const {
   std::string out = "{\"inputs\":[";
   bool first = true;
   for (const auto& t : input_texts) {
@@ -47,14 +81,10 @@ std::string stage::graph_json(const std::map<std::string, stage_value>& received
     out += t;
     first = false;
   }
-  for (const auto& name : receives) {
-    auto it = received.find(name);
-    if (it == received.end()) continue;  // the worker then names the missing value
-    out += first ? "{" : ",{";
+  for (const auto& t : received_inputs) {
+    out += first ? "" : ",";
+    out += t;
     first = false;
-    out += "\"name\":" + quoted(name) + ",\"shape\":[";
-    for (std::size_t d = 0; d < it->second.shape.size(); ++d) out += (d ? "," : "") + std::to_string(it->second.shape[d]);
-    out += "],\"dataB64\":\"" + encode_f32_base64(it->second.values) + "\"}";
   }
   out += "],\"steps\":[";
   for (std::size_t i = 0; i < step_texts.size(); ++i) out += (i ? "," : "") + step_texts[i];
@@ -78,8 +108,8 @@ std::vector<std::string> stage::returns() const {
   return r;
 }
 
-result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placement& where) {
-  auto parsed = parse_graph(graph, false);
+result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placement& where, bool allow_bind) {
+  auto parsed = parse_graph(graph, allow_bind);
   if (!parsed) return std::move(parsed).err();
   const graph_decl& d = *parsed;
   if (d.sessions.size() > 1)
@@ -199,6 +229,7 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
       plan.stages.back().worker = worker_of[i];
     }
     stage_of[i] = plan.stages.size() - 1;
+    plan.value_stage[d.steps[i].out] = stage_of[i];
     plan.stages.back().step_texts.push_back(text_of(steps_json[rapidjson::SizeType(i)]));
     plan.stages.back().step_index.push_back(i);
   }
@@ -280,36 +311,10 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
     if (!st) return std::move(st).err();
     plan.stages[*st].retain.emplace_back(tensor, value);
   }
-  for (const auto& [tensor, w] : session_dest) {
-    const int now = where.session_worker(tensor);
-    if (now >= 0 && now != w) plan.moves.emplace_back(tensor, w);
-    if (now == stage_placement::deferred) plan.create.emplace_back(tensor, w);
-  }
+  plan.session_reads = session_dest;
+  session_work(plan, where.session_worker);
   return plan;
 }
-
-namespace {
-
-/// Replaces {"$bind"} objects in a step's params by their values.
-status bind_params(rapidjson::Value& params, const std::map<std::string, double>& values, const std::string& at) {
-  if (!params.IsObject()) return {};
-  for (auto it = params.MemberBegin(); it != params.MemberEnd(); ++it) {
-    auto& v = it->value;
-    if (!v.IsObject() || !v.HasMember("$bind")) continue;
-    const std::string name = v["$bind"].IsString() ? v["$bind"].GetString() : "";
-    auto b = values.find(name);
-    if (b == values.end()) return invalid(at + ": binding " + name + " fills a parameter and takes a number");
-    const double mul = v.HasMember("mul") && v["mul"].IsNumber() ? v["mul"].GetDouble() : 1;
-    double add = v.HasMember("add") && v["add"].IsNumber() ? v["add"].GetDouble() : 0;
-    const double x = b->second * mul + add;
-    if (!std::isfinite(x)) return invalid(at + ": parameter " + std::string(it->name.GetString()) + " is not finite");
-    if (x == std::floor(x) && std::fabs(x) < 9.0e15) v.SetInt64(static_cast<std::int64_t>(x));
-    else v.SetDouble(x);
-  }
-  return {};
-}
-
-}  // namespace
 
 std::vector<std::string> template_bindings(const rapidjson::Value& tmpl) {
   std::vector<std::string> out;
@@ -328,70 +333,14 @@ std::vector<std::string> template_bindings(const rapidjson::Value& tmpl) {
   return out;
 }
 
-result<std::string> bind_template(const rapidjson::Value& tmpl, const std::string& bind_json,
-                                  const std::vector<std::pair<std::string, double>>& overrides) {
-  rapidjson::Document b;
-  b.Parse(bind_json.empty() ? "{}" : bind_json.c_str());
-  if (b.HasParseError() || !b.IsObject()) return invalid("bind must be an object of binding values");
-  const auto declared = template_bindings(tmpl);
-  for (const auto& name : declared)
-    if (!b.HasMember(name.c_str())) return invalid("binding " + name + " was not given");
-  for (auto it = b.MemberBegin(); it != b.MemberEnd(); ++it)
-    if (std::find(declared.begin(), declared.end(), it->name.GetString()) == declared.end())
-      return invalid("binding " + std::string(it->name.GetString()) + " is not declared by this graph");
-
-  rapidjson::Document g;
-  g.CopyFrom(tmpl, g.GetAllocator());
-  auto& a = g.GetAllocator();
-  std::map<std::string, double> scalars;
-  for (auto it = b.MemberBegin(); it != b.MemberEnd(); ++it)
-    if (it->value.IsNumber()) scalars[it->name.GetString()] = it->value.GetDouble();
-  auto& inputs = g["inputs"];
-  for (rapidjson::SizeType i = 0; i < inputs.Size(); ++i) {
-    auto& in = inputs[i];
-    if (!in.HasMember("bind")) continue;
-    const std::string name = in["bind"].GetString();
-    const std::string at = "inputs[" + std::to_string(i) + "]";
-    const auto& v = b[name.c_str()];
-    std::int64_t want = 1;
-    if (in.HasMember("shape") && in["shape"].IsArray())
-      for (const auto& dim : in["shape"].GetArray()) want *= dim.IsNumber() ? std::int64_t(dim.GetDouble()) : 0;
-    rapidjson::Value data(rapidjson::kArrayType);
-    if (v.IsNumber()) {
-      data.PushBack(rapidjson::Value(v.GetDouble()), a);
-    } else if (v.IsArray()) {
-      for (rapidjson::SizeType k = 0; k < v.Size(); ++k) {
-        if (!v[k].IsNumber()) return invalid("bind." + name + "[" + std::to_string(k) + "] must be a number");
-        data.PushBack(rapidjson::Value(double(float(v[k].GetDouble()))), a);
-      }
-    } else {
-      return invalid("bind." + name + " must be an array of numbers");
-    }
-    if (std::int64_t(data.Size()) != want)
-      return invalid("binding " + name + " takes " + std::to_string(want) + " values (" + at + "), not " + std::to_string(data.Size()));
-    in.RemoveMember("bind");
-    in.AddMember("data", data, a);
+void session_work(stage_plan& plan, const std::function<int(const std::string&)>& session_worker) {
+  plan.moves.clear();
+  plan.create.clear();
+  for (const auto& [tensor, w] : plan.session_reads) {
+    const int now = session_worker(tensor);
+    if (now >= 0 && now != w) plan.moves.emplace_back(tensor, w);
+    if (now == stage_placement::deferred) plan.create.emplace_back(tensor, w);
   }
-  auto& steps = g["steps"];
-  for (rapidjson::SizeType i = 0; i < steps.Size(); ++i) {
-    auto& s = steps[i];
-    if (!s.HasMember("params")) s.AddMember("params", rapidjson::Value(rapidjson::kObjectType), a);
-    const std::string at = "step " + std::to_string(i);
-    MPAKT_TRY(bind_params(s["params"], scalars, at));
-    if (s.HasMember("op") && s["op"].IsString() && std::string_view(s["op"].GetString()) == "sample")
-      for (const auto& [name, value] : overrides) {
-        auto& p = s["params"];
-        rapidjson::Value key(name.c_str(), a);
-        p.RemoveMember(name.c_str());
-        rapidjson::Value num;
-        if (value == std::floor(value) && std::fabs(value) < 9.0e15) num.SetInt64(static_cast<std::int64_t>(value));
-        else num.SetDouble(value);
-        p.AddMember(key, num, a);
-      }
-  }
-  g.RemoveMember("session");
-  g.RemoveMember("sessions");
-  return text_of(g);
 }
 
 std::string layer_group(const std::string& name) {

@@ -63,8 +63,15 @@ struct stage {
   std::vector<std::pair<std::string, std::string>> retain;  ///< session tensor -> value kept here
   /// The v3 graph of this stage, with `received` values as dataB64 inputs.
   std::string graph_json(const std::map<std::string, stage_value>& received) const;
+  /// The stage as a compiled template: each received value a bound input of the given shape,
+  /// bound under received_binding(value) per call.
+  std::string template_json(const std::map<std::string, shape_t>& shapes) const;
+  static std::string received_binding(const std::string& value);
   /// What this stage returns: its sends, then its outputs (unique).
   std::vector<std::string> returns() const;
+
+ private:
+  std::string text(const std::vector<std::string>& received_inputs) const;
 };
 
 struct stage_plan {
@@ -77,17 +84,23 @@ struct stage_plan {
   /// Session tensors this graph allocates as zeros without reading them: deferred.
   std::vector<std::pair<std::string, shape_t>> deferred;
   std::vector<std::string> outputs;  ///< the graph's outputs, in its order
+  /// Every session tensor the graph reads, and the worker whose step reads it (where it must
+  /// live when the graph runs); moves and create follow from it and where tensors are now.
+  std::map<std::string, int> session_reads;
+  /// The stage computing each step's value (an output a call asks for goes to that stage).
+  std::map<std::string, std::size_t> value_stage;
 };
 
-/// Splits an inline graph (no bindings; its `session`/`sessions` fields are ignored: the
-/// caller passes the session with each stage). Errors name the step or entry at fault.
-result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placement& where);
+/// Recomputes `plan.moves` and `plan.create` from `session_reads` and where tensors live now
+/// (a compiled template's plan is reused for every call).
+void session_work(stage_plan& plan, const std::function<int(const std::string&)>& session_worker);
 
-/// Turns a compiled template into the inline graph of one call: bound inputs become data,
-/// {"$bind"} parameters their value (times mul, plus add), and each override sets that
-/// parameter of every sample step. Every binding must be given and none may be unknown.
-result<std::string> bind_template(const rapidjson::Value& tmpl, const std::string& bind_json,
-                                  const std::vector<std::pair<std::string, double>>& overrides);
+/// Splits a graph (a compiled template with `allow_bind`: its stages keep their bound inputs
+/// and $bind parameters; its `session`/`sessions` fields are ignored: the caller passes the
+/// session with each stage). Where a step runs depends on the weights and the data flow only,
+/// not on where session tensors live now, so a template's split holds for every session.
+/// Errors name the step or entry at fault.
+result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placement& where, bool allow_bind = false);
 
 /// The binding names of a template, bound inputs first, then $bind parameters, in first-use
 /// order (as a worker's compiled graph lists them).

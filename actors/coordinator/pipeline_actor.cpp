@@ -30,13 +30,25 @@ struct pipeline_session {
 
 std::uint64_t zeros_bytes(const shape_t& shape) { return std::uint64_t(std::max<std::int64_t>(0, shape_numel(shape))) * 4; }
 
+/// A template compiled stage by stage on the parts' workers: each stage a compiled template
+/// there, the values it receives bound per call (base64 f32).
+struct compiled_template {
+  std::shared_ptr<const rapidjson::Document> doc;
+  std::shared_ptr<const stage_plan> plan;
+  std::vector<std::string> stage_json;                 ///< each stage as a template
+  std::vector<std::vector<std::string>> stage_bindings;  ///< as its worker reported them
+  std::vector<caf::actor_addr> compiled_on;            ///< per stage: the worker holding it compiled
+};
+
+std::string stage_graph_id(const std::string& graph_id, std::size_t i) { return graph_id + "/" + std::to_string(i); }
+
 struct pipeline_state {
   std::string model_id;
   std::vector<pipeline_part> parts;
   std::vector<bool> alive;
   std::map<std::string, int> weight_part;
   std::map<std::string, pipeline_session> sessions;
-  std::map<std::string, std::shared_ptr<const rapidjson::Document>> templates;
+  std::map<std::string, compiled_template> templates;
   entity_timeouts t;
   /// Stage runs in flight per part: failed at once if that part's worker is lost (a request
   /// to a vanished remote actor would otherwise wait for its full timeout).
@@ -76,7 +88,15 @@ caf::error in_graph_terms(const caf::error& e, const stage& s, const std::string
 struct call {
   caf::typed_response_promise<run_reply> rp;
   std::string sid;
-  stage_plan plan;
+  std::shared_ptr<const stage_plan> plan;
+  std::vector<std::pair<std::string, int>> moves, create;  ///< session work before the stages
+  std::vector<std::string> outputs;                        ///< what the caller gets, in order
+  /// A compiled run: the template, the call's bindings and sample settings, and per stage the
+  /// outputs the call asks for beyond what the template returns.
+  std::string graph_id;
+  std::shared_ptr<rapidjson::Document> bind;
+  std::vector<std::pair<std::string, double>> overrides;
+  std::vector<std::vector<std::string>> extra_outputs;
   std::map<std::string, stage_value> carried;
   std::uint32_t steps = 0;
   bool base64 = false;
@@ -111,7 +131,7 @@ void finish_call(pointer self, std::shared_ptr<call> c) {
   rapidjson::StringBuffer buf;
   rapidjson::Writer<rapidjson::StringBuffer> w(buf);
   w.StartObject();
-  for (const auto& name : c->plan.outputs) {
+  for (const auto& name : c->outputs) {
     auto it = c->carried.find(name);
     if (it == c->carried.end()) continue;
     write_output(w, name, it->second.shape, it->second.values, c->base64);
@@ -124,31 +144,106 @@ void finish_call(pointer self, std::shared_ptr<call> c) {
   c->rp.deliver(std::move(reply));
 }
 
+void run_stage(pointer self, std::shared_ptr<call> c, std::size_t i);
+
+/// The run request of stage `i`: an inline stage graph, or the compiled stage with the call's
+/// bindings it declares and the values it receives.
+result<run_request> stage_request(pointer self, const std::shared_ptr<call>& c, std::size_t i) {
+  const stage& s = c->plan->stages[i];
+  run_request r;
+  r.session = c->sid;
+  r.base64 = true;
+  if (c->graph_id.empty()) {
+    r.graph_json = s.graph_json(c->carried);
+    return r;
+  }
+  auto t = self->state.templates.find(c->graph_id);
+  if (t == self->state.templates.end()) return make_error(errc::not_found, "graph " + c->graph_id + " was dropped during the call");
+  r.graph_id = stage_graph_id(c->graph_id, i);
+  r.overrides = c->overrides;
+  r.outputs = s.returns();
+  for (const auto& o : c->extra_outputs[i])
+    if (std::find(r.outputs.begin(), r.outputs.end(), o) == r.outputs.end()) r.outputs.push_back(o);
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartObject();
+  for (const auto& name : t->second.stage_bindings[i]) {
+    if (name.rfind("@", 0) == 0) {
+      auto v = c->carried.find(name.substr(1));
+      if (v == c->carried.end()) continue;  // the worker names the binding missing
+      const std::string b64 = encode_f32_base64(v->second.values);
+      w.Key(name.c_str());
+      w.String(b64.c_str(), rapidjson::SizeType(b64.size()));
+    } else if (auto m = c->bind->FindMember(name.c_str()); m != c->bind->MemberEnd()) {
+      w.Key(name.c_str());
+      m->value.Accept(w);
+    }
+  }
+  w.EndObject();
+  r.bind_json.assign(buf.GetString(), buf.GetSize());
+  return r;
+}
+
+/// Compiles stage `i` of a template on the worker its part lives on now (after the part was
+/// placed again, the first run there compiles it).
+void compile_stage(pointer self, const std::string& graph_id, std::size_t i, std::function<void(caf::error)> done) {
+  auto& S = self->state;
+  auto t = S.templates.find(graph_id);
+  if (t == S.templates.end()) return done(to_caf(errc::not_found, "graph " + graph_id + " was dropped"));
+  const stage& s = t->second.plan->stages[i];
+  const worker_actor w = S.parts[std::size_t(s.worker)].worker;
+  if (t->second.compiled_on[i] == w.address()) return done(caf::error{});
+  compile_request r{stage_graph_id(graph_id, i), t->second.stage_json[i], s.sends};
+  self->request(w, S.t.graph, compile_atom::value, std::move(r))
+      .then(
+          [self, graph_id, i, w, done](compile_reply& reply) {
+            auto t = self->state.templates.find(graph_id);
+            if (t != self->state.templates.end()) {
+              t->second.compiled_on[i] = w.address();
+              t->second.stage_bindings[i] = reply.bindings;
+            }
+            done(caf::error{});
+          },
+          [self, graph_id, i, done](caf::error& e) {
+            auto t = self->state.templates.find(graph_id);
+            if (t == self->state.templates.end()) return done(e);
+            const stage& s = t->second.plan->stages[i];
+            done(in_graph_terms(e, s, self->state.parts[std::size_t(s.worker)].worker_id));
+          });
+}
+
 void run_stage(pointer self, std::shared_ptr<call> c, std::size_t i) {
   auto& S = self->state;
   if (c->settled) return;
-  if (i == c->plan.stages.size()) return finish_call(self, c);
-  const stage& s = c->plan.stages[i];
-  if (s.step_texts.empty() && s.retain.empty() && s.returns().empty()) return run_stage(self, c, i + 1);
+  if (i == c->plan->stages.size()) return finish_call(self, c);
+  const stage& s = c->plan->stages[i];
+  if (s.step_texts.empty() && s.retain.empty() && s.returns().empty() && (c->extra_outputs.empty() || c->extra_outputs[i].empty()))
+    return run_stage(self, c, i + 1);
   const std::string& worker_id = S.parts[std::size_t(s.worker)].worker_id;
   const std::string gone = "worker " + worker_id + " holding part of model " + S.model_id + " left the grid";
   if (!S.alive[std::size_t(s.worker)]) return c->fail(to_caf(errc::unavailable, gone + "; its tensors are being fetched again"));
-  run_request r;
-  r.graph_json = s.graph_json(c->carried);
-  r.session = c->sid;
-  r.base64 = true;
+  if (!c->graph_id.empty()) {
+    auto t = S.templates.find(c->graph_id);
+    if (t != S.templates.end() && t->second.compiled_on[i] != S.parts[std::size_t(s.worker)].worker.address())
+      return compile_stage(self, c->graph_id, i, [self, c, i](caf::error e) {
+        if (e) return c->fail(std::move(e));
+        run_stage(self, c, i);
+      });
+  }
+  auto r = stage_request(self, c, i);
+  if (!r) return c->fail(to_caf(r.err()));
   const std::uint64_t id = S.next_call++;
   S.inflight[s.worker][id] = [c, gone] { c->fail(to_caf(errc::unavailable, gone + " during this call")); };
   auto settle = [self, part = s.worker, id] {
     auto& in = self->state.inflight;
     if (auto it = in.find(part); it != in.end()) it->second.erase(id);
   };
-  self->request(S.parts[std::size_t(s.worker)].worker, S.t.graph, run_atom::value, std::move(r))
+  self->request(S.parts[std::size_t(s.worker)].worker, S.t.graph, run_atom::value, std::move(*r))
       .then(
           [self, c, i, settle](run_reply& reply) {
             settle();
             if (c->settled) return;
-            const stage& s = c->plan.stages[i];
+            const stage& s = c->plan->stages[i];
             auto got = read_outputs(reply.outputs_json);
             if (!got) return c->fail(to_caf(got.err()));
             for (auto& [name, v] : *got) c->carried[name] = std::move(v);
@@ -164,7 +259,7 @@ void run_stage(pointer self, std::shared_ptr<call> c, std::size_t i) {
           },
           [self, c, i, settle](caf::error& e) {
             settle();
-            const stage& s = c->plan.stages[i];
+            const stage& s = c->plan->stages[i];
             c->fail(in_graph_terms(e, s, self->state.parts[std::size_t(s.worker)].worker_id));
           });
 }
@@ -269,27 +364,19 @@ void move_tensors(pointer self, std::string sid, std::vector<std::pair<std::stri
       });
 }
 
-result<stage_plan> plan_call(pointer self, const run_request& r, std::string& sid) {
+/// Tells the workers holding a template's stages to forget them.
+void dropped_stages(pointer self, const std::string& graph_id) {
   auto& S = self->state;
-  if (r.sessions.size() > 1) return invalid("a graph listing several sessions cannot run on a model spread over several workers");
-  sid = r.session.empty() && !r.sessions.empty() ? r.sessions.front() : r.session;
-  std::string json;
-  if (!r.graph_id.empty()) {
-    auto t = S.templates.find(r.graph_id);
-    if (t == S.templates.end()) return make_error(errc::not_found, "graph " + r.graph_id + " is not compiled for model " + S.model_id);
-    auto bound = bind_template(*t->second, r.bind_json, r.overrides);
-    if (!bound) return std::move(bound).err();
-    json = std::move(*bound);
+  auto t = S.templates.find(graph_id);
+  if (t == S.templates.end()) return;
+  for (std::size_t i = 0; i < t->second.compiled_on.size(); ++i) {
+    const int part = t->second.plan->stages[i].worker;
+    if (t->second.compiled_on[i] && S.alive[std::size_t(part)] && S.parts[std::size_t(part)].worker.address() == t->second.compiled_on[i])
+      caf::anon_send(S.parts[std::size_t(part)].worker, dropgraph_atom::value, stage_graph_id(graph_id, i));
   }
-  rapidjson::Document d;
-  d.Parse(r.graph_id.empty() ? r.graph_json.c_str() : json.c_str());
-  if (d.HasParseError() || !d.IsObject()) return invalid("graph is not a JSON object");
-  if (!r.graph_id.empty() && !r.outputs.empty()) {
-    rapidjson::Value outs(rapidjson::kArrayType);
-    for (const auto& o : r.outputs) outs.PushBack(rapidjson::Value(o.c_str(), d.GetAllocator()), d.GetAllocator());
-    d.RemoveMember("outputs");
-    d.AddMember("outputs", outs, d.GetAllocator());
-  }
+}
+
+stage_placement placement(pointer self, std::string sid) {
   stage_placement where;
   where.weight_worker = [self](const std::string& model, const std::string& weight) {
     auto& S = self->state;
@@ -303,7 +390,57 @@ result<stage_plan> plan_call(pointer self, const run_request& r, std::string& si
     auto it = s->second.where.find(tensor);
     return it == s->second.where.end() ? -1 : it->second;
   };
-  return split_graph(d, where);
+  return where;
+}
+
+/// A call's plan: an inline graph split now, or a compiled template's split with this call's
+/// bindings, sample settings and outputs; the session work either needs.
+result<std::shared_ptr<call>> plan_call(pointer self, const run_request& r) {
+  auto& S = self->state;
+  if (r.sessions.size() > 1) return invalid("a graph listing several sessions cannot run on a model spread over several workers");
+  auto c = std::make_shared<call>();
+  c->sid = r.session.empty() && !r.sessions.empty() ? r.sessions.front() : r.session;
+  c->base64 = r.base64;
+  const stage_placement where = placement(self, c->sid);
+  if (r.graph_id.empty()) {
+    rapidjson::Document d;
+    d.Parse(r.graph_json.c_str());
+    if (d.HasParseError() || !d.IsObject()) return invalid("graph is not a JSON object");
+    auto plan = split_graph(d, where);
+    if (!plan) return std::move(plan).err();
+    c->moves = plan->moves;
+    c->create = plan->create;
+    c->outputs = plan->outputs;
+    c->plan = std::make_shared<const stage_plan>(std::move(*plan));
+    return c;
+  }
+  auto t = S.templates.find(r.graph_id);
+  if (t == S.templates.end()) return make_error(errc::not_found, "graph " + r.graph_id + " is not compiled for model " + S.model_id);
+  c->graph_id = r.graph_id;
+  c->plan = t->second.plan;
+  stage_plan work;
+  work.session_reads = c->plan->session_reads;
+  session_work(work, where.session_worker);
+  c->moves = std::move(work.moves);
+  c->create = std::move(work.create);
+  c->bind = std::make_shared<rapidjson::Document>();
+  c->bind->Parse(r.bind_json.empty() ? "{}" : r.bind_json.c_str());
+  if (c->bind->HasParseError() || !c->bind->IsObject()) return invalid("bind must be an object of binding values");
+  const auto declared = template_bindings(*t->second.doc);
+  for (auto m = c->bind->MemberBegin(); m != c->bind->MemberEnd(); ++m)
+    if (std::find(declared.begin(), declared.end(), m->name.GetString()) == declared.end())
+      return invalid("binding " + std::string(m->name.GetString()) + " is not declared by this graph");
+  for (const auto& name : declared)
+    if (!c->bind->HasMember(name.c_str())) return invalid("binding " + name + " was not given");
+  c->overrides = r.overrides;
+  c->outputs = r.outputs.empty() ? c->plan->outputs : r.outputs;
+  c->extra_outputs.assign(c->plan->stages.size(), {});
+  if (!r.outputs.empty())
+    for (const auto& o : r.outputs) {
+      auto v = c->plan->value_stage.find(o);
+      c->extra_outputs[v == c->plan->value_stage.end() ? c->plan->stages.size() - 1 : v->second].push_back(o);
+    }
+  return c;
 }
 
 }  // namespace
@@ -469,29 +606,26 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           return rp;
         },
         [=](run_atom, run_request& r) -> caf::result<run_reply> {
-          std::string sid;
-          auto plan = plan_call(self, r, sid);
-          if (!plan) return to_caf(plan.err());
+          auto planned = plan_call(self, r);
+          if (!planned) return to_caf(planned.err());
+          auto c = *planned;
+          const std::string sid = c->sid;
           if (!sid.empty()) {
             auto s = self->state.sessions.find(sid);
             if (s == self->state.sessions.end()) return to_caf(errc::not_found, "session " + sid + " is not on this model");
             if (s->second.lost) return lost_session(sid);
           }
-          auto c = std::make_shared<call>();
           c->rp = self->make_response_promise<run_reply>();
-          c->sid = sid;
-          c->plan = std::move(*plan);
-          c->base64 = r.base64;
           if (!sid.empty()) {
             auto& s = self->state.sessions[sid];
-            for (const auto& [tensor, shape] : c->plan.deferred) {
+            for (const auto& [tensor, shape] : c->plan->deferred) {
               s.zeros[tensor] = shape;
               s.where.erase(tensor);  // a copy left on a worker is stale now
             }
           }
           // Zeros first created where read, then tensors moved to their readers, then the stages.
-          auto moves = c->plan.moves;
-          auto create = c->plan.create;
+          auto moves = c->moves;
+          auto create = c->create;
           auto run = [self, c] { run_stage(self, c, 0); };
           auto then_move = [self, c, sid, moves, run] {
             if (moves.empty() || sid.empty()) return run();
@@ -535,16 +669,69 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           for (const auto& n : graph_needs(*decl))
             if (!ops.count(n)) reply.features.push_back(n);
           std::sort(reply.features.begin(), reply.features.end());
-          self->state.templates[r.graph_id] = std::move(doc);
-          return reply;
+          // Split once, then compile the stages in order on their workers: each stage's
+          // template declares the values it receives with the shapes the stages before it
+          // reported for them.
+          auto plan = split_graph(*doc, placement(self, ""), true);
+          if (!plan) return to_caf(plan.err());
+          const std::string id = r.graph_id;
+          dropped_stages(self, id);
+          compiled_template t;
+          t.doc = doc;
+          t.plan = std::make_shared<const stage_plan>(std::move(*plan));
+          t.stage_json.assign(t.plan->stages.size(), "");
+          t.stage_bindings.assign(t.plan->stages.size(), {});
+          t.compiled_on.assign(t.plan->stages.size(), caf::actor_addr{});
+          self->state.templates[id] = std::move(t);
+          auto shapes = std::make_shared<std::map<std::string, shape_t>>();
+          auto rp = self->make_response_promise<compile_reply>();
+          auto failed = [self, id, rp](caf::error e) mutable {
+            self->state.templates.erase(id);
+            rp.deliver(std::move(e));
+          };
+          in_sequence(
+              self->state.templates[id].plan->stages.size(),
+              [self, id, shapes, failed](std::size_t i, std::function<void()> next) mutable {
+                auto& t = self->state.templates[id];
+                const stage& s = t.plan->stages[i];
+                if (s.step_texts.empty()) return next();  // nothing to run there
+                t.stage_json[i] = s.template_json(*shapes);
+                auto& S = self->state;
+                const worker_actor w = S.parts[std::size_t(s.worker)].worker;
+                if (!S.alive[std::size_t(s.worker)])
+                  return failed(to_caf(errc::unavailable, "worker " + S.parts[std::size_t(s.worker)].worker_id + " holding part of model " +
+                                                              S.model_id + " left the grid"));
+                self->request(w, S.t.graph, compile_atom::value, compile_request{stage_graph_id(id, i), t.stage_json[i], s.sends})
+                    .then(
+                        [self, id, i, w, shapes, next](compile_reply& c) {
+                          auto t = self->state.templates.find(id);
+                          if (t == self->state.templates.end()) return;
+                          const stage& s = t->second.plan->stages[i];
+                          for (std::size_t k = 0; k < s.sends.size() && k < c.shapes.size(); ++k) (*shapes)[s.sends[k]] = c.shapes[k];
+                          t->second.stage_bindings[i] = c.bindings;
+                          t->second.compiled_on[i] = w.address();
+                          next();
+                        },
+                        [self, id, i, failed](caf::error& e) mutable {
+                          auto t = self->state.templates.find(id);
+                          if (t == self->state.templates.end()) return failed(e);
+                          const stage& s = t->second.plan->stages[i];
+                          failed(in_graph_terms(e, s, self->state.parts[std::size_t(s.worker)].worker_id));
+                        });
+              },
+              [rp, reply]() mutable { rp.deliver(reply); });
+          return rp;
         },
-        [=](dropgraph_atom, const std::string& id) { return self->state.templates.erase(id) > 0; },
+        [=](dropgraph_atom, const std::string& id) {
+          dropped_stages(self, id);
+          return self->state.templates.erase(id) > 0;
+        },
         [=](gencheck_atom, const std::string& id, bool sampling, bool verify) -> caf::result<std::int32_t> {
           auto t = self->state.templates.find(id);
           if (t == self->state.templates.end()) return to_caf(errc::not_found, "graph " + id + " is not compiled for this model");
-          auto decl = parse_graph(*t->second, true);
+          auto decl = parse_graph(*t->second.doc, true);
           if (!decl) return to_caf(decl.err());
-          auto k = check_generate_template(*decl, template_bindings(*t->second), sampling, verify);
+          auto k = check_generate_template(*decl, template_bindings(*t->second.doc), sampling, verify);
           if (!k) return to_caf(k.err());
           return *k;
         },

@@ -128,6 +128,10 @@ status apply_bindings(executable_graph& g, const std::string& bind_json) {
       values.clear();
       if (v.IsNumber()) {
         values.push_back(float(v.GetDouble()));
+      } else if (v.IsString()) {  // base64 f32, exact (a spread model's values between stages)
+        auto decoded = decode_f32_base64(std::string_view(v.GetString(), v.GetStringLength()));
+        if (!decoded) return invalid("bind." + name + ": " + decoded.err().message);
+        values = std::move(*decoded);
       } else if (v.IsArray()) {
         for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
           if (!v[i].IsNumber()) return invalid("bind." + name + "[" + std::to_string(i) + "] must be a number");
@@ -505,6 +509,11 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         reply.steps = std::uint32_t(e.graph->step_count());
         reply.bindings = e.graph->bindings();
         reply.features = e.graph->features_used();
+        for (const auto& name : r.describe) {
+          const tensor_desc* d = e.graph->desc(name);
+          if (!d) return to_caf(errc::invalid, "the graph has no value " + name);
+          reply.shapes.push_back(d->shape);
+        }
         st.graphs[r.graph_id] = std::move(e);
         return reply;
       },
