@@ -129,6 +129,30 @@ def test_compiled_decode_and_generation_give_the_golden_tokens(spread):
     expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
 
 
+def test_checkpoint_and_restore_gather_and_deal_out_the_parts(spread):
+    """CKP on a spread model: a checkpoint gathers the session's tensors from its three workers
+    (and the zeros still waiting to be created), a restore puts each back on the worker its
+    layer is on; decoding after the restore goes on from the checkpoint exactly."""
+    api, key = spread.server.api, spread.key
+    prompt, golden = GOLDEN["prompt_ids"], GOLDEN["greedy_ids"]
+    sid = new_session(spread)
+    info = expect(api.get(f"/api/v3/sessions/{sid}", key=key), 200)
+    assert len(info["tensors"]) == 10 and info["bytes"] == 10 * 64 * 32 * 4  # listed before any worker holds them
+    for pos in range(len(prompt) - 1):
+        feed(spread, sid, prompt[pos], pos)
+    ck = expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key), 200)
+    assert ck["bytes"] == 10 * 64 * 32 * 4
+    for pos in range(len(prompt) - 1, len(prompt) + 6):  # wander off: other tokens into the caches
+        feed(spread, sid, 7, pos)
+    expect(api.post(f"/api/v3/sessions/{sid}/restore", {}, key=key), 200)
+    tok, out = prompt[-1], []
+    for i in range(8):
+        tok = feed(spread, sid, tok, len(prompt) - 1 + i)
+        out.append(tok)
+    assert prompt + out == golden[:len(prompt) + 8]
+    expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
+
+
 def test_an_error_in_a_stage_names_the_step_as_the_client_numbered_it(spread):
     api, key = spread.server.api, spread.key
     sid = new_session(spread)
