@@ -61,17 +61,7 @@ void report_fed(loop_pointer self) {
   auto& st = self->state;
   if (st.reported) return;
   st.reported = true;
-  gen_journal j;
-  j.session_id = st.req.session;
-  j.graph_id = st.req.graph_id;
-  j.bindings = st.req.bindings;
-  j.sampling = st.req.sampling;
-  j.start_pos = st.run_start;
-  if (!st.run_tokens.empty()) {
-    j.fed.push_back(st.run_first);
-    j.fed.insert(j.fed.end(), st.run_tokens.begin(), st.run_tokens.end() - 1);
-  }
-  caf::anon_send(st.coordinator, journal_atom::value, st.who, std::move(j));
+  caf::anon_send(st.coordinator, journal_atom::value, st.who, fed_journal(st.plan, st.run_first, st.run_start, st.run_tokens));
 }
 
 void finish(loop_pointer self, gen_done d) {

@@ -51,6 +51,21 @@ gen_request start_request(const gen_plan& plan, std::string gen_id, gen_listener
   return r;
 }
 
+gen_journal fed_journal(const gen_plan& plan, std::int64_t first, std::int64_t start_pos,
+                        std::span<const std::int64_t> produced) {
+  gen_journal j;
+  j.session_id = plan.session_id;
+  j.graph_id = plan.graph_id;
+  j.bindings = plan.bindings;
+  j.sampling = plan.sampling;
+  j.start_pos = start_pos;
+  if (!produced.empty()) {
+    j.fed.push_back(first);
+    j.fed.insert(j.fed.end(), produced.begin(), produced.end() - 1);
+  }
+  return j;
+}
+
 gen_done with_counters(gen_done d, const speculator* spec) {
   if (!spec) return d;
   d.speculative = true;

@@ -3,6 +3,7 @@
 /// ordinary (one round trip per token) loop so both feed the graph exactly the same.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,6 +27,11 @@ gen_call make_gen_call(const std::vector<std::string>& bindings, const std::vect
 
 /// The worker-side loop's start request for a plan: what generate and chat send with genstart.
 gen_request start_request(const gen_plan& plan, std::string gen_id, gen_listener listener);
+
+/// What a run of a generation fed its session, for a checkpointed session's journal: `first`
+/// at `start_pos`, then every token the run produced but the last (not fed yet).
+gen_journal fed_journal(const gen_plan& plan, std::int64_t first, std::int64_t start_pos,
+                        std::span<const std::int64_t> produced);
 
 class speculator;
 

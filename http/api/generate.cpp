@@ -45,17 +45,8 @@ struct generation_state {
 void report_fed(generation_state& st) {
   if (st.reported || !st.coordinator || !st.plan.worker_loop) return;
   st.reported = true;
-  gen_journal j;
-  j.session_id = st.plan.session_id;
-  j.graph_id = st.plan.graph_id;
-  j.bindings = st.plan.bindings;
-  j.sampling = st.plan.sampling;
-  j.start_pos = st.run_start;
-  if (st.tokens.size() > st.run_offset) {
-    j.fed.push_back(st.run_first);
-    j.fed.insert(j.fed.end(), st.tokens.begin() + std::ptrdiff_t(st.run_offset), st.tokens.end() - 1);
-  }
-  caf::anon_send(st.coordinator, journal_atom::value, st.who, std::move(j));
+  const std::span<const std::int64_t> produced(st.tokens.data() + st.run_offset, st.tokens.size() - st.run_offset);
+  caf::anon_send(st.coordinator, journal_atom::value, st.who, fed_journal(st.plan, st.run_first, st.run_start, produced));
 }
 
 std::string fmt_double(double v) {

@@ -167,14 +167,14 @@ def test_an_error_in_a_stage_names_the_step_as_the_client_numbered_it(spread):
     spread.server.assert_up()
 
 
-def test_a_checkpointed_session_survives_killing_a_part_of_the_model(spread):
-    """Five SIGKILLs at random moments of a decode loop, each of a worker holding part of the
-    model: its share is fetched again onto a spare worker, the session is restored from its
-    checkpoint and the calls since are replayed; the tokens are the undisturbed ones."""
+def kill_trials(spread, seed, decode, window):
+    """Five trials: a checkpointed session prefilled with the golden prompt, then `decode(sid)`
+    (the golden continuation's tokens) while a worker holding part of the model is SIGKILLed at
+    a random moment in the first `window` seconds; each must give the undisturbed tokens, and
+    the model be whole on three workers again. Returns how many kills landed inside decode."""
     api, key = spread.server.api, spread.key
     prompt, golden = GOLDEN["prompt_ids"], GOLDEN["greedy_ids"]
-    n = len(golden) - len(prompt)
-    rng = random.Random(11)
+    rng = random.Random(seed)
     during = 0
     for trial in range(5):
         spread.spare()  # somewhere for the lost share to go
@@ -182,16 +182,12 @@ def test_a_checkpointed_session_survives_killing_a_part_of_the_model(spread):
         for pos in range(len(prompt) - 1):
             feed(spread, sid, prompt[pos], pos)
         expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key), 200)
-        holders = spread.holders(spread.model)
-        victim = holders[rng.randrange(3)]
-        delay = rng.uniform(0, 0.05)
+        victim = spread.holders(spread.model)[rng.randrange(3)]
+        delay = rng.uniform(0, window)
         killed_at = []
         killer = threading.Timer(delay, lambda: (spread.kill(victim), killed_at.append(time.monotonic())))
         killer.start()
-        out, tok = [], prompt[-1]
-        for i in range(n):
-            tok = feed(spread, sid, tok, len(prompt) - 1 + i)
-            out.append(tok)
+        out = decode(sid)
         ended = time.monotonic()
         killer.join()
         during += killed_at[0] < ended
@@ -199,8 +195,25 @@ def test_a_checkpointed_session_survives_killing_a_part_of_the_model(spread):
         after = spread.holders(spread.model)
         assert victim not in after and len(set(after)) == 3
         expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
-    assert during >= 3, f"only {during} of 5 kills landed inside the decode loop"
     spread.server.assert_up()
+    return during
+
+
+def test_a_checkpointed_session_survives_killing_a_part_of_the_model(spread):
+    """SIGKILLs at random moments of a per-call decode loop, each of a worker holding part of
+    the model: its share is fetched again onto a spare worker, the session is restored from its
+    checkpoint and the calls since are replayed; the tokens are the undisturbed ones."""
+    prompt, golden = GOLDEN["prompt_ids"], GOLDEN["greedy_ids"]
+
+    def decode(sid):
+        out, tok = [], prompt[-1]
+        for i in range(len(golden) - len(prompt)):
+            tok = feed(spread, sid, tok, len(prompt) - 1 + i)
+            out.append(tok)
+        return out
+
+    during = kill_trials(spread, 11, decode, 0.05)
+    assert during >= 3, f"only {during} of 5 kills landed inside the decode loop"
 
 
 def test_a_generation_goes_on_when_a_part_of_the_model_is_killed(spread):
@@ -209,30 +222,16 @@ def test_a_generation_goes_on_when_a_part_of_the_model_is_killed(spread):
     part is back and the session restored: the tokens are the undisturbed ones, with no error."""
     api, key = spread.server.api, spread.key
     prompt, golden = GOLDEN["prompt_ids"], GOLDEN["greedy_ids"]
-    n = len(golden) - len(prompt)
-    rng = random.Random(5)
-    during = 0
-    for trial in range(5):
-        spread.spare()
-        sid = new_session(spread)
-        for pos in range(len(prompt) - 1):
-            feed(spread, sid, prompt[pos], pos)
-        expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key), 200)
-        victim = spread.holders(spread.model)[rng.randrange(3)]
-        delay = rng.uniform(0, 0.06)
-        killed_at = []
-        killer = threading.Timer(delay, lambda: (spread.kill(victim), killed_at.append(time.monotonic())))
-        killer.start()
+
+    def decode(sid):
         r = expect(api.post("/api/v3/generate", {"graphId": spread.step, "sessionId": sid, "ids": [prompt[-1]],
-                                                 "startPos": len(prompt) - 1, "maxNewTokens": n, "stream": False},
-                            key=key, timeout=120), 200)
-        ended = time.monotonic()
-        killer.join()
-        during += killed_at[0] < ended
-        assert r["ok"] and prompt + r["tokens"] == golden, (trial, victim, delay, r)
-        expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
+                                                 "startPos": len(prompt) - 1, "maxNewTokens": len(golden) - len(prompt),
+                                                 "stream": False}, key=key, timeout=120), 200)
+        assert r["ok"], r
+        return r["tokens"]
+
+    during = kill_trials(spread, 5, decode, 0.06)
     assert during >= 3, f"only {during} of 5 kills landed inside the generation"
-    spread.server.assert_up()
 
 
 def test_an_unsaved_session_on_a_lost_part_says_to_prefill_again(spread):
