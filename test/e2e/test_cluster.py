@@ -60,13 +60,19 @@ class Cluster:
             time.sleep(0.1)
 
 
-@pytest.fixture(scope="module")
-def cluster(start_server, tmp_path_factory):
+def start_cluster(start_server, tmp_path_factory, name, cls=Cluster):
+    """A coordinator with no worker of its own, accepting volunteers, and an account on it."""
     cport = free_port()
     server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
     assert f"mpakt worker --join 127.0.0.1:{cport}" in server.process.output()
-    c = Cluster(server, cport, tmp_path_factory.mktemp("workers"))
-    c.key = server.account("operator")[1]
+    c = cls(server, cport, tmp_path_factory.mktemp(name))
+    c.key = server.account(name)[1]
+    return c
+
+
+@pytest.fixture(scope="module")
+def cluster(start_server, tmp_path_factory):
+    c = start_cluster(start_server, tmp_path_factory, "workers")
     yield c
     c.stop_all()
 
@@ -198,10 +204,8 @@ def test_a_volunteer_lacking_a_feature_is_never_given_a_graph_using_it(start_ser
     """Routing by capability: a volunteer that leaves out sample.penalty (like an older
     program) never receives a graph using it, even with the most free memory; with no other
     volunteer the graph is refused naming the feature."""
-    cport = free_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
-    c = Cluster(server, cport, tmp_path_factory.mktemp("capability"))
-    c.key = server.account("capable")[1]
+    c = start_cluster(start_server, tmp_path_factory, "capability")
+    server = c.server
     try:
         c.join("w_old", "2G", "--without", "sample.penalty")
         status = c.status(c.key)
@@ -225,10 +229,8 @@ def test_placement_ranks_volunteers_by_measured_time(start_server, tmp_path_fact
     machine) and places on the clearly faster one even when a slower one has more free memory;
     memory still decides what fits. A volunteer started with --delay-ms answers every call late,
     as a distant or slow one would."""
-    cport = free_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
-    c = Cluster(server, cport, tmp_path_factory.mktemp("ranking"))
-    c.key = server.account("ranked")[1]
+    c = start_cluster(start_server, tmp_path_factory, "ranking")
+    server = c.server
     try:
         c.join("w_slow", "2G", "--delay-ms", "60")
         c.join("w_fast", "64M")
@@ -258,10 +260,8 @@ def test_a_volunteer_with_a_gpu_reports_cuda_and_decodes_the_golden_tokens(start
     """Where a usable GPU exists (and the build has CUDA), `mpakt worker` computes on it: the
     pool counts it under backends.cuda, and its decode equals transformers' tokens (steps the
     GPU path lacks run on the CPU reference kernels). --cpu keeps a volunteer on the CPU."""
-    cport = free_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
-    c = Cluster(server, cport, tmp_path_factory.mktemp("gpu"))
-    c.key = server.account("gpu")[1]
+    c = start_cluster(start_server, tmp_path_factory, "gpu")
+    server = c.server
     try:
         proc = c.join("w_gpu", "2G")
         if "cuda" not in proc.output():

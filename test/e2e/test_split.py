@@ -17,8 +17,8 @@ import time
 import numpy as np
 import pytest
 
-from e2e_util import STORIES_DIR, expect, free_port
-from test_cluster import Cluster, graph_cli
+from e2e_util import STORIES_DIR, expect
+from test_cluster import Cluster, graph_cli, start_cluster
 
 GOLDEN = json.loads((STORIES_DIR / "goldens" / "stories260K_once_upon.json").read_text())
 GOLDEN_LOGITS = np.load(STORIES_DIR / "goldens" / "stories260K_once_upon_logits_f64.npy")
@@ -47,10 +47,8 @@ class Spread(Cluster):
 
 @pytest.fixture(scope="module")
 def spread(start_server, tmp_path_factory):
-    cport = free_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
-    c = Spread(server, cport, tmp_path_factory.mktemp("spread"))
-    c.key = server.account("operator")[1]
+    c = start_cluster(start_server, tmp_path_factory, "spread", Spread)
+    server = c.server
     for name in ("w_1", "w_2", "w_3"):
         c.join(name, SMALL)
     loaded = expect(server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
@@ -262,10 +260,8 @@ def test_chat_with_a_model_spread_over_two_workers_equals_transformers(start_ser
     the worker whose layers read them, never all on the first. Chat replies, speculative or not,
     equal transformers' greedy continuation (test/fixtures/chat)."""
     from test_chat import GOLDEN as CHAT, chat_events, user
-    cport = free_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
-    c = Spread(server, cport, tmp_path_factory.mktemp("spread-chat"))
-    c.key = server.account("spread-chat")[1]
+    c = start_cluster(start_server, tmp_path_factory, "spread-chat", Spread)
+    server = c.server
     try:
         c.join("w_left", "1000K")
         c.join("w_right", "1000K")
