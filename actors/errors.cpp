@@ -69,4 +69,11 @@ int http_status(errc code) {
   return 500;
 }
 
+std::string lost_message(const std::string& what) {
+  if (what.rfind("session ", 0) == 0)
+    return what + " was held by a worker that left the grid, and its caches went with it: open a new session and "
+                  "prefill it again (or restore a checkpoint)";
+  return what + " was on a worker that left the grid: load it again";
+}
+
 }  // namespace mpakt

@@ -21,6 +21,11 @@ error from_caf(const caf::error& e);
 /// Whether the error says the receiving actor is gone (its worker left the grid).
 bool actor_gone(const caf::error& e);
 
+/// What a call gets when `what` ("session s_…", "model m_…", "tensor t_…") was on a worker
+/// that left the grid: a session's caches went with it (prefill again or restore a
+/// checkpoint); anything else must be loaded again.
+std::string lost_message(const std::string& what);
+
 /// The HTTP status for an error code (decisions.md "Errors").
 int http_status(errc code);
 

@@ -268,15 +268,6 @@ std::uint64_t per_call_bytes(const std::string& graph_id, const graph_decl& d) {
 
 }  // namespace
 
-/// What a call gets when `what` ("session s_…", "model m_…", "tensor t_…") was on a worker
-/// that left the grid.
-std::string lost_message(const std::string& what) {
-  if (what.rfind("session ", 0) == 0)
-    return what + " was held by a worker that left the grid, and its caches went with it: open a new session and "
-                  "prefill it again (or restore a checkpoint)";
-  return what + " was on a worker that left the grid: load it again";
-}
-
 /// Runs the requests that waited for recoveries once none is left.
 void release_waiting(coordinator_pointer self) {
   auto& S = self->state;

@@ -35,8 +35,7 @@ namespace {
 /// A session's calls fail this way once its worker is gone: its caches went with it.
 caf::error session_error(const std::string& id, const caf::error& e) {
   if (!actor_gone(e)) return e;
-  return to_caf(errc::unavailable, "session " + id + " was held by a worker that left the grid, and its caches went with it: "
-                                   "open a new session and prefill it again (or restore a checkpoint)");
+  return to_caf(errc::unavailable, lost_message("session " + id));
 }
 }  // namespace
 

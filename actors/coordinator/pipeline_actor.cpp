@@ -58,11 +58,7 @@ struct pipeline_state {
 
 using pointer = pipeline_actor::stateful_pointer<pipeline_state>;
 
-caf::error lost_session(const std::string& sid) {
-  return to_caf(errc::unavailable, "session " + sid +
-                                       " was held by a worker that left the grid, and its caches went with it: open a new "
-                                       "session and prefill it again (or restore a checkpoint)");
-}
+caf::error lost_session(const std::string& sid) { return to_caf(errc::unavailable, lost_message("session " + sid)); }
 
 /// A stage's error names its steps by their index in the stage: give them the graph's.
 caf::error in_graph_terms(const caf::error& e, const stage& s, const std::string& worker_id) {
