@@ -60,6 +60,14 @@ using pointer = pipeline_actor::stateful_pointer<pipeline_state>;
 
 caf::error lost_session(const std::string& sid) { return to_caf(errc::unavailable, lost_message("session " + sid)); }
 
+/// The error for session work that needs a part whose worker is gone (nothing is sent to it:
+/// a request to a vanished remote actor would wait for its full timeout).
+caf::error part_gone(pointer self, int p) {
+  const auto& S = self->state;
+  return to_caf(errc::unavailable, "worker " + S.parts[std::size_t(p)].worker_id + " holding part of model " + S.model_id +
+                                       " left the grid; its tensors are being fetched again");
+}
+
 /// A stage's error names its steps by their index in the stage: give them the graph's.
 caf::error in_graph_terms(const caf::error& e, const stage& s, const std::string& worker_id) {
   error err = from_caf(e);
@@ -215,9 +223,9 @@ void run_stage(pointer self, std::shared_ptr<call> c, std::size_t i) {
   const stage& s = c->plan->stages[i];
   if (s.step_texts.empty() && s.retain.empty() && s.returns().empty() && (c->extra_outputs.empty() || c->extra_outputs[i].empty()))
     return run_stage(self, c, i + 1);
-  const std::string& worker_id = S.parts[std::size_t(s.worker)].worker_id;
-  const std::string gone = "worker " + worker_id + " holding part of model " + S.model_id + " left the grid";
-  if (!S.alive[std::size_t(s.worker)]) return c->fail(to_caf(errc::unavailable, gone + "; its tensors are being fetched again"));
+  const std::string gone = "worker " + S.parts[std::size_t(s.worker)].worker_id + " holding part of model " + S.model_id +
+                           " left the grid";
+  if (!S.alive[std::size_t(s.worker)]) return c->fail(part_gone(self, s.worker));
   if (!c->graph_id.empty()) {
     auto t = S.templates.find(c->graph_id);
     if (t != S.templates.end() && t->second.compiled_on[i] != S.parts[std::size_t(s.worker)].worker.address())
@@ -265,6 +273,8 @@ void create_zeros(pointer self, std::string sid, std::vector<std::pair<std::stri
                   std::function<void(caf::error)> done) {
   std::map<int, std::vector<std::string>> by_part;
   for (const auto& [t, p] : create) by_part[p].push_back(t);
+  for (const auto& [p, _] : by_part)
+    if (!self->state.alive[std::size_t(p)]) return done(part_gone(self, p));
   auto order = std::make_shared<std::vector<std::pair<int, std::vector<std::string>>>>(by_part.begin(), by_part.end());
   in_sequence(
       order->size(),
@@ -313,6 +323,8 @@ void move_tensors(pointer self, std::string sid, std::vector<std::pair<std::stri
     involved.insert(to);
     involved.insert(S.sessions[sid].where.at(t));
   }
+  for (int p : involved)
+    if (!S.alive[std::size_t(p)]) return done(part_gone(self, p));
   auto order = std::make_shared<std::vector<int>>(involved.begin(), involved.end());
   auto dumps = std::make_shared<std::map<int, session_dump>>();
   in_sequence(
