@@ -426,7 +426,7 @@ void recover_parts(coordinator_pointer self, const caf::actor_addr& addr) {
         S.inflight.erase(it);
         for (auto& [_, abort] : calls) abort();
       }
-      caf::anon_send(m.pipeline, partlost_atom::value, std::uint32_t(p));
+      caf::anon_send(m.pipeline, partlost_atom::value, std::uint32_t(p), true);
       load_job_request req;
       req.model_id = id;
       req.source = m.source;
@@ -453,7 +453,11 @@ void recover_parts(coordinator_pointer self, const caf::actor_addr& addr) {
                 self->request(pipeline, self->state.cfg.timeouts.control, place_atom::value, std::uint32_t(p), out.worker)
                     .then([self, pipe](bool) { restore_sessions(self, pipe); }, [finish](caf::error&) { finish(); });
               },
-              [finish](caf::error&) { finish(); });  // nowhere to put it: its calls say the worker left
+              [self, pipeline, p, finish](caf::error&) {
+                // Nowhere to put it: the model's calls say to load it again.
+                caf::anon_send(pipeline, partlost_atom::value, std::uint32_t(p), false);
+                finish();
+              });
     }
   }
 }

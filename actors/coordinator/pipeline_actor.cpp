@@ -46,6 +46,7 @@ struct pipeline_state {
   std::string model_id;
   std::vector<pipeline_part> parts;
   std::vector<bool> alive;
+  std::vector<bool> unplaceable;  ///< lost, and no other worker could take its tensors
   std::map<std::string, int> weight_part;
   std::map<std::string, pipeline_session> sessions;
   std::map<std::string, compiled_template> templates;
@@ -64,8 +65,10 @@ caf::error lost_session(const std::string& sid) { return to_caf(errc::unavailabl
 /// a request to a vanished remote actor would wait for its full timeout).
 caf::error part_gone(pointer self, int p) {
   const auto& S = self->state;
-  return to_caf(errc::unavailable, "worker " + S.parts[std::size_t(p)].worker_id + " holding part of model " + S.model_id +
-                                       " left the grid; its tensors are being fetched again");
+  const std::string gone = "worker " + S.parts[std::size_t(p)].worker_id + " holding part of model " + S.model_id + " left the grid";
+  if (S.unplaceable[std::size_t(p)])
+    return to_caf(errc::unavailable, gone + " and no other worker has room for its share: load the model again");
+  return to_caf(errc::unavailable, gone + "; its tensors are being fetched again");
 }
 
 /// A stage's error names its steps by their index in the stage: give them the graph's.
@@ -460,6 +463,7 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
     S.model_id = model_id;
     S.parts = parts;
     S.alive.assign(parts.size(), true);
+    S.unplaceable.assign(parts.size(), false);
     S.t = t;
     for (std::size_t p = 0; p < parts.size(); ++p)
       for (const auto& name : parts[p].tensors) S.weight_part[name] = int(p);
@@ -597,8 +601,7 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
               [self, sid, split](std::size_t p, std::function<void()> next, std::function<void(caf::error)> fail) {
                 if (!self->state.alive[p]) {
                   if ((*split)[p].tensors.empty()) return next();
-                  return fail(to_caf(errc::unavailable, "worker " + self->state.parts[p].worker_id + " holding part of model " +
-                                                            self->state.model_id + " left the grid"));
+                  return fail(part_gone(self, int(p)));
                 }
                 self->request(self->state.parts[p].worker, self->state.t.graph, sload_atom::value, sid, (*split)[p])
                     .then([next](bool) { next(); }, [fail](caf::error& e) { fail(e); });
@@ -707,8 +710,7 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
                 auto& S = self->state;
                 const worker_actor w = S.parts[std::size_t(s.worker)].worker;
                 if (!S.alive[std::size_t(s.worker)])
-                  return failed(to_caf(errc::unavailable, "worker " + S.parts[std::size_t(s.worker)].worker_id + " holding part of model " +
-                                                              S.model_id + " left the grid"));
+                  return failed(part_gone(self, s.worker));
                 self->request(w, S.t.graph, compile_atom::value, compile_request{stage_graph_id(id, i), t.stage_json[i], s.sends})
                     .then(
                         [self, id, i, w, shapes, next](compile_reply& c) {
@@ -757,6 +759,7 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           if (p >= S.parts.size()) return to_caf(errc::invalid, "no such part");
           S.parts[p].worker = w;
           S.alive[p] = true;
+          S.unplaceable[p] = false;
           // Every session has a part on every worker: open them on the new one.
           auto sids = std::make_shared<std::vector<std::string>>();
           for (const auto& [sid, _] : S.sessions) sids->push_back(sid);
@@ -770,10 +773,11 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
               [rp]() mutable { rp.deliver(true); });
           return rp;
         },
-        [=](partlost_atom, std::uint32_t p) {
+        [=](partlost_atom, std::uint32_t p, bool placing) {
           auto& S = self->state;
           if (p >= S.parts.size()) return;
           S.alive[p] = false;
+          S.unplaceable[p] = !placing;
           if (auto it = S.inflight.find(int(p)); it != S.inflight.end()) {
             auto calls = std::move(it->second);
             S.inflight.erase(it);

@@ -44,8 +44,9 @@ struct pipeline_part {
 using pipeline_actor = worker_actor::extend<
     /// The part at this index now lives on another worker (its tensors fetched again there).
     caf::replies_to<place_atom, std::uint32_t, worker_actor>::with<bool>,
-    /// The worker of this part left the grid: sessions with tensors there are lost.
-    caf::reacts_to<partlost_atom, std::uint32_t>>;
+    /// The worker of this part left the grid: sessions with tensors there are lost. With
+    /// `false`, no other worker could take its tensors: the model must be loaded again.
+    caf::reacts_to<partlost_atom, std::uint32_t, bool>>;
 
 pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std::vector<pipeline_part> parts,
                               entity_timeouts t);
