@@ -1,0 +1,137 @@
+#pragma once
+/// The coordinator's directory (internal to actors/coordinator): every model, session,
+/// compiled graph, v2 tensor and checkpoint it knows, who owns it, where it is, and what a
+/// recovery from a lost worker is doing. Owned by the coordinator actor (coordinator_actor.cpp);
+/// the recovery functions (recovery.hpp) work on it from the same actor.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/coordinator/coordinator_actor.hpp"
+#include "actors/coordinator/pipeline_actor.hpp"
+#include "actors/protocol.hpp"
+
+namespace mpakt {
+
+struct owned {
+  std::string account;
+  std::string key_id;
+  std::string created_at;
+};
+
+struct model_entry : owned {
+  model_actor actor;
+  worker_actor worker;
+  std::string source;
+  std::string quantize;
+  std::uint64_t published_bytes = 0;
+  std::uint64_t resident_bytes = 0;
+  std::size_t tensors = 0;
+  bool replacing = false;  ///< its worker left; its tensors are being fetched again
+  std::string worker_id;   ///< where it is (placement)
+  /// A model spread over several workers: `worker` is its pipeline (standing in for one
+  /// worker), `parts` each worker's share.
+  pipeline_actor pipeline;
+  std::vector<pipeline_part> parts;
+  /// config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja once read (chat).
+  std::vector<std::string> files;
+};
+
+/// Calls journaled per session at most; past it the session can no longer be restored
+/// automatically (an explicit restore still works).
+constexpr std::size_t max_journal = 4096;
+
+struct session_entry : owned {
+  session_actor actor;
+  worker_actor worker;
+  std::string model_id;
+  std::string label;
+  /// Calls made on it since its checkpoint (a compiled one carries its graph_id, an inline one
+  /// its graph), replayed after an automatic restore (decisions.md: a bounded journal).
+  std::vector<run_request> journal;
+  /// Something changed the session that the journal cannot replay (a multi-session graph,
+  /// too many calls) since its checkpoint.
+  std::string journal_broken;
+  /// Generations running on it: their fed tokens reach the journal when they report.
+  int generating = 0;
+  /// A restore waiting for those reports (the session's worker was lost meanwhile).
+  std::function<void()> after_reports;
+};
+
+struct graph_entry : owned {
+  graph_actor actor;
+  std::string label;
+  std::uint32_t steps = 0;
+  std::vector<std::string> bindings;
+  std::uint64_t body_bytes = 0;
+  std::uint64_t per_call_bytes = 0;
+  std::set<std::string> models;  ///< models the template reads
+  worker_actor worker;           ///< where it was validated
+};
+
+/// A session checkpoint held here (the one bulk copy the coordinator keeps on purpose).
+struct checkpoint_entry {
+  std::string key_id;
+  session_dump dump;
+  std::uint64_t steps = 0;
+};
+
+struct v2_entry : owned {
+  worker_actor worker;
+  std::uint64_t bytes = 0;
+};
+
+struct coordinator_state {
+  coordinator_config cfg;
+  pool_actor pool;
+  std::map<std::string, model_entry> models;
+  std::map<std::string, session_entry> sessions;
+  std::map<std::string, graph_entry> graphs;
+  std::map<std::string, v2_entry> tensors;
+  std::map<std::string, checkpoint_entry> checkpoints;  ///< by session id
+  /// load-response tensorIds: id -> (model, weight name)
+  std::map<std::string, std::pair<std::string, std::string>> weight_ids;
+  std::map<std::string, int> pending_loads;  ///< per key
+  /// Workers holding something here (monitored), and those that have since left the grid.
+  std::set<caf::actor_addr> watched, lost;
+  /// Lost workers whose models and checkpointed sessions are being placed again; graph and
+  /// generate requests wait in `waiting` until none is left, then run as if sent now.
+  std::set<caf::actor_addr> recovering;
+  std::vector<std::function<void()>> waiting;
+  /// Graph calls in flight per worker: what to do if that worker is lost before it answers
+  /// (a request to a vanished remote actor may otherwise wait for its full timeout).
+  std::map<caf::actor_addr, std::map<std::uint64_t, std::function<void()>>> inflight;
+  std::uint64_t next_call = 0;
+
+  /// Pipelines of spread models (actors here, not workers: never watched as workers).
+  std::set<caf::actor_addr> pipelines;
+
+  /// Monitors a worker once something is placed on it, so its loss is known at once.
+  void watch(coordinator_actor::pointer self, const worker_actor& w) {
+    if (w && !pipelines.count(w.address()) && watched.insert(w.address()).second) self->monitor(w);
+  }
+  bool is_pipeline(const worker_actor& w) const { return w && pipelines.count(w.address()) > 0; }
+  bool is_lost(const worker_actor& w) const { return w && lost.count(w.address()) > 0; }
+  /// Lost, and what it held is still being placed again: calls touching it wait.
+  bool is_recovering(const worker_actor& w) const { return w && recovering.count(w.address()) > 0; }
+
+  template <class Map>
+  int count_for_key(const Map& m, const std::string& key_id) const {
+    return int(std::count_if(m.begin(), m.end(), [&](const auto& kv) { return kv.second.key_id == key_id; }));
+  }
+  /// The entry if it exists and belongs to the caller's account; another account's id is
+  /// indistinguishable from an unknown one (decisions.md).
+  template <class Map>
+  auto* find(Map& m, const std::string& id, const caller& who) {
+    auto it = m.find(id);
+    return it != m.end() && it->second.account == who.account ? &it->second : nullptr;
+  }
+};
+
+using coordinator_pointer = coordinator_actor::stateful_pointer<coordinator_state>;
+
+}  // namespace mpakt

@@ -1,0 +1,246 @@
+#include "actors/coordinator/recovery.hpp"
+
+#include <memory>
+
+#include "actors/coordinator/load_job.hpp"
+#include "actors/errors.hpp"
+#include "actors/generate/gen_values.hpp"
+
+namespace mpakt {
+
+/// Runs the requests that waited for recoveries once none is left.
+static void release_waiting(coordinator_pointer self) {
+  auto& S = self->state;
+  if (!S.recovering.empty()) return;
+  auto waiting = std::move(S.waiting);
+  S.waiting.clear();
+  for (auto& f : waiting) f();
+}
+
+std::function<bool()> track_call(coordinator_pointer self, caf::actor_addr where, std::function<void()> on_lost) {
+  auto& S = self->state;
+  auto settled = std::make_shared<bool>(false);
+  const std::uint64_t id = S.next_call++;
+  S.inflight[where][id] = [settled, on_lost] {
+    if (*settled) return;
+    *settled = true;
+    on_lost();
+  };
+  return [self, settled, where, id] {
+    if (*settled) return false;
+    *settled = true;
+    if (auto it = self->state.inflight.find(where); it != self->state.inflight.end()) {
+      it->second.erase(id);
+      if (it->second.empty()) self->state.inflight.erase(it);
+    }
+    return true;
+  };
+}
+
+/// Replays a restored session's journal, one call after another, then calls `done` with
+/// whether every call succeeded.
+static void replay_journal(coordinator_pointer self, std::string sid, std::size_t i, std::function<void(bool)> done) {
+  auto& S = self->state;
+  auto it = S.sessions.find(sid);
+  if (it == S.sessions.end()) return done(false);
+  if (i == it->second.journal.size()) return done(true);
+  const run_request& call = it->second.journal[i];
+  auto next = [=](run_reply&) { replay_journal(self, sid, i + 1, done); };
+  auto fail = [=](caf::error&) { done(false); };
+  const auto timeout = S.cfg.timeouts.graph + std::chrono::seconds(5);
+  if (call.graph_id.empty()) {
+    self->request(it->second.actor, timeout, run_atom::value, call).then(next, fail);
+    return;
+  }
+  auto g = S.graphs.find(call.graph_id);
+  if (g == S.graphs.end()) return done(false);
+  self->request(it->second.actor, timeout, run_atom::value, call, g->second.actor).then(next, fail);
+}
+
+void put_checkpoint_back(coordinator_pointer self, const std::string& sid, const worker_actor& target,
+                         std::function<void(caf::error)> done) {
+  auto& S = self->state;
+  self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, S.checkpoints.at(sid).dump)
+      .then(
+          [=](bool) {
+            auto& S = self->state;
+            auto it = S.sessions.find(sid);
+            auto ck = S.checkpoints.find(sid);
+            if (it == S.sessions.end() || ck == S.checkpoints.end())
+              return done(to_caf(errc::not_found, "session " + sid + " was deleted during the restore"));
+            it->second.worker = target;
+            S.watch(self, target);
+            caf::anon_send(it->second.actor, move_atom::value, target, ck->second.steps);
+            done(caf::error{});
+          },
+          [=](caf::error& e) { done(e); });
+}
+
+static void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish);
+
+/// Puts a lost worker's checkpointed sessions back on their models' new workers and
+/// replays what was called since each checkpoint; sessions that cannot be restored stay
+/// lost (their calls then say to prefill again). Ends the recovery of `addr`.
+static void restore_sessions(coordinator_pointer self, caf::actor_addr addr) {
+  auto& S = self->state;
+  std::vector<std::string> ids;
+  for (const auto& [sid, e] : S.sessions)
+    if (e.worker && e.worker.address() == addr && S.checkpoints.count(sid) && e.journal_broken.empty()) ids.push_back(sid);
+  auto pending = std::make_shared<std::size_t>(ids.size());
+  auto finish = [self, addr, pending] {
+    if (*pending > 0 && --*pending > 0) return;
+    self->state.recovering.erase(addr);
+    release_waiting(self);
+  };
+  if (ids.empty()) {
+    S.recovering.erase(addr);
+    return release_waiting(self);
+  }
+  for (const auto& sid : ids) {
+    auto& e = S.sessions.at(sid);
+    if (e.generating > 0) {
+      // Its generations report what they fed when they notice the loss; restore after that.
+      e.after_reports = [self, sid, finish] {
+        auto& S = self->state;
+        auto it = S.sessions.find(sid);
+        if (it == S.sessions.end()) return finish();
+        restore_one(self, sid, finish);
+      };
+      // A report that never comes (its generation's process died too) must not hold every
+      // waiting request: past the deadline the session is restored without it, as lost.
+      self->delayed_send(self, std::chrono::seconds(10), reportdue_atom::value, sid);
+      continue;
+    }
+    restore_one(self, sid, finish);
+  }
+}
+
+/// Restores one checkpointed session on its model's (new) worker and replays its journal;
+/// `finish` runs when it is done either way.
+static void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish) {
+  auto& S = self->state;
+  auto& e = S.sessions.at(sid);
+  if (!e.journal_broken.empty()) return finish();  // cannot be brought back exactly: stays lost
+  auto m = S.models.find(e.model_id);
+  if (m == S.models.end() || S.is_lost(m->second.worker)) return finish();
+  const worker_actor gone = e.worker;
+  put_checkpoint_back(self, sid, m->second.worker, [=](caf::error failed) {
+    if (failed) return finish();
+    replay_journal(self, sid, 0, [=](bool ok) {
+      if (!ok) {
+        // Half-replayed caches must not pass for good ones: the session stays lost.
+        if (auto it = self->state.sessions.find(sid); it != self->state.sessions.end()) it->second.worker = gone;
+      }
+      finish();
+    });
+  });
+}
+
+/// A worker holding part of spread models left the grid: for each such model, calls in flight
+/// through its pipeline are sent again once recovered, the part's tensors are fetched again
+/// from the model host onto one other worker, the pipeline uses that worker in the lost one's
+/// stead, and the model's checkpointed sessions are restored (restore_sessions on the
+/// pipeline). Sessions with tensors on the lost worker and no checkpoint stay lost.
+static void recover_parts(coordinator_pointer self, const caf::actor_addr& addr) {
+  auto& S = self->state;
+  for (auto& [id, m] : S.models) {
+    for (std::size_t p = 0; p < m.parts.size(); ++p) {
+      if (m.parts[p].worker.address() != addr) continue;
+      const caf::actor_addr pipe = m.pipeline.address();
+      S.recovering.insert(pipe);
+      if (auto it = S.inflight.find(pipe); it != S.inflight.end()) {
+        auto calls = std::move(it->second);
+        S.inflight.erase(it);
+        for (auto& [_, abort] : calls) abort();
+      }
+      caf::anon_send(m.pipeline, partlost_atom::value, std::uint32_t(p), true);
+      load_job_request req;
+      req.model_id = id;
+      req.source = m.source;
+      req.quantize = m.quantize;
+      req.names = m.parts[p].tensors;
+      req.allow_spread = false;
+      const std::string model_id = id;
+      const pipeline_actor pipeline = m.pipeline;
+      auto finish = [self, pipe] {
+        self->state.recovering.erase(pipe);
+        release_waiting(self);
+      };
+      auto job = spawn_load_job(self->system(), S.cfg.load, S.pool);
+      self->request(job, std::chrono::minutes(30), load_atom::value, req)
+          .then(
+              [=](load_outcome& out) {
+                auto m = self->state.models.find(model_id);
+                if (m == self->state.models.end()) return finish();
+                auto& part = m->second.parts[p];
+                part.worker = out.worker;
+                part.worker_id = out.worker_id;
+                part.resident_bytes = out.resident_bytes;
+                self->state.watch(self, out.worker);
+                self->request(pipeline, self->state.cfg.timeouts.control, place_atom::value, std::uint32_t(p), out.worker)
+                    .then([self, pipe](bool) { restore_sessions(self, pipe); }, [finish](caf::error&) { finish(); });
+              },
+              [self, pipeline, p, finish](caf::error&) {
+                // Nowhere to put it: the model's calls say to load it again.
+                caf::anon_send(pipeline, partlost_atom::value, std::uint32_t(p), false);
+                finish();
+              });
+    }
+  }
+}
+
+/// A worker left the grid: its models are fetched again from their model host onto other
+/// workers (the same tensors, the same quantization), then its checkpointed sessions are
+/// restored (restore_sessions). Requests arriving meanwhile wait and then run normally.
+void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr) {
+  auto& S = self->state;
+  if (!S.lost.insert(addr).second) return;
+  S.recovering.insert(addr);
+  // Calls in flight there will never be answered: send them again once recovered.
+  if (auto it = S.inflight.find(addr); it != S.inflight.end()) {
+    auto calls = std::move(it->second);
+    S.inflight.erase(it);
+    for (auto& [_, abort] : calls) abort();
+  }
+  recover_parts(self, addr);
+  std::vector<std::string> models;
+  for (auto& [id, m] : S.models)
+    if (m.worker && m.worker.address() == addr) {
+      m.replacing = true;
+      models.push_back(id);
+    }
+  if (models.empty()) return restore_sessions(self, addr);
+  auto pending = std::make_shared<std::size_t>(models.size());
+  for (const auto& id : models) {
+    load_job_request req;
+    req.model_id = id;
+    req.source = S.models.at(id).source;
+    req.quantize = S.models.at(id).quantize;
+    for (const auto& [tid, where] : S.weight_ids)
+      if (where.first == id) req.names.push_back(where.second);
+    auto done = [self, addr, pending] {
+      if (--*pending == 0) restore_sessions(self, addr);
+    };
+    // The pool drops the dead worker before this request reaches it (its own monitor fired
+    // first), so the job places on the workers that are left.
+    auto job = spawn_load_job(self->system(), S.cfg.load, S.pool);
+    self->request(job, std::chrono::minutes(30), load_atom::value, req)
+        .then(
+            [=](load_outcome& out) {
+              if (auto m = self->state.models.find(id); m != self->state.models.end()) {
+                m->second.worker = out.worker;
+                m->second.worker_id = out.worker_id;
+                m->second.replacing = false;
+                self->state.watch(self, out.worker);
+              }
+              done();
+            },
+            [=](caf::error&) {
+              // Nowhere to put it: the model stays lost and its calls say to load it again.
+              if (auto m = self->state.models.find(id); m != self->state.models.end()) m->second.replacing = false;
+              done();
+            });
+  }
+}
+
+}  // namespace mpakt

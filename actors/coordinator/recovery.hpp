@@ -1,0 +1,36 @@
+#pragma once
+/// What the coordinator does when a worker leaves the grid (docs/decisions.md, "Lost workers"
+/// and "A lost part"): calls in flight there are sent again after the recovery, its models (or
+/// its share of a spread model) are fetched again from the model host onto the workers left,
+/// checkpointed sessions are restored and their journals replayed, and requests that waited run.
+/// All of it runs in the coordinator actor, on its state (coordinator_state.hpp).
+
+#include <functional>
+#include <string>
+
+#include "actors/coordinator/coordinator_state.hpp"
+
+namespace mpakt {
+
+/// Sends a request to this coordinator again (after a recovery) and answers `rp` with its reply.
+template <class Reply, class... Ts>
+void resend(coordinator_pointer self, caf::typed_response_promise<Reply> rp, Ts... xs) {
+  self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, xs...)
+      .then([rp](Reply& r) mutable { rp.deliver(std::move(r)); }, [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+}
+
+/// Registers a call in flight on the worker at `where`: if that worker is lost first,
+/// `on_lost` runs (once) instead of an answer. Returns settle(): true the first time, when the
+/// caller may answer; false once the call is settled (lost, or answered before).
+std::function<bool()> track_call(coordinator_pointer self, caf::actor_addr where, std::function<void()> on_lost);
+
+/// Loads a session's checkpoint onto `target` and points the session there (the one way a
+/// checkpoint goes back, asked for or automatic). `done` gets no error on success, else the
+/// worker's refusal or errc::not_found when the session went away meanwhile.
+void put_checkpoint_back(coordinator_pointer self, const std::string& sid, const worker_actor& target,
+                         std::function<void(caf::error)> done);
+
+/// A worker left the grid (its monitor fired, or a call found it gone): starts its recovery.
+void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr);
+
+}  // namespace mpakt
