@@ -584,13 +584,21 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           return rp;
         },
         [=](sload_atom, const std::string& sid, session_dump& d) -> caf::result<bool> {
-          // Each tensor goes back to the part it lived on (a new session's to the first).
+          // Each tensor goes back to the part it lived on; one that lived nowhere yet and is
+          // all zeros (caches checkpointed before any pass) stays to be created where first
+          // read; any other goes to the first part.
           auto& S = self->state;
           auto& s = S.sessions[sid];
           std::map<std::string, int> where;
+          std::map<std::string, shape_t> zeros;
           auto split = std::make_shared<std::vector<session_dump>>(S.parts.size());
           for (auto& b : d.tensors) {
             auto w = s.where.find(b.name);
+            if (w == s.where.end() && b.dtype == "f32" &&
+                std::all_of(b.bytes.begin(), b.bytes.end(), [](char c) { return c == 0; })) {
+              zeros[b.name] = b.shape;
+              continue;
+            }
             const int p = w == s.where.end() ? 0 : w->second;
             where[b.name] = p;
             (*split)[std::size_t(p)].bytes += b.bytes.size();
@@ -606,10 +614,10 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
                 self->request(self->state.parts[p].worker, self->state.t.graph, sload_atom::value, sid, (*split)[p])
                     .then([next](bool) { next(); }, [fail](caf::error& e) { fail(e); });
               },
-              [self, sid, where, rp]() mutable {
+              [self, sid, where, zeros, rp]() mutable {
                 auto& s = self->state.sessions[sid];
                 s.where = where;
-                s.zeros.clear();
+                s.zeros = zeros;
                 s.lost = false;
                 rp.deliver(true);
               },

@@ -149,6 +149,17 @@ def test_checkpoint_and_restore_gather_and_deal_out_the_parts(spread):
         out.append(tok)
     assert prompt + out == golden[:len(prompt) + 8]
     expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
+    # checkpointed before any pass (its caches not created anywhere yet): restored the same way
+    fresh = new_session(spread)
+    expect(api.post(f"/api/v3/sessions/{fresh}/checkpoint", {}, key=key), 200)
+    feed(spread, fresh, 7, 0)
+    expect(api.post(f"/api/v3/sessions/{fresh}/restore", {}, key=key), 200)
+    assert len(expect(api.get(f"/api/v3/sessions/{fresh}", key=key), 200)["tensors"]) == 10
+    tok = None
+    for pos, t in enumerate(prompt):
+        tok = feed(spread, fresh, t, pos)
+    assert tok == golden[len(prompt)]
+    expect(api.delete(f"/api/v3/sessions/{fresh}", key=key), 200)
 
 
 def test_an_error_in_a_stage_names_the_step_as_the_client_numbered_it(spread):
