@@ -511,7 +511,6 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                       self->link_to(m.pipeline);
                       m.worker = caf::actor_cast<worker_actor>(m.pipeline);
                       m.worker_id = "";
-                      S.pipelines.insert(m.pipeline.address());
                     }
                     m.source = out.source;
                     m.quantize = out.quantize;
@@ -609,7 +608,6 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (!m) return to_caf(errc::not_found, "model " + id + " does not exist");
           caf::anon_send(m->actor, delete_atom::value);
           caf::anon_send(m->worker, dropmodel_atom::value, id);  // where it is now, after any re-placement
-          if (m->pipeline) S.pipelines.erase(m->pipeline.address());
           for (auto it = S.weight_ids.begin(); it != S.weight_ids.end();)
             it = it->second.first == id ? S.weight_ids.erase(it) : std::next(it);
           S.models.erase(id);

@@ -4,6 +4,7 @@
 /// recovery from a lost worker is doing. Owned by the coordinator actor (coordinator_actor.cpp);
 /// the recovery functions (recovery.hpp) work on it from the same actor.
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -107,14 +108,16 @@ struct coordinator_state {
   std::map<caf::actor_addr, std::map<std::uint64_t, std::function<void()>>> inflight;
   std::uint64_t next_call = 0;
 
-  /// Pipelines of spread models (actors here, not workers: never watched as workers).
-  std::set<caf::actor_addr> pipelines;
-
-  /// Monitors a worker once something is placed on it, so its loss is known at once.
+  /// Monitors a worker once something is placed on it, so its loss is known at once (a
+  /// pipeline is an actor here standing in for its parts, which are watched themselves).
   void watch(coordinator_actor::pointer self, const worker_actor& w) {
-    if (w && !pipelines.count(w.address()) && watched.insert(w.address()).second) self->monitor(w);
+    if (w && !is_pipeline(w) && watched.insert(w.address()).second) self->monitor(w);
   }
-  bool is_pipeline(const worker_actor& w) const { return w && pipelines.count(w.address()) > 0; }
+  /// Whether `w` is the pipeline of a spread model.
+  bool is_pipeline(const worker_actor& w) const {
+    return w && std::any_of(models.begin(), models.end(),
+                            [&](const auto& m) { return m.second.pipeline && m.second.pipeline.address() == w.address(); });
+  }
   bool is_lost(const worker_actor& w) const { return w && lost.count(w.address()) > 0; }
   /// Lost, and what it held is still being placed again: calls touching it wait.
   bool is_recovering(const worker_actor& w) const { return w && recovering.count(w.address()) > 0; }
