@@ -454,6 +454,48 @@ result<std::shared_ptr<call>> plan_call(pointer self, const run_request& r) {
   return c;
 }
 
+std::uint64_t entry_bytes(const tensor_info& t) { return t.bytes; }
+std::uint64_t entry_bytes(const tensor_blob& b) { return b.bytes.size(); }
+
+/// A session's tensors (session_info) or their contents (session_dump), gathered from every
+/// live part — only what `where` places on that part: a stale copy left elsewhere is not the
+/// session's — with the zeros still to be created (made by `zero`), sorted by name.
+template <class Reply, class Atom, class Zero>
+caf::result<Reply> gather_session(pointer self, const std::string& sid, Atom atom, std::chrono::milliseconds timeout, Zero zero) {
+  auto s = self->state.sessions.find(sid);
+  if (s == self->state.sessions.end()) return to_caf(errc::not_found, "session " + sid + " is not on this model");
+  if (s->second.lost) return lost_session(sid);
+  auto rp = self->make_response_promise<Reply>();
+  auto out = std::make_shared<Reply>();
+  in_sequence(
+      self->state.parts.size(),
+      [self, sid, atom, timeout, out, rp](std::size_t p, std::function<void()> next) mutable {
+        if (!self->state.alive[p]) return next();
+        self->request(self->state.parts[p].worker, timeout, atom, sid)
+            .then(
+                [self, sid, out, p, next](Reply& part) {
+                  const auto& where = self->state.sessions[sid].where;
+                  for (auto& t : part.tensors) {
+                    auto w = where.find(t.name);
+                    if (w == where.end() || w->second != int(p)) continue;
+                    out->bytes += entry_bytes(t);
+                    out->tensors.push_back(std::move(t));
+                  }
+                  next();
+                },
+                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+      },
+      [self, sid, out, zero, rp]() mutable {
+        for (const auto& [name, shape] : self->state.sessions[sid].zeros) {
+          out->tensors.push_back(zero(name, shape));
+          out->bytes += entry_bytes(out->tensors.back());
+        }
+        std::sort(out->tensors.begin(), out->tensors.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+        rp.deliver(std::move(*out));
+      });
+  return rp;
+}
+
 }  // namespace
 
 pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std::vector<pipeline_part> parts,
@@ -517,71 +559,16 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           return self->state.sessions.erase(sid) > 0;
         },
         [=](sinfo_atom, const std::string& sid) -> caf::result<session_info> {
-          auto s = self->state.sessions.find(sid);
-          if (s == self->state.sessions.end()) return to_caf(errc::not_found, "session " + sid + " is not on this model");
-          if (s->second.lost) return lost_session(sid);
-          auto rp = self->make_response_promise<session_info>();
-          auto info = std::make_shared<session_info>();
-          all_parts(
-              [self, sid, info](std::size_t p, std::function<void()> next, std::function<void(caf::error)> fail) {
-                if (!self->state.alive[p]) return next();
-                self->request(self->state.parts[p].worker, self->state.t.control, sinfo_atom::value, sid)
-                    .then(
-                        [self, sid, info, p, next](session_info& part) {
-                          const auto& where = self->state.sessions[sid].where;
-                          for (auto& t : part.tensors) {
-                            auto w = where.find(t.name);
-                            if (w == where.end() || w->second != int(p)) continue;
-                            info->bytes += t.bytes;
-                            info->tensors.push_back(std::move(t));
-                          }
-                          next();
-                        },
-                        [fail](caf::error& e) { fail(e); });
-              },
-              [self, sid, rp, info]() mutable {
-                for (const auto& [name, shape] : self->state.sessions[sid].zeros) {
-                  info->tensors.push_back({name, shape, "f32", zeros_bytes(shape)});
-                  info->bytes += zeros_bytes(shape);
-                }
-                std::sort(info->tensors.begin(), info->tensors.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-                rp.deliver(std::move(*info));
-              },
-              [rp](caf::error e) mutable { rp.deliver(std::move(e)); });
-          return rp;
+          return gather_session<session_info>(self, sid, sinfo_atom::value, self->state.t.control,
+                                              [](const std::string& name, const shape_t& shape) {
+                                                return tensor_info{name, shape, "f32", zeros_bytes(shape)};
+                                              });
         },
         [=](sdump_atom, const std::string& sid) -> caf::result<session_dump> {
-          auto s = self->state.sessions.find(sid);
-          if (s == self->state.sessions.end()) return to_caf(errc::not_found, "session " + sid + " is not on this model");
-          if (s->second.lost) return lost_session(sid);
-          auto rp = self->make_response_promise<session_dump>();
-          auto dump = std::make_shared<session_dump>();
-          all_parts(
-              [self, sid, dump](std::size_t p, std::function<void()> next, std::function<void(caf::error)> fail) {
-                if (!self->state.alive[p]) return next();
-                self->request(self->state.parts[p].worker, self->state.t.graph, sdump_atom::value, sid)
-                    .then(
-                        [self, sid, dump, p, next](session_dump& part) {
-                          const auto& where = self->state.sessions[sid].where;
-                          for (auto& b : part.tensors) {
-                            auto w = where.find(b.name);
-                            if (w == where.end() || w->second != int(p)) continue;
-                            dump->bytes += b.bytes.size();
-                            dump->tensors.push_back(std::move(b));
-                          }
-                          next();
-                        },
-                        [fail](caf::error& e) { fail(e); });
-              },
-              [self, sid, rp, dump]() mutable {
-                for (const auto& [name, shape] : self->state.sessions[sid].zeros) {
-                  dump->tensors.push_back({name, shape, "f32", std::string(zeros_bytes(shape), '\0')});
-                  dump->bytes += zeros_bytes(shape);
-                }
-                rp.deliver(std::move(*dump));
-              },
-              [rp](caf::error e) mutable { rp.deliver(std::move(e)); });
-          return rp;
+          return gather_session<session_dump>(self, sid, sdump_atom::value, self->state.t.graph,
+                                              [](const std::string& name, const shape_t& shape) {
+                                                return tensor_blob{name, shape, "f32", std::string(zeros_bytes(shape), '\0')};
+                                              });
         },
         [=](sload_atom, const std::string& sid, session_dump& d) -> caf::result<bool> {
           // Each tensor goes back to the part it lived on; one that lived nowhere yet and is
