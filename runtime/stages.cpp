@@ -160,13 +160,12 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
         whole = whole && dim.is_number() && dim.num >= 0 && dim.num == std::floor(dim.num);
         dims.push_back(whole ? static_cast<std::int64_t>(dim.num) : 0);
       }
-      bool retained = false;
+      std::vector<std::string> kept_as;  // the session tensors it is retained as
       for (const auto& [tensor, value] : d.retain)
-        if (value == s.out) retained = true;
-      if (!whole || !retained) continue;
+        if (value == s.out) kept_as.push_back(tensor);
+      if (!whole || kept_as.empty()) continue;
       skip[i] = true;
-      for (const auto& [tensor, value] : d.retain)
-        if (value == s.out) plan.deferred.emplace_back(tensor, dims);
+      for (const auto& tensor : kept_as) plan.deferred.emplace_back(tensor, dims);
     }
   }
 
