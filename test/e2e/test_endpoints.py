@@ -771,6 +771,10 @@ def test_compile_list_run_and_delete(api, key, bob):
     assert read_session_tensor(api, key, sid, "kc")["data"] == [0, 0, 0, 0, 7, 14, 0, 0]
     b = expect(api.post("/api/v3/graph", {**call, "encoding": "base64"}, key=key), 200)["outputs"]["y"]
     assert list(struct.unpack("<2f", base64.b64decode(b["dataB64"]))) == [7, 14]
+    # a bound input may also be given as base64 f32, exactly as dataB64
+    packed = base64.b64encode(struct.pack("<2f", 1, 2)).decode()
+    assert expect(api.post("/api/v3/graph", {**call, "bind": {**call["bind"], "x": packed}}, key=key),
+                  200)["outputs"]["y"]["data"] == [7, 14]
     expect(api.delete("/api/v3/graphs/" + c["graphId"], key=bob[1]), 404)
     expect(api.delete("/api/v3/graphs/" + c["graphId"], key=key), 200)
     expect(api.delete("/api/v3/graphs/" + c["graphId"], key=key), 404, c["graphId"])
@@ -784,7 +788,10 @@ def test_compile_list_run_and_delete(api, key, bob):
     ({"x": [1, 2], "f": [3], "pos": 0}, 400, "f"),
     ({"x": [1, "a"], "f": 3, "pos": 0}, 400, "x"),
     ({"x": [1, 2], "f": 3, "pos": 4}, 400, "cache_write"),
-], ids=["missing", "undeclared", "wrong-length", "number-for-input", "array-for-param", "not-numbers", "past-cache"])
+    ({"x": "not base64!", "f": 3, "pos": 0}, 400, "bind.x"),
+    ({"x": base64.b64encode(struct.pack("<3f", 1, 2, 3)).decode(), "f": 3, "pos": 0}, 400, "x"),
+], ids=["missing", "undeclared", "wrong-length", "number-for-input", "array-for-param", "not-numbers", "past-cache",
+        "bad-base64", "base64-wrong-length"])
 def test_compiled_binding_refusals(api, key, bind, status, fragment):
     c = expect(compile_(api, key, small_template()), 200)
     sid = session(api, key)
