@@ -1,6 +1,7 @@
 #include "runtime/executor.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -137,6 +138,7 @@ struct executable_graph::impl {
   std::deque<slot> slots;  // deque: element addresses stay put while planning appends
   std::unordered_map<std::string, int> by_name;
   std::vector<planned_step> steps;
+  std::vector<double>* profile = nullptr;  ///< per-step kernel ns (benchmarks only)
   std::vector<param_binding> params;
   std::vector<input_binding> inputs;
   std::vector<int> session_slots;
@@ -519,6 +521,13 @@ status executable_graph::impl::resolve_sessions(tensor_source& src) {
   return {};
 }
 
+std::string_view executable_graph::step_op(std::size_t i) const { return p_->steps.at(i).def->name; }
+
+void executable_graph::set_profile(std::vector<double>* ns) {
+  p_->profile = ns;
+  if (ns) ns->assign(p_->steps.size(), 0.0);
+}
+
 status executable_graph::run(tensor_source& source) {
   for (const auto& b : p_->inputs)
     if (!b.set) return invalid("binding " + b.name + " was not given");
@@ -550,7 +559,11 @@ status executable_graph::run(tensor_source& source) {
       out.taken = false;
     }
     kernel_call call{st.params.get(), st.in_ptrs, &out.t, &p_->ws};
+    const auto t0 = p_->profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     auto s = st.fn(call);
+    if (p_->profile)
+      (*p_->profile)[std::size_t(&st - p_->steps.data())] =
+          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
     if (!s) return make_error(s.err().code, step_prefix(std::size_t(st.index), op) + s.err().message);
   }
   return {};

@@ -96,6 +96,11 @@ class executable_graph {
   /// Names of the steps' op features in use (for routing), sorted, unique.
   const std::vector<std::string>& features_used() const { return features_; }
   std::size_t step_count() const;
+  /// The op of planned step i (0 ≤ i < step_count(), in run order).
+  std::string_view step_op(std::size_t i) const;
+  /// Benchmarks: when set, run() writes each step's kernel time (nanoseconds, in run order)
+  /// into *ns (resized to step_count()); nullptr turns it off. Costs nothing when off.
+  void set_profile(std::vector<double>* ns);
 
   /// Runs every step. Session inputs are resolved through `source` on each call (the
   /// session may change between calls of a compiled graph); their shapes are checked.

@@ -12,13 +12,27 @@ kernel_fn cpu_backend::reference(std::string_view op) {
   return nullptr;
 }
 
+namespace {
+const cpu_kernel* pick(std::string_view op, std::span<const tensor_desc> inputs, const op_params& params) {
+  const cpu_isa::level now = cpu_isa::current();
+  for (const auto& k : cpu_fast_kernels())
+    if (k.op == op && k.min_level <= now && (!k.accepts || k.accepts(inputs, params))) return &k;
+  return nullptr;
+}
+}  // namespace
+
 kernel_fn cpu_backend::kernel(std::string_view op, std::span<const tensor_desc> inputs,
                               const op_params& params) const {
-  if (!cfg_.reference_only) {
-    for (const auto& k : cpu_fast_kernels())
-      if (k.op == op && (!k.accepts || k.accepts(inputs, params))) return k.fn;
-  }
+  if (!cfg_.reference_only)
+    if (const cpu_kernel* k = pick(op, inputs, params)) return k->fn;
   return reference(op);
+}
+
+std::string_view cpu_backend::variant(std::string_view op, std::span<const tensor_desc> inputs,
+                                      const op_params& params) const {
+  if (!cfg_.reference_only)
+    if (const cpu_kernel* k = pick(op, inputs, params)) return k->variant;
+  return "ref";
 }
 
 std::vector<std::string> cpu_backend::features() const {

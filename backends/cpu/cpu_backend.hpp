@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backends/backend.hpp"
+#include "backends/cpu/isa.hpp"
 
 namespace mpakt {
 
@@ -23,11 +24,14 @@ struct cpu_kernel {
   /// For fast kernels: whether this kernel handles these inputs/params. nullptr = all.
   bool (*accepts)(std::span<const tensor_desc> inputs, const op_params& params) = nullptr;
   std::string_view variant = "ref";
+  /// The instruction-set level the kernel needs (isa.hpp); kernels above the current level
+  /// are skipped, so registering the fastest first gives each CPU the best it can run.
+  cpu_isa::level min_level = cpu_isa::level::scalar;
 };
 
 /// Every reference kernel, one per op (backends/cpu/ref/registry.cpp).
 std::span<const cpu_kernel> cpu_reference_kernels();
-/// Every fast kernel (may be several per op, tried in order).
+/// Every fast kernel (may be several per op and level, tried in order: highest level first).
 std::span<const cpu_kernel> cpu_fast_kernels();
 
 class cpu_backend final : public backend {
@@ -46,6 +50,8 @@ class cpu_backend final : public backend {
 
   /// The reference kernel for `op`, or nullptr when none is registered.
   static kernel_fn reference(std::string_view op);
+  /// The kernel variant kernel() would give (the level name, or "ref"): what a worker reports.
+  std::string_view variant(std::string_view op, std::span<const tensor_desc> inputs, const op_params& params) const;
 
  private:
   config cfg_;

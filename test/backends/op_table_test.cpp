@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/fast/parallel.hpp"
@@ -22,6 +23,7 @@
 #include "runtime/schema.hpp"
 #include "runtime/tensor_store.hpp"
 #include "test/support/files.hpp"
+#include "test/support/levels.hpp"
 
 namespace mpakt {
 namespace {
@@ -32,15 +34,22 @@ const fs::path fixtures_dir = fs::path(MPAKT_FIXTURES_DIR) / "ops";
 struct backend_entry {
   std::string name;
   std::function<std::unique_ptr<backend>()> make;
+  /// The kernel level the entry plans with (the CPU's best unless set): every level this
+  /// machine supports gets its own run, so each path is checked, not only the best.
+  std::optional<cpu_isa::level> level;
 };
 
 std::vector<backend_entry> backends() {
-  return {
-      {"cpu_ref", [] { return std::make_unique<cpu_backend>(cpu_backend::config{true}); }},
-      {"cpu", [] { return std::make_unique<cpu_backend>(); }},
+  std::vector<backend_entry> out = {
+      {"cpu_ref", [] { return std::make_unique<cpu_backend>(cpu_backend::config{true}); }, {}},
+      {"cpu", [] { return std::make_unique<cpu_backend>(); }, {}},
       // the fast kernels splitting their work over two threads
-      {"cpu_2threads", [] { return std::make_unique<cpu_backend>(); }},
+      {"cpu_2threads", [] { return std::make_unique<cpu_backend>(); }, {}},
   };
+  for (auto l : cpu_isa::supported_levels())
+    if (l != cpu_isa::best())
+      out.push_back({"cpu_" + std::string(cpu_isa::level_name(l)), [] { return std::make_unique<cpu_backend>(); }, l});
+  return out;
 }
 
 std::vector<std::string> fixture_ops() {
@@ -172,8 +181,12 @@ TEST_P(op_table, MatchesGoldens) {
   doc.Parse(text.c_str());
   ASSERT_FALSE(doc.HasParseError()) << op << ".json is not valid JSON";
   std::unique_ptr<backend> be;
+  test::level_guard restore_level;
   for (const auto& b : backends())
-    if (b.name == backend_name) be = b.make();
+    if (b.name == backend_name) {
+      be = b.make();
+      if (b.level) ASSERT_TRUE(cpu_isa::set_level(*b.level));
+    }
   ASSERT_TRUE(be);
   cpu_fast::set_kernel_threads(backend_name == "cpu_2threads" ? 2 : 1);
   int n = 0;

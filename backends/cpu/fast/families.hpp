@@ -8,6 +8,8 @@
 
 namespace mpakt::cpu_fast {
 
-void add_matmul_kernels(std::vector<cpu_kernel>& out);  // matmul.cpp: matmul, linear (transB: true)
+void add_matmul_kernels(std::vector<cpu_kernel>& out);     // matmul.cpp: matmul, linear (transB: true)
+void add_attention_kernels(std::vector<cpu_kernel>& out);  // attention.cpp
+void add_simple_kernels(std::vector<cpu_kernel>& out);     // simple.cpp: swiglu, silu, rmsnorm
 
 }  // namespace mpakt::cpu_fast

@@ -8,6 +8,8 @@ std::span<const cpu_kernel> cpu_fast_kernels() {
   static const std::vector<cpu_kernel> all = [] {
     std::vector<cpu_kernel> v;
     cpu_fast::add_matmul_kernels(v);
+    cpu_fast::add_attention_kernels(v);
+    cpu_fast::add_simple_kernels(v);
     return v;
   }();
   return all;

@@ -1,0 +1,151 @@
+#pragma once
+/// The interface between the dispatching code and the per-level kernel translation units.
+///
+/// Files named *_avx2.cpp, *_avx512.cpp, *_avx512_vnni.cpp (…) are compiled with that level's instruction set
+/// (CMakeLists.txt) and run only after backends/cpu/isa.hpp said the CPU has it. Any inline
+/// function or template they instantiate could be emitted there and picked by the linker
+/// for the whole program, so they include this header, <immintrin.h> and <cstdint> only:
+/// plain structs of pointers and sizes in, nothing of the runtime's types. Threading and
+/// every runtime type stay on the dispatching side (baseline instruction set).
+///
+/// Weight formats (runtime/dtype.hpp): rows of `k` values; f32; bf16 and f16 as 16-bit
+/// words; q8 blocks of 32 values {f16 d; int8 q[32]} (x = q·d); q4 blocks of 32 {f16 d;
+/// f16 m; uint8 q[16]} with value 2i in the low nibble of byte i and 2i+1 in the high one
+/// (x = q·d + m).
+
+#include <cstdint>
+
+namespace mpakt::cpu_fast {
+
+/// Weight storage codes (the order of runtime's dtype enum is not relied upon).
+enum class wtype : int { f32 = 0, bf16 = 1, f16 = 2, q8 = 3, q4 = 4 };
+
+/// y[r, n] = dot(x_r, w_n) (+ bias[n]) for r < rows and n in [n_begin, n_end), with x in f32.
+struct float_product {
+  const float* x = nullptr;       ///< rows × k, row stride k
+  const std::uint8_t* w = nullptr;  ///< n rows of `w_row_bytes`
+  std::int64_t w_row_bytes = 0;
+  wtype type = wtype::f32;
+  const float* bias = nullptr;
+  float* y = nullptr;             ///< rows × n, row stride n
+  std::int64_t rows = 0, k = 0, n = 0;
+};
+
+/// Activations quantized for the integer products: per row and per block of 32, int16
+/// values and a scale (x ≈ q · scale, scale = max|x|/32767, rounded to nearest even; a
+/// block holding NaN or ±∞ gets a NaN scale). For q4 weights the values of each block are
+/// stored split like the weights' nibbles (its 16 even positions, then its 16 odd ones), and
+/// `sums` holds Σq·scale per block (the q4 offset's term).
+struct quantized_rows {
+  const std::int16_t* q = nullptr;  ///< rows × k
+  const float* scale = nullptr;     ///< rows × k/32
+  const float* sums = nullptr;      ///< rows × k/32 (q4 only)
+  std::int64_t rows = 0, k = 0;
+};
+
+/// y[r, n] = Σ_blocks d_w · s_x · Σ q_w q_x (+ m_w · s_x · Σ q_x for q4) (+ bias[n]).
+struct int_product {
+  quantized_rows x;
+  const std::uint8_t* w = nullptr;
+  std::int64_t w_row_bytes = 0;
+  wtype type = wtype::q8;  ///< q8 or q4
+  const float* bias = nullptr;
+  float* y = nullptr;
+  std::int64_t n = 0;
+};
+
+/// Scaled dot-product attention over f32 rows (the attention op's fast path): q row t at
+/// position pos_offset + t, key/value row s at position s, query head h reading kv head
+/// h / (heads / kv_heads). Scores: scale·q·k, then softcap (when > 0), ALiBi slope·(s − pos)
+/// (when slopes), bias[(h,) t, s] (when bias); visibility as the reference kernel's.
+struct attention_args {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const float* bias = nullptr;   ///< [T, S] or [heads, T, S]
+  const float* slopes = nullptr;  ///< one per head, or nullptr
+  float* out = nullptr;
+  std::int64_t q_stride = 0, k_stride = 0, v_stride = 0, out_stride = 0;  ///< row strides (floats)
+  std::int64_t bias_head_stride = 0;  ///< T·S for a per-head bias, else 0
+  std::int64_t rows = 0, keys = 0;
+  int heads = 0, kv_heads = 0, head_dim = 0, v_head_dim = 0;
+  std::int64_t pos_offset = 0;
+  bool causal = true;
+  std::int64_t window = 0;  ///< 0 = none
+  float scale = 1, softcap = 0;
+};
+
+/// A part of the keys' softmax, to be merged with the other parts of the same rows: per
+/// (row − t_begin, head of the group), the running maximum, the sum of exponentials and
+/// the unnormalised weighted values (v_head_dim floats).
+struct attention_partial {
+  float* m = nullptr;
+  float* l = nullptr;
+  float* acc = nullptr;
+};
+
+/// A product on AMX tiles (matmul_amx.cpp): the activations packed by pack_activations
+/// into bf16 halves (hi + lo = x), the weight bf16 [N, K] with K a multiple of 32.
+struct amx_product {
+  const std::uint16_t* xhi = nullptr;
+  const std::uint16_t* xlo = nullptr;
+  const std::uint8_t* w = nullptr;
+  std::int64_t w_row_bytes = 0;
+  const float* bias = nullptr;
+  float* y = nullptr;  ///< rows × n
+  std::int64_t rows = 0, k = 0, n = 0;
+};
+
+namespace amx {
+/// Bytes of packed activations (each half) for `rows` rows of width k.
+inline std::int64_t packed_halves(std::int64_t rows, std::int64_t k) { return (rows + 15) / 16 * k * 16; }
+/// Packs row blocks [m_begin, m_end) (16 rows each) of x [rows, k] into hi and lo (each
+/// packed_halves(rows, k) values).
+void pack_activations(const float* x, std::int64_t rows, std::int64_t k, std::int64_t m_begin, std::int64_t m_end,
+                      std::uint16_t* hi, std::uint16_t* lo);
+/// Output columns of whole blocks of 16 weight rows [nb_begin, nb_end) (never past N).
+void bf16_product_range(const amx_product& a, std::int64_t nb_begin, std::int64_t nb_end);
+}  // namespace amx
+
+namespace avx2 {
+/// Rows [t_begin, t_end) of kv head g's query heads over keys [s_lo, s_hi): normalised into
+/// a.out when `part` is null, else left as a partial. head_dim and v_head_dim are multiples
+/// of 16, at most 256 and 512.
+void attention_rows(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g, std::int64_t s_lo,
+                    std::int64_t s_hi, attention_partial* part);
+/// Elementwise and row kernels (simple_impl.inc): elements or row groups [begin, end).
+void swiglu_range(const float* gate, const float* up, float* out, std::int64_t begin, std::int64_t end);
+void silu_range(const float* x, float* out, std::int64_t begin, std::int64_t end);
+/// Groups of `group` values normalised by their root mean square, times gamma + offset.
+void rmsnorm_rows(const float* x, const float* gamma, float* out, std::int64_t group, std::int64_t g_begin,
+                  std::int64_t g_end, double eps, float weight_offset);
+
+void float_product_range(const float_product& a, std::int64_t n_begin, std::int64_t n_end);
+/// Quantizes rows [r_begin, r_end) of x (row stride k, k a multiple of 32) into q, scale
+/// and (when not null) sums, in q4 order when `split`.
+void quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, bool split,
+                   std::int16_t* q, float* scale, float* sums);
+void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
+}  // namespace avx2
+
+namespace avx512 {
+void attention_rows(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g, std::int64_t s_lo,
+                    std::int64_t s_hi, attention_partial* part);
+/// Elementwise and row kernels (simple_impl.inc): elements or row groups [begin, end).
+void swiglu_range(const float* gate, const float* up, float* out, std::int64_t begin, std::int64_t end);
+void silu_range(const float* x, float* out, std::int64_t begin, std::int64_t end);
+/// Groups of `group` values normalised by their root mean square, times gamma + offset.
+void rmsnorm_rows(const float* x, const float* gamma, float* out, std::int64_t group, std::int64_t g_begin,
+                  std::int64_t g_end, double eps, float weight_offset);
+
+void float_product_range(const float_product& a, std::int64_t n_begin, std::int64_t n_end);
+void quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, bool split,
+                   std::int16_t* q, float* scale, float* sums);
+void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
+}  // namespace avx512
+
+namespace avx512_vnni {
+void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
+}  // namespace avx512_vnni
+
+}  // namespace mpakt::cpu_fast

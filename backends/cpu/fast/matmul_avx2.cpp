@@ -1,0 +1,279 @@
+/// Products against a weight stored [N, K] (transB), AVX2 + FMA + F16C: the portable path
+/// every x86-64 volunteer since 2013 has. Compiled for that level only: see
+/// isa_kernels.hpp for what this file may include.
+///
+/// The same shape as the AVX-512 kernels at half the width; q8/q4 weights widen to int16
+/// and meet the int16 activations in vpmaddwd.
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "backends/cpu/fast/isa_kernels.hpp"
+
+namespace mpakt::cpu_fast::avx2 {
+
+namespace {
+
+using i64 = std::int64_t;
+
+inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
+
+inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
+
+inline float bf16_to_float(std::uint16_t h) {
+  const std::uint32_t u = std::uint32_t(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// ------------------------------------------------------------------ float weights
+
+template <wtype T>
+struct widen;
+
+template <>
+struct widen<wtype::f32> {
+  static void load(const std::uint8_t* row, i64 k0, __m256& lo, __m256& hi) {
+    const float* p = reinterpret_cast<const float*>(row) + k0;
+    lo = _mm256_loadu_ps(p);
+    hi = _mm256_loadu_ps(p + 8);
+  }
+  static float one(const std::uint8_t* row, i64 i) { return reinterpret_cast<const float*>(row)[i]; }
+};
+
+template <>
+struct widen<wtype::bf16> {
+  static __m256 from(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
+  static void load(const std::uint8_t* row, i64 k0, __m256& lo, __m256& hi) {
+    const auto* p = reinterpret_cast<const std::uint16_t*>(row) + k0;
+    lo = from(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    hi = from(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+  }
+  static float one(const std::uint8_t* row, i64 i) { return bf16_to_float(reinterpret_cast<const std::uint16_t*>(row)[i]); }
+};
+
+template <>
+struct widen<wtype::f16> {
+  static void load(const std::uint8_t* row, i64 k0, __m256& lo, __m256& hi) {
+    const auto* p = reinterpret_cast<const std::uint16_t*>(row) + k0;
+    lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+  }
+  static float one(const std::uint8_t* row, i64 i) { return half_to_float(reinterpret_cast<const std::uint16_t*>(row)[i]); }
+};
+
+/// RT rows × NT weight rows, 16 values of K per step (two registers per row).
+template <wtype T, int RT, int NT>
+void float_tile(const float_product& a, i64 r0, i64 n0) {
+  const i64 k = a.k;
+  __m256 acc[RT][NT];
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+  const std::uint8_t* wr[NT];
+#pragma GCC unroll 16
+  for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
+  const float* xr = a.x + r0 * k;
+  const i64 full = k / 16 * 16;
+  for (i64 k0 = 0; k0 < full; k0 += 16) {
+    __m256 wl[NT], wh[NT];
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) widen<T>::load(wr[j], k0, wl[j], wh[j]);
+#pragma GCC unroll 16
+    for (int i = 0; i < RT; ++i) {
+      const __m256 xl = _mm256_loadu_ps(xr + i * k + k0), xh = _mm256_loadu_ps(xr + i * k + k0 + 8);
+#pragma GCC unroll 16
+      for (int j = 0; j < NT; ++j) {
+        acc[i][j] = _mm256_fmadd_ps(xl, wl[j], acc[i][j]);
+        acc[i][j] = _mm256_fmadd_ps(xh, wh[j], acc[i][j]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) {
+      float v = hsum(acc[i][j]);
+      for (i64 c = full; c < k; ++c) v += xr[i * k + c] * widen<T>::one(wr[j], c);
+      if (a.bias) v += a.bias[n0 + j];
+      a.y[(r0 + i) * a.n + n0 + j] = v;
+    }
+}
+
+template <wtype T, int NT, int RT>
+void float_tile_rows(const float_product& a, int rt, i64 r0, i64 n0) {
+  if (rt == RT) float_tile<T, RT, NT>(a, r0, n0);
+  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, rt, r0, n0);
+}
+
+template <wtype T, int NT>
+void float_columns(const float_product& a, i64 n0) {
+  constexpr int RT = NT >= 4 ? 3 : 6;
+  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0);
+}
+
+template <wtype T>
+void float_range(const float_product& a, i64 n_begin, i64 n_end) {
+  i64 n0 = n_begin;
+  if (a.rows <= 3) {
+    for (; n0 + 4 <= n_end; n0 += 4) float_columns<T, 4>(a, n0);
+  } else {
+    for (; n0 + 2 <= n_end; n0 += 2) float_columns<T, 2>(a, n0);
+  }
+  for (; n0 < n_end; ++n0) float_columns<T, 1>(a, n0);
+}
+
+// ------------------------------------------------------------------ q8/q4 weights
+
+constexpr i64 q8_bytes = 34, q4_bytes = 20;
+
+/// A weight block as two registers of 16 int16 (positions 0–15 and 16–31 of the order
+/// quantize_rows gave the activations).
+template <wtype T>
+inline void load_w(const std::uint8_t* blk, __m256i& lo, __m256i& hi) {
+  if constexpr (T == wtype::q8) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
+    lo = _mm256_cvtepi8_epi16(a);
+    hi = _mm256_cvtepi8_epi16(b);
+  } else {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
+    const __m128i nib = _mm_set1_epi8(0x0f);
+    lo = _mm256_cvtepu8_epi16(_mm_and_si128(v, nib));
+    hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), nib));
+  }
+}
+
+template <wtype T, int RT, int NT>
+void int_tile(const int_product& a, i64 r0, i64 n0) {
+  const i64 k = a.x.k, blocks = k / 32;
+  __m256 acc[RT][NT];
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+  const std::uint8_t* wr[NT];
+#pragma GCC unroll 16
+  for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
+  constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes;
+  for (i64 b = 0; b < blocks; ++b) {
+    __m256i wl[NT], wh[NT];
+    __m256 wd[NT], wm[NT];
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) {
+      const std::uint8_t* blk = wr[j] + b * bb;
+      const auto* h = reinterpret_cast<const std::uint16_t*>(blk);
+      load_w<T>(blk, wl[j], wh[j]);
+      wd[j] = _mm256_set1_ps(half_to_float(h[0]));
+      if constexpr (T == wtype::q4) wm[j] = _mm256_set1_ps(half_to_float(h[1]));
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < RT; ++i) {
+      const i64 r = r0 + i;
+      const std::int16_t* xr = a.x.q + r * k + b * 32;
+      const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr));
+      const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + 16));
+      const __m256 xs = _mm256_set1_ps(a.x.scale[r * blocks + b]);
+      __m256 xm;
+      if constexpr (T == wtype::q4) xm = _mm256_set1_ps(a.x.sums[r * blocks + b] * 0.125f);
+#pragma GCC unroll 16
+      for (int j = 0; j < NT; ++j) {
+        const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(wl[j], xl), _mm256_madd_epi16(wh[j], xh));
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(wd[j], xs), acc[i][j]);
+        if constexpr (T == wtype::q4) acc[i][j] = _mm256_fmadd_ps(wm[j], xm, acc[i][j]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) {
+      float v = hsum(acc[i][j]);
+      if (a.bias) v += a.bias[n0 + j];
+      a.y[(r0 + i) * a.n + n0 + j] = v;
+    }
+}
+
+template <wtype T, int NT, int RT>
+void int_tile_rows(const int_product& a, int rt, i64 r0, i64 n0) {
+  if (rt == RT) int_tile<T, RT, NT>(a, r0, n0);
+  else if constexpr (RT > 1) int_tile_rows<T, NT, RT - 1>(a, rt, r0, n0);
+}
+
+template <wtype T>
+void int_range(const int_product& a, i64 n_begin, i64 n_end) {
+  constexpr int RT = 2;
+  for (i64 r0 = 0; r0 < a.x.rows; r0 += RT) {
+    const int rt = int(min_i64(RT, a.x.rows - r0));
+    i64 n0 = n_begin;
+    for (; n0 + 2 <= n_end; n0 += 2) int_tile_rows<T, 2, RT>(a, rt, r0, n0);
+    for (; n0 < n_end; ++n0) int_tile_rows<T, 1, RT>(a, rt, r0, n0);
+  }
+}
+
+}  // namespace
+
+void float_product_range(const float_product& a, i64 n_begin, i64 n_end) {
+  switch (a.type) {
+    case wtype::f32: return float_range<wtype::f32>(a, n_begin, n_end);
+    case wtype::bf16: return float_range<wtype::bf16>(a, n_begin, n_end);
+    case wtype::f16: return float_range<wtype::f16>(a, n_begin, n_end);
+    default: return;
+  }
+}
+
+void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, bool split, std::int16_t* q, float* scale,
+                   float* sums) {
+  const i64 blocks = k / 32;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (i64 r = r_begin; r < r_end; ++r) {
+    for (i64 b = 0; b < blocks; ++b) {
+      const float* p = x + r * k + b * 32;
+      __m256 v[4];
+      __m256 mx = _mm256_setzero_ps();
+      bool finite = true;
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(p + 8 * i);
+        const __m256 av = _mm256_andnot_ps(sign, v[i]);
+        // a NaN or infinity makes the block's scale NaN: the caller then takes the float path
+        finite = finite && _mm256_movemask_ps(_mm256_cmp_ps(av, _mm256_set1_ps(3.4028235e38f), _CMP_NLE_UQ)) == 0;
+        mx = _mm256_max_ps(mx, av);
+      }
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      const float amax = _mm_cvtss_f32(m4);
+      const float inv = amax > 0 ? 32767.0f / amax : 0.0f;
+      const float s = amax / 32767.0f;
+      scale[r * blocks + b] = finite ? s : __builtin_nanf("");
+      const __m256 iv = _mm256_set1_ps(inv);
+      alignas(32) std::int32_t ints[32];
+      for (int i = 0; i < 4; ++i)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(ints + 8 * i), _mm256_cvtps_epi32(_mm256_mul_ps(v[i], iv)));
+      std::int16_t* out = q + r * k + b * 32;
+      std::int32_t total = 0;
+      for (int i = 0; i < 32; ++i) {
+        const std::int32_t c = ints[i] > 32767 ? 32767 : ints[i] < -32768 ? -32768 : ints[i];
+        out[split ? (i % 2) * 16 + i / 2 : i] = std::int16_t(c);
+        total += c;
+      }
+      if (sums) sums[r * blocks + b] = s * float(total);
+    }
+  }
+}
+
+void int_product_range(const int_product& a, i64 n_begin, i64 n_end) {
+  if (a.type == wtype::q8) int_range<wtype::q8>(a, n_begin, n_end);
+  else int_range<wtype::q4>(a, n_begin, n_end);
+}
+
+}  // namespace mpakt::cpu_fast::avx2

@@ -1,0 +1,211 @@
+/// Products against a weight stored [N, K] (transB), AVX-512 (F, BW, VL, DQ): float
+/// weights, and q8/q4 weights against int16 activations (int16_avx512_impl.inc, with
+/// vpmaddwd), and the activation quantizer of the integer products. Compiled for that level only: see
+/// isa_kernels.hpp for what this file may include.
+///
+/// Float product: the weight is read in place 32 values at a time, widened into two
+/// registers and multiplied into f32 accumulators for a tile of rows × weight rows, so each
+/// weight value is widened once per row tile and each weight row comes from memory once per
+/// call.
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstdint>
+
+#include "backends/cpu/fast/isa_kernels.hpp"
+
+namespace mpakt::cpu_fast::avx512 {
+
+namespace {
+
+using i64 = std::int64_t;
+
+inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
+
+inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
+
+// ------------------------------------------------------------------ float weights
+
+/// Widening of 32 weight values starting at column k0 of one row; `part` reads a final run
+/// of fewer than 32 through masked loads (nothing past the row).
+template <wtype T>
+struct widen;
+
+template <>
+struct widen<wtype::f32> {
+  static void full(const std::uint8_t* row, i64 k0, __m512& lo, __m512& hi) {
+    const float* p = reinterpret_cast<const float*>(row) + k0;
+    lo = _mm512_loadu_ps(p);
+    hi = _mm512_loadu_ps(p + 16);
+  }
+  static void part(const std::uint8_t* row, i64 k0, __mmask16 m0, __mmask16 m1, __m512& lo, __m512& hi) {
+    const float* p = reinterpret_cast<const float*>(row) + k0;
+    lo = _mm512_maskz_loadu_ps(m0, p);
+    hi = _mm512_maskz_loadu_ps(m1, p + 16);
+  }
+};
+
+template <>
+struct widen<wtype::bf16> {
+  static __m512 from(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+  static void full(const std::uint8_t* row, i64 k0, __m512& lo, __m512& hi) {
+    const auto* p = reinterpret_cast<const std::uint16_t*>(row) + k0;
+    lo = from(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    hi = from(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+  }
+  static void part(const std::uint8_t* row, i64 k0, __mmask16 m0, __mmask16 m1, __m512& lo, __m512& hi) {
+    const auto* p = reinterpret_cast<const std::uint16_t*>(row) + k0;
+    lo = from(_mm256_maskz_loadu_epi16(m0, p));
+    hi = from(_mm256_maskz_loadu_epi16(m1, p + 16));
+  }
+};
+
+template <>
+struct widen<wtype::f16> {
+  static void full(const std::uint8_t* row, i64 k0, __m512& lo, __m512& hi) {
+    const auto* p = reinterpret_cast<const std::uint16_t*>(row) + k0;
+    lo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    hi = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+  }
+  static void part(const std::uint8_t* row, i64 k0, __mmask16 m0, __mmask16 m1, __m512& lo, __m512& hi) {
+    const auto* p = reinterpret_cast<const std::uint16_t*>(row) + k0;
+    lo = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, p));
+    hi = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, p + 16));
+  }
+};
+
+/// RT activation rows [r0, r0+RT) times NT weight rows [n0, n0+NT): RT·NT accumulators,
+/// each weight block widened once and used for all RT rows. The fixed-count loops are
+/// unrolled explicitly: at -O2 g++ otherwise keeps acc[][] in memory.
+template <wtype T, int RT, int NT>
+void float_tile(const float_product& a, i64 r0, i64 n0) {
+  const i64 k = a.k;
+  __m512 acc[RT][NT];
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+  const std::uint8_t* wr[NT];
+#pragma GCC unroll 16
+  for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
+  const float* xr = a.x + r0 * k;
+
+  const i64 full = k / 32 * 32;
+  for (i64 k0 = 0; k0 < full; k0 += 32) {
+    __m512 wl[NT], wh[NT];
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) widen<T>::full(wr[j], k0, wl[j], wh[j]);
+#pragma GCC unroll 16
+    for (int i = 0; i < RT; ++i) {
+      const __m512 xl = _mm512_loadu_ps(xr + i * k + k0), xh = _mm512_loadu_ps(xr + i * k + k0 + 16);
+#pragma GCC unroll 16
+      for (int j = 0; j < NT; ++j) {
+        acc[i][j] = _mm512_fmadd_ps(xl, wl[j], acc[i][j]);
+        acc[i][j] = _mm512_fmadd_ps(xh, wh[j], acc[i][j]);
+      }
+    }
+  }
+  const i64 rem = k - full;
+  if (rem > 0) {
+    const auto m0 = static_cast<__mmask16>(rem >= 16 ? 0xffff : (1u << rem) - 1);
+    const auto m1 = static_cast<__mmask16>(rem > 16 ? (1u << (rem - 16)) - 1 : 0);
+    __m512 wl[NT], wh[NT];
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) widen<T>::part(wr[j], full, m0, m1, wl[j], wh[j]);
+#pragma GCC unroll 16
+    for (int i = 0; i < RT; ++i) {
+      const __m512 xl = _mm512_maskz_loadu_ps(m0, xr + i * k + full);
+      const __m512 xh = _mm512_maskz_loadu_ps(m1, xr + i * k + full + 16);
+#pragma GCC unroll 16
+      for (int j = 0; j < NT; ++j) {
+        acc[i][j] = _mm512_fmadd_ps(xl, wl[j], acc[i][j]);
+        acc[i][j] = _mm512_fmadd_ps(xh, wh[j], acc[i][j]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) {
+      float v = _mm512_reduce_add_ps(acc[i][j]);
+      if (a.bias) v += a.bias[n0 + j];
+      a.y[(r0 + i) * a.n + n0 + j] = v;
+    }
+}
+
+template <wtype T, int NT, int RT>
+void float_tile_rows(const float_product& a, int rt, i64 r0, i64 n0) {
+  if (rt == RT) float_tile<T, RT, NT>(a, r0, n0);
+  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, rt, r0, n0);
+}
+
+/// Weight rows [n0, n0+NT) against every activation row, in tiles of up to RT rows; the
+/// NT weight rows stay in L1 between tiles. RT·NT ≤ 16 accumulators fit the registers.
+template <wtype T, int NT>
+void float_columns(const float_product& a, i64 n0) {
+  constexpr int RT = NT >= 4 ? 4 : 8;
+  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0);
+}
+
+template <wtype T>
+void float_range(const float_product& a, i64 n_begin, i64 n_end) {
+  i64 n0 = n_begin;
+  if (a.rows <= 4) {
+    for (; n0 + 4 <= n_end; n0 += 4) float_columns<T, 4>(a, n0);
+  } else {
+    for (; n0 + 2 <= n_end; n0 += 2) float_columns<T, 2>(a, n0);
+  }
+  for (; n0 < n_end; ++n0) float_columns<T, 1>(a, n0);
+}
+
+}  // namespace
+
+void float_product_range(const float_product& a, i64 n_begin, i64 n_end) {
+  switch (a.type) {
+    case wtype::f32: return float_range<wtype::f32>(a, n_begin, n_end);
+    case wtype::bf16: return float_range<wtype::bf16>(a, n_begin, n_end);
+    case wtype::f16: return float_range<wtype::f16>(a, n_begin, n_end);
+    default: return;
+  }
+}
+
+void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, bool split, std::int16_t* q, float* scale,
+                   float* sums) {
+  const i64 blocks = k / 32;
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (i64 r = r_begin; r < r_end; ++r) {
+    for (i64 b = 0; b < blocks; ++b) {
+      const float* p = x + r * k + b * 32;
+      const __m512 v0 = _mm512_loadu_ps(p), v1 = _mm512_loadu_ps(p + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+      const float inv = amax > 0 ? 32767.0f / amax : 0.0f;
+      // a NaN or infinity makes the block's scale NaN: the caller then takes the float path
+      const bool finite = (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) == 0;
+      const float s = amax / 32767.0f;
+      scale[r * blocks + b] = finite ? s : __builtin_nanf("");
+      const __m512 iv = _mm512_set1_ps(inv);
+      // round to nearest even (the portable path does the same arithmetic)
+      __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
+      if (split) {
+        const __m512i e = _mm512_permutex2var_epi32(i0, even, i1), o = _mm512_permutex2var_epi32(i0, odd, i1);
+        i0 = e;
+        i1 = o;
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + r * k + b * 32), _mm512_cvtsepi32_epi16(i0));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + r * k + b * 32 + 16), _mm512_cvtsepi32_epi16(i1));
+      if (sums) sums[r * blocks + b] = s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
+    }
+  }
+}
+
+#define MPAKT_DOT16(w, x) _mm512_madd_epi16((w), (x))
+#include "backends/cpu/fast/int16_avx512_impl.inc"
+#undef MPAKT_DOT16
+
+}  // namespace mpakt::cpu_fast::avx512

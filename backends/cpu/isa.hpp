@@ -1,0 +1,65 @@
+#pragma once
+/// What the CPU offers, and which kernel level the fast kernels use.
+///
+/// One binary runs on every x86-64 volunteer: the project is built for the baseline
+/// instruction set, and the fast kernels come in per-level translation units
+/// (backends/cpu/fast/*_avx2.cpp, *_avx512.cpp) compiled for that level only. At start-up
+/// the CPU (cpuid) and the OS (xgetbv: which register states it saves) are asked what they
+/// support; the kernels of the best level both allow are used. AMX tiles additionally need
+/// the kernel's permission (arch_prctl), asked for once.
+///
+/// The level can be lowered — by `MPAKT_CPU_LEVEL=avx2` in the environment, or by tests
+/// that run every path this machine supports — but never raised above what was detected.
+/// Thread-safety: detection runs once (thread-safe static); set_level is for start-up and
+/// tests, before graphs are planned (a planned graph keeps the kernels it was given).
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mpakt::cpu_isa {
+
+/// Kernel levels, each including the ones before it.
+enum class level {
+  scalar,       ///< plain C++ (any x86-64, or another architecture)
+  avx2,         ///< AVX2 + FMA + F16C (x86-64-v3)
+  avx512,       ///< AVX-512 F/BW/VL/DQ
+  avx512_vnni,  ///< + AVX512-VNNI int8 dot products
+  avx512_bf16,  ///< + AVX512-BF16 dot products (Zen 4/5, Sapphire Rapids and later)
+  amx,          ///< + AMX tiles (BF16, INT8), granted by the kernel (Sapphire Rapids and later)
+};
+
+/// What cpuid and the OS report.
+struct features {
+  std::string vendor, model;
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512_vnni = false, avx512_bf16 = false, avx_vnni = false;
+  bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
+  bool os_avx = false, os_avx512 = false, os_amx = false;  ///< register state saved by the OS
+  bool amx_granted = false;  ///< the kernel gave this process AMX tile data (arch_prctl)
+};
+
+/// Detected once.
+const features& detected();
+/// The best level this CPU and OS support.
+level best();
+/// The level kernels are chosen for now.
+level current();
+/// Lowers (or restores, up to best()) the level; false when `l` is above best().
+bool set_level(level l);
+/// Every level this machine supports, lowest first (tests run each).
+std::vector<level> supported_levels();
+
+std::string_view level_name(level l);
+std::optional<level> level_from_name(std::string_view name);
+
+/// One line for banners and status: the level in use and the features behind it, e.g.
+/// "avx512_bf16 (avx2 fma f16c avx512f avx512bw avx512vl avx512dq avx512_vnni avx512_bf16
+/// amx_bf16 amx_int8, amx granted)".
+std::string describe();
+/// The feature names present, in a fixed order (status JSON).
+std::vector<std::string> feature_names();
+
+}  // namespace mpakt::cpu_isa

@@ -1,0 +1,254 @@
+// mpakt_step_bench: the worker's compute alone, in process — prefill and decode of a local
+// model folder through the same executor, backend and graphs a worker runs, with the time
+// of every op kind, beside the read bandwidth measured in the same run.
+//
+//   mpakt_step_bench MODEL_DIR [--quantize none|q8|q4] [--tokens N] [--prefill T]
+//                    [--threads N] [--repeats R] [--profile]
+//
+// It is the tool for working on kernels: no HTTP, no actors, so what it reports is the
+// executor and the kernels. The whole-stack comparison with the peer is bench/README.md's.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/model_folder.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/fast/parallel.hpp"
+#include "backends/cpu/isa.hpp"
+#include "runtime/models/arch.hpp"
+#include "runtime/tensor_builder.hpp"
+#include "runtime/tensor_store.hpp"
+
+using namespace mpakt;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
+
+/// Read bandwidth of `threads` threads summing a 1 GiB buffer (best of 3), bytes/s.
+double read_bandwidth(int threads) {
+  const std::size_t n = (std::size_t(1) << 30) / sizeof(std::uint64_t);
+  std::vector<std::uint64_t> buf(n, 1);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<std::uint64_t> sums(static_cast<std::size_t>(threads));
+    const auto t0 = clk::now();
+    cpu_fast::parallel_for(threads, [&](int p) {
+      const std::size_t b = n * std::size_t(p) / std::size_t(threads), e = n * std::size_t(p + 1) / std::size_t(threads);
+      std::uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (std::size_t i = b; i + 4 <= e; i += 4) {
+        s0 += buf[i];
+        s1 += buf[i + 1];
+        s2 += buf[i + 2];
+        s3 += buf[i + 3];
+      }
+      sums[std::size_t(p)] = s0 + s1 + s2 + s3;
+    });
+    const double s = seconds_since(t0);
+    std::uint64_t total = 0;
+    for (auto v : sums) total += v;
+    if (total == 0) std::puts("");  // keeps the sums alive
+    best = std::max(best, double(n * sizeof(std::uint64_t)) / s);
+  }
+  return best;
+}
+
+/// The dtype the loader's plan gives a Llama-style weight under "q8"/"q4" (the rules of
+/// actors/loader/quantize_plan.hpp, for the names this benchmark's models use): matrices
+/// with rows a multiple of 32 wide are quantized, norms kept; under q4 the embedding, the
+/// head and the value and down projections stay q8.
+std::optional<dtype> planned(const std::string& name, const tensor& t, const std::string& mode) {
+  if (mode == "none" || t.shape().size() < 2 || t.cols() % 32 != 0 || t.numel() < 1024 ||
+      name.find("norm") != std::string::npos)
+    return std::nullopt;
+  if (mode == "q8") return dtype::q8;
+  for (const char* s : {"embed", "lm_head", "v_proj", "down_proj"})
+    if (name.find(s) != std::string::npos) return dtype::q8;
+  return dtype::q4;
+}
+
+/// Re-holds every weight as a worker would after a load with `quantize` (quantize-on-load).
+status requantize(tensor_store::tensor_map& weights, const std::string& mode) {
+  for (auto& [name, t] : weights) {
+    auto target = planned(name, t, mode);
+    if (!target || *target == t.type()) continue;
+    const std::string file_dtype = t.type() == dtype::bf16 ? "BF16" : t.type() == dtype::f16 ? "F16" : "F32";
+    tensor_builder b(file_dtype, t.shape(), *target, name);
+    MPAKT_TRY(b.add(0, std::string_view(reinterpret_cast<const char*>(t.data()), t.nbytes())));
+    auto q = b.finish();
+    if (!q) return std::move(q).err();
+    t = std::move(*q);
+  }
+  return {};
+}
+
+struct op_times {
+  std::map<std::string, double> seconds;
+  std::map<std::string, long> count;
+  void add(const executable_graph& g, const std::vector<double>& ns) {
+    for (std::size_t i = 0; i < ns.size(); ++i) {
+      const std::string op(g.step_op(i));
+      seconds[op] += ns[i] * 1e-9;
+      count[op]++;
+    }
+  }
+  void print(const char* what, double per) const {
+    std::vector<std::pair<double, std::string>> v;
+    double total = 0;
+    for (auto& [op, s] : seconds) {
+      v.emplace_back(s, op);
+      total += s;
+    }
+    std::sort(v.rbegin(), v.rend());
+    std::printf("  %s, per %s: %.3f ms in kernels\n", what, what[0] == 'd' ? "token" : "pass", total / per * 1e3);
+    for (auto& [s, op] : v)
+      std::printf("    %-12s %8.3f ms  %5.1f %%  (%ld steps)\n", op.c_str(), s / per * 1e3, 100 * s / total,
+                  long(double(count.at(op)) / per));
+  }
+};
+
+int usage() {
+  std::fputs(
+      "usage: mpakt_step_bench MODEL_DIR [--quantize none|q8|q4] [--tokens N] [--prefill T] [--threads N]\n"
+      "                        [--repeats R] [--profile] [--isa NAME]\n",
+      stderr);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  std::string dir = argv[1], quant = "none", isa_name;
+  int tokens = 128, prefill = 128, threads = 1, repeats = 3;
+  bool profile = false;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--quantize") quant = next();
+    else if (a == "--tokens") tokens = std::atoi(next().c_str());
+    else if (a == "--prefill") prefill = std::atoi(next().c_str());
+    else if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "--repeats") repeats = std::atoi(next().c_str());
+    else if (a == "--profile") profile = true;
+    else if (a == "--isa") isa_name = next();
+    else return usage();
+  }
+  if (!isa_name.empty()) {
+    auto level = cpu_isa::level_from_name(isa_name);
+    if (!level || !cpu_isa::set_level(*level)) return std::fprintf(stderr, "unknown or unsupported --isa %s\n", isa_name.c_str()), 2;
+  }
+  cpu_fast::set_kernel_threads(threads);
+  if (quant != "none" && quant != "q8" && quant != "q4") return usage();
+
+  auto cfg = models::parse_arch_config(app::slurp(dir + "/config.json"));
+  if (!cfg) return std::fprintf(stderr, "%s\n", cfg.err().message.c_str()), 1;
+  auto weights = app::load_folder(dir);
+  if (!weights) return std::fprintf(stderr, "%s\n", weights.err().message.c_str()), 1;
+  if (auto s = requantize(*weights, quant); !s) return std::fprintf(stderr, "%s\n", s.err().message.c_str()), 1;
+  std::uint64_t resident = 0;
+  for (auto& [_, t] : *weights) resident += t.nbytes();
+
+  const double bw1 = read_bandwidth(1), bwn = threads > 1 ? read_bandwidth(threads) : bw1;
+  std::printf("kernels: %s; threads %d; read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d)\n",
+              cpu_isa::describe().c_str(), threads, bw1 / 1e9, bwn / 1e9, threads);
+  std::printf("model %s, quantize %s: %.1f MB resident\n", dir.c_str(), quant.c_str(), double(resident) / 1e6);
+
+  tensor_store store;
+  store.put_model("m", std::move(*weights));
+  cpu_backend be;
+  const int rows = prefill + tokens + 8;
+  std::mt19937 rng(1);
+  std::vector<int> prompt(static_cast<std::size_t>(prefill));
+  for (auto& id : prompt) id = int(rng() % std::uint32_t(cfg->vocab));
+
+  auto build = [&](const std::string& json, bool compiled) -> std::unique_ptr<executable_graph> {
+    auto decl = parse_graph_text(json, compiled);
+    if (!decl) return std::fprintf(stderr, "%s\n", decl.err().message.c_str()), nullptr;
+    tensor_store::source src(store, std::vector<std::string>{"s"});
+    build_options bo;
+    bo.compiled = compiled;
+    auto g = executable_graph::build(std::move(*decl), src, be, bo);
+    if (!g) return std::fprintf(stderr, "%s\n", g.err().message.c_str()), nullptr;
+    return std::move(*g);
+  };
+  auto run = [&](executable_graph& g, const std::vector<std::pair<std::string, std::string>>& retain) -> bool {
+    tensor_store::source src(store, std::vector<std::string>{"s"});
+    if (auto s = g.run(src); !s) return std::fprintf(stderr, "%s\n", s.err().message.c_str()), false;
+    if (!retain.empty())
+      if (auto s = store.apply_retain(g, "s", retain); !s) return std::fprintf(stderr, "%s\n", s.err().message.c_str()), false;
+    return true;
+  };
+
+  store.session("s");
+  {
+    auto decl = parse_graph_text(models::arch_cache_graph(*cfg, rows), false);
+    auto retain = decl->retain;
+    auto g = build(models::arch_cache_graph(*cfg, rows), false);
+    if (!g || !run(*g, retain)) return 1;
+  }
+  models::arch_graph_options o;
+  o.model_id = "m";
+  o.use_cache = true;
+  o.cache_rows = rows;
+  o.compiled = true;
+  o.argmax = true;
+  o.tokens = prefill;
+  o.last_only = true;  // as a prefill that only needs the next token (and as llama-bench's pp)
+  auto pre = build(models::arch_graph(*cfg, o), true);
+  o.tokens = 1;
+  o.last_only = false;
+  auto step = build(models::arch_graph(*cfg, o), true);
+  if (!pre || !step) return 1;
+
+  op_times pre_ops, dec_ops;
+  std::vector<double> ns;
+  std::vector<double> pre_s, dec_s;
+  for (int rep = 0; rep < repeats + 1; ++rep) {  // the first repeat warms up
+    std::vector<float> ids(prompt.begin(), prompt.end());
+    (void)pre->bind_input("ids", ids);
+    (void)pre->bind_param("pos", 0);
+    pre->set_profile(profile && rep > 0 ? &ns : nullptr);
+    auto t0 = clk::now();
+    if (!run(*pre, {})) return 1;
+    if (rep > 0) pre_s.push_back(seconds_since(t0));
+    if (profile && rep > 0) pre_ops.add(*pre, ns);
+    float next = pre->value("tok")->f32()[0];
+    step->set_profile(profile && rep > 0 ? &ns : nullptr);
+    t0 = clk::now();
+    for (int i = 0; i < tokens; ++i) {
+      (void)step->bind_input("ids", std::span<const float>(&next, 1));
+      (void)step->bind_param("pos", prefill + i);
+      if (!run(*step, {})) return 1;
+      if (profile && rep > 0) dec_ops.add(*step, ns);
+      next = step->value("tok")->f32()[0];
+    }
+    if (rep > 0) dec_s.push_back(seconds_since(t0));
+  }
+  std::sort(pre_s.begin(), pre_s.end());
+  std::sort(dec_s.begin(), dec_s.end());
+  const double pre_med = pre_s[pre_s.size() / 2], dec_med = dec_s[dec_s.size() / 2];
+  // Bytes a decode step reads: every weight once (the tied table serves the head too) plus
+  // the KV rows at the mean position.
+  const double kv = 2.0 * cfg->layers * (prefill + tokens / 2.0) * cfg->kv_heads * cfg->head_dim * 4;
+  const double per_token = double(resident) + kv;
+  const double tps = tokens / dec_med;
+  std::printf("prefill %d tokens: %.1f ms = %.1f tokens/s\n", prefill, pre_med * 1e3, prefill / pre_med);
+  std::printf("decode %d tokens: %.2f ms/token = %.1f tokens/s; %.1f MB/token; %.2f of the %d-thread roofline (%.1f tok/s)\n",
+              tokens, dec_med / tokens * 1e3, tps, per_token / 1e6, tps * per_token / bwn, threads, bwn / per_token);
+  if (profile) {
+    pre_ops.print("prefill", repeats);
+    dec_ops.print("decode", double(repeats) * tokens);
+  }
+  return 0;
+}

@@ -1,0 +1,305 @@
+// The fast CPU kernels on every instruction-set level this machine supports
+// (backends/cpu/isa.hpp), against the reference kernels: matmul/linear for every weight dtype
+// (float weights to f32 rounding; q8/q4 within the bound their int16 activations allow) and
+// attention (to f32 rounding), on one thread and split over two.
+
+#include "backends/cpu/isa.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "backends/cpu/fast/isa_kernels.hpp"
+#include "backends/cpu/fast/parallel.hpp"
+#include "test/support/levels.hpp"
+#include "test/support/op_checks.hpp"
+
+namespace mpakt {
+namespace {
+
+using test::random_f32;
+using test::run_values;
+
+/// Restores one kernel thread after a test that used two.
+struct threads_guard {
+  ~threads_guard() { cpu_fast::set_kernel_threads(1); }
+};
+
+TEST(CpuIsa, LevelsFollowTheFeatures) {
+  const auto& f = cpu_isa::detected();
+  const auto best = cpu_isa::best();
+  if (best >= cpu_isa::level::avx2) {
+    EXPECT_TRUE(f.avx2 && f.fma && f.f16c);
+  }
+  if (best >= cpu_isa::level::avx512) {
+    EXPECT_TRUE(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq);
+  }
+  if (best >= cpu_isa::level::avx512_vnni) {
+    EXPECT_TRUE(f.avx512_vnni);
+  }
+  if (best >= cpu_isa::level::avx512_bf16) {
+    EXPECT_TRUE(f.avx512_bf16);
+  }
+  if (best >= cpu_isa::level::amx) {
+    EXPECT_TRUE(f.amx_tile && f.amx_bf16 && f.amx_int8 && f.amx_granted);
+  }
+  EXPECT_LE(cpu_isa::current(), best);
+  EXPECT_EQ(cpu_isa::supported_levels().back(), best);
+  EXPECT_FALSE(cpu_isa::describe().empty());
+}
+
+TEST(CpuIsa, LevelCanBeLoweredNotRaised) {
+  test::level_guard g;
+  EXPECT_TRUE(cpu_isa::set_level(cpu_isa::level::scalar));
+  EXPECT_EQ(cpu_isa::current(), cpu_isa::level::scalar);
+  if (cpu_isa::best() < cpu_isa::level::amx) {
+    EXPECT_FALSE(cpu_isa::set_level(cpu_isa::level::amx));
+  }
+  for (auto l : cpu_isa::supported_levels()) {
+    EXPECT_EQ(cpu_isa::level_from_name(cpu_isa::level_name(l)), l);
+    EXPECT_TRUE(cpu_isa::set_level(l));
+  }
+  EXPECT_FALSE(cpu_isa::level_from_name("avx1024").has_value());
+}
+
+TEST(CpuIsa, BackendPicksKernelsOfTheCurrentLevel) {
+  test::level_guard g;
+  cpu_backend be;
+  auto params = find_op_def("matmul")->parse(*parse_params_text(R"({"transB": true})"));
+  std::vector<tensor_desc> in{{dtype::f32, {1, 64}}, {dtype::q8, {32, 64}}};
+  for (auto l : cpu_isa::supported_levels()) {
+    cpu_isa::set_level(l);
+    const std::string_view v = be.variant("matmul", in, **params);
+    // the kernel chosen never needs more than the level allows
+    auto picked = cpu_isa::level_from_name(v);
+    ASSERT_TRUE(picked.has_value()) << v;
+    EXPECT_LE(*picked, l);
+  }
+}
+
+/// |fast − ref| for a product whose activations were quantized to int16 per block of 32:
+/// each block's rounding moves a value by at most s/2 (s = max|x|/32767), so the product
+/// moves by at most Σ|w|·s/2 over the block; plus f32 rounding of the sums.
+std::vector<double> int16_bounds(const tensor& x, const tensor& w_f32) {
+  const std::int64_t rows = x.rows(), k = x.cols(), n = w_f32.shape()[0];
+  std::vector<double> out(std::size_t(rows * n));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double bound = 0, mag = 0;
+      for (std::int64_t b = 0; b < k / 32; ++b) {
+        double amax = 0, wsum = 0;
+        for (int i = 0; i < 32; ++i) {
+          amax = std::max(amax, double(std::fabs(x.f32()[r * k + b * 32 + i])));
+          wsum += std::fabs(w_f32.f32()[j * k + b * 32 + i]);
+          mag += std::fabs(double(x.f32()[r * k + b * 32 + i]) * w_f32.f32()[j * k + b * 32 + i]);
+        }
+        bound += wsum * amax / 32767.0 / 2.0;
+      }
+      out[std::size_t(r * n + j)] = bound * 1.001 + 1e-5 * mag + 1e-6;
+    }
+  return out;
+}
+
+TEST(FastMatmul, EveryLevelAgreesWithTheReference) {
+  threads_guard tg;
+  const auto levels = test::fast_kernels_on_this_cpu("matmul");
+  ASSERT_FALSE(levels.empty());
+  unsigned seed = 500;
+  for (int threads : {1, 2}) {
+    cpu_fast::set_kernel_threads(threads);
+    for (const auto& lk : levels)
+      for (dtype t : {dtype::f32, dtype::bf16, dtype::f16, dtype::q8, dtype::q4}) {
+        std::vector<std::int64_t> ks = {32, 64, 96, 576};
+        if (!is_quantized(t)) ks.insert(ks.end(), {1, 5, 17, 33, 100});
+        for (std::int64_t k : ks)
+          for (std::int64_t rows : {1, 2, 3, 4, 5, 7, 9, 16, 17}) {
+            const std::int64_t n = 1 + (rows * 7 + k) % 13 + (rows == 16 ? 1536 : 0);
+            SCOPED_TRACE(lk.level + " " + std::string(dtype_name(t)) + " rows " + std::to_string(rows) + " K " +
+                         std::to_string(k) + " N " + std::to_string(n) + " threads " + std::to_string(threads));
+            const tensor x = random_f32({rows, k}, ++seed);
+            const tensor w = random_f32({n, k}, ++seed, 0.5f);
+            const tensor bias = random_f32({n}, ++seed);
+            const tensor wp = t == dtype::f32 ? w : *convert_tensor(w, t);
+            // (AMX has its own bound: AmxProductsAgreeWithinTheirSplitBound)
+            if (lk.level == "amx" || !lk.claims({x, wp, bias}, R"({"transB": true})")) continue;
+            const auto want = run_values("linear", R"({"transB": true})", {x, wp, bias});
+            const auto got = run_values("linear", R"({"transB": true})", {x, wp, bias}, lk.fn);
+            ASSERT_EQ(got.size(), want.size());
+            if (is_quantized(t)) {
+              const auto bounds = int16_bounds(x, *to_f32(wp));
+              for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], bounds[i]) << "at " << i;
+            } else {
+              test::expect_close(got, want, 1e-6 * double(k) + 1e-5, 1e-5);
+            }
+          }
+      }
+  }
+}
+
+/// The AMX product (bf16 weights, many rows) splits each activation in two bf16 halves:
+/// |x − hi − lo| ≤ 2⁻¹⁸|x|, so each output moves by at most Σ|x·w|·2⁻¹⁸, plus f32 sums.
+TEST(FastMatmul, AmxProductsAgreeWithinTheirSplitBound) {
+  threads_guard tg;
+  if (cpu_isa::best() < cpu_isa::level::amx) GTEST_SKIP() << "no AMX here";
+  kernel_fn amx = nullptr;
+  for (const auto& lk : test::fast_kernels_on_this_cpu("linear"))
+    if (lk.level == "amx") amx = lk.fn;
+  ASSERT_NE(amx, nullptr);
+  unsigned seed = 700;
+  for (int threads : {1, 2}) {
+    cpu_fast::set_kernel_threads(threads);
+    for (std::int64_t rows : {16, 17, 31, 33, 64, 128, 130})
+      for (std::int64_t k : {32, 64, 576})
+        for (std::int64_t n : {16, 17, 48, 100, 576}) {
+          SCOPED_TRACE("rows " + std::to_string(rows) + " K " + std::to_string(k) + " N " + std::to_string(n) +
+                       " threads " + std::to_string(threads));
+          const tensor x = random_f32({rows, k}, ++seed);
+          const tensor w = *convert_tensor(random_f32({n, k}, ++seed, 0.5f), dtype::bf16);
+          const tensor bias = random_f32({n}, ++seed);
+          const auto want = run_values("linear", R"({"transB": true})", {x, w, bias});
+          const auto got = run_values("linear", R"({"transB": true})", {x, w, bias}, amx);
+          ASSERT_EQ(got.size(), want.size());
+          const tensor wf = *to_f32(w);
+          for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t j = 0; j < n; ++j) {
+              double mag = 0;
+              for (std::int64_t i = 0; i < k; ++i) mag += std::fabs(double(x.f32()[r * k + i]) * wf.f32()[j * k + i]);
+              const std::size_t at = std::size_t(r * n + j);
+              ASSERT_NEAR(got[at], want[at], mag * (1.0 / 262144 + 1e-6) + 1e-6) << "row " << r << " col " << j;
+            }
+        }
+  }
+}
+
+TEST(FastMatmul, QuantizedProductsUseInt16ActivationsAndStillPropagateNaN) {
+  // The integer path really runs: an activation below half its block's quantization step is
+  // lost (the float path would keep it), and a NaN activation still gives NaN outputs.
+  for (const auto& lk : test::fast_kernels_on_this_cpu("matmul")) {
+    if (lk.level == "scalar" || lk.level == "amx") continue;
+    SCOPED_TRACE(lk.level);
+    std::vector<float> xv(32, 0.0f), wv(4 * 32, 0.0f);
+    xv[0] = 1.0f;
+    xv[1] = 1e-6f;  // below half of 1/32767: quantizes to 0
+    for (int j = 0; j < 4; ++j) wv[std::size_t(j * 32 + 1)] = 1.0f;
+    for (dtype t : {dtype::q8, dtype::q4}) {
+      const tensor x = test::t32({1, 32}, xv), w = *convert_tensor(test::t32({4, 32}, wv), t);
+      const auto wf = test::values_of(w);
+      const auto got = run_values("matmul", R"({"transB": true})", {x, w}, lk.fn);
+      const auto ref = run_values("matmul", R"({"transB": true})", {x, w});
+      for (int j = 0; j < 4; ++j) {
+        // what the weights give for x[0] alone, and what the reference adds for x[1]
+        EXPECT_FLOAT_EQ(got[std::size_t(j)], wf[std::size_t(j * 32)]) << dtype_name(t);
+        EXPECT_NE(got[std::size_t(j)], ref[std::size_t(j)]) << dtype_name(t);
+      }
+      auto nan_x = xv;
+      nan_x[5] = NAN;
+      const auto nan = run_values("matmul", R"({"transB": true})", {test::t32({1, 32}, nan_x), w}, lk.fn);
+      for (float v : nan) EXPECT_TRUE(std::isnan(v)) << dtype_name(t);
+    }
+  }
+}
+
+TEST(FastMatmul, ActivationQuantizationIsTheSameOnEveryLevel) {
+  // so a volunteer's tokens do not depend on which vector unit it has
+  if (cpu_isa::best() < cpu_isa::level::avx512) GTEST_SKIP() << "one integer level only";
+  const tensor x = random_f32({3, 96}, 77);
+  for (bool split : {false, true}) {
+    std::vector<std::int16_t> qa(3 * 96), qb(3 * 96);
+    std::vector<float> sa(9), sb(9), ua(9), ub(9);
+    cpu_fast::avx2::quantize_rows(x.f32(), 96, 0, 3, split, qa.data(), sa.data(), ua.data());
+    cpu_fast::avx512::quantize_rows(x.f32(), 96, 0, 3, split, qb.data(), sb.data(), ub.data());
+    EXPECT_EQ(qa, qb);
+    EXPECT_EQ(sa, sb);
+    EXPECT_EQ(ua, ub);
+  }
+}
+
+// ---- attention ----
+
+struct attention_case {
+  std::string name;
+  int heads, kv_heads, head_dim, v_head_dim;
+  std::int64_t rows, keys, pos;
+  std::string extra;  ///< more params (JSON members, with a leading comma)
+  int bias = 0;       ///< 0 none, 2 [T, S], 3 [heads, T, S]
+};
+
+TEST(FastAttention, EveryLevelAgreesWithTheReference) {
+  threads_guard tg;
+  const auto levels = test::fast_kernels_on_this_cpu("attention");
+  ASSERT_FALSE(levels.empty());
+  const std::vector<attention_case> cases = {
+      {"prefill gqa", 9, 3, 64, 64, 37, 37, 0, "", 0},
+      {"decode over a long cache", 9, 3, 64, 64, 1, 900, 700, "", 0},
+      {"decode at position 0", 4, 2, 64, 64, 1, 300, 0, "", 0},
+      {"verify rows", 16, 8, 128, 128, 5, 600, 500, "", 0},
+      {"window", 4, 4, 32, 32, 20, 64, 30, R"(,"window":7)", 0},
+      {"non-causal window", 4, 2, 32, 32, 6, 40, 3, R"(,"causal":false,"window":5)", 0},
+      {"non-causal", 2, 1, 16, 48, 7, 29, 0, R"(,"causal":false)", 0},
+      {"softcap and scale", 4, 2, 64, 64, 9, 40, 10, R"(,"softcap":20,"scale":0.3)", 0},
+      {"alibi", 8, 8, 32, 32, 5, 50, 20, R"(,"alibi":true)", 0},
+      {"bias per row", 4, 2, 32, 32, 6, 6, 0, "", 2},
+      {"bias per head", 4, 2, 32, 32, 6, 6, 0, "", 3},
+      {"decode with bias", 4, 2, 32, 32, 1, 400, 390, "", 3},
+  };
+  unsigned seed = 900;
+  for (int threads : {1, 2}) {
+    cpu_fast::set_kernel_threads(threads);
+    for (const auto& lk : levels)
+      for (const auto& c : cases) {
+        SCOPED_TRACE(lk.level + " " + c.name + " threads " + std::to_string(threads));
+        const tensor q = random_f32({c.rows, c.heads * c.head_dim}, ++seed);
+        const tensor k = random_f32({c.keys, c.kv_heads * c.head_dim}, ++seed);
+        const tensor v = random_f32({c.keys, c.kv_heads * c.v_head_dim}, ++seed);
+        std::vector<tensor> in = {q, k, v};
+        if (c.bias == 2) in.push_back(random_f32({c.rows, c.keys}, ++seed, 2.0f));
+        if (c.bias == 3) in.push_back(random_f32({c.heads, c.rows, c.keys}, ++seed, 2.0f));
+        const std::string params = "{\"heads\":" + std::to_string(c.heads) + ",\"kvHeads\":" + std::to_string(c.kv_heads) +
+                                   ",\"headDim\":" + std::to_string(c.head_dim) + ",\"vHeadDim\":" +
+                                   std::to_string(c.v_head_dim) + ",\"posOffset\":" + std::to_string(c.pos) + c.extra + "}";
+        const auto want = run_values("attention", params, in);
+        const auto got = run_values("attention", params, in, lk.fn);
+        test::expect_close(got, want, 2e-5, 1e-4);
+      }
+  }
+}
+
+// ---- swiglu, silu, rmsnorm ----
+
+TEST(FastSimpleOps, EveryLevelAgreesWithTheReference) {
+  threads_guard tg;
+  for (int threads : {1, 2}) {
+    cpu_fast::set_kernel_threads(threads);
+    for (std::int64_t n : {1, 7, 16, 33, 1536, 3 * 1536 + 5, 128 * 1536}) {
+      SCOPED_TRACE("n " + std::to_string(n) + " threads " + std::to_string(threads));
+      tensor g = random_f32({n}, unsigned(n), 4.0f);
+      if (n > 16) {  // the edges: huge, tiny, infinite and NaN gates
+        float* v = g.f32();
+        v[0] = 100.0f, v[1] = -100.0f, v[2] = INFINITY, v[3] = -INFINITY, v[4] = NAN, v[5] = 1e-30f, v[6] = -88.5f;
+      }
+      const tensor u = random_f32({n}, unsigned(n) + 1);
+      for (const auto& lk : test::fast_kernels_on_this_cpu("swiglu")) {
+        SCOPED_TRACE(lk.level);
+        test::expect_close(run_values("swiglu", "{}", {g, u}, lk.fn), run_values("swiglu", "{}", {g, u}), 1e-30, 4e-7);
+      }
+      for (const auto& lk : test::fast_kernels_on_this_cpu("silu")) {
+        SCOPED_TRACE(lk.level);
+        test::expect_close(run_values("silu", "{}", {g}, lk.fn), run_values("silu", "{}", {g}), 1e-30, 4e-7);
+      }
+    }
+    for (const auto& lk : test::fast_kernels_on_this_cpu("rmsnorm"))
+      for (const char* params : {R"({"eps":1e-5})", R"({"eps":1e-6,"weightOffset":1})", R"({"eps":1e-6,"groupSize":64})"})
+        for (std::int64_t rows : {1, 3, 128}) {
+          SCOPED_TRACE(lk.level + " " + params + " rows " + std::to_string(rows));
+          const std::int64_t cols = std::string(params).find("groupSize") != std::string::npos ? 576 : 577;
+          const tensor x = random_f32({rows, cols}, unsigned(rows) + 5, 3.0f);
+          const tensor gamma = random_f32({std::string(params).find("groupSize") != std::string::npos ? 64 : cols}, 9);
+          test::expect_close(run_values("rmsnorm", params, {x, gamma}, lk.fn), run_values("rmsnorm", params, {x, gamma}),
+                             1e-6, 2e-6);
+        }
+  }
+}
+
+}  // namespace
+}  // namespace mpakt

@@ -1,0 +1,45 @@
+#pragma once
+/// The fast kernels of an op on every instruction-set level this machine supports, so a
+/// test can check each path (isa.hpp), not only the one the CPU would pick.
+
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/isa.hpp"
+#include "runtime/graph.hpp"
+
+namespace mpakt::test {
+
+struct level_kernel {
+  std::string level;  ///< the variant name, e.g. "avx512_vnni"
+  kernel_fn fn = nullptr;
+  bool (*accepts)(std::span<const tensor_desc>, const op_params&) = nullptr;
+  /// Whether the kernel claims a step with these inputs and params (JSON text).
+  bool claims(const std::vector<tensor>& inputs, std::string_view params_json) const {
+    if (!accepts) return true;
+    std::vector<tensor_desc> d;
+    for (const auto& t : inputs) d.push_back(t.desc());
+    const op_def* def = find_op_def(op);
+    auto p = def->parse(*parse_params_text(params_json));
+    return accepts(d, **p);
+  }
+  std::string op;
+};
+
+/// Every registered fast kernel of `op` this CPU can run, whatever `accepts` says.
+inline std::vector<level_kernel> fast_kernels_on_this_cpu(std::string_view op) {
+  std::vector<level_kernel> out;
+  for (const auto& k : cpu_fast_kernels())
+    if (k.op == op && k.min_level <= cpu_isa::best())
+      out.push_back({std::string(k.variant), k.fn, k.accepts, std::string(op)});
+  return out;
+}
+
+/// Restores the kernel level and thread count a test changed.
+struct level_guard {
+  cpu_isa::level saved = cpu_isa::current();
+  ~level_guard() { cpu_isa::set_level(saved); }
+};
+
+}  // namespace mpakt::test
