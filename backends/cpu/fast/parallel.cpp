@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
+#include <chrono>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -11,16 +14,20 @@ namespace mpakt::cpu_fast {
 
 namespace {
 
-/// The helper team. Never destroyed (its threads sleep until the process ends), so no
-/// kernel can outlive it during shutdown.
+/// The helper threads. A job is a count of parts and a function; the caller and the
+/// helpers claim parts one at a time from a shared counter, so a helper the OS has not
+/// scheduled yet (a busy volunteer machine) simply claims nothing: the caller takes its
+/// parts and returns as soon as every *claimed* part is done. The counter carries the
+/// job's number in its high half, so a helper that wakes late can never claim a part of a
+/// job that has ended (its compare-and-swap fails). Never destroyed: its threads sleep
+/// until the process ends, so no kernel can outlive it during shutdown.
 class team {
  public:
   void resize(int helpers) {
     std::lock_guard busy(busy_);
     std::lock_guard l(m_);
     while (int(threads_.size()) < helpers) {
-      const int index = int(threads_.size());
-      threads_.emplace_back([this, index] { loop(index); });
+      threads_.emplace_back([this] { loop(); });
       threads_.back().detach();
     }
     helpers_ = helpers;
@@ -30,68 +37,91 @@ class team {
 
   void run(int parts, const std::function<void(int)>& f) {
     std::unique_lock busy(busy_, std::try_to_lock);
-    const int helpers = std::min(parts - 1, helpers_);
-    if (!busy.owns_lock() || helpers <= 0) {
+    if (!busy.owns_lock() || helpers_ <= 0) {
       for (int p = 0; p < parts; ++p) f(p);
       return;
     }
-    {
+    const std::uint64_t job = (claim_.load(std::memory_order_relaxed) >> 32) + 1;
+    job_.store(&f, std::memory_order_relaxed);
+    parts_.store(parts, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    // publishes job_ and parts_; sequentially consistent with the sleepers_ check below (a
+    // helper going to sleep increments sleepers_ and then looks for a job: one sees the other)
+    claim_.store(job << 32, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) {
       std::lock_guard l(m_);
-      job_ = &f;
-      active_ = helpers;
-      remaining_.store(helpers, std::memory_order_relaxed);
-      generation_.fetch_add(1, std::memory_order_release);
+      wake_.notify_all();
     }
-    start_.notify_all();
-    // The caller takes part 0 and every part past the helpers.
-    f(0);
-    for (int p = helpers + 1; p < parts; ++p) f(p);
-    // A decode step runs hundreds of short products: wait by spinning first, then sleep.
-    for (int i = 0; i < spin_iterations && remaining_.load(std::memory_order_acquire) != 0; ++i) pause();
-    if (remaining_.load(std::memory_order_acquire) != 0) {
-      std::unique_lock l(m_);
-      done_.wait(l, [&] { return remaining_.load(std::memory_order_acquire) == 0; });
-    }
+    int mine = 0;
+    for (int p; (p = claim(job)) >= 0; ++mine) f(p);
+    // Every part is claimed; wait for the helpers' to finish (spinning: they are running).
+    while (done_.load(std::memory_order_acquire) + mine < parts) pause();
+    // Ends the job: a helper that has not claimed yet now fails its compare-and-swap.
+    claim_.store((job << 32) | 0xffffffffu, std::memory_order_release);
   }
 
  private:
-  /// About half a millisecond of polling before a thread sleeps.
+  /// About half a millisecond of polling before a helper sleeps.
   static constexpr int spin_iterations = 20000;
+
   static void pause() {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
   }
 
-  void loop(int index) {
+  /// Claims the next part of job `job`, or -1 when it has none left (or has ended).
+  int claim(std::uint64_t job) {
+    std::uint64_t c = claim_.load(std::memory_order_acquire);
+    for (;;) {
+      if ((c >> 32) != job) return -1;
+      const std::uint32_t next = std::uint32_t(c);
+      if (next >= std::uint32_t(parts_.load(std::memory_order_relaxed))) return -1;
+      if (claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) return int(next);
+    }
+  }
+
+  /// Whether job `seen` is open with parts left to claim.
+  bool open_after(std::uint64_t seen) const {
+    const std::uint64_t c = claim_.load(std::memory_order_seq_cst);
+    return (c >> 32) != seen && std::uint32_t(c) < std::uint32_t(parts_.load(std::memory_order_relaxed));
+  }
+
+  void loop() {
     std::uint64_t seen = 0;
     for (;;) {
-      for (int i = 0; i < spin_iterations && generation_.load(std::memory_order_acquire) == seen; ++i) pause();
-      const std::function<void(int)>* job;
-      {
+      for (int i = 0; i < spin_iterations && !open_after(seen); ++i) pause();
+      if (!open_after(seen)) {
         std::unique_lock l(m_);
-        start_.wait(l, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-        seen = generation_.load(std::memory_order_acquire);
-        if (index >= active_) continue;
-        job = job_;
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        wake_.wait_for(l, std::chrono::milliseconds(50), [&] { return open_after(seen); });
+        sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+        if (!open_after(seen)) continue;
       }
-      (*job)(index + 1);
-      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        std::lock_guard l(m_);
-        done_.notify_one();
+      const std::uint64_t job = claim_.load(std::memory_order_acquire) >> 32;
+      seen = job;
+      int p;
+      int ran = 0;
+      const std::function<void(int)>* f = job_.load(std::memory_order_relaxed);
+      while ((p = claim(job)) >= 0) {
+        (*f)(p);
+        ++ran;
       }
+      if (ran) done_.fetch_add(ran, std::memory_order_acq_rel);
     }
   }
 
   std::mutex busy_;  ///< one job at a time
   std::mutex m_;
-  std::condition_variable start_, done_;
+  std::condition_variable wake_;
   std::vector<std::thread> threads_;
-  const std::function<void(int)>* job_ = nullptr;
   int helpers_ = 0;
-  int active_ = 0;
-  std::atomic<int> remaining_{0};
-  std::atomic<std::uint64_t> generation_{0};
+  /// high 32 bits: the job's number; low 32 bits: the next part to claim
+  std::atomic<std::uint64_t> claim_{0};
+  std::atomic<const std::function<void(int)>*> job_{nullptr};
+  std::atomic<int> parts_{0};
+  std::atomic<int> done_{0};       ///< parts finished by helpers
+  std::atomic<int> sleepers_{0};
 };
 
 team& the_team() {
