@@ -14,7 +14,7 @@ namespace mpakt::app {
 namespace {
 const char* graph_usage =
     "usage: mpakt graph CONFIG.json [--model-id ID] [--ids 1,2,3 | --tokens T] [--pos P]\n"
-    "                   [--cache ROWS] [--compiled] [--argmax | --sample] [--penalty P]\n"
+    "                   [--cache ROWS] [--compiled] [--argmax | --sample] [--last] [--penalty P]\n"
     "                   [--alloc-cache ROWS [--history]]\n"
     "\n"
     "Prints a v3 graph for a model's config.json (any family in docs/architectures.md): a\n"
@@ -22,6 +22,8 @@ const char* graph_usage =
     "{\"$bind\": \"pos\"}), reading and writing the session's caches with --cache ROWS.\n"
     "--argmax ends in the greedy token, --sample in a\n"
     "sample step (temperature 0 unless a call or generate sets it; its RNG step bound to pos).\n"
+    "--last sends only the last row through the head (a prefill that needs only the next\n"
+    "token: one logits row or token instead of one per row).\n"
     "--penalty P keeps the fed ids in the session's token history \"hist\" and has the sample\n"
     "step penalise repeats (repetitionPenalty P; one sample step per row).\n"
     "--alloc-cache ROWS prints instead the graph that allocates those caches in a session\n"
@@ -61,6 +63,7 @@ int cmd_graph(const std::vector<std::string>& args) {
     else if (a == "--alloc-cache" && has_value) alloc_rows = std::atoi(args[++i].c_str());
     else if (a == "--compiled") o.compiled = true;
     else if (a == "--argmax") o.argmax = true;
+    else if (a == "--last") o.last_only = true;
     else if (a == "--sample") o.sample = true;
     else if (a == "--penalty" && has_value) o.repetition_penalty = std::atof(args[++i].c_str());
     else if (a == "--history") history = true;

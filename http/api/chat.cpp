@@ -310,7 +310,8 @@ void prefill(chat_pointer self) {
   o.tokens = int(o.ids.size());
   o.use_cache = true;
   o.cache_rows = st.model->context;
-  o.argmax = true;  // a small output: one id per row, not the logits
+  o.argmax = true;     // a small output (generate feeds the last prompt token itself)
+  o.last_only = true;  // and the head, the widest product, runs for one row only
   o.repetition_penalty = st.req.repetition_penalty;
   std::string graph = models::arch_graph(st.model->config, o);
   graph.insert(1, "\"session\":" + json_string(st.session_id) + ",");

@@ -208,6 +208,9 @@ struct arch_graph_options {
   std::vector<int> ids;        ///< token ids (when not compiled)
   /// Output: "logits" [T, vocab] or "tok" (argmax of every row).
   bool argmax = false;
+  /// Only the last fed row reaches the final norm and the head: one logits row or one token
+  /// (a prefill that needs only what comes next — the head is the widest product of a model).
+  bool last_only = false;
   /// Output "tok" from a sample step instead (temperature etc. set per call by generate).
   bool sample = false;
   /// With use_cache: keep the fed ids in the session's "hist" and let one sample step per

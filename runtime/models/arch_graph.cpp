@@ -489,8 +489,9 @@ std::string decoder::ffn(int l, const std::string& h) {
   return dense_mlp(l, h, c_.names.gate, c_.names.up, c_.names.down);
 }
 
-std::string decoder::head(const std::string& x) {
+std::string decoder::head(const std::string& x_all) {
   const auto& n = c_.names;
+  const std::string x = o_.last_only && o_.tokens > 1 ? slice_rows(x_all, o_.tokens - 1, 1) : x_all;
   const std::string hn = norm(x, n.final_norm, -1, c_.hidden);
   const bool tied = n.lm_head.weight.empty();
   const bool post = c_.logit_scale != 1 || c_.final_softcap != 0;
@@ -512,22 +513,28 @@ std::string decoder::outputs(const std::string& logits) {
   if (o_.sample && !hist_.empty()) {
     // Row r penalises the history up to its own position pos + r, exactly as a one-token
     // step there would; the rows' tokens are concatenated in order.
+    // (last_only: the one row is the last fed, at pos + tokens - 1)
+    const int first = o_.last_only ? o_.tokens - 1 : 0;
+    const bool one = first + 1 == o_.tokens;
     std::string toks;
-    for (int r = 0; r < o_.tokens; ++r) {
-      const std::string row = o_.tokens == 1 ? logits : slice_rows(logits, r, 1);
+    for (int r = first; r < o_.tokens; ++r) {
+      const std::string row = one ? logits : slice_rows(logits, r, 1);
       const std::string tok = g_.step("sample", {row, hist_}, [&](param_writer& p) {
         p.d("temperature", 0.0).d("repetitionPenalty", o_.repetition_penalty);
         p.bound("step", "step", r);  // generate binds step = pos (decisions.md)
         p.bound("penaltyEnd", "pos", r + 1);
-      }, "", o_.tokens == 1 ? "tok" : "");
-      toks = r == 0 ? tok : g_.step("concat", {toks, tok}, {}, "", r + 1 == o_.tokens ? "tok" : "");
+      }, "", one ? "tok" : "");
+      toks = r == first ? tok : g_.step("concat", {toks, tok}, {}, "", r + 1 == o_.tokens ? "tok" : "");
     }
     return "tok";
   }
   if (o_.sample) {
     g_.step("sample", {logits}, [&](param_writer& p) {
       p.d("temperature", 0.0);
-      if (o_.compiled) p.bound("step", "pos");
+      if (o_.compiled) {
+        if (o_.last_only && o_.tokens > 1) p.bound("step", "pos", o_.tokens - 1);  // the row sampled sits there
+        else p.bound("step", "pos");
+      }
     }, "", "tok");
     return "tok";
   }

@@ -223,6 +223,25 @@ TEST_P(arch_family, PrefillMatchesTransformers) {
   summary()[family].prefill = worst;
 }
 
+/// A prefill whose head sees only the last row (chat's prefill, benchmarks' pp) gives that
+/// row's logits — transformers' for the last prompt position — and nothing else.
+TEST_P(arch_family, LastRowOnlyPrefillGivesTheLastRowsLogits) {
+  auto o = options(8, false, false);
+  o.ids = ref.prompt;
+  o.last_only = true;
+  auto g = run_inline(models::arch_graph(config, o), "");
+  ASSERT_TRUE(g);
+  const tensor* logits = g->value("logits");
+  ASSERT_EQ(logits->shape(), (shape_t{1, config.vocab}));
+  auto c = compare(logits->f32(), ref.prefill[7]);
+  EXPECT_TRUE(c.within) << family << " last row: max |d| " << c.max_abs;
+  o.argmax = true;
+  auto t = run_inline(models::arch_graph(config, o), "");
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->value("tok")->numel(), 1);
+  EXPECT_EQ(int(t->value("tok")->f32()[0]), ref.greedy[0]) << family;
+}
+
 TEST_P(arch_family, CachedDecodeStepsMatchTransformers) {
   prefill_session("s", ref.prompt);
   auto o = options(1, true, true);
