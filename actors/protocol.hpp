@@ -61,6 +61,11 @@ struct worker_status {
   /// Filled in by the pool, not the worker: the measured end-to-end time of a probe call
   /// (a small graph sent as any call is, answered and timed), milliseconds; 0 = not yet.
   double measured_ms = 0;
+  /// What its CPU kernels run on: the instruction-set level in use and the CPU features
+  /// behind it (backends/cpu/isa.hpp describe()), and its kernel threads.
+  std::string kernels;
+  std::string cpu;  ///< the CPU's model name
+  std::uint32_t threads = 1;
 };
 
 /// Starts receiving one tensor of a model. `file_dtype` is the published safetensors dtype
@@ -154,7 +159,8 @@ struct tensor_upload {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
   return f(caf::meta::type_name("worker_status"), x.worker_id, x.backend, x.total_bytes, x.free_bytes, x.features,
-           x.packed_weights, x.can_quantize, x.max_tensor_bytes, x.generations, x.lacks, x.measured_ms);
+           x.packed_weights, x.can_quantize, x.max_tensor_bytes, x.generations, x.lacks, x.measured_ms, x.kernels,
+           x.cpu, x.threads);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_begin_request& x) {

@@ -16,6 +16,7 @@
 #include "app/process.hpp"
 #include "app/sizes.hpp"
 #include "backends/cpu/fast/parallel.hpp"
+#include "backends/cpu/isa.hpp"
 #include "http/api/routes.hpp"
 
 namespace mpakt {
@@ -175,6 +176,8 @@ int cmd_serve(const std::vector<std::string>& args) {
     std::printf("mpakt serve: listening on %s (%d embedded worker%s, data in %s%s)\n", base.c_str(), workers,
                 workers == 1 ? "" : "s", data_dir.c_str(), dev ? ", dev mode: sign-ups approved at once" : "");
     std::printf("  models resolve hf: sources at %s\n", ccfg.load.hf_endpoint.c_str());
+    std::printf("  CPU kernels: %s, %d thread%s (%s)\n", cpu_isa::describe().c_str(), threads, threads == 1 ? "" : "s",
+                cpu_isa::detected().model.c_str());
     std::printf("  first call:  curl %s/api/versions\n", base.c_str());
     std::printf("  sign up:     curl -X POST %s/api/accounts -d '{\"username\":\"alice\",\"password\":\"a long password\"}'\n", base.c_str());
     std::printf("  reference:   %s/llms.txt\n", base.c_str());

@@ -20,6 +20,7 @@
 #include "app/process.hpp"
 #include "app/sizes.hpp"
 #include "backends/cpu/fast/parallel.hpp"
+#include "backends/cpu/isa.hpp"
 
 namespace mpakt::app {
 
@@ -152,6 +153,7 @@ int cmd_worker(const std::vector<std::string>& args) {
     std::printf("mpakt worker: %s joined %s (%s offered, %s, %d kernel threads)\n", id.c_str(), join.c_str(),
                 (std::to_string(wc.memory_bytes >> 20) + " MiB").c_str(), wc.device ? std::string(wc.device->name()).c_str() : "cpu",
                 threads);
+    std::printf("  CPU kernels: %s (%s)\n", cpu_isa::describe().c_str(), cpu_isa::detected().model.c_str());
     std::fflush(stdout);
     int sig = 0;
     sigwait(&stop_signals, &sig);

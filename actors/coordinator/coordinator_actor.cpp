@@ -430,6 +430,10 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                         key(w, "measuredMs");
                         if (s.measured_ms > 0) w.Double(s.measured_ms);
                         else w.Null();
+                        // which CPU kernel paths it runs (backends/cpu/isa.hpp)
+                        key(w, "kernels"); str(w, s.kernels);
+                        key(w, "cpu"); str(w, s.cpu);
+                        key(w, "threads"); w.Uint(s.threads);
                         key(w, "models");  // the caller's models placed there
                         w.StartArray();
                         for (const auto& [id, m] : self->state.models) {

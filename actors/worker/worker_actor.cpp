@@ -17,6 +17,8 @@
 #include "actors/generate/gen_values.hpp"
 #include "actors/generate/speculator.hpp"
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/fast/parallel.hpp"
+#include "backends/cpu/isa.hpp"
 #include "runtime/batching.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/generate_check.hpp"
@@ -357,6 +359,9 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         s.can_quantize = !st.cfg.legacy;
         s.max_tensor_bytes = s.free_bytes;
         s.generations = std::uint32_t(st.generations.size());
+        s.kernels = cpu_isa::describe();
+        s.cpu = cpu_isa::detected().model;
+        s.threads = std::uint32_t(cpu_fast::kernel_threads());
         return s;
       },
       [=](tbegin_atom, tensor_begin_request& r) -> caf::result<bool> {
