@@ -46,6 +46,7 @@ namespace {
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+using prompt_atom = caf::atom_constant<caf::atom("prompt")>;
 
 /// Drafts per verify pass of chat's verify graphs (passes over k+1 positions).
 constexpr int chat_drafts[] = {4, 2};
@@ -261,11 +262,43 @@ void prepare_graphs(chat_pointer self, void (*then)(chat_pointer)) {
   compile_chain(self, std::make_shared<std::vector<std::string>>(), then);
 }
 
+void open_session(chat_pointer self);
+
+/// Renders and tokenizes the conversation, then opens its session. The text is first bounded
+/// by bytes (decisions.md, "Chat"); rendering and tokenizing then run on a helper thread of
+/// their own, so a long conversation never holds up the coordinator's thread.
 void start_session(chat_pointer self) {
   auto& st = self->state;
-  auto ids = st.model->prompt(st.req.messages);
-  if (!ids) return fail(self, ids.err());
-  st.prompt = std::move(*ids);
+  std::size_t bytes = 0;
+  for (const auto& m : st.req.messages) bytes += m.content.size();
+  if (bytes > st.model->max_message_bytes)
+    return fail(self, error{errc::invalid, "the conversation's messages hold " + std::to_string(bytes) +
+                                               " bytes of text, more than fits the model's context of " +
+                                               std::to_string(st.model->context) + " tokens (at most " +
+                                               std::to_string(st.model->max_message_bytes) + " bytes)"});
+  auto helper = self->system().spawn<caf::detached>(
+      [model = st.model, messages = std::move(st.req.messages)](caf::event_based_actor* h) -> caf::behavior {
+        return {[=](prompt_atom) -> caf::result<std::vector<std::int32_t>> {
+          h->quit();
+          auto ids = model->prompt(messages);
+          if (!ids) return to_caf(ids.err());
+          return std::move(*ids);
+        }};
+      });
+  self->request(helper, caf::infinite, prompt_atom::value)
+      .then(
+          [self](std::vector<std::int32_t>& ids) {
+            auto& st = self->state;
+            if (st.finished) return;
+            if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+            st.prompt = std::move(ids);
+            open_session(self);
+          },
+          on_error(self));
+}
+
+void open_session(chat_pointer self) {
+  auto& st = self->state;
   const int context = st.model->context;
   st.speculative = st.req.speculative && st.model->can_speculate;
   const int margin = st.speculative ? chat_drafts[0] : 0;  // rows a last verify pass may write
