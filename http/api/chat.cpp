@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <memory>
+#include <optional>
 
 #include "actors/errors.hpp"
 #include "actors/generate/gen_loop.hpp"
@@ -46,7 +48,7 @@ namespace {
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
-using prompt_atom = caf::atom_constant<caf::atom("prompt")>;
+using work_atom = caf::atom_constant<caf::atom("work")>;
 
 /// Drafts per verify pass of chat's verify graphs (passes over k+1 positions).
 constexpr int chat_drafts[] = {4, 2};
@@ -150,6 +152,34 @@ void call_json(chat_pointer self, std::chrono::milliseconds timeout, Next next, 
 }
 
 void resolve_model(chat_pointer self);
+/// Runs `work` (returning result<T>) on a helper thread of its own, then `then(T&)` back in
+/// the chat actor, or fails the chat with the error. CPU work that grows with what a client
+/// sent (rendering, tokenizing) or with a model's files (building its chat side) thus never
+/// holds up the scheduler thread the coordinator's actors share. The value travels in a
+/// holder both sides share; the helper's reply orders its write before the actor's read.
+template <class T, class Work, class Then>
+void off_thread(chat_pointer self, Work work, Then then) {
+  auto out = std::make_shared<std::optional<result<T>>>();
+  auto helper = self->system().spawn<caf::detached>([work = std::move(work), out](caf::event_based_actor* h) -> caf::behavior {
+    return {[=](work_atom) {
+      h->quit();
+      out->emplace(work());
+      return true;
+    }};
+  });
+  self->request(helper, caf::infinite, work_atom::value)
+      .then(
+          [self, out, then](bool) {
+            auto& st = self->state;
+            if (st.finished) return;
+            if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+            result<T>& r = **out;
+            if (!r) return fail(self, r.err());
+            then(*r);
+          },
+          on_error(self));
+}
+
 void prepare_model(chat_pointer self);
 void prepare_graphs(chat_pointer self, void (*then)(chat_pointer));
 void start_session(chat_pointer self);
@@ -198,11 +228,19 @@ void prepare_model(chat_pointer self) {
             auto& st = self->state;
             if (st.finished) return;
             if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
-            auto m = make_chat_model(config, tok, tok_cfg, jinja);
-            if (!m) return fail(self, m.err());
-            st.registry->put_model(st.model_id, *m);
-            st.model = *m;
-            prepare_graphs(self, start_session);
+            // Parsing tokenizer.json (megabytes for large vocabularies) and scanning its
+            // vocabulary happen once per model, on a helper thread.
+            off_thread<std::shared_ptr<const chat_model>>(
+                self,
+                [config = std::move(config), tok = std::move(tok), tok_cfg = std::move(tok_cfg), jinja = std::move(jinja)] {
+                  return make_chat_model(config, tok, tok_cfg, jinja);
+                },
+                [self](std::shared_ptr<const chat_model>& m) {
+                  auto& st = self->state;
+                  st.registry->put_model(st.model_id, m);
+                  st.model = m;
+                  prepare_graphs(self, start_session);
+                });
           },
           on_error(self));
 }
@@ -276,25 +314,12 @@ void start_session(chat_pointer self) {
                                                " bytes of text, more than fits the model's context of " +
                                                std::to_string(st.model->context) + " tokens (at most " +
                                                std::to_string(st.model->max_message_bytes) + " bytes)"});
-  auto helper = self->system().spawn<caf::detached>(
-      [model = st.model, messages = std::move(st.req.messages)](caf::event_based_actor* h) -> caf::behavior {
-        return {[=](prompt_atom) -> caf::result<std::vector<std::int32_t>> {
-          h->quit();
-          auto ids = model->prompt(messages);
-          if (!ids) return to_caf(ids.err());
-          return std::move(*ids);
-        }};
+  off_thread<std::vector<std::int32_t>>(
+      self, [model = st.model, messages = std::move(st.req.messages)] { return model->prompt(messages); },
+      [self](std::vector<std::int32_t>& ids) {
+        self->state.prompt = std::move(ids);
+        open_session(self);
       });
-  self->request(helper, caf::infinite, prompt_atom::value)
-      .then(
-          [self](std::vector<std::int32_t>& ids) {
-            auto& st = self->state;
-            if (st.finished) return;
-            if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
-            st.prompt = std::move(ids);
-            open_session(self);
-          },
-          on_error(self));
 }
 
 void open_session(chat_pointer self) {
