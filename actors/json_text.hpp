@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/utf8.hpp"
+
 namespace mpakt {
 
 using json_writer = rapidjson::Writer<rapidjson::StringBuffer>;
@@ -20,7 +22,13 @@ std::string json(F&& f) {
   return std::string(buf.GetString(), buf.GetSize());
 }
 
-inline void str(json_writer& w, const std::string& s) { w.String(s.c_str(), rapidjson::SizeType(s.size())); }
+/// Writes `s` as a JSON string. Text that is not well-formed UTF-8 (a path or name from
+/// outside that no JSON reader checked) is written repaired, so a body is always UTF-8.
+inline void str(json_writer& w, const std::string& s) {
+  if (utf8_invalid_at(s) == std::string_view::npos) return void(w.String(s.c_str(), rapidjson::SizeType(s.size())));
+  const std::string fixed = utf8_repaired(s);
+  w.String(fixed.c_str(), rapidjson::SizeType(fixed.size()));
+}
 inline void key(json_writer& w, const char* k) { w.Key(k); }
 inline void kv(json_writer& w, const char* k, const std::string& v) {
   w.Key(k);

@@ -10,6 +10,7 @@
 #include "app/commands.hpp"
 #include "app/model_folder.hpp"
 #include "backends/cpu/cpu_backend.hpp"
+#include "runtime/json.hpp"
 #include "runtime/models/arch.hpp"
 #include "runtime/tensor_store.hpp"
 
@@ -21,10 +22,12 @@ namespace {
 /// separate component): SentencePiece's "▁" becomes a space, <0xNN> a byte.
 std::vector<std::string> read_pieces(const std::string& path) {
   std::vector<std::string> pieces;
-  rapidjson::Document d;
   const std::string text = slurp(path);
-  d.Parse(text.c_str());
-  if (d.HasParseError() || !d.HasMember("model") || !d["model"].HasMember("vocab")) return pieces;
+  auto parsed = parse_json(text, path);
+  if (!parsed || !parsed->IsObject() || !parsed->HasMember("model") || !(*parsed)["model"].IsObject() ||
+      !(*parsed)["model"].HasMember("vocab"))
+    return pieces;
+  const rapidjson::Document& d = *parsed;
   const auto& vocab = d["model"]["vocab"];
   if (!vocab.IsObject()) return pieces;
   pieces.resize(vocab.MemberCount());

@@ -17,6 +17,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/graph.hpp"
+#include "runtime/json.hpp"
 #include "runtime/outputs.hpp"
 #include "runtime/safetensors.hpp"
 #include "runtime/tensor_store.hpp"
@@ -142,10 +143,11 @@ int cmd_run(const std::vector<std::string>& args) {
     return 1;
   }
   const std::string text = slurp(graph_path);
-  doc.Parse(text.c_str(), text.size());
-  if (doc.HasParseError()) {
-    std::fprintf(stderr, "mpakt run: %s is not valid JSON (error at byte %zu)\n", graph_path.c_str(), doc.GetErrorOffset());
+  if (auto parsed = parse_json(text, graph_path); !parsed) {
+    std::fprintf(stderr, "mpakt run: %s\n", parsed.err().message.c_str());
     return 1;
+  } else {
+    doc = std::move(*parsed);
   }
   std::vector<const rapidjson::Value*> bodies;
   if (doc.IsArray()) {
@@ -189,14 +191,13 @@ int cmd_run(const std::vector<std::string>& args) {
       if (!known) continue;  // several graphs may share one --bind list
       status st;
       if ((*eg)->is_input_binding(name)) {
-        rapidjson::Document v;
-        v.Parse(val.c_str());
+        auto v = parse_json(val, "--bind " + name);
         std::vector<float> xs;
-        if (!v.HasParseError() && v.IsArray()) {
-          for (const auto& x : v.GetArray())
+        if (v && v->IsArray()) {
+          for (const auto& x : v->GetArray())
             if (x.IsNumber()) xs.push_back(float(x.GetDouble()));
-        } else if (!v.HasParseError() && v.IsNumber()) {
-          xs.push_back(float(v.GetDouble()));
+        } else if (v && v->IsNumber()) {
+          xs.push_back(float(v->GetDouble()));
         } else {
           return fail("--bind " + name + " needs a number array");
         }

@@ -32,12 +32,18 @@ const char* serve_usage =
     "                   [--default-quantize none|q8|q4|auto] [--address ADDR]\n"
     "                   [--worker-memory SIZE] [--graph-timeout-ms MS] [--body-limit SIZE]\n"
     "                   [--durable-budget SIZE] [--threads N] [--web DIR] [--cluster-port N]\n"
+    "                   [--allow-local DIR]... [--allow-private-sources]\n"
     "\n"
     "Runs the coordinator: the v3 HTTP API, accounts (SQLite in DIR) and the actors, with\n"
     "N embedded CPU workers (default 1; 0 = only remote volunteers).\n"
     "  --dev               approve sign-ups at once (a one-person machine)\n"
     "  --hf-endpoint URL   where hf: sources resolve (default https://huggingface.co, or\n"
-    "                      $MPAKT_HF_ENDPOINT); point it at `mpakt host` for offline grids\n"
+    "                      $MPAKT_HF_ENDPOINT); point it at `mpakt host` for offline grids.\n"
+    "                      It is trusted: it may be on a private address\n"
+    "  --allow-local DIR   let sources name local paths inside DIR (repeatable); without it,\n"
+    "                      local paths are refused\n"
+    "  --allow-private-sources  let URL sources (and their redirects) reach loopback,\n"
+    "                      link-local and private addresses; refused by default\n"
     "  --worker-memory     memory each embedded worker offers, e.g. 8G, 512M (default 8G)\n"
     "  --graph-timeout-ms  how long one graph may run before 504 (default 300000)\n"
     "  --body-limit        largest request body, e.g. 256M (default 256M)\n"
@@ -74,6 +80,15 @@ int cmd_serve(const std::vector<std::string>& args) {
     else if (a == "--hf-endpoint") { if (!(v = value())) return bad("--hf-endpoint needs a URL"); ccfg.load.hf_endpoint = *v; }
     else if (a == "--workers") { if (!(v = value())) return bad("--workers needs a number"); workers = std::atoi(v->c_str()); }
     else if (a == "--web") { if (!(v = value())) return bad("--web needs a folder"); web_dir = *v; }
+    else if (a == "--allow-private-sources") ccfg.load.allow_private_sources = true;
+    else if (a == "--allow-local") {
+      if (!(v = value())) return bad("--allow-local needs a folder");
+      // Kept as its real path, so that links cannot make a path look inside it.
+      std::error_code ec;
+      const auto dir = std::filesystem::canonical(*v, ec);
+      if (ec || !std::filesystem::is_directory(dir)) return bad(("--allow-local " + *v + " is not a folder").c_str());
+      ccfg.load.local_dirs.push_back(dir.string());
+    }
     else if (a == "--cluster-port") {
       if (!(v = value()) || std::atoi(v->c_str()) < 0 || std::atoi(v->c_str()) > 65535) return bad("--cluster-port needs a port");
       cluster_port = std::atoi(v->c_str());
@@ -178,6 +193,8 @@ int cmd_serve(const std::vector<std::string>& args) {
     std::printf("  models resolve hf: sources at %s\n", ccfg.load.hf_endpoint.c_str());
     std::printf("  CPU kernels: %s, %d thread%s (%s)\n", cpu_isa::describe().c_str(), threads, threads == 1 ? "" : "s",
                 cpu_isa::detected().model.c_str());
+    for (const auto& d : ccfg.load.local_dirs) std::printf("  local sources may be read from %s\n", d.c_str());
+    if (ccfg.load.allow_private_sources) std::printf("  URL sources may reach private addresses\n");
     std::printf("  first call:  curl %s/api/versions\n", base.c_str());
     std::printf("  sign up:     curl -X POST %s/api/accounts -d '{\"username\":\"alice\",\"password\":\"a long password\"}'\n", base.c_str());
     std::printf("  reference:   %s/llms.txt\n", base.c_str());

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/json.hpp"
 #include "runtime/safetensors.hpp"
 
 namespace mpakt::app {
@@ -28,10 +29,11 @@ result<tensor_store::tensor_map> load_folder(const std::string& dir) {
   if (fs::exists(single)) {
     files.push_back(single.string());
   } else if (fs::exists(index)) {
-    rapidjson::Document d;
     const std::string text = slurp(index.string());
-    d.Parse(text.c_str());
-    if (d.HasParseError() || !d.IsObject() || !d.HasMember("weight_map") || !d["weight_map"].IsObject())
+    auto parsed = parse_json(text, index.string());
+    if (!parsed) return std::move(parsed).err();
+    const rapidjson::Document& d = *parsed;
+    if (!d.IsObject() || !d.HasMember("weight_map") || !d["weight_map"].IsObject())
       return invalid(index.string() + " has no weight_map");
     for (auto it = d["weight_map"].MemberBegin(); it != d["weight_map"].MemberEnd(); ++it) {
       if (!it->value.IsString()) return invalid(index.string() + ": weight_map values must be file names");

@@ -142,6 +142,14 @@ struct client::impl {
     ioc.run();
     if (timed_out) return net_error(beast::error::timeout, "resolving " + u.host, u, m);
     if (ec) return make_error(errc::unavailable, op_name(m) + " " + u.str() + ": cannot resolve host " + u.host + ": " + ec.message());
+    if (!opts.allow_private_addresses &&
+        std::find(opts.trusted_origins.begin(), opts.trusted_origins.end(), u.origin()) == opts.trusted_origins.end())
+      for (const auto& e : endpoints) {
+        const std::string address = e.endpoint().address().to_string();
+        if (!is_public_address(address))
+          return make_error(errc::forbidden, op_name(m) + " " + u.str() + ": host " + u.host + " resolves to " + address +
+                                                 ", which is not a public address");
+      }
 
     auto c = std::make_unique<connection>();
     if (u.tls()) {

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "http/server.hpp"
 #include "runtime/status.hpp"
@@ -44,6 +45,16 @@ struct client_options {
   /// A PEM file of extra trusted certificates (a private host's own CA), on top of the
   /// system store. Host names are still verified. Empty: the system store only.
   std::string ca_file;
+  /// Whether a host may resolve to an address that is not public (http::is_public_address:
+  /// loopback, link-local, private ranges…). When false, such a request is refused
+  /// (errc::forbidden, naming the host and the address) before connecting, for the URL
+  /// asked for and for every redirect. The check and the connection use one resolution: the
+  /// connection goes to exactly the addresses checked, so a name cannot answer differently
+  /// in between.
+  bool allow_private_addresses = true;
+  /// Origins ("http://127.0.0.1:8081", url::origin()) exempt from that rule: the operator's
+  /// own model host.
+  std::vector<std::string> trusted_origins;
 };
 
 class client {

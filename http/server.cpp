@@ -22,6 +22,7 @@
 #include <boost/asio/use_awaitable.hpp>
 
 #include "http/session.hpp"
+#include "runtime/utf8.hpp"
 
 namespace mpakt::http {
 
@@ -36,20 +37,6 @@ const std::string* request::header(std::string_view lower_name) const {
     if (name == lower_name) return &value;
   return nullptr;
 }
-
-namespace {
-
-/// Length of the valid UTF-8 sequence at s[i], or 0.
-std::size_t utf8_length(std::string_view s, std::size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (std::size_t k = 1; k < n; ++k)
-    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
-  return n;
-}
-
-}  // namespace
 
 std::string error_json(std::string_view message) {
   std::string out = "{\"error\": \"";
@@ -70,9 +57,10 @@ std::string error_json(std::string_view message) {
       ++i;
       continue;
     }
-    // Messages quote user input (paths, names): bytes that are not UTF-8 would make the
-    // whole document invalid JSON, so they become U+FFFD.
-    const std::size_t n = utf8_length(message, i);
+    // Messages quote user input (paths, names, ids): bytes that are not well-formed UTF-8
+    // (overlong forms and surrogates included) would make the whole document invalid
+    // JSON, so each becomes U+FFFD.
+    const std::size_t n = utf8_sequence_length(message, i);
     if (n == 0) {
       out += "\xEF\xBF\xBD";
       ++i;

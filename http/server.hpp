@@ -137,7 +137,9 @@ class server {
   virtual void stop() = 0;
 };
 
-/// {"error": "<message>"} as JSON text (escaping done properly).
+/// {"error": "<message>"} as JSON text (escaping done properly). Every error body of the API
+/// is made here, so it is always strict UTF-8: bytes of the message that are not well-formed
+/// UTF-8 (runtime/utf8.hpp: overlong forms and surrogates too) become U+FFFD.
 std::string error_json(std::string_view message);
 
 }  // namespace mpakt::http

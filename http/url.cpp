@@ -1,7 +1,11 @@
 #include "http/url.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
+
+#include <boost/asio/ip/address.hpp>
 
 namespace mpakt::http {
 
@@ -12,6 +16,61 @@ std::string url::host_header() const {
 }
 
 std::string url::str() const { return scheme + "://" + host_header() + target; }
+
+std::string url::origin() const {
+  std::string h = host_header();
+  std::transform(h.begin(), h.end(), h.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  return scheme + "://" + h;
+}
+
+namespace {
+
+bool is_public_v4(std::uint32_t a) {
+  const auto in = [a](std::uint32_t net, int bits) { return (a >> (32 - bits)) == (net >> (32 - bits)); };
+  return !(in(0x00000000, 8) ||   // "this network", 0.0.0.0
+           in(0x0A000000, 8) ||   // 10/8 private
+           in(0x64400000, 10) ||  // 100.64/10 shared (carrier-grade NAT)
+           in(0x7F000000, 8) ||   // loopback
+           in(0xA9FE0000, 16) ||  // 169.254/16 link-local (cloud metadata services)
+           in(0xAC100000, 12) ||  // 172.16/12 private
+           in(0xC0000000, 24) ||  // 192.0.0/24 protocol assignments
+           in(0xC0000200, 24) ||  // 192.0.2/24 documentation
+           in(0xC0A80000, 16) ||  // 192.168/16 private
+           in(0xC6120000, 15) ||  // 198.18/15 benchmarking
+           in(0xC6336400, 24) ||  // 198.51.100/24 documentation
+           in(0xCB007100, 24) ||  // 203.0.113/24 documentation
+           in(0xE0000000, 4) ||   // multicast
+           in(0xF0000000, 4));    // reserved, broadcast
+}
+
+std::uint32_t v4_at(const std::array<unsigned char, 16>& b, std::size_t i) {
+  return std::uint32_t(b[i]) << 24 | std::uint32_t(b[i + 1]) << 16 | std::uint32_t(b[i + 2]) << 8 | b[i + 3];
+}
+
+}  // namespace
+
+bool is_public_address(std::string_view ip) {
+  boost::system::error_code ec;
+  const auto a = boost::asio::ip::make_address(std::string(ip), ec);
+  if (ec) return false;
+  if (a.is_v4()) return is_public_v4(a.to_v4().to_uint());
+  const auto b = a.to_v6().to_bytes();
+  const auto zeros = [&](std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i)
+      if (b[i] != 0) return false;
+    return true;
+  };
+  if (zeros(0, 10) && b[10] == 0xFF && b[11] == 0xFF) return is_public_v4(v4_at(b, 12));  // ::ffff:a.b.c.d
+  if (zeros(0, 12)) return false;  // ::, ::1 and the old IPv4-compatible form
+  if (b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xFF && b[3] == 0x9B && zeros(4, 12)) return is_public_v4(v4_at(b, 12));  // NAT64
+  if (b[0] == 0x20 && b[1] == 0x02) return is_public_v4(v4_at(b, 2));  // 6to4
+  if ((b[0] & 0xFE) == 0xFC) return false;                             // fc00::/7 unique local
+  if (b[0] == 0xFE && (b[1] & 0x80) == 0x80) return false;             // fe80::/10 link-local, fec0::/10 site-local
+  if (b[0] == 0xFF) return false;                                      // multicast
+  if (b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x0D && b[3] == 0xB8) return false;  // documentation
+  if (b[0] == 0x01 && b[1] == 0x00 && zeros(2, 8)) return false;       // 100::/64 discard
+  return true;
+}
 
 std::optional<url> parse_url(std::string_view text) {
   url u;

@@ -19,6 +19,8 @@ struct url {
   /// "host" or "host:port" when the port is not the scheme's default.
   std::string host_header() const;
   std::string str() const;
+  /// "scheme://host[:port]" with the host in lower case: what identifies a server.
+  std::string origin() const;
 };
 
 /// Parses http:// and https:// URLs; nullopt for anything else (no user-info, no fragments).
@@ -27,6 +29,13 @@ std::optional<url> parse_url(std::string_view text);
 /// ("//host/x"), absolute-path ("/x") or relative ("x", "../x", "?q"), dot segments removed
 /// (RFC 3986 5.2). nullopt for other schemes.
 std::optional<url> resolve_location(const url& base, std::string_view location);
+
+/// Whether `ip` (an IPv4 or IPv6 address in text) is a public unicast address: not
+/// loopback, unspecified, link-local, private (RFC 1918, RFC 4193 unique local), shared
+/// (100.64/10), multicast, reserved, or for documentation and benchmarks; IPv4 addresses
+/// mapped or embedded in IPv6 (::ffff:a.b.c.d, 64:ff9b::/96, 2002::/16) are judged as IPv4.
+/// False for text that is not an address.
+bool is_public_address(std::string_view ip);
 
 /// Percent-decodes a path or query component ('+' stays '+'); nullopt on bad escapes.
 std::optional<std::string> percent_decode(std::string_view s);

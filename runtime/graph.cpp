@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/json.hpp"
+
 namespace mpakt {
 
 namespace {
@@ -31,15 +33,19 @@ result<std::string> get_string(const rapidjson::Value& o, const char* key, const
   return s;
 }
 
+/// The largest dimension a shape may name (larger ones fail the size checks anyway).
+constexpr std::int64_t max_dimension = 9'000'000'000'000'000;
+
 result<shape_t> get_shape(const rapidjson::Value& v, const std::string& where) {
   if (!v.IsArray()) return invalid(where + " must be an array of non-negative integers");
   if (v.Size() > 8) return invalid(where + " has " + std::to_string(v.Size()) + " dimensions; at most 8 are supported");
   shape_t s;
   for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
-    const auto& d = v[i];
-    if (!d.IsNumber() || d.GetDouble() < 0 || d.GetDouble() != std::floor(d.GetDouble()) || d.GetDouble() > 9.0e15)
-      return invalid(where + "[" + std::to_string(i) + "] must be a non-negative integer");
-    s.push_back(static_cast<std::int64_t>(d.GetDouble()));
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    auto d = json_integer(v[i], at, 0);
+    if (!d) return std::move(d).err();
+    if (*d > max_dimension) return invalid(at + " is " + std::to_string(*d) + ", larger than any tensor can be");
+    s.push_back(*d);
   }
   if (shape_numel(s) < 0) return invalid(where + " " + shape_str(s) + " has an element count that overflows");
   return s;
@@ -124,9 +130,9 @@ result<input_decl> parse_input(const rapidjson::Value& v, std::size_t i, bool al
     if (!s) return std::move(s).err();
     in.session_name = std::move(*s);
     if (const auto* of = member(v, "of")) {
-      if (!of->IsNumber() || of->GetDouble() < 0 || of->GetDouble() != std::floor(of->GetDouble()) || of->GetDouble() > 1e6)
-        return invalid(at + ".of must be a non-negative integer index into sessions");
-      in.of = int(of->GetDouble());
+      auto index = json_integer(*of, at + ".of", 0, 1'000'000);
+      if (!index) return invalid(index.err().message + " (an index into sessions)");
+      in.of = int(*index);
     }
   } else if (has_tid) {
     in.kind = input_kind::tensor_id;
@@ -222,9 +228,10 @@ param_value to_param_value(const rapidjson::Value& v) {
 }
 
 result<param_map> parse_params_text(std::string_view json) {
-  rapidjson::Document d;
-  d.Parse(json.data(), json.size());
-  if (d.HasParseError() || !d.IsObject()) return invalid("params must be a JSON object");
+  auto parsed = parse_json(json, "params");
+  if (!parsed) return std::move(parsed).err();
+  const rapidjson::Document& d = *parsed;
+  if (!d.IsObject()) return invalid("params must be a JSON object");
   param_map m;
   for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it)
     m.set(std::string(it->name.GetString(), it->name.GetStringLength()), to_param_value(it->value));
@@ -294,11 +301,9 @@ result<graph_decl> parse_graph(const rapidjson::Value& g, bool allow_bind, const
 }
 
 result<graph_decl> parse_graph_text(std::string_view json, bool allow_bind, const parse_limits& limits) {
-  rapidjson::Document d;
-  d.Parse(json.data(), json.size());
-  if (d.HasParseError())
-    return invalid("graph is not valid JSON (error at byte " + std::to_string(d.GetErrorOffset()) + ")");
-  return parse_graph(d, allow_bind, limits);
+  auto d = parse_json(json, "graph");
+  if (!d) return std::move(d).err();
+  return parse_graph(*d, allow_bind, limits);
 }
 
 // ---- base64 ----

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "runtime/json.hpp"
+
 namespace mpakt {
 
 result<std::uint64_t> safetensors_header_length(std::string_view first8) {
@@ -60,9 +62,12 @@ bool looks_quantised(const st_entry& e) {
 
 result<st_header> parse_safetensors_header(std::string_view json, std::uint64_t header_bytes,
                                            std::optional<std::uint64_t> data_bytes) {
-  rapidjson::Document d;
-  d.Parse(json.data(), json.size());
-  if (d.HasParseError() || !d.IsObject()) return invalid("safetensors header is not a JSON object");
+  // Depth, syntax, and names that are not UTF-8 are refused here with their byte offset in
+  // the header (tensor names reach JSON responses and messages).
+  auto parsed = parse_json(json, "safetensors header");
+  if (!parsed) return std::move(parsed).err();
+  rapidjson::Document& d = *parsed;
+  if (!d.IsObject()) return invalid("safetensors header is not a JSON object");
   st_header h;
   h.header_bytes = header_bytes;
   h.data_start = 8 + header_bytes;

@@ -21,6 +21,7 @@
 #include "actors/ids.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/graph.hpp"
+#include "runtime/json.hpp"
 #include "runtime/schema.hpp"
 
 namespace mpakt {
@@ -38,15 +39,12 @@ std::string now_iso() {
 
 
 result<rapidjson::Document> parse_body(const std::string& body, bool allow_empty = false) {
-  rapidjson::Document d;
   if (allow_empty && body.find_first_not_of(" \t\r\n") == std::string::npos) {
+    rapidjson::Document d;
     d.SetObject();
     return d;
   }
-  d.Parse(body.c_str(), body.size());
-  if (d.HasParseError()) return invalid("request body is not valid JSON (error at byte " + std::to_string(d.GetErrorOffset()) + ")");
-  if (!d.IsObject()) return invalid("request body must be a JSON object");
-  return d;
+  return parse_json_object(body, "request body");
 }
 
 status check_fields(const rapidjson::Value& o, std::initializer_list<const char*> allowed, const std::string& what) {
@@ -75,6 +73,11 @@ result<std::vector<std::string>> opt_strings(const rapidjson::Value& o, const ch
     out.emplace_back(it->value[i].GetString(), it->value[i].GetStringLength());
   }
   return out;
+}
+
+/// A token id of a generate request (ids, stopIds, speculative.context): 0 to 2^31 - 1.
+result<std::int64_t> token_id(const rapidjson::Value& v, const std::string& field) {
+  return json_integer(v, field, 0, INT32_MAX);
 }
 
 std::string text_of(const rapidjson::Value& v) {
@@ -955,13 +958,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
               if (fallback) return *fallback;
               return invalid(std::string("generate request needs ") + k);
             }
-            const auto& v = it->value;
-            if (!v.IsNumber() || v.GetDouble() != std::floor(v.GetDouble()))
-              return invalid(std::string(k) + " must be an integer");
-            if (v.GetDouble() < double(lo) || v.GetDouble() > double(hi))
-              return invalid(std::string(k) + " must be between " + std::to_string(lo) + " and " + std::to_string(hi) +
-                             ", not " + std::to_string(v.GetInt64()));
-            return v.GetInt64();
+            return json_integer(it->value, k, lo, hi);
           };
           auto ids_of = [&](const char* k, bool required) -> result<std::vector<std::int64_t>> {
             std::vector<std::int64_t> out;
@@ -972,10 +969,9 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
             }
             if (!it->value.IsArray()) return invalid(std::string(k) + " must be an array of token ids");
             for (rapidjson::SizeType i = 0; i < it->value.Size(); ++i) {
-              const auto& v = it->value[i];
-              if (!v.IsNumber() || v.GetDouble() != std::floor(v.GetDouble()) || v.GetDouble() < 0)
-                return invalid(std::string(k) + "[" + std::to_string(i) + "] must be a non-negative integer token id");
-              out.push_back(v.GetInt64());
+              auto id = token_id(it->value[i], std::string(k) + "[" + std::to_string(i) + "]");
+              if (!id) return std::move(id).err();
+              out.push_back(*id);
             }
             if (required && out.empty()) return invalid(std::string(k) + " must hold at least the token to feed");
             return out;
@@ -1066,10 +1062,9 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
             if (auto c = o.FindMember("context"); c != o.MemberEnd()) {
               if (!c->value.IsArray()) return to_caf(errc::invalid, "speculative.context must be an array of token ids");
               for (rapidjson::SizeType i = 0; i < c->value.Size(); ++i) {
-                const auto& v = c->value[i];
-                if (!v.IsNumber() || v.GetDouble() != std::floor(v.GetDouble()) || v.GetDouble() < 0)
-                  return to_caf(errc::invalid, "speculative.context[" + std::to_string(i) + "] must be a token id");
-                plan.context.push_back(v.GetInt64());
+                auto id = token_id(c->value[i], "speculative.context[" + std::to_string(i) + "]");
+                if (!id) return to_caf(id.err());
+                plan.context.push_back(*id);
               }
             } else {
               plan.context = *ids;  // context defaults to ids (SPC-03)

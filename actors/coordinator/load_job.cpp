@@ -35,6 +35,7 @@ struct job_context {
 result<job_context> reach_source(const load_job_config& cfg, const std::string& text) {
   loader::source_options so;
   so.hf_endpoint = cfg.hf_endpoint;
+  so.local_dirs = cfg.local_dirs;
   auto src = loader::parse_source(text, so);
   if (!src) return std::move(src).err();
   job_context ctx;
@@ -42,9 +43,11 @@ result<job_context> reach_source(const load_job_config& cfg, const std::string& 
   if (ctx.source.remote()) {
     loader::http_reader_options ho;
     ho.verify_tls = cfg.verify_tls;
+    ho.allow_private = cfg.allow_private_sources;
+    ho.trusted_endpoint = cfg.hf_endpoint;
     ctx.reader = loader::make_http_reader(ho);
   } else {
-    ctx.reader = loader::make_local_reader();
+    ctx.reader = loader::make_local_reader(cfg.local_dirs);
   }
   return ctx;
 }

@@ -17,7 +17,15 @@
 namespace mpakt {
 
 struct load_job_config {
+  /// The operator's model host: hf: sources resolve there, and it is trusted (it may be on a
+  /// private address; its being down is the server's 503, not the caller's 400).
   std::string hf_endpoint = "https://huggingface.co";
+  /// Folders local sources may name (`--allow-local`); empty: local paths are refused.
+  std::vector<std::string> local_dirs;
+  /// Whether URL sources and redirects may lead to loopback, link-local or private
+  /// addresses (`--allow-private-sources`); by default a user cannot make the coordinator
+  /// fetch from inside its own network.
+  bool allow_private_sources = false;
   std::string default_quantize = "none";
   bool verify_tls = true;
   std::chrono::milliseconds worker_timeout{60 * 1000};

@@ -14,6 +14,7 @@
 #include "runtime/executor.hpp"
 #include "runtime/generate_check.hpp"
 #include "runtime/graph.hpp"
+#include "runtime/json.hpp"
 #include "runtime/outputs.hpp"
 #include "runtime/stages.hpp"
 
@@ -116,9 +117,10 @@ struct call {
 };
 
 result<std::map<std::string, stage_value>> read_outputs(const std::string& json) {
-  rapidjson::Document d;
-  d.Parse(json.c_str());
-  if (d.HasParseError() || !d.IsObject()) return invalid("a stage returned outputs that are not a JSON object");
+  auto parsed = parse_json(json, "a stage's outputs");
+  if (!parsed) return std::move(parsed).err();
+  rapidjson::Document& d = *parsed;
+  if (!d.IsObject()) return invalid("a stage returned outputs that are not a JSON object");
   std::map<std::string, stage_value> out;
   for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it) {
     const auto& o = it->value;
@@ -414,9 +416,9 @@ result<std::shared_ptr<call>> plan_call(pointer self, const run_request& r) {
   c->base64 = r.base64;
   const stage_placement where = placement(self, c->sid);
   if (r.graph_id.empty()) {
-    rapidjson::Document d;
-    d.Parse(r.graph_json.c_str());
-    if (d.HasParseError() || !d.IsObject()) return invalid("graph is not a JSON object");
+    auto parsed = parse_json_object(r.graph_json, "graph");
+    if (!parsed) return std::move(parsed).err();
+    rapidjson::Document& d = *parsed;
     auto plan = split_graph(d, where);
     if (!plan) return std::move(plan).err();
     c->moves = plan->moves;

@@ -9,6 +9,7 @@
 #include "actors/errors.hpp"
 #include "actors/generate/gen_values.hpp"
 #include "actors/generate/speculator.hpp"
+#include "runtime/json.hpp"
 
 namespace mpakt {
 
@@ -41,9 +42,10 @@ using loop_pointer = loop_actor::stateful_pointer<loop_state>;
 
 /// The token ids in a compiled run's outputs JSON (its single output).
 result<std::vector<std::int64_t>> tokens_of(const std::string& outputs_json) {
-  rapidjson::Document d;
-  d.Parse(outputs_json.c_str());
-  if (d.HasParseError() || !d.IsObject() || d.MemberCount() != 1) return invalid("the graph did not return one output");
+  auto parsed = parse_json(outputs_json, "the graph's outputs");
+  if (!parsed) return std::move(parsed).err();
+  const rapidjson::Document& d = *parsed;
+  if (!d.IsObject() || d.MemberCount() != 1) return invalid("the graph did not return one output");
   const auto& o = d.MemberBegin()->value;
   if (!o.IsObject() || !o.HasMember("data") || !o["data"].IsArray() || o["data"].Size() == 0)
     return invalid("the graph did not return token ids");

@@ -11,6 +11,7 @@
 
 #include "actors/loader/reader.hpp"
 #include "http/client.hpp"
+#include "http/url.hpp"
 
 namespace mpakt::loader {
 
@@ -60,17 +61,28 @@ error no_range(const std::string& url, std::string_view detail) {
   return invalid("host " + url + " does not honour Range requests (" + std::string(detail) + ")");
 }
 
-/// Maps an HTTP error status to an error naming the URL.
-error status_error(const std::string& url, int status) {
+/// Maps an HTTP error status to an error naming the URL. A server error is the server's
+/// own (503) only from the operator's model host; a host the caller named is the caller's.
+error status_error(const std::string& url, int status, bool trusted) {
   const std::string s = std::to_string(status);
   if (status == 404 || status == 410) return make_error(errc::not_found, url + " was not found (HTTP " + s + ")");
   if (status == 401 || status == 403)
     return invalid("host refused " + url + " (HTTP " + s + "): the model does not exist there, or is gated or private");
-  if (status >= 500) return make_error(errc::unavailable, "host answered HTTP " + s + " for " + url);
+  if (status >= 500 && trusted) return make_error(errc::unavailable, "host answered HTTP " + s + " for " + url);
   return invalid("host answered HTTP " + s + " for " + url);
 }
 
-error client_error(const std::string& url, error e) {
+/// The client's error for `url`, naming it. A source that cannot be reached, or leads to an
+/// address this server does not fetch from, is the caller's error (400); only the operator's
+/// own model host being unreachable is the server's (503, 504).
+error client_error(const std::string& url, error e, bool trusted) {
+  if (e.code == errc::forbidden) {
+    e.code = errc::invalid;
+    e.message += "; this server fetches sources only from public addresses (mpakt serve --allow-private-sources)";
+  } else if (!trusted && (e.code == errc::unavailable || e.code == errc::timeout)) {
+    e.code = errc::invalid;
+    e.message = "cannot reach source " + url + ": " + e.message;
+  }
   if (e.message.find(url) == std::string::npos) e.message = "reading " + url + ": " + e.message;
   return e;
 }
@@ -82,8 +94,20 @@ class http_reader final : public byte_reader {
           http::client_options o;
           o.timeout = std::chrono::milliseconds(opts.timeout_ms);
           o.verify_tls = opts.verify_tls;
+          o.allow_private_addresses = opts.allow_private;
+          if (auto u = http::parse_url(opts.trusted_endpoint)) o.trusted_origins.push_back(u->origin());
           return o;
+        }()),
+        trusted_origin_([&]() -> std::string {
+          auto u = http::parse_url(opts.trusted_endpoint);
+          return u ? u->origin() : "";
         }()) {}
+
+  /// Whether `url` is on the operator's own model host.
+  bool trusted(const std::string& url) const {
+    auto u = http::parse_url(url);
+    return u && !trusted_origin_.empty() && u->origin() == trusted_origin_;
+  }
 
   result<range_read> read_range(const std::string& url, std::uint64_t first, std::uint64_t length) override {
     range_read out;
@@ -102,7 +126,7 @@ class http_reader final : public byte_reader {
                                   return true;
                                 });
     if (overflow) return no_range(url, "it sent more bytes than the range asked for");
-    if (!r) return client_error(url, std::move(r).err());
+    if (!r) return client_error(url, std::move(r).err(), trusted(url));
     const auto* cr_text = r->header("content-range");
     if (r->status == 416) {
       // Asked past the end (e.g. an empty file): nothing to read.
@@ -112,7 +136,7 @@ class http_reader final : public byte_reader {
       return out;
     }
     if (r->status == 200) return no_range(url, "it answered a range request with 200 and the whole file");
-    if (r->status != 206) return status_error(url, r->status);
+    if (r->status != 206) return status_error(url, r->status, trusted(url));
     if (!cr_text) return no_range(url, "its 206 answer has no Content-Range");
     auto cr = parse_content_range(*cr_text);
     if (!cr || cr->unsatisfied) return no_range(url, "its Content-Range \"" + *cr_text + "\" cannot be read");
@@ -138,8 +162,8 @@ class http_reader final : public byte_reader {
     });
     if (overflow)
       return make_error(errc::too_large, url + " is larger than the " + std::to_string(max_bytes) + " bytes accepted");
-    if (!r) return client_error(url, std::move(r).err());
-    if (r->status != 200) return status_error(url, r->status);
+    if (!r) return client_error(url, std::move(r).err(), trusted(url));
+    if (r->status != 200) return status_error(url, r->status, trusted(url));
     return body;
   }
 
@@ -147,6 +171,7 @@ class http_reader final : public byte_reader {
 
  private:
   http::client client_;
+  std::string trusted_origin_;
   std::uint64_t requests_ = 0;
 };
 

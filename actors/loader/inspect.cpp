@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <set>
 
+#include "runtime/json.hpp"
+
 namespace mpakt::loader {
 
 namespace {
@@ -53,9 +55,10 @@ result<model_index> index_single(const model_source& src, const std::string& loc
 
 result<model_index> index_sharded(const model_source& src, const std::string& location, const std::string& json,
                                   byte_reader& reader) {
-  rapidjson::Document d;
-  d.Parse(json.data(), json.size());
-  if (d.HasParseError() || !d.IsObject()) return invalid("index " + location + " is not a JSON object");
+  auto parsed = parse_json(json, "index " + location);
+  if (!parsed) return std::move(parsed).err();
+  const rapidjson::Document& d = *parsed;
+  if (!d.IsObject()) return invalid("index " + location + " is not a JSON object");
   auto wm = d.FindMember("weight_map");
   if (wm == d.MemberEnd() || !wm->value.IsObject()) return invalid("index " + location + " has no weight_map object");
   // weight_map is the only source of shard names (LOAD-14): never guessed from a pattern.

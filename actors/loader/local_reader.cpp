@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "actors/loader/reader.hpp"
+#include "actors/loader/source.hpp"
 
 namespace mpakt::loader {
 
@@ -16,6 +17,8 @@ using file_ptr = std::unique_ptr<std::FILE, file_closer>;
 
 class local_reader final : public byte_reader {
  public:
+  explicit local_reader(std::vector<std::string> allowed_dirs) : allowed_dirs_(std::move(allowed_dirs)) {}
+
   result<range_read> read_range(const std::string& location, std::uint64_t first, std::uint64_t length) override {
     auto f = open(location);
     if (!f) return std::move(f).err();
@@ -52,6 +55,9 @@ class local_reader final : public byte_reader {
  private:
   result<file_ptr> open(const std::string& location) {
     ++requests_;
+    // A shard an index names, or a link inside an allowed folder, may still lead outside it.
+    if (!allowed_dirs_.empty() && !inside_dirs(location, allowed_dirs_))
+      return invalid(location + " is outside the folders this server reads models from (mpakt serve --allow-local)");
     file_ptr f(std::fopen(location.c_str(), "rb"));
     if (!f) {
       if (errno == ENOENT || errno == ENOTDIR) return make_error(errc::not_found, location + " does not exist");
@@ -67,11 +73,14 @@ class local_reader final : public byte_reader {
     return std::uint64_t(end);
   }
 
+  std::vector<std::string> allowed_dirs_;
   std::uint64_t requests_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<byte_reader> make_local_reader() { return std::make_unique<local_reader>(); }
+std::unique_ptr<byte_reader> make_local_reader(std::vector<std::string> allowed_dirs) {
+  return std::make_unique<local_reader>(std::move(allowed_dirs));
+}
 
 }  // namespace mpakt::loader

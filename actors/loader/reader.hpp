@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/status.hpp"
 
@@ -45,12 +46,21 @@ class byte_reader {
   virtual std::uint64_t requests() const = 0;
 };
 
-/// Reads local files (absolute paths).
-std::unique_ptr<byte_reader> make_local_reader();
+/// Reads local files (absolute paths). With `allowed_dirs` (absolute, canonical), a file
+/// whose real path (symbolic links followed) is outside all of them is refused
+/// (errc::invalid) without being opened; empty: any file.
+std::unique_ptr<byte_reader> make_local_reader(std::vector<std::string> allowed_dirs = {});
 
 struct http_reader_options {
   int timeout_ms = 30000;    ///< per connect/read/write
   bool verify_tls = true;
+  /// Whether URLs (and redirects) may lead to loopback, link-local or private addresses
+  /// (http::client_options::allow_private_addresses); refused, they are the caller's error.
+  bool allow_private = true;
+  /// The operator's own model host (--hf-endpoint), as a URL or origin: exempt from
+  /// `allow_private`, and the one host whose failures are the server's (503) rather than
+  /// the caller's (400 naming the URL).
+  std::string trusted_endpoint;
 };
 
 /// Reads http:// and https:// URLs with range requests (http_reader.cpp; links the HTTP client).

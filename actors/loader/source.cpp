@@ -202,13 +202,40 @@ result<model_source> parse_local(std::string_view text) {
 
 bool is_index_name(std::string_view p) { return ends_with(p, index_suffix); }
 
+bool inside_dirs(const std::string& path, const std::vector<std::string>& dirs) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path real = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) return false;
+  for (const auto& d : dirs) {
+    fs::path dir = fs::weakly_canonical(fs::absolute(d, ec), ec);
+    if (ec) continue;
+    if (dir.filename().empty()) dir = dir.parent_path();  // a trailing '/'
+    auto it = real.begin();
+    bool inside = true;
+    for (const auto& part : dir) {
+      if (it == real.end() || *it != part) {
+        inside = false;
+        break;
+      }
+      ++it;
+    }
+    if (inside) return true;
+  }
+  return false;
+}
+
 result<model_source> parse_source(std::string_view text, const source_options& opts) {
   if (text.empty()) return bad_source(text, "is empty");
   if (text.rfind("hf:", 0) == 0) return parse_hub(text, opts);
   if (text.rfind("http://", 0) == 0 || text.rfind("https://", 0) == 0) return parse_http(text);
   if (text.find("://") != std::string_view::npos || text.rfind("http:", 0) == 0 || text.rfind("https:", 0) == 0)
     return bad_source(text, "uses a scheme that is not supported");
-  if (!opts.allow_local) return bad_source(text, "is a local path, which this server does not accept");
+  if (opts.local_dirs && opts.local_dirs->empty())
+    return bad_source(text, "is a local path, and this server reads no local files (its operator may allow folders "
+                            "with mpakt serve --allow-local DIR)");
+  if (opts.local_dirs && !inside_dirs(std::string(text), *opts.local_dirs))
+    return bad_source(text, "is a local path outside the folders this server reads models from (mpakt serve --allow-local)");
   return parse_local(text);
 }
 

@@ -18,6 +18,7 @@
 /// error for a missing path names it at once.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,9 +50,17 @@ struct model_source {
 struct source_options {
   /// Base of hf: sources. Tests and offline clusters point it at `mpakt host`.
   std::string hf_endpoint = "https://huggingface.co";
-  /// Local paths are a server-side convenience; a public coordinator may turn them off.
-  bool allow_local = true;
+  /// The folders local paths may name (`mpakt serve --allow-local DIR`); a path outside all
+  /// of them (symbolic links followed) is refused with the same message whether or not it
+  /// exists, so the server's filesystem cannot be probed. Empty: no local path is accepted.
+  /// nullopt: any (tools and tests that read their own files).
+  std::optional<std::vector<std::string>> local_dirs;
 };
+
+/// Whether `path` (absolute, or relative to the working directory) lies in one of `dirs` or
+/// is one of them, after following symbolic links; compared by path component, so /data/m2
+/// is not inside /data/m.
+bool inside_dirs(const std::string& path, const std::vector<std::string>& dirs);
 
 /// The accepted forms, for error messages.
 inline constexpr std::string_view accepted_source_forms =

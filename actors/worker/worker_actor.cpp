@@ -23,6 +23,7 @@
 #include "runtime/executor.hpp"
 #include "runtime/generate_check.hpp"
 #include "runtime/graph.hpp"
+#include "runtime/json.hpp"
 #include "runtime/outputs.hpp"
 #include "runtime/tensor_builder.hpp"
 #include "runtime/tensor_store.hpp"
@@ -117,9 +118,10 @@ std::string outputs_text(const executable_graph& g, const std::vector<std::strin
 /// Applies a compiled call's bindings ({"name": number | [numbers]}); every declared
 /// binding must be given (decisions.md), none may be unknown.
 status apply_bindings(executable_graph& g, const std::string& bind_json) {
-  rapidjson::Document d;
-  d.Parse(bind_json.empty() ? "{}" : bind_json.c_str());
-  if (d.HasParseError() || !d.IsObject()) return invalid("bind must be an object of binding values");
+  auto parsed = parse_json(bind_json.empty() ? std::string_view("{}") : std::string_view(bind_json), "bind");
+  if (!parsed) return std::move(parsed).err();
+  rapidjson::Document& d = *parsed;
+  if (!d.IsObject()) return invalid("bind must be an object of binding values");
   for (const auto& name : g.bindings())
     if (!d.HasMember(name.c_str())) return invalid("binding " + name + " was not given");
   std::vector<float> values;
@@ -280,9 +282,10 @@ batched_entry* batched_for(worker_state& st, compiled_entry& e, int n) {
 
 /// Adds one call's bindings to a batched call's, each name renamed for session b.
 status add_session_bindings(rapidjson::Document& all, const std::string& bind_json, int b) {
-  rapidjson::Document one;
-  one.Parse(bind_json.c_str());
-  if (one.HasParseError() || !one.IsObject()) return invalid("bindings of a batched call are not an object");
+  auto parsed = parse_json(bind_json, "bind");
+  if (!parsed) return std::move(parsed).err();
+  rapidjson::Document& one = *parsed;
+  if (!one.IsObject()) return invalid("bindings of a batched call are not an object");
   for (auto it = one.MemberBegin(); it != one.MemberEnd(); ++it) {
     const std::string name = session_value_name(std::string_view(it->name.GetString(), it->name.GetStringLength()), b);
     rapidjson::Value key(name.c_str(), rapidjson::SizeType(name.size()), all.GetAllocator());

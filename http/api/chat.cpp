@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <memory>
+#include <optional>
 
 #include "actors/errors.hpp"
 #include "actors/generate/gen_loop.hpp"
@@ -46,6 +48,7 @@ namespace {
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+using work_atom = caf::atom_constant<caf::atom("work")>;
 
 /// Drafts per verify pass of chat's verify graphs (passes over k+1 positions).
 constexpr int chat_drafts[] = {4, 2};
@@ -149,6 +152,34 @@ void call_json(chat_pointer self, std::chrono::milliseconds timeout, Next next, 
 }
 
 void resolve_model(chat_pointer self);
+/// Runs `work` (returning result<T>) on a helper thread of its own, then `then(T&)` back in
+/// the chat actor, or fails the chat with the error. CPU work that grows with what a client
+/// sent (rendering, tokenizing) or with a model's files (building its chat side) thus never
+/// holds up the scheduler thread the coordinator's actors share. The value travels in a
+/// holder both sides share; the helper's reply orders its write before the actor's read.
+template <class T, class Work, class Then>
+void off_thread(chat_pointer self, Work work, Then then) {
+  auto out = std::make_shared<std::optional<result<T>>>();
+  auto helper = self->system().spawn<caf::detached>([work = std::move(work), out](caf::event_based_actor* h) -> caf::behavior {
+    return {[=](work_atom) {
+      h->quit();
+      out->emplace(work());
+      return true;
+    }};
+  });
+  self->request(helper, caf::infinite, work_atom::value)
+      .then(
+          [self, out, then](bool) {
+            auto& st = self->state;
+            if (st.finished) return;
+            if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+            result<T>& r = **out;
+            if (!r) return fail(self, r.err());
+            then(*r);
+          },
+          on_error(self));
+}
+
 void prepare_model(chat_pointer self);
 void prepare_graphs(chat_pointer self, void (*then)(chat_pointer));
 void start_session(chat_pointer self);
@@ -197,11 +228,19 @@ void prepare_model(chat_pointer self) {
             auto& st = self->state;
             if (st.finished) return;
             if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
-            auto m = make_chat_model(config, tok, tok_cfg, jinja);
-            if (!m) return fail(self, m.err());
-            st.registry->put_model(st.model_id, *m);
-            st.model = *m;
-            prepare_graphs(self, start_session);
+            // Parsing tokenizer.json (megabytes for large vocabularies) and scanning its
+            // vocabulary happen once per model, on a helper thread.
+            off_thread<std::shared_ptr<const chat_model>>(
+                self,
+                [config = std::move(config), tok = std::move(tok), tok_cfg = std::move(tok_cfg), jinja = std::move(jinja)] {
+                  return make_chat_model(config, tok, tok_cfg, jinja);
+                },
+                [self](std::shared_ptr<const chat_model>& m) {
+                  auto& st = self->state;
+                  st.registry->put_model(st.model_id, m);
+                  st.model = m;
+                  prepare_graphs(self, start_session);
+                });
           },
           on_error(self));
 }
@@ -261,11 +300,30 @@ void prepare_graphs(chat_pointer self, void (*then)(chat_pointer)) {
   compile_chain(self, std::make_shared<std::vector<std::string>>(), then);
 }
 
+void open_session(chat_pointer self);
+
+/// Renders and tokenizes the conversation, then opens its session. The text is first bounded
+/// by bytes (decisions.md, "Chat"); rendering and tokenizing then run on a helper thread of
+/// their own, so a long conversation never holds up the coordinator's thread.
 void start_session(chat_pointer self) {
   auto& st = self->state;
-  auto ids = st.model->prompt(st.req.messages);
-  if (!ids) return fail(self, ids.err());
-  st.prompt = std::move(*ids);
+  std::size_t bytes = 0;
+  for (const auto& m : st.req.messages) bytes += m.content.size();
+  if (bytes > st.model->max_message_bytes)
+    return fail(self, error{errc::invalid, "the conversation's messages hold " + std::to_string(bytes) +
+                                               " bytes of text, more than fits the model's context of " +
+                                               std::to_string(st.model->context) + " tokens (at most " +
+                                               std::to_string(st.model->max_message_bytes) + " bytes)"});
+  off_thread<std::vector<std::int32_t>>(
+      self, [model = st.model, messages = std::move(st.req.messages)] { return model->prompt(messages); },
+      [self](std::vector<std::int32_t>& ids) {
+        self->state.prompt = std::move(ids);
+        open_session(self);
+      });
+}
+
+void open_session(chat_pointer self) {
+  auto& st = self->state;
   const int context = st.model->context;
   st.speculative = st.req.speculative && st.model->can_speculate;
   const int margin = st.speculative ? chat_drafts[0] : 0;  // rows a last verify pass may write

@@ -6,11 +6,17 @@
 #include <cmath>
 #include <set>
 
+#include "runtime/json.hpp"
+
 namespace mpakt::http {
 
 namespace {
 
 std::string field(const char* name) { return std::string("chat request ") + name; }
+
+/// The same bounds as POST /api/v3/generate, which a chat's settings reach.
+constexpr std::int64_t max_top_k = std::int64_t(1) << 30;
+constexpr std::int64_t max_seed = std::int64_t(1) << 53;
 
 result<double> number_in(const rapidjson::Value& v, const char* name, double lo, double hi) {
   if (!v.IsNumber()) return invalid(field(name) + " must be a number");
@@ -47,10 +53,12 @@ result<std::vector<models::chat_message>> messages_of(const rapidjson::Value& v)
 }  // namespace
 
 result<chat_request> parse_chat_request(std::string_view body) {
-  rapidjson::Document d;
-  d.Parse(body.data(), body.size());
-  if (d.HasParseError()) return invalid("request body is not valid JSON (error at byte " + std::to_string(d.GetErrorOffset()) + ")");
-  if (!d.IsObject()) return invalid("request body must be a JSON object");
+  if (body.size() > chat_max_body_bytes)
+    return error{errc::too_large, "chat request body is " + std::to_string(body.size()) + " bytes, more than the " +
+                                      std::to_string(chat_max_body_bytes) + " any conversation that fits a context needs"};
+  auto parsed = parse_json_object(body, "request body");
+  if (!parsed) return std::move(parsed).err();
+  const rapidjson::Document& d = *parsed;
   static const std::set<std::string> known = {"model", "messages", "maxTokens", "temperature", "topK", "topP", "seed",
                                               "repetitionPenalty", "speculative", "stream"};
   for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it)
@@ -63,13 +71,13 @@ result<chat_request> parse_chat_request(std::string_view body) {
   (m.rfind("m_", 0) == 0 ? r.model_id : r.source) = m;
   auto msgs = d.FindMember("messages");
   if (msgs == d.MemberEnd()) return invalid("chat request lacks messages");
-  auto parsed = messages_of(msgs->value);
-  if (!parsed) return std::move(parsed).err();
-  r.messages = std::move(*parsed);
+  auto messages = messages_of(msgs->value);
+  if (!messages) return std::move(messages).err();
+  r.messages = std::move(*messages);
   if (auto it = d.FindMember("maxTokens"); it != d.MemberEnd()) {
-    if (!it->value.IsInt() || it->value.GetInt() < 1 || it->value.GetInt() > 4096)
-      return invalid("chat request maxTokens must be an integer from 1 to 4096");
-    r.max_tokens = std::uint32_t(it->value.GetInt());
+    auto n = json_integer(it->value, field("maxTokens"), 1, 4096);
+    if (!n) return std::move(n).err();
+    r.max_tokens = std::uint32_t(*n);
   }
   if (auto it = d.FindMember("temperature"); it != d.MemberEnd()) {
     auto v = number_in(it->value, "temperature", 0, 100);
@@ -77,8 +85,9 @@ result<chat_request> parse_chat_request(std::string_view body) {
     r.temperature = *v;
   }
   if (auto it = d.FindMember("topK"); it != d.MemberEnd()) {
-    if (!it->value.IsInt() || it->value.GetInt() < 0) return invalid("chat request topK must be a non-negative integer");
-    r.top_k = it->value.GetInt();
+    auto k = json_integer(it->value, field("topK"), 0, max_top_k);
+    if (!k) return std::move(k).err();
+    r.top_k = double(*k);
   }
   if (auto it = d.FindMember("topP"); it != d.MemberEnd()) {
     auto v = number_in(it->value, "topP", 0, 1);
@@ -87,8 +96,9 @@ result<chat_request> parse_chat_request(std::string_view body) {
     r.top_p = *v;
   }
   if (auto it = d.FindMember("seed"); it != d.MemberEnd()) {
-    if (!it->value.IsInt64() || it->value.GetInt64() < 0) return invalid("chat request seed must be a non-negative integer");
-    r.seed = it->value.GetInt64();
+    auto seed = json_integer(it->value, field("seed"), 0, max_seed);
+    if (!seed) return std::move(seed).err();
+    r.seed = *seed;
   }
   if (auto it = d.FindMember("repetitionPenalty"); it != d.MemberEnd()) {
     auto v = number_in(it->value, "repetitionPenalty", 1, 10);
@@ -130,17 +140,22 @@ result<std::shared_ptr<const chat_model>> make_chat_model(std::string_view confi
     if (auto id = m->tokenizer.token_to_id(s); id && std::find(m->stop_ids.begin(), m->stop_ids.end(), *id) == m->stop_ids.end())
       m->stop_ids.push_back(*id);
   // Context: max_position_embeddings, capped (every conversation allocates it whole).
-  rapidjson::Document d;
-  d.Parse(config_json.data(), config_json.size());
+  // parse_arch_config above read the same text, so it parses.
+  auto parsed = parse_json(config_json, "config.json");
+  if (!parsed) return std::move(parsed).err();
   int context = 2048;
-  if (auto it = d.FindMember("max_position_embeddings"); it != d.MemberEnd() && it->value.IsInt() && it->value.GetInt() > 0)
-    context = it->value.GetInt();
+  if (auto it = parsed->FindMember("max_position_embeddings"); it != parsed->MemberEnd())
+    if (auto n = json_integer(it->value, "config.json max_position_embeddings", 1, std::int64_t(1) << 30)) context = int(*n);
   m->context = std::min(context, chat_max_context);
   if (m->config.max_positions > 0) m->context = std::min(m->context, m->config.max_positions);
   // longrope switches factors past this position, and transformers then prefills again;
   // chat conversations stay below it rather than decode with the wrong factors.
   if (m->config.rope_regime_limit > 0) m->context = std::min(m->context, m->config.rope_regime_limit);
   m->can_speculate = !m->config.recurrent_state;
+  std::size_t longest = 1;
+  for (std::int32_t id = 0; id < m->tokenizer.vocab_size(); ++id)
+    if (auto t = m->tokenizer.id_to_token(id)) longest = std::max(longest, t->size());
+  m->max_message_bytes = std::size_t(m->context) * longest * chat_bytes_per_piece_byte;
   return std::shared_ptr<const chat_model>(std::move(m));
 }
 

@@ -3,6 +3,7 @@
 /// model's chat side (tokenizer, conversation format, stop ids, graphs), built once from the
 /// files beside its checkpoint. Pure functions; no actors, no I/O.
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -21,6 +22,14 @@ namespace mpakt::http {
 /// model's max_position_embeddings says.
 constexpr int chat_max_context = 4096;
 
+/// Largest chat request body read at all (413 above it): ample for any conversation that fits
+/// chat_max_context tokens, and a bound on what one request makes the coordinator parse.
+constexpr std::size_t chat_max_body_bytes = std::size_t(16) << 20;
+
+/// Bytes of message text one token may stand for, per byte of its longest vocabulary piece:
+/// normalisers (NFC composing Hangul jamo, Replace) may shrink text up to about 3 to 1.
+constexpr std::size_t chat_bytes_per_piece_byte = 4;
+
 /// A POST /api/v3/chat body (decisions.md, "Chat").
 struct chat_request {
   std::string model_id;  ///< "m_…": a model this account loaded
@@ -35,7 +44,8 @@ struct chat_request {
   bool stream = true;
 };
 
-/// Parses and checks the body; errors name the field.
+/// Parses and checks the body; errors name the field. A body over chat_max_body_bytes is
+/// refused (413) before it is parsed.
 result<chat_request> parse_chat_request(std::string_view body);
 
 /// A model's chat side, built once per model and shared by its conversations (immutable).
@@ -45,6 +55,10 @@ struct chat_model {
   models::chat_template format;
   std::vector<std::int64_t> stop_ids;  ///< eos and the format's end-of-turn tokens
   int context = 0;                     ///< cache rows per conversation
+  /// Messages holding more bytes of text than this (all together) cannot fit `context`
+  /// tokens: context × the longest vocabulary piece × chat_bytes_per_piece_byte. Checked
+  /// before anything is rendered or tokenized.
+  std::size_t max_message_bytes = 0;
   /// Speculative decoding is off for models whose session state a rejected draft would
   /// corrupt (LFM2's convolution states).
   bool can_speculate = true;

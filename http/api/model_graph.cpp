@@ -2,7 +2,10 @@
 
 #include <rapidjson/document.h>
 
+#include <cstdint>
 #include <set>
+
+#include "runtime/json.hpp"
 
 #include "runtime/models/arch.hpp"
 
@@ -13,18 +16,17 @@ namespace {
 result<int> int_field(const rapidjson::Document& d, const char* name, int fallback, int lo, int hi) {
   auto it = d.FindMember(name);
   if (it == d.MemberEnd()) return fallback;
-  if (!it->value.IsInt() || it->value.GetInt() < lo || it->value.GetInt() > hi)
-    return invalid(std::string("graph request ") + name + " must be an integer from " + std::to_string(lo) + " to " +
-                   std::to_string(hi));
-  return it->value.GetInt();
+  auto v = json_integer(it->value, std::string("graph request ") + name, lo, hi);
+  if (!v) return std::move(v).err();
+  return int(*v);
 }
 
 }  // namespace
 
 result<std::string> build_model_graph(std::string_view body, std::string_view config_json, const std::string& model_id) {
-  rapidjson::Document d;
-  d.Parse(body.data(), body.size());
-  if (d.HasParseError() || !d.IsObject()) return invalid("request body must be a JSON object");
+  auto parsed = parse_json_object(body, "request body");
+  if (!parsed) return std::move(parsed).err();
+  const rapidjson::Document& d = *parsed;
   static const std::set<std::string> known = {"tokens", "ids", "pos", "cacheRows", "compiled", "output",
                                               "repetitionPenalty", "allocate", "history"};
   for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it)
@@ -60,9 +62,10 @@ result<std::string> build_model_graph(std::string_view body, std::string_view co
     if (auto it = d.FindMember("ids"); it != d.MemberEnd()) {
       if (*compiled) return invalid("graph request ids belong to an inline graph; a compiled one binds them per call");
       if (!it->value.IsArray() || it->value.Empty()) return invalid("graph request ids must be a non-empty array of token ids");
-      for (const auto& v : it->value.GetArray()) {
-        if (!v.IsInt() || v.GetInt() < 0) return invalid("graph request ids must be token ids");
-        o.ids.push_back(v.GetInt());
+      for (rapidjson::SizeType i = 0; i < it->value.Size(); ++i) {
+        auto id = json_integer(it->value[i], "graph request ids[" + std::to_string(i) + "]", 0, INT32_MAX);
+        if (!id) return std::move(id).err();
+        o.ids.push_back(int(*id));
       }
       o.tokens = int(o.ids.size());
     } else {

@@ -4,7 +4,9 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -15,6 +17,7 @@
 #include "http/api/generate.hpp"
 #include "http/api/model_graph.hpp"
 #include "http/url.hpp"
+#include "runtime/json.hpp"
 #include "runtime/schema.hpp"
 
 namespace mpakt::http {
@@ -39,15 +42,6 @@ void reply_json(const responder_ptr& res, int status, std::string body) {
 void reply_error(const responder_ptr& res, const error& e) { reply_json(res, http_status(e.code), error_json(e.message)); }
 void reply_error(const responder_ptr& res, errc code, const std::string& msg) { reply_error(res, error{code, msg}); }
 
-std::vector<std::string> segments(const std::string& path) {
-  std::vector<std::string> out;
-  std::stringstream ss(path);
-  std::string s;
-  while (std::getline(ss, s, '/'))
-    if (!s.empty()) out.push_back(s);
-  return out;
-}
-
 /// Sends one request to a coordinator-side actor on behalf of an HTTP request and answers
 /// with its JSON reply (or its error).
 template <class Handle, class... Ts>
@@ -58,30 +52,7 @@ void forward(caf::event_based_actor* self, const Handle& h, std::chrono::millise
             [res](caf::error& e) { reply_error(res, from_caf(e)); });
 }
 
-/// Checks the request's x-api-key, then runs `then` in a short-lived actor.
-void with_key(const std::shared_ptr<context>& ctx, const request& req, const responder_ptr& res,
-              std::function<void(caf::event_based_actor*, const caller&, bool admin)> then) {
-  const std::string* key = req.header("x-api-key");
-  if (!key || key->empty()) return reply_error(res, errc::unauthorized, "missing x-api-key header: every API call needs a key");
-  ctx->sys->spawn([ctx, res, k = *key, then](caf::event_based_actor* self) {
-    self->request(ctx->actors.accounts, 30s, checkkey_atom::value, k)
-        .then([self, then](caller& who, bool admin) { then(self, who, admin); },
-              [res](caf::error& e) { reply_error(res, from_caf(e)); });
-  });
-}
-
-/// Runs `f` in a short-lived actor (for calls that need no key).
-void in_actor(const std::shared_ptr<context>& ctx, std::function<void(caf::event_based_actor*)> f) {
-  ctx->sys->spawn([f](caf::event_based_actor* self) { f(self); });
-}
-
-result<rapidjson::Document> body_object(const request& req) {
-  rapidjson::Document d;
-  d.Parse(req.body.c_str(), req.body.size());
-  if (d.HasParseError()) return invalid("request body is not valid JSON (error at byte " + std::to_string(d.GetErrorOffset()) + ")");
-  if (!d.IsObject()) return invalid("request body must be a JSON object");
-  return d;
-}
+result<rapidjson::Document> body_object(const request& req) { return parse_json_object(req.body, "request body"); }
 
 result<std::string> body_string(const rapidjson::Document& d, const char* k) {
   auto it = d.FindMember(k);
@@ -107,10 +78,15 @@ void random_numbers(const request& req, const responder_ptr& res) {
   auto num = [&](const char* name, long long fallback) -> result<long long> {
     auto v = query_param(req, name);
     if (!v) return fallback;
+    const char* end = v->data() + v->size();
     long long x = 0;
-    auto r = std::from_chars(v->data(), v->data() + v->size(), x);
-    if (r.ec != std::errc() || r.ptr != v->data() + v->size()) return invalid(std::string(name) + " must be an integer, not \"" + *v + "\"");
-    return x;
+    if (auto r = std::from_chars(v->data(), end, x); r.ec == std::errc() && r.ptr == end) return x;
+    // 41.0 is 41, as in JSON bodies (runtime/json.hpp).
+    double d = 0;
+    if (auto r = std::from_chars(v->data(), end, d); r.ec == std::errc() && r.ptr == end && std::isfinite(d) &&
+                                                     d == std::floor(d) && d >= -9.2e18 && d <= 9.2e18)
+      return static_cast<long long>(d);
+    return invalid(std::string(name) + " must be an integer, not \"" + *v + "\"");
   };
   auto lo = num("min", 84), hi = num("max", 2147483646), count = num("count", 1);
   for (auto* r : {&lo, &hi, &count})
@@ -160,219 +136,294 @@ void static_file(const context& ctx, const request& req, const responder_ptr& re
   res->respond(response{200, content_type_of(p.string()), ss.str(), {}});
 }
 
-void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const responder_ptr& res) {
-  auto req = std::make_shared<request>(std::move(req_in));
-  const std::string& m = req->method;
-  auto seg = segments(req->path);
-  const auto timeout = ctx->cfg.request_timeout;
-  const auto& coord = ctx->actors.coordinator;
-  const auto& accts = ctx->actors.accounts;
-  auto no_route = [&] { reply_error(res, errc::not_found, "no endpoint " + m + " " + req->path); };
-  auto wrong_method = [&] { reply_error(res, errc::invalid, "method " + m + " is not allowed on " + req->path); };
+// ---- the route table ----
 
-  if (seg.empty() || seg[0] != "api") {
-    if (req->path == "/llms.txt" && (m == "GET" || m == "HEAD"))
-      return res->respond(response{200, "text/plain; charset=utf-8", m == "HEAD" ? "" : ctx->cfg.llms_txt, {}});
-    if (m == "GET" || m == "HEAD") return static_file(*ctx, *req, res);
-    return no_route();
-  }
-  // ---- no key needed ----
-  if (seg.size() == 2 && seg[1] == "versions") {
-    if (m != "GET") return wrong_method();
-    return in_actor(ctx, [=](caf::event_based_actor* self) { forward(self, coord, 30s, res, 200, versions_atom::value); });
-  }
-  if (seg.size() == 2 && seg[1] == "ops") {
-    if (m != "GET") return wrong_method();
-    return reply_json(res, 200, schema::instance().ops_document());
-  }
-  // ---- accounts and keys (decisions.md Z-01) ----
-  if (seg[1] == "accounts") {
-    if (m != "POST") return wrong_method();
-    auto d = body_object(*req);
-    if (!d) return reply_error(res, d.err());
-    auto user = body_string(*d, "username");
-    if (!user) return reply_error(res, user.err());
-    auto pass = body_string(*d, "password");
-    if (!pass) return reply_error(res, pass.err());
-    if (seg.size() == 2)
-      return in_actor(ctx, [=](caf::event_based_actor* self) { forward(self, accts, 60s, res, 201, signup_atom::value, *user, *pass); });
-    if (seg.size() == 3 && seg[2] == "login")
-      return in_actor(ctx, [=](caf::event_based_actor* self) { forward(self, accts, 60s, res, 200, login_atom::value, *user, *pass); });
-    return no_route();
-  }
-  if (seg[1] == "keys") {
-    const std::string token = bearer(*req);
-    if (token.empty())
-      return reply_error(res, errc::unauthorized, "key management needs an Authorization: Bearer <token> header from POST /api/accounts/login");
-    if (seg.size() == 2 && m == "POST") {
-      std::string label;
-      if (!req->body.empty()) {
-        auto d = body_object(*req);
-        if (!d) return reply_error(res, d.err());
-        if (d->HasMember("label")) {
-          auto l = body_string(*d, "label");
-          if (!l) return reply_error(res, l.err());
-          label = *l;
-        }
-      }
-      return in_actor(ctx, [=](caf::event_based_actor* self) { forward(self, accts, 30s, res, 201, mkkey_atom::value, token, label); });
-    }
-    if (seg.size() == 2 && m == "GET")
-      return in_actor(ctx, [=](caf::event_based_actor* self) { forward(self, accts, 30s, res, 200, keys_atom::value, token); });
-    if (seg.size() == 3 && m == "DELETE")
-      return in_actor(ctx, [=](caf::event_based_actor* self) { forward(self, accts, 30s, res, 200, rmkey_atom::value, token, seg[2]); });
-    return seg.size() <= 3 ? wrong_method() : no_route();
-  }
-  if (seg[1] == "admin") {
-    if (seg.size() == 5 && seg[2] == "accounts" && seg[4] == "approve" && m == "POST") {
-      const std::string name = seg[3];
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller&, bool admin) {
-        if (!admin) return reply_error(res, errc::forbidden, "approving accounts needs an operator's key");
-        forward(self, accts, 30s, res, 200, approve_atom::value, name);
-      });
-    }
-    return no_route();
-  }
-  // ---- versioned API: every call needs a key ----
-  std::string version = seg[1];
-  if (version == "v1") version = "v2";  // v1 is an alias of v2 (decisions.md)
-  if (version == "v2") {
-    if (seg.size() == 3 && seg[2] == "tensors") {
-      if (m != "POST") return wrong_method();
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        forward(self, coord, timeout, res, 200, create_atom::value, tensors_atom::value, who, req->body);
-      });
-    }
-    if (seg.size() == 4 && seg[2] == "tensors") {
-      if (m != "DELETE") return wrong_method();
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        forward(self, coord, timeout, res, 200, delete_atom::value, tensors_atom::value, who, seg[3]);
-      });
-    }
-    if (seg.size() == 3 && seg[2] == "graph") {
-      if (m != "POST") return wrong_method();
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        forward(self, coord, timeout, res, 200, graph_atom::value, who, req->body, std::int32_t(2));
-      });
-    }
-    return no_route();
-  }
-  if (version != "v3") return no_route();
-  if (seg.size() < 3) return no_route();
-  const std::string& what = seg[2];
-  const std::size_t n = seg.size();
+/// Who may call a route: anyone; a logged-in account (Authorization: Bearer <token> from
+/// POST /api/accounts/login); any approved key (x-api-key); an operator's key.
+enum class auth { none, login, key, operator_key };
 
-  if (what == "status" && n == 3) {
-    if (m != "GET") return wrong_method();
-    return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-      forward(self, coord, 30s, res, 200, status_atom::value, who);
-    });
-  }
-  if (what == "random" && n == 3) {
-    if (m != "GET") return wrong_method();
-    return with_key(ctx, *req, res, [=](caf::event_based_actor*, const caller&, bool) { random_numbers(*req, res); });
-  }
-  if (what == "models") {
-    if (n == 4 && seg[3] == "inspect") {
-      if (m != "GET") return wrong_method();
-      const std::string source = query_param(*req, "source").value_or("");
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        forward(self, coord, timeout, res, 200, inspect_atom::value, who, source);
-      });
-    }
-    if (n == 3 && m == "POST")
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        self->request(coord, caf::infinite, load_atom::value, who, req->body)
-            .then([res](std::string& body) { reply_json(res, 200, std::move(body)); },
-                  [res](caf::error& e) { reply_error(res, from_caf(e)); });
-      });
-    if (n == 3 && m == "GET")
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        forward(self, coord, 30s, res, 200, list_atom::value, models_atom::value, who);
-      });
-    if (n == 4 && m == "DELETE")
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        forward(self, coord, 30s, res, 200, delete_atom::value, models_atom::value, who, seg[3]);
-      });
-    if (n == 5 && seg[4] == "graph") {
-      if (m != "POST") return wrong_method();
-      const std::string model_id = seg[3];
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        self->request(coord, 3min, files_atom::value, who, model_id)
-            .then(
-                [=](std::string& config, std::string&, std::string&, std::string&) {
-                  auto body = build_model_graph(req->body, config, model_id);
-                  if (!body) return reply_error(res, body.err());
-                  reply_json(res, 200, std::move(*body));
-                },
-                [res](caf::error& e) { reply_error(res, from_caf(e)); });
-      });
-    }
-    return n <= 5 ? wrong_method() : no_route();
-  }
-  if (what == "sessions") {
-    if (n == 3 && m == "POST")
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        forward(self, coord, 30s, res, 200, create_atom::value, sessions_atom::value, who, req->body);
-      });
-    if (n == 4 && m == "GET")
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        forward(self, coord, 30s, res, 200, get_atom::value, sessions_atom::value, who, seg[3]);
-      });
-    if (n == 4 && m == "DELETE")
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        forward(self, coord, 30s, res, 200, delete_atom::value, sessions_atom::value, who, seg[3]);
-      });
-    if (n == 5 && (seg[4] == "checkpoint" || seg[4] == "restore")) {
-      if (m != "POST") return wrong_method();
-      const bool checkpoint = seg[4] == "checkpoint";
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        if (checkpoint) forward(self, coord, timeout, res, 200, checkpt_atom::value, who, seg[3]);
-        else forward(self, coord, timeout, res, 200, restore_atom::value, who, seg[3]);
-      });
-    }
-    return n <= 4 ? wrong_method() : no_route();
-  }
-  if (what == "graph" && n == 3) {
-    if (m != "POST") return wrong_method();
-    return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-      forward(self, coord, timeout, res, 200, graph_atom::value, who, req->body, std::int32_t(3));
-    });
-  }
-  if (what == "graphs") {
-    if (n == 3 && m == "POST")
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        forward(self, coord, timeout, res, 200, create_atom::value, graphs_atom::value, who, req->body);
-      });
-    if (n == 3 && m == "GET")
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        forward(self, coord, 30s, res, 200, list_atom::value, graphs_atom::value, who);
-      });
-    if (n == 4 && m == "DELETE")
-      return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        forward(self, coord, 30s, res, 200, delete_atom::value, graphs_atom::value, who, seg[3]);
-      });
-    return n <= 4 ? wrong_method() : no_route();
-  }
-  if (what == "chat" && n == 3) {
-    if (m != "POST") return wrong_method();
-    return with_key(ctx, *req, res, [=](caf::event_based_actor*, const caller& who, bool) {
-      auto chat = parse_chat_request(req->body);
-      if (!chat) return reply_error(res, chat.err());
-      start_chat(*ctx->sys, coord, ctx->chat, who, std::move(*chat), res);
-    });
-  }
-  if (what == "generate" && n == 3) {
-    if (m != "POST") return wrong_method();
-    return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-      self->request(coord, 60s, generate_atom::value, who, req->body)
-          .then([ctx, res, coord, who](gen_plan& plan) { start_generation(*ctx->sys, std::move(plan), res, coord, who); },
-                [res](caf::error& e) { reply_error(res, from_caf(e)); });
-    });
-  }
-  no_route();
+/// One request on its way through a route's handler. Handlers run in a short-lived actor
+/// (`self`), after the route's auth level was checked.
+struct call {
+  std::shared_ptr<context> ctx;
+  std::shared_ptr<const request> req;
+  responder_ptr res;
+  std::vector<std::string> args;  ///< the pattern's :parameters, in order
+  caf::event_based_actor* self = nullptr;
+  caller who;         ///< auth::key and auth::operator_key
+  std::string token;  ///< auth::login
+
+  const coordinator_actor& coord() const { return ctx->actors.coordinator; }
+  const accounts_actor& accounts() const { return ctx->actors.accounts; }
+  std::chrono::milliseconds timeout() const { return ctx->cfg.request_timeout; }
+  const std::string& body() const { return req->body; }
+};
+
+struct route {
+  const char* method;
+  /// Path segments; ":name" matches any one segment and is passed in call::args.
+  const char* pattern;
+  auth level;
+  void (*handle)(const call&);
+};
+
+// Handlers, in the order of the table below.
+
+void on_versions(const call& c) { forward(c.self, c.coord(), 30s, c.res, 200, versions_atom::value); }
+void on_ops(const call& c) { reply_json(c.res, 200, schema::instance().ops_document()); }
+void on_llms_txt(const call& c) {
+  c.res->respond(response{200, "text/plain; charset=utf-8", c.req->method == "HEAD" ? "" : c.ctx->cfg.llms_txt, {}});
 }
 
+/// Sign-up and login share their body: {username, password}.
+void on_credentials(const call& c, bool login) {
+  auto d = body_object(*c.req);
+  if (!d) return reply_error(c.res, d.err());
+  auto user = body_string(*d, "username");
+  if (!user) return reply_error(c.res, user.err());
+  auto pass = body_string(*d, "password");
+  if (!pass) return reply_error(c.res, pass.err());
+  if (login) forward(c.self, c.accounts(), 60s, c.res, 200, login_atom::value, *user, *pass);
+  else forward(c.self, c.accounts(), 60s, c.res, 201, signup_atom::value, *user, *pass);
+}
+void on_sign_up(const call& c) { on_credentials(c, false); }
+void on_login(const call& c) { on_credentials(c, true); }
+
+void on_make_key(const call& c) {
+  std::string label;
+  if (!c.body().empty()) {
+    auto d = body_object(*c.req);
+    if (!d) return reply_error(c.res, d.err());
+    if (d->HasMember("label")) {
+      auto l = body_string(*d, "label");
+      if (!l) return reply_error(c.res, l.err());
+      label = *l;
+    }
+  }
+  forward(c.self, c.accounts(), 30s, c.res, 201, mkkey_atom::value, c.token, label);
+}
+void on_list_keys(const call& c) { forward(c.self, c.accounts(), 30s, c.res, 200, keys_atom::value, c.token); }
+void on_revoke_key(const call& c) { forward(c.self, c.accounts(), 30s, c.res, 200, rmkey_atom::value, c.token, c.args[0]); }
+void on_approve(const call& c) { forward(c.self, c.accounts(), 30s, c.res, 200, approve_atom::value, c.args[0]); }
+
+void on_status(const call& c) { forward(c.self, c.coord(), 30s, c.res, 200, status_atom::value, c.who); }
+void on_inspect(const call& c) {
+  forward(c.self, c.coord(), c.timeout(), c.res, 200, inspect_atom::value, c.who, query_param(*c.req, "source").value_or(""));
+}
+void on_load(const call& c) {
+  // A load takes as long as the transfer; the load job bounds each piece instead.
+  auto res = c.res;
+  c.self->request(c.coord(), caf::infinite, load_atom::value, c.who, c.body())
+      .then([res](std::string& body) { reply_json(res, 200, std::move(body)); },
+            [res](caf::error& e) { reply_error(res, from_caf(e)); });
+}
+void on_list_models(const call& c) { forward(c.self, c.coord(), 30s, c.res, 200, list_atom::value, models_atom::value, c.who); }
+void on_delete_model(const call& c) {
+  forward(c.self, c.coord(), 30s, c.res, 200, delete_atom::value, models_atom::value, c.who, c.args[0]);
+}
+void on_model_graph(const call& c) {
+  auto req = c.req;
+  auto res = c.res;
+  const std::string model_id = c.args[0];
+  c.self->request(c.coord(), 3min, files_atom::value, c.who, model_id)
+      .then(
+          [req, res, model_id](std::string& config, std::string&, std::string&, std::string&) {
+            auto body = build_model_graph(req->body, config, model_id);
+            if (!body) return reply_error(res, body.err());
+            reply_json(res, 200, std::move(*body));
+          },
+          [res](caf::error& e) { reply_error(res, from_caf(e)); });
+}
+void on_open_session(const call& c) {
+  forward(c.self, c.coord(), 30s, c.res, 200, create_atom::value, sessions_atom::value, c.who, c.body());
+}
+void on_get_session(const call& c) {
+  forward(c.self, c.coord(), 30s, c.res, 200, get_atom::value, sessions_atom::value, c.who, c.args[0]);
+}
+void on_close_session(const call& c) {
+  forward(c.self, c.coord(), 30s, c.res, 200, delete_atom::value, sessions_atom::value, c.who, c.args[0]);
+}
+void on_checkpoint(const call& c) { forward(c.self, c.coord(), c.timeout(), c.res, 200, checkpt_atom::value, c.who, c.args[0]); }
+void on_restore(const call& c) { forward(c.self, c.coord(), c.timeout(), c.res, 200, restore_atom::value, c.who, c.args[0]); }
+void on_graph_v3(const call& c) {
+  forward(c.self, c.coord(), c.timeout(), c.res, 200, graph_atom::value, c.who, c.body(), std::int32_t(3));
+}
+void on_compile(const call& c) {
+  forward(c.self, c.coord(), c.timeout(), c.res, 200, create_atom::value, graphs_atom::value, c.who, c.body());
+}
+void on_list_graphs(const call& c) { forward(c.self, c.coord(), 30s, c.res, 200, list_atom::value, graphs_atom::value, c.who); }
+void on_delete_graph(const call& c) {
+  forward(c.self, c.coord(), 30s, c.res, 200, delete_atom::value, graphs_atom::value, c.who, c.args[0]);
+}
+void on_chat(const call& c) {
+  auto chat = parse_chat_request(c.body());
+  if (!chat) return reply_error(c.res, chat.err());
+  start_chat(*c.ctx->sys, c.coord(), c.ctx->chat, c.who, std::move(*chat), c.res);
+}
+void on_generate(const call& c) {
+  auto ctx = c.ctx;
+  auto res = c.res;
+  auto who = c.who;
+  c.self->request(c.coord(), 60s, generate_atom::value, c.who, c.body())
+      .then([ctx, res, who](gen_plan& plan) { start_generation(*ctx->sys, std::move(plan), res, ctx->actors.coordinator, who); },
+            [res](caf::error& e) { reply_error(res, from_caf(e)); });
+}
+void on_random(const call& c) { random_numbers(*c.req, c.res); }
+void on_upload_tensor(const call& c) {
+  forward(c.self, c.coord(), c.timeout(), c.res, 200, create_atom::value, tensors_atom::value, c.who, c.body());
+}
+void on_delete_tensor(const call& c) {
+  forward(c.self, c.coord(), c.timeout(), c.res, 200, delete_atom::value, tensors_atom::value, c.who, c.args[0]);
+}
+void on_graph_v2(const call& c) {
+  forward(c.self, c.coord(), c.timeout(), c.res, 200, graph_atom::value, c.who, c.body(), std::int32_t(2));
+}
+
+/// Every endpoint, as docs/api-reference.md lists them (checklist EP-01 … EP-23). A path
+/// that no pattern matches is 404 naming it; a path that matches with another method is
+/// 400 naming the method, the path and the methods it takes (decisions.md). /api/v1/… is
+/// /api/v2/… (v1 is an alias of v2). GET and HEAD of other paths outside /api/ serve the
+/// chat page's files.
+const route routes[] = {
+    // no key (EP-01, EP-18, EP-19; Z-52)
+    {"GET", "/api/versions", auth::none, on_versions},
+    {"GET", "/api/ops", auth::none, on_ops},
+    {"GET", "/llms.txt", auth::none, on_llms_txt},
+    {"HEAD", "/llms.txt", auth::none, on_llms_txt},
+    // accounts and keys (Z-01)
+    {"POST", "/api/accounts", auth::none, on_sign_up},
+    {"POST", "/api/accounts/login", auth::none, on_login},
+    {"POST", "/api/keys", auth::login, on_make_key},
+    {"GET", "/api/keys", auth::login, on_list_keys},
+    {"DELETE", "/api/keys/:keyId", auth::login, on_revoke_key},
+    {"POST", "/api/admin/accounts/:name/approve", auth::operator_key, on_approve},
+    // v3 (EP-02 … EP-17)
+    {"GET", "/api/v3/status", auth::key, on_status},
+    {"GET", "/api/v3/models/inspect", auth::key, on_inspect},
+    {"POST", "/api/v3/models", auth::key, on_load},
+    {"GET", "/api/v3/models", auth::key, on_list_models},
+    {"DELETE", "/api/v3/models/:modelId", auth::key, on_delete_model},
+    {"POST", "/api/v3/models/:modelId/graph", auth::key, on_model_graph},
+    {"POST", "/api/v3/sessions", auth::key, on_open_session},
+    {"GET", "/api/v3/sessions/:sessionId", auth::key, on_get_session},
+    {"DELETE", "/api/v3/sessions/:sessionId", auth::key, on_close_session},
+    {"POST", "/api/v3/sessions/:sessionId/checkpoint", auth::key, on_checkpoint},
+    {"POST", "/api/v3/sessions/:sessionId/restore", auth::key, on_restore},
+    {"POST", "/api/v3/graph", auth::key, on_graph_v3},
+    {"POST", "/api/v3/graphs", auth::key, on_compile},
+    {"GET", "/api/v3/graphs", auth::key, on_list_graphs},
+    {"DELETE", "/api/v3/graphs/:graphId", auth::key, on_delete_graph},
+    {"POST", "/api/v3/chat", auth::key, on_chat},
+    {"POST", "/api/v3/generate", auth::key, on_generate},
+    {"GET", "/api/v3/random", auth::key, on_random},
+    // v2 (EP-20, VER-20); v1 is its alias
+    {"POST", "/api/v2/tensors", auth::key, on_upload_tensor},
+    {"DELETE", "/api/v2/tensors/:tensorId", auth::key, on_delete_tensor},
+    {"POST", "/api/v2/graph", auth::key, on_graph_v2},
+};
+
+/// The non-empty segments of a path ("/api//v3/" → api, v3).
+std::vector<std::string_view> segments(std::string_view path) {
+  std::vector<std::string_view> out;
+  std::size_t i = 0;
+  while (i < path.size()) {
+    const std::size_t j = std::min(path.find('/', i), path.size());
+    if (j > i) out.push_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+/// How well `pattern` fits `path`: -1 when it does not; otherwise a rank where a literal
+/// segment beats a :parameter, earlier segments first, so that GET /api/v3/models/inspect
+/// owns that path rather than DELETE /api/v3/models/:modelId.
+int fit(const std::vector<std::string_view>& pattern, const std::vector<std::string_view>& path) {
+  if (pattern.size() != path.size()) return -1;
+  int rank = 0;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    const bool param = pattern[i].front() == ':';
+    if (!param && pattern[i] != path[i]) return -1;
+    rank = rank * 2 + (param ? 0 : 1);
+  }
+  return rank;
+}
+
+/// Checks the route's auth level, then runs its handler in a short-lived actor.
+void run_route(const route& r, call c) {
+  const auto& res = c.res;
+  switch (r.level) {
+    case auth::none:
+      break;
+    case auth::login:
+      c.token = bearer(*c.req);
+      if (c.token.empty())
+        return reply_error(res, errc::unauthorized,
+                           "key management needs an Authorization: Bearer <token> header from POST /api/accounts/login");
+      break;
+    case auth::key:
+    case auth::operator_key: {
+      const std::string* key = c.req->header("x-api-key");
+      if (!key || key->empty())
+        return reply_error(res, errc::unauthorized, "missing x-api-key header: every API call needs a key");
+      const bool need_operator = r.level == auth::operator_key;
+      auto handle = r.handle;
+      c.ctx->sys->spawn([c = std::move(c), k = *key, need_operator, handle](caf::event_based_actor* self) mutable {
+        c.self = self;
+        self->request(c.accounts(), 30s, checkkey_atom::value, k)
+            .then(
+                [c, need_operator, handle](caller& who, bool admin) mutable {
+                  if (need_operator && !admin)
+                    return reply_error(c.res, errc::forbidden, c.req->method + " " + c.req->path + " needs an operator's key");
+                  c.who = std::move(who);
+                  handle(c);
+                },
+                [res = c.res](caf::error& e) { reply_error(res, from_caf(e)); });
+      });
+      return;
+    }
+  }
+  auto handle = r.handle;
+  c.ctx->sys->spawn([c = std::move(c), handle](caf::event_based_actor* self) mutable {
+    c.self = self;
+    handle(c);
+  });
+}
+
+void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const responder_ptr& res) {
+  auto req = std::make_shared<const request>(std::move(req_in));
+  const std::string& m = req->method;
+  auto path = segments(req->path);
+  if (path.size() >= 2 && path[0] == "api" && path[1] == "v1") path[1] = "v2";  // v1 is an alias of v2 (decisions.md)
+
+  // The patterns, split once.
+  static const std::vector<std::vector<std::string_view>> patterns = [] {
+    std::vector<std::vector<std::string_view>> out;
+    for (const auto& r : routes) out.push_back(segments(r.pattern));
+    return out;
+  }();
+
+  // The best-fitting patterns name the resource; among them the method picks the route.
+  int best = -1;
+  for (const auto& p : patterns) best = std::max(best, fit(p, path));
+  const route* chosen = nullptr;
+  std::string allowed;
+  for (std::size_t i = 0; best >= 0 && i < std::size(routes); ++i) {
+    if (fit(patterns[i], path) != best) continue;
+    if (m == routes[i].method) chosen = &routes[i];
+    allowed += (allowed.empty() ? "" : ", ") + std::string(routes[i].method);
+  }
+  if (chosen) {
+    call c{ctx, req, res, {}, nullptr, {}, {}};
+    const auto& p = patterns[std::size_t(chosen - routes)];
+    for (std::size_t i = 0; i < p.size(); ++i)
+      if (p[i].front() == ':') c.args.emplace_back(path[i]);
+    return run_route(*chosen, std::move(c));
+  }
+  if (best >= 0)
+    return reply_error(res, errc::invalid, "method " + m + " is not allowed on " + req->path + " (it takes " + allowed + ")");
+  if ((path.empty() || path[0] != "api") && (m == "GET" || m == "HEAD")) return static_file(*ctx, *req, res);
+  reply_error(res, errc::not_found, "no endpoint " + m + " " + req->path);
+}
 }  // namespace
 
 handler make_api_handler(caf::actor_system& sys, api_actors actors, api_config cfg) {

@@ -8,6 +8,7 @@
 #include <rapidjson/writer.h>
 
 #include "runtime/models/arch_config_reader.hpp"
+#include "runtime/json.hpp"
 
 namespace mpakt::models {
 
@@ -151,9 +152,10 @@ status check_mapped(const arch_config& c) {
 }  // namespace
 
 result<arch_config> parse_arch_config(std::string_view text) {
-  rapidjson::Document d;
-  d.Parse(text.data(), text.size());
-  if (d.HasParseError() || !d.IsObject()) return invalid("config.json is not a JSON object");
+  auto parsed = parse_json(text, "config.json");
+  if (!parsed) return std::move(parsed).err();
+  const rapidjson::Document& d = *parsed;
+  if (!d.IsObject()) return invalid("config.json is not a JSON object");
   const arch_detail::config_reader r(d);
   auto type = r.text("model_type", "");
   if (!type || type->empty()) return invalid("config.json lacks model_type");

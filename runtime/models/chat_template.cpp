@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "runtime/json.hpp"
+
 namespace mpakt::models {
 
 namespace {
@@ -210,9 +212,10 @@ void add_stop(chat_template& t, std::string token) {
 }
 
 result<chat_template> parse(std::string_view config_json, std::optional<std::string_view> jinja) {
-  rapidjson::Document d;
-  d.Parse(config_json.data(), config_json.size());
-  if (d.HasParseError() || !d.IsObject()) return invalid(std::string(config_file) + " is not a JSON object");
+  auto parsed = parse_json(config_json, config_file);
+  if (!parsed) return std::move(parsed).err();
+  const rapidjson::Document& d = *parsed;
+  if (!d.IsObject()) return invalid(std::string(config_file) + " is not a JSON object");
   auto bos = read_token(d, "bos_token");
   if (!bos) return std::move(bos).err();
   auto eos = read_token(d, "eos_token");

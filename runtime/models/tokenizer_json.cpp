@@ -8,6 +8,7 @@
 
 #include "runtime/models/tokenizer_pipeline.hpp"
 #include "runtime/models/tokenizer_unicode.hpp"
+#include "runtime/json.hpp"
 
 namespace mpakt::models::detail {
 
@@ -397,9 +398,9 @@ status parse_optional(const json& root, const char* key, std::vector<Step>& out,
 }  // namespace
 
 result<std::shared_ptr<const tokenizer_data>> parse_tokenizer_json(std::string_view text) {
-  rapidjson::Document doc;
-  doc.Parse<rapidjson::kParseValidateEncodingFlag>(text.data(), text.size());
-  if (doc.HasParseError()) return invalid("tokenizer.json is not valid JSON (error at byte " + std::to_string(doc.GetErrorOffset()) + ")");
+  auto parsed = parse_json(text, "tokenizer.json");
+  if (!parsed) return std::move(parsed).err();
+  const rapidjson::Document& doc = *parsed;
   if (!doc.IsObject()) return invalid("tokenizer.json is not a JSON object");
 
   MPAKT_TRY(check_truncation_and_padding(doc));

@@ -1,11 +1,14 @@
 #include "actors/loader/source.hpp"
 
+#include "actors/loader/reader.hpp"
+
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 namespace mpakt::loader {
 namespace {
@@ -179,13 +182,63 @@ TEST_F(LoaderSourceLocal, RelativePathsResolveAgainstTheWorkingDirectory) {
   EXPECT_EQ(s->candidates.at(0).location, (dir / "rel/model.safetensors").string());
 }
 
-TEST_F(LoaderSourceLocal, LocalPathsCanBeTurnedOff) {
+TEST_F(LoaderSourceLocal, LocalPathsAreRefusedWhenNoFolderIsAllowed) {
   touch(dir / "model.safetensors");
   source_options o;
-  o.allow_local = false;
+  o.local_dirs.emplace();
   auto s = parse_source(dir.string(), o);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.err().message.find("does not accept"), std::string::npos) << s.err().message;
+  EXPECT_NE(s.err().message.find("reads no local files"), std::string::npos) << s.err().message;
+  EXPECT_NE(s.err().message.find("--allow-local"), std::string::npos) << s.err().message;
+}
+
+// The refusal is the same whether the path exists or not: a user cannot probe the server's
+// filesystem through inspect.
+TEST_F(LoaderSourceLocal, OnlyPathsInsideAllowedFoldersAreRead) {
+  touch(dir / "allowed/m/model.safetensors");
+  touch(dir / "allowed2/model.safetensors");
+  touch(dir / "secret/model.safetensors");
+  fs::create_directory_symlink(dir / "secret", dir / "allowed/link");
+  source_options o;
+  o.local_dirs = std::vector<std::string>{(dir / "allowed").string() + "/"};
+  auto ok = parse_source((dir / "allowed/m").string(), o);
+  ASSERT_TRUE(ok.ok()) << ok.err().message;
+  EXPECT_EQ(ok->candidates.at(0).location, (dir / "allowed/m/model.safetensors").string());
+  std::set<std::string> messages;
+  for (const fs::path& p : {dir / "secret", dir / "secret/nothing", dir / "allowed2", dir / "allowed/link",
+                            dir / "allowed/../secret", fs::path("/etc/passwd"), fs::path("/no/such/thing")}) {
+    auto s = parse_source(p.string(), o);
+    ASSERT_FALSE(s.ok()) << p;
+    EXPECT_EQ(s.err().code, errc::invalid);
+    const std::string m = s.err().message;
+    messages.insert(m.substr(m.find("\" ") + 2));  // all but the path itself
+  }
+  EXPECT_EQ(messages.size(), 1u);
+  EXPECT_NE(messages.begin()->find("outside the folders this server reads models from"), std::string::npos);
+}
+
+// A shard an index names may be a link leading out of the allowed folder: the reader checks
+// every file's real path before opening it.
+TEST_F(LoaderSourceLocal, TheLocalReaderOpensNothingOutsideItsFolders) {
+  touch(dir / "allowed/model.safetensors");
+  touch(dir / "secret/shard.safetensors");
+  fs::create_symlink(dir / "secret/shard.safetensors", dir / "allowed/shard.safetensors");
+  auto r = make_local_reader({(dir / "allowed").string()});
+  EXPECT_TRUE(r->read_all((dir / "allowed/model.safetensors").string(), 10).ok());
+  auto out = r->read_all((dir / "allowed/shard.safetensors").string(), 10);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.err().message.find("outside the folders"), std::string::npos) << out.err().message;
+  EXPECT_TRUE(make_local_reader()->read_all((dir / "allowed/shard.safetensors").string(), 10).ok());
+}
+
+TEST_F(LoaderSourceLocal, InsideDirsComparesWholeComponents) {
+  fs::create_directories(dir / "data/m");
+  fs::create_directories(dir / "data/m2");
+  const std::vector<std::string> dirs{(dir / "data/m").string()};
+  EXPECT_TRUE(inside_dirs((dir / "data/m").string(), dirs));
+  EXPECT_TRUE(inside_dirs((dir / "data/m/x/y.safetensors").string(), dirs));
+  EXPECT_FALSE(inside_dirs((dir / "data/m2/y.safetensors").string(), dirs));
+  EXPECT_FALSE(inside_dirs((dir / "data").string(), dirs));
 }
 
 TEST(LoaderSource, ShardLocationsAreRelativeToTheIndex) {

@@ -190,6 +190,24 @@ def test_bad_requests_get_clear_errors(server, key):
     server.assert_up()
 
 
+def test_long_conversations_are_refused_by_their_bytes_before_tokenizing(server, key):
+    """A conversation too long for the context is refused by its size in bytes before it is
+    rendered or tokenized (tokenizing 15 MB took the coordinator's thread seconds), and a
+    body no conversation needs is not parsed at all."""
+    api = server.api
+    expect(api.post("/api/v3/chat", {"model": STORIES, "messages": user("hi"), "maxTokens": 1, "stream": False},
+                    key=key, timeout=60), 200)  # the model is loaded and its chat side built
+    big = {"model": STORIES, "messages": user("Once upon a time " * 900_000), "stream": False}  # 15.3 MB
+    t0 = time.monotonic()
+    r = api.post("/api/v3/chat", big, key=key, timeout=60)
+    elapsed = time.monotonic() - t0
+    expect(r, 400, "bytes", "context of 512 tokens")
+    assert elapsed < 2.0, f"refusing took {elapsed:.1f} s"
+    huge = {"model": STORIES, "messages": user("x" * (17 << 20))}
+    expect(api.post("/api/v3/chat", huge, key=key, timeout=60), 413, str(16 << 20))
+    server.assert_up()
+
+
 def test_python_client_chat(server, key):
     """clients/mpakt_grid.py: VirtualGPU.chat streams text pieces and keeps the summary."""
     mg = import_client()

@@ -128,6 +128,59 @@ def test_stop_ids_and_unseeded_runs(grid):
     assert 84 <= r["seed"] <= 2147483646  # drawn from the OS when not given
 
 
+def floats(xs):
+    return [float(x) for x in xs]
+
+
+def test_integers_written_as_doubles_give_the_same_tokens(grid, verify_graphs):
+    """41.0 is 41 wherever generate takes an integer (GEN-*): startPos, maxNewTokens, ids,
+    stopIds, topK, seed and speculative.context. They used to be read as the double's raw
+    bits (ids and positions far out of range, seeds changed)."""
+    golden = grid["golden"]["greedy_ids"]
+    greedy, sampled = grid["graphs"]["greedy"], grid["graphs"]["sampled"]
+    sid, prompt = prefilled_session(grid)
+    stop = golden[len(prompt) + 3]  # as in test_stop_ids_and_unseeded_runs: its first occurrence
+    as_ints = generate(grid, sid, greedy, prompt[-1], len(prompt) - 1, 12, stopIds=[stop])
+    sid, prompt = prefilled_session(grid)
+    as_doubles = generate(grid, sid, greedy, float(prompt[-1]), float(len(prompt) - 1), 12.0, stopIds=[float(stop)])
+    assert as_doubles["tokens"] == as_ints["tokens"] == golden[len(prompt):len(prompt) + 4]
+    assert as_doubles["nextPos"] == as_ints["nextPos"] and as_doubles["stopped"] == "stop token"
+
+    settings = {"temperature": 0.8, "topK": 40, "seed": 7}
+    sid, prompt = prefilled_session(grid)
+    plain = generate(grid, sid, sampled, prompt[-1], len(prompt) - 1, 16, **settings)
+    sid, prompt = prefilled_session(grid)
+    doubled = generate(grid, sid, sampled, float(prompt[-1]), float(len(prompt) - 1), 16.0,
+                       **{**settings, "topK": 40.0, "seed": 7.0})
+    assert doubled["tokens"] == plain["tokens"] and doubled["seed"] == 7
+
+    spec = {"graphIds": [verify_graphs[("argmax", 5)]], "always": True}
+    sid, prompt = prefilled_session(grid)
+    ints = generate(grid, sid, greedy, prompt[-1], len(prompt) - 1, 12, speculative={**spec, "context": golden + prompt})
+    sid, prompt = prefilled_session(grid)
+    dbls = generate(grid, sid, greedy, prompt[-1], len(prompt) - 1, 12,
+                    speculative={**spec, "context": floats(golden + prompt)})
+    assert dbls["tokens"] == ints["tokens"] == golden[len(prompt):len(prompt) + 12]
+    assert dbls["speculation"] == ints["speculation"]
+
+
+def test_fractional_integers_are_refused_naming_the_field(grid):
+    api, key = grid["api"], grid["key"]
+    sid, prompt = prefilled_session(grid)
+    base = {"graphId": grid["graphs"]["sampled"], "sessionId": sid, "ids": [prompt[-1]], "startPos": len(prompt) - 1,
+            "stream": False}
+    for field, value in (("startPos", len(prompt) - 0.5), ("maxNewTokens", 41.5), ("topK", 4.5), ("seed", 7.25)):
+        expect(api.post("/api/v3/generate", {**base, field: value}, key=key), 400, field, "integer", str(value))
+    expect(api.post("/api/v3/generate", {**base, "ids": [41.5]}, key=key), 400, "ids[0]", "41.5")
+    expect(api.post("/api/v3/generate", {**base, "stopIds": [1, 2.5]}, key=key), 400, "stopIds[1]", "2.5")
+    expect(api.post("/api/v3/generate", {**base, "ids": [1e300]}, key=key), 400, "ids[0]")
+    expect(api.post("/api/v3/generate", {**base, "maxNewTokens": 5000.0}, key=key), 400, "maxNewTokens", "4096")
+    expect(api.post("/api/v3/generate", {**base, "seed": 2.0 ** 60}, key=key), 400, "seed")
+    expect(api.post("/api/v3/generate", {**base, "speculative": {"graphIds": [grid["graphs"]["sampled"]],
+                                                                  "context": [3, 0.5]}}, key=key),
+           400, "speculative.context[1]")
+
+
 def read_sse(resp, limit=None):
     """Yields (event, data) from a text/event-stream response."""
     event, n = None, 0

@@ -22,6 +22,7 @@ using namespace std::chrono_literals;
 ///   /chunked     `data`, chunked
 ///   /r/abs       301 to an absolute URL of /data;  /r/path  302 to "/data"
 ///   /r/dir/rel   307 to "../../data" (relative);      /r/loop  302 to itself
+///   /r/localhost 302 to /data on http://localhost (another origin, the same loopback host)
 ///   /slow        answers after 1.5 s;               /close  answers with "connection: close"
 ///   /ignore      200 with `data` whatever the Range; /missing 404
 class client_test : public testing::Test {
@@ -88,6 +89,7 @@ class client_test : public testing::Test {
     if (req.path == "/r/path") return redirect(302, "/data");
     if (req.path == "/r/dir/rel") return redirect(307, "../../data");
     if (req.path == "/r/loop") return redirect(302, "/r/loop");
+    if (req.path == "/r/localhost") return redirect(302, "http://localhost:" + std::to_string(srv_->port()) + "/data");
     if (req.path == "/close") {
       r.body = "closing";
       r.headers.emplace_back("connection", "close");
@@ -198,6 +200,41 @@ TEST_F(client_test, follows_absolute_path_and_relative_redirects) {
   auto h = c.head(base_ + "/r/path");
   ASSERT_TRUE(h.ok());
   EXPECT_EQ(h->final_url, base_ + "/data");
+}
+
+TEST_F(client_test, private_addresses_are_refused_before_connecting_unless_trusted) {
+  client_options o;
+  o.allow_private_addresses = false;
+  client strict(o);
+  auto r = strict.get(base_ + "/data");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.err().code, errc::forbidden);
+  EXPECT_NE(r.err().message.find("resolves to 127.0.0.1, which is not a public address"), std::string::npos)
+      << r.err().message;
+  EXPECT_EQ(peer_count(), 0u);  // refused before any connection
+
+  // The trusted origin is reached; a redirect from it to another origin on a private address
+  // is checked like any URL.
+  o.trusted_origins = {"http://127.0.0.1:" + std::to_string(srv_->port())};
+  client trusting(o);
+  auto ok = trusting.get(base_ + "/data", byte_range{0, 3});
+  ASSERT_TRUE(ok.ok()) << ok.err().message;
+  EXPECT_EQ(ok->status, 206);
+  auto moved = trusting.get(base_ + "/r/localhost");
+  ASSERT_FALSE(moved.ok());
+  EXPECT_EQ(moved.err().code, errc::forbidden);
+  EXPECT_NE(moved.err().message.find("host localhost resolves to"), std::string::npos) << moved.err().message;
+}
+
+TEST(url, public_addresses_are_told_from_private_ones) {
+  for (const char* ip : {"8.8.8.8", "1.1.1.1", "172.32.0.1", "100.128.0.1", "2606:4700::1111", "::ffff:8.8.8.8",
+                         "2002:808:808::1"})
+    EXPECT_TRUE(is_public_address(ip)) << ip;
+  for (const char* ip : {"127.0.0.1", "127.1.2.3", "0.0.0.0", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1",
+                         "169.254.169.254", "100.64.0.1", "224.0.0.1", "255.255.255.255", "192.0.2.1", "::", "::1",
+                         "fe80::1", "fd00::1", "fc00::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1",
+                         "64:ff9b::a9fe:a9fe", "2002:7f00:1::1", "2001:db8::1", "not an address", ""})
+    EXPECT_FALSE(is_public_address(ip)) << ip;
 }
 
 TEST_F(client_test, too_many_redirects_is_an_error) {

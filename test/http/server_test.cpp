@@ -527,6 +527,10 @@ TEST(http_server, error_json_escapes) {
   EXPECT_EQ(error_json("a\"b\\c\nd\te\x01"), R"({"error": "a\"b\\c\nd\te\u0001"})");
   EXPECT_EQ(error_json("caf\xC3\xA9"), "{\"error\": \"caf\xC3\xA9\"}");
   EXPECT_EQ(error_json("bad \xFF byte"), "{\"error\": \"bad \xEF\xBF\xBD byte\"}");
+  // overlong forms, surrogates and code points above U+10FFFF are not UTF-8 either
+  EXPECT_EQ(error_json("m_\xC0\xAF"), "{\"error\": \"m_\xEF\xBF\xBD\xEF\xBF\xBD\"}");
+  EXPECT_EQ(error_json("\xED\xA0\x80"), "{\"error\": \"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"}");
+  EXPECT_EQ(error_json("\xF4\x90\x80\x80!"), "{\"error\": \"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD!\"}");
 }
 
 }  // namespace
