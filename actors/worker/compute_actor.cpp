@@ -1,4 +1,4 @@
-#include "actors/worker/worker_actor.hpp"
+#include "actors/worker/compute_actor.hpp"
 
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
@@ -22,7 +22,6 @@
 #include "runtime/generate_check.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/outputs.hpp"
-#include "runtime/tensor_builder.hpp"
 #include "runtime/tensor_store.hpp"
 
 namespace mpakt {
@@ -50,19 +49,13 @@ struct compiled_entry {
 /// Most sessions one batched pass runs (the spec allows 64 per graph).
 constexpr std::size_t max_batch = 16;
 
-struct worker_state {
-  worker_config cfg;
+struct compute_state {
+  std::shared_ptr<worker_shared> shared;
   tensor_store store;
   std::shared_ptr<mpakt::backend> backend;  ///< the CPU backend, or the device one the program chose
-  /// A tensor being received, and the resident bytes reserved for it.
-  struct incoming {
-    tensor_builder builder;
-    std::uint64_t resident = 0;
-  };
-  /// model -> tensor name -> tensor being received
-  std::map<std::string, std::map<std::string, incoming>> loading;
-  std::uint64_t loading_bytes = 0;  ///< resident bytes reserved by tensors being received
   std::map<std::string, compiled_entry> graphs;
+  /// What the last graph call was (for a call that waited past its limit behind it).
+  std::string last_call;
 
   /// A worker-side decode loop in progress (one token per genstep message).
   struct generation {
@@ -76,23 +69,52 @@ struct worker_state {
   std::map<std::string, generation> generations;
   bool tick_pending = false;  ///< a genstep message is on its way
 
-  std::uint64_t used() const { return store.bytes_held() + loading_bytes; }
-  std::uint64_t free() const { return cfg.memory_bytes > used() ? cfg.memory_bytes - used() : 0; }
+  const worker_config& cfg() const { return shared->cfg; }
+  std::uint64_t free() const { return shared->free(); }
 
   build_options options(bool compiled) const {
     build_options o;
     o.compiled = compiled;
-    o.max_tensor_bytes = std::int64_t(cfg.memory_bytes);
-    o.features = features();
-    o.missing_ops = cfg.lacks;
+    o.max_tensor_bytes = std::int64_t(cfg().memory_bytes);
+    o.features = shared->features;
+    o.missing_ops = cfg().lacks;
     return o;
   }
-  /// The backend's features less those this worker leaves out.
-  std::vector<std::string> features() const {
-    std::vector<std::string> out;
-    for (auto& f : backend->features())
-      if (std::find(cfg.lacks.begin(), cfg.lacks.end(), f) == cfg.lacks.end()) out.push_back(f);
-    return out;
+
+  /// Before each message: weights the receiver finished join the store (a graph sent after
+  /// their load ended finds them).
+  void adopt_arrivals() {
+    std::lock_guard<std::mutex> lock(shared->m);
+    for (auto& a : shared->inbox) store.put_weight(a.model, std::move(a.name), std::move(a.t));
+    shared->inbox.clear();
+    shared->arrived = 0;
+    shared->held = store.bytes_held();
+  }
+  /// After each message: what the front reports.
+  void publish() {
+    std::lock_guard<std::mutex> lock(shared->m);
+    shared->held = store.bytes_held();
+    shared->generations = std::uint32_t(generations.size());
+  }
+  /// Marks the compute side busy with a graph (or a compile) until the returned guard ends.
+  struct busy_guard {
+    worker_shared* shared;
+    ~busy_guard() {
+      std::lock_guard<std::mutex> lock(shared->m);
+      shared->busy = {};
+    }
+  };
+  busy_guard busy_with(std::string graph, std::string session, std::uint32_t steps) {
+    shared->progress.store(0, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(shared->m);
+    shared->busy.on = true;
+    shared->busy.since = std::chrono::steady_clock::now();
+    shared->busy.since_unix_ms = std::uint64_t(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+    shared->busy.graph = std::move(graph);
+    shared->busy.session = std::move(session);
+    shared->busy.steps = steps;
+    return busy_guard{shared.get()};
   }
   void drop_graphs_reading(const std::string& model) {
     for (auto it = graphs.begin(); it != graphs.end();)
@@ -100,7 +122,7 @@ struct worker_state {
   }
 };
 
-using worker_pointer = worker_actor::stateful_pointer<worker_state>;
+using compute_pointer = compute_actor::stateful_pointer<compute_state>;
 
 std::string mb(std::uint64_t bytes) { return std::to_string((bytes + 999999) / 1000000) + " MB"; }
 
@@ -158,15 +180,15 @@ std::set<std::string> models_of(const graph_decl& d) {
 
 /// Runs a compiled template once with a call's bindings and sample-step overrides, then
 /// keeps retained values in the primary session. The one path every compiled run takes.
-status run_compiled(worker_state& st, compiled_entry& e, const std::string& bind_json,
+status run_compiled(compute_state& st, compiled_entry& e, const std::string& bind_json,
                     const std::vector<std::pair<std::string, double>>& overrides, const std::string& session,
-                    const std::vector<std::string>& sessions) {
+                    const std::vector<std::string>& sessions, run_control* control = nullptr) {
   tensor_store::source src(st.store, session, sessions);
   MPAKT_TRY(apply_bindings(*e.graph, bind_json));
   // Settings this call does not give are the template's own, not the previous caller's.
   e.graph->clear_overrides();
   for (const auto& [name, value] : overrides) MPAKT_TRY(e.graph->override_param("sample", name, value));
-  MPAKT_TRY(e.graph->run(src));
+  MPAKT_TRY(e.graph->run(src, control));
   if (!e.retain.empty()) {
     const std::string primary = session.empty() && !sessions.empty() ? sessions.front() : session;
     if (primary.empty()) return invalid("the graph retains values but no session was given");
@@ -186,14 +208,14 @@ result<std::int32_t> check_generate_graph(const compiled_entry& e, bool sampling
   return k;
 }
 
-void schedule_pass(worker_pointer self) {
+void schedule_pass(compute_pointer self) {
   if (self->state.tick_pending) return;
   self->state.tick_pending = true;
   self->send(self, genstep_atom::value);
 }
 
 /// Ends a generation: tells its listener how, and forgets it.
-void finish_generation(worker_pointer self, const std::string& id, std::string stopped, std::string err) {
+void finish_generation(compute_pointer self, const std::string& id, std::string stopped, std::string err) {
   auto& gens = self->state.generations;
   auto it = gens.find(id);
   if (it == gens.end()) return;
@@ -206,7 +228,7 @@ void finish_generation(worker_pointer self, const std::string& id, std::string s
 
 /// Streams a pass's produced tokens to the listener, applying the stop and length rules.
 /// Returns false when the generation ended.
-bool deliver_tokens(worker_pointer self, const std::string& id, const std::vector<std::int64_t>& produced, double ms) {
+bool deliver_tokens(compute_pointer self, const std::string& id, const std::vector<std::int64_t>& produced, double ms) {
   auto& g = self->state.generations.at(id);
   for (std::int64_t tok : produced) {
     self->send(g.req.listener, gentoken_atom::value, id, gen_token{tok, g.index, g.pos, ms / double(produced.size())});
@@ -233,7 +255,7 @@ std::vector<std::int64_t> token_ids(const tensor& out) {
 }
 
 /// One generation's pass on its own: a plain decode step, or a verify pass of drafts.
-void run_solo_pass(worker_pointer self, const std::string& id, const speculator::pass& pass) {
+void run_solo_pass(compute_pointer self, const std::string& id, const speculator::pass& pass) {
   auto& st = self->state;
   auto it = st.generations.find(id);
   if (it == st.generations.end()) return;
@@ -261,7 +283,7 @@ void run_solo_pass(worker_pointer self, const std::string& id, const speculator:
 }
 
 /// The template's batched form for n sessions, built once; nullptr when it cannot be.
-batched_entry* batched_for(worker_state& st, compiled_entry& e, int n) {
+batched_entry* batched_for(compute_state& st, compiled_entry& e, int n) {
   auto it = e.batched.find(n);
   if (it != e.batched.end()) return it->second.get();
   std::unique_ptr<batched_entry> made;
@@ -292,7 +314,7 @@ status add_session_bindings(rapidjson::Document& all, const std::string& bind_js
 /// One plain decode step for several generations of one template in a single
 /// multi-session pass. Returns false (having changed nothing) when the template cannot be
 /// batched or the pass fails before running, so the caller runs them one by one.
-bool run_batched_pass(worker_pointer self, const std::string& graph_id, const std::vector<std::string>& ids) {
+bool run_batched_pass(compute_pointer self, const std::string& graph_id, const std::vector<std::string>& ids) {
   auto& st = self->state;
   auto e = st.graphs.find(graph_id);
   if (e == st.graphs.end()) return false;
@@ -339,87 +361,72 @@ bool run_batched_pass(worker_pointer self, const std::string& graph_id, const st
 
 namespace {
 
-worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config cfg) {
-  self->state.cfg = cfg;
-  if (cfg.device) self->state.backend = cfg.device;
-  else self->state.backend = std::make_shared<cpu_backend>(cpu_backend::config{cfg.reference_only});
+/// Every message handler begins with one: weights that arrived join the store first, and what
+/// the front reports is brought up to date after.
+struct turn {
+  compute_state& st;
+  explicit turn(compute_state& s) : st(s) { st.adopt_arrivals(); }
+  ~turn() { st.publish(); }
+  turn(const turn&) = delete;
+  turn& operator=(const turn&) = delete;
+};
+
+std::string limit_text(std::uint64_t ms) { return "the --graph-timeout-ms limit (" + std::to_string(ms) + " ms)"; }
+
+/// The answer to a call that is not run at all: it waited past its limit behind other work,
+/// or its caller cancelled it before it began.
+caf::error not_run(const compute_state& st, const worker_shared::run_entry& e, run_control::stop why) {
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - e.received);
+  if (why == run_control::stop::cancelled)
+    return to_caf(errc::unavailable, "the graph was not run: its caller went away before worker " + st.cfg().worker_id +
+                                         " could start it; nothing was applied");
+  return to_caf(errc::timeout, "the graph was not run: it waited " + std::to_string(waited.count()) + " ms for worker " +
+                                   st.cfg().worker_id + (st.last_call.empty() ? "" : ", busy with " + st.last_call) +
+                                   ", past " + limit_text(e.timeout_ms) + "; nothing was applied");
+}
+
+/// The answer to a call stopped while it ran: it applied nothing (the executor put back what
+/// it wrote in place, and nothing was retained).
+caf::error stopped(const compute_state& st, const worker_shared::run_entry& e, const run_control& c, std::size_t steps) {
+  const std::string where = "after " + std::to_string(c.steps_done) + " of " + std::to_string(steps) + " steps";
+  if (c.stopped == run_control::stop::cancelled)
+    return to_caf(errc::unavailable, "the graph was stopped " + where + " on worker " + st.cfg().worker_id +
+                                         ": its caller went away; nothing it wrote was kept");
+  return to_caf(errc::timeout, "the graph ran past " + limit_text(e.timeout_ms) + " and was stopped " + where +
+                                   " on worker " + st.cfg().worker_id + "; nothing it wrote was kept");
+}
+
+/// Sleeps `ms` (a volunteer standing for a slow link), waking early when the call is stopped.
+void delay(const run_control& c, int ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (c.should_stop() == run_control::stop::none && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(std::chrono::milliseconds(20),
+                                                                             until - std::chrono::steady_clock::now()));
+}
+
+compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_ptr<worker_shared> shared,
+                                              std::shared_ptr<backend> be) {
+  self->state.shared = std::move(shared);
+  self->state.backend = std::move(be);
   return {
-      [=](status_atom) {
-        auto& st = self->state;
-        worker_status s;
-        s.worker_id = st.cfg.worker_id;
-        s.backend = std::string(st.backend->name());
-        s.total_bytes = st.cfg.memory_bytes;
-        s.free_bytes = st.free();
-        s.features = st.features();
-        s.lacks = st.cfg.lacks;
-        s.packed_weights = !st.cfg.legacy;
-        s.can_quantize = !st.cfg.legacy;
-        s.max_tensor_bytes = s.free_bytes;
-        s.generations = std::uint32_t(st.generations.size());
-        return s;
-      },
-      [=](tbegin_atom, tensor_begin_request& r) -> caf::result<bool> {
-        auto& st = self->state;
-        auto resident = dtype_from_name(r.resident);
-        if (!resident) return to_caf(errc::invalid, "unknown resident dtype " + r.resident);
-        if (st.cfg.legacy) resident = dtype::f32;  // an old worker widens everything
-        if (st.loading[r.model_id].count(r.name) || (st.store.model(r.model_id) && st.store.model(r.model_id)->count(r.name)))
-          return to_caf(errc::conflict, "tensor " + r.name + " of model " + r.model_id + " is already on worker " + st.cfg.worker_id);
-        auto bytes = storage_bytes(*resident, shape_numel(r.shape));
-        if (!bytes) return to_caf(errc::invalid, "tensor " + r.name + " has an invalid shape");
-        if (*bytes > st.free())
-          return to_caf(errc::unavailable, "tensor " + r.name + " needs " + mb(*bytes) + " but worker " + st.cfg.worker_id +
-                                               " has " + mb(st.free()) + " free");
-        st.loading[r.model_id].emplace(r.name, worker_state::incoming{tensor_builder(r.file_dtype, r.shape, *resident, r.name), *bytes});
-        st.loading_bytes += *bytes;
-        return true;
-      },
-      [=](tpiece_atom, tensor_piece& p) -> caf::result<std::uint64_t> {
-        auto& st = self->state;
-        auto m = st.loading.find(p.model_id);
-        if (m == st.loading.end() || !m->second.count(p.name))
-          return to_caf(errc::conflict, "tensor " + p.name + " of model " + p.model_id + " is not being loaded");
-        auto& b = m->second.at(p.name).builder;
-        auto s = b.add(p.offset, p.bytes);
-        if (!s) return to_caf(s.err());
-        return b.received_bytes();
-      },
-      [=](tend_atom, const std::string& model, const std::string& name) -> caf::result<std::uint64_t> {
-        auto& st = self->state;
-        auto m = st.loading.find(model);
-        if (m == st.loading.end() || !m->second.count(name))
-          return to_caf(errc::conflict, "tensor " + name + " of model " + model + " is not being loaded");
-        auto node = m->second.extract(name);
-        st.loading_bytes -= std::min<std::uint64_t>(st.loading_bytes, node.mapped().resident);
-        if (m->second.empty()) st.loading.erase(m);
-        auto t = node.mapped().builder.finish();
-        if (!t) return to_caf(t.err());
-        const std::uint64_t n = t->nbytes();
-        st.store.put_weight(model, name, std::move(*t));
-        return n;
-      },
-      [=](tabort_atom, const std::string& model) {
-        auto& st = self->state;
-        if (auto m = st.loading.find(model); m != st.loading.end()) {
-          for (auto& [_, in] : m->second) st.loading_bytes -= std::min<std::uint64_t>(st.loading_bytes, in.resident);
-          st.loading.erase(m);
-        }
-        st.drop_graphs_reading(model);
-        return st.store.drop_model(model);
-      },
       [=](dropmodel_atom, const std::string& model) {
+        turn on_turn(self->state);
         self->state.drop_graphs_reading(model);
         return self->state.store.drop_model(model);
       },
       [=](sopen_atom, const std::string& sid) {
+        turn on_turn(self->state);
         self->state.store.session(sid);
         return true;
       },
-      [=](sclose_atom, const std::string& sid) { return self->state.store.drop_session(sid); },
+      [=](sclose_atom, const std::string& sid) {
+        turn on_turn(self->state);
+        return self->state.store.drop_session(sid);
+      },
       [=](sinfo_atom, const std::string& sid) -> caf::result<session_info> {
+        turn on_turn(self->state);
         const auto* s = self->state.store.find_session(sid);
-        if (!s) return to_caf(errc::not_found, "session " + sid + " is not on worker " + self->state.cfg.worker_id);
+        if (!s) return to_caf(errc::not_found, "session " + sid + " is not on worker " + self->state.cfg().worker_id);
         session_info info;
         for (const auto& [name, t] : *s) {
           info.tensors.push_back({name, t.shape(), std::string(dtype_name(t.type())), t.nbytes()});
@@ -428,8 +435,9 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         return info;
       },
       [=](sdump_atom, const std::string& sid) -> caf::result<session_dump> {
+        turn on_turn(self->state);
         const auto* s = self->state.store.find_session(sid);
-        if (!s) return to_caf(errc::not_found, "session " + sid + " is not on worker " + self->state.cfg.worker_id);
+        if (!s) return to_caf(errc::not_found, "session " + sid + " is not on worker " + self->state.cfg().worker_id);
         session_dump d;
         for (const auto& [name, t] : *s) {
           d.tensors.push_back({name, t.shape(), std::string(dtype_name(t.type())),
@@ -439,12 +447,13 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         return d;
       },
       [=](sload_atom, const std::string& sid, session_dump& d) -> caf::result<bool> {
+        turn on_turn(self->state);
         auto& st = self->state;
         const auto* old = st.store.find_session(sid);
         const std::uint64_t freed = old ? tensor_store::bytes_of(*old) : 0;
         if (d.bytes > st.free() + freed)
           return to_caf(errc::unavailable, "restoring session " + sid + " needs " + mb(d.bytes) + " but worker " +
-                                               st.cfg.worker_id + " has " + mb(st.free() + freed) + " free");
+                                               st.cfg().worker_id + " has " + mb(st.free() + freed) + " free");
         tensor_store::tensor_map m;
         for (auto& b : d.tensors) {
           auto type = dtype_from_name(b.dtype);
@@ -458,21 +467,51 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         st.store.session(sid) = std::move(m);
         return true;
       },
-      [=](run_atom, run_request& r) -> caf::result<run_reply> {
+      [=](run_atom, run_request& r, std::uint64_t number) -> caf::result<run_reply> {
+        turn on_turn(self->state);
         auto& st = self->state;
-        if (st.cfg.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(st.cfg.delay_ms));
+        // The call's entry (its run control) stays registered, so the front can cancel it,
+        // until this answer is made.
+        worker_shared::run_entry entry;
+        {
+          std::lock_guard<std::mutex> lock(st.shared->m);
+          auto it = st.shared->runs.find(number);
+          if (it != st.shared->runs.end()) entry = it->second;
+        }
+        if (!entry.control) entry.control = std::make_shared<run_control>();
+        struct unregister {
+          worker_shared* shared;
+          std::uint64_t number;
+          ~unregister() {
+            std::lock_guard<std::mutex> lock(shared->m);
+            shared->runs.erase(number);
+          }
+        } on_answer{st.shared.get(), number};
+        run_control& control = *entry.control;
+        if (auto why = control.should_stop(); why != run_control::stop::none) return not_run(st, entry, why);
+        if (st.cfg().delay_ms > 0) {
+          delay(control, st.cfg().delay_ms);
+          if (auto why = control.should_stop(); why != run_control::stop::none) return not_run(st, entry, why);
+        }
         if (!r.session.empty() && !st.store.find_session(r.session))
           return to_caf(errc::not_found, "session " + r.session + " is not on this worker");
         for (const auto& s : r.sessions)
           if (!st.store.find_session(s)) return to_caf(errc::not_found, "session " + s + " is not on this worker");
         tensor_store::source src(st.store, r.session, r.sessions);
         const std::string primary = r.session.empty() && !r.sessions.empty() ? r.sessions.front() : r.session;
+        auto* progress = &st.shared->progress;
+        control.on_step = [progress](std::size_t done) { progress->store(std::uint32_t(done), std::memory_order_relaxed); };
         run_reply reply;
         if (!r.graph_id.empty()) {
           auto it = st.graphs.find(r.graph_id);
           if (it == st.graphs.end()) return to_caf(errc::not_found, "graph " + r.graph_id + " is not compiled on this worker");
           auto& e = it->second;
-          if (auto s = run_compiled(st, e, r.bind_json, r.overrides, r.session, r.sessions); !s) return to_caf(s.err());
+          st.last_call = "graph " + r.graph_id + (primary.empty() ? "" : " in session " + primary);
+          auto busy = st.busy_with(r.graph_id, primary, std::uint32_t(e.graph->step_count()));
+          if (auto s = run_compiled(st, e, r.bind_json, r.overrides, r.session, r.sessions, &control); !s) {
+            if (control.stopped != run_control::stop::none) return stopped(st, entry, control, e.graph->step_count());
+            return to_caf(s.err());
+          }
           reply.outputs_json = outputs_text(*e.graph, r.outputs.empty() ? e.outputs : r.outputs, r.base64);
           reply.steps = std::uint32_t(e.graph->step_count());
           return reply;
@@ -483,9 +522,15 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
           return to_caf(errc::invalid, "graph.retain needs a session to keep values in");
         auto outputs = decl->outputs;
         auto retain = decl->retain;
+        const std::size_t steps = decl->steps.size();
+        st.last_call = "an inline graph of " + std::to_string(steps) + " steps" + (primary.empty() ? "" : " in session " + primary);
+        auto busy = st.busy_with("inline", primary, std::uint32_t(steps));
         auto g = executable_graph::build(std::move(*decl), src, *st.backend, st.options(false));
         if (!g) return to_caf(g.err());
-        if (auto s = (*g)->run(src); !s) return to_caf(s.err());
+        if (auto s = (*g)->run(src, &control); !s) {
+          if (control.stopped != run_control::stop::none) return stopped(st, entry, control, steps);
+          return to_caf(s.err());
+        }
         if (!retain.empty())
           if (auto s = st.store.apply_retain(**g, primary, retain); !s) return to_caf(s.err());
         reply.outputs_json = outputs_text(**g, outputs, r.base64);
@@ -493,9 +538,11 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         return reply;
       },
       [=](compile_atom, compile_request& r) -> caf::result<compile_reply> {
+        turn on_turn(self->state);
         auto& st = self->state;
         auto decl = parse_graph_text(r.graph_json, true);
         if (!decl) return to_caf(decl.err());
+        auto busy = st.busy_with("compile " + r.graph_id, "", 0);
         compiled_entry e;
         e.outputs = decl->outputs;
         e.retain = decl->retain;
@@ -517,8 +564,12 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         st.graphs[r.graph_id] = std::move(e);
         return reply;
       },
-      [=](dropgraph_atom, const std::string& id) { return self->state.graphs.erase(id) > 0; },
+      [=](dropgraph_atom, const std::string& id) {
+        turn on_turn(self->state);
+        return self->state.graphs.erase(id) > 0;
+      },
       [=](gencheck_atom, const std::string& id, bool sampling, bool verify) -> caf::result<std::int32_t> {
+        turn on_turn(self->state);
         auto it = self->state.graphs.find(id);
         if (it == self->state.graphs.end()) return to_caf(errc::not_found, "graph " + id + " is not compiled on this worker");
         auto k = check_generate_graph(it->second, sampling, verify);
@@ -526,6 +577,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         return *k;
       },
       [=](genstart_atom, gen_request& r) -> caf::result<bool> {
+        turn on_turn(self->state);
         auto& st = self->state;
         auto it = st.graphs.find(r.graph_id);
         if (it == st.graphs.end()) return to_caf(errc::not_found, "graph " + r.graph_id + " is not compiled on this worker");
@@ -541,7 +593,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
           ks.push_back(*k);
         }
         if (!st.store.find_session(r.session)) return to_caf(errc::not_found, "session " + r.session + " is not on this worker");
-        worker_state::generation g;
+        compute_state::generation g;
         g.token = r.first_id;
         g.pos = r.start_pos;
         if (!r.verify_graphs.empty()) g.spec = std::make_unique<speculator>(r.context, ks, r.always);
@@ -552,6 +604,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         return true;
       },
       [=](genstep_atom) {
+        turn on_turn(self->state);
         auto& st = self->state;
         st.tick_pending = false;
         // Every running generation advances one pass: verify passes run alone, plain steps
@@ -573,8 +626,12 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
           }
         if (!st.generations.empty()) schedule_pass(self);
       },
-      [=](gencancel_atom, const std::string& id) { self->state.generations.erase(id); },
+      [=](gencancel_atom, const std::string& id) {
+        turn on_turn(self->state);
+        self->state.generations.erase(id);
+      },
       [=](tput_atom, tensor_upload& u) -> caf::result<bool> {
+        turn on_turn(self->state);
         auto t = make_f32(u.shape, u.values);
         if (!t) return to_caf(t.err());
         if (t->nbytes() > self->state.free())
@@ -582,14 +639,17 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config c
         self->state.store.put_tensor(u.tensor_id, std::move(*t));
         return true;
       },
-      [=](tdrop_atom, const std::string& id) { return self->state.store.drop_tensor(id); },
+      [=](tdrop_atom, const std::string& id) {
+        turn on_turn(self->state);
+        return self->state.store.drop_tensor(id);
+      },
   };
 }
 
 }  // namespace
 
-worker_actor spawn_worker(caf::actor_system& sys, worker_config cfg) {
-  return sys.spawn<caf::detached>(worker_behavior, std::move(cfg));
+compute_actor spawn_compute(caf::actor_system& sys, std::shared_ptr<worker_shared> shared, std::shared_ptr<backend> be) {
+  return sys.spawn<caf::detached>(compute_behavior, std::move(shared), std::move(be));
 }
 
 }  // namespace mpakt

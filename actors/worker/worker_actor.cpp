@@ -1,0 +1,162 @@
+// The worker's front: the actor the pool, the coordinator and the entities talk to. It never
+// computes and never blocks, so a worker busy with a long graph still answers status at once,
+// is listed as busy rather than absent, takes reservations and loads, and can be told to stop
+// the graph in flight. See worker_actor.hpp for the three actors and their threads.
+
+#include "actors/worker/worker_actor.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "actors/errors.hpp"
+#include "actors/worker/compute_actor.hpp"
+#include "actors/worker/load_receiver.hpp"
+#include "actors/worker/worker_shared.hpp"
+#include "backends/cpu/cpu_backend.hpp"
+
+namespace mpakt {
+
+namespace {
+
+std::string mb(std::uint64_t bytes) { return std::to_string((bytes + 999999) / 1000000) + " MB"; }
+
+struct front_state {
+  std::shared_ptr<worker_shared> shared;
+  compute_actor compute;
+  load_receiver_actor receiver;
+};
+
+using front_pointer = worker_actor::stateful_pointer<front_state>;
+
+/// The status the front reports: the ledger and what the compute side is doing, as they are.
+worker_status snapshot(worker_shared& w) {
+  worker_status s;
+  s.worker_id = w.cfg.worker_id;
+  s.backend = w.backend_name;
+  s.total_bytes = w.cfg.memory_bytes;
+  s.features = w.features;
+  s.lacks = w.cfg.lacks;
+  s.packed_weights = !w.cfg.legacy;
+  s.can_quantize = !w.cfg.legacy;
+  std::lock_guard<std::mutex> lock(w.m);
+  s.free_bytes = w.free_locked();
+  s.max_tensor_bytes = s.free_bytes;
+  s.generations = w.generations;
+  if (w.busy.on) {
+    s.busy_since_ms = w.busy.since_unix_ms;
+    s.busy_ms = std::uint64_t(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - w.busy.since).count());
+    s.busy_graph = w.busy.graph;
+    s.busy_session = w.busy.session;
+    s.busy_steps = w.busy.steps;
+    s.busy_steps_done = std::min(w.progress.load(std::memory_order_relaxed), w.busy.steps);
+  }
+  // Graph calls handed on and not answered, less the one in progress (unless it compiles).
+  const std::size_t running = w.busy.on && w.busy.graph.rfind("compile ", 0) != 0 ? 1 : 0;
+  s.queued = std::uint32_t(w.runs.size() - std::min(w.runs.size(), running));
+  return s;
+}
+
+worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<worker_shared> shared, compute_actor compute,
+                                           load_receiver_actor receiver) {
+  self->state.shared = shared;
+  self->state.compute = compute;
+  self->state.receiver = receiver;
+  // The three live and die together; a front that goes stops the graph in flight first, so
+  // the compute side is free to quit.
+  self->link_to(compute);
+  self->link_to(receiver);
+  self->attach_functor([shared] {
+    std::lock_guard<std::mutex> lock(shared->m);
+    for (auto& [_, e] : shared->runs) e.control->cancel();
+  });
+  return {
+      [=](status_atom) { return snapshot(*self->state.shared); },
+      [=](reserve_atom, const std::string& model, std::uint64_t bytes) -> caf::result<bool> {
+        auto& w = *self->state.shared;
+        std::lock_guard<std::mutex> lock(w.m);
+        auto it = w.reserved.find(model);
+        const std::uint64_t mine = it == w.reserved.end() ? 0 : it->second;
+        if (bytes == 0) {
+          w.reserved.erase(model);
+          return true;
+        }
+        const std::uint64_t avail = w.free_locked() + mine;
+        if (bytes > avail)
+          return to_caf(errc::unavailable, "model " + model + " needs " + mb(bytes) + " but worker " + w.cfg.worker_id +
+                                               " has " + mb(avail) + " free");
+        w.reserved[model] = bytes;
+        return true;
+      },
+      [=](runcancel_atom, const std::string& run_id) {
+        auto& w = *self->state.shared;
+        std::lock_guard<std::mutex> lock(w.m);
+        for (auto& [_, e] : w.runs)
+          if (e.run_id == run_id) e.control->cancel();
+        w.cancelled_ids.push_back(run_id);
+        if (w.cancelled_ids.size() > 64) w.cancelled_ids.pop_front();
+      },
+      // ---- loading: on the receiver's thread, so a load goes on while a graph runs
+      [=](tbegin_atom, tensor_begin_request& r) { return self->delegate(self->state.receiver, tbegin_atom::value, std::move(r)); },
+      [=](tpiece_atom, tensor_piece& p) { return self->delegate(self->state.receiver, tpiece_atom::value, std::move(p)); },
+      [=](tend_atom, const std::string& model, const std::string& name) {
+        return self->delegate(self->state.receiver, tend_atom::value, model, name);
+      },
+      [=](tabort_atom, const std::string& model) { return self->delegate(self->state.receiver, tabort_atom::value, model); },
+      [=](dropmodel_atom, const std::string& model) {
+        self->send(self->state.receiver, dropmodel_atom::value, model);
+        return self->delegate(self->state.compute, dropmodel_atom::value, model);
+      },
+      // ---- everything else, in the order received, to the compute side
+      [=](sopen_atom, const std::string& sid) { return self->delegate(self->state.compute, sopen_atom::value, sid); },
+      [=](sclose_atom, const std::string& sid) { return self->delegate(self->state.compute, sclose_atom::value, sid); },
+      [=](sinfo_atom, const std::string& sid) { return self->delegate(self->state.compute, sinfo_atom::value, sid); },
+      [=](sdump_atom, const std::string& sid) { return self->delegate(self->state.compute, sdump_atom::value, sid); },
+      [=](sload_atom, const std::string& sid, session_dump& d) {
+        return self->delegate(self->state.compute, sload_atom::value, sid, std::move(d));
+      },
+      [=](run_atom, run_request& r) {
+        // The call's limit counts from now; its control is registered before it is handed on,
+        // so a cancel can reach it while it waits and while it runs.
+        auto& w = *self->state.shared;
+        auto control = std::make_shared<run_control>();
+        const auto now = std::chrono::steady_clock::now();
+        if (r.timeout_ms > 0) control->deadline = now + std::chrono::milliseconds(r.timeout_ms);
+        std::uint64_t number = 0;
+        {
+          std::lock_guard<std::mutex> lock(w.m);
+          number = ++w.next_run;
+          if (!r.run_id.empty() && std::find(w.cancelled_ids.begin(), w.cancelled_ids.end(), r.run_id) != w.cancelled_ids.end())
+            control->cancel();
+          w.runs[number] = worker_shared::run_entry{r.run_id, control, r.timeout_ms, now};
+        }
+        return self->delegate(self->state.compute, run_atom::value, std::move(r), number);
+      },
+      [=](compile_atom, compile_request& r) { return self->delegate(self->state.compute, compile_atom::value, std::move(r)); },
+      [=](dropgraph_atom, const std::string& id) { return self->delegate(self->state.compute, dropgraph_atom::value, id); },
+      [=](gencheck_atom, const std::string& id, bool sampling, bool verify) {
+        return self->delegate(self->state.compute, gencheck_atom::value, id, sampling, verify);
+      },
+      [=](genstart_atom, gen_request& r) { return self->delegate(self->state.compute, genstart_atom::value, std::move(r)); },
+      [=](genstep_atom) { self->send(self->state.compute, genstep_atom::value); },
+      [=](gencancel_atom, const std::string& id) { self->send(self->state.compute, gencancel_atom::value, id); },
+      [=](tput_atom, tensor_upload& u) { return self->delegate(self->state.compute, tput_atom::value, std::move(u)); },
+      [=](tdrop_atom, const std::string& id) { return self->delegate(self->state.compute, tdrop_atom::value, id); },
+  };
+}
+
+}  // namespace
+
+worker_actor spawn_worker(caf::actor_system& sys, worker_config cfg) {
+  std::shared_ptr<backend> be = cfg.device;
+  if (!be) be = std::make_shared<cpu_backend>(cpu_backend::config{cfg.reference_only});
+  auto shared = std::make_shared<worker_shared>(cfg);
+  shared->backend_name = std::string(be->name());
+  for (auto& f : be->features())
+    if (std::find(cfg.lacks.begin(), cfg.lacks.end(), f) == cfg.lacks.end()) shared->features.push_back(f);
+  auto compute = spawn_compute(sys, shared, std::move(be));
+  auto receiver = spawn_load_receiver(sys, shared, compute);
+  return sys.spawn(front_behavior, shared, compute, receiver);
+}
+
+}  // namespace mpakt
