@@ -58,6 +58,14 @@ void forward(caf::event_based_actor* self, const Handle& h, std::chrono::millise
             [res](caf::error& e) { reply_error(res, from_caf(e)); });
 }
 
+/// A graph call on behalf of an HTTP request: a client that goes away before the answer stops
+/// the graph on its worker (the coordinator knows the call by this actor).
+void forward_graph(caf::event_based_actor* self, const coordinator_actor& coord, std::chrono::milliseconds timeout,
+                   const responder_ptr& res, const caller& who, const std::string& body, std::int32_t version) {
+  forward(self, coord, timeout, res, 200, graph_atom::value, who, body, version);
+  res->on_disconnect([coord, requester = self->address()] { caf::anon_send(coord, cancel_atom::value, requester); });
+}
+
 /// Checks the request's x-api-key, then runs `then` in a short-lived actor.
 void with_key(const std::shared_ptr<context>& ctx, const request& req, const responder_ptr& res,
               std::function<void(caf::event_based_actor*, const caller&, bool admin)> then) {
@@ -252,7 +260,7 @@ void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const respo
     if (seg.size() == 3 && seg[2] == "graph") {
       if (m != "POST") return wrong_method();
       return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-        forward(self, coord, timeout, res, 200, graph_atom::value, who, req->body, std::int32_t(2));
+        forward_graph(self, coord, timeout, res, who, req->body, std::int32_t(2));
       });
     }
     return no_route();
@@ -336,7 +344,7 @@ void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const respo
   if (what == "graph" && n == 3) {
     if (m != "POST") return wrong_method();
     return with_key(ctx, *req, res, [=](caf::event_based_actor* self, const caller& who, bool) {
-      forward(self, coord, timeout, res, 200, graph_atom::value, who, req->body, std::int32_t(3));
+      forward_graph(self, coord, timeout, res, who, req->body, std::int32_t(3));
     });
   }
   if (what == "graphs") {
