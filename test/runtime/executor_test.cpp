@@ -161,5 +161,45 @@ TEST_F(executor_stop, a_run_failing_at_a_later_step_applies_nothing) {
   EXPECT_EQ(values()[std::size_t(width)], 1.0f);
 }
 
+TEST_F(executor_stop, a_stopped_run_puts_short_convs_state_back) {
+  // short_conv advances its state (a session tensor) in place, besides its fresh output.
+  auto state = tensor::make(dtype::f32, {2, width});
+  ASSERT_TRUE(state.ok());
+  for (int i = 0; i < 2 * width; ++i) state->f32()[i] = float(i + 1);
+  store.session("s")["conv_state"] = *state;
+  auto read_state = [&] {
+    const tensor& t = store.find_session("s")->at("conv_state");
+    return std::vector<float>(t.f32(), t.f32() + t.numel());
+  };
+  const std::vector<float> state_before = read_state();
+  auto ones = [](int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += (i ? ",1" : "1");
+    return out;
+  };
+  auto g = build(R"({"session": "s", "inputs": [
+      {"name": "st", "session": "conv_state", "shape": [2, 4]},
+      {"name": "x", "shape": [1, 4], "data": [1, 2, 3, 4]},
+      {"name": "w_in", "shape": [12, 4], "data": [)" + ones(48) + R"(]},
+      {"name": "w_conv", "shape": [4, 1, 3], "data": [)" + ones(12) + R"(]},
+      {"name": "w_out", "shape": [4, 4], "data": [)" + ones(16) + R"(]}],
+    "steps": [
+      {"op": "short_conv", "in": ["x", "w_in", "w_conv", "w_out", "st"], "out": "y"},
+      {"op": "add", "in": ["y", "y"], "out": "z"}],
+    "outputs": ["z"]})");
+  ASSERT_TRUE(g);
+  run_control ctl;
+  ctl.on_step = [&](std::size_t done) {
+    if (done == 1) {
+      EXPECT_NE(read_state(), state_before);
+      ctl.cancel();
+    }
+  };
+  ASSERT_FALSE(run(*g, &ctl).ok());
+  EXPECT_EQ(read_state(), state_before);
+  ASSERT_TRUE(run(*g, nullptr).ok());
+  EXPECT_NE(read_state(), state_before);
+}
+
 }  // namespace
 }  // namespace mpakt
