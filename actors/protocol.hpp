@@ -41,6 +41,8 @@ using gendone_atom = caf::atom_constant<caf::atom("gendone")>;
 using gencheck_atom = caf::atom_constant<caf::atom("gencheck")>;
 using sload_atom = caf::atom_constant<caf::atom("sload")>;
 using tdrop_atom = caf::atom_constant<caf::atom("tdrop")>;
+using runcancel_atom = caf::atom_constant<caf::atom("runcancel")>;
+using reserve_atom = caf::atom_constant<caf::atom("reserve")>;
 
 // ---------------------------------------------------------------- worker payloads
 
@@ -66,6 +68,15 @@ struct worker_status {
   std::string kernels;
   std::string cpu;  ///< the CPU's model name
   std::uint32_t threads = 1;
+  /// What the worker is computing now (a graph run or a compile); `busy_since_ms` 0 = idle.
+  /// Answered by the worker's front while its compute side is busy, so a busy worker is
+  /// listed as busy, never as absent.
+  std::uint64_t busy_since_ms = 0;  ///< when it began, milliseconds since the Unix epoch
+  std::uint64_t busy_ms = 0;        ///< how long it has been going
+  std::string busy_graph;           ///< the compiled graph's id, or "inline"
+  std::string busy_session;         ///< its primary session, if any
+  std::uint32_t busy_steps_done = 0, busy_steps = 0;  ///< progress (0 of 0 while compiling)
+  std::uint32_t queued = 0;         ///< graph calls waiting behind it
 };
 
 /// Starts receiving one tensor of a model. `file_dtype` is the published safetensors dtype
@@ -100,6 +111,13 @@ struct run_request {
   /// Per-call settings of sample-step parameters that the template does not bind
   /// (server-side decoding's temperature, topK, topP, seed and step counter).
   std::vector<std::pair<std::string, double>> overrides;
+  /// Names the call for `runcancel` (the coordinator's call id; a spread model's stages share
+  /// it). Empty = cannot be cancelled by name.
+  std::string run_id;
+  /// The graph limit (--graph-timeout-ms), counted from when the worker receives the call:
+  /// past it the worker stops the run between steps, applies nothing and answers
+  /// errc::timeout saying whether it ran at all. 0 = no limit.
+  std::uint64_t timeout_ms = 0;
 };
 
 struct run_reply {
@@ -160,7 +178,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
   return f(caf::meta::type_name("worker_status"), x.worker_id, x.backend, x.total_bytes, x.free_bytes, x.features,
            x.packed_weights, x.can_quantize, x.max_tensor_bytes, x.generations, x.lacks, x.measured_ms, x.kernels,
-           x.cpu, x.threads);
+           x.cpu, x.threads, x.busy_since_ms, x.busy_ms, x.busy_graph, x.busy_session, x.busy_steps_done, x.busy_steps,
+           x.queued);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_begin_request& x) {
@@ -174,7 +193,7 @@ typename Inspector::result_type inspect(Inspector& f, tensor_piece& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_request& x) {
   return f(caf::meta::type_name("run_request"), x.graph_json, x.graph_id, x.bind_json, x.session, x.sessions, x.outputs,
-           x.base64, x.overrides);
+           x.base64, x.overrides, x.run_id, x.timeout_ms);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_reply& x) {
@@ -275,10 +294,17 @@ typename Inspector::result_type inspect(Inspector& f, gen_request& x) {
 // ---------------------------------------------------------------- worker interface
 
 /// A worker: holds tensors (weights, sessions, v2 tensors) and runs graphs on its backend.
-/// Computes on its own thread (spawned detached), so CAF's scheduler threads only carry
-/// messages. Replies with caf::error (category "mpakt") on failure.
+/// The handle is the worker's front (actors/worker/worker_actor.hpp), which never computes:
+/// it answers status, reserve and runcancel at once, receives weights on a thread of their
+/// own, and passes everything else, in the order received, to the compute side (its own
+/// thread). Replies with caf::error (category "mpakt") on failure.
 using worker_actor = caf::typed_actor<
     caf::replies_to<status_atom>::with<worker_status>,
+    /// model, resident bytes: holds that much free for a load that passed its capacity check
+    /// (0 releases it); its tensors then draw on it. errc::unavailable when it does not fit.
+    caf::replies_to<reserve_atom, std::string, std::uint64_t>::with<bool>,
+    /// run id: stops that graph call at its next step (or before it starts); it applies nothing
+    caf::reacts_to<runcancel_atom, std::string>,
     // loading: begin, pieces in order, end (replies the resident bytes); abort drops it
     caf::replies_to<tbegin_atom, tensor_begin_request>::with<bool>,
     caf::replies_to<tpiece_atom, tensor_piece>::with<std::uint64_t>,
@@ -342,6 +368,7 @@ using loaded_atom = caf::atom_constant<caf::atom("loaded")>;
 using checkpt_atom = caf::atom_constant<caf::atom("checkpt")>;
 using restore_atom = caf::atom_constant<caf::atom("restore")>;
 using move_atom = caf::atom_constant<caf::atom("move")>;
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 
 /// Who is asking: the account owns what it creates; limits count per key.
 struct caller {
@@ -469,7 +496,10 @@ using coordinator_actor = caf::typed_actor<
     /// (chat; read once)
     caf::replies_to<files_atom, caller, std::string>::with<std::string, std::string, std::string, std::string>,
     caf::replies_to<checkpt_atom, caller, std::string>::with<std::string>,   // session id
-    caf::replies_to<restore_atom, caller, std::string>::with<std::string>>; 
+    caf::replies_to<restore_atom, caller, std::string>::with<std::string>,
+    /// the HTTP request actor that sent a graph call: its client went away, so the call is
+    /// stopped on its worker (it applies nothing)
+    caf::reacts_to<cancel_atom, caf::actor_addr>>;
 
 using signup_atom = caf::atom_constant<caf::atom("signup")>;
 using login_atom = caf::atom_constant<caf::atom("login")>;

@@ -73,6 +73,8 @@ std::string error_json(std::string_view message) {
   return out;
 }
 
+void responder::on_disconnect(std::function<void()>) {}
+
 void responder::respond_stream(response head, std::optional<std::uint64_t> content_length, body_source source) {
   // Buffering fallback for responders that are not the server's (fakes in tests).
   std::string body;

@@ -100,6 +100,14 @@ class responder {
   /// so the caller can still answer 404.
   status respond_file(const std::string& path, std::uint64_t offset, std::optional<std::uint64_t> length,
                       response head);
+
+  /// Calls `f` once, on an I/O thread, if the client disconnects (closes or resets the
+  /// connection) while this request waits for its answer — a graph call then stops its graph.
+  /// A disconnect that already happened calls it at once, on the caller's thread; one after the
+  /// answer began never does (an SSE stream has its own on_disconnect). server::stop() does
+  /// not count. Keep it short and non-blocking: post to an actor, nothing more. This default
+  /// (fakes in tests) never calls it.
+  virtual void on_disconnect(std::function<void()> f);
 };
 
 using handler = std::function<void(request&& req, std::shared_ptr<responder> res)>;

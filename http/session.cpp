@@ -134,6 +134,29 @@ void sse_impl::mark_disconnected() {
   if (f) call_guarded(f, "on_disconnect");
 }
 
+// ---- request_watch ----
+
+void request_watch::on_disconnect(std::function<void()> f) {
+  std::unique_lock<std::mutex> lock(m_);
+  if (gone_) {
+    lock.unlock();
+    call_guarded(f, "on_disconnect");  // the client is already gone: call it now
+    return;
+  }
+  on_gone_ = std::move(f);
+}
+
+void request_watch::mark_gone() {
+  std::function<void()> f;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    if (gone_) return;
+    gone_ = true;
+    f = std::move(on_gone_);
+  }
+  if (f) call_guarded(f, "on_disconnect");
+}
+
 // ---- responder_impl ----
 
 responder_impl::~responder_impl() {
@@ -258,6 +281,23 @@ void session::start_watch() {
       });
 }
 
+net::awaitable<void> session::stop_watch() {
+  sse_ending_ = true;
+  if (watching_) {
+    beast::error_code ec;
+    stream_.socket().cancel(ec);
+  }
+  while (watching_) co_await wait();
+  sse_ending_ = false;
+}
+
+void session::restore_pipelined() {
+  if (pipelined_.empty()) return;
+  const auto n = net::buffer_copy(buffer_.prepare(pipelined_.size()), net::buffer(pipelined_));
+  buffer_.commit(n);
+  pipelined_.clear();
+}
+
 net::awaitable<void> session::serve() {
   for (;;) {
     bhttp::request_parser<bhttp::string_body> parser;
@@ -342,14 +382,25 @@ net::awaitable<void> session::serve() {
     // Hand it over. The responder reaches back here through a post to this strand; a
     // handler that throws drops the responder, which answers 500.
     answer_.reset();
+    auto watch = std::make_shared<request_watch>();
     try {
-      (*handler_)(std::move(req), std::make_shared<responder_impl>(session_link(gate_, weak_from_this())));
+      (*handler_)(std::move(req), std::make_shared<responder_impl>(session_link(gate_, weak_from_this()), watch));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "mpakt http: handler threw: %s\n", e.what());
     } catch (...) {
       std::fprintf(stderr, "mpakt http: handler threw\n");
     }
-    while (!answer_) co_await wait();  // no timeout: the handler decides how long it takes
+    // No timeout: the handler decides how long it takes. Meanwhile a client that leaves is
+    // noticed (a graph call then stops), and the connection ends without an answer.
+    peer_gone_ = false;
+    if (!answer_) start_watch();
+    while (!answer_ && !peer_gone_) co_await wait();
+    if (!answer_) {
+      watch->mark_gone();
+      co_return;
+    }
+    co_await stop_watch();
+    restore_pipelined();
 
     bool again = false;
     switch (answer_->k) {
@@ -470,24 +521,14 @@ net::awaitable<bool> session::write_sse(answer& a, bool head_only, bool keep_ali
   }
 
   // Stop the watch read before anyone else reads this socket.
-  sse_ending_ = true;
-  if (watching_) {
-    beast::error_code ec;
-    stream_.socket().cancel(ec);
-  }
-  while (watching_) co_await wait();
-  sse_ending_ = false;
+  co_await stop_watch();
   if (!clean) sse_->mark_disconnected();
   sse_.reset();
   sse_pending_.clear();
   sse_close_ = false;
   if (!clean || peer_gone_) co_return false;
   // Bytes of a pipelined next request that the watch read took go back in front.
-  if (!pipelined_.empty()) {
-    const auto n = net::buffer_copy(buffer_.prepare(pipelined_.size()), net::buffer(pipelined_));
-    buffer_.commit(n);
-    pipelined_.clear();
-  }
+  restore_pipelined();
   co_return again;
 }
 

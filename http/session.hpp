@@ -77,6 +77,20 @@ class sse_impl final : public sse_stream, public std::enable_shared_from_this<ss
   std::function<void()> on_disconnect_;  // taken (so called once) when the disconnect happens
 };
 
+/// Whether a request's client left before its answer: the session marks it, the handler
+/// listens (responder::on_disconnect). Thread-safe; the callback runs at most once.
+class request_watch {
+ public:
+  void on_disconnect(std::function<void()> f);
+  /// Session side: the client went away while the request waited for its answer.
+  void mark_gone();
+
+ private:
+  std::mutex m_;
+  bool gone_ = false;
+  std::function<void()> on_gone_;
+};
+
 /// "event: <event>\ndata: <line>\n...\n" — one data line per line of `data`, as SSE wants.
 std::string format_sse_event(std::string_view event, std::string_view data);
 
@@ -93,17 +107,19 @@ struct answer {
 /// The server's responder: answers once, by posting the answer to the session.
 class responder_impl final : public responder {
  public:
-  explicit responder_impl(session_link link) : link_(std::move(link)) {}
+  responder_impl(session_link link, std::shared_ptr<request_watch> watch) : link_(std::move(link)), watch_(std::move(watch)) {}
   ~responder_impl() override;  // answers 500 when nothing else did
   void respond(response r) override;
   std::shared_ptr<sse_stream> start_sse(int status) override;
   void respond_stream(response head, std::optional<std::uint64_t> content_length, body_source source) override;
+  void on_disconnect(std::function<void()> f) override { watch_->on_disconnect(std::move(f)); }
 
  private:
   bool claim() { return !answered_.exchange(true); }
   void deliver(answer a);
 
   session_link link_;
+  std::shared_ptr<request_watch> watch_;
   std::atomic<bool> answered_{false};
 };
 
@@ -136,8 +152,13 @@ class session : public std::enable_shared_from_this<session> {
   /// Suspends until notify(); callers loop on their condition around it.
   net::awaitable<void> wait();
   void notify();
-  /// While an SSE stream is open: a read that fails means the client left.
+  /// While an SSE stream is open, or a request waits for its answer: a read that fails means
+  /// the client left (bytes it gets are a pipelined next request, kept in `pipelined_`).
   void start_watch();
+  /// Ends the watch read before anyone else reads the socket.
+  net::awaitable<void> stop_watch();
+  /// Puts the bytes the watch read took back in front of the read buffer.
+  void restore_pipelined();
 
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
@@ -156,7 +177,7 @@ class session : public std::enable_shared_from_this<session> {
   bool sse_close_ = false;   // the handler called close()
   bool peer_gone_ = false;   // the watch read failed, or the backlog overflowed
   bool watching_ = false;    // a watch read is outstanding
-  bool sse_ending_ = false;  // the watch read is being cancelled on purpose
+  bool sse_ending_ = false;  // the watch read is being cancelled on purpose (SSE or waiting)
   std::string pipelined_;    // bytes the watch read got: the start of the next request
   char watch_buf_[4096];
 };

@@ -147,9 +147,72 @@ struct executable_graph::impl {
   workspace ws;
   bool compiled = false;
 
+  /// Rows a run overwrote in place, kept until it ends (see run()): where they were, and
+  /// their old bytes in `undo_bytes` from `at`. Both vectors are reused from run to run.
+  struct undo_entry {
+    tensor target;  ///< shares the written tensor's storage
+    std::size_t offset = 0;
+    std::size_t at = 0;
+    std::size_t bytes = 0;
+  };
+  std::vector<undo_entry> undo;
+  std::vector<std::byte> undo_bytes;
+
   status resolve_sessions(tensor_source& src);
   status prepare_output(planned_step& st);
+  /// Whether writing into this slot in place changes something that outlives the run.
+  bool outlives_run(int slot_index) const;
+  /// Keeps the rows step `st` is about to write in place.
+  void remember_writes(const planned_step& st);
+  /// Puts back everything remembered, newest first, and forgets it.
+  void roll_back();
+  /// Forgets what was remembered (the run succeeded).
+  void forget_writes();
 };
+
+bool executable_graph::impl::outlives_run(int slot_index) const {
+  // Follow in-place results and views to the tensor whose bytes they are.
+  for (;;) {
+    const slot& s = slots[std::size_t(slot_index)];
+    if (s.alias_of >= 0) slot_index = s.alias_of;
+    else if (s.view_of >= 0) slot_index = s.view_of;
+    else return s.kind == slot_kind::session || s.kind == slot_kind::data;
+  }
+}
+
+void executable_graph::impl::remember_writes(const planned_step& st) {
+  for (int w : {st.def->aliases_input, st.def->writes_input}) {
+    if (w < 0 || std::size_t(w) >= st.in_slots.size() || !outlives_run(st.in_slots[std::size_t(w)])) continue;
+    const tensor& target = *st.in_ptrs[std::size_t(w)];
+    const std::int64_t rows = target.rows();
+    std::int64_t first = 0, count = rows;
+    if (w == st.def->aliases_input && st.def->written_rows) {
+      auto [f, n] = st.def->written_rows(*st.params, st.in_ptrs);
+      first = std::clamp<std::int64_t>(f, 0, rows);
+      count = std::clamp<std::int64_t>(n, 0, rows - first);
+    }
+    const std::size_t row_bytes = rows > 0 ? target.nbytes() / std::size_t(rows) : 0;
+    undo_entry e{target, std::size_t(first) * row_bytes, undo_bytes.size(), std::size_t(count) * row_bytes};
+    if (e.bytes == 0) continue;
+    undo_bytes.resize(e.at + e.bytes);
+    std::memcpy(undo_bytes.data() + e.at, target.data() + e.offset, e.bytes);
+    undo.push_back(std::move(e));
+  }
+}
+
+void executable_graph::impl::roll_back() {
+  for (auto it = undo.rbegin(); it != undo.rend(); ++it)
+    std::memcpy(it->target.data() + it->offset, undo_bytes.data() + it->at, it->bytes);
+  forget_writes();
+}
+
+void executable_graph::impl::forget_writes() {
+  undo.clear();
+  undo_bytes.clear();
+  // A prefill's rows need not stay reserved for the decode steps that follow.
+  constexpr std::size_t keep_bytes = std::size_t(16) << 20;
+  if (undo_bytes.capacity() > keep_bytes) undo_bytes.shrink_to_fit();
+}
 
 std::vector<std::string> graph_needs(const graph_decl& graph) {
   std::vector<std::string> out;
@@ -528,18 +591,37 @@ void executable_graph::set_profile(std::vector<double>* ns) {
   if (ns) ns->assign(p_->steps.size(), 0.0);
 }
 
-status executable_graph::run(tensor_source& source) {
+status executable_graph::run(tensor_source& source, run_control* control) {
   for (const auto& b : p_->inputs)
     if (!b.set) return invalid("binding " + b.name + " was not given");
   for (const auto& b : p_->params)
     if (!b.set) return invalid("binding " + b.name + " was not given");
   MPAKT_TRY(p_->resolve_sessions(source));
+  if (control) {
+    control->stopped = run_control::stop::none;
+    control->steps_done = 0;
+  }
+  // Whatever ends the run early puts back the rows it wrote in place.
+  auto fail = [&](error e) -> status {
+    p_->roll_back();
+    return e;
+  };
+  auto stopped = [&](run_control::stop why, std::size_t done) -> status {
+    control->stopped = why;
+    control->steps_done = done;
+    return fail(error{errc::timeout, std::string(why == run_control::stop::deadline ? "past its deadline" : "cancelled") +
+                                         ", stopped after " + std::to_string(done) + " of " +
+                                         std::to_string(p_->steps.size()) + " steps"});
+  };
 
+  std::size_t done = 0;
   for (auto& st : p_->steps) {
+    if (control)
+      if (auto why = control->should_stop(); why != run_control::stop::none) return stopped(why, done);
     const std::string_view op = st.def->name;
     if (st.has_binds && st.def->check) {
       auto ck = st.def->check(*st.params);
-      if (!ck) return make_error(ck.err().code, step_prefix(std::size_t(st.index), op) + ck.err().message);
+      if (!ck) return fail(make_error(ck.err().code, step_prefix(std::size_t(st.index), op) + ck.err().message));
     }
     for (const auto& w : st.per_call_widen) {
       const tensor& from = p_->slots[std::size_t(w.from)].t;
@@ -554,18 +636,28 @@ status executable_graph::run(tensor_source& source) {
       out.t.alias_storage(p_->slots[std::size_t(out.view_of)].t);
     } else if (out.taken) {
       auto t = tensor::make(out.desc.type, out.desc.shape);
-      if (!t) return make_error(t.err().code, step_prefix(std::size_t(st.index), op) + "output: " + t.err().message);
+      if (!t) return fail(make_error(t.err().code, step_prefix(std::size_t(st.index), op) + "output: " + t.err().message));
       out.t = std::move(*t);
       out.taken = false;
     }
+    if (st.def->aliases_input >= 0 || st.def->writes_input >= 0) p_->remember_writes(st);
     kernel_call call{st.params.get(), st.in_ptrs, &out.t, &p_->ws};
     const auto t0 = p_->profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     auto s = st.fn(call);
     if (p_->profile)
       (*p_->profile)[std::size_t(&st - p_->steps.data())] =
           std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
-    if (!s) return make_error(s.err().code, step_prefix(std::size_t(st.index), op) + s.err().message);
+    if (!s) return fail(make_error(s.err().code, step_prefix(std::size_t(st.index), op) + s.err().message));
+    ++done;
+    if (control && control->on_step) control->on_step(done);
   }
+  // A run that finished only after its deadline (a long last kernel) is stopped all the same:
+  // its caller has been told it timed out.
+  if (control) {
+    if (auto why = control->should_stop(); why != run_control::stop::none) return stopped(why, done);
+    control->steps_done = done;
+  }
+  p_->forget_writes();
   return {};
 }
 

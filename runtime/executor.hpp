@@ -12,7 +12,10 @@
 /// worker), then bound and run any number of times by one thread at a time. Not
 /// thread-safe; the owning worker actor serialises calls.
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -51,6 +54,39 @@ struct build_options {
   /// Ops the executing worker does not offer (an older volunteer); a step using one is
   /// refused, naming it.
   std::vector<std::string> missing_ops;
+};
+
+/// How a run may be stopped from outside: a deadline, and a flag any thread may set (the
+/// worker's front sets it when the caller went away). `executable_graph::run` checks both
+/// before each step and once after the last; a stopped run puts back every row it wrote in
+/// place, so it leaves the session exactly as it found it.
+///
+/// Thread-safety: `cancel()` and `cancelled()` from any thread; the rest is written by the
+/// thread running the graph and read by it afterwards.
+struct run_control {
+  using clock = std::chrono::steady_clock;
+  clock::time_point deadline = clock::time_point::max();
+
+  void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+  /// Whether the run should stop now (cancelled, or past the deadline), and why.
+  enum class stop { none, deadline, cancelled };
+  stop should_stop() const {
+    if (cancelled()) return stop::cancelled;
+    return clock::now() >= deadline ? stop::deadline : stop::none;
+  }
+
+  /// Called on the running thread after each step with the number of steps done (progress
+  /// reports); may call cancel(). Empty = none.
+  std::function<void(std::size_t)> on_step;
+
+  /// Set by run(): why it stopped (none when it ran to its end or failed on its own), and how
+  /// many steps had run by then.
+  stop stopped = stop::none;
+  std::size_t steps_done = 0;
+
+ private:
+  std::atomic<bool> cancelled_{false};
 };
 
 /// The ops and features a graph's steps use (names as in ops.json), without building it: what
@@ -104,7 +140,14 @@ class executable_graph {
 
   /// Runs every step. Session inputs are resolved through `source` on each call (the
   /// session may change between calls of a compiled graph); their shapes are checked.
-  status run(tensor_source& source);
+  ///
+  /// A run applies all or nothing to the tensors it writes in place (session tensors and a
+  /// template's data inputs, through cache_write or short_conv): before each such write the
+  /// rows it overwrites are kept, and when the run fails — a kernel's error, or `control`
+  /// stopping it (errc::timeout, with control->stopped saying why) — they are put back, in
+  /// reverse order, before it returns. Values computed so far stay readable but must not be
+  /// used.
+  status run(tensor_source& source, run_control* control = nullptr);
 
   /// A value after run() (inputs included), or nullptr for an unknown name.
   const tensor* value(std::string_view name) const;

@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "runtime/param.hpp"
@@ -94,6 +95,11 @@ struct op_def {
   int aliases_input = -1;
   /// Input written in place besides the output (short_conv's state: 4); -1 for none.
   int writes_input = -1;
+  /// Rows of the in-place target (`aliases_input`) one call writes, as {first, count}, from
+  /// the typed params and the inputs (cache_write: the values' rows from `offset`); nullptr =
+  /// every row. A run that stops or fails puts exactly these rows back
+  /// (executable_graph::run), so its in-place writes never survive it.
+  std::pair<std::int64_t, std::int64_t> (*written_rows)(const op_params& p, std::span<tensor* const> inputs) = nullptr;
   /// Output may share the input's bytes without copying (reshape of an f32 tensor).
   bool view_of_input0 = false;
   /// Bit i set: input i may arrive packed (bf16/f16/q8/q4) and the kernel reads it in

@@ -37,6 +37,16 @@ std::string now_iso() {
   return buf;
 }
 
+/// Milliseconds since the Unix epoch as ISO 8601 UTC with milliseconds.
+std::string iso_from_unix_ms(std::uint64_t ms) {
+  std::time_t t = std::time_t(ms / 1000);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", std::gmtime(&t));
+  char out[48];
+  std::snprintf(out, sizeof out, "%s.%03uZ", buf, unsigned(ms % 1000));
+  return out;
+}
+
 
 result<rapidjson::Document> parse_body(const std::string& body, bool allow_empty = false) {
   if (allow_empty && body.find_first_not_of(" \t\r\n") == std::string::npos) {
@@ -264,17 +274,29 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
     /// recovery and is routed afresh — so a client does not notice a lost worker whose
     /// weights and checkpointed sessions could be placed again.
     auto run_on = [self](caf::typed_response_promise<std::string> rp, run_request req, worker_actor w,
-                         std::optional<graph_actor> compiled, std::function<void(caf::typed_response_promise<std::string>)> again) {
+                         std::optional<graph_actor> compiled, std::function<void(caf::typed_response_promise<std::string>)> again,
+                         caf::actor_addr requester) {
       auto& S = self->state;
       const std::string primary = req.session.empty() && !req.sessions.empty() ? req.sessions.front() : req.session;
       auto journaled = std::make_shared<run_request>(req);
+      // The worker stops the call at the graph limit; the requester (an HTTP request) may
+      // cancel it by this id when its client goes away.
+      req.timeout_ms = std::uint64_t(S.cfg.timeouts.graph.count());
+      req.run_id = "r_" + std::to_string(++S.next_run);
+      const std::string run_id = req.run_id;
+      if (requester && requester != self->address() && w) S.running[requester] = {w, run_id};
+      auto forget = [self, requester, run_id] {
+        auto it = self->state.running.find(requester);
+        if (it != self->state.running.end() && it->second.second == run_id) self->state.running.erase(it);
+      };
       // Exactly one of: the reply, the error, or the worker's loss settles the call.
       std::function<bool()> settle = [] { return true; };
       if (w && again)
         settle = track_call(self, w.address(), [self, rp, again]() mutable {
           self->state.waiting.push_back([rp, again]() mutable { again(rp); });
         });
-      auto done = [self, rp, primary, journaled, settle](run_reply& reply) mutable {
+      auto done = [self, rp, primary, journaled, settle, forget](run_reply& reply) mutable {
+        forget();
         if (!settle()) return;
         auto& S = self->state;
         if (auto it = S.sessions.find(primary); it != S.sessions.end() && S.checkpoints.count(primary)) {
@@ -285,7 +307,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
         }
         rp.deliver("{\"outputs\":" + reply.outputs_json + ",\"steps\":" + std::to_string(reply.steps) + "}");
       };
-      auto fail = [self, rp, w, again, settle](caf::error& e) mutable {
+      auto fail = [self, rp, w, again, settle, forget](caf::error& e) mutable {
+        forget();
         if (!settle()) return;
         if (again && actor_gone(e) && w) {
           on_worker_lost(self, w.address());
@@ -294,27 +317,30 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           else S.waiting.push_back([rp, again]() mutable { again(rp); });
           return;
         }
+        if (e == caf::sec::request_timeout) {
+          rp.deliver(graph_timeout_error(self->state.cfg.timeouts, "its worker"));
+          return;
+        }
         rp.deliver(caf::error(e));
       };
+      const auto limit = S.cfg.timeouts.graph + S.cfg.timeouts.answer_grace;
       if (compiled && !primary.empty()) {
         // Through the session's actor, which counts the step and runs on its worker.
         auto it = S.sessions.find(primary);
-        self->request(it->second.actor, S.cfg.timeouts.graph + std::chrono::seconds(5), run_atom::value, std::move(req), *compiled)
+        self->request(it->second.actor, limit + std::chrono::seconds(5), run_atom::value, std::move(req), *compiled)
             .then(done, fail);
         return;
       }
       if (compiled) {
-        self->request(*compiled, S.cfg.timeouts.graph + std::chrono::seconds(5), run_atom::value, std::move(req), w)
-            .then(done, fail);
+        self->request(*compiled, limit + std::chrono::seconds(5), run_atom::value, std::move(req), w).then(done, fail);
         return;
       }
       if (!primary.empty()) {
         auto it = S.sessions.find(primary);
-        self->request(it->second.actor, S.cfg.timeouts.graph + std::chrono::seconds(5), run_atom::value, std::move(req))
-            .then(done, fail);
+        self->request(it->second.actor, limit + std::chrono::seconds(5), run_atom::value, std::move(req)).then(done, fail);
         return;
       }
-      self->request(w, S.cfg.timeouts.graph, run_atom::value, std::move(req)).then(done, fail);
+      self->request(w, limit, run_atom::value, std::move(req)).then(done, fail);
     };
 
     /// The worker to use when a graph names no session or weights: the one with most free
@@ -437,6 +463,31 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                         key(w, "kernels"); str(w, s.kernels);
                         key(w, "cpu"); str(w, s.cpu);
                         key(w, "threads"); w.Uint(s.threads);
+                        // what it is computing now (null when idle), and the calls waiting behind it
+                        key(w, "busy");
+                        if (s.busy_since_ms == 0) {
+                          w.Null();
+                        } else {
+                          w.StartObject();
+                          key(w, "since"); str(w, iso_from_unix_ms(s.busy_since_ms));
+                          key(w, "forMs"); w.Uint64(s.busy_ms);
+                          // ids are shown only to their owner (they are unguessable on purpose)
+                          auto& S = self->state;
+                          std::string graph = s.busy_graph;
+                          const bool compiling = graph.rfind("compile ", 0) == 0;
+                          if (compiling) graph = graph.substr(8);
+                          graph = graph.substr(0, graph.find('/'));  // a spread model's stage
+                          if (graph != "inline" && !S.find(S.graphs, graph, who)) graph = "another account's graph";
+                          key(w, "graph"); str(w, graph);
+                          key(w, "compiling"); w.Bool(compiling);
+                          if (!s.busy_session.empty() && S.find(S.sessions, s.busy_session, who)) {
+                            key(w, "session"); str(w, s.busy_session);
+                          }
+                          key(w, "stepsDone"); w.Uint(s.busy_steps_done);
+                          key(w, "steps"); w.Uint(s.busy_steps);
+                          w.EndObject();
+                        }
+                        key(w, "queued"); w.Uint(s.queued);
                         key(w, "models");  // the caller's models placed there
                         w.StartArray();
                         for (const auto& [id, m] : self->state.models) {
@@ -800,8 +851,10 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
               if (S.is_recovering(m->worker)) return wait();
               if (S.is_lost(m->worker)) return to_caf(errc::unavailable, lost_message("model " + mid));
             }
+            // (before the promise, which takes the sender over)
+            const auto requester = caf::actor_cast<caf::actor_addr>(self->current_sender());
             auto rp = self->make_response_promise<std::string>();
-            run_on(rp, std::move(req), w, g->actor, again);
+            run_on(rp, std::move(req), w, g->actor, again, requester);
             return rp;
           }
           if (!d->HasMember("graph")) return to_caf(errc::invalid, "graph request needs graph (inline) or graphId (compiled)");
@@ -812,13 +865,15 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           req.graph_json = std::move(r->graph_json);
           req.session = r->primary;
           req.sessions = r->sessions;
+          // (before the promise, which takes the sender over)
+          const auto requester = caf::actor_cast<caf::actor_addr>(self->current_sender());
           auto rp = self->make_response_promise<std::string>();
           if (r->worker) {
-            run_on(rp, std::move(req), r->worker, std::nullopt, again);
+            run_on(rp, std::move(req), r->worker, std::nullopt, again, requester);
           } else {
             with_any_worker(r->needs, [=](result<worker_actor> w) mutable {
               if (!w) rp.deliver(to_caf(w.err()));
-              else run_on(rp, std::move(req), *w, std::nullopt, again);
+              else run_on(rp, std::move(req), *w, std::nullopt, again, requester);
             });
           }
           return rp;
@@ -1353,6 +1408,14 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
             key(w, "tensorId"); str(w, id);
             w.EndObject();
           });
+        },
+        // ------------------------------------------------------------ cancellation
+        [=](cancel_atom, const caf::actor_addr& requester) {
+          auto& S = self->state;
+          auto it = S.running.find(requester);
+          if (it == S.running.end()) return;  // answered already
+          caf::anon_send(it->second.first, runcancel_atom::value, it->second.second);
+          S.running.erase(it);
         },
     };
   });

@@ -107,6 +107,10 @@ struct coordinator_state {
   /// (a request to a vanished remote actor may otherwise wait for its full timeout).
   std::map<caf::actor_addr, std::map<std::uint64_t, std::function<void()>>> inflight;
   std::uint64_t next_call = 0;
+  /// Graph calls running for an HTTP request actor: where, and the run id the worker knows
+  /// them by (a client that goes away cancels its call there).
+  std::map<caf::actor_addr, std::pair<worker_actor, std::string>> running;
+  std::uint64_t next_run = 0;
 
   /// Monitors a worker once something is placed on it, so its loss is known at once (a
   /// pipeline is an actor here standing in for its parts, which are watched themselves).

@@ -31,9 +31,21 @@ struct model_state {
 
 }  // namespace
 
+void limit_call(run_request& r, const entity_timeouts& t) {
+  if (r.timeout_ms == 0) r.timeout_ms = std::uint64_t(t.graph.count());
+}
+
+caf::error graph_timeout_error(const entity_timeouts& t, const std::string& where) {
+  return to_caf(errc::timeout, "the graph did not finish within the --graph-timeout-ms limit (" + std::to_string(t.graph.count()) +
+                                   " ms) and " + where + " did not answer in time; it stops the graph at its next step "
+                                   "and applies nothing");
+}
+
 namespace {
-/// A session's calls fail this way once its worker is gone: its caches went with it.
-caf::error session_error(const std::string& id, const caf::error& e) {
+/// A session's calls fail this way once its worker is gone: its caches went with it; a call
+/// its worker never answered says the limit.
+caf::error session_error(const std::string& id, const caf::error& e, const entity_timeouts& t) {
+  if (e == caf::sec::request_timeout) return graph_timeout_error(t, "the worker holding session " + id);
   if (!actor_gone(e)) return e;
   return to_caf(errc::unavailable, lost_message("session " + id));
 }
@@ -46,33 +58,37 @@ session_actor spawn_session(caf::actor_system& sys, std::string session_id, work
     self->state.worker = worker;
     self->state.t = t;
     return {
+        // A call that fails (stopped past its limit included) applies nothing and counts no step.
         [=](run_atom, run_request& r) -> caf::result<run_reply> {
           auto rp = self->make_response_promise<run_reply>();
-          self->request(self->state.worker, self->state.t.graph, run_atom::value, std::move(r))
+          limit_call(r, self->state.t);
+          self->request(self->state.worker, self->state.t.graph + self->state.t.answer_grace, run_atom::value, std::move(r))
               .then(
                   [=](run_reply& reply) mutable {
                     self->state.steps++;
                     rp.deliver(std::move(reply));
                   },
-                  [=](caf::error& e) mutable { rp.deliver(session_error(self->state.id, e)); });
+                  [=](caf::error& e) mutable { rp.deliver(session_error(self->state.id, e, self->state.t)); });
           return rp;
         },
         [=](run_atom, run_request& r, graph_actor g) -> caf::result<run_reply> {
           auto rp = self->make_response_promise<run_reply>();
-          self->request(g, self->state.t.graph + std::chrono::seconds(1), run_atom::value, std::move(r), self->state.worker)
+          limit_call(r, self->state.t);
+          self->request(g, self->state.t.graph + self->state.t.answer_grace + std::chrono::seconds(1), run_atom::value, std::move(r),
+                        self->state.worker)
               .then(
                   [=](run_reply& reply) mutable {
                     self->state.steps++;
                     rp.deliver(std::move(reply));
                   },
-                  [=](caf::error& e) mutable { rp.deliver(session_error(self->state.id, e)); });
+                  [=](caf::error& e) mutable { rp.deliver(session_error(self->state.id, e, self->state.t)); });
           return rp;
         },
         [=](info_atom) -> caf::result<session_info, std::uint64_t> {
           auto rp = self->make_response_promise<session_info, std::uint64_t>();
           self->request(self->state.worker, self->state.t.control, sinfo_atom::value, self->state.id)
               .then([=](session_info& info) mutable { rp.deliver(std::move(info), self->state.steps); },
-                    [=](caf::error& e) mutable { rp.deliver(session_error(self->state.id, e)); });
+                    [=](caf::error& e) mutable { rp.deliver(session_error(self->state.id, e, self->state.t)); });
           return rp;
         },
         [=](move_atom, worker_actor w, std::uint64_t steps) {
@@ -125,10 +141,14 @@ graph_actor spawn_graph(caf::actor_system& sys, std::string graph_id, std::strin
         [=](run_atom, run_request& r, worker_actor w) -> caf::result<run_reply> {
           auto rp = self->make_response_promise<run_reply>();
           r.graph_id = self->state.id;
+          limit_call(r, self->state.t);
           auto run = [=](run_request req) mutable {
-            self->request(w, self->state.t.graph, run_atom::value, std::move(req))
+            self->request(w, self->state.t.graph + self->state.t.answer_grace, run_atom::value, std::move(req))
                 .then([=](run_reply& reply) mutable { rp.deliver(std::move(reply)); },
-                      [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+                      [=](caf::error& e) mutable {
+                        rp.deliver(e == caf::sec::request_timeout ? graph_timeout_error(self->state.t, "its worker")
+                                                                  : caf::error(e));
+                      });
           };
           if (compiled_on(w)) {
             run(std::move(r));

@@ -15,7 +15,18 @@ namespace mpakt {
 struct entity_timeouts {
   std::chrono::milliseconds graph{5 * 60 * 1000};
   std::chrono::milliseconds control{30 * 1000};
+  /// How much longer than `graph` a caller waits for a graph call's answer. The worker stops
+  /// the call at `graph` (run_request::timeout_ms) and answers saying what happened; this
+  /// leaves room for that answer, so the caller's own timeout fires only when the worker
+  /// could not answer at all (one kernel longer than the rest of the limit).
+  std::chrono::milliseconds answer_grace{3 * 1000};
 };
+
+/// Gives a graph call the graph limit when it has none yet (so the worker stops it there).
+void limit_call(run_request& r, const entity_timeouts& t);
+
+/// The error for a graph call whose worker did not answer within the limit and the grace.
+caf::error graph_timeout_error(const entity_timeouts& t, const std::string& where);
 
 session_actor spawn_session(caf::actor_system& sys, std::string session_id, worker_actor worker, entity_timeouts t);
 /// `outputs`: the template's outputs; `graph_json`: the graph object as compiled.

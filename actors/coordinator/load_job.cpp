@@ -3,8 +3,10 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -72,20 +74,12 @@ result<std::tuple<Rs...>> ask(caf::scoped_actor& self, const Handle& h, std::chr
   return out;
 }
 
-result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg, const pool_actor& pool,
-                              const load_job_request& req) {
-  const auto t0 = clock_type::now();
-  auto ctx = open_source(cfg, req.source);
-  if (!ctx) return std::move(ctx).err();
-  loader::selection_request sel{req.include, req.exclude, req.names};
-  auto selected = loader::select_tensors(ctx->index, sel);
-  if (!selected) return std::move(selected).err();
-  MPAKT_TRY(loader::check_not_quantised(ctx->index, *selected));
-  const std::string mode_name = req.quantize.empty() ? cfg.default_quantize : req.quantize;
-  auto mode = loader::quantize_mode_from_name(mode_name);
-  if (!mode) return invalid("quantize must be one of none, q8, q4, auto, not \"" + mode_name + "\"");
-
-  caf::scoped_actor self{sys};
+/// A load's capacity check (LOAD-30: before anything is transferred, against the pool's free
+/// memory now) and placement: the plan, the outcome's placement fields, and each planned
+/// tensor's worker.
+result<std::tuple<loader::load_plan, load_outcome, std::vector<worker_actor>>> place_load(
+    caf::scoped_actor& self, const load_job_config& cfg, const pool_actor& pool, const load_job_request& req, const job_context& ctx,
+    const std::vector<std::size_t>& selected, loader::quantize_mode mode) {
   auto workers = ask<std::vector<worker_status>>(self, pool, cfg.worker_timeout, workers_atom::value);
   if (!workers) return std::move(workers).err();
   const auto& statuses = std::get<0>(*workers);
@@ -98,7 +92,7 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
     if (!w.can_quantize) cap.can_quantize = false;
   }
   if (statuses.empty()) return error{errc::unavailable, "no worker is connected — wait for volunteers"};
-  auto plan = loader::plan_load(ctx->index, *selected, *mode, cap);
+  auto plan = loader::plan_load(ctx.index, selected, mode, cap);
   if (!plan) return std::move(plan).err();
 
   // Placement: the worker with the most free memory holds the whole selection; when none can,
@@ -122,7 +116,7 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
     const auto& [ws, ss] = *members;
     if (ws.size() < 2) return error{errc::unavailable, too_big};
     std::vector<spread_tensor> ts;
-    for (const auto& tp : plan->tensors) ts.push_back({ctx->index.tensors[tp.tensor].entry.name, tp.planned_bytes});
+    for (const auto& tp : plan->tensors) ts.push_back({ctx.index.tensors[tp.tensor].entry.name, tp.planned_bytes});
     std::vector<std::uint64_t> free;
     for (const auto& st : ss) free.push_back(st.free_bytes);
     auto where = plan_spread(ts, free);
@@ -143,12 +137,73 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
     out.worker = out.part_workers.front();
     out.worker_id = out.part_ids.front();
   }
+  return std::tuple{std::move(*plan), std::move(out), std::move(part_of)};
+}
+
+result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg, const pool_actor& pool,
+                              const load_job_request& req) {
+  const auto t0 = clock_type::now();
+  auto ctx = open_source(cfg, req.source);
+  if (!ctx) return std::move(ctx).err();
+  loader::selection_request sel{req.include, req.exclude, req.names};
+  auto selected = loader::select_tensors(ctx->index, sel);
+  if (!selected) return std::move(selected).err();
+  MPAKT_TRY(loader::check_not_quantised(ctx->index, *selected));
+  const std::string mode_name = req.quantize.empty() ? cfg.default_quantize : req.quantize;
+  auto mode = loader::quantize_mode_from_name(mode_name);
+  if (!mode) return invalid("quantize must be one of none, q8, q4, auto, not \"" + mode_name + "\"");
+
+  caf::scoped_actor self{sys};
+  // The capacity check and the placement, then the room reserved on each worker chosen. Two
+  // loads checked against the same free memory cannot both keep it: the second finds its
+  // reservation refused and checks again, now seeing the first's (and is refused there, with
+  // the capacity numbers, before anything is transferred).
+  std::optional<loader::load_plan> plan;
+  load_outcome out;
+  std::vector<worker_actor> part_of;  // per planned tensor
+  std::vector<worker_actor> reserved_on;
+  auto release = [&] {
+    for (const auto& w : reserved_on)
+      self->request(w, cfg.worker_timeout, reserve_atom::value, req.model_id, std::uint64_t(0)).receive([](bool) {}, [](caf::error&) {});
+    reserved_on.clear();
+  };
+  constexpr int attempts = 3;
+  for (int attempt = 1;; ++attempt) {
+    auto placed = place_load(self, cfg, pool, req, *ctx, *selected, *mode);
+    if (!placed) return std::move(placed).err();
+    auto& [p, o, parts] = *placed;
+    // What each chosen worker must hold for this load.
+    std::vector<std::pair<worker_actor, std::uint64_t>> need;
+    for (std::size_t k = 0; k < p.tensors.size(); ++k) {
+      auto it = std::find_if(need.begin(), need.end(), [&](const auto& n) { return n.first == parts[k]; });
+      if (it == need.end()) need.emplace_back(parts[k], p.tensors[k].planned_bytes);
+      else it->second += p.tensors[k].planned_bytes;
+    }
+    std::optional<error> refused;
+    for (const auto& [w, bytes] : need) {
+      auto r = ask<bool>(self, w, cfg.worker_timeout, reserve_atom::value, req.model_id, bytes);
+      if (!r) {
+        refused = std::move(r).err();
+        break;
+      }
+      reserved_on.push_back(w);
+    }
+    if (!refused) {
+      plan = std::move(p);
+      out = std::move(o);
+      part_of = std::move(parts);
+      break;
+    }
+    release();
+    if (attempt == attempts) return *refused;
+  }
   std::uint64_t transferred = 0, resident = 0, peak_piece = 0;
   auto abort_load = [&](error e) -> error {
     std::vector<worker_actor> touched = out.part_workers;
     if (touched.empty()) touched.push_back(out.worker);
     for (const auto& w : touched)
       self->request(w, cfg.worker_timeout, tabort_atom::value, req.model_id).receive([](bool) {}, [](caf::error&) {});
+    release();
     return e;
   };
   for (std::size_t k = 0; k < plan->tensors.size(); ++k) {
@@ -180,6 +235,7 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
       if (out.part_workers[p] == worker) out.part_bytes[p] += std::get<0>(*done);
     out.tensor_ids.emplace_back(new_id("t_"), t.entry.name);
   }
+  release();  // what the tensors did not draw (nothing, when the plan was exact)
   const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
   out.published_bytes = transferred;
   out.resident_bytes = resident;

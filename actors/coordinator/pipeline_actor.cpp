@@ -4,6 +4,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <regex>
@@ -27,6 +28,9 @@ struct pipeline_session {
   /// Tensors allocated as zeros and read nowhere yet: created where first read.
   std::map<std::string, shape_t> zeros;
   bool lost = false;                 ///< a part holding its tensors left the grid
+  /// A call stopped past its limit after some of its stages had run: their writes stay, so the
+  /// session's caches are partly written. Its next calls say so (until a restore).
+  std::string stale;
 };
 
 std::uint64_t zeros_bytes(const shape_t& shape) { return std::uint64_t(std::max<std::int64_t>(0, shape_numel(shape))) * 4; }
@@ -108,6 +112,11 @@ struct call {
   std::map<std::string, stage_value> carried;
   std::uint32_t steps = 0;
   bool base64 = false;
+  /// Names the call for runcancel on the parts; its limit, counted from when it arrived here
+  /// (each stage gets what is left).
+  std::string run_id;
+  std::uint64_t timeout_ms = 0;
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   bool settled = false;  ///< answered (or failed by a lost part); later replies are dropped
   void fail(caf::error e) {
     if (settled) return;
@@ -162,6 +171,11 @@ result<run_request> stage_request(pointer self, const std::shared_ptr<call>& c, 
   run_request r;
   r.session = c->sid;
   r.base64 = true;
+  r.run_id = c->run_id;
+  if (c->timeout_ms > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c->deadline - std::chrono::steady_clock::now());
+    r.timeout_ms = std::uint64_t(std::max<std::int64_t>(1, left.count()));
+  }
   if (c->graph_id.empty()) {
     r.graph_json = s.graph_json(c->carried);
     return r;
@@ -247,7 +261,7 @@ void run_stage(pointer self, std::shared_ptr<call> c, std::size_t i) {
     auto& in = self->state.inflight;
     if (auto it = in.find(part); it != in.end()) it->second.erase(id);
   };
-  self->request(S.parts[std::size_t(s.worker)].worker, S.t.graph, run_atom::value, std::move(*r))
+  self->request(S.parts[std::size_t(s.worker)].worker, S.t.graph + S.t.answer_grace, run_atom::value, std::move(*r))
       .then(
           [self, c, i, settle](run_reply& reply) {
             settle();
@@ -269,7 +283,17 @@ void run_stage(pointer self, std::shared_ptr<call> c, std::size_t i) {
           [self, c, i, settle](caf::error& e) {
             settle();
             const stage& s = c->plan->stages[i];
-            c->fail(in_graph_terms(e, s, self->state.parts[std::size_t(s.worker)].worker_id));
+            const std::string& worker_id = self->state.parts[std::size_t(s.worker)].worker_id;
+            // Stopped past its limit after earlier stages ran: those stages' writes stay.
+            if (from_caf(e).code == errc::timeout && c->steps > 0 && !c->sid.empty())
+              self->state.sessions[c->sid].stale =
+                  "a call on it was stopped past its --graph-timeout-ms limit after " + std::to_string(i) + " of " +
+                  std::to_string(c->plan->stages.size()) + " stages of model " + self->state.model_id +
+                  " had run, so its caches are partly written: open a new session and prefill it again (or restore a checkpoint)";
+            if (e == caf::sec::request_timeout)  // the worker itself did not answer in time
+              return c->fail(to_caf(errc::timeout, "stage " + std::to_string(i) + " of the graph did not finish within the "
+                                                   "--graph-timeout-ms limit on worker " + worker_id));
+            c->fail(in_graph_terms(e, s, worker_id));
           });
 }
 
@@ -527,6 +551,13 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           s.backend = "pipeline";
           return s;
         },
+        [=](reserve_atom, const std::string&, std::uint64_t) -> caf::result<bool> {
+          return to_caf(errc::invalid, not_here + "its parts' workers hold the memory");
+        },
+        [=](runcancel_atom, const std::string& run_id) {
+          for (std::size_t p = 0; p < self->state.parts.size(); ++p)
+            if (self->state.alive[p]) caf::anon_send(self->state.parts[p].worker, runcancel_atom::value, run_id);
+        },
         [=](tbegin_atom, const tensor_begin_request&) -> caf::result<bool> {
           return to_caf(errc::invalid, not_here + "its tensors are loaded onto those workers directly");
         },
@@ -608,6 +639,7 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
                 s.where = where;
                 s.zeros = zeros;
                 s.lost = false;
+                s.stale.clear();
                 rp.deliver(true);
               },
               [rp](caf::error e) mutable { rp.deliver(std::move(e)); });
@@ -622,7 +654,11 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
             auto s = self->state.sessions.find(sid);
             if (s == self->state.sessions.end()) return to_caf(errc::not_found, "session " + sid + " is not on this model");
             if (s->second.lost) return lost_session(sid);
+            if (!s->second.stale.empty()) return to_caf(errc::conflict, "session " + sid + ": " + s->second.stale);
           }
+          c->run_id = r.run_id;
+          c->timeout_ms = r.timeout_ms;
+          if (r.timeout_ms > 0) c->deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(r.timeout_ms);
           c->rp = self->make_response_promise<run_reply>();
           if (!sid.empty()) {
             auto& s = self->state.sessions[sid];

@@ -42,6 +42,8 @@ void probe(pool_pointer self, worker_actor w) {
   run_request r;
   r.graph_json = probe_graph();
   r.base64 = true;
+  // Behind a long graph it is not worth computing once the pool has stopped waiting.
+  r.timeout_ms = std::uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(worker_timeout).count());
   const auto t0 = std::chrono::steady_clock::now();
   self->request(w, worker_timeout, run_atom::value, std::move(r))
       .then(
@@ -61,7 +63,7 @@ void probe(pool_pointer self, worker_actor w) {
 bool clearly_faster(double a, double b) { return a > 0 && b > 0 && b > a * 1.5 && b - a > 2.0; }
 
 /// Gathers every worker's status; replies once all answered (a worker that fails to answer
-/// in time is left out).
+/// in time is left out). A worker's front answers at once even while it computes.
 void gather(pool_actor::stateful_pointer<pool_state> self,
             std::function<void(std::vector<std::pair<worker_actor, worker_status>>)> done) {
   auto workers = self->state.workers;

@@ -1,603 +1,167 @@
+// The worker's front: the actor the pool, the coordinator and the entities talk to. It never
+// computes and never blocks, so a worker busy with a long graph still answers status at once,
+// is listed as busy rather than absent, takes reservations and loads, and can be told to stop
+// the graph in flight. See worker_actor.hpp for the three actors and their threads.
+
 #include "actors/worker/worker_actor.hpp"
 
-#include <rapidjson/document.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
-#include <cstring>
-#include <thread>
 #include <algorithm>
 #include <chrono>
-#include <map>
-#include <memory>
-#include <optional>
-#include <set>
 
 #include "actors/errors.hpp"
-#include "actors/generate/gen_values.hpp"
-#include "actors/generate/speculator.hpp"
+#include "actors/worker/compute_actor.hpp"
+#include "actors/worker/load_receiver.hpp"
+#include "actors/worker/worker_shared.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
-#include "runtime/batching.hpp"
-#include "runtime/executor.hpp"
-#include "runtime/generate_check.hpp"
-#include "runtime/graph.hpp"
-#include "runtime/json.hpp"
-#include "runtime/outputs.hpp"
-#include "runtime/tensor_builder.hpp"
-#include "runtime/tensor_store.hpp"
 
 namespace mpakt {
 
 namespace {
 
-/// A compiled template rewritten to run several sessions' plain decode steps in one pass.
-struct batched_entry {
-  batched_graph meta;
-  std::unique_ptr<executable_graph> graph;
-};
-
-/// A template compiled on this worker.
-struct compiled_entry {
-  std::unique_ptr<executable_graph> graph;
-  std::vector<std::string> outputs;
-  std::vector<std::pair<std::string, std::string>> retain;
-  std::set<std::string> models;  ///< models whose weights it reads
-  graph_decl decl;               ///< what it was built from (batched forms derive from it)
-  /// Batched forms by session count, built on first use; nullptr = this template cannot be
-  /// batched (its sessions then run one by one).
-  std::map<int, std::unique_ptr<batched_entry>> batched;
-};
-
-/// Most sessions one batched pass runs (the spec allows 64 per graph).
-constexpr std::size_t max_batch = 16;
-
-struct worker_state {
-  worker_config cfg;
-  tensor_store store;
-  std::shared_ptr<mpakt::backend> backend;  ///< the CPU backend, or the device one the program chose
-  /// A tensor being received, and the resident bytes reserved for it.
-  struct incoming {
-    tensor_builder builder;
-    std::uint64_t resident = 0;
-  };
-  /// model -> tensor name -> tensor being received
-  std::map<std::string, std::map<std::string, incoming>> loading;
-  std::uint64_t loading_bytes = 0;  ///< resident bytes reserved by tensors being received
-  std::map<std::string, compiled_entry> graphs;
-
-  /// A worker-side decode loop in progress (one token per genstep message).
-  struct generation {
-    gen_request req;
-    std::int64_t token = 0;  ///< the next token to feed
-    std::int64_t pos = 0;    ///< where it is fed
-    std::uint32_t index = 0;
-    std::unique_ptr<speculator> spec;  ///< set when speculative
-    std::uint64_t batched = 0;         ///< tokens produced by shared passes
-  };
-  std::map<std::string, generation> generations;
-  bool tick_pending = false;  ///< a genstep message is on its way
-
-  std::uint64_t used() const { return store.bytes_held() + loading_bytes; }
-  std::uint64_t free() const { return cfg.memory_bytes > used() ? cfg.memory_bytes - used() : 0; }
-
-  build_options options(bool compiled) const {
-    build_options o;
-    o.compiled = compiled;
-    o.max_tensor_bytes = std::int64_t(cfg.memory_bytes);
-    o.features = features();
-    o.missing_ops = cfg.lacks;
-    return o;
-  }
-  /// The backend's features less those this worker leaves out.
-  std::vector<std::string> features() const {
-    std::vector<std::string> out;
-    for (auto& f : backend->features())
-      if (std::find(cfg.lacks.begin(), cfg.lacks.end(), f) == cfg.lacks.end()) out.push_back(f);
-    return out;
-  }
-  void drop_graphs_reading(const std::string& model) {
-    for (auto it = graphs.begin(); it != graphs.end();)
-      it = it->second.models.count(model) ? graphs.erase(it) : std::next(it);
-  }
-};
-
-using worker_pointer = worker_actor::stateful_pointer<worker_state>;
-
 std::string mb(std::uint64_t bytes) { return std::to_string((bytes + 999999) / 1000000) + " MB"; }
 
-/// Writes the outputs object of a run.
-std::string outputs_text(const executable_graph& g, const std::vector<std::string>& names, bool base64) {
-  rapidjson::StringBuffer buf;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-  write_outputs(w, g, names, base64);
-  return std::string(buf.GetString(), buf.GetSize());
-}
+struct front_state {
+  std::shared_ptr<worker_shared> shared;
+  compute_actor compute;
+  load_receiver_actor receiver;
+};
 
-/// Applies a compiled call's bindings ({"name": number | [numbers]}); every declared
-/// binding must be given (decisions.md), none may be unknown.
-status apply_bindings(executable_graph& g, const std::string& bind_json) {
-  auto parsed = parse_json(bind_json.empty() ? std::string_view("{}") : std::string_view(bind_json), "bind");
-  if (!parsed) return std::move(parsed).err();
-  rapidjson::Document& d = *parsed;
-  if (!d.IsObject()) return invalid("bind must be an object of binding values");
-  for (const auto& name : g.bindings())
-    if (!d.HasMember(name.c_str())) return invalid("binding " + name + " was not given");
-  std::vector<float> values;
-  for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it) {
-    const std::string name(it->name.GetString(), it->name.GetStringLength());
-    const auto& v = it->value;
-    if (g.is_input_binding(name)) {
-      values.clear();
-      if (v.IsNumber()) {
-        values.push_back(float(v.GetDouble()));
-      } else if (v.IsString()) {  // base64 f32, exact (a spread model's values between stages)
-        auto decoded = decode_f32_base64(std::string_view(v.GetString(), v.GetStringLength()));
-        if (!decoded) return invalid("bind." + name + ": " + decoded.err().message);
-        values = std::move(*decoded);
-      } else if (v.IsArray()) {
-        for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
-          if (!v[i].IsNumber()) return invalid("bind." + name + "[" + std::to_string(i) + "] must be a number");
-          values.push_back(float(v[i].GetDouble()));
-        }
-      } else {
-        return invalid("bind." + name + " must be an array of numbers");
-      }
-      MPAKT_TRY(g.bind_input(name, values));
-    } else {
-      if (!v.IsNumber()) return invalid("bind." + name + " must be a number");
-      MPAKT_TRY(g.bind_param(name, v.GetDouble()));
-    }
+using front_pointer = worker_actor::stateful_pointer<front_state>;
+
+/// The status the front reports: the ledger and what the compute side is doing, as they are.
+worker_status snapshot(worker_shared& w) {
+  worker_status s;
+  s.worker_id = w.cfg.worker_id;
+  s.backend = w.backend_name;
+  s.total_bytes = w.cfg.memory_bytes;
+  s.features = w.features;
+  s.lacks = w.cfg.lacks;
+  s.packed_weights = !w.cfg.legacy;
+  s.can_quantize = !w.cfg.legacy;
+  std::lock_guard<std::mutex> lock(w.m);
+  s.free_bytes = w.free_locked();
+  s.max_tensor_bytes = s.free_bytes;
+  s.generations = w.generations;
+  s.kernels = cpu_isa::describe();
+  s.cpu = cpu_isa::detected().model;
+  s.threads = std::uint32_t(cpu_fast::kernel_threads());
+  if (w.busy.on) {
+    s.busy_since_ms = w.busy.since_unix_ms;
+    s.busy_ms = std::uint64_t(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - w.busy.since).count());
+    s.busy_graph = w.busy.graph;
+    s.busy_session = w.busy.session;
+    s.busy_steps = w.busy.steps;
+    s.busy_steps_done = std::min(w.progress.load(std::memory_order_relaxed), w.busy.steps);
   }
-  return {};
+  // Graph calls handed on and not answered, less the one in progress (unless it compiles).
+  const std::size_t running = w.busy.on && w.busy.graph.rfind("compile ", 0) != 0 ? 1 : 0;
+  s.queued = std::uint32_t(w.runs.size() - std::min(w.runs.size(), running));
+  return s;
 }
 
-std::set<std::string> models_of(const graph_decl& d) {
-  std::set<std::string> out;
-  for (const auto& in : d.inputs)
-    if (in.kind == input_kind::weight) out.insert(in.model);
-  return out;
-}
-
-/// Runs a compiled template once with a call's bindings and sample-step overrides, then
-/// keeps retained values in the primary session. The one path every compiled run takes.
-status run_compiled(worker_state& st, compiled_entry& e, const std::string& bind_json,
-                    const std::vector<std::pair<std::string, double>>& overrides, const std::string& session,
-                    const std::vector<std::string>& sessions) {
-  tensor_store::source src(st.store, session, sessions);
-  MPAKT_TRY(apply_bindings(*e.graph, bind_json));
-  // Settings this call does not give are the template's own, not the previous caller's.
-  e.graph->clear_overrides();
-  for (const auto& [name, value] : overrides) MPAKT_TRY(e.graph->override_param("sample", name, value));
-  MPAKT_TRY(e.graph->run(src));
-  if (!e.retain.empty()) {
-    const std::string primary = session.empty() && !sessions.empty() ? sessions.front() : session;
-    if (primary.empty()) return invalid("the graph retains values but no session was given");
-    MPAKT_TRY(st.store.apply_retain(*e.graph, primary, e.retain));
-  }
-  return {};
-}
-
-/// Whether a compiled template can drive generation (runtime/generate_check.hpp), and
-/// returns one token id per fed row. Returns k (0 for a plain graph).
-result<std::int32_t> check_generate_graph(const compiled_entry& e, bool sampling, bool verify) {
-  auto k = check_generate_template(e.decl, e.graph->bindings(), sampling, verify);
-  if (!k) return k;
-  const tensor_desc* d = e.graph->desc(e.outputs.front());
-  if (!d || shape_numel(d->shape) != *k + 1)
-    return invalid("the graph must return one token id per fed position (" + std::to_string(*k + 1) + ")");
-  return k;
-}
-
-void schedule_pass(worker_pointer self) {
-  if (self->state.tick_pending) return;
-  self->state.tick_pending = true;
-  self->send(self, genstep_atom::value);
-}
-
-/// Ends a generation: tells its listener how, and forgets it.
-void finish_generation(worker_pointer self, const std::string& id, std::string stopped, std::string err) {
-  auto& gens = self->state.generations;
-  auto it = gens.find(id);
-  if (it == gens.end()) return;
-  auto& g = it->second;
-  gen_done d = with_counters(gen_done{std::move(stopped), std::move(err), g.pos}, g.spec.get());
-  d.batched = g.batched;
-  self->send(g.req.listener, gendone_atom::value, id, std::move(d));
-  gens.erase(it);
-}
-
-/// Streams a pass's produced tokens to the listener, applying the stop and length rules.
-/// Returns false when the generation ended.
-bool deliver_tokens(worker_pointer self, const std::string& id, const std::vector<std::int64_t>& produced, double ms) {
-  auto& g = self->state.generations.at(id);
-  for (std::int64_t tok : produced) {
-    self->send(g.req.listener, gentoken_atom::value, id, gen_token{tok, g.index, g.pos, ms / double(produced.size())});
-    g.token = tok;
-    g.pos++;
-    g.index++;
-    if (std::find(g.req.stop_ids.begin(), g.req.stop_ids.end(), tok) != g.req.stop_ids.end()) {
-      finish_generation(self, id, "stop token", "");
-      return false;
-    }
-    if (g.index >= g.req.max_new) {
-      finish_generation(self, id, "max tokens", "");
-      return false;
-    }
-  }
-  if (g.spec) g.spec->extend(produced);
-  return true;
-}
-
-std::vector<std::int64_t> token_ids(const tensor& out) {
-  std::vector<std::int64_t> ids;
-  for (std::int64_t i = 0; i < out.numel(); ++i) ids.push_back(std::int64_t(out.f32()[i]));
-  return ids;
-}
-
-/// One generation's pass on its own: a plain decode step, or a verify pass of drafts.
-void run_solo_pass(worker_pointer self, const std::string& id, const speculator::pass& pass) {
-  auto& st = self->state;
-  auto it = st.generations.find(id);
-  if (it == st.generations.end()) return;
-  auto& g = it->second;
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::string& graph_id = pass.graph < 0 ? g.req.graph_id : g.req.verify_graphs[std::size_t(pass.graph)];
-  auto e = st.graphs.find(graph_id);
-  if (e == st.graphs.end()) return finish_generation(self, id, "error", "graph " + graph_id + " was deleted during the generation");
-  std::vector<std::int64_t> fed{g.token};
-  fed.insert(fed.end(), pass.drafts.begin(), pass.drafts.end());
-  const auto& bindings = pass.graph < 0 ? g.req.bindings : g.req.verify_bindings[std::size_t(pass.graph)];
-  const gen_call call = make_gen_call(bindings, fed, g.pos, g.req.sampling);
-  if (auto s = run_compiled(st, e->second, call.bind_json, call.overrides, g.req.session, {}); !s)
-    return finish_generation(self, id, "error", s.err().message);
-  const std::vector<std::int64_t> outputs = token_ids(*e->second.graph->value(e->second.outputs.front()));
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::vector<std::int64_t> produced;
-  if (pass.graph < 0) {
-    produced = {outputs.front()};
-    if (g.spec) g.spec->plain(ms);
-  } else {
-    produced = g.spec->verified(pass, outputs, ms);
-  }
-  deliver_tokens(self, id, produced, ms);
-}
-
-/// The template's batched form for n sessions, built once; nullptr when it cannot be.
-batched_entry* batched_for(worker_state& st, compiled_entry& e, int n) {
-  auto it = e.batched.find(n);
-  if (it != e.batched.end()) return it->second.get();
-  std::unique_ptr<batched_entry> made;
-  if (auto meta = batch_graph(e.decl, *e.graph, n)) {
-    tensor_store::source src(st.store, {});
-    if (auto g = executable_graph::build(meta->decl, src, *st.backend, st.options(true))) {
-      made = std::make_unique<batched_entry>();
-      made->meta = std::move(*meta);
-      made->graph = std::move(*g);
-    }
-  }
-  return e.batched.emplace(n, std::move(made)).first->second.get();
-}
-
-/// Adds one call's bindings to a batched call's, each name renamed for session b.
-status add_session_bindings(rapidjson::Document& all, const std::string& bind_json, int b) {
-  auto parsed = parse_json(bind_json, "bind");
-  if (!parsed) return std::move(parsed).err();
-  rapidjson::Document& one = *parsed;
-  if (!one.IsObject()) return invalid("bindings of a batched call are not an object");
-  for (auto it = one.MemberBegin(); it != one.MemberEnd(); ++it) {
-    const std::string name = session_value_name(std::string_view(it->name.GetString(), it->name.GetStringLength()), b);
-    rapidjson::Value key(name.c_str(), rapidjson::SizeType(name.size()), all.GetAllocator());
-    all.AddMember(key, rapidjson::Value(it->value, all.GetAllocator()), all.GetAllocator());
-  }
-  return {};
-}
-
-/// One plain decode step for several generations of one template in a single
-/// multi-session pass. Returns false (having changed nothing) when the template cannot be
-/// batched or the pass fails before running, so the caller runs them one by one.
-bool run_batched_pass(worker_pointer self, const std::string& graph_id, const std::vector<std::string>& ids) {
-  auto& st = self->state;
-  auto e = st.graphs.find(graph_id);
-  if (e == st.graphs.end()) return false;
-  batched_entry* be = batched_for(st, e->second, int(ids.size()));
-  if (!be) return false;
-  const auto t0 = std::chrono::steady_clock::now();
-  rapidjson::Document all;
-  all.SetObject();
-  std::vector<std::string> sessions;
-  std::vector<std::vector<std::pair<std::string, double>>> overrides;
-  for (std::size_t b = 0; b < ids.size(); ++b) {
-    const auto& g = st.generations.at(ids[b]);
-    const gen_call call = make_gen_call(g.req.bindings, {g.token}, g.pos, g.req.sampling);
-    if (!add_session_bindings(all, call.bind_json, int(b))) return false;
-    sessions.push_back(g.req.session);
-    overrides.push_back(call.overrides);
-  }
-  rapidjson::StringBuffer buf;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-  all.Accept(w);
-  executable_graph& graph = *be->graph;
-  if (!apply_bindings(graph, std::string(buf.GetString(), buf.GetSize()))) return false;
-  graph.clear_overrides();  // each slot starts from the template's own settings
-  for (std::size_t b = 0; b < ids.size(); ++b)
-    for (const auto& [name, value] : overrides[b])
-      for (std::size_t step : be->meta.session_steps[b])
-        if (!graph.override_step_param(step, "sample", name, value)) return false;
-  tensor_store::source src(st.store, sessions.front(), sessions);
-  // A failure here (a session closed meanwhile) happens before any step writes a cache, and
-  // a step re-run alone writes the same rows again, so falling back is always safe.
-  if (!graph.run(src)) return false;
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  for (std::size_t b = 0; b < ids.size(); ++b) {
-    auto& g = st.generations.at(ids[b]);
-    const std::int64_t tok = token_ids(*graph.value(be->meta.session_outputs[b].front())).front();
-    if (g.spec) g.spec->plain(ms);
-    g.batched++;
-    deliver_tokens(self, ids[b], {tok}, ms);
-  }
-  return true;
-}
-
-}  // namespace
-
-namespace {
-
-worker_actor::behavior_type worker_behavior(worker_pointer self, worker_config cfg) {
-  self->state.cfg = cfg;
-  if (cfg.device) self->state.backend = cfg.device;
-  else self->state.backend = std::make_shared<cpu_backend>(cpu_backend::config{cfg.reference_only});
+worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<worker_shared> shared, compute_actor compute,
+                                           load_receiver_actor receiver) {
+  self->state.shared = shared;
+  self->state.compute = compute;
+  self->state.receiver = receiver;
+  // The three live and die together; a front that goes stops the graph in flight first, so
+  // the compute side is free to quit.
+  self->link_to(compute);
+  self->link_to(receiver);
+  self->attach_functor([shared] {
+    std::lock_guard<std::mutex> lock(shared->m);
+    for (auto& [_, e] : shared->runs) e.control->cancel();
+  });
   return {
-      [=](status_atom) {
-        auto& st = self->state;
-        worker_status s;
-        s.worker_id = st.cfg.worker_id;
-        s.backend = std::string(st.backend->name());
-        s.total_bytes = st.cfg.memory_bytes;
-        s.free_bytes = st.free();
-        s.features = st.features();
-        s.lacks = st.cfg.lacks;
-        s.packed_weights = !st.cfg.legacy;
-        s.can_quantize = !st.cfg.legacy;
-        s.max_tensor_bytes = s.free_bytes;
-        s.generations = std::uint32_t(st.generations.size());
-        s.kernels = cpu_isa::describe();
-        s.cpu = cpu_isa::detected().model;
-        s.threads = std::uint32_t(cpu_fast::kernel_threads());
-        return s;
-      },
-      [=](tbegin_atom, tensor_begin_request& r) -> caf::result<bool> {
-        auto& st = self->state;
-        auto resident = dtype_from_name(r.resident);
-        if (!resident) return to_caf(errc::invalid, "unknown resident dtype " + r.resident);
-        if (st.cfg.legacy) resident = dtype::f32;  // an old worker widens everything
-        if (st.loading[r.model_id].count(r.name) || (st.store.model(r.model_id) && st.store.model(r.model_id)->count(r.name)))
-          return to_caf(errc::conflict, "tensor " + r.name + " of model " + r.model_id + " is already on worker " + st.cfg.worker_id);
-        auto bytes = storage_bytes(*resident, shape_numel(r.shape));
-        if (!bytes) return to_caf(errc::invalid, "tensor " + r.name + " has an invalid shape");
-        if (*bytes > st.free())
-          return to_caf(errc::unavailable, "tensor " + r.name + " needs " + mb(*bytes) + " but worker " + st.cfg.worker_id +
-                                               " has " + mb(st.free()) + " free");
-        st.loading[r.model_id].emplace(r.name, worker_state::incoming{tensor_builder(r.file_dtype, r.shape, *resident, r.name), *bytes});
-        st.loading_bytes += *bytes;
+      [=](status_atom) { return snapshot(*self->state.shared); },
+      [=](reserve_atom, const std::string& model, std::uint64_t bytes) -> caf::result<bool> {
+        auto& w = *self->state.shared;
+        std::lock_guard<std::mutex> lock(w.m);
+        auto it = w.reserved.find(model);
+        const std::uint64_t mine = it == w.reserved.end() ? 0 : it->second;
+        if (bytes == 0) {
+          w.reserved.erase(model);
+          return true;
+        }
+        const std::uint64_t avail = w.free_locked() + mine;
+        if (bytes > avail)
+          return to_caf(errc::unavailable, "model " + model + " needs " + mb(bytes) + " but worker " + w.cfg.worker_id +
+                                               " has " + mb(avail) + " free");
+        w.reserved[model] = bytes;
         return true;
       },
-      [=](tpiece_atom, tensor_piece& p) -> caf::result<std::uint64_t> {
-        auto& st = self->state;
-        auto m = st.loading.find(p.model_id);
-        if (m == st.loading.end() || !m->second.count(p.name))
-          return to_caf(errc::conflict, "tensor " + p.name + " of model " + p.model_id + " is not being loaded");
-        auto& b = m->second.at(p.name).builder;
-        auto s = b.add(p.offset, p.bytes);
-        if (!s) return to_caf(s.err());
-        return b.received_bytes();
+      [=](runcancel_atom, const std::string& run_id) {
+        auto& w = *self->state.shared;
+        std::lock_guard<std::mutex> lock(w.m);
+        for (auto& [_, e] : w.runs)
+          if (e.run_id == run_id) e.control->cancel();
+        w.cancelled_ids.push_back(run_id);
+        if (w.cancelled_ids.size() > 64) w.cancelled_ids.pop_front();
       },
-      [=](tend_atom, const std::string& model, const std::string& name) -> caf::result<std::uint64_t> {
-        auto& st = self->state;
-        auto m = st.loading.find(model);
-        if (m == st.loading.end() || !m->second.count(name))
-          return to_caf(errc::conflict, "tensor " + name + " of model " + model + " is not being loaded");
-        auto node = m->second.extract(name);
-        st.loading_bytes -= std::min<std::uint64_t>(st.loading_bytes, node.mapped().resident);
-        if (m->second.empty()) st.loading.erase(m);
-        auto t = node.mapped().builder.finish();
-        if (!t) return to_caf(t.err());
-        const std::uint64_t n = t->nbytes();
-        st.store.put_weight(model, name, std::move(*t));
-        return n;
+      // ---- loading: on the receiver's thread, so a load goes on while a graph runs
+      [=](tbegin_atom, tensor_begin_request& r) { return self->delegate(self->state.receiver, tbegin_atom::value, std::move(r)); },
+      [=](tpiece_atom, tensor_piece& p) { return self->delegate(self->state.receiver, tpiece_atom::value, std::move(p)); },
+      [=](tend_atom, const std::string& model, const std::string& name) {
+        return self->delegate(self->state.receiver, tend_atom::value, model, name);
       },
-      [=](tabort_atom, const std::string& model) {
-        auto& st = self->state;
-        if (auto m = st.loading.find(model); m != st.loading.end()) {
-          for (auto& [_, in] : m->second) st.loading_bytes -= std::min<std::uint64_t>(st.loading_bytes, in.resident);
-          st.loading.erase(m);
-        }
-        st.drop_graphs_reading(model);
-        return st.store.drop_model(model);
-      },
+      [=](tabort_atom, const std::string& model) { return self->delegate(self->state.receiver, tabort_atom::value, model); },
       [=](dropmodel_atom, const std::string& model) {
-        self->state.drop_graphs_reading(model);
-        return self->state.store.drop_model(model);
+        self->send(self->state.receiver, dropmodel_atom::value, model);
+        return self->delegate(self->state.compute, dropmodel_atom::value, model);
       },
-      [=](sopen_atom, const std::string& sid) {
-        self->state.store.session(sid);
-        return true;
+      // ---- everything else, in the order received, to the compute side
+      [=](sopen_atom, const std::string& sid) { return self->delegate(self->state.compute, sopen_atom::value, sid); },
+      [=](sclose_atom, const std::string& sid) { return self->delegate(self->state.compute, sclose_atom::value, sid); },
+      [=](sinfo_atom, const std::string& sid) { return self->delegate(self->state.compute, sinfo_atom::value, sid); },
+      [=](sdump_atom, const std::string& sid) { return self->delegate(self->state.compute, sdump_atom::value, sid); },
+      [=](sload_atom, const std::string& sid, session_dump& d) {
+        return self->delegate(self->state.compute, sload_atom::value, sid, std::move(d));
       },
-      [=](sclose_atom, const std::string& sid) { return self->state.store.drop_session(sid); },
-      [=](sinfo_atom, const std::string& sid) -> caf::result<session_info> {
-        const auto* s = self->state.store.find_session(sid);
-        if (!s) return to_caf(errc::not_found, "session " + sid + " is not on worker " + self->state.cfg.worker_id);
-        session_info info;
-        for (const auto& [name, t] : *s) {
-          info.tensors.push_back({name, t.shape(), std::string(dtype_name(t.type())), t.nbytes()});
-          info.bytes += t.nbytes();
+      [=](run_atom, run_request& r) {
+        // The call's limit counts from now; its control is registered before it is handed on,
+        // so a cancel can reach it while it waits and while it runs.
+        auto& w = *self->state.shared;
+        auto control = std::make_shared<run_control>();
+        const auto now = std::chrono::steady_clock::now();
+        if (r.timeout_ms > 0) control->deadline = now + std::chrono::milliseconds(r.timeout_ms);
+        std::uint64_t number = 0;
+        {
+          std::lock_guard<std::mutex> lock(w.m);
+          number = ++w.next_run;
+          if (!r.run_id.empty() && std::find(w.cancelled_ids.begin(), w.cancelled_ids.end(), r.run_id) != w.cancelled_ids.end())
+            control->cancel();
+          w.runs[number] = worker_shared::run_entry{r.run_id, control, r.timeout_ms, now};
         }
-        return info;
+        return self->delegate(self->state.compute, run_atom::value, std::move(r), number);
       },
-      [=](sdump_atom, const std::string& sid) -> caf::result<session_dump> {
-        const auto* s = self->state.store.find_session(sid);
-        if (!s) return to_caf(errc::not_found, "session " + sid + " is not on worker " + self->state.cfg.worker_id);
-        session_dump d;
-        for (const auto& [name, t] : *s) {
-          d.tensors.push_back({name, t.shape(), std::string(dtype_name(t.type())),
-                               std::string(reinterpret_cast<const char*>(t.data()), t.nbytes())});
-          d.bytes += t.nbytes();
-        }
-        return d;
+      [=](compile_atom, compile_request& r) { return self->delegate(self->state.compute, compile_atom::value, std::move(r)); },
+      [=](dropgraph_atom, const std::string& id) { return self->delegate(self->state.compute, dropgraph_atom::value, id); },
+      [=](gencheck_atom, const std::string& id, bool sampling, bool verify) {
+        return self->delegate(self->state.compute, gencheck_atom::value, id, sampling, verify);
       },
-      [=](sload_atom, const std::string& sid, session_dump& d) -> caf::result<bool> {
-        auto& st = self->state;
-        const auto* old = st.store.find_session(sid);
-        const std::uint64_t freed = old ? tensor_store::bytes_of(*old) : 0;
-        if (d.bytes > st.free() + freed)
-          return to_caf(errc::unavailable, "restoring session " + sid + " needs " + mb(d.bytes) + " but worker " +
-                                               st.cfg.worker_id + " has " + mb(st.free() + freed) + " free");
-        tensor_store::tensor_map m;
-        for (auto& b : d.tensors) {
-          auto type = dtype_from_name(b.dtype);
-          if (!type) return to_caf(errc::invalid, "checkpoint tensor " + b.name + " has unknown dtype " + b.dtype);
-          auto t = tensor::make(*type, b.shape);
-          if (!t) return to_caf(t.err());
-          if (t->nbytes() != b.bytes.size()) return to_caf(errc::invalid, "checkpoint tensor " + b.name + " has the wrong size");
-          std::memcpy(t->data(), b.bytes.data(), b.bytes.size());
-          m[b.name] = std::move(*t);
-        }
-        st.store.session(sid) = std::move(m);
-        return true;
-      },
-      [=](run_atom, run_request& r) -> caf::result<run_reply> {
-        auto& st = self->state;
-        if (st.cfg.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(st.cfg.delay_ms));
-        if (!r.session.empty() && !st.store.find_session(r.session))
-          return to_caf(errc::not_found, "session " + r.session + " is not on this worker");
-        for (const auto& s : r.sessions)
-          if (!st.store.find_session(s)) return to_caf(errc::not_found, "session " + s + " is not on this worker");
-        tensor_store::source src(st.store, r.session, r.sessions);
-        const std::string primary = r.session.empty() && !r.sessions.empty() ? r.sessions.front() : r.session;
-        run_reply reply;
-        if (!r.graph_id.empty()) {
-          auto it = st.graphs.find(r.graph_id);
-          if (it == st.graphs.end()) return to_caf(errc::not_found, "graph " + r.graph_id + " is not compiled on this worker");
-          auto& e = it->second;
-          if (auto s = run_compiled(st, e, r.bind_json, r.overrides, r.session, r.sessions); !s) return to_caf(s.err());
-          reply.outputs_json = outputs_text(*e.graph, r.outputs.empty() ? e.outputs : r.outputs, r.base64);
-          reply.steps = std::uint32_t(e.graph->step_count());
-          return reply;
-        }
-        auto decl = parse_graph_text(r.graph_json, false);
-        if (!decl) return to_caf(decl.err());
-        if (!decl->retain.empty() && primary.empty())
-          return to_caf(errc::invalid, "graph.retain needs a session to keep values in");
-        auto outputs = decl->outputs;
-        auto retain = decl->retain;
-        auto g = executable_graph::build(std::move(*decl), src, *st.backend, st.options(false));
-        if (!g) return to_caf(g.err());
-        if (auto s = (*g)->run(src); !s) return to_caf(s.err());
-        if (!retain.empty())
-          if (auto s = st.store.apply_retain(**g, primary, retain); !s) return to_caf(s.err());
-        reply.outputs_json = outputs_text(**g, outputs, r.base64);
-        reply.steps = std::uint32_t((*g)->step_count());
-        return reply;
-      },
-      [=](compile_atom, compile_request& r) -> caf::result<compile_reply> {
-        auto& st = self->state;
-        auto decl = parse_graph_text(r.graph_json, true);
-        if (!decl) return to_caf(decl.err());
-        compiled_entry e;
-        e.outputs = decl->outputs;
-        e.retain = decl->retain;
-        e.models = models_of(*decl);
-        e.decl = *decl;
-        tensor_store::source src(st.store, {});
-        auto g = executable_graph::build(std::move(*decl), src, *st.backend, st.options(true));
-        if (!g) return to_caf(g.err());
-        e.graph = std::move(*g);
-        compile_reply reply;
-        reply.steps = std::uint32_t(e.graph->step_count());
-        reply.bindings = e.graph->bindings();
-        reply.features = e.graph->features_used();
-        for (const auto& name : r.describe) {
-          const tensor_desc* d = e.graph->desc(name);
-          if (!d) return to_caf(errc::invalid, "the graph has no value " + name);
-          reply.shapes.push_back(d->shape);
-        }
-        st.graphs[r.graph_id] = std::move(e);
-        return reply;
-      },
-      [=](dropgraph_atom, const std::string& id) { return self->state.graphs.erase(id) > 0; },
-      [=](gencheck_atom, const std::string& id, bool sampling, bool verify) -> caf::result<std::int32_t> {
-        auto it = self->state.graphs.find(id);
-        if (it == self->state.graphs.end()) return to_caf(errc::not_found, "graph " + id + " is not compiled on this worker");
-        auto k = check_generate_graph(it->second, sampling, verify);
-        if (!k) return to_caf(k.err());
-        return *k;
-      },
-      [=](genstart_atom, gen_request& r) -> caf::result<bool> {
-        auto& st = self->state;
-        auto it = st.graphs.find(r.graph_id);
-        if (it == st.graphs.end()) return to_caf(errc::not_found, "graph " + r.graph_id + " is not compiled on this worker");
-        bool sampling = false;
-        for (const auto& [k, v] : r.sampling) sampling = sampling || (k == "temperature" && v > 0);
-        if (auto k = check_generate_graph(it->second, sampling, false); !k) return to_caf(k.err());
-        std::vector<int> ks;
-        for (const auto& vid : r.verify_graphs) {
-          auto v = st.graphs.find(vid);
-          if (v == st.graphs.end()) return to_caf(errc::not_found, "verify graph " + vid + " is not compiled on this worker");
-          auto k = check_generate_graph(v->second, sampling, true);
-          if (!k) return to_caf(errc::invalid, "verify graph " + vid + ": " + k.err().message);
-          ks.push_back(*k);
-        }
-        if (!st.store.find_session(r.session)) return to_caf(errc::not_found, "session " + r.session + " is not on this worker");
-        worker_state::generation g;
-        g.token = r.first_id;
-        g.pos = r.start_pos;
-        if (!r.verify_graphs.empty()) g.spec = std::make_unique<speculator>(r.context, ks, r.always);
-        const std::string id = r.gen_id;
-        g.req = std::move(r);
-        st.generations[id] = std::move(g);
-        schedule_pass(self);
-        return true;
-      },
-      [=](genstep_atom) {
-        auto& st = self->state;
-        st.tick_pending = false;
-        // Every running generation advances one pass: verify passes run alone, plain steps
-        // of one template share multi-session passes.
-        std::map<std::string, std::vector<std::string>> plain;  // graph id -> generations
-        std::vector<std::pair<std::string, speculator::pass>> verifies;
-        for (auto& [id, g] : st.generations) {
-          speculator::pass pass = g.spec ? g.spec->next() : speculator::pass{};
-          if (pass.graph < 0) plain[g.req.graph_id].push_back(id);
-          else verifies.emplace_back(id, std::move(pass));
-        }
-        for (auto& [id, pass] : verifies) run_solo_pass(self, id, pass);
-        for (const auto& [graph_id, ids] : plain)
-          for (std::size_t i = 0; i < ids.size(); i += max_batch) {
-            const std::vector<std::string> chunk(ids.begin() + std::ptrdiff_t(i),
-                                                 ids.begin() + std::ptrdiff_t(std::min(ids.size(), i + max_batch)));
-            if (chunk.size() == 1 || !run_batched_pass(self, graph_id, chunk))
-              for (const auto& id : chunk) run_solo_pass(self, id, speculator::pass{});
-          }
-        if (!st.generations.empty()) schedule_pass(self);
-      },
-      [=](gencancel_atom, const std::string& id) { self->state.generations.erase(id); },
-      [=](tput_atom, tensor_upload& u) -> caf::result<bool> {
-        auto t = make_f32(u.shape, u.values);
-        if (!t) return to_caf(t.err());
-        if (t->nbytes() > self->state.free())
-          return to_caf(errc::unavailable, "tensor needs " + mb(t->nbytes()) + " but the worker has " + mb(self->state.free()) + " free");
-        self->state.store.put_tensor(u.tensor_id, std::move(*t));
-        return true;
-      },
-      [=](tdrop_atom, const std::string& id) { return self->state.store.drop_tensor(id); },
+      [=](genstart_atom, gen_request& r) { return self->delegate(self->state.compute, genstart_atom::value, std::move(r)); },
+      [=](genstep_atom) { self->send(self->state.compute, genstep_atom::value); },
+      [=](gencancel_atom, const std::string& id) { self->send(self->state.compute, gencancel_atom::value, id); },
+      [=](tput_atom, tensor_upload& u) { return self->delegate(self->state.compute, tput_atom::value, std::move(u)); },
+      [=](tdrop_atom, const std::string& id) { return self->delegate(self->state.compute, tdrop_atom::value, id); },
   };
 }
 
 }  // namespace
 
 worker_actor spawn_worker(caf::actor_system& sys, worker_config cfg) {
-  return sys.spawn<caf::detached>(worker_behavior, std::move(cfg));
+  std::shared_ptr<backend> be = cfg.device;
+  if (!be) be = std::make_shared<cpu_backend>(cpu_backend::config{cfg.reference_only});
+  auto shared = std::make_shared<worker_shared>(cfg);
+  shared->backend_name = std::string(be->name());
+  for (auto& f : be->features())
+    if (std::find(cfg.lacks.begin(), cfg.lacks.end(), f) == cfg.lacks.end()) shared->features.push_back(f);
+  auto compute = spawn_compute(sys, shared, std::move(be));
+  auto receiver = spawn_load_receiver(sys, shared, compute);
+  return sys.spawn(front_behavior, shared, compute, receiver);
 }
 
 }  // namespace mpakt

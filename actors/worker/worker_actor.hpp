@@ -1,10 +1,25 @@
 #pragma once
-/// The worker actor: holds tensors and runs graphs on a backend (see worker_actor in
-/// actors/protocol.hpp for its messages).
+/// A worker: holds tensors and runs graphs on a backend (see worker_actor in
+/// actors/protocol.hpp for its messages). It is three actors, so that computing never keeps
+/// it from answering:
 ///
-/// Lifecycle: spawned detached (its own thread: kernels never run on CAF's scheduler
-/// threads) by `mpakt serve` (the embedded worker) or `mpakt worker`; lives until the
-/// system shuts down. All state is owned by the actor; nothing is shared.
+///   - the front (worker_actor.cpp; the handle returned): on CAF's scheduler, never computes,
+///     never blocks. Answers status (memory, and what the compute side is busy with),
+///     reserve and runcancel itself; passes loading messages to the receiver and everything
+///     else, in the order received, to the compute side (`delegate`, so replies go straight
+///     back to the caller). It registers each graph call's run_control (its limit counts from
+///     here) so that runcancel, or the front's own end, can stop it between steps.
+///   - the compute side (compute_actor.hpp): detached; owns the tensor store and runs graphs.
+///   - the receiver (load_receiver.hpp): detached; builds arriving weights.
+///
+/// They share a worker_shared (the memory ledger, calls in flight, busy state). Threads: the
+/// compute side's (plus the kernels' helpers, --threads in all) is the only one that
+/// computes; the receiver's converts pieces during a load and otherwise sleeps; the front
+/// uses a scheduler thread only while handling a message.
+///
+/// Lifecycle: spawned by `mpakt serve` (embedded workers) or `mpakt worker` (a volunteer);
+/// the three are linked and live until the system shuts down or the front is told to exit
+/// (which cancels the graph in flight first).
 
 #include <cstdint>
 #include <memory>
@@ -36,7 +51,7 @@ struct worker_config {
   std::shared_ptr<backend> device;
 };
 
-/// Spawns a worker on its own thread.
+/// Spawns a worker (its front, compute side and receiver); returns the front.
 worker_actor spawn_worker(caf::actor_system& sys, worker_config cfg);
 
 }  // namespace mpakt

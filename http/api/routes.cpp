@@ -54,6 +54,15 @@ void forward(caf::event_based_actor* self, const Handle& h, std::chrono::millise
 
 result<rapidjson::Document> body_object(const request& req) { return parse_json_object(req.body, "request body"); }
 
+/// A graph call on behalf of an HTTP request: a client that goes away before the answer stops
+/// the graph on its worker (the coordinator knows the call by this actor).
+void forward_graph(caf::event_based_actor* self, const coordinator_actor& coord, std::chrono::milliseconds timeout,
+                   const responder_ptr& res, const caller& who, const std::string& body, std::int32_t version) {
+  forward(self, coord, timeout, res, 200, graph_atom::value, who, body, version);
+  res->on_disconnect([coord, requester = self->address()] { caf::anon_send(coord, cancel_atom::value, requester); });
+}
+
+
 result<std::string> body_string(const rapidjson::Document& d, const char* k) {
   auto it = d.FindMember(k);
   if (it == d.MemberEnd()) return invalid(std::string("request body lacks \"") + k + "\"");
@@ -246,7 +255,7 @@ void on_close_session(const call& c) {
 void on_checkpoint(const call& c) { forward(c.self, c.coord(), c.timeout(), c.res, 200, checkpt_atom::value, c.who, c.args[0]); }
 void on_restore(const call& c) { forward(c.self, c.coord(), c.timeout(), c.res, 200, restore_atom::value, c.who, c.args[0]); }
 void on_graph_v3(const call& c) {
-  forward(c.self, c.coord(), c.timeout(), c.res, 200, graph_atom::value, c.who, c.body(), std::int32_t(3));
+  forward_graph(c.self, c.coord(), c.timeout(), c.res, c.who, c.body(), std::int32_t(3));
 }
 void on_compile(const call& c) {
   forward(c.self, c.coord(), c.timeout(), c.res, 200, create_atom::value, graphs_atom::value, c.who, c.body());
@@ -276,7 +285,7 @@ void on_delete_tensor(const call& c) {
   forward(c.self, c.coord(), c.timeout(), c.res, 200, delete_atom::value, tensors_atom::value, c.who, c.args[0]);
 }
 void on_graph_v2(const call& c) {
-  forward(c.self, c.coord(), c.timeout(), c.res, 200, graph_atom::value, c.who, c.body(), std::int32_t(2));
+  forward_graph(c.self, c.coord(), c.timeout(), c.res, c.who, c.body(), std::int32_t(2));
 }
 
 /// Every endpoint, as docs/api-reference.md lists them (checklist EP-01 … EP-23). A path

@@ -210,6 +210,14 @@ result<tensor_desc> infer_cache_write(const shape_query& q) {
   return tensor_desc{dtype::f32, cache.shape};
 }
 
+/// The rows a call overwrites: the values' rows from offset (a stopped run restores them).
+std::pair<std::int64_t, std::int64_t> cache_write_rows(const op_params& p, std::span<tensor* const> inputs) {
+  const auto& cw = static_cast<const cache_write_params&>(p);
+  const tensor& values = *inputs[1];
+  const std::int64_t width = values.cols();
+  return {std::int64_t(cw.offset), width > 0 ? values.numel() / width : 0};
+}
+
 }  // namespace
 
 void add_layout_ops(std::vector<op_def>& out) {
@@ -260,6 +268,7 @@ void add_layout_ops(std::vector<op_def>& out) {
   cw.check = check_cache_write;
   cw.features = no_features;
   cw.aliases_input = 0;
+  cw.written_rows = cache_write_rows;
   out.push_back(cw);
 }
 

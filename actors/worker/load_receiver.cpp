@@ -1,0 +1,122 @@
+#include "actors/worker/load_receiver.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "actors/errors.hpp"
+#include "runtime/tensor_builder.hpp"
+
+namespace mpakt {
+
+namespace {
+
+std::string mb(std::uint64_t bytes) { return std::to_string((bytes + 999999) / 1000000) + " MB"; }
+
+struct receiver_state {
+  std::shared_ptr<worker_shared> shared;
+  compute_actor compute;
+  /// A tensor being received, and the resident bytes set aside for it.
+  struct incoming {
+    tensor_builder builder;
+    std::uint64_t resident = 0;
+  };
+  /// model -> tensor name -> tensor being received
+  std::map<std::string, std::map<std::string, incoming>> loading;
+  /// model -> names finished (so a second tbegin of one is refused); forgotten with the model
+  std::map<std::string, std::set<std::string>> received;
+
+  /// Forgets a model's tensors in progress and those not yet adopted.
+  void forget(const std::string& model) {
+    std::lock_guard<std::mutex> lock(shared->m);
+    if (auto m = loading.find(model); m != loading.end()) {
+      for (auto& [_, in] : m->second) shared->loading -= std::min(shared->loading, in.resident);
+      loading.erase(m);
+    }
+    auto& inbox = shared->inbox;
+    for (auto it = inbox.begin(); it != inbox.end();) {
+      if (it->model != model) {
+        ++it;
+        continue;
+      }
+      shared->arrived -= std::min<std::uint64_t>(shared->arrived, it->t.nbytes());
+      it = inbox.erase(it);
+    }
+    received.erase(model);
+    shared->reserved.erase(model);
+  }
+};
+
+using receiver_pointer = load_receiver_actor::stateful_pointer<receiver_state>;
+
+}  // namespace
+
+load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<worker_shared> shared, compute_actor compute) {
+  return sys.spawn<caf::detached>([shared, compute](receiver_pointer self) -> load_receiver_actor::behavior_type {
+    self->state.shared = shared;
+    self->state.compute = compute;
+    return {
+        [=](tbegin_atom, tensor_begin_request& r) -> caf::result<bool> {
+          auto& st = self->state;
+          auto& w = *st.shared;
+          auto resident = dtype_from_name(r.resident);
+          if (!resident) return to_caf(errc::invalid, "unknown resident dtype " + r.resident);
+          if (w.cfg.legacy) resident = dtype::f32;  // an old worker widens everything
+          if (st.loading[r.model_id].count(r.name) || st.received[r.model_id].count(r.name))
+            return to_caf(errc::conflict, "tensor " + r.name + " of model " + r.model_id + " is already on worker " + w.cfg.worker_id);
+          auto bytes = storage_bytes(*resident, shape_numel(r.shape));
+          if (!bytes) return to_caf(errc::invalid, "tensor " + r.name + " has an invalid shape");
+          {
+            // The model's reservation counts as free for its own tensors, and shrinks by each.
+            std::lock_guard<std::mutex> lock(w.m);
+            auto res = w.reserved.find(r.model_id);
+            const std::uint64_t mine = res == w.reserved.end() ? 0 : res->second;
+            const std::uint64_t avail = w.free_locked() + mine;
+            if (*bytes > avail)
+              return to_caf(errc::unavailable, "tensor " + r.name + " needs " + mb(*bytes) + " but worker " + w.cfg.worker_id +
+                                                   " has " + mb(avail) + " free");
+            if (res != w.reserved.end()) res->second -= std::min(res->second, *bytes);
+            w.loading += *bytes;
+          }
+          st.loading[r.model_id].emplace(r.name, receiver_state::incoming{tensor_builder(r.file_dtype, r.shape, *resident, r.name), *bytes});
+          return true;
+        },
+        [=](tpiece_atom, tensor_piece& p) -> caf::result<std::uint64_t> {
+          auto& st = self->state;
+          auto m = st.loading.find(p.model_id);
+          if (m == st.loading.end() || !m->second.count(p.name))
+            return to_caf(errc::conflict, "tensor " + p.name + " of model " + p.model_id + " is not being loaded");
+          auto& b = m->second.at(p.name).builder;
+          auto s = b.add(p.offset, p.bytes);
+          if (!s) return to_caf(s.err());
+          return b.received_bytes();
+        },
+        [=](tend_atom, const std::string& model, const std::string& name) -> caf::result<std::uint64_t> {
+          auto& st = self->state;
+          auto m = st.loading.find(model);
+          if (m == st.loading.end() || !m->second.count(name))
+            return to_caf(errc::conflict, "tensor " + name + " of model " + model + " is not being loaded");
+          auto node = m->second.extract(name);
+          if (m->second.empty()) st.loading.erase(m);
+          auto t = node.mapped().builder.finish();
+          std::lock_guard<std::mutex> lock(st.shared->m);
+          st.shared->loading -= std::min(st.shared->loading, node.mapped().resident);
+          if (!t) return to_caf(t.err());
+          const std::uint64_t n = t->nbytes();
+          st.shared->arrived += n;
+          st.shared->inbox.push_back({model, name, std::move(*t)});
+          st.received[model].insert(name);
+          return n;
+        },
+        [=](tabort_atom, const std::string& model) {
+          self->state.forget(model);
+          // What the compute side adopted already goes too (after what it is running now).
+          caf::anon_send(self->state.compute, dropmodel_atom::value, model);
+          return true;
+        },
+        [=](dropmodel_atom, const std::string& model) { self->state.forget(model); },
+    };
+  });
+}
+
+}  // namespace mpakt

@@ -1,0 +1,33 @@
+#pragma once
+/// The receiving side of a worker (internal to actors/worker): builds the tensors of a load
+/// from their published pieces (converting or quantizing as they arrive) and leaves each
+/// finished one in worker_shared::inbox, from where the compute side adopts it before its
+/// next message. So a load goes on while the compute side runs a long graph.
+///
+/// Lifecycle and threads: spawned detached (converting a 16 MB piece takes milliseconds,
+/// which must not hold up the front or CAF's scheduler) by spawn_worker, linked to the front,
+/// which passes it tbegin, tpiece, tend and tabort in order. It draws each tensor's bytes from
+/// the model's reservation (worker_shared::reserved) when the load made one.
+
+#include <memory>
+#include <string>
+
+#include "actors/protocol.hpp"
+#include "actors/worker/compute_actor.hpp"
+#include "actors/worker/worker_shared.hpp"
+
+namespace mpakt {
+
+using load_receiver_actor = caf::typed_actor<
+    caf::replies_to<tbegin_atom, tensor_begin_request>::with<bool>,
+    caf::replies_to<tpiece_atom, tensor_piece>::with<std::uint64_t>,
+    caf::replies_to<tend_atom, std::string, std::string>::with<std::uint64_t>,
+    /// drops the model's tensors in progress and waiting, and has the compute side drop the
+    /// ones it adopted
+    caf::replies_to<tabort_atom, std::string>::with<bool>,
+    /// the model was dropped: forget its tensors in progress and waiting
+    caf::reacts_to<dropmodel_atom, std::string>>;
+
+load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<worker_shared> shared, compute_actor compute);
+
+}  // namespace mpakt
