@@ -539,6 +539,16 @@ def summarize(results, best_bw, n):
             notes.append("FAILED: " + row["errors"][0][:80].replace("\n", " "))
         row["notes"] = "; ".join(notes)
         rows.append(row)
+    # More threads going slower is what a loaded machine does to spinning thread pools: say so.
+    one = {(r["shape"], r["dtype"], r["test"]): r for r in rows if r["threads"] == 1}
+    for r in rows:
+        base = one.get((r["shape"], r["dtype"], r["test"]))
+        if r["threads"] > 1 and base:
+            slower = [side for side, k in (("mpakt", "mpakt_tps"), ("llama", "llama_tps"))
+                      if r[k] and base[k] and r[k] < base[k]]
+            if slower:
+                note = f"{'+'.join(slower)} slower than on 1 thread"
+                r["notes"] = f"{r['notes']}; {note}" if r["notes"] else note
     return rows
 
 
