@@ -161,9 +161,9 @@ TEST(FastMatmul, ClaimsTransBOnly) {
     p.trans_b = true;
     if (k.variant == "amx") {  // bf16 weights with 16 rows or more only
       EXPECT_FALSE(k.accepts(in, p));
-      std::vector<tensor_desc> many = {{dtype::f32, {16, 64}}, {dtype::bf16, {32, 64}}};
+      std::vector<tensor_desc> many = {{dtype::f32, {33, 64}}, {dtype::bf16, {32, 64}}};
       EXPECT_TRUE(k.accepts(many, p));
-      many[0].shape = {15, 64};
+      many[0].shape = {32, 64};
       EXPECT_FALSE(k.accepts(many, p));
       continue;
     }
