@@ -448,5 +448,19 @@ TEST(FastSimpleOps, RopeTableIsReusedOnlyWhereItFits) {
   }
 }
 
+TEST(FastSimpleOps, RopeOfAPassLongerThanOneTableIsTheReferences) {
+  // 40,000 rows of 32 frequencies: more than one table holds, so the rows go in pieces, with
+  // the frequencies of the whole pass (what dynamic scaling depends on)
+  const tensor x = random_f32({40000, 64}, 81);
+  kernel_fn fast = nullptr;
+  for (const auto& lk : test::fast_kernels_on_this_cpu("rope")) fast = lk.fn;
+  ASSERT_NE(fast, nullptr);
+  for (const char* params : {R"({"headDim":64,"offset":3})",
+                             R"({"headDim":64,"offset":3,"scaling":{"rope_type":"dynamic","factor":4.0,"max_position_embeddings":2048}})"}) {
+    SCOPED_TRACE(params);
+    EXPECT_EQ(run_values("rope", params, {x}, fast), run_values("rope", params, {x}));
+  }
+}
+
 }  // namespace
 }  // namespace mpakt

@@ -4,6 +4,7 @@
 /// of the f32 angles, as transformers computes them) is reused by the others: one table per
 /// pass instead of two per layer. The result is the reference's, bit for bit.
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -16,6 +17,9 @@ namespace {
 
 /// The workspace slot holding the table between steps (no other kernel uses it).
 constexpr int table_slot = 12;
+/// Rows × frequencies the table holds at most (4 MB each for cos and sin); a longer pass is
+/// roped a piece at a time.
+constexpr std::int64_t max_table_entries = std::int64_t(1) << 20;
 
 /// Rotates one head: `src` and `dst` are headDim wide; c and s hold rotaryDim/2 values.
 void rotate_head(const float* src, float* dst, const float* c, const float* s, std::int64_t head_dim,
@@ -31,20 +35,16 @@ void rotate_head(const float* src, float* dst, const float* c, const float* s, s
   for (std::int64_t j = rotary_dim; j < head_dim; ++j) dst[j] = src[j];
 }
 
-status rope_cached(const kernel_call& call) {
+/// Ropes rows [r0, r0 + rows) of the pass, positions offset + r, with the frequencies `inv`
+/// (half of them) and attention factor of the whole pass.
+void rope_rows(const kernel_call& call, const float* inv, float factor, std::int64_t r0, std::int64_t rows) {
   const auto& p = params_of<ops::rope_params>(call);
   const tensor& x = *call.inputs[0];
-  tensor& y = *call.output;
-  const std::int64_t rows = x.rows(), width = x.cols(), half = p.rotary_dim / 2;
-  const std::int64_t heads = width / p.head_dim;
-  const auto offset = static_cast<std::int64_t>(p.offset);
-
-  float* inv = call.scratch->floats(std::size_t(half), 0);
-  const float factor = float(ops::rope_frequencies(p, offset + rows, inv));
+  const std::int64_t width = x.cols(), half = p.rotary_dim / 2, heads = width / p.head_dim;
+  const std::int64_t offset = static_cast<std::int64_t>(p.offset) + r0;
   // table: [offset, rows, half, factor, inv…][cos rows×half][sin rows×half]
   constexpr std::size_t head = 4;
-  const std::size_t size = head + std::size_t(half) + 2 * std::size_t(rows * half);
-  float* t = call.scratch->floats(size, table_slot);
+  float* t = call.scratch->floats(head + std::size_t(half) + 2 * std::size_t(rows * half), table_slot);
   float* key = t + head;
   float* cs = key + half;
   float* sn = cs + rows * half;
@@ -68,12 +68,23 @@ status rope_cached(const kernel_call& call) {
     std::memcpy(key, inv, std::size_t(half) * sizeof(float));
   }
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* src = x.f32() + r * width;
-    float* dst = y.f32() + r * width;
+    const float* src = x.f32() + (r0 + r) * width;
+    float* dst = call.output->f32() + (r0 + r) * width;
     for (std::int64_t h = 0; h < heads; ++h)
       rotate_head(src + h * p.head_dim, dst + h * p.head_dim, cs + r * half, sn + r * half, p.head_dim, p.rotary_dim,
                   p.interleaved);
   }
+}
+
+status rope_cached(const kernel_call& call) {
+  const auto& p = params_of<ops::rope_params>(call);
+  const std::int64_t rows = call.inputs[0]->rows(), half = p.rotary_dim / 2;
+  const auto offset = static_cast<std::int64_t>(p.offset);
+  // The frequencies of the whole pass (dynamic scaling reads its length), then the rows.
+  const float* inv = call.scratch->floats(std::size_t(half), 0);
+  const float factor = float(ops::rope_frequencies(p, offset + rows, call.scratch->floats(std::size_t(half), 0)));
+  const std::int64_t piece = std::max<std::int64_t>(1, max_table_entries / std::max<std::int64_t>(half, 1));
+  for (std::int64_t r0 = 0; r0 < rows; r0 += piece) rope_rows(call, inv, factor, r0, std::min(piece, rows - r0));
   return ok_status();
 }
 
