@@ -134,66 +134,49 @@ void pack_int8_activations(const float* x, std::int64_t rows, std::int64_t k, st
 void int8_product_range(const amx_int_product& a, std::int64_t nb_begin, std::int64_t nb_end);
 }  // namespace amx
 
+/// What each vector level (AVX2, AVX-512) provides, declared once for both namespaces.
+///  - attention_chunks: the chunks a pass has, ceil(keys / attention_chunk).
+///  - attention_rows: rows [t_begin, t_end) of kv head g's query heads, finished into a.out
+///    (head_dim and v_head_dim multiples of 16, at most 256 and 512).
+///  - attention_partials / attention_fold: the partials of chunks [c_begin, c_end) for those
+///    rows (a decode step's chunks spread over threads), and their fold, in chunk order, into
+///    a.out — the same bits as attention_rows.
+///  - swiglu_range, silu_range, binary_range: elements [begin, end); binary_range is
+///    out = a op b (op 0 add, 1 sub, 2 mul) with b_kind 0: b has a's shape, 1: b is one row as
+///    wide as a's `cols`, 2: b is one value — in f32, the same bits as the reference's double
+///    arithmetic rounded once (a sum, difference or product of two floats rounds the same).
+///  - rmsnorm_rows: groups [g_begin, g_end) of `group` values normalised by their root mean
+///    square, times gamma + offset.
+///  - float_product_range, int_product_range: output columns [n_begin, n_end).
+///  - quantize_rows: rows [r_begin, r_end) of x (row stride k, a multiple of 32) into q,
+///    scale and (when not null) sums.
+#define MPAKT_VECTOR_LEVEL_API                                                                                         \
+  std::int64_t attention_chunks(const attention_args& a);                                                            \
+  void attention_rows(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g);                      \
+  void attention_partials(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g,                   \
+                          std::int64_t c_begin, std::int64_t c_end, const attention_partial& part);                   \
+  void attention_fold(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g,                       \
+                      const attention_partial& part);                                                                 \
+  void swiglu_range(const float* gate, const float* up, float* out, std::int64_t begin, std::int64_t end);            \
+  void silu_range(const float* x, float* out, std::int64_t begin, std::int64_t end);                                  \
+  void binary_range(int op, const float* a, const float* b, float* out, std::int64_t cols, std::int64_t b_kind,       \
+                    std::int64_t begin, std::int64_t end);                                                            \
+  void rmsnorm_rows(const float* x, const float* gamma, float* out, std::int64_t group, std::int64_t g_begin,         \
+                    std::int64_t g_end, double eps, float weight_offset);                                             \
+  void float_product_range(const float_product& a, std::int64_t n_begin, std::int64_t n_end);                         \
+  void quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, std::int16_t* q,       \
+                     float* scale, float* sums);                                                                      \
+  void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
+
 namespace avx2 {
-/// Chunks a pass has: ceil(keys / attention_chunk).
-std::int64_t attention_chunks(const attention_args& a);
-/// Rows [t_begin, t_end) of kv head g's query heads, finished into a.out. head_dim and
-/// v_head_dim are multiples of 16, at most 256 and 512.
-void attention_rows(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g);
-/// The partials of chunks [c_begin, c_end) for those rows (a decode step's chunks spread over
-/// threads), and their fold, in chunk order, into a.out: the same bits as attention_rows.
-void attention_partials(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g, std::int64_t c_begin,
-                        std::int64_t c_end, const attention_partial& part);
-void attention_fold(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g,
-                    const attention_partial& part);
-/// Elementwise and row kernels (simple_impl.inc): elements or row groups [begin, end).
-void swiglu_range(const float* gate, const float* up, float* out, std::int64_t begin, std::int64_t end);
-void silu_range(const float* x, float* out, std::int64_t begin, std::int64_t end);
-/// out = a op b (op 0 add, 1 sub, 2 mul) over elements [begin, end) of a; b_kind 0: b has
-/// a's shape, 1: b is one row as wide as a's `cols`, 2: b is one value. In f32 — the same bits
-/// as the reference's double arithmetic rounded once (a sum, difference or product of two
-/// floats rounds the same either way).
-void binary_range(int op, const float* a, const float* b, float* out, std::int64_t cols, std::int64_t b_kind,
-                  std::int64_t begin, std::int64_t end);
-
-/// Groups of `group` values normalised by their root mean square, times gamma + offset.
-void rmsnorm_rows(const float* x, const float* gamma, float* out, std::int64_t group, std::int64_t g_begin,
-                  std::int64_t g_end, double eps, float weight_offset);
-
-void float_product_range(const float_product& a, std::int64_t n_begin, std::int64_t n_end);
-/// Quantizes rows [r_begin, r_end) of x (row stride k, k a multiple of 32) into q, scale
-/// and (when not null) sums.
-void quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, std::int16_t* q,
-                   float* scale, float* sums);
-void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
+MPAKT_VECTOR_LEVEL_API
 }  // namespace avx2
 
 namespace avx512 {
-std::int64_t attention_chunks(const attention_args& a);
-void attention_rows(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g);
-void attention_partials(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g, std::int64_t c_begin,
-                        std::int64_t c_end, const attention_partial& part);
-void attention_fold(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g,
-                    const attention_partial& part);
-/// Elementwise and row kernels (simple_impl.inc): elements or row groups [begin, end).
-void swiglu_range(const float* gate, const float* up, float* out, std::int64_t begin, std::int64_t end);
-void silu_range(const float* x, float* out, std::int64_t begin, std::int64_t end);
-/// out = a op b (op 0 add, 1 sub, 2 mul) over elements [begin, end) of a; b_kind 0: b has
-/// a's shape, 1: b is one row as wide as a's `cols`, 2: b is one value. In f32 — the same bits
-/// as the reference's double arithmetic rounded once (a sum, difference or product of two
-/// floats rounds the same either way).
-void binary_range(int op, const float* a, const float* b, float* out, std::int64_t cols, std::int64_t b_kind,
-                  std::int64_t begin, std::int64_t end);
-
-/// Groups of `group` values normalised by their root mean square, times gamma + offset.
-void rmsnorm_rows(const float* x, const float* gamma, float* out, std::int64_t group, std::int64_t g_begin,
-                  std::int64_t g_end, double eps, float weight_offset);
-
-void float_product_range(const float_product& a, std::int64_t n_begin, std::int64_t n_end);
-void quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, std::int16_t* q,
-                   float* scale, float* sums);
-void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
+MPAKT_VECTOR_LEVEL_API
 }  // namespace avx512
+
+#undef MPAKT_VECTOR_LEVEL_API
 
 namespace avx512_vnni {
 void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);

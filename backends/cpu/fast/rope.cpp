@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backends/cpu/fast/families.hpp"
+#include "backends/cpu/rope_rotate.hpp"
 #include "runtime/ops/rope_params.hpp"
 
 namespace mpakt::cpu_fast {
@@ -20,20 +21,6 @@ constexpr int table_slot = 12;
 /// Rows × frequencies the table holds at most (4 MB each for cos and sin); a longer pass is
 /// roped a piece at a time.
 constexpr std::int64_t max_table_entries = std::int64_t(1) << 20;
-
-/// Rotates one head: `src` and `dst` are headDim wide; c and s hold rotaryDim/2 values.
-void rotate_head(const float* src, float* dst, const float* c, const float* s, std::int64_t head_dim,
-                 std::int64_t rotary_dim, bool interleaved) {
-  const std::int64_t half = rotary_dim / 2;
-  for (std::int64_t i = 0; i < half; ++i) {
-    const std::int64_t ia = interleaved ? 2 * i : i;
-    const std::int64_t ib = interleaved ? 2 * i + 1 : i + half;
-    const double a = src[ia], b = src[ib];
-    dst[ia] = float(a * c[i] - b * s[i]);
-    dst[ib] = float(b * c[i] + a * s[i]);
-  }
-  for (std::int64_t j = rotary_dim; j < head_dim; ++j) dst[j] = src[j];
-}
 
 /// Ropes rows [r0, r0 + rows) of the pass, positions offset + r, with the frequencies `inv`
 /// (half of them) and attention factor of the whole pass.
@@ -71,7 +58,7 @@ void rope_rows(const kernel_call& call, const float* inv, float factor, std::int
     const float* src = x.f32() + (r0 + r) * width;
     float* dst = call.output->f32() + (r0 + r) * width;
     for (std::int64_t h = 0; h < heads; ++h)
-      rotate_head(src + h * p.head_dim, dst + h * p.head_dim, cs + r * half, sn + r * half, p.head_dim, p.rotary_dim,
+      cpu_rope::rotate_head(src + h * p.head_dim, dst + h * p.head_dim, cs + r * half, sn + r * half, p.head_dim, p.rotary_dim,
                   p.interleaved);
   }
 }
