@@ -174,35 +174,40 @@ TEST(FastMatmul, AmxProductsAgreeWithinTheirSplitBound) {
   }
 }
 
-/// q8/q4 products with many rows (prefill) on AMX-INT8 tiles quantize activations to int8
-/// per block of 32 (s = max|x|/127): within Σ|w|·s/2 per block of the reference.
-TEST(FastMatmul, AmxIntegerProductsAgreeWithinTheirInt8Bound) {
+/// q8/q4 products with many rows (prefill) — on AMX-INT8 tiles, or VNNI's int8 pairs where
+/// there are no tiles — quantize activations to int8 per block of 32 (s = max|x|/127):
+/// within Σ|w|·s/2 per block of the reference. Both are checked wherever the CPU has them.
+TEST(FastMatmul, ManyRowIntegerProductsAgreeWithinTheirInt8Bound) {
   threads_guard tg;
-  if (cpu_isa::best() < cpu_isa::level::amx) GTEST_SKIP() << "no AMX here";
-  kernel_fn amx = nullptr;
+  // the kernels that claim a 33-row q8 product but not a one-row one
+  const tensor probe_w = *convert_tensor(random_f32({16, 64}, 1), dtype::q8);
+  std::vector<test::level_kernel> kernels;
   for (const auto& lk : test::fast_kernels_on_this_cpu("linear"))
-    if (lk.level == "amx") amx = lk.fn;
-  ASSERT_NE(amx, nullptr);
+    if (lk.claims({random_f32({33, 64}, 2), probe_w}, R"({"transB": true})") &&
+        !lk.claims({random_f32({1, 64}, 3), probe_w}, R"({"transB": true})"))
+      kernels.push_back(lk);
+  if (kernels.empty()) GTEST_SKIP() << "neither AMX nor VNNI here";
   unsigned seed = 800;
-  for (int threads : {1, 2}) {
-    cpu_fast::set_kernel_threads(threads);
-    for (dtype t : {dtype::q8, dtype::q4})
-      for (std::int64_t rows : {33, 40, 128})
-        for (std::int64_t k : {32, 96, 576})
-          for (std::int64_t n : {16, 33, 64}) {
-            SCOPED_TRACE(std::string(dtype_name(t)) + " rows " + std::to_string(rows) + " K " + std::to_string(k) + " N " +
-                         std::to_string(n) + " threads " + std::to_string(threads));
-            const tensor x = random_f32({rows, k}, ++seed);
-            const tensor w = *convert_tensor(random_f32({n, k}, ++seed, 0.5f), t);
-            const tensor bias = random_f32({n}, ++seed);
-            const auto want = run_values("linear", R"({"transB": true})", {x, w, bias});
-            const auto got = run_values("linear", R"({"transB": true})", {x, w, bias}, amx);
-            ASSERT_EQ(got.size(), want.size());
-            // the tail columns (N mod 16) take the int16 path, whose bound is smaller still
-            const auto bounds = int_bounds(x, *to_f32(w), 127);
-            for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], bounds[i]) << "at " << i;
-          }
-  }
+  for (const auto& lk : kernels)
+    for (int threads : {1, 2}) {
+      cpu_fast::set_kernel_threads(threads);
+      for (dtype t : {dtype::q8, dtype::q4})
+        for (std::int64_t rows : {33, 40, 128})
+          for (std::int64_t k : {32, 96, 576})
+            for (std::int64_t n : {16, 33, 64}) {
+              SCOPED_TRACE(lk.level + " " + std::string(dtype_name(t)) + " rows " + std::to_string(rows) + " K " +
+                           std::to_string(k) + " N " + std::to_string(n) + " threads " + std::to_string(threads));
+              const tensor x = random_f32({rows, k}, ++seed);
+              const tensor w = *convert_tensor(random_f32({n, k}, ++seed, 0.5f), t);
+              const tensor bias = random_f32({n}, ++seed);
+              const auto want = run_values("linear", R"({"transB": true})", {x, w, bias});
+              const auto got = run_values("linear", R"({"transB": true})", {x, w, bias}, lk.fn);
+              ASSERT_EQ(got.size(), want.size());
+              // AMX's tail columns (N mod 16) take the int16 path, whose bound is smaller still
+              const auto bounds = int_bounds(x, *to_f32(w), 127);
+              for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], bounds[i]) << "at " << i;
+            }
+    }
 }
 
 TEST(FastMatmul, AmxActivationPackingMatchesItsOneValueAtATimeForm) {

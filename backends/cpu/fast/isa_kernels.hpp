@@ -178,8 +178,35 @@ MPAKT_VECTOR_LEVEL_API
 
 #undef MPAKT_VECTOR_LEVEL_API
 
+/// Activations quantized to int8 for the VNNI many-row product (int8_quantize_rows): per row,
+/// pairs of blocks as 64 bytes (q8: each value + 128; q4: [even values b0, even b1, odd b0,
+/// odd b1]), and per pair 16 lanes of scales and (q4) of Σq·scale / 8 laid out to match.
+struct int8_rows {
+  const std::uint8_t* q = nullptr;  ///< rows × pairs × 64
+  const float* scale = nullptr;     ///< rows × pairs × 16
+  const float* sums = nullptr;      ///< rows × pairs × 16 (q4)
+  std::int64_t rows = 0, k = 0;
+};
+
+struct int8_pairs_product {
+  int8_rows x;
+  const std::uint8_t* w = nullptr;
+  std::int64_t w_row_bytes = 0;
+  wtype type = wtype::q8;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  std::int64_t n = 0;
+};
+
 namespace avx512_vnni {
 void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
+/// Rows [r_begin, r_end) of x (stride k, a multiple of 32) for int8_pairs_range: int8 per
+/// block of 32 with the AMX path's scales (max|x|/127, nearest even); NaN scale for a block
+/// holding NaN or ±∞. q gets rows·ceil(k/64)·64 bytes, scale and sums rows·ceil(k/64)·16.
+void int8_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, wtype type,
+                        std::uint8_t* q, float* scale, float* sums);
+/// Output columns [n_begin, n_end).
+void int8_pairs_range(const int8_pairs_product& a, std::int64_t n_begin, std::int64_t n_end);
 }  // namespace avx512_vnni
 
 }  // namespace mpakt::cpu_fast

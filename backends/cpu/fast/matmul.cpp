@@ -156,7 +156,8 @@ status product(const kernel_call& c) {
   return ok_status();
 }
 
-/// Rows from which a bf16, q8 or q4 product goes to the AMX tiles: more than a batched decode step
+/// Rows from which a bf16, q8 or q4 product goes to the AMX tiles (and, without AMX, a q8/q4
+/// one to VNNI's int8 pairs): more than a batched decode step
 /// (16 conversations) or a verify pass stacks, so those give each row exactly the bits it
 /// gets alone (the vector kernels compute every row the same way); prefill gets the tiles.
 constexpr std::int64_t amx_min_rows = 33;
@@ -248,6 +249,42 @@ bool accepts_amx(std::span<const tensor_desc> inputs, const op_params& params) {
   return k > 0 && k % 32 == 0 && rows >= amx_min_rows && inputs[1].shape[0] >= 16;
 }
 
+/// A q8/q4 product with many rows on a CPU with VNNI and no AMX tiles: int8 activations (the
+/// AMX path's numbers) in vpdpbusd, a pair of blocks per instruction.
+status product_vnni_int8(const kernel_call& c) {
+  const float_product a = args_of(c);
+  if (a.rows == 0 || a.n == 0) return ok_status();
+  const std::int64_t pairs = (a.k / 32 + 1) / 2;
+  auto* q = reinterpret_cast<std::uint8_t*>(c.scratch->ints(std::size_t(a.rows * pairs * 16), 7));
+  float* scale = c.scratch->floats(std::size_t(a.rows * pairs * 16), 7);
+  float* sums = a.type == wtype::q4 ? c.scratch->floats(std::size_t(a.rows * pairs * 16), 8) : nullptr;
+  const int threads = kernel_threads();
+  const int qparts = int(std::min<std::int64_t>(threads, a.rows));
+  parallel_for(qparts, [&](int p) {
+    avx512_vnni::int8_quantize_rows(a.x, a.k, a.rows * p / qparts, a.rows * (p + 1) / qparts, a.type, q, scale, sums);
+  });
+  for (std::int64_t i = 0; i < a.rows * pairs * 16; ++i)
+    if (std::isnan(scale[i])) return product<avx512_vnni_kernels>(c);
+  int8_pairs_product p;
+  p.x = int8_rows{q, scale, sums, a.rows, a.k};
+  p.w = a.w;
+  p.w_row_bytes = a.w_row_bytes;
+  p.type = a.type;
+  p.bias = a.bias;
+  p.y = a.y;
+  p.n = a.n;
+  split_columns(a.n, a.rows * a.k * a.n, [&](std::int64_t b, std::int64_t e) { avx512_vnni::int8_pairs_range(p, b, e); });
+  return ok_status();
+}
+
+bool accepts_many_rows_int(std::span<const tensor_desc> inputs, const op_params& params) {
+  if (!accepts_trans_b(inputs, params)) return false;
+  const dtype t = inputs[1].type;
+  const std::int64_t k = inputs[0].shape.back();
+  const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
+  return (t == dtype::q8 || t == dtype::q4) && k > 0 && k % 32 == 0 && rows >= amx_min_rows;
+}
+
 status product_scalar(const kernel_call& c) {
   const float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
@@ -270,6 +307,7 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
   };
   for (const char* op : {"matmul", "linear"}) {
     out.push_back({op, product_amx, accepts_amx, "amx", level::amx});
+    out.push_back({op, product_vnni_int8, accepts_many_rows_int, "avx512_vnni", level::avx512_vnni});
     for (const auto& e : levels) out.push_back({op, e.fn, accepts_trans_b, cpu_isa::level_name(e.min), e.min});
   }
 }
