@@ -25,6 +25,40 @@ std::string token_producer(const graph_decl& d, const std::string& value, int de
   return found;
 }
 
+/// The sample steps whose ids make up `value`, looking through concat (in row order).
+void sample_steps(const graph_decl& d, const std::string& value, int depth, std::vector<const step_decl*>& out) {
+  const step_decl* s = producer_of(d, value);
+  if (!s || depth > 256) return;
+  if (s->op == "sample") out.push_back(s);
+  if (s->op == "concat")
+    for (const auto& in : s->in) sample_steps(d, in, depth + 1, out);
+}
+
+/// A verify graph that draws its rows with one sample step each must give each row the
+/// counter a plain step at that row's position would use (step + row): generate fills an
+/// unbound `step` with the same value in every sample step, so the rows would all draw with
+/// one counter and seeded output would silently differ from plain decoding.
+status check_row_counters(const graph_decl& d, const std::vector<std::string>& b) {
+  std::vector<const step_decl*> samples;
+  sample_steps(d, d.outputs.front(), 0, samples);
+  if (samples.size() < 2) return ok_status();  // one multi-row step draws row r with step + r
+  std::vector<std::pair<std::string, std::pair<double, double>>> seen;
+  for (const step_decl* s : samples) {
+    const auto bind = std::find_if(s->binds.begin(), s->binds.end(), [](const bind_ref& r) { return r.param == "step"; });
+    const bool bound = bind != s->binds.end() && std::find(b.begin(), b.end(), bind->name) != b.end();
+    if (!bound)
+      return invalid("a verify graph with one sample step per row must bind each one's step to the row's position, e.g. "
+                     "{\"$bind\": \"step\", \"add\": r} for row r; sample step " + s->out +
+                     " does not, so every row would draw with the same counter and seeded output would differ from plain decoding");
+    const std::pair<std::string, std::pair<double, double>> key{bind->name, {bind->mul, bind->add}};
+    if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      return invalid("a verify graph with one sample step per row must give each row its own step (step + its row), but "
+                     "sample step " + s->out + " binds the same step as another row's");
+    seen.push_back(key);
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 std::string token_producer(const graph_decl& d, const std::string& value) { return token_producer(d, value, 0); }
@@ -50,6 +84,7 @@ result<std::int32_t> check_generate_template(const graph_decl& d, const std::vec
     return invalid("the graph must end in argmax or sample, but its output " + d.outputs.front() + " comes from " +
                    (op.empty() ? "an input" : op));
   if (sampling && op == "argmax") return invalid("the graph ends in argmax; sampling with temperature > 0 needs a sample step");
+  if (verify && op == "sample") MPAKT_TRY(check_row_counters(d, b));
   // Rows written for rejected drafts are harmless in a KV cache (overwritten before they are
   // read), but a short_conv state advanced past a rejected draft cannot be taken back.
   if (verify && std::any_of(d.steps.begin(), d.steps.end(), [](const step_decl& s) { return s.op == "short_conv"; }))
