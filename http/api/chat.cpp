@@ -193,7 +193,8 @@ void resolve_model(chat_pointer self) {
     const std::string& want = st.req.model_id.empty() ? st.req.source : st.req.model_id;
     const char* by = st.req.model_id.empty() ? "source" : "modelId";
     for (const auto& m : d["models"].GetArray())
-      if (want == m[by].GetString()) {
+      // a source is reused only where the account loaded all of it (not a few layers)
+      if (want == m[by].GetString() && (!st.req.model_id.empty() || m["whole"].GetBool())) {
         st.model_id = m["modelId"].GetString();
         st.quantize = m["quantize"].GetString();
         return prepare_model(self);
