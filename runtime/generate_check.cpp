@@ -59,6 +59,16 @@ status check_row_counters(const graph_decl& d, const std::vector<std::string>& b
   return ok_status();
 }
 
+/// Whether a rope step scales its frequencies by the pass's length (dynamic NTK).
+bool dynamic_rope(const step_decl& s) {
+  if (s.op != "rope") return false;
+  const param_value* scaling = s.params.find("scaling");
+  if (!scaling) return false;
+  const param_value* type = scaling->field("rope_type");
+  if (!type || type->k != param_value::kind::string) type = scaling->field("type");
+  return type && type->k == param_value::kind::string && type->str == "dynamic";
+}
+
 }  // namespace
 
 std::string token_producer(const graph_decl& d, const std::string& value) { return token_producer(d, value, 0); }
@@ -89,6 +99,14 @@ result<std::int32_t> check_generate_template(const graph_decl& d, const std::vec
   // read), but a short_conv state advanced past a rejected draft cannot be taken back.
   if (verify && std::any_of(d.steps.begin(), d.steps.end(), [](const step_decl& s) { return s.op == "short_conv"; }))
     return invalid("a verify graph may not carry short_conv state: a rejected draft would leave the state advanced past it");
+  // Past max_position_embeddings dynamic NTK takes the frequencies of a pass's last position for
+  // every row (as transformers does for a multi-token forward), so a k-token verify pass is not
+  // k plain steps: its drafts would be judged against other numbers than plain decoding's.
+  for (std::size_t i = 0; i < d.steps.size(); ++i)
+    if (verify && dynamic_rope(d.steps[i]))
+      return invalid("a verify graph may not use dynamic rope scaling (step " + std::to_string(i) +
+                     "): past max_position_embeddings its frequencies follow the pass's length, so a pass of several "
+                     "tokens differs from one-token steps");
   return std::int32_t(rows - 1);
 }
 
