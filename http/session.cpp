@@ -306,8 +306,16 @@ net::awaitable<void> session::serve() {
     parser.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(cfg_.header_limit, UINT32_MAX)));
     parser.body_limit(boost::none);
 
-    // Between requests the connection may sit idle only this long.
-    stream_.expires_after(cfg_.idle_timeout);
+    // Between requests the connection may sit idle only this long; once a request's first
+    // byte is here, its header must be complete within header_timeout (a client trickling
+    // it is dropped).
+    if (buffer_.size() == 0) {
+      stream_.expires_after(cfg_.idle_timeout);
+      auto [fec, fn] = co_await stream_.async_read_some(buffer_.prepare(4096), use_tuple);
+      if (fec) co_return;  // closed between requests (the normal end), idle too long, or reset
+      buffer_.commit(fn);
+    }
+    stream_.expires_after(cfg_.header_timeout);
     auto [ec, n] = co_await bhttp::async_read_header(stream_, buffer_, parser, use_tuple);
     if (ec == bhttp::error::end_of_stream) co_return;  // the client closed between requests: the normal end
     if (ec == bhttp::error::header_limit) {
@@ -335,7 +343,7 @@ net::awaitable<void> session::serve() {
         auto [wec, wn] = co_await net::async_write(stream_, net::buffer(cont, sizeof cont - 1), use_tuple);
         if (wec) co_return;
       }
-      stream_.expires_after(cfg_.idle_timeout);
+      stream_.expires_after(cfg_.body_timeout);  // the whole body; a trickling one is dropped
       auto [bec, bn] = co_await bhttp::async_read(stream_, buffer_, parser, use_tuple);
       if (bec == bhttp::error::body_limit) {
         co_await refuse(413, "request body is over the " + std::to_string(cfg_.body_limit) + "-byte limit");

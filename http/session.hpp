@@ -134,6 +134,10 @@ class session : public std::enable_shared_from_this<session> {
   static net::awaitable<void> run(std::shared_ptr<session> self);
   net::any_io_executor executor() { return stream_.get_executor(); }
 
+  /// Keeps `ticket` (the connection's place in the server's count of open connections)
+  /// until the session is destroyed.
+  void hold(std::shared_ptr<void> ticket) { ticket_ = std::move(ticket); }
+
   // Called on the strand, through session_link::post.
   void on_answer(answer a);
   void on_sse_data(const std::shared_ptr<sse_impl>& s, std::string text);
@@ -180,6 +184,7 @@ class session : public std::enable_shared_from_this<session> {
   bool sse_ending_ = false;  // the watch read is being cancelled on purpose (SSE or waiting)
   std::string pipelined_;    // bytes the watch read got: the start of the next request
   char watch_buf_[4096];
+  std::shared_ptr<void> ticket_;  // released with the session: one fewer open connection
 };
 
 }  // namespace mpakt::http::detail
