@@ -81,14 +81,22 @@ static void replay_journal(coordinator_pointer self, std::string sid, std::size_
 void put_checkpoint_back(coordinator_pointer self, const std::string& sid, const worker_actor& target,
                          std::function<void(caf::error)> done) {
   auto& S = self->state;
-  self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, S.checkpoints.at(sid).dump)
+  // The owner may delete the session (and with it the checkpoint) at any moment of a
+  // recovery: each step looks again instead of assuming it is still there.
+  auto deleted = [sid] { return to_caf(errc::not_found, "session " + sid + " was deleted during the restore"); };
+  auto ck = S.checkpoints.find(sid);
+  if (ck == S.checkpoints.end() || !S.sessions.count(sid)) return done(deleted());
+  self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, ck->second.dump)
       .then(
           [=](bool) {
             auto& S = self->state;
             auto it = S.sessions.find(sid);
             auto ck = S.checkpoints.find(sid);
-            if (it == S.sessions.end() || ck == S.checkpoints.end())
-              return done(to_caf(errc::not_found, "session " + sid + " was deleted during the restore"));
+            if (it == S.sessions.end() || ck == S.checkpoints.end()) {
+              // Deleted while its tensors travelled: the worker must not keep them.
+              caf::anon_send(target, sclose_atom::value, sid);
+              return done(deleted());
+            }
             it->second.worker = target;
             S.watch(self, target);
             caf::anon_send(it->second.actor, move_atom::value, target, ck->second.steps);
@@ -176,7 +184,9 @@ static void restore_target(coordinator_pointer self, const std::string& sid, std
 /// replayed (broken, or a call that fails) leaves the session at its checkpoint with a note
 /// for its next call. `finish` runs when it is done either way.
 static void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish) {
-  const worker_actor gone = self->state.sessions.at(sid).worker;
+  auto& S0 = self->state;
+  if (!S0.sessions.count(sid) || !S0.checkpoints.count(sid)) return finish();
+  const worker_actor gone = S0.sessions.at(sid).worker;
   restore_target(self, sid, [=](worker_actor target) {
     auto& S = self->state;
     if (!target || !S.sessions.count(sid) || !S.checkpoints.count(sid)) return finish();
@@ -203,7 +213,7 @@ static void restore_one(coordinator_pointer self, const std::string& sid, std::f
         return finish();
       }
       replay_journal(self, sid, 0, [=](bool ok) {
-        if (ok) return finish();
+        if (ok || !self->state.sessions.count(sid)) return finish();  // (deleted meanwhile: nothing to put back)
         // Half-replayed caches must not pass for good ones: the checkpoint goes back again.
         put_checkpoint_back(self, sid, target, [=](caf::error again) {
           if (again) {

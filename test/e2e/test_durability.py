@@ -225,6 +225,49 @@ def test_an_unsaved_session_on_a_killed_volunteer_must_be_prefilled_again(grid):
     grid.server.assert_up()
 
 
+def test_a_session_deleted_during_its_recovery(grid):
+    """Deleting a checkpointed session while the coordinator restores it elsewhere (its
+    volunteer was just killed) must not take the coordinator down: the restore notices the
+    deletion at whichever step it is (checkpoint on its way, journal being replayed) and the
+    grid goes on serving."""
+    api, key = grid.server.api, grid.key
+    while len(grid.workers) < 2:  # a survivor for each kill (an earlier test may have left one)
+        grid.join()
+    model, step, alloc = stories_with_step(grid, 64, "--argmax")
+    prompt, golden = GOLDEN["prompt_ids"], GOLDEN["greedy_ids"]
+    rng = random.Random(5)
+
+    def call(sid, tok, pos):
+        return expect(api.post("/api/v3/graph", {"graphId": step, "session": sid, "bind": {"ids": [tok], "pos": pos}},
+                               key=key, timeout=60), 200)["outputs"]["tok"]["data"][0]
+
+    for trial in range(12):
+        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+        expect(api.post("/api/v3/graph", {"graph": dict(alloc, session=sid)}, key=key), 200)
+        expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key), 200)
+        for pos in range(len(golden) - 1):  # journaled since the checkpoint: the restore replays them
+            call(sid, golden[pos], pos)
+        victim = grid.holder(model)
+        grid.kill(victim)
+        # once the model is placed again the session's checkpoint goes back and its 32 calls
+        # are replayed: the deletion lands somewhere in there
+        grid.wait(lambda s: victim not in [w["workerId"] for w in s["pool"]])
+        while grid.holder(model) == victim:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.05))
+        r = api.delete(f"/api/v3/sessions/{sid}", key=key, timeout=30)
+        assert r.status == 200, f"trial {trial}: {r!r}"
+        grid.join()
+        # the coordinator is still there: a new session on the re-placed model decodes right
+        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key, timeout=30), 200)["session"]["sessionId"]
+        expect(api.post("/api/v3/graph", {"graph": dict(alloc, session=sid)}, key=key, timeout=30), 200)
+        for pos in range(len(prompt)):
+            tok = int(call(sid, prompt[pos], pos))
+        assert tok == golden[len(prompt)], f"trial {trial}"
+        expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
+    grid.server.assert_up()
+
+
 def test_a_model_host_that_is_down_gives_a_clear_error(start_server):
     dead = f"http://127.0.0.1:{free_port()}"
     server = start_server("--dev", hf_endpoint=dead)
