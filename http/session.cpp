@@ -3,8 +3,13 @@
 
 #include "http/session.hpp"
 
+#include <sys/sendfile.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <vector>
 
@@ -194,6 +199,25 @@ std::shared_ptr<sse_stream> responder_impl::start_sse(int status) {
 void responder_impl::respond_stream(response head, std::optional<std::uint64_t> content_length, body_source source) {
   if (!claim()) return;
   deliver(answer{answer::kind::stream, std::move(head), content_length, std::move(source), {}});
+}
+
+// ---- file bodies ----
+
+file_handle::~file_handle() {
+  if (fd >= 0) ::close(fd);
+}
+
+result<std::size_t> file_source::operator()(char* buf, std::size_t cap) {
+  const std::size_t want = std::size_t(std::min<std::uint64_t>(cap, end - pos));
+  if (want == 0) return std::size_t(0);
+  for (;;) {
+    const ssize_t n = ::pread(file->fd, buf, want, static_cast<off_t>(pos));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return make_error(errc::internal, "reading " + path + ": " + std::strerror(errno));
+    if (n == 0) return make_error(errc::internal, path + " shrank while it was being sent");
+    pos += static_cast<std::uint64_t>(n);
+    return static_cast<std::size_t>(n);
+  }
 }
 
 // ---- session ----
@@ -443,6 +467,11 @@ net::awaitable<bool> session::write_stream(answer& a, bool head_only, bool keep_
   if (auto [ec, n] = co_await bhttp::async_write_header(stream_, sr, use_tuple); ec) co_return false;
   if (head_only) co_return again;
 
+  if (auto* f = a.source.target<file_source>(); f && a.content_length) {
+    const bool sent = co_await send_file(*f, *a.content_length);
+    co_return sent && again;
+  }
+
   // Pull a piece, write it, repeat: the piece buffer is all this response holds.
   std::uint64_t left = a.content_length.value_or(UINT64_MAX);
   std::vector<char> buf(std::max<std::size_t>(1, a.content_length ? std::min<std::uint64_t>(cfg_.stream_chunk_bytes, left)
@@ -475,6 +504,42 @@ net::awaitable<bool> session::write_stream(answer& a, bool head_only, bool keep_
   stream_.expires_after(cfg_.idle_timeout);
   auto [ec, w] = co_await net::async_write(stream_, bhttp::make_chunk_last(), use_tuple);
   co_return !ec && again;
+}
+
+net::awaitable<bool> session::send_file(file_source& f, std::uint64_t length) {
+  auto& socket = stream_.socket();
+  beast::error_code ec;
+  socket.native_non_blocking(true, ec);  // sendfile must not block this I/O thread
+  if (ec) co_return false;
+  std::uint64_t left = length;
+  while (left > 0) {
+    off_t off = static_cast<off_t>(f.pos);
+    const ssize_t n = ::sendfile(socket.native_handle(), f.file->fd, &off,
+                                 std::size_t(std::min<std::uint64_t>(left, std::uint64_t(1) << 30)));
+    if (n > 0) {
+      f.pos += std::uint64_t(n);
+      left -= std::uint64_t(n);
+      continue;
+    }
+    if (n == 0) {
+      std::fprintf(stderr, "mpakt http: %s shrank while it was being sent to %s\n", f.path.c_str(), remote_.c_str());
+      co_return false;  // the promised body cannot be completed: closing tells the client
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) co_return false;  // the client left
+    // The socket's buffer is full: wait until it drains, for the idle timeout at most.
+    net::steady_timer timer(stream_.get_executor());
+    timer.expires_after(cfg_.idle_timeout);
+    auto waiting = std::make_shared<bool>(true);  // a late expiry must not cancel a later wait
+    timer.async_wait([&socket, waiting](beast::error_code e) {
+      if (!e && *waiting) socket.cancel();  // a client that stopped reading
+    });
+    auto [wec] = co_await socket.async_wait(tcp::socket::wait_write, use_tuple);
+    *waiting = false;
+    timer.cancel();
+    if (wec) co_return false;
+  }
+  co_return true;
 }
 
 net::awaitable<bool> session::write_sse(answer& a, bool head_only, bool keep_alive) {
