@@ -9,7 +9,7 @@ volunteer (`mpakt worker --join`) on loopback. Reports
     on load (q8), `--load-repeats` times each (median), each repeat beside the loopback TCP
     bandwidth measured just before it (one socket, 1 GiB, Python), so the volunteer's share of
     the link is a ratio taken within one repeat; and the CPU seconds each process (host,
-    coordinator, volunteer) spent per GB loaded (/proc schedstat), which says what limits a
+    coordinator, volunteer) spent per GB loaded (/proc/PID/stat), which says what limits a
     load on a machine whose cores are busy;
   * decode tokens/s of the worker loop (`/api/v3/generate`, greedy, 64 tokens) on the
     embedded worker and on the volunteer (every token crosses the volunteer link as a message);
@@ -75,8 +75,10 @@ def loopback_bandwidth(total=1 << 30, chunk=1 << 20):
 
 
 def cpu_seconds(pid):
-    """CPU seconds all threads of pid have run (/proc schedstat, nanoseconds)."""
-    return sum(run for _, run, _ in db.sched(pid).values()) / 1e9
+    """CPU seconds (user + system) of every thread pid has run, those that have ended too
+    (a load's fetch threads do): /proc/PID/stat, in clock ticks."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine():
