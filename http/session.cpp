@@ -3,6 +3,8 @@
 
 #include "http/session.hpp"
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/sendfile.h>
 #include <unistd.h>
 
@@ -202,6 +204,49 @@ void responder_impl::respond_stream(response head, std::optional<std::uint64_t> 
 }
 
 // ---- file bodies ----
+
+namespace {
+
+/// sendfile(2) has no MSG_NOSIGNAL: to a client that has gone it raises SIGPIPE, which would
+/// end a process that has not chosen to ignore it. While alive, this blocks SIGPIPE on the
+/// calling thread and discards one that the call raised. Scope it to one system call (a
+/// coroutine may resume on another thread).
+class sigpipe_guard {
+ public:
+  sigpipe_guard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  }
+  ~sigpipe_guard() {
+    sigset_t pending;
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+      const timespec now{0, 0};
+      sigtimedwait(&pipe_, nullptr, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  sigpipe_guard(const sigpipe_guard&) = delete;
+  sigpipe_guard& operator=(const sigpipe_guard&) = delete;
+
+ private:
+  sigset_t pipe_{}, old_{};
+  bool was_pending_ = false;
+};
+
+/// One sendfile call; `err` is its errno (the guard's own calls may change errno after it).
+ssize_t send_file_part(int socket, int fd, off_t& offset, std::size_t count, int& err) {
+  sigpipe_guard guard;
+  const ssize_t n = ::sendfile(socket, fd, &offset, count);
+  err = errno;
+  return n;
+}
+
+}  // namespace
 
 file_handle::~file_handle() {
   if (fd >= 0) ::close(fd);
@@ -514,8 +559,9 @@ net::awaitable<bool> session::send_file(file_source& f, std::uint64_t length) {
   std::uint64_t left = length;
   while (left > 0) {
     off_t off = static_cast<off_t>(f.pos);
-    const ssize_t n = ::sendfile(socket.native_handle(), f.file->fd, &off,
-                                 std::size_t(std::min<std::uint64_t>(left, std::uint64_t(1) << 30)));
+    int err = 0;
+    const ssize_t n = send_file_part(socket.native_handle(), f.file->fd, off,
+                                     std::size_t(std::min<std::uint64_t>(left, std::uint64_t(1) << 30)), err);
     if (n > 0) {
       f.pos += std::uint64_t(n);
       left -= std::uint64_t(n);
@@ -525,8 +571,8 @@ net::awaitable<bool> session::send_file(file_source& f, std::uint64_t length) {
       std::fprintf(stderr, "mpakt http: %s shrank while it was being sent to %s\n", f.path.c_str(), remote_.c_str());
       co_return false;  // the promised body cannot be completed: closing tells the client
     }
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) co_return false;  // the client left
+    if (err == EINTR) continue;
+    if (err != EAGAIN && err != EWOULDBLOCK) co_return false;  // the client left
     // The socket's buffer is full: wait until it drains, for the idle timeout at most.
     net::steady_timer timer(stream_.get_executor());
     timer.expires_after(cfg_.idle_timeout);
