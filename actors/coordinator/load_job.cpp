@@ -193,7 +193,13 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
   constexpr int attempts = 3;
   for (int attempt = 1;; ++attempt) {
     auto placed = place_load(self, cfg, pool, req, *ctx, *selected, *mode);
-    if (!placed) return std::move(placed).err();
+    if (!placed) {
+      // The capacity check reads the pool's free memory, the pick reads it again: a load that
+      // reserved its room in between leaves the check passed and no worker to pick. Looking
+      // again sees that reservation, and the check itself refuses, with the numbers.
+      if (attempt < attempts && placed.err().code == errc::unavailable) continue;
+      return std::move(placed).err();
+    }
     auto& [p, o, parts] = *placed;
     // What each chosen worker must hold for this load.
     std::vector<std::pair<worker_actor, std::uint64_t>> need;
