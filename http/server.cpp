@@ -100,26 +100,11 @@ void responder::respond_stream(response head, std::optional<std::uint64_t> conte
   respond(std::move(head));
 }
 
-namespace {
-
-/// An open file descriptor, closed with the last body_source copy that reads it.
-struct file_handle {
-  int fd = -1;
-  explicit file_handle(int f) : fd(f) {}
-  ~file_handle() {
-    if (fd >= 0) ::close(fd);
-  }
-  file_handle(const file_handle&) = delete;
-  file_handle& operator=(const file_handle&) = delete;
-};
-
-}  // namespace
-
 status responder::respond_file(const std::string& path, std::uint64_t offset, std::optional<std::uint64_t> length,
                                response head) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return make_error(errc::not_found, "cannot open " + path + ": " + std::strerror(errno));
-  auto file = std::make_shared<file_handle>(fd);
+  auto file = std::make_shared<detail::file_handle>(fd);
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return make_error(errc::not_found, path + " is not a regular file");
   const auto size = static_cast<std::uint64_t>(st.st_size);
@@ -127,20 +112,7 @@ status responder::respond_file(const std::string& path, std::uint64_t offset, st
     return make_error(errc::invalid, "bytes " + std::to_string(offset) + "+" + std::to_string(length.value_or(0)) +
                                          " are past the end of " + path + " (" + std::to_string(size) + " bytes)");
   const std::uint64_t len = length.value_or(size - offset);
-  std::uint64_t pos = offset;
-  const std::uint64_t end = offset + len;
-  respond_stream(std::move(head), len, [file, pos, end, path](char* buf, std::size_t cap) mutable -> result<std::size_t> {
-    const std::size_t want = std::min<std::uint64_t>(cap, end - pos);
-    if (want == 0) return std::size_t(0);
-    for (;;) {
-      const ssize_t n = ::pread(file->fd, buf, want, static_cast<off_t>(pos));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return make_error(errc::internal, "reading " + path + ": " + std::strerror(errno));
-      if (n == 0) return make_error(errc::internal, path + " shrank while it was being sent");
-      pos += static_cast<std::uint64_t>(n);
-      return static_cast<std::size_t>(n);
-    }
-  });
+  respond_stream(std::move(head), len, detail::file_source{std::move(file), offset, offset + len, path});
   return ok_status();
 }
 
