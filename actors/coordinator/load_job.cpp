@@ -133,15 +133,6 @@ result<std::tuple<loader::load_plan, load_outcome, std::vector<worker_actor>>> p
   out.quantize = std::string(loader::quantize_mode_name(plan->mode));
   std::vector<worker_actor> part_of;  // per planned tensor
   auto picked = ask<worker_actor, worker_status>(self, pool, cfg.worker_timeout, pick_atom::value, plan->planned_bytes);
-  if (!picked) {
-    // Memory may have been taken (another load's reservation) between the check and the pick:
-    // check again, so a load that no longer fits is refused with the capacity numbers.
-    auto again = check();
-    if (!again) return std::move(again).err();
-    cap = again->first;
-    plan = std::move(again->second);
-    picked = ask<worker_actor, worker_status>(self, pool, cfg.worker_timeout, pick_atom::value, plan->planned_bytes);
-  }
   if (picked) {
     out.worker = std::get<0>(*picked);
     out.worker_id = std::get<1>(*picked).worker_id;
