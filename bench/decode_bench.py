@@ -81,8 +81,8 @@ SMOL_CONFIG = {
 }
 
 # performance.md (the peer, measured on this machine class; not run here).
-# Conversations decoding at once in the batched path (their steps share passes).
-BATCH = 4
+# Conversations decoding at once in the batched paths (their steps share passes).
+BATCHES = (4, 8)
 
 LLAMA_CPP = {
     "smol": {"dtype": "bf16", "tps_1thread": 107, "tps_2threads": 138, "roofline_2threads": 285,
@@ -414,7 +414,7 @@ class ModelBench:
         self.prefill_s = time.perf_counter() - t
         # More sessions with the same prompt, for conversations decoding at the same time.
         self.extra_sessions = []
-        for _ in range(BATCH - 1):
+        for _ in range(max(BATCHES) - 1):
             sid = api.post("/api/v3/sessions", {"modelId": self.model})["session"]["sessionId"]
             api.post("/api/v3/graph", {"graph": dict(alloc, session=sid)})
             for pos, tok in enumerate(self.prompt[:-1]):
@@ -540,7 +540,8 @@ class ModelBench:
             for always in (False, True):
                 paths.append((f"spec-{ctx}-always{'T' if always else 'F'}",
                               lambda c=ctx, a=always: self.generate(n, True, self.spec_body(contexts[c], a))))
-        paths.append((f"batched-x{BATCH}", lambda: self.concurrent(n, BATCH)))
+        for b in BATCHES:
+            paths.append((f"batched-x{b}", lambda b=b: self.concurrent(n, b)))
         # The verify-5 graph alone: what the 4-draft pass gives when the chooser cannot pick 3.
         paths.append(("spec-seen-alwaysT-v5only",
                       lambda: self.generate(n, True, self.spec_body(contexts["seen"], True, ("verify5",)))))
