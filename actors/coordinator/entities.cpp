@@ -1,6 +1,9 @@
 #include "actors/coordinator/entities.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <map>
+#include <optional>
 
 #include "actors/errors.hpp"
 
@@ -8,11 +11,53 @@ namespace mpakt {
 
 namespace {
 
+/// The calls an entity actor has taken and not answered yet. A CAF 0.17 response promise
+/// destroyed unanswered sends nothing — its caller would wait for its own timeout (minutes
+/// for a graph call) — so an entity that quits (deleted) first answers each call it holds.
+template <class... Ts>
+struct open_calls {
+  using promise = caf::typed_response_promise<Ts...>;
+  struct call {
+    promise rp;
+    std::function<void()> stop;  ///< stops the work on its worker (a graph run: by its run id)
+  };
+  std::uint64_t next = 0;
+  std::map<std::uint64_t, call> calls;
+
+  std::uint64_t open(promise rp, std::function<void()> stop = {}) {
+    calls.emplace(++next, call{std::move(rp), std::move(stop)});
+    return next;
+  }
+  /// The call's promise, once: nothing when it was answered already (by fail_all).
+  std::optional<promise> close(std::uint64_t id) {
+    auto it = calls.find(id);
+    if (it == calls.end()) return std::nullopt;
+    promise rp = std::move(it->second.rp);
+    calls.erase(it);
+    return rp;
+  }
+  /// Answers every open call with `e` and stops its work.
+  void fail_all(const caf::error& e) {
+    for (auto& [_, c] : calls) {
+      if (c.stop) c.stop();
+      c.rp.deliver(e);
+    }
+    calls.clear();
+  }
+};
+
+/// Stops a graph run on its worker (it applies nothing: docs/protocol.md, "Worker").
+std::function<void()> stop_run(const worker_actor& w, const std::string& run_id) {
+  if (run_id.empty()) return {};
+  return [w, run_id] { caf::anon_send(w, runcancel_atom::value, run_id); };
+}
+
 struct session_state {
   std::string id;
   worker_actor worker;
   std::uint64_t steps = 0;
   entity_timeouts t;
+  open_calls<run_reply> runs;
 };
 
 struct graph_state {
@@ -21,6 +66,8 @@ struct graph_state {
   std::vector<caf::actor_addr> compiled_on;
   compile_reply last_compile;
   entity_timeouts t;
+  open_calls<run_reply> runs;
+  open_calls<compile_reply> compiles;
 };
 
 struct model_state {
@@ -61,27 +108,37 @@ session_actor spawn_session(caf::actor_system& sys, std::string session_id, work
         // A call that fails (stopped past its limit included) applies nothing and counts no step.
         [=](run_atom, run_request& r) -> caf::result<run_reply> {
           auto rp = self->make_response_promise<run_reply>();
+          const auto call = self->state.runs.open(rp, stop_run(self->state.worker, r.run_id));
           limit_call(r, self->state.t);
           self->request(self->state.worker, self->state.t.graph + self->state.t.answer_grace, run_atom::value, std::move(r))
               .then(
                   [=](run_reply& reply) mutable {
+                    auto rp = self->state.runs.close(call);
+                    if (!rp) return;
                     self->state.steps++;
-                    rp.deliver(std::move(reply));
+                    rp->deliver(std::move(reply));
                   },
-                  [=](caf::error& e) mutable { rp.deliver(session_error(self->state.id, e, self->state.t)); });
+                  [=](caf::error& e) mutable {
+                    if (auto rp = self->state.runs.close(call)) rp->deliver(session_error(self->state.id, e, self->state.t));
+                  });
           return rp;
         },
         [=](run_atom, run_request& r, graph_actor g) -> caf::result<run_reply> {
           auto rp = self->make_response_promise<run_reply>();
+          const auto call = self->state.runs.open(rp, stop_run(self->state.worker, r.run_id));
           limit_call(r, self->state.t);
           self->request(g, self->state.t.graph + self->state.t.answer_grace + std::chrono::seconds(1), run_atom::value, std::move(r),
                         self->state.worker)
               .then(
                   [=](run_reply& reply) mutable {
+                    auto rp = self->state.runs.close(call);
+                    if (!rp) return;
                     self->state.steps++;
-                    rp.deliver(std::move(reply));
+                    rp->deliver(std::move(reply));
                   },
-                  [=](caf::error& e) mutable { rp.deliver(session_error(self->state.id, e, self->state.t)); });
+                  [=](caf::error& e) mutable {
+                    if (auto rp = self->state.runs.close(call)) rp->deliver(session_error(self->state.id, e, self->state.t));
+                  });
           return rp;
         },
         [=](info_atom) -> caf::result<session_info, std::uint64_t> {
@@ -98,6 +155,8 @@ session_actor spawn_session(caf::actor_system& sys, std::string session_id, work
         },
         [=](delete_atom) -> caf::result<bool> {
           auto rp = self->make_response_promise<bool>();
+          // (what the worker still runs for those calls is dropped with the session there)
+          self->state.runs.fail_all(to_caf(errc::not_found, "session " + self->state.id + " was deleted during this call"));
           self->request(self->state.worker, self->state.t.control, sclose_atom::value, self->state.id)
               .then(
                   [=](bool) mutable {
@@ -128,27 +187,37 @@ graph_actor spawn_graph(caf::actor_system& sys, std::string graph_id, std::strin
         [=](compile_atom, worker_actor w) -> caf::result<compile_reply> {
           if (compiled_on(w)) return self->state.last_compile;  // already planned there
           auto rp = self->make_response_promise<compile_reply>();
+          const auto call = self->state.compiles.open(rp);
           self->request(w, self->state.t.graph, compile_atom::value, compile_request{self->state.id, self->state.graph_json})
               .then(
                   [=](compile_reply& c) mutable {
+                    auto rp = self->state.compiles.close(call);
+                    if (!rp) return;
                     self->state.compiled_on.push_back(w.address());
                     self->state.last_compile = c;
-                    rp.deliver(std::move(c));
+                    rp->deliver(std::move(c));
                   },
-                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+                  [=](caf::error& e) mutable {
+                    if (auto rp = self->state.compiles.close(call)) rp->deliver(caf::error(e));
+                  });
           return rp;
         },
         [=](run_atom, run_request& r, worker_actor w) -> caf::result<run_reply> {
           auto rp = self->make_response_promise<run_reply>();
+          const auto call = self->state.runs.open(rp, stop_run(w, r.run_id));
           r.graph_id = self->state.id;
           limit_call(r, self->state.t);
           auto run = [=](run_request req) mutable {
             self->request(w, self->state.t.graph + self->state.t.answer_grace, run_atom::value, std::move(req))
-                .then([=](run_reply& reply) mutable { rp.deliver(std::move(reply)); },
-                      [=](caf::error& e) mutable {
-                        rp.deliver(e == caf::sec::request_timeout ? graph_timeout_error(self->state.t, "its worker")
-                                                                  : caf::error(e));
-                      });
+                .then(
+                    [=](run_reply& reply) mutable {
+                      if (auto rp = self->state.runs.close(call)) rp->deliver(std::move(reply));
+                    },
+                    [=](caf::error& e) mutable {
+                      if (auto rp = self->state.runs.close(call))
+                        rp->deliver(e == caf::sec::request_timeout ? graph_timeout_error(self->state.t, "its worker")
+                                                                   : caf::error(e));
+                    });
           };
           if (compiled_on(w)) {
             run(std::move(r));
@@ -156,14 +225,20 @@ graph_actor spawn_graph(caf::actor_system& sys, std::string graph_id, std::strin
             self->request(w, self->state.t.graph, compile_atom::value, compile_request{self->state.id, self->state.graph_json})
                 .then(
                     [=](compile_reply&) mutable {
+                      if (!self->state.runs.calls.count(call)) return;  // answered: the graph was deleted
                       self->state.compiled_on.push_back(w.address());
                       run(r);
                     },
-                    [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+                    [=](caf::error& e) mutable {
+                      if (auto rp = self->state.runs.close(call)) rp->deliver(caf::error(e));
+                    });
           }
           return rp;
         },
         [=](delete_atom) {
+          const std::string gone = "graph " + self->state.id + " was deleted during this call";
+          self->state.runs.fail_all(to_caf(errc::not_found, gone));
+          self->state.compiles.fail_all(to_caf(errc::not_found, gone));
           // Workers drop their compiled copy; nothing to wait for.
           for (const auto& addr : self->state.compiled_on)
             if (auto w = caf::actor_cast<worker_actor>(addr)) caf::anon_send(w, dropgraph_atom::value, self->state.id);

@@ -245,6 +245,37 @@ def test_a_client_that_disconnects_stops_its_graph(patient):
     assert session_state(api, key, sid) == before
 
 
+def test_deleting_a_session_or_graph_answers_its_calls_in_flight(patient):
+    """A call running in a session (or on a compiled graph) that is deleted meanwhile is
+    answered at once — 404, saying so — not left waiting for the graph limit."""
+    api = Api(patient.port, timeout=WORK_S)
+    _, key = patient.account("deleter")
+    sid = new_session(api, key)
+    long = Call(api, "POST", "/api/v3/graph", {"graph": long_graph(sid)}, key, WORK_S)
+    long.start()
+    wait_busy(api, key)
+    t0 = time.monotonic()
+    expect(api.delete(f"/api/v3/sessions/{sid}", key=key, timeout=WORK_S), 200)
+    long.join()
+    expect(long.reply, 404, f"session {sid} was deleted during this call")
+    assert time.monotonic() - t0 < 20, "the call waited for the graph limit"
+    expect(api.get(f"/api/v3/sessions/{sid}", key=key), 404)
+
+    gid = expect(api.post("/api/v3/graphs", {"graph": long_graph()}, key=key), 200)["graphId"]
+    long = Call(api, "POST", "/api/v3/graph", {"graphId": gid}, key, WORK_S)
+    long.start()
+    wait_busy(api, key)
+    t0 = time.monotonic()
+    expect(api.delete(f"/api/v3/graphs/{gid}", key=key, timeout=WORK_S), 200)
+    long.join()
+    expect(long.reply, 404, f"graph {gid} was deleted during this call")
+    assert time.monotonic() - t0 < 20, "the call waited for the graph limit"
+    # the worker is not left running them for the rest of the minute: another call gets through
+    t0 = time.monotonic()
+    expect(api.post("/api/v3/graph", {"graph": small_graph()}, key=key, timeout=WORK_S), 200)
+    assert time.monotonic() - t0 < 70
+
+
 def test_a_busy_worker_answers_status_and_takes_a_load(patient):
     api = Api(patient.port, timeout=WORK_S)
     _, key = patient.account("watcher")
