@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <memory>
 #include <regex>
 #include <set>
@@ -57,8 +58,9 @@ struct pipeline_state {
   std::map<std::string, compiled_template> templates;
   entity_timeouts t;
   /// Stage runs in flight per part: failed at once if that part's worker is lost (a request
-  /// to a vanished remote actor would otherwise wait for its full timeout).
-  std::map<int, std::map<std::uint64_t, std::function<void()>>> inflight;
+  /// to a vanished remote actor would otherwise wait for its full timeout) or the model is
+  /// deleted (given the error then).
+  std::map<int, std::map<std::uint64_t, std::function<void(std::optional<caf::error>)>>> inflight;
   std::uint64_t next_call = 0;
 };
 
@@ -256,7 +258,11 @@ void run_stage(pointer self, std::shared_ptr<call> c, std::size_t i) {
   auto r = stage_request(self, c, i);
   if (!r) return c->fail(to_caf(r.err()));
   const std::uint64_t id = S.next_call++;
-  S.inflight[s.worker][id] = [c, gone] { c->fail(to_caf(errc::unavailable, gone + " during this call")); };
+  // Failed with `why`, or (none) because the part's worker left the grid.
+  S.inflight[s.worker][id] = [c, gone, w = S.parts[std::size_t(s.worker)].worker](std::optional<caf::error> why) {
+    if (why && !c->run_id.empty()) caf::anon_send(w, runcancel_atom::value, c->run_id);  // (its worker is still there)
+    c->fail(why ? std::move(*why) : to_caf(errc::unavailable, gone + " during this call"));
+  };
   auto settle = [self, part = s.worker, id] {
     auto& in = self->state.inflight;
     if (auto it = in.find(part); it != in.end()) it->second.erase(id);
@@ -569,8 +575,15 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
         },
         [=](tabort_atom, const std::string&) { return true; },
         [=](dropmodel_atom, const std::string&) {
-          for (std::size_t p = 0; p < self->state.parts.size(); ++p)
-            if (self->state.alive[p]) caf::anon_send(self->state.parts[p].worker, dropmodel_atom::value, self->state.model_id);
+          auto& S = self->state;
+          // Calls in flight are answered before the actor goes (their promises would be
+          // dropped unanswered), and their stages stopped on the parts.
+          auto inflight = std::move(S.inflight);
+          S.inflight.clear();
+          for (auto& [p, calls] : inflight)
+            for (auto& [_, abort] : calls) abort(to_caf(errc::not_found, "model " + S.model_id + " was deleted during this call"));
+          for (std::size_t p = 0; p < S.parts.size(); ++p)
+            if (S.alive[p]) caf::anon_send(S.parts[p].worker, dropmodel_atom::value, S.model_id);
           self->quit();
           return true;
         },
@@ -814,7 +827,7 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           if (auto it = S.inflight.find(int(p)); it != S.inflight.end()) {
             auto calls = std::move(it->second);
             S.inflight.erase(it);
-            for (auto& [_, abort] : calls) abort();
+            for (auto& [_, abort] : calls) abort(std::nullopt);
           }
           for (auto& [sid, s] : S.sessions)
             for (const auto& [t, where] : s.where)
