@@ -95,8 +95,19 @@ void float_tile(const float_product& a, i64 r0, i64 n0) {
   const float* xr = a.x + r0 * k;
 
   const i64 full = k / 32 * 32;
+  // Decode (one activation row) streams the weights once: the lines of the tile two tiles
+  // on — the rows after these, contiguous — are asked for while these are multiplied.
+  constexpr i64 elem = T == wtype::f32 ? 4 : 2;
+  const i64 ahead = 2 * NT * a.w_row_bytes;
   for (i64 k0 = 0; k0 < full; k0 += 32) {
     __m512 wl[NT], wh[NT];
+    if constexpr (RT == 1) {
+#pragma GCC unroll 16
+      for (int j = 0; j < NT; ++j)
+#pragma GCC unroll 2
+        for (i64 line = 0; line < 32 * elem; line += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(wr[j] + ahead + k0 * elem + line), _MM_HINT_T0);
+    }
 #pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) widen<T>::full(wr[j], k0, wl[j], wh[j]);
 #pragma GCC unroll 16
