@@ -84,13 +84,13 @@ void float_tile(const float_product& a, i64 r0, i64 n0) {
   for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
   const float* xr = a.x + r0 * k;
   const i64 full = k / 16 * 16;
-  // Decode (one activation row) streams the weights once: the tile two tiles on (the rows
+  // Decode and small batches read the weights once per pass: the tile two tiles on (the rows
   // after these, contiguous) is asked for, a line per row every 64 bytes, while these are used.
   constexpr i64 elem = T == wtype::f32 ? 4 : 2;
   const i64 ahead = 2 * NT * a.w_row_bytes;
   for (i64 k0 = 0; k0 < full; k0 += 16) {
     __m256 wl[NT], wh[NT];
-    if constexpr (RT == 1) {
+    if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
       if ((k0 * elem) % 64 == 0) {
 #pragma GCC unroll 16
         for (int j = 0; j < NT; ++j) _mm_prefetch(reinterpret_cast<const char*>(wr[j] + ahead + k0 * elem), _MM_HINT_T0);

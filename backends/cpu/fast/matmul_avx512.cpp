@@ -95,13 +95,13 @@ void float_tile(const float_product& a, i64 r0, i64 n0) {
   const float* xr = a.x + r0 * k;
 
   const i64 full = k / 32 * 32;
-  // Decode (one activation row) streams the weights once: the lines of the tile two tiles
+  // Decode and small batches read the weights once per pass: the lines of the tile two tiles
   // on — the rows after these, contiguous — are asked for while these are multiplied.
   constexpr i64 elem = T == wtype::f32 ? 4 : 2;
   const i64 ahead = 2 * NT * a.w_row_bytes;
   for (i64 k0 = 0; k0 < full; k0 += 32) {
     __m512 wl[NT], wh[NT];
-    if constexpr (RT == 1) {
+    if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
 #pragma GCC unroll 16
       for (int j = 0; j < NT; ++j)
 #pragma GCC unroll 2
