@@ -118,12 +118,16 @@ def test_killed_volunteer_loses_nothing_checkpointed(grid):
             out.append(tok)
         return out
 
-    # How long an undisturbed decode loop takes: each kill lands at a random moment inside it.
-    sid = prefilled()
-    t0 = time.monotonic()
-    assert prompt + decode(sid) == golden
-    window = (time.monotonic() - t0) * 0.9
-    expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
+    # How long an undisturbed decode loop takes (the shortest of three: a busy machine must not
+    # stretch it): each kill lands at a random moment inside it.
+    took = []
+    for _ in range(3):
+        sid = prefilled()
+        t0 = time.monotonic()
+        assert prompt + decode(sid) == golden
+        took.append(time.monotonic() - t0)
+        expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
+    window = min(took) * 0.9
     during = 0
     for trial in range(TRIALS):
         sid = prefilled()

@@ -191,11 +191,16 @@ def kill_trials(spread, seed, decode):
             feed(spread, sid, prompt[pos], pos)
         return sid
 
-    sid = prefilled()
-    t0 = time.monotonic()
-    assert prompt + decode(sid) == golden
-    window = (time.monotonic() - t0) * 0.9
-    expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
+    # the shortest of three undisturbed decodes: a slow one (the machine busy) must not
+    # stretch the window past the decodes the kills are meant to land in
+    took = []
+    for _ in range(3):
+        sid = prefilled()
+        t0 = time.monotonic()
+        assert prompt + decode(sid) == golden
+        took.append(time.monotonic() - t0)
+        expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
+    window = min(took) * 0.9
     rng = random.Random(seed)
     during = 0
     for trial in range(5):
