@@ -73,6 +73,8 @@ std::string lost_message(const std::string& what) {
   if (what.rfind("session ", 0) == 0)
     return what + " was held by a worker that left the grid, and its caches went with it: open a new session and "
                   "prefill it again (or restore a checkpoint)";
+  if (what.rfind("tensor ", 0) == 0)  // a v2 upload: the coordinator keeps no copy of it
+    return what + " was held by a worker that left the grid and went with it: upload it again (POST /api/v2/tensors)";
   return what + " was on a worker that left the grid: load it again";
 }
 

@@ -23,7 +23,7 @@ bool actor_gone(const caf::error& e);
 
 /// What a call gets when `what` ("session s_…", "model m_…", "tensor t_…") was on a worker
 /// that left the grid: a session's caches went with it (prefill again or restore a
-/// checkpoint); anything else must be loaded again.
+/// checkpoint); a v2 tensor must be uploaded again; a model must be loaded again.
 std::string lost_message(const std::string& what);
 
 /// The HTTP status for an error code (decisions.md "Errors").

@@ -31,8 +31,12 @@ const char* serve_usage =
     "usage: mpakt serve --port N --data-dir DIR [--dev] [--hf-endpoint URL] [--workers N]\n"
     "                   [--default-quantize none|q8|q4|auto] [--address ADDR]\n"
     "                   [--worker-memory SIZE] [--graph-timeout-ms MS] [--body-limit SIZE]\n"
-    "                   [--durable-budget SIZE] [--threads N] [--web DIR] [--cluster-port N]\n"
+    "                   [--durable-budget SIZE] [--v2-quota SIZE] [--threads N] [--web DIR]\n"
+    "                   [--cluster-port N]\n"
     "                   [--allow-local DIR]... [--allow-private-sources]\n"
+    "                   [--max-connections N] [--max-connections-per-address N]\n"
+    "                   [--header-timeout-ms MS] [--body-timeout-ms MS] [--generations-per-key N]\n"
+    "                   [--login-failures-per-user N] [--login-failures-per-address N] [--login-window-s S]\n"
     "\n"
     "Runs the coordinator: the v3 HTTP API, accounts (SQLite in DIR) and the actors, with\n"
     "N embedded CPU workers (default 1; 0 = only remote volunteers).\n"
@@ -48,8 +52,18 @@ const char* serve_usage =
     "  --graph-timeout-ms  how long one graph may run before 504 (default 300000)\n"
     "  --body-limit        largest request body, e.g. 256M (default 256M)\n"
     "  --durable-budget    per-key room for session checkpoints on the coordinator (default 1G)\n"
+    "  --v2-quota SIZE     per-key room for v2 tensor uploads (default 128000000 bytes)\n"
     "  --threads N         threads a kernel may use (default: the machine's cores, or $MPAKT_THREADS)\n"
-    "  --cluster-port N    accept volunteers (`mpakt worker --join ADDR:N`) on --address, port N\n";
+    "  --cluster-port N    accept volunteers (`mpakt worker --join ADDR:N`) on --address, port N\n"
+    "Abuse limits (0 = none):\n"
+    "  --max-connections N             open HTTP connections in all (default 1024; 503 past it)\n"
+    "  --max-connections-per-address N ... from one client address (default 256; 429 past it)\n"
+    "  --header-timeout-ms MS          a request's header must arrive within MS of its first byte (default 10000)\n"
+    "  --body-timeout-ms MS            its body within MS of the header (default 300000); slower clients are dropped\n"
+    "  --generations-per-key N         generate and chat requests one key may run at once (default 8; 429 past it)\n"
+    "  --login-failures-per-user N     failed logins per username in the window before 429 (default 10)\n"
+    "  --login-failures-per-address N  failed logins per client address in the window (default 50)\n"
+    "  --login-window-s S              the window of the two above, in seconds (default 300)\n";
 
 }  // namespace
 
@@ -64,6 +78,8 @@ int cmd_serve(const std::vector<std::string>& args) {
   coordinator_config ccfg;
   if (const char* env = std::getenv("MPAKT_HF_ENDPOINT"); env && *env) ccfg.load.hf_endpoint = env;
   std::uint64_t worker_memory = std::uint64_t(8) << 30, body_limit = std::uint64_t(256) << 20;
+  http::server_config scfg;
+  http::abuse_config abuse;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
@@ -108,10 +124,30 @@ int cmd_serve(const std::vector<std::string>& args) {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s) return bad("--durable-budget takes a size such as 1G");
       ccfg.durable_budget_bytes = *s;
+    } else if (a == "--v2-quota") {
+      auto s = (v = value()) ? parse_size(*v) : std::nullopt;
+      if (!s) return bad("--v2-quota takes a size such as 128M");
+      ccfg.v2_quota_bytes = *s;
     } else if (a == "--body-limit") {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s || *s == 0) return bad("--body-limit takes a size such as 256M");
       body_limit = *s;
+    } else if (a == "--max-connections" || a == "--max-connections-per-address" || a == "--header-timeout-ms" ||
+               a == "--body-timeout-ms" || a == "--generations-per-key" || a == "--login-failures-per-user" ||
+               a == "--login-failures-per-address" || a == "--login-window-s") {
+      const bool positive = a == "--header-timeout-ms" || a == "--body-timeout-ms" || a == "--login-window-s";
+      if (!(v = value()) || v->empty() || v->find_first_not_of("0123456789") != std::string::npos || v->size() > 9 ||
+          (positive && std::atoll(v->c_str()) == 0))
+        return bad((a + (positive ? " takes a positive whole number" : " takes a whole number (0 = no limit)")).c_str());
+      const long long n = std::atoll(v->c_str());
+      if (a == "--max-connections") scfg.max_connections = std::size_t(n);
+      else if (a == "--max-connections-per-address") scfg.max_connections_per_address = std::size_t(n);
+      else if (a == "--header-timeout-ms") scfg.header_timeout = std::chrono::milliseconds(n);
+      else if (a == "--body-timeout-ms") scfg.body_timeout = std::chrono::milliseconds(n);
+      else if (a == "--generations-per-key") abuse.generations_per_key = int(n);
+      else if (a == "--login-failures-per-user") abuse.login_failures_per_user = int(n);
+      else if (a == "--login-failures-per-address") abuse.login_failures_per_address = int(n);
+      else abuse.login_window = std::chrono::seconds(n);
     } else if (a == "--graph-timeout-ms") {
       if (!(v = value()) || std::atoll(v->c_str()) <= 0) return bad("--graph-timeout-ms takes a positive number");
       ccfg.timeouts.graph = std::chrono::milliseconds(std::atoll(v->c_str()));
@@ -166,7 +202,6 @@ int cmd_serve(const std::vector<std::string>& args) {
     acfg.approve_sign_ups = dev;
     auto accounts = spawn_accounts(*sys, std::move(*store), acfg);
 
-    http::server_config scfg;
     scfg.address = address;
     scfg.port = std::uint16_t(port);
     scfg.threads = 1;
@@ -175,6 +210,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     api.llms_txt = std::string(embedded_api_reference());
     api.web_dir = web_dir;
     api.request_timeout = ccfg.timeouts.graph + std::chrono::seconds(10);
+    api.abuse = abuse;
     auto server = http::server::start(scfg, http::make_api_handler(*sys, {coordinator, accounts}, api));
     auto stop_actors = [&] {
       caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);

@@ -4,9 +4,13 @@ Starts `mpakt host` with the SmolLM2-135M-shaped random bf16 checkpoint (269 MB,
 decode_bench.py), then two coordinators: one with its embedded worker, one with none and a
 volunteer (`mpakt worker --join`) on loopback. Reports
 
-  * load throughput (MB/s of published bytes, host -> coordinator -> worker) for the embedded
-    worker and for the volunteer, beside the loopback TCP bandwidth measured in the same run
-    (one socket, 1 GiB, Python), so the cost of the extra hop shows as a ratio;
+  * load throughput (MB/s of published bytes over the client's wall time, host -> coordinator
+    -> worker) for the embedded worker and for the volunteer, as published (bf16) and quantized
+    on load (q8), `--load-repeats` times each (median), each repeat beside the loopback TCP
+    bandwidth measured just before it (one socket, 1 GiB, Python), so the volunteer's share of
+    the link is a ratio taken within one repeat; and the CPU seconds each process (host,
+    coordinator, volunteer) spent per GB loaded (/proc/PID/stat), which says what limits a
+    load on a machine whose cores are busy;
   * decode tokens/s of the worker loop (`/api/v3/generate`, greedy, 64 tokens) on the
     embedded worker and on the volunteer (every token crosses the volunteer link as a message);
   * the same model split across two volunteers that each offer 60% of it (the load spreads it
@@ -16,11 +20,15 @@ volunteer (`mpakt worker --join`) on loopback. Reports
     ordinary loop (`workerLoop: false`).
 
 Usage: .venv/bin/python bench/cluster_bench.py --out /tmp/cluster.json [--tokens 64]
+       [--load-repeats 3] [--load-only]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import subprocess
 import shutil
 import socket
 import sys
@@ -66,6 +74,117 @@ def loopback_bandwidth(total=1 << 30, chunk=1 << 20):
     return received[0] / (time.perf_counter() - t0)
 
 
+def cpu_seconds(pid):
+    """CPU seconds (user + system) of every thread pid has run, those that have ended too
+    (a load's fetch threads do): /proc/PID/stat, in clock ticks."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine():
+    """The CPU model (lscpu) and core count, for the record."""
+    model = "?"
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count()}
+
+
+def timed_loads(api, source, quantize, pids):
+    """One load: wall MB/s, the server's own figures and each process's CPU seconds; then the
+    model is deleted so the next load finds the same free memory."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    t = time.perf_counter()
+    r = api.post("/api/v3/models", {"source": source, "quantize": quantize})
+    wall = time.perf_counter() - t
+    cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+    api.delete(f"/api/v3/models/{r['modelId']}")
+    gb = r["bytesTransferred"] / 1e9
+    return {"wall_s": wall, "MBps": r["bytesTransferred"] / 1e6 / wall, "server_MBps": r["throughputMBs"],
+            "bytes": r["bytesTransferred"], "residentBytes": r["residentBytes"],
+            "coordinatorPeakBytes": r.get("coordinatorPeakBytes"),
+            "cpu_s": cpu, "cpu_s_per_GB": {k: v / gb for k, v in cpu.items()}}
+
+
+def load_section(args, tmp, host_url, host_pid, model_bytes):
+    """Loads of the whole model into an embedded worker and into one volunteer, bf16 and q8,
+    `--load-repeats` rounds; each round measures loopback first, then every cell once."""
+    cells = [(where, q) for where in ("embedded", "volunteer") for q in ("none", "q8")]
+    servers = {}
+    procs = []
+    try:
+        for where in ("embedded", "volunteer"):
+            port, cport = db.free_port(), db.free_port()
+            data = tmp / f"load-{where}"
+            data.mkdir()
+            extra = ["--workers", "0", "--cluster-port", str(cport)] if where == "volunteer" else []
+            serve = db.Proc(f"serve {where}", [args.binary, "serve", "--port", port, "--data-dir", data, "--dev",
+                                               "--hf-endpoint", host_url, *extra], data / "serve.log")
+            procs.append(serve)
+            serve.start(r"mpakt serve: listening on http://")
+            pids = {"host": host_pid, "coordinator": serve.p.pid}
+            if where == "volunteer":
+                w = db.Proc("w_load", [args.binary, "worker", "--join", f"127.0.0.1:{cport}", "--id", "w_load",
+                                       "--memory", "2G"], data / "worker.log")
+                procs.append(w)
+                w.start(r"mpakt worker: \S+ joined")
+                pids["volunteer"] = w.p.pid
+            api = db.Api(port)
+            db.bench_account(api)
+            while api.request("GET", "/api/v3/status")["workers"] < 1:
+                time.sleep(0.05)
+            # a first load (not counted) warms the host's page cache and both processes' allocators
+            api.delete(f"/api/v3/models/{api.post('/api/v3/models', {'source': 'hf:local/smol'})['modelId']}")
+            servers[where] = (api, pids)
+        rounds = []
+        for k in range(args.load_repeats):
+            rnd = {"loadavg_before": os.getloadavg()[0], "loopback_Bps": loopback_bandwidth()}
+            for where, q in cells:
+                api, pids = servers[where]
+                rnd[f"{where}/{q}"] = timed_loads(api, "hf:local/smol", q, pids)
+            rnd["loadavg_after"] = os.getloadavg()[0]
+            rounds.append(rnd)
+            db.log(f"load round {k + 1}: loopback {rnd['loopback_Bps'] / 1e6:.0f} MB/s, "
+                   + ", ".join(f"{c} {rnd[c]['MBps']:.0f} MB/s" for c in (f"{w}/{q}" for w, q in cells))
+                   + f"; load average {rnd['loadavg_before']:.1f} -> {rnd['loadavg_after']:.1f}")
+    finally:
+        for api, _ in servers.values():
+            api.close()
+        for p in reversed(procs):
+            p.stop()
+    med = statistics.median
+    summary = {"loopback_MBps": med(r["loopback_Bps"] for r in rounds) / 1e6,
+               "loadavg": [min(r["loadavg_before"] for r in rounds), max(r["loadavg_after"] for r in rounds)]}
+    for where, q in cells:
+        c = f"{where}/{q}"
+        summary[c] = {
+            "MBps": med(r[c]["MBps"] for r in rounds),
+            "MBps_all": [round(r[c]["MBps"], 1) for r in rounds],
+            "fraction_of_loopback": med(r[c]["MBps"] * 1e6 / r["loopback_Bps"] for r in rounds),
+            "cpu_s_per_GB": {name: med(r[c]["cpu_s_per_GB"][name] for r in rounds) for name in rounds[0][c]["cpu_s"]},
+            "coordinatorPeakBytes": max(r[c]["coordinatorPeakBytes"] or 0 for r in rounds),
+            "residentBytes": rounds[0][c]["residentBytes"],
+        }
+    return {"rounds": rounds, "summary": summary, "model_bytes": model_bytes}
+
+
+def print_load_table(s):
+    print(f"\nloads of the SmolLM2-shaped bf16 checkpoint, median of the rounds; loopback TCP "
+          f"{s['loopback_MBps']:.0f} MB/s; load average {s['loadavg'][0]:.1f}-{s['loadavg'][1]:.1f}")
+    print(f"{'where':10} {'quantize':8} {'MB/s':>7} {'of loopback':>11} {'CPU s/GB: host':>15} "
+          f"{'coordinator':>11} {'volunteer':>9}  all rounds")
+    for c, v in s.items():
+        if "/" not in c:
+            continue
+        where, q = c.split("/")
+        cpu = v["cpu_s_per_GB"]
+        print(f"{where:10} {q:8} {v['MBps']:7.0f} {v['fraction_of_loopback']:11.3f} {cpu['host']:15.2f} "
+              f"{cpu['coordinator']:11.2f} {cpu.get('volunteer', float('nan')):9.2f}  {v['MBps_all']}")
+
+
 def measure(api, binary, config_path, source, n, ordinary_too=False):
     """Load (timed) then a generation of n tokens (timed by the server): the worker loop where
     the model allows it, and with `ordinary_too` also the loop through the coordinator."""
@@ -99,6 +218,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--binary", default=str(HERE.parent / "build" / "mpakt"))
+    ap.add_argument("--load-repeats", type=int, default=3, help="rounds of the load measurements (median)")
+    ap.add_argument("--load-only", action="store_true", help="only the load measurements (no decode, no split)")
     args = ap.parse_args()
     procs = []
     tmp = Path(tempfile.mkdtemp(prefix="mpakt-cluster-bench-"))
@@ -112,8 +233,13 @@ def main():
         host_url = host.start(r"mpakt host: serving .* at (http://\S+)").group(1)
         loopback = loopback_bandwidth()
         db.log(f"loopback TCP, one connection: {loopback / 1e6:.0f} MB/s")
-        results = {"loopback_Bps": loopback, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        results = {"loopback_Bps": loopback, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine()}
         model_bytes = (d / "model.safetensors").stat().st_size
+        results["loads"] = load_section(args, tmp, host_url, host.p.pid, model_bytes)
+        if args.load_only:
+            Path(args.out).write_text(json.dumps(results, indent=1))
+            print_load_table(results["loads"]["summary"])
+            return
         for label, extra in (("embedded", []), ("volunteer", ["--workers", "0"]), ("split", ["--workers", "0"])):
             port, cport = db.free_port(), db.free_port()
             data = tmp / f"serve-{label}"
@@ -153,7 +279,8 @@ def main():
         results["split_decode_ratio_same_loop"] = (results["split"]["decode_tokens_per_s"] /
                                                    results["volunteer"]["ordinary_decode_tokens_per_s"])
         Path(args.out).write_text(json.dumps(results, indent=1))
-        print(json.dumps({k: v for k, v in results.items() if k != "date"}, indent=1))
+        print(json.dumps({k: v for k, v in results.items() if k not in ("date", "loads")}, indent=1))
+        print_load_table(results["loads"]["summary"])
     finally:
         for p in reversed(procs):
             p.stop()

@@ -42,9 +42,8 @@ first alternates), and the table shows medians:
   pp   prefill N tokens into an empty cache.
        llama.cpp: `llama-bench -p N -n 0 -t T -r 1`, avg_ts (logits of the last position only).
        mpakt: one call of a compiled N-token pass (`mpakt graph --compiled --tokens N --cache R
-       --argmax`) over HTTP (POST /api/v3/graph); when the graph ends in a head over every
-       position, the head is narrowed to the last position so both sides do the same work
-       (the `head` field in the JSON says which); N / client wall time.
+       --argmax --last`: only the last position goes through the head, so both sides do the
+       same work) over HTTP (POST /api/v3/graph); N / client wall time.
   mpakt runs `mpakt serve --dev --threads T` per thread count (both up at once, models
   loaded with "quantize": none | q8 | q4), fed by one `mpakt host` on loopback.
 
@@ -388,27 +387,6 @@ class Bandwidth:
 # --------------------------------------------------------------------------- mpakt
 
 
-def narrow_head_to_last_row(graph, n):
-    """Returns (graph, how): when the pass ends in final norm -> head -> argmax over all n
-    rows, inserts a slice of the last row before the final norm so only that row goes through
-    the head (llama-bench's prompt test computes logits for its last position only)."""
-    steps = graph.get("steps", [])
-    by_out = {st.get("out"): i for i, st in enumerate(steps)}
-    head = next((i for i, st in enumerate(steps) if st.get("out") == "logits" and st.get("op") in ("matmul", "linear")),
-                None)
-    if head is None or not steps[head].get("in") or steps[head]["in"][0] not in by_out:
-        return graph, "every position (final norm not found)"
-    ni = by_out[steps[head]["in"][0]]
-    if not steps[ni].get("in"):
-        return graph, "every position (final norm has no input)"
-    g = json.loads(json.dumps(graph))
-    last = "bench_last_row"
-    g["steps"].insert(ni, {"op": "slice", "in": [steps[ni]["in"][0]], "out": last,
-                           "params": {"start": n - 1, "length": 1}})
-    g["steps"][ni + 1]["in"][0] = last
-    return g, "last position only"
-
-
 class Serve:
     """One `mpakt serve --threads T` with one account per shape (its own key: the per-key
     limits cover the three dtypes of one shape)."""
@@ -448,10 +426,11 @@ class Serve:
             "bytesTransferred", "residentBytes", "throughputMBs", "elapsedMs", "quantize")}}
         model = r["modelId"]
         rows = ((n + 1 + 63) // 64) * 64
-        mk = lambda tokens: graph_cli(self.binary, config_path, "--model-id", model, "--compiled", "--tokens",
-                                      str(tokens), "--cache", str(rows), "--argmax")
+        mk = lambda tokens, *more: graph_cli(self.binary, config_path, "--model-id", model, "--compiled", "--tokens",
+                                             str(tokens), "--cache", str(rows), "--argmax", *more)
         decode = api.post("/api/v3/graphs", {"label": f"{shape}-{dtype}-decode", "graph": mk(1)})["graphId"]
-        pg, head = narrow_head_to_last_row(mk(n), n)
+        # only the last row goes through the head, as in llama-bench's prompt test
+        pg, head = mk(n, "--last"), "last position only"
         prefill = api.post("/api/v3/graphs", {"label": f"{shape}-{dtype}-prefill", "graph": pg})["graphId"]
         session = api.post("/api/v3/sessions", {"modelId": model})["session"]["sessionId"]
         api.post("/api/v3/graph", {"graph": dict(graph_cli(self.binary, config_path, "--alloc-cache", str(rows)),
@@ -565,7 +544,7 @@ def print_table(results):
         f"{t} thread(s) {v / 1e9:.1f} GB/s" for t, v in bw["best_Bps"].items()))
     heads = {c["head"] for c in results["cells"] if c["test"] == "pp"}
     if heads == {"last position only"}:
-        print(f"mpakt pp: the compiled pass's head narrowed to the last position (as llama-bench's prompt test)")
+        print("mpakt pp: only the last position goes through the head (mpakt graph --last), as in llama-bench's prompt test")
     for note in results["notes"]:
         print(f"note: {note}")
     hdr = (f"{'shape':13s} {'dtype':5s} {'thr':>3s} {'test':6s} {'mpakt':>8s} {'srv':>8s} {'llama':>8s} "

@@ -102,6 +102,11 @@ struct op_times {
       count[op]++;
     }
   }
+  double total_s() const {
+    double t = 0;
+    for (auto& [op, s] : seconds) t += s;
+    return t;
+  }
   void print(const char* what, double per) const {
     std::vector<std::pair<double, std::string>> v;
     double total = 0;
@@ -110,7 +115,7 @@ struct op_times {
       total += s;
     }
     std::sort(v.rbegin(), v.rend());
-    std::printf("  %s, per %s: %.3f ms in kernels\n", what, what[0] == 'd' ? "token" : "pass", total / per * 1e3);
+    std::printf("  %s, per %s: %.3f ms of kernel CPU time\n", what, what[0] == 'd' ? "token" : "pass", total / per * 1e3);
     for (auto& [s, op] : v)
       std::printf("    %-12s %8.3f ms  %5.1f %%  (%ld steps)\n", op.c_str(), s / per * 1e3, 100 * s / total,
                   long(double(count.at(op)) / per));
@@ -238,15 +243,21 @@ int main(int argc, char** argv) {
   std::sort(pre_s.begin(), pre_s.end());
   std::sort(dec_s.begin(), dec_s.end());
   const double pre_med = pre_s[pre_s.size() / 2], dec_med = dec_s[dec_s.size() / 2];
+  const double pre_best = pre_s.front(), dec_best = dec_s.front();  // the least disturbed run
   // Bytes a decode step reads: every weight once (the tied table serves the head too) plus
   // the KV rows at the mean position.
   const double kv = 2.0 * cfg->layers * (prefill + tokens / 2.0) * cfg->kv_heads * cfg->head_dim * 4;
   const double per_token = double(resident) + kv;
   const double tps = tokens / dec_med;
-  std::printf("prefill %d tokens: %.1f ms = %.1f tokens/s\n", prefill, pre_med * 1e3, prefill / pre_med);
-  std::printf("decode %d tokens: %.2f ms/token = %.1f tokens/s; %.1f MB/token; %.2f of the %d-thread roofline (%.1f tok/s)\n",
-              tokens, dec_med / tokens * 1e3, tps, per_token / 1e6, tps * per_token / bwn, threads, bwn / per_token);
+  std::printf("prefill %d tokens: %.1f ms = %.1f tokens/s (best %.1f)\n", prefill, pre_med * 1e3, prefill / pre_med,
+              prefill / pre_best);
+  std::printf("decode %d tokens: %.2f ms/token = %.1f tokens/s (best %.1f); %.1f MB/token; %.2f of the %d-thread roofline (%.1f tok/s)\n",
+              tokens, dec_med / tokens * 1e3, tps, tokens / dec_best, per_token / 1e6, tps * per_token / bwn, threads,
+              bwn / per_token);
   if (profile) {
+    // CPU time of the executing thread: with --threads 1, the speed a quiet core would give
+    std::printf("kernel CPU time (this thread): prefill %.1f tokens/s, decode %.1f tokens/s\n",
+                double(prefill) * repeats / pre_ops.total_s(), double(tokens) * repeats / dec_ops.total_s());
     pre_ops.print("prefill", repeats);
     dec_ops.print("decode", double(repeats) * tokens);
   }

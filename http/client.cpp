@@ -5,8 +5,12 @@
 #include "http/client.hpp"
 
 #include <openssl/ssl.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <variant>
@@ -74,7 +78,44 @@ struct client::impl {
   };
 
   /// What to do with the body of the final response.
-  enum class mode { head, whole, sink };
+  enum class mode { head, whole, sink, into };
+
+  /// Where a streamed body goes: a sink in chunks (mode::sink) or caller memory (mode::into).
+  struct body_target {
+    std::size_t chunk_bytes = 0;
+    const std::function<bool(std::string_view)>* sink = nullptr;
+    std::span<const std::span<char>> parts;
+    std::uint64_t* received = nullptr;
+  };
+
+  /// A write position over the caller's parts (mode::into).
+  struct parts_cursor {
+    std::span<const std::span<char>> parts;
+    std::size_t part = 0;
+    std::size_t offset = 0;  ///< within parts[part]
+
+    /// Where the next bytes go: the rest of the current part (empty when all are full).
+    std::span<char> room() {
+      while (part < parts.size() && offset == parts[part].size()) {
+        ++part;
+        offset = 0;
+      }
+      return part < parts.size() ? parts[part].subspan(offset) : std::span<char>();
+    }
+    void advance(std::size_t n) { offset += n; }
+    /// Copies `bytes` in; false when they do not fit.
+    bool put(std::string_view bytes) {
+      while (!bytes.empty()) {
+        auto r = room();
+        if (r.empty()) return false;
+        const std::size_t n = std::min(r.size(), bytes.size());
+        std::memcpy(r.data(), bytes.data(), n);
+        advance(n);
+        bytes.remove_prefix(n);
+      }
+      return true;
+    }
+  };
 
   client_options opts;
   net::io_context ioc;
@@ -106,6 +147,20 @@ struct client::impl {
     ioc.restart();
     ioc.run();
     return result;
+  }
+
+  /// Runs one async read to completion on this thread: its error and the bytes it read.
+  template <class Initiate>
+  std::pair<beast::error_code, std::size_t> run_read(Initiate&& initiate) {
+    beast::error_code result = net::error::would_block;
+    std::size_t n = 0;
+    initiate([&](beast::error_code ec, std::size_t got) {
+      result = ec;
+      n = got;
+    });
+    ioc.restart();
+    ioc.run();
+    return {result, n};
   }
 
   std::string op_name(mode m) const { return m == mode::head ? "HEAD" : "GET"; }
@@ -187,22 +242,22 @@ struct client::impl {
 
   void drop(const std::string& key) { pool.erase(key); }
 
-  /// One request/response with redirects. `sink` is used in mode::sink.
+  /// One request/response with redirects. `target` says where a streamed body goes.
   result<client_response> perform(const std::string& text, mode m, std::optional<byte_range> range,
-                                   std::size_t chunk_bytes, const std::function<bool(std::string_view)>* sink) {
+                                   const body_target& target) {
     auto parsed = parse_url(text);
     if (!parsed) return make_error(errc::invalid, "malformed URL \"" + text + "\" (want http:// or https://)");
     if (range && range->last < range->first)
       return make_error(errc::invalid, op_name(m) + " " + text + ": byte range " + std::to_string(range->first) + "-" +
                                            std::to_string(range->last) + " ends before it starts");
-    if (m == mode::sink && chunk_bytes == 0) return make_error(errc::invalid, "GET " + text + ": chunk size 0");
+    if (m == mode::sink && target.chunk_bytes == 0) return make_error(errc::invalid, "GET " + text + ": chunk size 0");
     url u = *parsed;
     for (int hop = 0;; ++hop) {
       client_response out;
       out.final_url = u.str();
       bool redirected = false;
       url next;
-      auto st = exchange(u, m, range, chunk_bytes, sink, out, redirected, next);
+      auto st = exchange(u, m, range, target, out, redirected, next);
       if (!st) return std::move(st).err();
       if (!redirected) return out;
       if (hop >= opts.max_redirects)
@@ -215,9 +270,8 @@ struct client::impl {
 
   /// One hop: send the request on a pooled (or new) connection and read the answer.
   /// Sets `redirected` and `next` when the answer is a redirect to follow.
-  status exchange(const url& u, mode m, std::optional<byte_range> range, std::size_t chunk_bytes,
-                  const std::function<bool(std::string_view)>* sink, client_response& out, bool& redirected,
-                  url& next) {
+  status exchange(const url& u, mode m, std::optional<byte_range> range, const body_target& target,
+                  client_response& out, bool& redirected, url& next) {
     const std::string key = u.scheme + "://" + u.host + ":" + std::to_string(u.port);
     bhttp::request<bhttp::empty_body> req(m == mode::head ? bhttp::verb::head : bhttp::verb::get, u.target, 11);
     req.set(bhttp::field::host, u.host_header());
@@ -312,17 +366,24 @@ struct client::impl {
       return ok_status();
     }
 
-    // mode::sink. Only the body asked for goes to the sink: a 200 answer to a range request
-    // (a host that ignores Range) or an error page would be taken for tensor bytes.
+    // mode::sink and mode::into. Only the body asked for is delivered: a 200 answer to a
+    // range request (a host that ignores Range) or an error page would be taken for tensor
+    // bytes.
     const bool deliver = success && (!range || out.status == 206);
     if (!deliver) {
       MPAKT_TRY(read_side_body(*c, key, *parser, u, m, out.body));
       if (!keep || !parser->is_done()) drop(key);
       return ok_status();
     }
+    if (m == mode::into) {
+      bool reusable = false;
+      auto st = read_body_into(*c, *parser, u, target, reusable);
+      if (!st || !reusable || !keep) drop(key);
+      return st;
+    }
     bool refused = false;
-    auto st = read_body(*c, *parser, chunk_bytes, u, m, [&](std::string_view piece) {
-      if ((*sink)(piece)) return true;
+    auto st = read_body(*c, *parser, target.chunk_bytes, u, m, [&](std::string_view piece) {
+      if ((*target.sink)(piece)) return true;
       refused = true;
       return false;
     });
@@ -355,6 +416,85 @@ struct client::impl {
     });
     if (!st) drop(key);
     return st;
+  }
+
+  /// mode::into: the body straight into the target's parts. With a Content-Length (what model
+  /// hosts send for ranges), the bytes Beast read along with the header are copied out of
+  /// the connection's buffer and the rest is read from the socket directly into the parts,
+  /// in reads as large as the kernel has data for — no 64 KiB staging buffer, no per-read
+  /// copy. Otherwise (chunked) Beast parses it and the pieces are copied in. `reusable`:
+  /// the body was consumed exactly, so the connection can serve the next request.
+  status read_body_into(connection& c, bhttp::response_parser<bhttp::buffer_body>& p, const url& u,
+                        const body_target& t, bool& reusable) {
+    std::uint64_t cap = 0;
+    for (const auto& part : t.parts) cap += part.size();
+    parts_cursor cur{t.parts};
+    const auto more_than_asked = [&] {
+      return make_error(errc::conflict, "GET " + u.str() + ": the answer has more bytes than the " + std::to_string(cap) +
+                                            " asked for");
+    };
+    const auto len = p.content_length();
+    if (p.chunked() || !len) {
+      bool over = false;
+      std::uint64_t got = 0;
+      MPAKT_TRY(read_body(c, p, std::size_t(1) << 20, u, mode::into, [&](std::string_view piece) {
+        over = !cur.put(piece);
+        got += piece.size();
+        return !over;
+      }));
+      if (over) return more_than_asked();
+      *t.received = got;
+      reusable = p.is_done();
+      return ok_status();
+    }
+    if (*len > cap) return more_than_asked();
+    // What arrived with the header.
+    const auto buffered = c.buffer.data();
+    const std::size_t early = std::size_t(std::min<std::uint64_t>(net::buffer_size(buffered), *len));
+    cur.put(std::string_view(static_cast<const char*>(buffered.data()), early));
+    c.buffer.consume(early);
+    std::uint64_t done = early;
+    auto* tls = std::get_if<std::unique_ptr<tls_stream>>(&c.stream);
+    while (done < *len) {
+      auto room = cur.room();
+      const std::size_t want = std::size_t(std::min<std::uint64_t>(room.size(), *len - done));
+      std::size_t n = 0;
+      if (tls) {
+        c.tcp().expires_after(opts.timeout);
+        auto [ec, got] = run_read([&](auto h) { (*tls)->async_read_some(net::buffer(room.data(), want), std::move(h)); });
+        if (ec) return net_error(ec, "reading the body", u, mode::into);
+        n = got;
+      } else {
+        auto got = recv_some(c.tcp().socket().native_handle(), room.data(), want, u);
+        if (!got) return std::move(got).err();
+        n = *got;
+      }
+      cur.advance(n);
+      done += n;
+    }
+    *t.received = done;
+    reusable = true;
+    return ok_status();
+  }
+
+  /// One read from a plain socket into `dst`: whatever the kernel holds, up to `n` bytes,
+  /// waiting (poll, up to the timeout) only when it holds nothing. Used without Asio because
+  /// a blocking client gains nothing from the reactor here, and each Asio read would arm a
+  /// timer and go through epoll — most of the cost of a loopback load.
+  result<std::size_t> recv_some(int fd, char* dst, std::size_t n, const url& u) {
+    for (;;) {
+      const ssize_t r = ::recv(fd, dst, n, MSG_DONTWAIT);
+      if (r > 0) return std::size_t(r);
+      if (r == 0) return net_error(bhttp::error::partial_message, "reading the body", u, mode::into);
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        return net_error(beast::error_code(errno, boost::system::system_category()), "reading the body", u, mode::into);
+      pollfd pfd{fd, POLLIN, 0};
+      const int ready = ::poll(&pfd, 1, int(std::min<std::int64_t>(opts.timeout.count(), INT32_MAX)));
+      if (ready == 0) return net_error(beast::error::timeout, "reading the body", u, mode::into);
+      if (ready < 0 && errno != EINTR)
+        return net_error(beast::error_code(errno, boost::system::system_category()), "reading the body", u, mode::into);
+    }
   }
 
   /// Reads the body in pieces of at most `piece_bytes` (every piece but the last is full) and
@@ -391,17 +531,29 @@ client::client(client_options opts) : p_(std::make_unique<impl>(opts)) {}
 client::~client() = default;
 
 result<client_response> client::get(const std::string& url, std::optional<byte_range> range) {
-  return p_->perform(url, impl::mode::whole, range, 0, nullptr);
+  return p_->perform(url, impl::mode::whole, range, {});
 }
 
 result<client_response> client::head(const std::string& url) {
-  return p_->perform(url, impl::mode::head, std::nullopt, 0, nullptr);
+  return p_->perform(url, impl::mode::head, std::nullopt, {});
 }
 
 result<client_response> client::get_stream(const std::string& url, std::optional<byte_range> range,
                                            std::size_t chunk_bytes,
                                            const std::function<bool(std::string_view chunk)>& sink) {
-  return p_->perform(url, impl::mode::sink, range, chunk_bytes, &sink);
+  impl::body_target t;
+  t.chunk_bytes = chunk_bytes;
+  t.sink = &sink;
+  return p_->perform(url, impl::mode::sink, range, t);
+}
+
+result<client_response> client::get_range_into(const std::string& url, byte_range range,
+                                               std::span<const std::span<char>> parts, std::uint64_t& received) {
+  received = 0;
+  impl::body_target t;
+  t.parts = parts;
+  t.received = &received;
+  return p_->perform(url, impl::mode::into, range, t);
 }
 
 }  // namespace mpakt::http

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,6 +83,15 @@ class client {
   /// after the sink has seen part of it: discard that part.
   result<client_response> get_stream(const std::string& url, std::optional<byte_range> range, std::size_t chunk_bytes,
                                      const std::function<bool(std::string_view chunk)>& sink);
+  /// A range GET whose body goes straight into `parts`, filled one after another (their
+  /// sizes add up to at most the range's length): no chunk buffer and no copy on the way
+  /// for a body with a Content-Length, which is read from the socket with large reads — the
+  /// fast path for weights. `received` is set to the bytes written. Only a 206 answer fills
+  /// the parts; anything else comes back as get_stream's would (status set, parts untouched).
+  /// A body longer than the parts is errc::conflict ("more bytes than asked for") and the
+  /// parts are not to be trusted; so is anything read before an error mid-body.
+  result<client_response> get_range_into(const std::string& url, byte_range range, std::span<const std::span<char>> parts,
+                                         std::uint64_t& received);
 
  private:
   struct impl;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
 
 #include "http/session.hpp"
 #include "runtime/utf8.hpp"
@@ -98,26 +100,11 @@ void responder::respond_stream(response head, std::optional<std::uint64_t> conte
   respond(std::move(head));
 }
 
-namespace {
-
-/// An open file descriptor, closed with the last body_source copy that reads it.
-struct file_handle {
-  int fd = -1;
-  explicit file_handle(int f) : fd(f) {}
-  ~file_handle() {
-    if (fd >= 0) ::close(fd);
-  }
-  file_handle(const file_handle&) = delete;
-  file_handle& operator=(const file_handle&) = delete;
-};
-
-}  // namespace
-
 status responder::respond_file(const std::string& path, std::uint64_t offset, std::optional<std::uint64_t> length,
                                response head) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return make_error(errc::not_found, "cannot open " + path + ": " + std::strerror(errno));
-  auto file = std::make_shared<file_handle>(fd);
+  auto file = std::make_shared<detail::file_handle>(fd);
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return make_error(errc::not_found, path + " is not a regular file");
   const auto size = static_cast<std::uint64_t>(st.st_size);
@@ -125,20 +112,7 @@ status responder::respond_file(const std::string& path, std::uint64_t offset, st
     return make_error(errc::invalid, "bytes " + std::to_string(offset) + "+" + std::to_string(length.value_or(0)) +
                                          " are past the end of " + path + " (" + std::to_string(size) + " bytes)");
   const std::uint64_t len = length.value_or(size - offset);
-  std::uint64_t pos = offset;
-  const std::uint64_t end = offset + len;
-  respond_stream(std::move(head), len, [file, pos, end, path](char* buf, std::size_t cap) mutable -> result<std::size_t> {
-    const std::size_t want = std::min<std::uint64_t>(cap, end - pos);
-    if (want == 0) return std::size_t(0);
-    for (;;) {
-      const ssize_t n = ::pread(file->fd, buf, want, static_cast<off_t>(pos));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return make_error(errc::internal, "reading " + path + ": " + std::strerror(errno));
-      if (n == 0) return make_error(errc::internal, path + " shrank while it was being sent");
-      pos += static_cast<std::uint64_t>(n);
-      return static_cast<std::size_t>(n);
-    }
-  });
+  respond_stream(std::move(head), len, detail::file_source{std::move(file), offset, offset + len, path});
   return ok_status();
 }
 
@@ -148,10 +122,70 @@ namespace {
 
 constexpr auto use_tuple = net::as_tuple(net::use_awaitable);
 
+/// Open connections, in all and per client address (server_config::max_connections).
+/// Touched by the listener and by sessions ending on any I/O thread.
+struct connection_counts {
+  std::mutex m;
+  std::size_t total = 0;
+  std::map<std::string, std::size_t> per_address;
+};
+
+/// A place among the open connections for `address`, released when the last copy goes; null
+/// with the status to answer (503 or 429) and why, when a limit is reached.
+std::shared_ptr<void> admit(const std::shared_ptr<connection_counts>& counts, const server_config& cfg,
+                            const std::string& address, int& status, std::string& why) {
+  std::lock_guard<std::mutex> lock(counts->m);
+  std::size_t& mine = counts->per_address[address];
+  if (cfg.max_connections > 0 && counts->total >= cfg.max_connections) {
+    status = 503;
+    why = "the server holds " + std::to_string(counts->total) + " open connections, its limit (--max-connections); try again soon";
+  } else if (cfg.max_connections_per_address > 0 && mine >= cfg.max_connections_per_address) {
+    status = 429;
+    why = "this address holds " + std::to_string(mine) +
+          " open connections, the limit per address (--max-connections-per-address); close some first";
+  }
+  if (status != 0) {
+    if (mine == 0) counts->per_address.erase(address);
+    return nullptr;
+  }
+  ++counts->total;
+  ++mine;
+  return std::shared_ptr<void>(new char(0), [counts, address](void* p) {
+    delete static_cast<char*>(p);
+    std::lock_guard<std::mutex> lock(counts->m);
+    --counts->total;
+    auto it = counts->per_address.find(address);
+    if (it != counts->per_address.end() && --it->second == 0) counts->per_address.erase(it);
+  });
+}
+
+/// Answers a connection over the limits with one JSON error and closes it, reading (and
+/// dropping) what the client sends for a moment so that the answer is not lost to a reset.
+net::awaitable<void> turn_away(beast::tcp_stream stream, int status, std::string why) {
+  const std::string body = error_json(why);
+  const std::string text = "HTTP/1.1 " + std::to_string(status) + (status == 503 ? " Service Unavailable" : " Too Many Requests") +
+                           "\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n" + body;
+  stream.expires_after(std::chrono::seconds(2));
+  auto [wec, wn] = co_await net::async_write(stream, net::buffer(text), use_tuple);
+  beast::error_code ec;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (!wec) {
+    char sink[4096];
+    for (std::size_t total = 0; total < (std::size_t(1) << 20);) {
+      auto [rec, n] = co_await stream.async_read_some(net::buffer(sink), use_tuple);
+      if (rec) break;
+      total += n;
+    }
+  }
+  stream.socket().close(ec);
+}
+
 /// Accepts connections and starts a session for each, on its own strand.
 net::awaitable<void> listen(net::io_context& ioc, tcp::acceptor acceptor, server_config cfg,
                             std::shared_ptr<const handler> h, std::shared_ptr<detail::gate> g) {
   net::steady_timer backoff(ioc);
+  auto counts = std::make_shared<connection_counts>();
   for (;;) {
     auto [ec, socket] = co_await acceptor.async_accept(net::make_strand(ioc), use_tuple);
     if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
@@ -164,7 +198,20 @@ net::awaitable<void> listen(net::io_context& ioc, tcp::acceptor acceptor, server
     // Without TCP_NODELAY small writes (SSE events) wait ~40 ms for Nagle's algorithm.
     beast::error_code opt_ec;
     socket.set_option(tcp::no_delay(true), opt_ec);
+    beast::error_code ep_ec;
+    const auto peer = socket.remote_endpoint(ep_ec);
+    const std::string address = ep_ec ? std::string() : peer.address().to_string();
+    int status = 0;
+    std::string why;
+    auto ticket = admit(counts, cfg, address, status, why);
+    if (!ticket) {
+      beast::tcp_stream stream(std::move(socket));
+      auto ex = stream.get_executor();
+      net::co_spawn(ex, turn_away(std::move(stream), status, std::move(why)), net::detached);
+      continue;
+    }
     auto s = std::make_shared<detail::session>(std::move(socket), cfg, h, g);
+    s->hold(std::move(ticket));
     auto ex = s->executor();
     net::co_spawn(ex, detail::session::run(std::move(s)), [](std::exception_ptr e) {
       if (!e) return;

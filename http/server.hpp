@@ -119,9 +119,19 @@ struct server_config {
   /// Request bodies above this get 413 {"error": ...} before the body is read.
   std::size_t body_limit = std::size_t(256) << 20;
   std::size_t header_limit = 64 * 1024;
-  /// A keep-alive connection idle this long is closed. It also bounds every single read and
-  /// write, so a client that stops reading an SSE stream or a download is dropped.
+  /// A keep-alive connection idle this long is closed. It also bounds every single write, so
+  /// a client that stops reading an SSE stream or a download is dropped.
   std::chrono::seconds idle_timeout{120};
+  /// Slow clients: once the first byte of a request arrived, its header must be complete
+  /// within header_timeout, and its body within body_timeout of the header's end; a client
+  /// trickling either is dropped (nothing is answered: it would not be read either).
+  std::chrono::milliseconds header_timeout{10'000};
+  std::chrono::milliseconds body_timeout{300'000};
+  /// Open connections: past max_connections in all (0 = no limit) a new one is answered 503,
+  /// past max_connections_per_address from one client address 429, both with Retry-After,
+  /// and closed at once.
+  std::size_t max_connections = 1024;
+  std::size_t max_connections_per_address = 256;
   /// Size of the pieces respond_stream()/respond_file() pull and write: the memory one
   /// streamed response holds.
   std::size_t stream_chunk_bytes = std::size_t(1) << 20;

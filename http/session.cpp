@@ -3,8 +3,15 @@
 
 #include "http/session.hpp"
 
+#include <pthread.h>
+#include <signal.h>
+#include <sys/sendfile.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <vector>
 
@@ -196,6 +203,68 @@ void responder_impl::respond_stream(response head, std::optional<std::uint64_t> 
   deliver(answer{answer::kind::stream, std::move(head), content_length, std::move(source), {}});
 }
 
+// ---- file bodies ----
+
+namespace {
+
+/// sendfile(2) has no MSG_NOSIGNAL: to a client that has gone it raises SIGPIPE, which would
+/// end a process that has not chosen to ignore it. While alive, this blocks SIGPIPE on the
+/// calling thread and discards one that the call raised. Scope it to one system call (a
+/// coroutine may resume on another thread).
+class sigpipe_guard {
+ public:
+  sigpipe_guard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  }
+  ~sigpipe_guard() {
+    sigset_t pending;
+    sigpending(&pending);
+    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
+      const timespec now{0, 0};
+      sigtimedwait(&pipe_, nullptr, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  sigpipe_guard(const sigpipe_guard&) = delete;
+  sigpipe_guard& operator=(const sigpipe_guard&) = delete;
+
+ private:
+  sigset_t pipe_{}, old_{};
+  bool was_pending_ = false;
+};
+
+/// One sendfile call; `err` is its errno (the guard's own calls may change errno after it).
+ssize_t send_file_part(int socket, int fd, off_t& offset, std::size_t count, int& err) {
+  sigpipe_guard guard;
+  const ssize_t n = ::sendfile(socket, fd, &offset, count);
+  err = errno;
+  return n;
+}
+
+}  // namespace
+
+file_handle::~file_handle() {
+  if (fd >= 0) ::close(fd);
+}
+
+result<std::size_t> file_source::operator()(char* buf, std::size_t cap) {
+  const std::size_t want = std::size_t(std::min<std::uint64_t>(cap, end - pos));
+  if (want == 0) return std::size_t(0);
+  for (;;) {
+    const ssize_t n = ::pread(file->fd, buf, want, static_cast<off_t>(pos));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return make_error(errc::internal, "reading " + path + ": " + std::strerror(errno));
+    if (n == 0) return make_error(errc::internal, path + " shrank while it was being sent");
+    pos += static_cast<std::uint64_t>(n);
+    return static_cast<std::size_t>(n);
+  }
+}
+
 // ---- session ----
 
 session::session(tcp::socket socket, const server_config& cfg, std::shared_ptr<const handler> h,
@@ -306,8 +375,16 @@ net::awaitable<void> session::serve() {
     parser.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(cfg_.header_limit, UINT32_MAX)));
     parser.body_limit(boost::none);
 
-    // Between requests the connection may sit idle only this long.
-    stream_.expires_after(cfg_.idle_timeout);
+    // Between requests the connection may sit idle only this long; once a request's first
+    // byte is here, its header must be complete within header_timeout (a client trickling
+    // it is dropped).
+    if (buffer_.size() == 0) {
+      stream_.expires_after(cfg_.idle_timeout);
+      auto [fec, fn] = co_await stream_.async_read_some(buffer_.prepare(4096), use_tuple);
+      if (fec) co_return;  // closed between requests (the normal end), idle too long, or reset
+      buffer_.commit(fn);
+    }
+    stream_.expires_after(cfg_.header_timeout);
     auto [ec, n] = co_await bhttp::async_read_header(stream_, buffer_, parser, use_tuple);
     if (ec == bhttp::error::end_of_stream) co_return;  // the client closed between requests: the normal end
     if (ec == bhttp::error::header_limit) {
@@ -335,7 +412,7 @@ net::awaitable<void> session::serve() {
         auto [wec, wn] = co_await net::async_write(stream_, net::buffer(cont, sizeof cont - 1), use_tuple);
         if (wec) co_return;
       }
-      stream_.expires_after(cfg_.idle_timeout);
+      stream_.expires_after(cfg_.body_timeout);  // the whole body; a trickling one is dropped
       auto [bec, bn] = co_await bhttp::async_read(stream_, buffer_, parser, use_tuple);
       if (bec == bhttp::error::body_limit) {
         co_await refuse(413, "request body is over the " + std::to_string(cfg_.body_limit) + "-byte limit");
@@ -443,6 +520,11 @@ net::awaitable<bool> session::write_stream(answer& a, bool head_only, bool keep_
   if (auto [ec, n] = co_await bhttp::async_write_header(stream_, sr, use_tuple); ec) co_return false;
   if (head_only) co_return again;
 
+  if (auto* f = a.source.target<file_source>(); f && a.content_length) {
+    const bool sent = co_await send_file(*f, *a.content_length);
+    co_return sent && again;
+  }
+
   // Pull a piece, write it, repeat: the piece buffer is all this response holds.
   std::uint64_t left = a.content_length.value_or(UINT64_MAX);
   std::vector<char> buf(std::max<std::size_t>(1, a.content_length ? std::min<std::uint64_t>(cfg_.stream_chunk_bytes, left)
@@ -475,6 +557,43 @@ net::awaitable<bool> session::write_stream(answer& a, bool head_only, bool keep_
   stream_.expires_after(cfg_.idle_timeout);
   auto [ec, w] = co_await net::async_write(stream_, bhttp::make_chunk_last(), use_tuple);
   co_return !ec && again;
+}
+
+net::awaitable<bool> session::send_file(file_source& f, std::uint64_t length) {
+  auto& socket = stream_.socket();
+  beast::error_code ec;
+  socket.native_non_blocking(true, ec);  // sendfile must not block this I/O thread
+  if (ec) co_return false;
+  std::uint64_t left = length;
+  while (left > 0) {
+    off_t off = static_cast<off_t>(f.pos);
+    int err = 0;
+    const ssize_t n = send_file_part(socket.native_handle(), f.file->fd, off,
+                                     std::size_t(std::min<std::uint64_t>(left, std::uint64_t(1) << 30)), err);
+    if (n > 0) {
+      f.pos += std::uint64_t(n);
+      left -= std::uint64_t(n);
+      continue;
+    }
+    if (n == 0) {
+      std::fprintf(stderr, "mpakt http: %s shrank while it was being sent to %s\n", f.path.c_str(), remote_.c_str());
+      co_return false;  // the promised body cannot be completed: closing tells the client
+    }
+    if (err == EINTR) continue;
+    if (err != EAGAIN && err != EWOULDBLOCK) co_return false;  // the client left
+    // The socket's buffer is full: wait until it drains, for the idle timeout at most.
+    net::steady_timer timer(stream_.get_executor());
+    timer.expires_after(cfg_.idle_timeout);
+    auto waiting = std::make_shared<bool>(true);  // a late expiry must not cancel a later wait
+    timer.async_wait([&socket, waiting](beast::error_code e) {
+      if (!e && *waiting) socket.cancel();  // a client that stopped reading
+    });
+    auto [wec] = co_await socket.async_wait(tcp::socket::wait_write, use_tuple);
+    *waiting = false;
+    timer.cancel();
+    if (wec) co_return false;
+  }
+  co_return true;
 }
 
 net::awaitable<bool> session::write_sse(answer& a, bool head_only, bool keep_alive) {

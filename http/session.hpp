@@ -94,6 +94,27 @@ class request_watch {
 /// "event: <event>\ndata: <line>\n...\n" — one data line per line of `data`, as SSE wants.
 std::string format_sse_event(std::string_view event, std::string_view data);
 
+/// An open file descriptor, closed with the last copy of the body source that reads it.
+struct file_handle {
+  int fd = -1;
+  explicit file_handle(int f) : fd(f) {}
+  ~file_handle();
+  file_handle(const file_handle&) = delete;
+  file_handle& operator=(const file_handle&) = delete;
+};
+
+/// The body source respond_file() makes: bytes [pos, end) of a file. Called, it reads the
+/// next piece with pread (the general path); the session recognises it inside the
+/// body_source and sends the file with sendfile(2) instead — the kernel moves the pages to
+/// the socket, with no copy into user memory and back.
+struct file_source {
+  std::shared_ptr<file_handle> file;
+  std::uint64_t pos = 0;
+  std::uint64_t end = 0;
+  std::string path;  ///< for messages
+  result<std::size_t> operator()(char* buf, std::size_t cap);
+};
+
 /// What the handler answered: a whole body, an SSE stream or a pulled body.
 struct answer {
   enum class kind { whole, sse, stream };
@@ -134,6 +155,10 @@ class session : public std::enable_shared_from_this<session> {
   static net::awaitable<void> run(std::shared_ptr<session> self);
   net::any_io_executor executor() { return stream_.get_executor(); }
 
+  /// Keeps `ticket` (the connection's place in the server's count of open connections)
+  /// until the session is destroyed.
+  void hold(std::shared_ptr<void> ticket) { ticket_ = std::move(ticket); }
+
   // Called on the strand, through session_link::post.
   void on_answer(answer a);
   void on_sse_data(const std::shared_ptr<sse_impl>& s, std::string text);
@@ -144,6 +169,9 @@ class session : public std::enable_shared_from_this<session> {
   /// Writes the answer; false when the connection must close afterwards.
   net::awaitable<bool> write_whole(response& r, bool head_only, bool keep_alive);
   net::awaitable<bool> write_stream(answer& a, bool head_only, bool keep_alive);
+  /// The body of a file answer on a plain TCP connection, by sendfile(2); false when the
+  /// connection must close (the client left, a timeout, the file shrank).
+  net::awaitable<bool> send_file(file_source& f, std::uint64_t length);
   net::awaitable<bool> write_sse(answer& a, bool head_only, bool keep_alive);
   /// Answers with a JSON error and closes (the request could not be read to its end).
   net::awaitable<void> refuse(int status, const std::string& message);
@@ -180,6 +208,7 @@ class session : public std::enable_shared_from_this<session> {
   bool sse_ending_ = false;  // the watch read is being cancelled on purpose (SSE or waiting)
   std::string pipelined_;    // bytes the watch read got: the start of the next request
   char watch_buf_[4096];
+  std::shared_ptr<void> ticket_;  // released with the session: one fewer open connection
 };
 
 }  // namespace mpakt::http::detail

@@ -134,8 +134,9 @@ class executable_graph {
   std::size_t step_count() const;
   /// The op of planned step i (0 ≤ i < step_count(), in run order).
   std::string_view step_op(std::size_t i) const;
-  /// Benchmarks: when set, run() writes each step's kernel time (nanoseconds, in run order)
-  /// into *ns (resized to step_count()); nullptr turns it off. Costs nothing when off.
+  /// Benchmarks: when set, run() writes each step's kernel time — CPU time of the calling
+  /// thread, nanoseconds, in run order — into *ns (resized to step_count()); nullptr turns it
+  /// off. Costs nothing when off.
   void set_profile(std::vector<double>* ns);
 
   /// Runs every step. Session inputs are resolved through `source` on each call (the

@@ -38,7 +38,9 @@ constexpr std::int64_t max_dimension = 9'000'000'000'000'000;
 
 result<shape_t> get_shape(const rapidjson::Value& v, const std::string& where) {
   if (!v.IsArray()) return invalid(where + " must be an array of non-negative integers");
-  if (v.Size() > 8) return invalid(where + " has " + std::to_string(v.Size()) + " dimensions; at most 8 are supported");
+  if (v.Size() > max_rank)
+    return invalid(where + " has " + std::to_string(v.Size()) + " dimensions; at most " + std::to_string(max_rank) +
+                   " are supported");
   shape_t s;
   for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
     const std::string at = where + "[" + std::to_string(i) + "]";

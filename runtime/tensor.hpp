@@ -19,6 +19,10 @@ namespace mpakt {
 
 using shape_t = std::vector<std::int64_t>;
 
+/// The most dimensions any shape may have: graph inputs, and the shapes zeros and reshape
+/// are given (decisions.md, "Graph limits").
+constexpr std::size_t max_rank = 8;
+
 /// "[2, 3, 4]" for messages.
 std::string shape_str(const shape_t& s);
 

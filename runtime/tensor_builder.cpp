@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/quantize.hpp"
+
 namespace mpakt {
 
 tensor_builder::tensor_builder(std::string file_dtype, shape_t shape, dtype resident, std::string name)
@@ -41,7 +43,12 @@ tensor_builder::tensor_builder(std::string file_dtype, shape_t shape, dtype resi
     return;
   }
   out_ = std::move(*t);
-  if (path_ == path::quantize) row_f32_.resize(std::size_t(cols_));
+  if (path_ == path::quantize) {
+    row_f32_.resize(std::size_t(cols_));
+    if (file_dtype_ == "F32") quant_from_ = dtype::f32;
+    else if (file_dtype_ == "BF16") quant_from_ = dtype::bf16;
+    else if (file_dtype_ == "F16") quant_from_ = dtype::f16;
+  }
 }
 
 std::string tensor_builder::what() const { return name_.empty() ? "tensor" : "tensor " + name_; }
@@ -72,8 +79,15 @@ void tensor_builder::emit(const char* src, std::uint64_t n) {
   } else {
     const std::size_t row_in = unit_bytes_;
     for (std::uint64_t r = 0; r < n; ++r) {
-      widen(src + r * row_in, std::size_t(cols_), row_f32_.data());
-      quantize_row(resident_, row_f32_.data(), out_.row(std::int64_t(units_done_ + r)), cols_);
+      void* dst = out_.row(std::int64_t(units_done_ + r));
+      if (quant_from_) {
+        cpu_fast::quantize_row_from(*quant_from_, resident_, src + r * row_in, dst, cols_, row_f32_.data());
+      } else {
+        // f64: widened first; the row is aligned, so the quantizer reads it in place and
+        // never needs the scratch it shares.
+        widen(src + r * row_in, std::size_t(cols_), row_f32_.data());
+        cpu_fast::quantize_row_from(dtype::f32, resident_, row_f32_.data(), dst, cols_, row_f32_.data());
+      }
     }
   }
   units_done_ += n;

@@ -6,7 +6,9 @@
 ///  - f32/bf16/f16 kept as published: copied straight into place;
 ///  - bf16/f16 widened to f32 (a worker that does not keep weights packed) and
 ///    f64/int64/bool narrowed or widened to f32: element by element (convert_piece);
-///  - f32/bf16/f16/f64 quantized to q8/q4: row by row (quantize_row) as each row completes.
+///  - f32/bf16/f16/f64 quantized to q8/q4: row by row as each row completes, straight from
+///    the piece's bytes into the tensor (backends/cpu/quantize.hpp: the reference's bytes,
+///    with AVX-512 where the CPU has it).
 /// Only one partial element or row is ever buffered besides the tensor itself. The result is
 /// bit-identical to converting the whole tensor at once (convert_piece then convert_tensor),
 /// whatever the piece boundaries — quantization is deterministic (QNT-09).
@@ -71,7 +73,10 @@ class tensor_builder {
   std::uint64_t received_ = 0;
   std::uint64_t units_done_ = 0;
   std::string partial_;         ///< an incomplete unit, carried to the next piece
-  std::vector<float> row_f32_;  ///< one row widened before quantizing
+  std::vector<float> row_f32_;  ///< one row widened before quantizing (or the fallback's scratch)
+  /// Quantizing: the published dtype when the quantizer reads it directly (f32, bf16, f16);
+  /// empty (f64) when rows are widened to f32 first.
+  std::optional<dtype> quant_from_;
   tensor out_;
   std::optional<error> error_;
   bool finished_ = false;

@@ -8,7 +8,6 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 debs=(
   build-essential cmake ninja-build ccache pkg-config
   libcaf-dev libboost1.81-dev rapidjson-dev
-  libdnnl-dev ocl-icd-opencl-dev
   libsqlite3-dev libssl-dev
   libgtest-dev libgmock-dev
   python3 python3-venv python3-pip

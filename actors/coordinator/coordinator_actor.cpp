@@ -224,6 +224,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
         auto* s = S.find(S.sessions, sid, who);
         if (!s) return make_error(errc::not_found, "session " + sid + " does not exist");
         MPAKT_TRY(pin(s->worker, "session " + sid));
+        if (!r.wait) MPAKT_TRY(s->take_restored_note());
       }
       // Inputs: owned models and tensors; load tensorIds become {model, weight}.
       auto& inputs = graph["inputs"];
@@ -557,21 +558,10 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                                           out.part_workers.empty() ? std::vector<worker_actor>{out.worker} : out.part_workers,
                                           S.cfg.timeouts);
                     self->link_to(m.actor);  // entity actors end with the coordinator
-                    m.worker = out.worker;
-                    m.worker_id = out.worker_id;
-                    S.watch(self, out.worker);
-                    if (!out.part_workers.empty()) {
-                      for (std::size_t p = 0; p < out.part_workers.size(); ++p) {
-                        m.parts.push_back({out.part_workers[p], out.part_ids[p], out.part_tensors[p], out.part_bytes[p]});
-                        S.watch(self, out.part_workers[p]);
-                      }
-                      m.pipeline = spawn_pipeline(self->system(), req.model_id, m.parts, S.cfg.timeouts);
-                      self->link_to(m.pipeline);
-                      m.worker = caf::actor_cast<worker_actor>(m.pipeline);
-                      m.worker_id = "";
-                    }
+                    place_model(self, req.model_id, m, out);
                     m.source = out.source;
                     m.quantize = out.quantize;
+                    m.whole = req.include.empty() && req.exclude.empty() && req.names.empty();
                     m.published_bytes = out.published_bytes;
                     m.resident_bytes = out.resident_bytes;
                     m.tensors = out.tensor_ids.size();
@@ -606,6 +596,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                         key(w, "bytesTransferred"); w.Uint64(m.published_bytes);
                         key(w, "residentBytes"); w.Uint64(m.resident_bytes);
                         key(w, "quantize"); str(w, m.quantize);
+                        key(w, "whole"); w.Bool(m.whole);
                         key(w, "placement");
                         w.StartArray();
                         if (!m.parts.empty()) {
@@ -841,6 +832,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
               if (!s) return to_caf(errc::not_found, "session " + all[i] + " does not exist");
               if (S.is_recovering(s->worker)) return wait();
               if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + all[i]));
+              if (auto note = s->take_restored_note(); !note) return to_caf(note.err());
               if (i == 0) w = s->worker;
               else if (s->worker != w)
                 return to_caf(errc::conflict, "session " + all[i] + " lives on a different worker from session " + all[0]);
@@ -1081,6 +1073,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (!s) return to_caf(errc::not_found, "session " + *sid + " does not exist");
           if (S.is_recovering(s->worker)) return wait();
           if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + *sid));
+          if (auto note = s->take_restored_note(); !note) return to_caf(note.err());
           plan.worker = s->worker;
           // A spread model's steps run stage by stage through its pipeline: no worker holds
           // everything the graph reads, so the loop runs here (the spec's ordinary path).
@@ -1222,6 +1215,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto* s = S.find(S.sessions, plan.session_id, who);
           if (!s) return to_caf(errc::not_found, "session " + plan.session_id + " does not exist");
           if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + plan.session_id));
+          // Put back at its checkpoint without this generation's tokens: it cannot go on.
+          if (auto note = s->take_restored_note(); !note) return to_caf(note.err());
           plan.worker = s->worker;
           plan.session = s->actor;
           s->generating++;
@@ -1309,6 +1304,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
               if (old != target) caf::anon_send(old, sclose_atom::value, id);
               it->second.journal.clear();  // the session is at its checkpoint again
               it->second.journal_broken.clear();
+              it->second.restored_note.clear();
               const auto& d = ck->second.dump;
               rp.deliver(json([&](writer& w) {
                 w.StartObject();

@@ -15,6 +15,7 @@
 #include "actors/coordinator/coordinator_actor.hpp"
 #include "actors/coordinator/pipeline_actor.hpp"
 #include "actors/protocol.hpp"
+#include "runtime/status.hpp"
 
 namespace mpakt {
 
@@ -32,6 +33,8 @@ struct model_entry : owned {
   std::uint64_t published_bytes = 0;
   std::uint64_t resident_bytes = 0;
   std::size_t tensors = 0;
+  /// The load took the whole checkpoint (no include, exclude or names): chat reuses only these.
+  bool whole = true;
   bool replacing = false;  ///< its worker left; its tensors are being fetched again
   std::string worker_id;   ///< where it is (placement)
   /// A model spread over several workers: `worker` is its pipeline (standing in for one
@@ -61,6 +64,19 @@ struct session_entry : owned {
   int generating = 0;
   /// A restore waiting for those reports (the session's worker was lost meanwhile).
   std::function<void()> after_reports;
+  /// Set when an automatic restore put the session back at its checkpoint but could not
+  /// replay the calls made since (journal_broken, or a replay that failed): the next graph or
+  /// generate call on it fails with this sentence, once, so the client learns which step its
+  /// caches are at (decisions.md, Durability). Cleared by that call or an explicit restore.
+  std::string restored_note;
+
+  /// The restore note as a 409, once; no error when there is none.
+  ::mpakt::status take_restored_note() {
+    if (restored_note.empty()) return {};
+    auto note = std::move(restored_note);
+    restored_note.clear();
+    return make_error(errc::conflict, std::move(note));
+  }
 };
 
 struct graph_entry : owned {

@@ -4,9 +4,10 @@
 /// threads ever wait on the network.
 ///
 /// Lifecycle: the coordinator spawns a job per request, asks it once, and the job quits
-/// after replying. A load streams each tensor from the host to the chosen worker in
-/// pieces of at most 16 MB, waiting for the worker's acknowledgement of each piece, so the
-/// coordinator holds at most one piece of weights at a time.
+/// after replying. A load fetches the tensors from the host with a few range requests in
+/// flight (actors/loader/fetch.hpp) and streams each tensor to its worker in pieces of at
+/// most 16 MB, several pieces on their way at once; the coordinator never holds more than
+/// `pieces_held` pieces of weights — fetched, or sent and not yet acknowledged.
 
 #include <chrono>
 #include <string>
@@ -29,6 +30,11 @@ struct load_job_config {
   std::string default_quantize = "none";
   bool verify_tls = true;
   std::chrono::milliseconds worker_timeout{60 * 1000};
+  /// Range requests a load keeps in flight to its model host (one connection each).
+  int fetch_connections = 4;
+  /// Pieces of weights (16 MB each) the coordinator may hold at once for one load: fetched
+  /// ahead, or on their way to a worker and not yet acknowledged.
+  int pieces_held = 4;
 };
 
 /// What a load asks for (the POST /api/v3/models body, parsed).

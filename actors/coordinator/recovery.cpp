@@ -1,10 +1,13 @@
 #include "actors/coordinator/recovery.hpp"
 
 #include <memory>
+#include <set>
 
 #include "actors/coordinator/load_job.hpp"
 #include "actors/errors.hpp"
 #include "actors/generate/gen_values.hpp"
+#include "runtime/graph.hpp"
+#include "runtime/json.hpp"
 
 namespace mpakt {
 
@@ -15,6 +18,24 @@ static void release_waiting(coordinator_pointer self) {
   auto waiting = std::move(S.waiting);
   S.waiting.clear();
   for (auto& f : waiting) f();
+}
+
+void place_model(coordinator_pointer self, const std::string& id, model_entry& m, const load_outcome& out) {
+  auto& S = self->state;
+  // (a spread model is never placed whole again: its lost parts are, one by one)
+  m.parts.clear();
+  m.worker = out.worker;
+  m.worker_id = out.worker_id;
+  S.watch(self, out.worker);
+  if (out.part_workers.empty()) return;
+  for (std::size_t p = 0; p < out.part_workers.size(); ++p) {
+    m.parts.push_back({out.part_workers[p], out.part_ids[p], out.part_tensors[p], out.part_bytes[p]});
+    S.watch(self, out.part_workers[p]);
+  }
+  m.pipeline = spawn_pipeline(self->system(), id, m.parts, S.cfg.timeouts);
+  self->link_to(m.pipeline);
+  m.worker = caf::actor_cast<worker_actor>(m.pipeline);
+  m.worker_id = "";
 }
 
 std::function<bool()> track_call(coordinator_pointer self, caf::actor_addr where, std::function<void()> on_lost) {
@@ -60,14 +81,22 @@ static void replay_journal(coordinator_pointer self, std::string sid, std::size_
 void put_checkpoint_back(coordinator_pointer self, const std::string& sid, const worker_actor& target,
                          std::function<void(caf::error)> done) {
   auto& S = self->state;
-  self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, S.checkpoints.at(sid).dump)
+  // The owner may delete the session (and with it the checkpoint) at any moment of a
+  // recovery: each step looks again instead of assuming it is still there.
+  auto deleted = [sid] { return to_caf(errc::not_found, "session " + sid + " was deleted during the restore"); };
+  auto ck = S.checkpoints.find(sid);
+  if (ck == S.checkpoints.end() || !S.sessions.count(sid)) return done(deleted());
+  self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, ck->second.dump)
       .then(
           [=](bool) {
             auto& S = self->state;
             auto it = S.sessions.find(sid);
             auto ck = S.checkpoints.find(sid);
-            if (it == S.sessions.end() || ck == S.checkpoints.end())
-              return done(to_caf(errc::not_found, "session " + sid + " was deleted during the restore"));
+            if (it == S.sessions.end() || ck == S.checkpoints.end()) {
+              // Deleted while its tensors travelled: the worker must not keep them.
+              caf::anon_send(target, sclose_atom::value, sid);
+              return done(deleted());
+            }
             it->second.worker = target;
             S.watch(self, target);
             caf::anon_send(it->second.actor, move_atom::value, target, ck->second.steps);
@@ -78,14 +107,15 @@ void put_checkpoint_back(coordinator_pointer self, const std::string& sid, const
 
 static void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish);
 
-/// Puts a lost worker's checkpointed sessions back on their models' new workers and
-/// replays what was called since each checkpoint; sessions that cannot be restored stay
-/// lost (their calls then say to prefill again). Ends the recovery of `addr`.
+/// Puts a lost worker's checkpointed sessions back (on their models' new workers, or any
+/// worker with room for one opened without a model) and replays what was called since each
+/// checkpoint; a session whose calls since cannot be replayed is put back at its checkpoint
+/// and its next call says so. Ends the recovery of `addr`.
 static void restore_sessions(coordinator_pointer self, caf::actor_addr addr) {
   auto& S = self->state;
   std::vector<std::string> ids;
   for (const auto& [sid, e] : S.sessions)
-    if (e.worker && e.worker.address() == addr && S.checkpoints.count(sid) && e.journal_broken.empty()) ids.push_back(sid);
+    if (e.worker && e.worker.address() == addr && S.checkpoints.count(sid)) ids.push_back(sid);
   auto pending = std::make_shared<std::size_t>(ids.size());
   auto finish = [self, addr, pending] {
     if (*pending > 0 && --*pending > 0) return;
@@ -107,7 +137,7 @@ static void restore_sessions(coordinator_pointer self, caf::actor_addr addr) {
         restore_one(self, sid, finish);
       };
       // A report that never comes (its generation's process died too) must not hold every
-      // waiting request: past the deadline the session is restored without it, as lost.
+      // waiting request: past the deadline the session goes back to its checkpoint without it.
       self->delayed_send(self, std::chrono::seconds(10), reportdue_atom::value, sid);
       continue;
     }
@@ -115,23 +145,85 @@ static void restore_sessions(coordinator_pointer self, caf::actor_addr addr) {
   }
 }
 
-/// Restores one checkpointed session on its model's (new) worker and replays its journal;
-/// `finish` runs when it is done either way.
-static void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish) {
+/// The models a journaled call reads (compiled: the template's; inline: its weight inputs).
+static std::set<std::string> models_read(coordinator_pointer self, const run_request& call) {
+  auto& S = self->state;
+  if (!call.graph_id.empty()) {
+    auto g = S.graphs.find(call.graph_id);
+    return g == S.graphs.end() ? std::set<std::string>{} : g->second.models;
+  }
+  std::set<std::string> out;
+  auto doc = parse_json_object(call.graph_json, "graph");
+  if (!doc) return out;
+  auto decl = parse_graph(*doc, false);
+  if (!decl) return out;
+  for (const auto& in : decl->inputs)
+    if (in.kind == input_kind::weight) out.insert(in.model);
+  return out;
+}
+
+/// Where a lost session goes back to: its model's (new) worker; for a session opened without
+/// a model, the worker of a model its calls since the checkpoint read, else any worker with
+/// room for the checkpoint (as an explicit restore picks). No worker: `k` gets none.
+static void restore_target(coordinator_pointer self, const std::string& sid, std::function<void(worker_actor)> k) {
   auto& S = self->state;
   auto& e = S.sessions.at(sid);
-  if (!e.journal_broken.empty()) return finish();  // cannot be brought back exactly: stays lost
-  auto m = S.models.find(e.model_id);
-  if (m == S.models.end() || S.is_lost(m->second.worker)) return finish();
-  const worker_actor gone = e.worker;
-  put_checkpoint_back(self, sid, m->second.worker, [=](caf::error failed) {
-    if (failed) return finish();
-    replay_journal(self, sid, 0, [=](bool ok) {
-      if (!ok) {
-        // Half-replayed caches must not pass for good ones: the session stays lost.
-        if (auto it = self->state.sessions.find(sid); it != self->state.sessions.end()) it->second.worker = gone;
+  if (!e.model_id.empty()) {
+    auto m = S.models.find(e.model_id);
+    if (m == S.models.end() || S.is_lost(m->second.worker)) return k(worker_actor{});
+    return k(m->second.worker);
+  }
+  for (const auto& call : e.journal)
+    for (const auto& mid : models_read(self, call))
+      if (auto m = S.models.find(mid); m != S.models.end() && !S.is_lost(m->second.worker)) return k(m->second.worker);
+  self->request(S.pool, S.cfg.timeouts.control, pick_atom::value, S.checkpoints.at(sid).dump.bytes)
+      .then([k](worker_actor& w, worker_status&) { k(w); }, [k](caf::error&) { k(worker_actor{}); });
+}
+
+/// Restores one checkpointed session and replays its journal; a journal that cannot be
+/// replayed (broken, or a call that fails) leaves the session at its checkpoint with a note
+/// for its next call. `finish` runs when it is done either way.
+static void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish) {
+  auto& S0 = self->state;
+  if (!S0.sessions.count(sid) || !S0.checkpoints.count(sid)) return finish();
+  const worker_actor gone = S0.sessions.at(sid).worker;
+  restore_target(self, sid, [=](worker_actor target) {
+    auto& S = self->state;
+    if (!target || !S.sessions.count(sid) || !S.checkpoints.count(sid)) return finish();
+    // Back at the checkpoint, the journal emptied, the next call told why.
+    auto at_checkpoint = [=](std::string why) {  // (a copy: it may be journal_broken itself)
+      auto& S = self->state;
+      auto it = S.sessions.find(sid);
+      auto ck = S.checkpoints.find(sid);
+      if (it == S.sessions.end() || ck == S.checkpoints.end()) return;
+      it->second.journal.clear();
+      it->second.journal_broken.clear();
+      it->second.restored_note = "session " + sid + " was held by a worker that left the grid and was restored from its "
+                                 "checkpoint, at step " + std::to_string(ck->second.steps) + ", but the calls made since could "
+                                 "not be replayed (" + why + "): it is at step " + std::to_string(ck->second.steps) +
+                                 " now; make those calls again from there";
+    };
+    put_checkpoint_back(self, sid, target, [=](caf::error failed) {
+      if (failed) return finish();  // stays lost: its next call says to prefill again
+      auto& S = self->state;
+      auto it = S.sessions.find(sid);
+      if (it == S.sessions.end()) return finish();
+      if (!it->second.journal_broken.empty()) {
+        at_checkpoint(it->second.journal_broken);
+        return finish();
       }
-      finish();
+      replay_journal(self, sid, 0, [=](bool ok) {
+        if (ok || !self->state.sessions.count(sid)) return finish();  // (deleted meanwhile: nothing to put back)
+        // Half-replayed caches must not pass for good ones: the checkpoint goes back again.
+        put_checkpoint_back(self, sid, target, [=](caf::error again) {
+          if (again) {
+            if (auto it = self->state.sessions.find(sid); it != self->state.sessions.end()) it->second.worker = gone;
+          } else {
+            at_checkpoint("a call since the checkpoint failed when replayed");
+          }
+          finish();
+        });
+      });
     });
   });
 }
@@ -227,11 +319,11 @@ void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr) {
     self->request(job, std::chrono::minutes(30), load_atom::value, req)
         .then(
             [=](load_outcome& out) {
+              // The workers left may hold it only spread: then every part is recorded, and
+              // a pipeline serves it (sessions are restored onto that).
               if (auto m = self->state.models.find(id); m != self->state.models.end()) {
-                m->second.worker = out.worker;
-                m->second.worker_id = out.worker_id;
+                place_model(self, id, m->second, out);
                 m->second.replacing = false;
-                self->state.watch(self, out.worker);
               }
               done();
             },

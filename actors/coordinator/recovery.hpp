@@ -9,6 +9,7 @@
 #include <string>
 
 #include "actors/coordinator/coordinator_state.hpp"
+#include "actors/coordinator/load_job.hpp"
 
 namespace mpakt {
 
@@ -29,6 +30,11 @@ std::function<bool()> track_call(coordinator_pointer self, caf::actor_addr where
 /// worker's refusal or errc::not_found when the session went away meanwhile.
 void put_checkpoint_back(coordinator_pointer self, const std::string& sid, const worker_actor& target,
                          std::function<void(caf::error)> done);
+
+/// Points model `id` at where a load put it: one worker, or (spread) a new pipeline over
+/// every part, each part's worker watched. Used by a first load and by the re-placement of a
+/// lost model, which may have to spread what one worker held before.
+void place_model(coordinator_pointer self, const std::string& id, model_entry& m, const load_outcome& out);
 
 /// A worker left the grid (its monitor fired, or a call found it gone): starts its recovery.
 void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr);

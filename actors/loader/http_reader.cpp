@@ -109,6 +109,28 @@ class http_reader final : public byte_reader {
     return u && !trusted_origin_.empty() && u->origin() == trusted_origin_;
   }
 
+  /// Checks an answer to a range request of which `got` body bytes arrived: a 206 whose
+  /// Content-Range matches what was asked and what arrived, or a 416 (asked past the end,
+  /// e.g. an empty file: nothing to read). Returns the file's size when the host said.
+  result<std::optional<std::uint64_t>> check_answer(const std::string& url, const http::byte_range& range,
+                                                    const http::client_response& r, std::uint64_t got) const {
+    const auto* cr_text = r.header("content-range");
+    if (r.status == 416) {
+      if (cr_text)
+        if (auto cr = parse_content_range(*cr_text); cr && cr->unsatisfied) return cr->total;
+      return std::optional<std::uint64_t>();
+    }
+    if (r.status == 200) return no_range(url, "it answered a range request with 200 and the whole file");
+    if (r.status != 206) return status_error(url, r.status, trusted(url));
+    if (!cr_text) return no_range(url, "its 206 answer has no Content-Range");
+    auto cr = parse_content_range(*cr_text);
+    if (!cr || cr->unsatisfied) return no_range(url, "its Content-Range \"" + *cr_text + "\" cannot be read");
+    if (cr->first != range.first || cr->last > range.last || cr->last - cr->first + 1 != got)
+      return no_range(url, "it answered bytes " + std::to_string(range.first) + "-" + std::to_string(range.last) +
+                               " with Content-Range \"" + *cr_text + "\" and " + std::to_string(got) + " bytes");
+    return cr->total;
+  }
+
   result<range_read> read_range(const std::string& url, std::uint64_t first, std::uint64_t length) override {
     range_read out;
     if (length == 0) return out;
@@ -127,25 +149,27 @@ class http_reader final : public byte_reader {
                                 });
     if (overflow) return no_range(url, "it sent more bytes than the range asked for");
     if (!r) return client_error(url, std::move(r).err(), trusted(url));
-    const auto* cr_text = r->header("content-range");
-    if (r->status == 416) {
-      // Asked past the end (e.g. an empty file): nothing to read.
-      if (cr_text)
-        if (auto cr = parse_content_range(*cr_text); cr && cr->unsatisfied) out.file_size = cr->total;
-      out.bytes.clear();
-      return out;
-    }
-    if (r->status == 200) return no_range(url, "it answered a range request with 200 and the whole file");
-    if (r->status != 206) return status_error(url, r->status, trusted(url));
-    if (!cr_text) return no_range(url, "its 206 answer has no Content-Range");
-    auto cr = parse_content_range(*cr_text);
-    if (!cr || cr->unsatisfied) return no_range(url, "its Content-Range \"" + *cr_text + "\" cannot be read");
-    if (cr->first != first || cr->last > range.last || cr->last - cr->first + 1 != out.bytes.size())
-      return no_range(url, "it answered bytes " + std::to_string(first) + "-" + std::to_string(range.last) +
-                               " with Content-Range \"" + *cr_text + "\" and " + std::to_string(out.bytes.size()) +
-                               " bytes");
-    out.file_size = cr->total;
+    auto checked = check_answer(url, range, *r, out.bytes.size());
+    if (!checked) return std::move(checked).err();
+    if (r->status == 416) out.bytes.clear();
+    out.file_size = *checked;
     return out;
+  }
+
+  result<std::uint64_t> read_range_into(const std::string& url, std::uint64_t first,
+                                        std::span<const std::span<char>> parts) override {
+    std::uint64_t length = 0;
+    for (const auto& p : parts) length += p.size();
+    if (length == 0) return std::uint64_t(0);
+    ++requests_;
+    const http::byte_range range{first, first + length - 1};
+    std::uint64_t got = 0;
+    auto r = client_.get_range_into(url, range, parts, got);
+    if (!r && r.err().code == errc::conflict) return no_range(url, "it sent more bytes than the range asked for");
+    if (!r) return client_error(url, std::move(r).err(), trusted(url));
+    auto checked = check_answer(url, range, *r, got);
+    if (!checked) return std::move(checked).err();
+    return r->status == 416 ? 0 : got;
   }
 
   result<std::string> read_all(const std::string& url, std::size_t max_bytes) override {

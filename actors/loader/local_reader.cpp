@@ -1,7 +1,10 @@
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+
+#include <unistd.h>
 
 #include "actors/loader/reader.hpp"
 #include "actors/loader/source.hpp"
@@ -34,6 +37,29 @@ class local_reader final : public byte_reader {
     if (std::fread(out.bytes.data(), 1, out.bytes.size(), f->get()) != out.bytes.size())
       return make_error(errc::internal, "cannot read " + location + ": " + std::strerror(errno));
     return out;
+  }
+
+  result<std::uint64_t> read_range_into(const std::string& location, std::uint64_t first,
+                                        std::span<const std::span<char>> parts) override {
+    auto f = open(location);
+    if (!f) return std::move(f).err();
+    auto size = file_size(f->get(), location);
+    if (!size) return std::move(size).err();
+    const int fd = fileno(f->get());
+    std::uint64_t pos = first, read = 0;
+    for (const auto& part : parts) {
+      for (std::size_t at = 0; at < part.size() && pos < *size;) {
+        const std::size_t want = std::size_t(std::min<std::uint64_t>(part.size() - at, *size - pos));
+        const ssize_t n = ::pread(fd, part.data() + at, want, off_t(pos));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return make_error(errc::internal, "cannot read " + location + ": " + std::strerror(errno));
+        if (n == 0) return make_error(errc::internal, location + " shrank while it was being read");
+        at += std::size_t(n);
+        pos += std::uint64_t(n);
+        read += std::uint64_t(n);
+      }
+    }
+    return read;
   }
 
   result<std::string> read_all(const std::string& location, std::size_t max_bytes) override {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,15 @@ class byte_reader {
   /// requests ("host <url> does not honour Range requests"); errc::unavailable / timeout when
   /// the host cannot be reached. Messages name the location.
   virtual result<range_read> read_range(const std::string& location, std::uint64_t first, std::uint64_t length) = 0;
+
+  /// Reads bytes [first, first + total) of `location`, where total is the parts' sizes added
+  /// up, straight into `parts` one after another: the buffers that then travel to a worker,
+  /// with no copy on the way where the reader can avoid one (both of ours do). Returns the
+  /// bytes read: fewer only when the file ends first. Errors as read_range; after an error
+  /// the parts hold nothing to trust. This default reads with read_range and copies (fakes
+  /// in tests).
+  virtual result<std::uint64_t> read_range_into(const std::string& location, std::uint64_t first,
+                                                std::span<const std::span<char>> parts);
 
   /// Reads a whole small file (an index JSON) of at most `max_bytes`; errc::not_found as above,
   /// errc::too_large past the limit.

@@ -7,6 +7,9 @@
 /// next is read, so the loader holds one piece at a time whatever the tensor's size. Each piece
 /// is checked (206 with a matching Content-Range, by the HTTP reader) before the sink sees it.
 /// The bytes are the published ones: conversion happens on the worker (runtime/tensor_builder).
+/// This is the sequential form, one request at a time; a load fetches with fetch.hpp (several
+/// requests in flight, small neighbouring tensors in one), which shares the piece size, the
+/// retry rule and tensor_location defined here.
 ///
 /// Thread-safety: blocking; run on the loader's own thread with a reader it owns.
 

@@ -76,6 +76,7 @@ struct chat_state {
   bool speculative = false;  ///< asked for and possible for this model
   clock_type::time_point started, prefill_started, decode_started;
   double prefill_ms = 0;
+  std::shared_ptr<void> slot;  ///< one of the key's generations running at once, freed at the end
 };
 
 using chat_pointer = caf::stateful_actor<chat_state>*;
@@ -193,7 +194,8 @@ void resolve_model(chat_pointer self) {
     const std::string& want = st.req.model_id.empty() ? st.req.source : st.req.model_id;
     const char* by = st.req.model_id.empty() ? "source" : "modelId";
     for (const auto& m : d["models"].GetArray())
-      if (want == m[by].GetString()) {
+      // a source is reused only where the account loaded all of it (not a few layers)
+      if (want == m[by].GetString() && (!st.req.model_id.empty() || m["whole"].GetBool())) {
         st.model_id = m["modelId"].GetString();
         st.quantize = m["quantize"].GetString();
         return prepare_model(self);
@@ -477,9 +479,11 @@ std::string done_json(const chat_state& st, const gen_done& d) {
 }  // namespace
 
 void start_chat(caf::actor_system& sys, coordinator_actor coordinator, std::shared_ptr<chat_registry> registry, caller who,
-                chat_request req, std::shared_ptr<responder> res) {
-  sys.spawn([=](chat_pointer self) -> caf::behavior {
+                chat_request req, std::shared_ptr<responder> res, std::shared_ptr<void> slot) {
+  // (the slot moves into the state, which goes when the actor ends)
+  sys.spawn([=, slot = std::move(slot)](chat_pointer self) mutable -> caf::behavior {
     auto& st = self->state;
+    st.slot = std::move(slot);
     st.coordinator = coordinator;
     st.registry = registry;
     st.who = who;

@@ -47,8 +47,9 @@ class chat_registry {
   std::map<std::string, chat_graphs> graphs_;
 };
 
-/// Runs one chat request (the body already passed parse_chat_request) for `who`.
+/// Runs one chat request (the body already passed parse_chat_request) for `who`; `slot` is
+/// held until it ends (the key's count of generations running at once).
 void start_chat(caf::actor_system& sys, coordinator_actor coordinator, std::shared_ptr<chat_registry> registry, caller who,
-                chat_request req, std::shared_ptr<responder> res);
+                chat_request req, std::shared_ptr<responder> res, std::shared_ptr<void> slot = nullptr);
 
 }  // namespace mpakt::http

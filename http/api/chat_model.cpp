@@ -151,7 +151,7 @@ result<std::shared_ptr<const chat_model>> make_chat_model(std::string_view confi
   // longrope switches factors past this position, and transformers then prefills again;
   // chat conversations stay below it rather than decode with the wrong factors.
   if (m->config.rope_regime_limit > 0) m->context = std::min(m->context, m->config.rope_regime_limit);
-  m->can_speculate = !m->config.recurrent_state;
+  m->can_speculate = !m->config.recurrent_state && !m->config.rope_follows_length;
   std::size_t longest = 1;
   for (std::int32_t id = 0; id < m->tokenizer.vocab_size(); ++id)
     if (auto t = m->tokenizer.id_to_token(id)) longest = std::max(longest, t->size());

@@ -37,6 +37,7 @@ struct generation_state {
   std::size_t run_offset = 0;
   bool reported = false;  ///< the current run's fed tokens went to the coordinator
   int runs = 0;           ///< runs started (a late answer from an earlier run is ignored)
+  std::shared_ptr<void> slot;  ///< one of the key's generations running at once, freed at the end
 };
 
 /// Tells the coordinator what the current run of a worker-side loop fed its session (journal of
@@ -85,9 +86,12 @@ std::string done_json(const generation_state& st, const gen_done& d) {
 }  // namespace
 
 void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<responder> res, coordinator_actor coordinator,
-                      caller who) {
-  sys.spawn([plan, res, coordinator, who](caf::stateful_actor<generation_state>* self) -> caf::behavior {
+                      caller who, std::shared_ptr<void> slot) {
+  // (the slot moves into the state, which goes when the actor ends)
+  sys.spawn([plan, res, coordinator, who, slot = std::move(slot)](caf::stateful_actor<generation_state>* self) mutable
+            -> caf::behavior {
     auto& st = self->state;
+    st.slot = std::move(slot);
     st.plan = plan;
     st.res = res;
     st.coordinator = coordinator;

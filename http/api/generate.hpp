@@ -13,7 +13,8 @@ namespace mpakt::http {
 
 /// Runs one generation for `who`; `coordinator` hears what it fed the session (the journal of
 /// a checkpointed session) and re-plans it when its worker leaves the grid.
+/// `slot` is held until the generation ends (the key's count of generations running at once).
 void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<responder> res, coordinator_actor coordinator,
-                      caller who);
+                      caller who, std::shared_ptr<void> slot = nullptr);
 
 }  // namespace mpakt::http

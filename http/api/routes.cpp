@@ -31,6 +31,8 @@ struct context {
   api_actors actors;
   api_config cfg;
   std::shared_ptr<chat_registry> chat = std::make_shared<chat_registry>();
+  std::shared_ptr<login_limiter> logins = std::make_shared<login_limiter>(cfg.abuse);
+  std::shared_ptr<generation_slots> generations = std::make_shared<generation_slots>(cfg.abuse.generations_per_key);
 };
 
 using responder_ptr = std::shared_ptr<responder>;
@@ -192,8 +194,29 @@ void on_credentials(const call& c, bool login) {
   if (!user) return reply_error(c.res, user.err());
   auto pass = body_string(*d, "password");
   if (!pass) return reply_error(c.res, pass.err());
-  if (login) forward(c.self, c.accounts(), 60s, c.res, 200, login_atom::value, *user, *pass);
-  else forward(c.self, c.accounts(), 60s, c.res, 201, signup_atom::value, *user, *pass);
+  if (!login) return forward(c.self, c.accounts(), 60s, c.res, 201, signup_atom::value, *user, *pass);
+  // Guessing passwords: past the failed-login limit for this username or this address, the
+  // attempt is refused before the password is checked (docs/operators.md, "Abuse limits").
+  const std::string address = c.req->remote.substr(0, c.req->remote.rfind(':'));
+  auto logins = c.ctx->logins;
+  if (auto wait = logins->blocked(*user, address)) {
+    const auto& a = c.ctx->cfg.abuse;
+    return c.res->respond(response{
+        429, "application/json",
+        error_json("too many failed logins for this username or from this address (at most " +
+                   std::to_string(a.login_failures_per_user) + " per username and " +
+                   std::to_string(a.login_failures_per_address) + " per address in " +
+                   std::to_string(a.login_window.count()) + " s); try again in " + std::to_string(wait->count()) + " s"),
+        {{"Retry-After", std::to_string(wait->count())}}});
+  }
+  auto res = c.res;
+  c.self->request(c.accounts(), 60s, login_atom::value, *user, *pass)
+      .then([res](std::string& body) { reply_json(res, 200, std::move(body)); },
+            [res, logins, name = *user, address](caf::error& e) {
+              const error err = from_caf(e);
+              if (err.code == errc::unauthorized) logins->failed(name, address);
+              reply_error(res, err);
+            });
 }
 void on_sign_up(const call& c) { on_credentials(c, false); }
 void on_login(const call& c) { on_credentials(c, true); }
@@ -264,17 +287,32 @@ void on_list_graphs(const call& c) { forward(c.self, c.coord(), 30s, c.res, 200,
 void on_delete_graph(const call& c) {
   forward(c.self, c.coord(), 30s, c.res, 200, delete_atom::value, graphs_atom::value, c.who, c.args[0]);
 }
+/// A slot among the generations the caller's key may run at once, or null after answering 429.
+std::shared_ptr<void> generation_slot(const call& c) {
+  auto slot = c.ctx->generations->acquire(c.who.key_id);
+  if (!slot)
+    reply_error(c.res, errc::limit,
+                "this key already runs " + std::to_string(c.ctx->generations->per_key()) +
+                    " generations (generate or chat) at once, the limit; wait for one to end");
+  return slot;
+}
 void on_chat(const call& c) {
   auto chat = parse_chat_request(c.body());
   if (!chat) return reply_error(c.res, chat.err());
-  start_chat(*c.ctx->sys, c.coord(), c.ctx->chat, c.who, std::move(*chat), c.res);
+  auto slot = generation_slot(c);
+  if (!slot) return;
+  start_chat(*c.ctx->sys, c.coord(), c.ctx->chat, c.who, std::move(*chat), c.res, std::move(slot));
 }
 void on_generate(const call& c) {
   auto ctx = c.ctx;
   auto res = c.res;
   auto who = c.who;
+  auto slot = generation_slot(c);
+  if (!slot) return;
   c.self->request(c.coord(), 60s, generate_atom::value, c.who, c.body())
-      .then([ctx, res, who](gen_plan& plan) { start_generation(*ctx->sys, std::move(plan), res, ctx->actors.coordinator, who); },
+      .then([ctx, res, who, slot](gen_plan& plan) {
+              start_generation(*ctx->sys, std::move(plan), res, ctx->actors.coordinator, who, slot);
+            },
             [res](caf::error& e) { reply_error(res, from_caf(e)); });
 }
 void on_random(const call& c) { random_numbers(*c.req, c.res); }
@@ -436,7 +474,7 @@ void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const respo
 }  // namespace
 
 handler make_api_handler(caf::actor_system& sys, api_actors actors, api_config cfg) {
-  auto ctx = std::make_shared<context>(context{&sys, std::move(actors), std::move(cfg), std::make_shared<chat_registry>()});
+  auto ctx = std::make_shared<context>(context{&sys, std::move(actors), std::move(cfg)});
   return [ctx](request&& req, std::shared_ptr<responder> res) { dispatch(ctx, std::move(req), res); };
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "actors/protocol.hpp"
+#include "http/api/limits.hpp"
 #include "http/server.hpp"
 
 namespace mpakt::http {
@@ -19,6 +20,8 @@ struct api_config {
   /// The chat page's folder (web/), served at /; empty = none.
   std::string web_dir;
   std::chrono::milliseconds request_timeout{5 * 60 * 1000 + 10 * 1000};
+  /// Failed-login and per-key generation limits (serve flags; docs/operators.md).
+  abuse_config abuse;
 };
 
 struct api_actors {

@@ -97,7 +97,10 @@ enum class arch_qk_norm_kind : std::uint8_t {
   layer_head,  ///< bias-free LayerNorm per head, a weight row per head (StableLM, Cohere)
 };
 
-enum class arch_activation : std::uint8_t { silu, gelu_tanh, gelu_exact };
+/// The MLP's activation: silu, tanh GELU (gelu_new, gelu_pytorch_tanh, gelu_fast), exact GELU
+/// (gelu, gelu_python), quick GELU x·sigmoid(1.702x) (quick_gelu) and relu. MoE experts take
+/// only the first two (the moe op's activations).
+enum class arch_activation : std::uint8_t { silu, gelu_tanh, gelu_exact, gelu_quick, relu };
 
 enum class arch_mixer_kind : std::uint8_t {
   attention,   ///< q/k/v projections, grouped-query attention
@@ -185,6 +188,10 @@ struct arch_config {
   /// longrope: transformers re-prefills once the sequence first passes this many positions
   /// (Phi-3); a session that crosses it must be re-prefilled by the caller. 0 = n/a.
   int rope_regime_limit = 0;
+  /// Dynamic NTK rope: past max_position_embeddings the frequencies follow each pass's length,
+  /// so a verify pass of several tokens is not that many one-token steps (generate refuses such
+  /// verify graphs; chat does not speculate on these models).
+  bool rope_follows_length = false;
   arch_moe moe;
   arch_mla mla;
   std::vector<arch_layer> layer;

@@ -66,9 +66,8 @@ result<arch_rope> rope_from(const config_reader& top, const config_reader& obj, 
     type = *legacy;
   }
   if (c.family == "phi3" && (*type == "su" || *type == "yarn")) type = std::string("longrope");  // Phi3Config renames them
-  if (*type == "dynamic")
-    return invalid("config.json rope_scaling.type 'dynamic' is not supported (its frequencies change with the sequence length; no fixture checks it)");
-  if (*type != "default" && *type != "linear" && *type != "llama3" && *type != "yarn" && *type != "longrope")
+  if (*type != "default" && *type != "linear" && *type != "dynamic" && *type != "llama3" && *type != "yarn" &&
+      *type != "longrope")
     return invalid("config.json rope_scaling.type '" + *type + "' is not supported");
   double partial = obj.number("partial_rotary_factor", top.number("partial_rotary_factor", d.partial_factor));
   if (!(partial > 0 && partial <= 1)) return invalid("config.json partial_rotary_factor must be in (0, 1]");
@@ -144,8 +143,8 @@ status check_mapped(const arch_config& c) {
   if (!any_moe) return ok_status();
   if (c.moe.experts <= 0 || c.moe.top_k <= 0 || c.moe.top_k > c.moe.experts)
     return invalid("config.json num_experts_per_tok must be between 1 and the number of experts");
-  if (c.activation == arch_activation::gelu_exact)
-    return invalid("config.json hidden_act 'gelu' (exact) is not available to the moe op's experts (silu or tanh GELU)");
+  if (c.activation != arch_activation::silu && c.activation != arch_activation::gelu_tanh)
+    return invalid("config.json hidden_act is not available to the moe op's experts (silu or tanh GELU only)");
   return ok_status();
 }
 
@@ -169,8 +168,12 @@ result<arch_config> parse_arch_config(std::string_view text) {
   MPAKT_TRY(arch_detail::read_dims(r, c));
   c.layer.resize(std::size_t(c.layers));
   MPAKT_TRY(fam->second(r, c));
-  if (c.tied_embeddings) c.names.lm_head = {};  // the head reads the embedding table
+  // The head reads the embedding table; a head bias (Phi-2, GPT-J, CodeGen: nn.Linear with a
+  // bias, whose weight alone is tied) still applies.
+  if (c.tied_embeddings) c.names.lm_head.weight.clear();
   MPAKT_TRY(check_mapped(c));
+  for (const auto& l : c.layer)
+    if (l.rope.enabled && l.rope.scaling_json.find("\"dynamic\"") != std::string::npos) c.rope_follows_length = true;
   for (const auto& l : c.layer)
     if (l.rope.enabled && l.rope.scaling_json.find("\"longrope\"") != std::string::npos) {
       auto orig = r.number("original_max_position_embeddings");  // the top-level field wins, as in Phi3Config

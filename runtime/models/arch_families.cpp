@@ -18,7 +18,9 @@ namespace {
 result<arch_activation> activation_of(const std::string& field, const std::string& name) {
   if (name == "silu" || name == "swish") return arch_activation::silu;
   if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return arch_activation::gelu_tanh;
-  if (name == "gelu") return arch_activation::gelu_exact;
+  if (name == "gelu" || name == "gelu_python") return arch_activation::gelu_exact;
+  if (name == "quick_gelu") return arch_activation::gelu_quick;
+  if (name == "relu") return arch_activation::relu;
   return invalid("config.json " + field + " '" + name + "' is not an activation mpakt maps");
 }
 
@@ -95,8 +97,13 @@ void set_rope(arch_config& c, const arch_rope& rope) {
 
 // ---- families ----
 
+/// Which of Llama's bias switches a family's transformers code reads; a family ignores the
+/// others even when a config.json carries them (so must the builder).
+enum bias_fields : unsigned { no_bias_fields = 0, attention_bias_field = 1, mlp_bias_field = 2 };
+
 /// Llama and the families that keep its layout exactly.
-status llama_family(const config_reader& r, arch_config& c, const rope_defaults& d = {}) {
+status llama_family(const config_reader& r, arch_config& c, const rope_defaults& d = {},
+                    unsigned biases = attention_bias_field) {
   c.names = llama_names();
   MPAKT_TRY(r.positive({"intermediate_size"}, c.intermediate));
   c.norm_eps = r.number("rms_norm_eps", 1e-6);
@@ -106,14 +113,16 @@ status llama_family(const config_reader& r, arch_config& c, const rope_defaults&
   auto rope = read_rope(r, c, d);
   if (!rope) return std::move(rope).err();
   set_rope(c, *rope);
-  if (r.flag("attention_bias", false)) add_biases({&c.names.q, &c.names.k, &c.names.v, &c.names.o});
-  if (r.flag("mlp_bias", false)) add_biases({&c.names.gate, &c.names.up, &c.names.down});
+  if ((biases & attention_bias_field) && r.flag("attention_bias", false))
+    add_biases({&c.names.q, &c.names.k, &c.names.v, &c.names.o});
+  if ((biases & mlp_bias_field) && r.flag("mlp_bias", false)) add_biases({&c.names.gate, &c.names.up, &c.names.down});
   return ok_status();
 }
 
 /// Llama: tied only when the config says so (LlamaConfig defaults to untied).
-status llama(const config_reader& r, arch_config& c, const rope_defaults& d = {}) {
-  MPAKT_TRY(llama_family(r, c, d));
+status llama(const config_reader& r, arch_config& c, const rope_defaults& d = {},
+             unsigned biases = attention_bias_field | mlp_bias_field) {
+  MPAKT_TRY(llama_family(r, c, d, biases));
   c.tied_embeddings = r.flag("tie_word_embeddings", false);
   return ok_status();
 }
@@ -132,7 +141,7 @@ status every_layer_window(const config_reader& r, arch_config& c, std::optional<
 
 /// Mistral: Llama plus a window on every layer.
 status mistral(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(llama(r, c));
+  MPAKT_TRY(llama(r, c, {}, no_bias_fields));  // MistralAttention and MistralMLP have no biases
   return every_layer_window(r, c, 4096);
 }
 
@@ -148,7 +157,7 @@ status qwen_windows(const config_reader& r, arch_config& c) {
 
 /// Qwen2: q/k/v biases always, o_proj none; tied per config.
 status qwen2(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(llama_family(r, c));
+  MPAKT_TRY(llama_family(r, c, {}, no_bias_fields));
   c.tied_embeddings = r.flag("tie_word_embeddings", false);
   c.names.o.bias.clear();
   add_biases({&c.names.q, &c.names.k, &c.names.v});  // Qwen2Attention: always, not config-driven
@@ -157,7 +166,7 @@ status qwen2(const config_reader& r, arch_config& c) {
 
 /// Qwen3: per-head RMS q/k norms (one [hd] weight) before rope.
 status qwen3(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(llama(r, c));
+  MPAKT_TRY(llama(r, c, {}, attention_bias_field));
   c.qk_norm = arch_qk_norm_kind::rms_head;
   c.names.q_norm = "model.layers.{L}.self_attn.q_norm.weight";
   c.names.k_norm = "model.layers.{L}.self_attn.k_norm.weight";
@@ -192,7 +201,7 @@ status softmax_router(const config_reader& r, arch_config& c, bool normalize) {
 
 /// Qwen2-MoE: softmax routing (renormalised iff norm_topk_prob), a sigmoid-gated shared expert.
 status qwen2_moe(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(llama_family(r, c));
+  MPAKT_TRY(llama_family(r, c, {}, no_bias_fields));  // qkv_bias instead
   c.tied_embeddings = r.flag("tie_word_embeddings", false);
   if (r.flag("qkv_bias", true)) add_biases({&c.names.q, &c.names.k, &c.names.v});
   MPAKT_TRY(softmax_router(r, c, r.flag("norm_topk_prob", false)));
@@ -221,7 +230,7 @@ status qwen3_moe(const config_reader& r, arch_config& c) {
 
 /// Mixtral: every layer MoE, softmax over all experts then renormalised; w1/w3/w2 experts.
 status mixtral(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(llama(r, c));
+  MPAKT_TRY(llama(r, c, {}, no_bias_fields));
   MPAKT_TRY(softmax_router(r, c, true));
   const std::string L = "model.layers.{L}.block_sparse_moe.";
   c.names.router = L + "gate.weight";
@@ -235,7 +244,7 @@ status mixtral(const config_reader& r, arch_config& c) {
 
 /// OLMoE: q/k RMSNorm over the whole projection width, every layer MoE.
 status olmoe(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(llama(r, c));
+  MPAKT_TRY(llama(r, c, {}, attention_bias_field));
   if (r.has("clip_qkv")) return invalid("config.json clip_qkv is not supported (no clamp step is built)");
   c.qk_norm = arch_qk_norm_kind::rms_full;
   c.names.q_norm = "model.layers.{L}.self_attn.q_norm.weight";
@@ -263,7 +272,7 @@ status glm(const config_reader& r, arch_config& c) {
   d.partial_factor = 0.5;
   d.honour_partial = true;
   d.interleaved = true;
-  MPAKT_TRY(llama(r, c, d));
+  MPAKT_TRY(llama(r, c, d, attention_bias_field));
   c.names.o.bias.clear();  // GlmAttention: q/k/v follow attention_bias, o_proj never has one
   c.names.gate_up.weight = "model.layers.{L}.mlp.gate_up_proj.weight";
   c.names.gate.weight = c.names.up.weight = "";
@@ -274,7 +283,7 @@ status glm(const config_reader& r, arch_config& c) {
 status phi3(const config_reader& r, arch_config& c) {
   rope_defaults d;
   d.honour_partial = true;
-  MPAKT_TRY(llama(r, c, d));
+  MPAKT_TRY(llama(r, c, d, no_bias_fields));
   c.qkv_layout = arch_qkv_layout::blocked;
   c.names.qkv.weight = "model.layers.{L}.self_attn.qkv_proj.weight";
   c.names.q.weight = c.names.k.weight = c.names.v.weight = "";
@@ -289,12 +298,15 @@ status gemma(const config_reader& r, arch_config& c) {
   c.tied_embeddings = r.flag("tie_word_embeddings", true);
   c.norm_weight_offset = 1;
   c.embed_scale = gemma_embed_scale(r, c.hidden);
-  c.activation = arch_activation::gelu_tanh;  // GemmaConfig rewrites a legacy "gelu" to the tanh form
-  if (r.has("hidden_activation")) {
-    auto act = read_activation(r, "hidden_activation", "gelu_pytorch_tanh");
-    if (!act) return std::move(act).err();
-    c.activation = *act;
-  }
+  // transformers 5: Gemma 1 takes hidden_act (GemmaConfig rewrites a legacy "gelu" to the tanh
+  // form) and ignores hidden_activation; Gemma 2 and 3 take hidden_activation only.
+  const bool first = c.family == "gemma";
+  const char* key = first ? "hidden_act" : "hidden_activation";
+  auto name = r.text(key, "gelu_pytorch_tanh");
+  if (!name) return std::move(name).err();
+  auto act = activation_of(key, first && *name == "gelu" ? std::string("gelu_pytorch_tanh") : *name);
+  if (!act) return std::move(act).err();
+  c.activation = *act;
   if (r.flag("use_bidirectional_attention", false))
     return invalid("config.json use_bidirectional_attention is not supported: decoding needs causal attention");
   return ok_status();
@@ -496,7 +508,8 @@ status gptj_common(const config_reader& r, arch_config& c) {
   auto& n = c.names;
   n.embed = "transformer.wte.weight";
   n.final_norm = layer_norm("transformer.ln_f");
-  n.lm_head = c.tied_embeddings ? arch_linear_names{} : biased("lm_head");
+  // lm_head is nn.Linear with a bias: tying shares only the weight, the bias stays its own
+  n.lm_head = biased("lm_head");
   n.attn_norm = layer_norm(L + "ln_1");
   n.o = unbiased(L + "attn.out_proj");
   n.up = biased(L + "mlp.fc_in");
@@ -592,6 +605,13 @@ status falcon(const config_reader& r, arch_config& c) {
     return ok_status();
   }
   c.kv_heads = r.flag("multi_query", true) ? 1 : c.heads;
+  // FalconAttention takes num_kv_heads in the classic layout too (without multi_query), but
+  // its fused per-head qkv then holds a k and v per head: only num_kv_heads = heads computes
+  int kv_field = c.heads;
+  MPAKT_TRY(r.positive({"num_kv_heads"}, kv_field, c.heads));
+  if (c.kv_heads != 1 && kv_field != c.heads)
+    return invalid("config.json num_kv_heads other than num_attention_heads is not supported for falcon without "
+                   "new_decoder_architecture or multi_query");
   c.qkv_layout = c.kv_heads == 1 ? arch_qkv_layout::blocked : arch_qkv_layout::per_head;
   n.attn_norm = layer_norm(L + "input_layernorm");
   if (r.flag("parallel_attn", true)) {
@@ -640,7 +660,9 @@ status mpt(const config_reader& r, arch_config& c) {
     l.attn_scale = scale;
   }
   MPAKT_TRY(r.positive({"max_seq_len"}, c.max_positions, 2048));
-  c.tied_embeddings = true;
+  // MptForCausalLM's head is a bias-free lm_head, tied to wte unless the config says otherwise
+  c.tied_embeddings = r.flag("tie_word_embeddings", true);
+  if (!c.tied_embeddings) c.names.lm_head.weight = "lm_head.weight";
   c.qkv_layout = arch_qkv_layout::blocked;
   const std::string L = "transformer.blocks.{L}.";
   auto& n = c.names;
@@ -657,7 +679,7 @@ status mpt(const config_reader& r, arch_config& c) {
 
 /// LFM2: short-conv and attention layers (layer_types or full_attn_idxs); final embedding_norm.
 status lfm2(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(llama_family(r, c));
+  MPAKT_TRY(llama_family(r, c, {}, no_bias_fields));
   c.norm_eps = r.number("norm_eps", 1e-5);
   c.tied_embeddings = r.flag("tie_word_embeddings", true);
   if (r.flag("conv_bias", false)) return invalid("config.json conv_bias true is not supported: short_conv has no bias inputs");
@@ -705,7 +727,9 @@ status lfm2(const config_reader& r, arch_config& c) {
 status deepseek(const config_reader& r, arch_config& c, bool v3) {
   rope_defaults d;
   d.interleaved = v3 ? r.flag("rope_interleave", true) : true;
-  MPAKT_TRY(llama_family(r, c, d));
+  // DeepSeek-V2's MLPs (the dense layers and the shared experts, never the routed experts)
+  // follow mlp_bias; V3's ignore it
+  MPAKT_TRY(llama_family(r, c, d, v3 ? no_bias_fields : mlp_bias_field));
   c.tied_embeddings = r.flag("tie_word_embeddings", false);
   if (r.flag("attention_bias", false)) return invalid("config.json attention_bias true is not supported for " + c.family);
   auto& m = c.mla;
@@ -771,6 +795,7 @@ status deepseek(const config_reader& r, arch_config& c, bool v3) {
     n.shared_gate.weight = L + "mlp.shared_experts.gate_proj.weight";
     n.shared_up.weight = L + "mlp.shared_experts.up_proj.weight";
     n.shared_down.weight = L + "mlp.shared_experts.down_proj.weight";
+    if (!n.gate.bias.empty()) add_biases({&n.shared_gate, &n.shared_up, &n.shared_down});
   }
   n.q = n.k = n.v = {};
   if (m.q_lora_rank > 0) {

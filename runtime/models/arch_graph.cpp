@@ -219,6 +219,17 @@ class decoder {
   std::string ffn(int l, const std::string& h);
   std::string dense_mlp(int l, const std::string& h, const arch_linear_names& gate, const arch_linear_names& up,
                         const arch_linear_names& down);
+  /// The element-wise op of the config's activation.
+  const char* activation_op() const {
+    switch (c_.activation) {
+      case arch_activation::silu: return "silu";
+      case arch_activation::gelu_tanh: return "gelu";
+      case arch_activation::gelu_exact: return "gelu_exact";
+      case arch_activation::gelu_quick: return "gelu_quick";
+      case arch_activation::relu: return "relu";
+    }
+    return "silu";
+  }
   std::string moe(int l, const std::string& h);
   std::string head(const std::string& x);
   std::string outputs(const std::string& logits);
@@ -438,9 +449,7 @@ std::string decoder::dense_mlp(int l, const std::string& h, const arch_linear_na
                                const arch_linear_names& down) {
   if (!c_.gated_mlp) {
     const std::string u = linear(h, up, l);
-    const char* op = c_.activation == arch_activation::silu ? "silu"
-                     : c_.activation == arch_activation::gelu_tanh ? "gelu" : "gelu_exact";
-    return linear(g_.step(op, {u}, {}, "act"), down, l);
+    return linear(g_.step(activation_op(), {u}, {}, "act"), down, l);
   }
   std::string gv, uv;
   if (!gate.weight.empty()) {
@@ -455,7 +464,7 @@ std::string decoder::dense_mlp(int l, const std::string& h, const arch_linear_na
   switch (c_.activation) {
     case arch_activation::silu: act = g_.step("swiglu", {gv, uv}, {}, "act"); break;
     case arch_activation::gelu_tanh: act = g_.step("geglu", {gv, uv}, {}, "act"); break;
-    case arch_activation::gelu_exact: act = g_.step("mul", {g_.step("gelu_exact", {gv}), uv}, {}, "act"); break;
+    default: act = g_.step("mul", {g_.step(activation_op(), {gv}), uv}, {}, "act"); break;
   }
   return linear(act, down, l);
 }

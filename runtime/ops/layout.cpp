@@ -18,6 +18,9 @@ constexpr std::int64_t max_dim = std::int64_t(1) << 53;  // doubles hold integer
 result<shape_t> parse_shape(const param_map& pm, bool allow_infer) {
   auto nums = pm.numbers("shape");
   if (!nums) return std::move(nums).err();
+  if (nums->size() > max_rank)
+    return invalid("parameter shape has " + std::to_string(nums->size()) + " dimensions; at most " + std::to_string(max_rank) +
+                   " are supported");
   shape_t shape;
   bool inferred = false;
   for (std::size_t i = 0; i < nums->size(); ++i) {

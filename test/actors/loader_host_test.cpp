@@ -1,7 +1,8 @@
 // The loader against the real `mpakt host` binary over real sockets: hf: sources resolved
 // against the host, one request per single-file inspect, sharded checkpoints through their
 // index, a host that ignores Range refused by URL, and a tensor larger than a piece streamed
-// whole in 16 MB pieces.
+// whole in 16 MB pieces; fetch units over several connections at once (fetch.hpp) giving the
+// file's bytes, read straight into their buffers.
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -20,10 +21,12 @@
 #include <thread>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "test/support/host_process.hpp"
+#include "actors/loader/fetch.hpp"
 #include "actors/loader/inspect.hpp"
 #include "actors/loader/selection.hpp"
 #include "actors/loader/stream.hpp"
@@ -404,6 +407,56 @@ TEST_F(LoaderHost, WholeModelStreamedIntoBuildersMatchesTheLocalLoader) {
     ASSERT_EQ(t->nbytes(), want->nbytes()) << loc.name;
     EXPECT_EQ(std::memcmp(t->data(), want->data(), t->nbytes()), 0) << loc.name;
   }
+}
+
+TEST_F(LoaderHost, ParallelRangeRequestsGiveTheFilesBytes) {
+  for (const std::string model : {"big", "small", "sharded"}) {
+    auto r = make_http_reader();
+    auto idx = inspect("hf:org/" + model, *host_, *r);
+    ASSERT_TRUE(idx.ok()) << idx.err().message;
+    std::vector<tensor_location> ts;
+    for (const auto& t : idx->tensors) ts.push_back(locate(*idx, t));
+    // Small pieces: many units, several tensors sharing some, big tensors cut.
+    for (std::uint64_t piece : {std::uint64_t(3000), std::uint64_t(5'000'000), piece_bytes}) {
+      auto units = plan_fetches(ts, piece);
+      fetch_pool pool(ts, units, [] { return make_http_reader(); }, {4, 4 * piece});
+      std::map<std::size_t, std::string> got;
+      for (std::size_t u = 0; u < units.size(); ++u) {
+        auto f = pool.next();
+        ASSERT_TRUE(f.ok()) << f.err().message;
+        for (std::size_t s = 0; s < f->parts.size(); ++s) got[units[u].segments[s].tensor] += f->parts[s];
+        pool.release(units[u].length);
+      }
+      EXPECT_EQ(pool.requests(), units.size());
+      EXPECT_LE(pool.peak_bytes(), 4 * piece);
+      for (std::size_t i = 0; i < ts.size(); ++i) {
+        const fs::path file = folder_->root / ("org/" + model) / ts[i].location.substr(ts[i].location.rfind('/') + 1);
+        std::ifstream in(file, std::ios::binary);
+        std::string want(std::size_t(ts[i].length), '\0');
+        in.seekg(std::streamoff(ts[i].first));
+        in.read(want.data(), std::streamsize(want.size()));
+        EXPECT_TRUE(got[i] == want) << model << " " << ts[i].name << " with pieces of " << piece;
+      }
+    }
+  }
+}
+
+TEST_F(LoaderHost, FetchFromAHostIgnoringRangeFailsNamingTheTensor) {
+  auto good = make_http_reader();
+  auto index = inspect("hf:org/small", *host_, *good);
+  ASSERT_TRUE(index.ok());
+  std::vector<tensor_location> ts;
+  for (const auto& t : index->tensors) {
+    ts.push_back(locate(*index, t));
+    ts.back().location = no_range_->endpoint() + "/org/small/resolve/main/model.safetensors";
+  }
+  fetch_pool pool(ts, plan_fetches(ts), [] { return make_http_reader(); }, {});
+  auto f = pool.next();
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.err().code, errc::invalid);
+  EXPECT_NE(f.err().message.find("tensor " + ts[0].name + ": host " + ts[0].location + " does not honour Range requests"),
+            std::string::npos)
+      << f.err().message;
 }
 
 }  // namespace

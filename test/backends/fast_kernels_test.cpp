@@ -12,6 +12,8 @@
 
 #include "backends/cpu/fast/isa_kernels.hpp"
 #include "backends/cpu/fast/parallel.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/tensor_store.hpp"
 #include "test/support/levels.hpp"
 #include "test/support/op_checks.hpp"
 
@@ -81,7 +83,7 @@ TEST(CpuIsa, BackendPicksKernelsOfTheCurrentLevel) {
 /// |fast − ref| for a product whose activations were quantized to int16 per block of 32:
 /// each block's rounding moves a value by at most s/2 (s = max|x|/32767), so the product
 /// moves by at most Σ|w|·s/2 over the block; plus f32 rounding of the sums.
-std::vector<double> int16_bounds(const tensor& x, const tensor& w_f32) {
+std::vector<double> int_bounds(const tensor& x, const tensor& w_f32, double levels) {
   const std::int64_t rows = x.rows(), k = x.cols(), n = w_f32.shape()[0];
   std::vector<double> out(std::size_t(rows * n));
   for (std::int64_t r = 0; r < rows; ++r)
@@ -94,7 +96,7 @@ std::vector<double> int16_bounds(const tensor& x, const tensor& w_f32) {
           wsum += std::fabs(w_f32.f32()[j * k + b * 32 + i]);
           mag += std::fabs(double(x.f32()[r * k + b * 32 + i]) * w_f32.f32()[j * k + b * 32 + i]);
         }
-        bound += wsum * amax / 32767.0 / 2.0;
+        bound += wsum * amax / levels / 2.0;
       }
       out[std::size_t(r * n + j)] = bound * 1.001 + 1e-5 * mag + 1e-6;
     }
@@ -127,7 +129,7 @@ TEST(FastMatmul, EveryLevelAgreesWithTheReference) {
             const auto got = run_values("linear", R"({"transB": true})", {x, wp, bias}, lk.fn);
             ASSERT_EQ(got.size(), want.size());
             if (is_quantized(t)) {
-              const auto bounds = int16_bounds(x, *to_f32(wp));
+              const auto bounds = int_bounds(x, *to_f32(wp), 32767);
               for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], bounds[i]) << "at " << i;
             } else {
               test::expect_close(got, want, 1e-6 * double(k) + 1e-5, 1e-5);
@@ -149,7 +151,7 @@ TEST(FastMatmul, AmxProductsAgreeWithinTheirSplitBound) {
   unsigned seed = 700;
   for (int threads : {1, 2}) {
     cpu_fast::set_kernel_threads(threads);
-    for (std::int64_t rows : {16, 17, 31, 33, 64, 128, 130})
+    for (std::int64_t rows : {33, 47, 64, 128, 130})
       for (std::int64_t k : {32, 64, 576})
         for (std::int64_t n : {16, 17, 48, 100, 576}) {
           SCOPED_TRACE("rows " + std::to_string(rows) + " K " + std::to_string(k) + " N " + std::to_string(n) +
@@ -169,6 +171,57 @@ TEST(FastMatmul, AmxProductsAgreeWithinTheirSplitBound) {
               ASSERT_NEAR(got[at], want[at], mag * (1.0 / 262144 + 1e-6) + 1e-6) << "row " << r << " col " << j;
             }
         }
+  }
+}
+
+/// q8/q4 products with many rows (prefill) — on AMX-INT8 tiles, or VNNI's int8 pairs where
+/// there are no tiles — quantize activations to int8 per block of 32 (s = max|x|/127):
+/// within Σ|w|·s/2 per block of the reference. Both are checked wherever the CPU has them.
+TEST(FastMatmul, ManyRowIntegerProductsAgreeWithinTheirInt8Bound) {
+  threads_guard tg;
+  // the kernels that claim a 33-row q8 product but not a one-row one
+  const tensor probe_w = *convert_tensor(random_f32({16, 64}, 1), dtype::q8);
+  std::vector<test::level_kernel> kernels;
+  for (const auto& lk : test::fast_kernels_on_this_cpu("linear"))
+    if (lk.claims({random_f32({33, 64}, 2), probe_w}, R"({"transB": true})") &&
+        !lk.claims({random_f32({1, 64}, 3), probe_w}, R"({"transB": true})"))
+      kernels.push_back(lk);
+  if (kernels.empty()) GTEST_SKIP() << "neither AMX nor VNNI here";
+  unsigned seed = 800;
+  for (const auto& lk : kernels)
+    for (int threads : {1, 2}) {
+      cpu_fast::set_kernel_threads(threads);
+      for (dtype t : {dtype::q8, dtype::q4})
+        for (std::int64_t rows : {33, 40, 128})
+          for (std::int64_t k : {32, 96, 576})
+            for (std::int64_t n : {16, 33, 64}) {
+              SCOPED_TRACE(lk.level + " " + std::string(dtype_name(t)) + " rows " + std::to_string(rows) + " K " +
+                           std::to_string(k) + " N " + std::to_string(n) + " threads " + std::to_string(threads));
+              const tensor x = random_f32({rows, k}, ++seed);
+              const tensor w = *convert_tensor(random_f32({n, k}, ++seed, 0.5f), t);
+              const tensor bias = random_f32({n}, ++seed);
+              const auto want = run_values("linear", R"({"transB": true})", {x, w, bias});
+              const auto got = run_values("linear", R"({"transB": true})", {x, w, bias}, lk.fn);
+              ASSERT_EQ(got.size(), want.size());
+              // AMX's tail columns (N mod 16) take the int16 path, whose bound is smaller still
+              const auto bounds = int_bounds(x, *to_f32(w), 127);
+              for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], bounds[i]) << "at " << i;
+            }
+    }
+}
+
+TEST(FastMatmul, AmxActivationPackingMatchesItsOneValueAtATimeForm) {
+  if (cpu_isa::best() < cpu_isa::level::amx) GTEST_SKIP() << "no AMX here";
+  for (std::int64_t rows : {1, 16, 37}) {
+    const tensor x = random_f32({rows, 96}, unsigned(rows) + 3, 3.0f);
+    const std::int64_t n = cpu_fast::amx::packed_halves(rows, 96);
+    const auto size = static_cast<std::size_t>(n);
+    std::vector<std::uint16_t> hv(size), lv(size), hr(size), lr(size);
+    const std::int64_t blocks = (rows + 15) / 16;
+    cpu_fast::amx::pack_activations(x.f32(), rows, 96, 0, blocks, hv.data(), lv.data());
+    cpu_fast::amx::pack_activations_reference(x.f32(), rows, 96, 0, blocks, hr.data(), lr.data());
+    EXPECT_EQ(hv, hr) << rows;
+    EXPECT_EQ(lv, lr) << rows;
   }
 }
 
@@ -204,15 +257,13 @@ TEST(FastMatmul, ActivationQuantizationIsTheSameOnEveryLevel) {
   // so a volunteer's tokens do not depend on which vector unit it has
   if (cpu_isa::best() < cpu_isa::level::avx512) GTEST_SKIP() << "one integer level only";
   const tensor x = random_f32({3, 96}, 77);
-  for (bool split : {false, true}) {
-    std::vector<std::int16_t> qa(3 * 96), qb(3 * 96);
-    std::vector<float> sa(9), sb(9), ua(9), ub(9);
-    cpu_fast::avx2::quantize_rows(x.f32(), 96, 0, 3, split, qa.data(), sa.data(), ua.data());
-    cpu_fast::avx512::quantize_rows(x.f32(), 96, 0, 3, split, qb.data(), sb.data(), ub.data());
-    EXPECT_EQ(qa, qb);
-    EXPECT_EQ(sa, sb);
-    EXPECT_EQ(ua, ub);
-  }
+  std::vector<std::int16_t> qa(3 * 96), qb(3 * 96);
+  std::vector<float> sa(9), sb(9), ua(9), ub(9);
+  cpu_fast::avx2::quantize_rows(x.f32(), 96, 0, 3, qa.data(), sa.data(), ua.data());
+  cpu_fast::avx512::quantize_rows(x.f32(), 96, 0, 3, qb.data(), sb.data(), ub.data());
+  EXPECT_EQ(qa, qb);
+  EXPECT_EQ(sa, sb);
+  EXPECT_EQ(ua, ub);
 }
 
 // ---- attention ----
@@ -265,6 +316,55 @@ TEST(FastAttention, EveryLevelAgreesWithTheReference) {
   }
 }
 
+/// A row's attention is the same bits whatever else the pass holds and however the work is
+/// split: the last row of a 40-row pass equals that row decoded alone, on one thread or two —
+/// so verify passes and batched steps decide exactly as one-token steps.
+TEST(FastAttention, ARowIsTheSameBitsInEveryPassAndThreadCount) {
+  threads_guard tg;
+  const tensor k = random_f32({700, 3 * 64}, 41), v = random_f32({700, 3 * 64}, 42);
+  const tensor q = random_f32({40, 9 * 64}, 43);
+  std::vector<float> last_row(q.f32() + 39 * 9 * 64, q.f32() + 40 * 9 * 64);
+  const tensor q1 = test::t32({1, 9 * 64}, last_row);
+  for (const auto& lk : test::fast_kernels_on_this_cpu("attention")) {
+    SCOPED_TRACE(lk.level);
+    cpu_fast::set_kernel_threads(1);
+    const auto all = run_values("attention", R"({"heads":9,"kvHeads":3,"headDim":64,"posOffset":600})", {q, k, v}, lk.fn);
+    const std::vector<float> want(all.end() - 9 * 64, all.end());
+    for (int threads : {1, 2}) {
+      cpu_fast::set_kernel_threads(threads);
+      EXPECT_EQ(run_values("attention", R"({"heads":9,"kvHeads":3,"headDim":64,"posOffset":639})", {q1, k, v}, lk.fn), want)
+          << threads << " threads";
+      const auto again = run_values("attention", R"({"heads":9,"kvHeads":3,"headDim":64,"posOffset":600})", {q, k, v}, lk.fn);
+      EXPECT_EQ(again, all) << threads << " threads";
+    }
+  }
+}
+
+/// Likewise a product's row: the rows a batched step or a verify pass stacks (up to 32) give
+/// each row the bits it gets alone, for every weight dtype.
+TEST(FastMatmul, ARowIsTheSameBitsAloneOrStacked) {
+  threads_guard tg;
+  const tensor x = random_f32({32, 576}, 51);
+  const tensor w32 = random_f32({200, 576}, 52, 0.1f);
+  for (const auto& lk : test::fast_kernels_on_this_cpu("matmul"))
+    for (dtype t : {dtype::f32, dtype::bf16, dtype::f16, dtype::q8, dtype::q4}) {
+      const tensor w = t == dtype::f32 ? w32 : *convert_tensor(w32, t);
+      for (int threads : {1, 2}) {
+        cpu_fast::set_kernel_threads(threads);
+        if (!lk.claims({x, w}, R"({"transB": true})")) continue;
+        SCOPED_TRACE(lk.level + " " + std::string(dtype_name(t)) + " threads " + std::to_string(threads));
+        const auto all = run_values("matmul", R"({"transB": true})", {x, w}, lk.fn);
+        for (int r : {0, 5, 31}) {
+          const tensor one = test::t32({1, 576}, std::vector<float>(x.f32() + r * 576, x.f32() + (r + 1) * 576));
+          if (!lk.claims({one, w}, R"({"transB": true})")) continue;
+          EXPECT_EQ(run_values("matmul", R"({"transB": true})", {one, w}, lk.fn),
+                    std::vector<float>(all.begin() + r * 200, all.begin() + (r + 1) * 200))
+              << "row " << r;
+        }
+      }
+    }
+}
+
 // ---- swiglu, silu, rmsnorm ----
 
 TEST(FastSimpleOps, EveryLevelAgreesWithTheReference) {
@@ -298,6 +398,72 @@ TEST(FastSimpleOps, EveryLevelAgreesWithTheReference) {
           test::expect_close(run_values("rmsnorm", params, {x, gamma}, lk.fn), run_values("rmsnorm", params, {x, gamma}),
                              1e-6, 2e-6);
         }
+  }
+}
+
+TEST(FastSimpleOps, AddSubMulAreTheReferencesBits) {
+  threads_guard tg;
+  const tensor a = random_f32({7, 131}, 61, 3.0f);
+  const std::vector<tensor> bs = {random_f32({7, 131}, 62), random_f32({131}, 63), test::t32({1}, {0.37f})};
+  for (int threads : {1, 2}) {
+    cpu_fast::set_kernel_threads(threads);
+    for (const char* op : {"add", "sub", "mul"})
+      for (const auto& lk : test::fast_kernels_on_this_cpu(op))
+        for (const auto& b : bs) {
+          SCOPED_TRACE(std::string(op) + " " + lk.level + " b " + shape_str(b.shape()));
+          EXPECT_EQ(run_values(op, "{}", {a, b}, lk.fn), run_values(op, "{}", {a, b}));
+        }
+  }
+}
+
+/// The rope kernel keeps its cos/sin table between steps: a table must never outlive the
+/// positions or frequencies it was made for. Two rope steps with other bases, and calls at
+/// other positions, all equal the reference kernel's bits.
+TEST(FastSimpleOps, RopeTableIsReusedOnlyWhereItFits) {
+  const std::string graph = R"({"inputs":[{"name":"x","shape":[3,128],"bind":"x"}],"steps":[
+      {"op":"rope","in":["x"],"out":"a","params":{"headDim":64,"offset":{"$bind":"pos"}}},
+      {"op":"rope","in":["x"],"out":"b","params":{"headDim":64,"offset":{"$bind":"pos"}}},
+      {"op":"rope","in":["x"],"out":"c","params":{"headDim":64,"offset":{"$bind":"pos"},"base":500000}},
+      {"op":"rope","in":["x"],"out":"d","params":{"headDim":64,"offset":{"$bind":"pos","add":1}}}],
+      "outputs":["a","b","c","d"]})";
+  auto build = [&](backend& be) {
+    auto decl = parse_graph_text(graph, true);
+    EXPECT_TRUE(decl.ok());
+    tensor_store store;
+    tensor_store::source src(store, std::vector<std::string>{});
+    build_options o;
+    o.compiled = true;
+    auto g = executable_graph::build(std::move(*decl), src, be, o);
+    EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.err().message);
+    return std::move(*g);
+  };
+  cpu_backend fast, ref(cpu_backend::config{true});
+  auto gf = build(fast), gr = build(ref);
+  const tensor x = random_f32({3, 128}, 71);
+  for (double pos : {0.0, 5.0, 5.0, 100000.0, 20000000.0, 7.0}) {
+    for (auto* g : {gf.get(), gr.get()}) {
+      ASSERT_TRUE(g->bind_input("x", std::span<const float>(x.f32(), 384)).ok());
+      ASSERT_TRUE(g->bind_param("pos", pos).ok());
+      tensor_store store;
+      tensor_store::source src(store, std::vector<std::string>{});
+      ASSERT_TRUE(g->run(src).ok());
+    }
+    for (const char* out : {"a", "b", "c", "d"})
+      EXPECT_EQ(test::values_of(*gf->value(out)), test::values_of(*gr->value(out))) << out << " at " << pos;
+  }
+}
+
+TEST(FastSimpleOps, RopeOfAPassLongerThanOneTableIsTheReferences) {
+  // 40,000 rows of 32 frequencies: more than one table holds, so the rows go in pieces, with
+  // the frequencies of the whole pass (what dynamic scaling depends on)
+  const tensor x = random_f32({40000, 64}, 81);
+  kernel_fn fast = nullptr;
+  for (const auto& lk : test::fast_kernels_on_this_cpu("rope")) fast = lk.fn;
+  ASSERT_NE(fast, nullptr);
+  for (const char* params : {R"({"headDim":64,"offset":3})",
+                             R"({"headDim":64,"offset":3,"scaling":{"rope_type":"dynamic","factor":4.0,"max_position_embeddings":2048}})"}) {
+    SCOPED_TRACE(params);
+    EXPECT_EQ(run_values("rope", params, {x}, fast), run_values("rope", params, {x}));
   }
 }
 

@@ -238,6 +238,11 @@ TEST(Zeros, MakesZerosOfTheShape) {
 
 TEST(Zeros, RefusesBadShapes) {
   EXPECT_TRUE(mentions(run_error("zeros", R"({"shape": [2, -1]})", {}), {"shape[1]"}));
+  // Graph limits: shapes have at most 8 dimensions, the op's parameter included
+  EXPECT_TRUE(mentions(run_error("zeros", R"({"shape": [1, 1, 1, 1, 1, 1, 1, 1, 2]})", {}), {"shape", "9 dimensions", "8"}));
+  EXPECT_TRUE(test::run_op("zeros", R"({"shape": [1, 1, 1, 1, 1, 1, 1, 2]})", {}).ok());
+  EXPECT_TRUE(mentions(run_error("reshape", R"({"shape": [1, 1, 1, 1, 1, 1, 1, 1, -1]})", {t32({2}, {1, 2})}),
+                       {"shape", "9 dimensions"}));
   EXPECT_TRUE(mentions(run_error("zeros", R"({"shape": [1.5]})", {}), {"shape[0]"}));
   EXPECT_TRUE(mentions(run_error("zeros", R"({"shape": [4294967296, 4294967296, 4294967296]})", {}), {"shape"}));
 }

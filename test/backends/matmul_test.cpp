@@ -159,15 +159,17 @@ TEST(FastMatmul, ClaimsTransBOnly) {
     p.trans_b = false;
     EXPECT_FALSE(k.accepts(in, p));
     p.trans_b = true;
-    if (k.variant == "amx") {  // bf16 weights with 16 rows or more only
-      EXPECT_FALSE(k.accepts(in, p));
-      std::vector<tensor_desc> many = {{dtype::f32, {16, 64}}, {dtype::bf16, {32, 64}}};
+    std::vector<tensor_desc> many = {{dtype::f32, {33, 64}}, {dtype::q4, {32, 64}}};
+    if (!k.accepts(in, p)) {
+      // a many-row kernel (prefill): more than 32 rows only, and only its weight types
+      SCOPED_TRACE(k.variant);
       EXPECT_TRUE(k.accepts(many, p));
-      many[0].shape = {15, 64};
+      many[0].shape = {32, 64};
+      EXPECT_FALSE(k.accepts(many, p));
+      many = {{dtype::f32, {33, 64}}, {dtype::f16, {32, 64}}};
       EXPECT_FALSE(k.accepts(many, p));
       continue;
     }
-    EXPECT_TRUE(k.accepts(in, p));
     for (dtype t : {dtype::f32, dtype::bf16, dtype::f16, dtype::q8}) {
       in[1].type = t;
       EXPECT_TRUE(k.accepts(in, p));

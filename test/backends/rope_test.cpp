@@ -77,6 +77,25 @@ TEST(Rope, RowsSitAtConsecutivePositionsFromOffset) {
   expect_close(std::vector<float>(all.begin() + 64, all.end()), tail, 0, 0);
 }
 
+TEST(Rope, MlaLayoutsDifferEvenAtOneToken) {
+  // OP-ROPE-04: a decode step (T = 1) does not hide a wrong layout. Two heads of width 4 at
+  // position 5: roped as [1, 2·4] both heads sit at 5; folded to [2, 4] the second head sits
+  // at 6. And the interleaved pairing rotates other channel pairs than the half split.
+  const std::vector<float> q = {1, 2, 3, 4, 5, 6, 7, 8};
+  const auto flat = run_values("rope", R"({"headDim": 4, "offset": 5})", {t32({1, 8}, q)});
+  const auto folded = run_values("rope", R"({"headDim": 4, "offset": 5})", {t32({2, 4}, q)});
+  ASSERT_EQ(flat.size(), 8u);
+  ASSERT_EQ(folded.size(), 8u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(flat[std::size_t(i)], folded[std::size_t(i)]) << i;  // head 0: both at 5
+  double apart = 0;
+  for (int i = 4; i < 8; ++i) apart = std::max(apart, double(std::fabs(flat[std::size_t(i)] - folded[std::size_t(i)])));
+  EXPECT_GT(apart, 0.1);  // head 1: position 5 against 6
+  const auto interleaved = run_values("rope", R"({"headDim": 4, "offset": 5, "interleaved": true})", {t32({1, 8}, q)});
+  double pairing = 0;
+  for (int i = 0; i < 8; ++i) pairing = std::max(pairing, double(std::fabs(flat[std::size_t(i)] - interleaved[std::size_t(i)])));
+  EXPECT_GT(pairing, 0.1);
+}
+
 TEST(Rope, ScoresDependOnRelativePositionOnly) {
   // q at m, k at n: q.k after rotation depends on m - n
   const tensor q = random_f32({1, 16}, 3), k = random_f32({1, 16}, 4);

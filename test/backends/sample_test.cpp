@@ -52,6 +52,23 @@ TEST(Sample, TemperatureZeroIsArgmaxWithLowestIndexTies) {
   EXPECT_EQ(rows, (std::vector<float>{1, 0, 0, 0, 1, 0}));
 }
 
+TEST(Sample, TemperatureZeroAgreesWithArgmaxOnNan) {
+  // OP-SAMPLE / OP-ARGMAX: the first NaN counts as the maximum for both ops, so a greedy
+  // sample step and an argmax step choose the same token whatever the logits hold.
+  const float nan = std::nanf("");
+  const std::vector<std::vector<float>> rows = {
+      {1, nan, 5, nan}, {nan, 9, 2}, {3, 7, nan}, {2, 8, -1}, {nan, nan}};
+  for (const auto& row : rows) {
+    const tensor t = t32({std::int64_t(row.size())}, row);
+    const auto arg = run_values("argmax", "{}", {t});
+    ASSERT_EQ(arg.size(), 1u);
+    EXPECT_EQ(sample1("{}", row), arg[0]);
+    // a repetition penalty leaves NaN NaN: still the same choice
+    EXPECT_EQ(sample1(R"({"repetitionPenalty": 1.3})", row, {0, 1}), arg[0]);
+  }
+  EXPECT_EQ(sample1("{}", {1, nan, 5, nan}), 1);
+}
+
 TEST(Sample, OutputDropsTheVocabularyAxis) {
   auto one = test::run_op("sample", "{}", {random_f32({7}, 1)});
   ASSERT_TRUE(one.ok());

@@ -293,6 +293,9 @@ class Server:
         assert self.process.alive(), f"mpakt serve on port {self.port} died:\n{self.process.output()[-3000:]}"
         r = self.api.get("/api/versions", timeout=10)
         assert r.status == 200, f"/api/versions after the test: {r!r}"
+        # an actor that died of an exception leaves the process up but its requests unanswered
+        out = self.process.output()
+        assert "unhandled exception" not in out, f"an actor of mpakt serve died:\n{out[-3000:]}"
 
 
 # --------------------------------------------------------------------------- safetensors

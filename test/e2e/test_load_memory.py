@@ -1,9 +1,10 @@
 """A load through the real path (mpakt host -> coordinator -> worker) of a tensor far larger
-than a 16 MB piece: the coordinator holds at most one piece of weights at a time (LOAD-19).
+than a 16 MB piece: the coordinator holds a few pieces of weights at a time — fetched ahead,
+or on their way to the worker — never the tensor (LOAD-19).
 
-Measured two ways: the load response's coordinatorPeakBytes (the largest piece held), and
-the serve process's peak resident memory, which must grow by the tensor the embedded worker
-keeps plus a few pieces — not by copies of the whole tensor."""
+Measured two ways: the load response's coordinatorPeakBytes (the most weight bytes held at
+once: at most 4 pieces), and the serve process's peak resident memory, which must grow by the
+tensor the embedded worker keeps plus a few pieces — not by copies of the whole tensor."""
 from __future__ import annotations
 
 import struct
@@ -33,7 +34,7 @@ def big_model(hub_dir):
     return "hf:local/big"
 
 
-def test_coordinator_memory_stays_bounded_by_the_piece_size(start_server, big_model):
+def test_coordinator_memory_stays_bounded_by_a_few_pieces(start_server, big_model):
     server = start_server("--worker-memory", "1G")
     _, key = server.account("bulk")
     api = server.api
@@ -44,10 +45,10 @@ def test_coordinator_memory_stays_bounded_by_the_piece_size(start_server, big_mo
     tensor_bytes = ROWS * COLS * 4
     assert r["bytesTransferred"] == tensor_bytes + COLS * 4
     assert r["storedOnCoordinator"] == 0
-    assert 0 < r["coordinatorPeakBytes"] <= 16_000_000
+    assert 0 < r["coordinatorPeakBytes"] <= 4 * 16_000_000
     assert r["residentBytes"] == tensor_bytes + COLS * 4
     growth = after - before
-    print(f"serve peak RSS grew {growth / 1e6:.0f} MB loading a {tensor_bytes / 1e6:.0f} MB tensor; coordinator peak piece {r['coordinatorPeakBytes'] / 1e6:.0f} MB")
+    print(f"serve peak RSS grew {growth / 1e6:.0f} MB loading a {tensor_bytes / 1e6:.0f} MB tensor; coordinator peak {r['coordinatorPeakBytes'] / 1e6:.0f} MB")
     # The worker keeps the tensor; the coordinator adds at most a few pieces in flight.
     assert growth < tensor_bytes + 5 * 16_000_000, f"peak memory grew by {growth / 1e6:.0f} MB"
     # the weight arrived intact: read one row back through a graph

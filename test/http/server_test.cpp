@@ -385,6 +385,41 @@ TEST(http_server, respond_file_streams_a_byte_range_and_refuses_missing_files) {
   std::remove(path.c_str());
 }
 
+TEST(http_server, a_file_body_survives_a_client_that_leaves_mid_download) {
+  // Large enough that the socket's buffers fill and the server is still sending when the
+  // client goes: sendfile then fails with EPIPE or a reset, which must neither raise SIGPIPE
+  // in this process (this test would die) nor keep the server from answering the next one.
+  const std::string path = testing::TempDir() + "mpakt_respond_file_big.bin";
+  const std::string content = [] {
+    std::string c(std::size_t(48) << 20, '\0');
+    for (std::size_t i = 0; i < c.size(); ++i) c[i] = char(i * 31 + i / 4099);
+    return c;
+  }();
+  {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(content.data(), 1, content.size(), f), content.size());
+    std::fclose(f);
+  }
+  auto s = start_server([&](request&& req, std::shared_ptr<responder> res) {
+    if (auto st = res->respond_file(path, 0, std::nullopt, text("")); !st) res->respond(text(st.err().message, 404));
+  });
+  for (int i = 0; i < 3; ++i) {
+    raw_connection c(s->port());
+    ASSERT_TRUE(c.connected());
+    ASSERT_FALSE(c.send("GET /big HTTP/1.1\r\nhost: x\r\n\r\n"));
+    ASSERT_FALSE(c.read_stream_header());
+    std::string some;
+    ASSERT_FALSE(c.read_stream_some(some));
+    EXPECT_EQ(some, content.substr(0, some.size()));
+  }  // each closed with most of the body unread
+  client cl;
+  auto r = cl.get(base(*s) + "/whole");
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_TRUE(r->body == content);
+  std::remove(path.c_str());
+}
+
 // ---- SSE ----
 
 struct sse_fixture {

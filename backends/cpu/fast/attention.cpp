@@ -1,11 +1,13 @@
 /// Fast CPU kernel for attention: f32 online softmax in vectors (attention_impl.inc, one
 /// translation unit per level), with the work split over the kernel threads.
 ///
-/// Many query rows (prefill, verify): the (kv head, row) pairs are dealt round-robin to the
-/// threads, so the long rows at the end of a causal prefill spread evenly. Few rows
-/// (decode): the keys are cut into chunks, each (kv head, chunk) computes a partial softmax
-/// (its maximum, sum and weighted values), and the partials are merged exactly —
-/// flash-decoding — so a long context keeps every thread busy.
+/// A row's keys are cut into chunks at fixed positions (attention_impl.inc), each giving a
+/// partial softmax folded in chunk order. Many query rows (prefill, verify): the (kv head,
+/// row) pairs are dealt round-robin to the threads, so the long rows at the end of a causal
+/// prefill spread evenly. Few rows (decode): each (kv head, chunk) runs on its own and the
+/// partials are folded after — flash-decoding — so a long context keeps every thread busy.
+/// Either way a row gets the same bits, whatever the pass or the thread count: a verify pass
+/// or a batched step decides exactly as a one-token step would.
 ///
 /// Claims attention with f32 inputs whose head widths are multiples of 16 (at most 256 for
 /// q/k and 512 for v); the reference kernel covers the rest. Agrees with the reference
@@ -25,15 +27,23 @@ namespace mpakt::cpu_fast {
 
 namespace {
 
-using rows_fn = void (*)(const attention_args&, std::int64_t, std::int64_t, int, std::int64_t, std::int64_t,
-                         attention_partial*);
+/// One level's attention functions.
+struct level_fns {
+  std::int64_t (*chunks)(const attention_args&);
+  void (*rows)(const attention_args&, std::int64_t, std::int64_t, int);
+  void (*partials)(const attention_args&, std::int64_t, std::int64_t, int, std::int64_t, std::int64_t,
+                   const attention_partial&);
+  void (*fold)(const attention_args&, std::int64_t, std::int64_t, int, const attention_partial&);
+};
+
+constexpr level_fns avx2_fns{avx2::attention_chunks, avx2::attention_rows, avx2::attention_partials, avx2::attention_fold};
+constexpr level_fns avx512_fns{avx512::attention_chunks, avx512::attention_rows, avx512::attention_partials,
+                               avx512::attention_fold};
 
 /// Below this many multiply-adds the caller runs everything alone.
 constexpr double parallel_min_work = 1 << 15;
-/// Keys per chunk when a decode step splits its keys (at least).
-constexpr std::int64_t min_chunk_keys = 128;
 
-template <rows_fn F>
+template <const level_fns& F>
 status attention_kernel(const kernel_call& call) {
   const auto& p = params_of<ops::attention_params>(call);
   const tensor& q = *call.inputs[0];
@@ -78,62 +88,35 @@ status attention_kernel(const kernel_call& call) {
   const double work = double(a.rows) * a.heads * double(std::max<std::int64_t>(last_key, 1)) * (a.head_dim + a.v_head_dim);
   const int threads = kernel_threads();
   if (threads <= 1 || work < parallel_min_work) {
-    for (int g = 0; g < a.kv_heads; ++g) F(a, 0, a.rows, g, 0, a.keys, nullptr);
+    for (int g = 0; g < a.kv_heads; ++g) F.rows(a, 0, a.rows, g);
     return ok_status();
   }
   const std::int64_t pairs = std::int64_t(a.kv_heads) * a.rows;
-  if (pairs >= 4 * threads || last_key < 2 * min_chunk_keys) {
-    const int parts = int(std::min<std::int64_t>(threads, pairs));
+  const std::int64_t used_chunks = (last_key + attention_chunk - 1) / attention_chunk;
+  if (pairs >= 2 * threads || used_chunks <= 1) {
+    // many rows: (kv head, row) pairs dealt round-robin, so causal rows of every length spread
+    const int parts = int(std::min<std::int64_t>(pairs, 8 * threads));
     parallel_for(parts, [&](int part) {
-      for (std::int64_t i = part; i < pairs; i += parts) {
-        const int g = int(i % a.kv_heads);
-        const std::int64_t t = i / a.kv_heads;
-        F(a, t, t + 1, g, 0, a.keys, nullptr);
-      }
+      for (std::int64_t i = part; i < pairs; i += parts) F.rows(a, i / a.kv_heads, i / a.kv_heads + 1, int(i % a.kv_heads));
     });
     return ok_status();
   }
-  // Few rows: chunks of keys per kv head, merged after.
-  const std::int64_t want = (2 * threads + a.kv_heads - 1) / a.kv_heads;
-  const std::int64_t chunks = std::max<std::int64_t>(1, std::min(want, last_key / min_chunk_keys));
-  const std::int64_t per = (last_key + chunks - 1) / chunks;
-  const std::int64_t slots = std::int64_t(a.kv_heads) * chunks;  // one partial per (g, chunk)
-  const std::int64_t entries = a.rows * group;                    // (row, head of the group)
-  float* ml = call.scratch->floats(std::size_t(2 * slots * entries), 1);
-  float* acc = call.scratch->floats(std::size_t(slots * entries * a.v_head_dim), 2);
-  auto partial_of = [&](std::int64_t slot) {
-    return attention_partial{ml + slot * entries, ml + (slots + slot) * entries, acc + slot * entries * a.v_head_dim};
+  // Few rows (decode): each (kv head, chunk) on its own, folded per kv head after.
+  const std::int64_t chunks = F.chunks(a);
+  const std::int64_t per_g = a.rows * group * chunks;
+  float* ml = call.scratch->floats(std::size_t(2 * a.kv_heads * per_g), 1);
+  float* acc = call.scratch->floats(std::size_t(a.kv_heads * per_g * a.v_head_dim), 2);
+  auto part_of = [&](int g) {
+    return attention_partial{ml + g * per_g, ml + (a.kv_heads + g) * per_g, acc + g * per_g * a.v_head_dim};
   };
-  const int parts = int(std::min<std::int64_t>(threads, slots));
-  parallel_for(parts, [&](int part) {
-    for (std::int64_t slot = part; slot < slots; slot += parts) {
-      const int g = int(slot / chunks);
-      const std::int64_t c = slot % chunks;
-      attention_partial pt = partial_of(slot);
-      // the last chunk also takes any keys past last_key (visible to non-causal rows)
-      F(a, 0, a.rows, g, c * per, c + 1 == chunks ? a.keys : std::min(a.keys, (c + 1) * per), &pt);
-    }
+  const std::int64_t jobs = std::int64_t(a.kv_heads) * used_chunks;
+  parallel_for(int(jobs), [&](int j) {
+    const int g = int(j / used_chunks);
+    const std::int64_t c = j % used_chunks;
+    // the last used chunk also covers the chunks past it (empty for causal rows)
+    F.partials(a, 0, a.rows, g, c, c + 1 == used_chunks ? chunks : c + 1, part_of(g));
   });
-  for (int g = 0; g < a.kv_heads; ++g)
-    for (std::int64_t e = 0; e < entries; ++e) {
-      float m = -INFINITY;
-      for (std::int64_t c = 0; c < chunks; ++c) m = std::max(m, partial_of(g * chunks + c).m[e]);
-      const std::int64_t t = e / group, h = std::int64_t(g) * group + e % group;
-      float* o = a.out + t * a.out_stride + h * a.v_head_dim;
-      std::fill(o, o + a.v_head_dim, 0.0f);
-      if (m == -INFINITY) continue;  // the row sees no key
-      double l = 0;
-      for (std::int64_t c = 0; c < chunks; ++c) {
-        const attention_partial pt = partial_of(g * chunks + c);
-        if (pt.m[e] == -INFINITY) continue;
-        const float w = std::exp(pt.m[e] - m);
-        l += double(pt.l[e]) * w;
-        const float* src = pt.acc + e * a.v_head_dim;
-        for (int i = 0; i < a.v_head_dim; ++i) o[i] += w * src[i];
-      }
-      const float inv = l > 0 ? float(1.0 / l) : 0.0f;
-      for (int i = 0; i < a.v_head_dim; ++i) o[i] *= inv;
-    }
+  for (int g = 0; g < a.kv_heads; ++g) F.fold(a, 0, a.rows, g, part_of(g));
   return ok_status();
 }
 
@@ -149,8 +132,8 @@ bool accepts_attention(std::span<const tensor_desc> inputs, const op_params& par
 
 void add_attention_kernels(std::vector<cpu_kernel>& out) {
   using cpu_isa::level;
-  out.push_back({"attention", attention_kernel<avx512::attention_rows>, accepts_attention, "avx512", level::avx512});
-  out.push_back({"attention", attention_kernel<avx2::attention_rows>, accepts_attention, "avx2", level::avx2});
+  out.push_back({"attention", attention_kernel<avx512_fns>, accepts_attention, "avx512", level::avx512});
+  out.push_back({"attention", attention_kernel<avx2_fns>, accepts_attention, "avx2", level::avx2});
 }
 
 }  // namespace mpakt::cpu_fast

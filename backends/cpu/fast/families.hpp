@@ -10,6 +10,7 @@ namespace mpakt::cpu_fast {
 
 void add_matmul_kernels(std::vector<cpu_kernel>& out);     // matmul.cpp: matmul, linear (transB: true)
 void add_attention_kernels(std::vector<cpu_kernel>& out);  // attention.cpp
-void add_simple_kernels(std::vector<cpu_kernel>& out);     // simple.cpp: swiglu, silu, rmsnorm
+void add_simple_kernels(std::vector<cpu_kernel>& out);     // simple.cpp: swiglu, silu, rmsnorm, add, sub, mul
+void add_rope_kernels(std::vector<cpu_kernel>& out);       // rope.cpp
 
 }  // namespace mpakt::cpu_fast

@@ -33,9 +33,8 @@ struct float_product {
 
 /// Activations quantized for the integer products: per row and per block of 32, int16
 /// values and a scale (x ≈ q · scale, scale = max|x|/32767, rounded to nearest even; a
-/// block holding NaN or ±∞ gets a NaN scale). For q4 weights the values of each block are
-/// stored split like the weights' nibbles (its 16 even positions, then its 16 odd ones), and
-/// `sums` holds Σq·scale per block (the q4 offset's term).
+/// block holding NaN or ±∞ gets a NaN scale); for q4 weights `sums` holds Σq·scale per block
+/// (the offset's term).
 struct quantized_rows {
   const std::int16_t* q = nullptr;  ///< rows × k
   const float* scale = nullptr;     ///< rows × k/32
@@ -75,9 +74,13 @@ struct attention_args {
   float scale = 1, softcap = 0;
 };
 
-/// A part of the keys' softmax, to be merged with the other parts of the same rows: per
-/// (row − t_begin, head of the group), the running maximum, the sum of exponentials and
-/// the unnormalised weighted values (v_head_dim floats).
+/// Keys per chunk of a row's softmax: chunk c covers key positions [c·attention_chunk,
+/// (c+1)·attention_chunk). Fixed, so a row's result never depends on the pass or the threads.
+inline constexpr std::int64_t attention_chunk = 256;
+
+/// Partial softmaxes per (row − t_begin, head of the group, chunk), at index
+/// ((row − t_begin)·group + head)·chunks + chunk: the maximum, the sum of exponentials, and
+/// the unnormalised weighted values (v_head_dim floats each).
 struct attention_partial {
   float* m = nullptr;
   float* l = nullptr;
@@ -96,6 +99,20 @@ struct amx_product {
   std::int64_t rows = 0, k = 0, n = 0;
 };
 
+/// A q8/q4 product on AMX-INT8 tiles (matmul_amx.cpp): activations packed by
+/// pack_int8_activations (int8 per row and block of 32, as B tiles), the weight [N, K].
+struct amx_int_product {
+  const std::int8_t* xq = nullptr;  ///< [row block][block] tiles of 8 × 64 bytes
+  const float* xs = nullptr;        ///< [row block][block][16] activation scales
+  const float* xsum = nullptr;      ///< q4: [row block][block][16] scale · Σq
+  const std::uint8_t* w = nullptr;
+  std::int64_t w_row_bytes = 0;
+  wtype type = wtype::q8;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  std::int64_t rows = 0, k = 0, n = 0;
+};
+
 namespace amx {
 /// Bytes of packed activations (each half) for `rows` rows of width k.
 inline std::int64_t packed_halves(std::int64_t rows, std::int64_t k) { return (rows + 15) / 16 * k * 16; }
@@ -103,49 +120,93 @@ inline std::int64_t packed_halves(std::int64_t rows, std::int64_t k) { return (r
 /// packed_halves(rows, k) values).
 void pack_activations(const float* x, std::int64_t rows, std::int64_t k, std::int64_t m_begin, std::int64_t m_end,
                       std::uint16_t* hi, std::uint16_t* lo);
+/// The same, one value at a time (the tests' oracle for the vector version).
+void pack_activations_reference(const float* x, std::int64_t rows, std::int64_t k, std::int64_t m_begin,
+                                std::int64_t m_end, std::uint16_t* hi, std::uint16_t* lo);
 /// Output columns of whole blocks of 16 weight rows [nb_begin, nb_end) (never past N).
 void bf16_product_range(const amx_product& a, std::int64_t nb_begin, std::int64_t nb_end);
+/// Packs row blocks [m_begin, m_end) of x [rows, k] for amx_int_product: xq gets
+/// row_blocks·k·16 bytes, xs (and xsum, when not null) row_blocks·(k/32)·16 floats. A block
+/// holding NaN or ±∞ gets a NaN scale.
+void pack_int8_activations(const float* x, std::int64_t rows, std::int64_t k, std::int64_t m_begin, std::int64_t m_end,
+                           std::int8_t* xq, float* xs, float* xsum);
+/// Whole blocks of 16 weight rows [nb_begin, nb_end).
+void int8_product_range(const amx_int_product& a, std::int64_t nb_begin, std::int64_t nb_end);
 }  // namespace amx
 
-namespace avx2 {
-/// Rows [t_begin, t_end) of kv head g's query heads over keys [s_lo, s_hi): normalised into
-/// a.out when `part` is null, else left as a partial. head_dim and v_head_dim are multiples
-/// of 16, at most 256 and 512.
-void attention_rows(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g, std::int64_t s_lo,
-                    std::int64_t s_hi, attention_partial* part);
-/// Elementwise and row kernels (simple_impl.inc): elements or row groups [begin, end).
-void swiglu_range(const float* gate, const float* up, float* out, std::int64_t begin, std::int64_t end);
-void silu_range(const float* x, float* out, std::int64_t begin, std::int64_t end);
-/// Groups of `group` values normalised by their root mean square, times gamma + offset.
-void rmsnorm_rows(const float* x, const float* gamma, float* out, std::int64_t group, std::int64_t g_begin,
-                  std::int64_t g_end, double eps, float weight_offset);
+/// What each vector level (AVX2, AVX-512) provides, declared once for both namespaces.
+///  - attention_chunks: the chunks a pass has, ceil(keys / attention_chunk).
+///  - attention_rows: rows [t_begin, t_end) of kv head g's query heads, finished into a.out
+///    (head_dim and v_head_dim multiples of 16, at most 256 and 512).
+///  - attention_partials / attention_fold: the partials of chunks [c_begin, c_end) for those
+///    rows (a decode step's chunks spread over threads), and their fold, in chunk order, into
+///    a.out — the same bits as attention_rows.
+///  - swiglu_range, silu_range, binary_range: elements [begin, end); binary_range is
+///    out = a op b (op 0 add, 1 sub, 2 mul) with b_kind 0: b has a's shape, 1: b is one row as
+///    wide as a's `cols`, 2: b is one value — in f32, the same bits as the reference's double
+///    arithmetic rounded once (a sum, difference or product of two floats rounds the same).
+///  - rmsnorm_rows: groups [g_begin, g_end) of `group` values normalised by their root mean
+///    square, times gamma + offset.
+///  - float_product_range, int_product_range: output columns [n_begin, n_end).
+///  - quantize_rows: rows [r_begin, r_end) of x (row stride k, a multiple of 32) into q,
+///    scale and (when not null) sums.
+#define MPAKT_VECTOR_LEVEL_API                                                                                         \
+  std::int64_t attention_chunks(const attention_args& a);                                                            \
+  void attention_rows(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g);                      \
+  void attention_partials(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g,                   \
+                          std::int64_t c_begin, std::int64_t c_end, const attention_partial& part);                   \
+  void attention_fold(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g,                       \
+                      const attention_partial& part);                                                                 \
+  void swiglu_range(const float* gate, const float* up, float* out, std::int64_t begin, std::int64_t end);            \
+  void silu_range(const float* x, float* out, std::int64_t begin, std::int64_t end);                                  \
+  void binary_range(int op, const float* a, const float* b, float* out, std::int64_t cols, std::int64_t b_kind,       \
+                    std::int64_t begin, std::int64_t end);                                                            \
+  void rmsnorm_rows(const float* x, const float* gamma, float* out, std::int64_t group, std::int64_t g_begin,         \
+                    std::int64_t g_end, double eps, float weight_offset);                                             \
+  void float_product_range(const float_product& a, std::int64_t n_begin, std::int64_t n_end);                         \
+  void quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, std::int16_t* q,       \
+                     float* scale, float* sums);                                                                      \
+  void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
 
-void float_product_range(const float_product& a, std::int64_t n_begin, std::int64_t n_end);
-/// Quantizes rows [r_begin, r_end) of x (row stride k, k a multiple of 32) into q, scale
-/// and (when not null) sums, in q4 order when `split`.
-void quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, bool split,
-                   std::int16_t* q, float* scale, float* sums);
-void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
+namespace avx2 {
+MPAKT_VECTOR_LEVEL_API
 }  // namespace avx2
 
 namespace avx512 {
-void attention_rows(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g, std::int64_t s_lo,
-                    std::int64_t s_hi, attention_partial* part);
-/// Elementwise and row kernels (simple_impl.inc): elements or row groups [begin, end).
-void swiglu_range(const float* gate, const float* up, float* out, std::int64_t begin, std::int64_t end);
-void silu_range(const float* x, float* out, std::int64_t begin, std::int64_t end);
-/// Groups of `group` values normalised by their root mean square, times gamma + offset.
-void rmsnorm_rows(const float* x, const float* gamma, float* out, std::int64_t group, std::int64_t g_begin,
-                  std::int64_t g_end, double eps, float weight_offset);
-
-void float_product_range(const float_product& a, std::int64_t n_begin, std::int64_t n_end);
-void quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, bool split,
-                   std::int16_t* q, float* scale, float* sums);
-void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
+MPAKT_VECTOR_LEVEL_API
 }  // namespace avx512
+
+#undef MPAKT_VECTOR_LEVEL_API
+
+/// Activations quantized to int8 for the VNNI many-row product (int8_quantize_rows): per row,
+/// pairs of blocks as 64 bytes (q8: each value + 128; q4: [even values b0, even b1, odd b0,
+/// odd b1]), and per pair 16 lanes of scales and (q4) of Σq·scale / 8 laid out to match.
+struct int8_rows {
+  const std::uint8_t* q = nullptr;  ///< rows × pairs × 64
+  const float* scale = nullptr;     ///< rows × pairs × 16
+  const float* sums = nullptr;      ///< rows × pairs × 16 (q4)
+  std::int64_t rows = 0, k = 0;
+};
+
+struct int8_pairs_product {
+  int8_rows x;
+  const std::uint8_t* w = nullptr;
+  std::int64_t w_row_bytes = 0;
+  wtype type = wtype::q8;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  std::int64_t n = 0;
+};
 
 namespace avx512_vnni {
 void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
+/// Rows [r_begin, r_end) of x (stride k, a multiple of 32) for int8_pairs_range: int8 per
+/// block of 32 with the AMX path's scales (max|x|/127, nearest even); NaN scale for a block
+/// holding NaN or ±∞. q gets rows·ceil(k/64)·64 bytes, scale and sums rows·ceil(k/64)·16.
+void int8_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, wtype type,
+                        std::uint8_t* q, float* scale, float* sums);
+/// Output columns [n_begin, n_end).
+void int8_pairs_range(const int8_pairs_product& a, std::int64_t n_begin, std::int64_t n_end);
 }  // namespace avx512_vnni
 
 }  // namespace mpakt::cpu_fast

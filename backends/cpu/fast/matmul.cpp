@@ -81,7 +81,7 @@ void scalar_range(const float_product& a, const tensor& w, float* tmp, std::int6
 
 struct level_kernels {
   void (*float_range)(const float_product&, std::int64_t, std::int64_t);
-  void (*quantize)(const float*, std::int64_t, std::int64_t, std::int64_t, bool, std::int16_t*, float*, float*);
+  void (*quantize)(const float*, std::int64_t, std::int64_t, std::int64_t, std::int16_t*, float*, float*);
   void (*int_range)(const int_product&, std::int64_t, std::int64_t);
 };
 
@@ -90,15 +90,14 @@ constexpr level_kernels avx512_kernels{avx512::float_product_range, avx512::quan
 constexpr level_kernels avx512_vnni_kernels{avx512::float_product_range, avx512::quantize_rows,
                                             avx512_vnni::int_product_range};
 
-/// Quantizes x and runs the integer product; false (nothing written) when a row is not
-/// finite.
-bool int_run(const level_kernels& lk, const float_product& f, workspace& ws) {
+/// Quantizes x and runs the integer product over columns [n_begin, n); false (nothing
+/// written) when a row is not finite.
+bool int_run(const level_kernels& lk, const float_product& f, workspace& ws, std::int64_t n_begin = 0) {
   const std::int64_t blocks = f.k / 32;
-  const bool split = f.type == wtype::q4;
   auto* q = reinterpret_cast<std::int16_t*>(ws.ints(std::size_t((f.rows * f.k + 1) / 2), 4));
   float* scale = ws.floats(std::size_t(f.rows * blocks), 5);
-  float* sums = split ? ws.floats(std::size_t(f.rows * blocks), 6) : nullptr;
-  lk.quantize(f.x, f.k, 0, f.rows, split, q, scale, sums);
+  float* sums = f.type == wtype::q4 ? ws.floats(std::size_t(f.rows * blocks), 6) : nullptr;
+  lk.quantize(f.x, f.k, 0, f.rows, q, scale, sums);
   for (std::int64_t i = 0; i < f.rows * blocks; ++i)
     if (std::isnan(scale[i])) return false;
   int_product p;
@@ -109,7 +108,8 @@ bool int_run(const level_kernels& lk, const float_product& f, workspace& ws) {
   p.bias = f.bias;
   p.y = f.y;
   p.n = f.n;
-  split_columns(f.n, f.rows * f.k * f.n, [&](std::int64_t b, std::int64_t e) { lk.int_range(p, b, e); });
+  const std::int64_t n = f.n - n_begin;
+  split_columns(n, f.rows * f.k * n, [&](std::int64_t b, std::int64_t e) { lk.int_range(p, n_begin + b, n_begin + e); });
   return true;
 }
 
@@ -156,24 +156,74 @@ status product(const kernel_call& c) {
   return ok_status();
 }
 
-/// Rows from which a bf16 product goes to the AMX tiles (below, the vector kernels read the
-/// weight fewer times than the tiles' setup costs).
-constexpr std::int64_t amx_min_rows = 16;
+/// Rows from which a bf16, q8 or q4 product goes to the AMX tiles (and, without AMX, a q8/q4
+/// one to VNNI's int8 pairs): more than a batched decode step
+/// (16 conversations) or a verify pass stacks, so those give each row exactly the bits it
+/// gets alone (the vector kernels compute every row the same way); prefill gets the tiles.
+constexpr std::int64_t amx_min_rows = 33;
 
-/// A bf16 product on AMX tiles: whole blocks of 16 weight rows there, the last N mod 16
-/// columns on the AVX-512 kernel.
+/// Whole blocks of 16 weight rows [0, n_blocks) over the kernel threads, in pairs of blocks,
+/// a few parts per thread.
+template <class F>
+void split_blocks(std::int64_t n_blocks, F&& f) {
+  const int threads = kernel_threads();
+  const std::int64_t pairs = (n_blocks + 1) / 2;
+  const int parts = int(std::max<std::int64_t>(1, std::min<std::int64_t>(pairs, threads <= 1 ? 1 : 4 * threads)));
+  parallel_for(parts, [&](int q) {
+    const std::int64_t b = std::min(n_blocks, 2 * (pairs * q / parts)), e = std::min(n_blocks, 2 * (pairs * (q + 1) / parts));
+    if (b < e) f(b, e);
+  });
+}
+
+/// Runs f(m_begin, m_end) over the 16-row blocks of `rows` activation rows, one part per
+/// thread (packing the activations for the tiles).
+template <class F>
+void split_row_blocks(std::int64_t rows, F&& f) {
+  const std::int64_t m_blocks = (rows + 15) / 16;
+  const int parts = int(std::min<std::int64_t>(kernel_threads(), m_blocks));
+  parallel_for(parts, [&](int p) { f(m_blocks * p / parts, m_blocks * (p + 1) / parts); });
+}
+
+/// A q8/q4 product on AMX-INT8 tiles (int8 activations); the last N mod 16 columns on the
+/// AVX-512 integer kernel. A row holding NaN or ±∞ takes the vector kernels' path.
+status product_amx_int(const kernel_call& c, const float_product& a) {
+  const std::int64_t blocks = a.k / 32, m_blocks = (a.rows + 15) / 16;
+  const bool q4 = a.type == wtype::q4;
+  auto* xq = reinterpret_cast<std::int8_t*>(c.scratch->ints(std::size_t(m_blocks * blocks * 128), 7));
+  float* xs = c.scratch->floats(std::size_t(m_blocks * blocks * 16), 7);
+  float* xsum = q4 ? c.scratch->floats(std::size_t(m_blocks * blocks * 16), 8) : nullptr;
+  split_row_blocks(a.rows, [&](std::int64_t b, std::int64_t e) { amx::pack_int8_activations(a.x, a.rows, a.k, b, e, xq, xs, xsum); });
+  for (std::int64_t i = 0; i < m_blocks * blocks * 16; ++i)
+    if (std::isnan(xs[i])) return product<avx512_vnni_kernels>(c);
+  amx_int_product p;
+  p.xq = xq;
+  p.xs = xs;
+  p.xsum = xsum;
+  p.w = a.w;
+  p.w_row_bytes = a.w_row_bytes;
+  p.type = a.type;
+  p.bias = a.bias;
+  p.y = a.y;
+  p.rows = a.rows;
+  p.k = a.k;
+  p.n = a.n;
+  const std::int64_t n_blocks = a.n / 16;
+  split_blocks(n_blocks, [&](std::int64_t b, std::int64_t e) { amx::int8_product_range(p, b, e); });
+  if (n_blocks * 16 < a.n) int_run(avx512_vnni_kernels, a, *c.scratch, n_blocks * 16);
+  return ok_status();
+}
+
+/// A product with many rows on AMX tiles: bf16 weights (hi + lo activation halves), or q8/q4
+/// (product_amx_int). Whole blocks of 16 weight rows there, the last N mod 16 columns on the
+/// AVX-512 kernel.
 status product_amx(const kernel_call& c) {
   const float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
+  if (a.type == wtype::q8 || a.type == wtype::q4) return product_amx_int(c, a);
   const std::int64_t halves = amx::packed_halves(a.rows, a.k);
   auto* hi = reinterpret_cast<std::uint16_t*>(c.scratch->ints(std::size_t((halves + 1) / 2), 4));
   auto* lo = reinterpret_cast<std::uint16_t*>(c.scratch->ints(std::size_t((halves + 1) / 2), 5));
-  const std::int64_t m_blocks = (a.rows + 15) / 16;
-  const int threads = kernel_threads();
-  parallel_for(int(std::min<std::int64_t>(threads, m_blocks)), [&](int p) {
-    const int parts = int(std::min<std::int64_t>(threads, m_blocks));
-    amx::pack_activations(a.x, a.rows, a.k, m_blocks * p / parts, m_blocks * (p + 1) / parts, hi, lo);
-  });
+  split_row_blocks(a.rows, [&](std::int64_t b, std::int64_t e) { amx::pack_activations(a.x, a.rows, a.k, b, e, hi, lo); });
   amx_product p;
   p.xhi = hi;
   p.xlo = lo;
@@ -185,22 +235,54 @@ status product_amx(const kernel_call& c) {
   p.k = a.k;
   p.n = a.n;
   const std::int64_t n_blocks = a.n / 16;
-  // pairs of blocks per part (the kernel's 2×2 tiles), a few parts per thread
-  const std::int64_t pairs = (n_blocks + 1) / 2;
-  const int parts = int(std::max<std::int64_t>(1, std::min<std::int64_t>(pairs, threads <= 1 ? 1 : 4 * threads)));
-  parallel_for(parts, [&](int q) {
-    const std::int64_t b = std::min(n_blocks, 2 * (pairs * q / parts)), e = std::min(n_blocks, 2 * (pairs * (q + 1) / parts));
-    if (b < e) amx::bf16_product_range(p, b, e);
-  });
+  split_blocks(n_blocks, [&](std::int64_t b, std::int64_t e) { amx::bf16_product_range(p, b, e); });
   if (n_blocks * 16 < a.n) avx512::float_product_range(a, n_blocks * 16, a.n);
   return ok_status();
 }
 
 bool accepts_amx(std::span<const tensor_desc> inputs, const op_params& params) {
-  if (!accepts_trans_b(inputs, params) || inputs[1].type != dtype::bf16) return false;
+  if (!accepts_trans_b(inputs, params)) return false;
+  const dtype t = inputs[1].type;
+  if (t != dtype::bf16 && t != dtype::q8 && t != dtype::q4) return false;
   const std::int64_t k = inputs[0].shape.back();
   const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
   return k > 0 && k % 32 == 0 && rows >= amx_min_rows && inputs[1].shape[0] >= 16;
+}
+
+/// A q8/q4 product with many rows on a CPU with VNNI and no AMX tiles: int8 activations (the
+/// AMX path's numbers) in vpdpbusd, a pair of blocks per instruction.
+status product_vnni_int8(const kernel_call& c) {
+  const float_product a = args_of(c);
+  if (a.rows == 0 || a.n == 0) return ok_status();
+  const std::int64_t pairs = (a.k / 32 + 1) / 2;
+  auto* q = reinterpret_cast<std::uint8_t*>(c.scratch->ints(std::size_t(a.rows * pairs * 16), 7));
+  float* scale = c.scratch->floats(std::size_t(a.rows * pairs * 16), 7);
+  float* sums = a.type == wtype::q4 ? c.scratch->floats(std::size_t(a.rows * pairs * 16), 8) : nullptr;
+  const int threads = kernel_threads();
+  const int qparts = int(std::min<std::int64_t>(threads, a.rows));
+  parallel_for(qparts, [&](int p) {
+    avx512_vnni::int8_quantize_rows(a.x, a.k, a.rows * p / qparts, a.rows * (p + 1) / qparts, a.type, q, scale, sums);
+  });
+  for (std::int64_t i = 0; i < a.rows * pairs * 16; ++i)
+    if (std::isnan(scale[i])) return product<avx512_vnni_kernels>(c);
+  int8_pairs_product p;
+  p.x = int8_rows{q, scale, sums, a.rows, a.k};
+  p.w = a.w;
+  p.w_row_bytes = a.w_row_bytes;
+  p.type = a.type;
+  p.bias = a.bias;
+  p.y = a.y;
+  p.n = a.n;
+  split_columns(a.n, a.rows * a.k * a.n, [&](std::int64_t b, std::int64_t e) { avx512_vnni::int8_pairs_range(p, b, e); });
+  return ok_status();
+}
+
+bool accepts_many_rows_int(std::span<const tensor_desc> inputs, const op_params& params) {
+  if (!accepts_trans_b(inputs, params)) return false;
+  const dtype t = inputs[1].type;
+  const std::int64_t k = inputs[0].shape.back();
+  const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
+  return (t == dtype::q8 || t == dtype::q4) && k > 0 && k % 32 == 0 && rows >= amx_min_rows;
 }
 
 status product_scalar(const kernel_call& c) {
@@ -225,6 +307,7 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
   };
   for (const char* op : {"matmul", "linear"}) {
     out.push_back({op, product_amx, accepts_amx, "amx", level::amx});
+    out.push_back({op, product_vnni_int8, accepts_many_rows_int, "avx512_vnni", level::avx512_vnni});
     for (const auto& e : levels) out.push_back({op, e.fn, accepts_trans_b, cpu_isa::level_name(e.min), e.min});
   }
 }

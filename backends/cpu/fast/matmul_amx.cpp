@@ -1,6 +1,6 @@
-/// Products with many rows (prefill, verify of many drafts) against a bf16 weight stored
-/// [N, K], on AMX tiles. Compiled for AMX-BF16 only: see isa_kernels.hpp for what this file
-/// may include.
+/// Products with many rows (prefill) on AMX tiles: bf16 weights stored [N, K] (AMX-BF16),
+/// and q8/q4 weights (AMX-INT8). Compiled for AMX only: see isa_kernels.hpp for what this
+/// file may include.
 ///
 /// The product is computed transposed, yᵀ = w·xᵀ, so the weight is the A operand and its
 /// tiles (16 weight rows × 32 values) load straight from where it is held, with its row
@@ -11,6 +11,13 @@
 /// are multiplied in: |x − hi − lo| ≤ 2⁻¹⁸·|x|, where one bf16 would leave 2⁻⁹. Each C tile
 /// (16 weight rows × 16 activation rows, f32) is stored once at the end and written
 /// transposed into y.
+///
+/// q8/q4: the activations are quantized to int8 per row and block of 32 (as llama.cpp's q8_0
+/// activations; a prefill's approximation, where decode products use int16), and each block
+/// of 32 is one tile product (tdpbssd for q8's signed weights, tdpbusd for q4's nibbles) whose
+/// 16 × 16 int32 result is scaled by d_w·s_x (and q4's offset term added) in f32 while the
+/// next block's product runs on the other C tile. The weights are unpacked once per 16 rows
+/// into tiles (their 34- and 20-byte blocks do not load as tiles in place).
 
 #include <immintrin.h>
 
@@ -58,14 +65,42 @@ inline float from_bf16(std::uint16_t h) {
 
 constexpr i64 tile_elems = 16 * 32;  // bf16 values in one B tile
 
-/// Writes C tile `c` (16 weight rows n0.. × 16 activation rows m0..) into y, transposed.
+/// Transposes a 16 × 16 matrix of 32-bit values held as 16 rows.
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int h = 0; h < 16; h += 8)
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xdd);
+    }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+/// Writes C tile `c` (16 weight rows n0.. × 16 activation rows m0.., f32) into y, transposed,
+/// adding the bias.
 inline void write_tile(const float* c, const amx_product& a, i64 n0, i64 m0) {
   const i64 rows = a.rows - m0 < 16 ? a.rows - m0 : 16;
   const i64 cols = a.n - n0 < 16 ? a.n - n0 : 16;
-  for (i64 m = 0; m < rows; ++m) {
-    float* yr = a.y + (m0 + m) * a.n + n0;
-    for (i64 n = 0; n < cols; ++n) yr[n] = c[n * 16 + m] + (a.bias ? a.bias[n0 + n] : 0.0f);
-  }
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(c + i * 16);
+  transpose16(r);
+  const __mmask16 mask = __mmask16(cols == 16 ? 0xffff : (1u << cols) - 1);
+  const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(mask, a.bias + n0) : _mm512_setzero_ps();
+  for (i64 m = 0; m < rows; ++m)
+    _mm512_mask_storeu_ps(a.y + (m0 + m) * a.n + n0, mask, _mm512_add_ps(_mm512_castsi512_ps(r[m]), bias));
 }
 
 /// NB (1 or 2) blocks of 16 weight rows from n0, MB (1 or 2) blocks of 16 activation rows
@@ -115,8 +150,41 @@ void block(const amx_product& a, i64 n0, i64 mb) {
 
 void pack_activations(const float* x, i64 rows, i64 k, i64 m_begin, i64 m_end, std::uint16_t* hi, std::uint16_t* lo) {
   const i64 kb_count = k / 32;
-  // Tile (mb, kb), row r, entry (m, j) holds x[mb·16 + m][kb·32 + 2r + j]; rows past the end
-  // of x are zeros (their results are never written).
+  // Tile (mb, kb), row r, entry (m, j) holds x[mb·16 + m][kb·32 + 2r + j]: row m of the
+  // 16 × 32 block, converted to 16 pairs of bf16, is column m of the tile — a transpose of
+  // 32-bit pairs. Rows past the end of x are zeros (their results are never written).
+  for (i64 mb = m_begin; mb < m_end; ++mb)
+    for (i64 kb = 0; kb < kb_count; ++kb) {
+      __m512i h[16], l[16];
+      for (i64 m = 0; m < 16; ++m) {
+        const i64 row = mb * 16 + m;
+        __m512 v0 = _mm512_setzero_ps(), v1 = _mm512_setzero_ps();
+        if (row < rows) {
+          v0 = _mm512_loadu_ps(x + row * k + kb * 32);
+          v1 = _mm512_loadu_ps(x + row * k + kb * 32 + 16);
+        }
+        // round to nearest even (subnormal inputs count as zero, as the tiles would take them)
+        const __m512i hv = __m512i(_mm512_cvtne2ps_pbh(v1, v0));
+        const __m512 h0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hv)), 16));
+        const __m512 h1 =
+            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hv, 1)), 16));
+        h[m] = hv;
+        l[m] = __m512i(_mm512_cvtne2ps_pbh(_mm512_sub_ps(v1, h1), _mm512_sub_ps(v0, h0)));
+      }
+      transpose16(h);
+      transpose16(l);
+      std::uint16_t* th = hi + (mb * kb_count + kb) * tile_elems;
+      std::uint16_t* tl = lo + (mb * kb_count + kb) * tile_elems;
+      for (int r = 0; r < 16; ++r) {
+        _mm512_storeu_si512(th + r * 32, h[r]);
+        _mm512_storeu_si512(tl + r * 32, l[r]);
+      }
+    }
+}
+
+void pack_activations_reference(const float* x, i64 rows, i64 k, i64 m_begin, i64 m_end, std::uint16_t* hi,
+                                std::uint16_t* lo) {
+  const i64 kb_count = k / 32;
   for (i64 mb = m_begin; mb < m_end; ++mb)
     for (i64 kb = 0; kb < kb_count; ++kb) {
       std::uint16_t* th = hi + (mb * kb_count + kb) * tile_elems;
@@ -150,6 +218,169 @@ void bf16_product_range(const amx_product& a, i64 nb_begin, i64 nb_end) {
     if (mb < m_blocks) block<1, 1>(a, nb * 16, mb);
   }
   _tile_release();
+}
+
+
+// ------------------------------------------------------------------ q8/q4 weights (AMX-INT8)
+
+namespace {
+
+constexpr i64 q8_bytes = 34, q4_bytes = 20;
+constexpr i64 int_tile_bytes = 512;  ///< one A (16 × 32) or B (8 × 64) tile of int8
+
+/// Integer tiles: C 0–1 (16 × 16 int32), A 2–3 (16 weight rows × 32 values), B 4–5 (8 rows
+/// of 4 values × 16 activation rows).
+void configure_int() {
+  tile_config c;
+  for (int t = 0; t < 2; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = 16;
+  }
+  for (int t = 2; t < 4; ++t) {
+    c.colsb[t] = 32;
+    c.rows[t] = 16;
+  }
+  for (int t = 4; t < 6; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = 8;
+  }
+  _tile_loadconfig(&c);
+}
+
+/// The 16 weight rows from n0 as A tiles, one per block ([block][row][32 values]: int8 for
+/// q8, the q4 nibbles as bytes in their natural order), and their scales ([block][row]).
+void unpack_weights(const amx_int_product& a, i64 n0, std::int8_t* wq, float* d, float* m) {
+  const i64 blocks = a.k / 32;
+  for (i64 r = 0; r < 16; ++r) {
+    const std::uint8_t* row = a.w + (n0 + r) * a.w_row_bytes;
+    for (i64 b = 0; b < blocks; ++b) {
+      std::int8_t* dst = wq + b * int_tile_bytes + r * 32;
+      if (a.type == wtype::q8) {
+        const std::uint8_t* blk = row + b * q8_bytes;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)));
+        d[b * 16 + r] = _cvtsh_ss(*reinterpret_cast<const std::uint16_t*>(blk));
+      } else {
+        const std::uint8_t* blk = row + b * q4_bytes;
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
+        const __m128i nib = _mm_set1_epi8(0x0f);
+        const __m128i lo = _mm_and_si128(v, nib), hi = _mm_and_si128(_mm_srli_epi16(v, 4), nib);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_unpacklo_epi8(lo, hi));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 16), _mm_unpackhi_epi8(lo, hi));
+        const auto* h = reinterpret_cast<const std::uint16_t*>(blk);
+        d[b * 16 + r] = _cvtsh_ss(h[0]);
+        m[b * 16 + r] = _cvtsh_ss(h[1]);
+      }
+    }
+  }
+}
+
+/// Folds block b's int32 dot products `c` (16 weight rows × 16 activation rows) into the f32
+/// accumulators acc[row] (lanes: activation rows).
+inline void fold_block(const amx_int_product& a, const std::int32_t* c, i64 mb, i64 b, const float* d, const float* m,
+                       __m512* acc) {
+  const i64 blocks = a.k / 32;
+  const __m512 xs = _mm512_loadu_ps(a.xs + (mb * blocks + b) * 16);
+  for (int r = 0; r < 16; ++r) {
+    const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(c + r * 16));
+    acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(_mm512_set1_ps(d[b * 16 + r]), xs), acc[r]);
+  }
+  if (a.type == wtype::q4) {
+    const __m512 xm = _mm512_loadu_ps(a.xsum + (mb * blocks + b) * 16);
+    for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(m[b * 16 + r]), xm, acc[r]);
+  }
+}
+
+// Block b's product into C tile C from A tile A and B tile B (q8's weights are signed, q4's
+// nibbles unsigned), and storing a C tile. The tile registers are named in the instructions,
+// so these are macros, not functions taking the numbers.
+#define MPAKT_AMX_ISSUE(C, A, B, b)                                                 \
+  do {                                                                              \
+    _tile_loadd(A, wq + (b) * int_tile_bytes, 32);                                  \
+    _tile_loadd(B, a.xq + (mb * blocks + (b)) * int_tile_bytes, 64);                \
+    _tile_zero(C);                                                                  \
+    if (a.type == wtype::q8) _tile_dpbssd(C, A, B);                                 \
+    else _tile_dpbusd(C, A, B);                                                     \
+  } while (0)
+
+}  // namespace
+
+void pack_int8_activations(const float* x, i64 rows, i64 k, i64 m_begin, i64 m_end, std::int8_t* xq, float* xs,
+                           float* xsum) {
+  const i64 blocks = k / 32;
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (i64 mb = m_begin; mb < m_end; ++mb)
+    for (i64 b = 0; b < blocks; ++b) {
+      std::int8_t* tile = xq + (mb * blocks + b) * int_tile_bytes;
+      float* s = xs + (mb * blocks + b) * 16;
+      float* sm = xsum ? xsum + (mb * blocks + b) * 16 : nullptr;
+      for (i64 m = 0; m < 16; ++m) {
+        const i64 row = mb * 16 + m;
+        alignas(16) std::int8_t q[32] = {};
+        float scale = 0;
+        std::int32_t total = 0;
+        bool finite = true;
+        if (row < rows) {
+          const float* p = x + row * k + b * 32;
+          const __m512 v0 = _mm512_loadu_ps(p), v1 = _mm512_loadu_ps(p + 16);
+          const float amax =
+              _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+          finite = (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) == 0;
+          const __m512 iv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+          const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
+          _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(i0));
+          _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(i1));
+          scale = amax / 127.0f;
+          total = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+        }
+        // B tile row r holds values 4r … 4r+3 of every activation row, side by side
+        for (int r = 0; r < 8; ++r) __builtin_memcpy(tile + r * 64 + m * 4, q + 4 * r, 4);
+        s[m] = finite ? scale : __builtin_nanf("");
+        if (sm) sm[m] = scale * float(total);
+      }
+    }
+}
+
+void int8_product_range(const amx_int_product& a, i64 nb_begin, i64 nb_end) {
+  const i64 blocks = a.k / 32, m_blocks = (a.rows + 15) / 16;
+  // per part: the 16 weight rows as tiles, and their scales (a few tens of KB for decoder widths)
+  std::int8_t* wq = new std::int8_t[std::size_t(blocks * int_tile_bytes)];
+  float* d = new float[std::size_t(blocks * 16)];
+  float* m = new float[std::size_t(blocks * 16)];
+  configure_int();
+  for (i64 nb = nb_begin; nb < nb_end; ++nb) {
+    const i64 n0 = nb * 16;
+    unpack_weights(a, n0, wq, d, m);
+    for (i64 mb = 0; mb < m_blocks; ++mb) {
+      __m512 acc[16];
+      for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+      // two C tiles in turn: block b+1's product runs while block b's is folded in
+      alignas(64) std::int32_t c[16 * 16];
+      MPAKT_AMX_ISSUE(0, 2, 4, 0);
+      for (i64 b = 0; b < blocks; b += 2) {
+        if (b + 1 < blocks) MPAKT_AMX_ISSUE(1, 3, 5, b + 1);
+        _tile_stored(0, c, 64);
+        fold_block(a, c, mb, b, d, m, acc);
+        if (b + 1 < blocks) {
+          if (b + 2 < blocks) MPAKT_AMX_ISSUE(0, 2, 4, b + 2);
+          _tile_stored(1, c, 64);
+          fold_block(a, c, mb, b + 1, d, m, acc);
+        }
+      }
+      // acc[weight row] holds activation rows in lanes: written transposed, with the bias
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_castps_si512(acc[i]);
+      transpose16(r);
+      const i64 rows = a.rows - mb * 16 < 16 ? a.rows - mb * 16 : 16;
+      const __m512 bias = a.bias ? _mm512_loadu_ps(a.bias + n0) : _mm512_setzero_ps();
+      for (i64 i = 0; i < rows; ++i)
+        _mm512_storeu_ps(a.y + (mb * 16 + i) * a.n + n0, _mm512_add_ps(_mm512_castsi512_ps(r[i]), bias));
+    }
+  }
+  _tile_release();
+#undef MPAKT_AMX_ISSUE
+  delete[] wq;
+  delete[] d;
+  delete[] m;
 }
 
 }  // namespace mpakt::cpu_fast::amx

@@ -138,18 +138,20 @@ constexpr i64 q8_bytes = 34, q4_bytes = 20;
 
 /// A weight block as two registers of 16 int16 (positions 0–15 and 16–31 of the order
 /// quantize_rows gave the activations).
+/// A weight block as two registers of 16 int16 (values 0–15 and 16–31): q8 sign-extended;
+/// q4's byte i (value 2i low, 2i+1 high) widened to a 32-bit lane and spread so its low 16
+/// bits hold value 2i and its high 16 bits value 2i+1.
 template <wtype T>
 inline void load_w(const std::uint8_t* blk, __m256i& lo, __m256i& hi) {
   if constexpr (T == wtype::q8) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
-    lo = _mm256_cvtepi8_epi16(a);
-    hi = _mm256_cvtepi8_epi16(b);
+    lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+    hi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
   } else {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
-    const __m128i nib = _mm_set1_epi8(0x0f);
-    lo = _mm256_cvtepu8_epi16(_mm_and_si128(v, nib));
-    hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(v, 4), nib));
+    const __m256i mask = _mm256_set1_epi32(0x000f000f);
+    const __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 4)));
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 12)));
+    lo = _mm256_and_si256(_mm256_or_si256(a, _mm256_slli_epi32(a, 12)), mask);
+    hi = _mm256_and_si256(_mm256_or_si256(b, _mm256_slli_epi32(b, 12)), mask);
   }
 }
 
@@ -231,8 +233,7 @@ void float_product_range(const float_product& a, i64 n_begin, i64 n_end) {
   }
 }
 
-void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, bool split, std::int16_t* q, float* scale,
-                   float* sums) {
+void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int16_t* q, float* scale, float* sums) {
   const i64 blocks = k / 32;
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (i64 r = r_begin; r < r_end; ++r) {
@@ -263,7 +264,7 @@ void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, bool split, st
       std::int32_t total = 0;
       for (int i = 0; i < 32; ++i) {
         const std::int32_t c = ints[i] > 32767 ? 32767 : ints[i] < -32768 ? -32768 : ints[i];
-        out[split ? (i % 2) * 16 + i / 2 : i] = std::int16_t(c);
+        out[i] = std::int16_t(c);
         total += c;
       }
       if (sums) sums[r * blocks + b] = s * float(total);

@@ -173,12 +173,9 @@ void float_product_range(const float_product& a, i64 n_begin, i64 n_end) {
   }
 }
 
-void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, bool split, std::int16_t* q, float* scale,
-                   float* sums) {
+void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int16_t* q, float* scale, float* sums) {
   const i64 blocks = k / 32;
   const __m512 sign = _mm512_set1_ps(-0.0f);
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   for (i64 r = r_begin; r < r_end; ++r) {
     for (i64 b = 0; b < blocks; ++b) {
       const float* p = x + r * k + b * 32;
@@ -191,12 +188,7 @@ void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, bool split, st
       scale[r * blocks + b] = finite ? s : __builtin_nanf("");
       const __m512 iv = _mm512_set1_ps(inv);
       // round to nearest even (the portable path does the same arithmetic)
-      __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
-      if (split) {
-        const __m512i e = _mm512_permutex2var_epi32(i0, even, i1), o = _mm512_permutex2var_epi32(i0, odd, i1);
-        i0 = e;
-        i1 = o;
-      }
+      const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + r * k + b * 32), _mm512_cvtsepi32_epi16(i0));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + r * k + b * 32 + 16), _mm512_cvtsepi32_epi16(i1));
       if (sums) sums[r * blocks + b] = s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));

@@ -1,5 +1,6 @@
-/// Integer products against q8/q4 weights stored [N, K], AVX-512 with VNNI: vpdpwssd
-/// multiplies int16 pairs and accumulates in one instruction (int16_avx512_impl.inc).
+/// Integer products against q8/q4 weights stored [N, K] for CPUs with AVX512-VNNI
+/// (int16_avx512_impl.inc). The same instructions as the AVX-512 level today: each block's
+/// int16 dot product starts from zero, where vpdpwssd gains nothing over vpmaddwd.
 /// Compiled for that level only: see isa_kernels.hpp for what this file may include.
 
 #pragma GCC diagnostic push
@@ -12,8 +13,199 @@
 
 #include "backends/cpu/fast/isa_kernels.hpp"
 
-#define MPAKT_DOT16(w, x) _mm512_dpwssd_epi32(_mm512_setzero_si512(), (w), (x))
+#define MPAKT_DOT16(w, x) _mm512_madd_epi16((w), (x))
 
 namespace mpakt::cpu_fast::avx512_vnni {
 #include "backends/cpu/fast/int16_avx512_impl.inc"
+}  // namespace mpakt::cpu_fast::avx512_vnni
+
+// ------------------------------------------------------------------ many rows: int8 pairs
+//
+// Prefill on a CPU with VNNI but no AMX tiles (Zen 4/5, Ice Lake): the activations quantized
+// to int8 per row and block of 32 — the same numbers as the AMX path's — and a pair of weight
+// blocks meets them in one vpdpbusd (u8 × s8 → s32, 64 products). q8: the weights are the
+// signed operand and the activations, offset by 128, the unsigned one (the offset's share,
+// 128·Σw, is one more vpdpbusd per weight pair, shared by every row). q4: the nibbles are
+// the unsigned operand, laid out [low nibbles b0, low b1, high b0, high b1] in 16-byte lanes,
+// and the activations arrive in that layout (int8_quantize_rows). Per-block scales are
+// applied in f32, per pair of blocks.
+
+namespace mpakt::cpu_fast::avx512_vnni {
+
+namespace {
+
+using i64 = std::int64_t;
+
+constexpr i64 q8_bytes = 34, q4_bytes = 20;
+constexpr __mmask16 q8_second = 0xff00;  // 32-bit lanes of a pair's second block
+constexpr __mmask16 q4_second = 0xf0f0;
+
+inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
+
+inline __m512 two_halves(const std::uint8_t* h0, const std::uint8_t* h1, __mmask16 second) {
+  const float f0 = _cvtsh_ss(*reinterpret_cast<const std::uint16_t*>(h0));
+  const float f1 = _cvtsh_ss(*reinterpret_cast<const std::uint16_t*>(h1));
+  return _mm512_mask_blend_ps(second, _mm512_set1_ps(f0), _mm512_set1_ps(f1));
+}
+
+struct wpair {
+  __m512i q;
+  __m512 d, m;   ///< m: q4 only
+  __m512i corr;  ///< q8 only: 128·Σq per 4-group
+};
+
+/// Blocks 2p and 2p+1 of a weight row (the second may be past the end: `single`).
+template <wtype T>
+inline wpair load_pair(const std::uint8_t* b0, bool single) {
+  wpair w;
+  if constexpr (T == wtype::q8) {
+    const std::uint8_t* b1 = b0 + q8_bytes;
+    const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
+    const __m256i q1 = single ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2));
+    w.q = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+    w.corr = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(char(0x80)), w.q);
+    w.d = single ? _mm512_maskz_mov_ps(0x00ff, two_halves(b0, b0, 0)) : two_halves(b0, b1, q8_second);
+  } else {
+    const std::uint8_t* b1 = b0 + q4_bytes;
+    const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 4));
+    const __m128i v1 = single ? _mm_setzero_si128() : _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 4));
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(v0), v1, 1);
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    const __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+    w.q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    if (single) {
+      w.d = _mm512_maskz_mov_ps(0x0f0f, two_halves(b0, b0, 0));
+      w.m = _mm512_maskz_mov_ps(0x0f0f, two_halves(b0 + 2, b0 + 2, 0));
+    } else {
+      w.d = two_halves(b0, b1, q4_second);
+      w.m = two_halves(b0 + 2, b1 + 2, q4_second);
+    }
+  }
+  return w;
+}
+
+template <wtype T, int RT, int NT>
+void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) {
+  const i64 blocks = x.k / 32, pairs = (blocks + 1) / 2;
+  __m512 acc[RT][NT], acc_m[RT][NT];
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) acc[i][j] = acc_m[i][j] = _mm512_setzero_ps();
+  const std::uint8_t* wr[NT];
+#pragma GCC unroll 16
+  for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
+  constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes;
+  for (i64 p = 0; p < pairs; ++p) {
+    const bool single = 2 * p + 1 == blocks;
+    wpair w[NT];
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) w[j] = load_pair<T>(wr[j] + 2 * p * bb, single);
+#pragma GCC unroll 16
+    for (int i = 0; i < RT; ++i) {
+      const i64 r = r0 + i;
+      const __m512i xq = _mm512_loadu_si512(x.q + r * pairs * 64 + p * 64);
+      const __m512 xs = _mm512_loadu_ps(x.scale + (r * pairs + p) * 16);
+      __m512 xm;
+      if constexpr (T == wtype::q4) xm = _mm512_loadu_ps(x.sums + (r * pairs + p) * 16);
+#pragma GCC unroll 16
+      for (int j = 0; j < NT; ++j) {
+        __m512i dot;
+        if constexpr (T == wtype::q8) {
+          dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xq, w[j].q), w[j].corr);
+        } else {
+          dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j].q, xq);
+          acc_m[i][j] = _mm512_fmadd_ps(w[j].m, xm, acc_m[i][j]);
+        }
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w[j].d, xs), acc[i][j]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) {
+      float v = _mm512_reduce_add_ps(T == wtype::q4 ? _mm512_add_ps(acc[i][j], acc_m[i][j]) : acc[i][j]);
+      if (a.bias) v += a.bias[n0 + j];
+      a.y[(r0 + i) * a.n + n0 + j] = v;
+    }
+}
+
+template <wtype T, int NT, int RT>
+void pair_tile_rows(const int8_rows& x, const int8_pairs_product& a, int rt, i64 r0, i64 n0) {
+  if (rt == RT) pair_tile<T, RT, NT>(x, a, r0, n0);
+  else if constexpr (RT > 1) pair_tile_rows<T, NT, RT - 1>(x, a, rt, r0, n0);
+}
+
+template <wtype T>
+void pair_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
+  constexpr int RT = 4;
+  for (i64 n0 = n_begin; n0 < n_end; n0 += 4) {
+    const bool four = n0 + 4 <= n_end;
+    for (i64 r0 = 0; r0 < a.x.rows; r0 += RT) {
+      const int rt = int(min_i64(RT, a.x.rows - r0));
+      if (four) {
+        pair_tile_rows<T, 4, RT>(a.x, a, rt, r0, n0);
+      } else {
+        for (i64 n = n0; n < n_end; ++n) pair_tile_rows<T, 1, RT>(a.x, a, rt, r0, n);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, std::uint8_t* q, float* scale,
+                        float* sums) {
+  const i64 blocks = k / 32, pairs = (blocks + 1) / 2;
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (i64 r = r_begin; r < r_end; ++r) {
+    std::uint8_t* qr = q + r * pairs * 64;
+    float* sr = scale + r * pairs * 16;
+    float* mr = sums ? sums + r * pairs * 16 : nullptr;
+    for (i64 p = 0; p < pairs; ++p) {
+      _mm512_storeu_si512(qr + p * 64, _mm512_setzero_si512());
+      _mm512_storeu_ps(sr + p * 16, _mm512_setzero_ps());
+      if (mr) _mm512_storeu_ps(mr + p * 16, _mm512_setzero_ps());
+    }
+    for (i64 b = 0; b < blocks; ++b) {
+      const float* src = x + r * k + b * 32;
+      const __m512 v0 = _mm512_loadu_ps(src), v1 = _mm512_loadu_ps(src + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+      // the AMX path's quantization, to the bit: scale max|x|/127, round to nearest even
+      const bool finite = (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) == 0;
+      const __m512 iv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+      __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
+      const float s = finite ? amax / 127.0f : __builtin_nanf("");
+      const i64 p = b / 2, second = b % 2;
+      std::uint8_t* dst = qr + p * 64;
+      if (type == wtype::q8) {
+        // offset by 128 to be vpdpbusd's unsigned operand
+        const __m128i off = _mm_set1_epi8(char(0x80));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + second * 32), _mm_xor_si128(_mm512_cvtsepi32_epi8(i0), off));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + second * 32 + 16), _mm_xor_si128(_mm512_cvtsepi32_epi8(i1), off));
+        for (int l = 0; l < 8; ++l) sr[p * 16 + second * 8 + l] = s;
+      } else {
+        const __m512i e = _mm512_permutex2var_epi32(i0, even, i1), o = _mm512_permutex2var_epi32(i0, odd, i1);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + second * 16), _mm512_cvtsepi32_epi8(e));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32 + second * 16), _mm512_cvtsepi32_epi8(o));
+        const float sum = s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
+        for (int l = 0; l < 4; ++l) {
+          sr[p * 16 + second * 4 + l] = s;
+          sr[p * 16 + 8 + second * 4 + l] = s;
+          mr[p * 16 + second * 4 + l] = sum * 0.125f;
+          mr[p * 16 + 8 + second * 4 + l] = sum * 0.125f;
+        }
+      }
+    }
+  }
+}
+
+void int8_pairs_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
+  if (a.type == wtype::q8) pair_range<wtype::q8>(a, n_begin, n_end);
+  else pair_range<wtype::q4>(a, n_begin, n_end);
+}
+
 }  // namespace mpakt::cpu_fast::avx512_vnni

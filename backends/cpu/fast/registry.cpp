@@ -10,6 +10,7 @@ std::span<const cpu_kernel> cpu_fast_kernels() {
     cpu_fast::add_matmul_kernels(v);
     cpu_fast::add_attention_kernels(v);
     cpu_fast::add_simple_kernels(v);
+    cpu_fast::add_rope_kernels(v);
     return v;
   }();
   return all;

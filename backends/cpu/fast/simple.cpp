@@ -1,4 +1,5 @@
-/// Fast CPU kernels of the small ops on every decoder's path — swiglu, silu, rmsnorm — with
+/// Fast CPU kernels of the small ops on every decoder's path — swiglu, silu, rmsnorm, and
+/// add/sub/mul (the same bits as the reference) — with
 /// exp and the row sums in f32 vectors (simple_impl.inc, one translation unit per level)
 /// instead of the reference's double arithmetic, split over the kernel threads when large
 /// (prefill). Agree with the reference to a few f32 ulps (test/backends/fast_kernels_test.cpp).
@@ -68,6 +69,22 @@ status rmsnorm_kernel(const kernel_call& c) {
   return ok_status();
 }
 
+using binary_fn = void (*)(int, const float*, const float*, float*, std::int64_t, std::int64_t, std::int64_t,
+                          std::int64_t);
+
+/// add, sub, mul (op 0, 1, 2): b shaped like a, a row as wide as a's last dimension, or a
+/// single value — the shapes the shape rule allows.
+template <binary_fn F, int Op>
+status binary_kernel(const kernel_call& c) {
+  const tensor& a = *c.inputs[0];
+  const tensor& b = *c.inputs[1];
+  const std::int64_t n = a.numel();
+  const std::int64_t kind = b.numel() == n ? 0 : b.numel() == 1 ? 2 : 1;
+  const std::int64_t cols = a.cols();
+  split(n, n, 64, [&](std::int64_t lo, std::int64_t hi) { F(Op, a.f32(), b.f32(), c.output->f32(), cols, kind, lo, hi); });
+  return ok_status();
+}
+
 bool all_f32(std::span<const tensor_desc> inputs, const op_params&) {
   for (const auto& in : inputs)
     if (in.type != dtype::f32) return false;
@@ -84,6 +101,12 @@ void add_simple_kernels(std::vector<cpu_kernel>& out) {
   out.push_back({"silu", unary_kernel<avx2::silu_range>, all_f32, "avx2", level::avx2});
   out.push_back({"rmsnorm", rmsnorm_kernel<avx512::rmsnorm_rows>, all_f32, "avx512", level::avx512});
   out.push_back({"rmsnorm", rmsnorm_kernel<avx2::rmsnorm_rows>, all_f32, "avx2", level::avx2});
+  out.push_back({"add", binary_kernel<avx512::binary_range, 0>, all_f32, "avx512", level::avx512});
+  out.push_back({"add", binary_kernel<avx2::binary_range, 0>, all_f32, "avx2", level::avx2});
+  out.push_back({"sub", binary_kernel<avx512::binary_range, 1>, all_f32, "avx512", level::avx512});
+  out.push_back({"sub", binary_kernel<avx2::binary_range, 1>, all_f32, "avx2", level::avx2});
+  out.push_back({"mul", binary_kernel<avx512::binary_range, 2>, all_f32, "avx512", level::avx512});
+  out.push_back({"mul", binary_kernel<avx2::binary_range, 2>, all_f32, "avx2", level::avx2});
 }
 
 }  // namespace mpakt::cpu_fast

@@ -8,6 +8,7 @@
 // (rotate_every_two, GPT-J/Cohere/GLM); channels from rotaryDim on pass through.
 
 #include "backends/cpu/ref/families.hpp"
+#include "backends/cpu/rope_rotate.hpp"
 #include "runtime/ops/rope_params.hpp"
 
 #include <cmath>
@@ -15,20 +16,6 @@
 namespace mpakt::cpu_ref {
 
 namespace {
-
-/// Rotates one head: `src` and `dst` are headDim wide; c and s hold rotaryDim/2 values.
-void rotate_head(const float* src, float* dst, const float* c, const float* s, std::int64_t head_dim,
-                 std::int64_t rotary_dim, bool interleaved) {
-  const std::int64_t half = rotary_dim / 2;
-  for (std::int64_t i = 0; i < half; ++i) {
-    const std::int64_t ia = interleaved ? 2 * i : i;
-    const std::int64_t ib = interleaved ? 2 * i + 1 : i + half;
-    const double a = src[ia], b = src[ib];
-    dst[ia] = float(a * c[i] - b * s[i]);
-    dst[ib] = float(b * c[i] + a * s[i]);
-  }
-  for (std::int64_t j = rotary_dim; j < head_dim; ++j) dst[j] = src[j];
-}
 
 status rope_kernel(const kernel_call& call) {
   const auto& p = params_of<ops::rope_params>(call);
@@ -53,7 +40,7 @@ status rope_kernel(const kernel_call& call) {
     const float* src = x.f32() + r * width;
     float* dst = y.f32() + r * width;
     for (std::int64_t h = 0; h < heads; ++h)
-      rotate_head(src + h * p.head_dim, dst + h * p.head_dim, cs, sn, p.head_dim, p.rotary_dim, p.interleaved);
+      cpu_rope::rotate_head(src + h * p.head_dim, dst + h * p.head_dim, cs, sn, p.head_dim, p.rotary_dim, p.interleaved);
   }
   return ok_status();
 }

@@ -8,7 +8,8 @@
 //     [0, V) (negative = empty slot) is penalised once: repetitionPenalty p as transformers'
 //     RepetitionPenaltyLogitsProcessor (logit < 0 -> logit * p, else logit / p), then
 //     presencePenalty subtracted.
-//  2. temperature 0: the argmax of the penalised logits, ties to the lowest index. Done.
+//  2. temperature 0: the argmax of the penalised logits, ties to the lowest index, the first
+//     NaN counting as the maximum (as the argmax op). Done.
 //  3. Otherwise logits / temperature.
 //  4. topK > 0: keep logits >= the k-th largest (TopKLogitsWarper, which keeps ties).
 //  5. topP < 1: TopPLogitsWarper — sort the kept logits ascending, take the cumulative
@@ -57,11 +58,14 @@ void apply_penalties(const sample_params& p, const tensor& history, std::int64_t
   }
 }
 
-/// Lowest index of the maximum.
+/// Lowest index of the maximum; NaN counts as the maximum (the first NaN wins), exactly as
+/// the argmax op decides, so temperature 0 and argmax pick the same token on any logits.
 std::int64_t argmax(const double* work, std::int64_t v) {
   std::int64_t best = 0;
-  for (std::int64_t i = 1; i < v; ++i)
+  for (std::int64_t i = 0; i < v; ++i) {
+    if (std::isnan(work[i])) return i;
     if (work[i] > work[best]) best = i;
+  }
   return best;
 }
 

@@ -19,6 +19,7 @@
 #include <set>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "runtime/generate_check.hpp"
 #include "runtime/safetensors.hpp"
 #include "runtime/tensor_store.hpp"
 #include "test/support/files.hpp"
@@ -367,7 +368,7 @@ TEST(ArchConfig, RefusesAnUnknownModelType) {
 }
 
 TEST(ArchConfig, RefusesAnUnsupportedRopeScalingType) {
-  for (const char* type : {"dynamic", "ntk-by-parts"}) {
+  for (const char* type : {"ntk-by-parts", "exotic"}) {
     auto c = models::parse_arch_config(
         with_field("rope_parameters", std::string("{\"rope_type\":\"") + type + "\",\"factor\":2.0,\"rope_theta\":10000.0}"));
     ASSERT_FALSE(c.ok()) << type;
@@ -375,9 +376,9 @@ TEST(ArchConfig, RefusesAnUnsupportedRopeScalingType) {
   }
   // The 4.x spelling (rope_scaling with "type") is read the same way.
   auto legacy =
-      models::parse_arch_config(with_field("rope_scaling", "{\"type\":\"dynamic\",\"factor\":2.0}", "rope_parameters"));
+      models::parse_arch_config(with_field("rope_scaling", "{\"type\":\"exotic\",\"factor\":2.0}", "rope_parameters"));
   ASSERT_FALSE(legacy.ok());
-  EXPECT_NE(legacy.err().message.find("rope_scaling.type 'dynamic'"), std::string::npos) << legacy.err().message;
+  EXPECT_NE(legacy.err().message.find("rope_scaling.type 'exotic'"), std::string::npos) << legacy.err().message;
 }
 
 TEST(ArchConfig, RefusesAQuantisedCheckpoint) {
@@ -393,6 +394,99 @@ TEST(ArchConfig, RefusesFeaturesItCannotReproduce) {
   auto act = models::parse_arch_config(with_field("hidden_act", "\"relu2\""));
   ASSERT_FALSE(act.ok());
   EXPECT_NE(act.err().message.find("hidden_act 'relu2'"), std::string::npos) << act.err().message;
+}
+
+/// A fixture's config with one top-level field set to `json_value`.
+std::string fixture_with(const std::string& family, const std::string& key, const std::string& json_value) {
+  rapidjson::Document d;
+  d.Parse(test::read_file(arch_dir + "/" + family + "/config.json").c_str());
+  rapidjson::Document v(&d.GetAllocator());
+  v.Parse(json_value.c_str());
+  d.RemoveMember(key.c_str());
+  d.AddMember(rapidjson::Value(key.c_str(), d.GetAllocator()), rapidjson::Value(v, d.GetAllocator()), d.GetAllocator());
+  rapidjson::StringBuffer b;
+  rapidjson::Writer<rapidjson::StringBuffer> w(b);
+  d.Accept(w);
+  return b.GetString();
+}
+
+// The audit of each family's config reader against what transformers 5 reads (issue:
+// hardening): bias switches a family's code ignores are ignored here too (expecting tensors the
+// checkpoint cannot have would refuse a good model); the ones it reads are honoured.
+TEST(ArchConfig, BiasSwitchesFollowWhatEachFamilyReads) {
+  for (const char* family : {"mistral", "mixtral", "qwen2", "phi3"}) {
+    auto c = models::parse_arch_config(fixture_with(family, "attention_bias", "true"));
+    ASSERT_TRUE(c.ok()) << family << ": " << c.err().message;
+    EXPECT_TRUE(c->names.o.bias.empty()) << family;  // qwen2 has q/k/v biases whatever the switch
+  }
+  for (const char* family : {"qwen3", "olmoe", "gemma", "cohere", "llama2", "granite"}) {
+    auto c = models::parse_arch_config(fixture_with(family, "attention_bias", "true"));
+    ASSERT_TRUE(c.ok()) << family << ": " << c.err().message;
+    EXPECT_FALSE(c->names.o.bias.empty()) << family;
+  }
+  auto v3 = models::parse_arch_config(fixture_with("deepseek_v3", "mlp_bias", "true"));
+  ASSERT_TRUE(v3.ok()) << v3.err().message;
+  EXPECT_TRUE(v3->names.gate.bias.empty() && v3->names.shared_gate.bias.empty());
+  auto v2 = models::parse_arch_config(test::read_file(arch_dir + "/deepseek_v2_mlp_bias/config.json"));
+  ASSERT_TRUE(v2.ok()) << v2.err().message;
+  EXPECT_FALSE(v2->names.gate.bias.empty() || v2->names.shared_down.bias.empty());
+  auto qmoe = models::parse_arch_config(fixture_with("qwen3_moe", "mlp_bias", "true"));
+  ASSERT_TRUE(qmoe.ok()) << qmoe.err().message;
+  EXPECT_TRUE(qmoe->names.gate.bias.empty());
+}
+
+TEST(ArchConfig, GemmaReadsHiddenActAndGemma2ReadsHiddenActivation) {
+  auto g1 = models::parse_arch_config(fixture_with("gemma", "hidden_act", "\"gelu\""));  // legacy: the tanh form
+  ASSERT_TRUE(g1.ok()) << g1.err().message;
+  EXPECT_EQ(g1->activation, models::arch_activation::gelu_tanh);
+  auto g1q = models::parse_arch_config(fixture_with("gemma", "hidden_act", "\"quick_gelu\""));
+  ASSERT_TRUE(g1q.ok()) << g1q.err().message;
+  EXPECT_EQ(g1q->activation, models::arch_activation::gelu_quick);
+  auto g2 = models::parse_arch_config(fixture_with("gemma2", "hidden_act", "\"silu\""));  // not read by Gemma 2
+  ASSERT_TRUE(g2.ok()) << g2.err().message;
+  EXPECT_EQ(g2->activation, models::arch_activation::gelu_tanh);
+}
+
+TEST(ArchConfig, TiedHeadsKeepTheirBiasAndMptMayBeUntied) {
+  for (const char* family : {"phi2", "gptj", "codegen"}) {
+    auto c = models::parse_arch_config(fixture_with(family, "tie_word_embeddings", "true"));
+    ASSERT_TRUE(c.ok()) << family << ": " << c.err().message;
+    EXPECT_TRUE(c->names.lm_head.weight.empty()) << family;
+    EXPECT_EQ(c->names.lm_head.bias, "lm_head.bias") << family;
+  }
+  auto mpt = models::parse_arch_config(test::read_file(arch_dir + "/mpt_untied/config.json"));
+  ASSERT_TRUE(mpt.ok()) << mpt.err().message;
+  EXPECT_EQ(mpt->names.lm_head.weight, "lm_head.weight");
+}
+
+TEST(ArchConfig, DynamicRopeIsBuiltAndMarkedAsFollowingThePassLength) {
+  auto c = models::parse_arch_config(test::read_file(arch_dir + "/llama_dynamic/config.json"));
+  ASSERT_TRUE(c.ok()) << c.err().message;
+  EXPECT_TRUE(c->rope_follows_length);
+  EXPECT_NE(c->layer[0].rope.scaling_json.find("\"dynamic\""), std::string::npos);
+  auto plain = models::parse_arch_config(llama2_config());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->rope_follows_length);
+  // a verify graph of it is refused by generate (its k-token pass is not k one-token steps)
+  models::arch_graph_options o;
+  o.model_id = "m";
+  o.compiled = true;
+  o.use_cache = true;
+  o.cache_rows = 64;
+  o.tokens = 3;
+  o.argmax = true;
+  auto decl = parse_graph_text(models::arch_graph(*c, o), true);
+  ASSERT_TRUE(decl.ok()) << decl.err().message;
+  auto k = check_generate_template(*decl, {"ids", "pos"}, false, true);
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.err().message.find("dynamic rope"), std::string::npos) << k.err().message;
+}
+
+TEST(ArchConfig, FalconClassicLayoutRefusesFewerKvHeadsThanHeads) {
+  auto c = models::parse_arch_config(
+      fixture_with("falcon", "multi_query", "false").replace(0, 1, "{\"num_kv_heads\": 2, "));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.err().message.find("num_kv_heads"), std::string::npos) << c.err().message;
 }
 
 TEST(ArchConfig, CacheGraphAllocatesStateForEveryLayerKind) {

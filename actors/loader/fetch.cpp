@@ -1,0 +1,161 @@
+#include "actors/loader/fetch.hpp"
+
+#include <algorithm>
+#include <span>
+
+namespace mpakt::loader {
+
+std::vector<fetch_unit> plan_fetches(const std::vector<tensor_location>& tensors, std::uint64_t piece) {
+  std::vector<fetch_unit> units;
+  if (piece == 0) piece = piece_bytes;
+  // Whether tensor `t` can join the last unit: same file, starting where it ends, and room.
+  auto joins = [&](const tensor_location& t) {
+    if (units.empty()) return false;
+    const auto& u = units.back();
+    return u.location == t.location && u.first + u.length == t.first && u.length + t.length <= piece &&
+           // a unit holding a big tensor's piece stays alone
+           !(u.segments.size() == 1 && tensors[u.segments[0].tensor].length > piece);
+  };
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    if (t.length > piece) {
+      for (std::uint64_t off = 0; off < t.length; off += piece) {
+        const std::uint64_t n = std::min(piece, t.length - off);
+        units.push_back({t.location, t.first + off, n, {{i, off, n}}});
+      }
+      continue;
+    }
+    if (!joins(t)) units.push_back({t.location, t.first, 0, {}});
+    units.back().segments.push_back({i, 0, t.length});
+    units.back().length += t.length;
+  }
+  return units;
+}
+
+fetch_pool::fetch_pool(std::vector<tensor_location> tensors, std::vector<fetch_unit> units, reader_factory make_reader,
+                       options opts)
+    : tensors_(std::move(tensors)), units_(std::move(units)), opts_([&] {
+        for (const auto& u : units_) opts.max_bytes = std::max(opts.max_bytes, u.length);
+        opts.connections = std::max(1, opts.connections);
+        return opts;
+      }()) {
+  const int n = int(std::min<std::size_t>(std::size_t(opts_.connections), std::max<std::size_t>(1, units_.size())));
+  for (int i = 0; i < n; ++i)
+    threads_.emplace_back([this, reader = std::shared_ptr<byte_reader>(make_reader())] { run_thread(*reader); });
+}
+
+fetch_pool::~fetch_pool() {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void fetch_pool::run_thread(byte_reader& reader) {
+  for (;;) {
+    std::size_t i = 0;
+    {
+      std::unique_lock<std::mutex> lock(m_);
+      // Units start in order, each once the bytes it needs fit under the bound.
+      cv_.wait(lock, [&] {
+        return stop_ || next_start_ >= units_.size() || held_ + units_[next_start_].length <= opts_.max_bytes;
+      });
+      if (stop_ || next_start_ >= units_.size()) return;
+      i = next_start_++;
+      held_ += units_[i].length;
+      peak_ = std::max(peak_, held_);
+    }
+    auto r = fetch(reader, i);
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (!r) stop_ = true;
+      done_.emplace(i, std::move(r));
+    }
+    cv_.notify_all();
+  }
+}
+
+result<fetched_unit> fetch_pool::fetch(byte_reader& reader, std::size_t index) {
+  const fetch_unit& u = units_[index];
+  fetched_unit out;
+  out.index = index;
+  out.parts.reserve(u.segments.size());
+  std::vector<std::span<char>> spans;
+  for (const auto& s : u.segments) {
+    out.parts.emplace_back(std::size_t(s.length), '\0');
+    spans.emplace_back(out.parts.back().data(), out.parts.back().size());
+  }
+  const tensor_location& lead = tensors_[u.segments.front().tensor];
+  if (u.length == 0) return out;
+  auto transient = [](const error& e) { return e.code == errc::unavailable || e.code == errc::timeout; };
+  result<std::uint64_t> got = std::uint64_t(0);
+  for (int attempt = 0;; ++attempt) {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      ++requests_;
+    }
+    got = reader.read_range_into(u.location, u.first, spans);
+    if (got || attempt >= piece_retries || !transient(got.err())) break;
+  }
+  if (!got) {
+    error e = std::move(got).err();
+    e.message = "tensor " + lead.name + ": " + e.message;
+    return e;
+  }
+  if (*got != u.length) {
+    // Name the tensor the file ended in.
+    std::uint64_t at = 0;
+    const fetch_segment* short_one = &u.segments.front();
+    for (const auto& s : u.segments) {
+      short_one = &s;
+      if (at + s.length > *got) break;
+      at += s.length;
+    }
+    const tensor_location& t = tensors_[short_one->tensor];
+    return invalid("tensor " + t.name + ": " + u.location + " ends at byte " + std::to_string(u.first + *got) +
+                   ", before the tensor's last byte " + std::to_string(t.first + t.length - 1));
+  }
+  return out;
+}
+
+std::optional<result<fetched_unit>> fetch_pool::try_next() {
+  std::lock_guard<std::mutex> lock(m_);
+  auto it = done_.find(next_hand_);
+  if (it == done_.end()) return std::nullopt;
+  result<fetched_unit> r = std::move(it->second);
+  done_.erase(it);
+  ++next_hand_;
+  return r;
+}
+
+result<fetched_unit> fetch_pool::next() {
+  std::unique_lock<std::mutex> lock(m_);
+  cv_.wait(lock, [&] { return done_.count(next_hand_) > 0; });
+  auto it = done_.find(next_hand_);
+  result<fetched_unit> r = std::move(it->second);
+  done_.erase(it);
+  ++next_hand_;
+  return r;
+}
+
+void fetch_pool::release(std::uint64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    held_ -= std::min(held_, bytes);
+  }
+  cv_.notify_all();
+}
+
+std::uint64_t fetch_pool::peak_bytes() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return peak_;
+}
+
+std::uint64_t fetch_pool::requests() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return requests_;
+}
+
+}  // namespace mpakt::loader

@@ -1,0 +1,121 @@
+#pragma once
+/// Fetching a load's tensors from the model host: several range requests in flight, the
+/// bytes handed over in order (LOAD-16, LOAD-19, LOAD-22).
+///
+/// `plan_fetches` cuts the tensors of a load, in the order they go to workers, into fetch
+/// units — one range request each, never more than a piece (16 MB). A tensor larger than a
+/// piece is fetched in pieces of exactly `piece` bytes (the last shorter), each its own
+/// unit; smaller tensors lying back to back in one file share a unit up to a piece, so a
+/// layer's dozen small tensors cost one request, not a dozen round trips to the host.
+///
+/// `fetch_pool` runs the units on a few threads, each with its own reader (an HTTP reader
+/// keeps its own connection), reading every unit straight into one buffer per tensor
+/// segment — the very buffers that then travel to the worker as pieces — and hands the
+/// units over strictly in order. It holds at most `max_bytes` of weights: a unit counts from
+/// when its request starts until the caller releases its bytes (when the worker has
+/// acknowledged them), so fetching ahead and pieces in flight to workers share one bound,
+/// a few pieces whatever the model's size.
+///
+/// A unit whose read fails for a transient reason (a dropped connection, a timeout) is
+/// asked for again up to `piece_retries` times before the caller sees anything; other
+/// errors are final. After an error no further unit is started.
+///
+/// Thread-safety: a pool is driven by one thread (the load job's); its fetch threads touch
+/// only their reader, their unit's buffers and the pool's queue (under its mutex).
+/// Lifecycle: the threads start in the constructor and are stopped and joined by the
+/// destructor, which waits for requests in flight to end (their timeouts bound that).
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/loader/reader.hpp"
+#include "actors/loader/stream.hpp"
+
+namespace mpakt::loader {
+
+/// A tensor's bytes within a fetch unit.
+struct fetch_segment {
+  std::size_t tensor = 0;   ///< index into the tensors given to plan_fetches
+  std::uint64_t offset = 0; ///< of its first byte within the tensor
+  std::uint64_t length = 0;
+};
+
+/// One range request: consecutive bytes of one file, the segments back to back.
+struct fetch_unit {
+  std::string location;
+  std::uint64_t first = 0;   ///< absolute offset in the file
+  std::uint64_t length = 0;  ///< the segments' lengths added up
+  std::vector<fetch_segment> segments;
+};
+
+/// Cuts `tensors` (in order) into fetch units of at most `piece` bytes. Every tensor appears,
+/// in order: an empty one as a segment of length 0.
+std::vector<fetch_unit> plan_fetches(const std::vector<tensor_location>& tensors, std::uint64_t piece = piece_bytes);
+
+/// A unit's bytes: one buffer per segment.
+struct fetched_unit {
+  std::size_t index = 0;
+  std::vector<std::string> parts;
+};
+
+class fetch_pool {
+ public:
+  using reader_factory = std::function<std::unique_ptr<byte_reader>()>;
+  struct options {
+    int connections = 4;                        ///< fetch threads, each with its own reader
+    std::uint64_t max_bytes = 4 * piece_bytes;  ///< weights held at once (raised to the largest unit)
+  };
+
+  /// Starts fetching `units` of `tensors` (for messages: a failure names its tensor).
+  fetch_pool(std::vector<tensor_location> tensors, std::vector<fetch_unit> units, reader_factory make_reader,
+             options opts);
+  ~fetch_pool();
+  fetch_pool(const fetch_pool&) = delete;
+  fetch_pool& operator=(const fetch_pool&) = delete;
+
+  std::size_t size() const { return units_.size(); }
+  const fetch_unit& unit(std::size_t i) const { return units_[i]; }
+
+  /// The next unit in order once it has arrived, without waiting (nullopt: not yet). Call
+  /// only while units remain.
+  std::optional<result<fetched_unit>> try_next();
+  /// The next unit in order, waiting for it.
+  result<fetched_unit> next();
+  /// Gives back `bytes` of a handed-over unit (its piece reached the worker), so later
+  /// units can start.
+  void release(std::uint64_t bytes);
+
+  /// The most weight bytes held at once so far (fetching, waiting or not yet released).
+  std::uint64_t peak_bytes() const;
+  /// Range requests made (retries included).
+  std::uint64_t requests() const;
+
+ private:
+  void run_thread(byte_reader& reader);
+  result<fetched_unit> fetch(byte_reader& reader, std::size_t index);
+
+  const std::vector<tensor_location> tensors_;
+  const std::vector<fetch_unit> units_;
+  const options opts_;
+
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  std::size_t next_start_ = 0;   ///< the next unit a thread takes
+  std::size_t next_hand_ = 0;    ///< the next unit handed to the caller
+  std::uint64_t held_ = 0;       ///< bytes of units started and not released
+  std::uint64_t peak_ = 0;
+  std::uint64_t requests_ = 0;
+  bool stop_ = false;            ///< the destructor, or a unit failed: start nothing more
+  std::map<std::size_t, result<fetched_unit>> done_;  ///< arrived, not yet handed over
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace mpakt::loader

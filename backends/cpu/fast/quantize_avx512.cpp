@@ -1,0 +1,113 @@
+// Quantize-on-load kernels for AVX-512 (F/BW/VL/DQ, with F16C for the scales). Each block of
+// 32 values takes the reference's steps in the same IEEE operations, 16 lanes at a time:
+// the scale from the block's extreme values divided by 127 (q8) or 15 (q4) and rounded to
+// f16 (F16C rounds to nearest even, as f32_to_f16 does for finite values), each value divided
+// by the widened scale (an exact IEEE division, like the reference's), rounded half away from
+// zero, clamped and packed. Rounding half away from zero is done exactly, without the
+// reference's std::round call: t = trunc(v); v − t is exact for these magnitudes; one is
+// added away from zero when |v − t| ≥ 0.5.
+
+// GCC 12's AVX-512 headers start many intrinsics from a self-initialised "undefined" vector,
+// which -Wmaybe-uninitialized reports wherever they are inlined here (a false alarm).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "backends/cpu/fast/quantize_kernels.hpp"
+
+namespace mpakt::cpu_fast {
+
+namespace {
+
+/// 16 values from `first` on, widened to f32.
+inline __m512 load16(const void* src, quant_source from, std::int64_t first) {
+  if (from == quant_source::bf16) {
+    const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(src) + first));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(words), 16));
+  }
+  return _mm512_loadu_ps(static_cast<const float*>(src) + first);
+}
+
+/// Whether any lane is NaN or ±∞.
+inline bool non_finite(__m512 a, __m512 b) {
+  constexpr int nan_or_inf = 0x01 | 0x08 | 0x10 | 0x80;  // QNaN, +∞, −∞, SNaN
+  return (_mm512_fpclass_ps_mask(a, nan_or_inf) | _mm512_fpclass_ps_mask(b, nan_or_inf)) != 0;
+}
+
+inline std::uint16_t to_f16(float x) { return std::uint16_t(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
+inline float from_f16(std::uint16_t h) { return _cvtsh_ss(h); }
+
+/// round half away from zero of v (finite, |v| < 2^23), exactly as std::round.
+inline __m512 round_away(__m512 v) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 frac = _mm512_andnot_ps(sign, _mm512_sub_ps(v, t));
+  const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m512 one_away = _mm512_or_ps(_mm512_and_ps(v, sign), _mm512_set1_ps(1.0f));
+  return _mm512_mask_add_ps(t, up, t, one_away);
+}
+
+}  // namespace
+
+bool quantize_q8_row_avx512(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512 lo_q = _mm512_set1_ps(-127.0f), hi_q = _mm512_set1_ps(127.0f);
+  for (std::int64_t b = 0; b < n / 32; ++b) {
+    const __m512 x0 = load16(src, from, b * 32), x1 = load16(src, from, b * 32 + 16);
+    if (non_finite(x0, x1)) return false;
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_andnot_ps(sign, x1)));
+    const std::uint16_t d16 = to_f16(amax / 127.0f);
+    const float d = from_f16(d16);
+    std::uint8_t* blk = dst + b * 34;
+    __builtin_memcpy(blk, &d16, 2);
+    if (d == 0) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), _mm256_setzero_si256());
+      continue;
+    }
+    const __m512 dv = _mm512_set1_ps(d);
+    for (int h = 0; h < 2; ++h) {
+      __m512 q = round_away(_mm512_div_ps(h ? x1 : x0, dv));
+      q = _mm512_min_ps(_mm512_max_ps(q, lo_q), hi_q);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 2 + 16 * h), _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(q)));
+    }
+  }
+  return true;
+}
+
+bool quantize_q4_row_avx512(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
+  const __m512 zero = _mm512_setzero_ps(), fifteen = _mm512_set1_ps(15.0f);
+  for (std::int64_t b = 0; b < n / 32; ++b) {
+    const __m512 x0 = load16(src, from, b * 32), x1 = load16(src, from, b * 32 + 16);
+    if (non_finite(x0, x1)) return false;
+    const float lo = _mm512_reduce_min_ps(_mm512_min_ps(x0, x1));
+    const float hi = _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));
+    if (lo == 0 || hi == 0) return false;  // which zero the reference keeps depends on order
+    const std::uint16_t d16 = to_f16((hi - lo) / 15.0f);
+    const std::uint16_t m16 = to_f16(lo);
+    const float d = from_f16(d16), m = from_f16(m16);
+    std::uint8_t* blk = dst + b * 20;
+    __builtin_memcpy(blk, &d16, 2);
+    __builtin_memcpy(blk + 2, &m16, 2);
+    if (d == 0) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm_setzero_si128());
+      continue;
+    }
+    const __m512 dv = _mm512_set1_ps(d), mv = _mm512_set1_ps(m);
+    __m128i q8[2];
+    for (int h = 0; h < 2; ++h) {
+      __m512 q = round_away(_mm512_div_ps(_mm512_sub_ps(h ? x1 : x0, mv), dv));
+      q = _mm512_min_ps(_mm512_max_ps(q, zero), fifteen);
+      q8[h] = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q));  // values 0..15, one per byte
+    }
+    // Byte i of the block = value 2i | value 2i+1 << 4: pairs as 16-bit lanes, then narrowed.
+    const __m256i pairs = _mm256_set_m128i(q8[1], q8[0]);
+    const __m256i packed = _mm256_or_si256(_mm256_and_si256(pairs, _mm256_set1_epi16(0x00ff)),
+                                           _mm256_slli_epi16(_mm256_srli_epi16(pairs, 8), 4));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm256_cvtepi16_epi8(packed));
+  }
+  return true;
+}
+
+}  // namespace mpakt::cpu_fast

@@ -1,0 +1,25 @@
+#pragma once
+/// Per-level kernels that quantize weight rows as they arrive on a worker (quantize on load).
+/// The rules of isa_kernels.hpp hold here too: files including this are compiled for one
+/// instruction-set level, so it declares plain pointers and sizes only.
+///
+/// Formats are runtime/dtype.hpp's (see isa_kernels.hpp): q8 blocks {f16 d; int8 q[32]},
+/// q4 blocks {f16 d; f16 m; uint8 q[16]}. A kernel writes exactly the bytes of the reference
+/// (runtime/dtype.cpp, quantize_row: scales rounded to nearest even, values rounded half away
+/// from zero) for the same values, or returns false — having written anything — for a row it
+/// leaves to the reference: one holding NaN or ±∞, or under q4 a block whose minimum or
+/// maximum is zero (the reference keeps whichever zero, +0 or −0, it met first).
+
+#include <cstdint>
+
+namespace mpakt::cpu_fast {
+
+/// Where a row's values come from: f32, or bf16 words (widened exactly).
+enum class quant_source : int { f32 = 0, bf16 = 1 };
+
+/// `n` (a multiple of 32) values at `src` (no alignment needed) → n/32 q8 blocks at `dst`.
+bool quantize_q8_row_avx512(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n);
+/// The same for q4.
+bool quantize_q4_row_avx512(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n);
+
+}  // namespace mpakt::cpu_fast

@@ -1,0 +1,86 @@
+/// Fast CPU kernel for rope: the reference's arithmetic (backends/cpu/ref/rope.cpp) with its
+/// cos/sin table kept between steps. Every layer of a pass ropes q and k at the same
+/// positions with the same frequencies, so the table a step computes (cos and sin in double
+/// of the f32 angles, as transformers computes them) is reused by the others: one table per
+/// pass instead of two per layer. The result is the reference's, bit for bit.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/fast/families.hpp"
+#include "backends/cpu/rope_rotate.hpp"
+#include "runtime/ops/rope_params.hpp"
+
+namespace mpakt::cpu_fast {
+
+namespace {
+
+/// The workspace slot holding the table between steps (no other kernel uses it).
+constexpr int table_slot = 12;
+/// Rows × frequencies the table holds at most (4 MB each for cos and sin); a longer pass is
+/// roped a piece at a time.
+constexpr std::int64_t max_table_entries = std::int64_t(1) << 20;
+
+/// Ropes rows [r0, r0 + rows) of the pass, positions offset + r, with the frequencies `inv`
+/// (half of them) and attention factor of the whole pass.
+void rope_rows(const kernel_call& call, const float* inv, float factor, std::int64_t r0, std::int64_t rows) {
+  const auto& p = params_of<ops::rope_params>(call);
+  const tensor& x = *call.inputs[0];
+  const std::int64_t width = x.cols(), half = p.rotary_dim / 2, heads = width / p.head_dim;
+  const std::int64_t offset = static_cast<std::int64_t>(p.offset) + r0;
+  // table: [offset, rows, half, factor, inv…][cos rows×half][sin rows×half]
+  constexpr std::size_t head = 4;
+  float* t = call.scratch->floats(head + std::size_t(half) + 2 * std::size_t(rows * half), table_slot);
+  float* key = t + head;
+  float* cs = key + half;
+  float* sn = cs + rows * half;
+  // positions a float holds exactly can key the table; others are computed every time
+  const bool keyable = offset >= 0 && offset < (std::int64_t(1) << 24) && rows < (std::int64_t(1) << 24);
+  const bool same = keyable && t[0] == float(offset) && t[1] == float(rows) && t[2] == float(half) && t[3] == factor &&
+                    std::memcmp(key, inv, std::size_t(half) * sizeof(float)) == 0;
+  if (!same) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float pos = float(offset + r);
+      for (std::int64_t i = 0; i < half; ++i) {
+        const float angle = pos * inv[i];
+        cs[r * half + i] = float(std::cos(double(angle))) * factor;
+        sn[r * half + i] = float(std::sin(double(angle))) * factor;
+      }
+    }
+    t[0] = float(offset);
+    t[1] = keyable ? float(rows) : -1.0f;
+    t[2] = float(half);
+    t[3] = factor;
+    std::memcpy(key, inv, std::size_t(half) * sizeof(float));
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* src = x.f32() + (r0 + r) * width;
+    float* dst = call.output->f32() + (r0 + r) * width;
+    for (std::int64_t h = 0; h < heads; ++h)
+      cpu_rope::rotate_head(src + h * p.head_dim, dst + h * p.head_dim, cs + r * half, sn + r * half, p.head_dim, p.rotary_dim,
+                  p.interleaved);
+  }
+}
+
+status rope_cached(const kernel_call& call) {
+  const auto& p = params_of<ops::rope_params>(call);
+  const std::int64_t rows = call.inputs[0]->rows(), half = p.rotary_dim / 2;
+  const auto offset = static_cast<std::int64_t>(p.offset);
+  // The frequencies of the whole pass (dynamic scaling reads its length), then the rows.
+  const float* inv = call.scratch->floats(std::size_t(half), 0);
+  const float factor = float(ops::rope_frequencies(p, offset + rows, call.scratch->floats(std::size_t(half), 0)));
+  const std::int64_t piece = std::max<std::int64_t>(1, max_table_entries / std::max<std::int64_t>(half, 1));
+  for (std::int64_t r0 = 0; r0 < rows; r0 += piece) rope_rows(call, inv, factor, r0, std::min(piece, rows - r0));
+  return ok_status();
+}
+
+bool accepts_rope(std::span<const tensor_desc> inputs, const op_params&) { return inputs[0].type == dtype::f32; }
+
+}  // namespace
+
+void add_rope_kernels(std::vector<cpu_kernel>& out) {
+  out.push_back({"rope", rope_cached, accepts_rope, "cached", cpu_isa::level::scalar});
+}
+
+}  // namespace mpakt::cpu_fast

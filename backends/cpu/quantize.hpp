@@ -1,0 +1,20 @@
+#pragma once
+/// Quantizing weight rows on load, fast: what a worker runs as q8/q4 tensors arrive
+/// (runtime/tensor_builder). The result is exactly the reference's — runtime/dtype.cpp's
+/// quantize_row on the same values widened to f32 — which stays the definition: it is used
+/// below AVX-512 and for the rows the fast kernels leave to it (quantize_kernels.hpp).
+///
+/// Thread-safety: none needed; pure functions of their arguments.
+
+#include <cstdint>
+
+#include "runtime/dtype.hpp"
+
+namespace mpakt::cpu_fast {
+
+/// Quantizes one row of `n` values (a multiple of 32) to `to` (q8 or q4). The values are
+/// `n` f32 (from = f32) or bf16 words (from = bf16) at `src`, unaligned. `scratch` holds `n`
+/// floats, for the reference path.
+void quantize_row_from(dtype from, dtype to, const void* src, void* dst, std::int64_t n, float* scratch);
+
+}  // namespace mpakt::cpu_fast

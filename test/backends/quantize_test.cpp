@@ -1,0 +1,146 @@
+// Quantize on load (backends/cpu/quantize.hpp) on every kernel level this machine supports:
+// the bytes must be exactly the reference's (runtime/dtype.cpp quantize_row on the values
+// widened to f32) — for ordinary weights, rounding ties, scales in the f16 subnormal range,
+// blocks of zeros of either sign, huge and tiny values, and rows holding NaN or ±∞ (which the
+// fast kernels leave to the reference).
+
+#include "backends/cpu/quantize.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/isa.hpp"
+
+namespace mpakt {
+namespace {
+
+struct level_restore {
+  cpu_isa::level saved = cpu_isa::current();
+  ~level_restore() { cpu_isa::set_level(saved); }
+};
+
+std::uint16_t bf16_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return std::uint16_t(u >> 16);  // truncation: every result is a valid bf16 value
+}
+
+/// Rows of `cols` values, each row from a different family of hard cases.
+std::vector<std::vector<float>> hard_rows(std::int64_t cols, int rows, std::uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> normal(0, 0.02f);
+  std::vector<std::vector<float>> out;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> x(static_cast<std::size_t>(cols));
+    const int kind = r % 10;
+    for (std::int64_t i = 0; i < cols; ++i) {
+      float v = normal(g);
+      switch (kind) {
+        case 0: break;                                                    // ordinary weights
+        case 1: v = float(int(g() % 255) - 127) * 0.5f; break;           // ties on the grid
+        case 2: v = normal(g) * 1e-6f; break;                            // scales in f16 subnormals
+        case 3: v = normal(g) * 1e-9f; break;                            // scales that vanish
+        case 4: v = (g() & 1) ? 0.0f : -0.0f; break;                     // zeros of both signs
+        case 5: v = normal(g) * 1e4f; break;                             // large
+        case 6: v = std::fabs(normal(g)) + (i % 32 == 0 ? 0.0f : 0.01f); break;  // minimum exactly 0
+        case 7: v = -std::fabs(normal(g)); break;                        // all negative
+        case 8: v = float(g() % 16) * 0.125f - 1.0f; break;              // exact q4 steps
+        case 9: v = normal(g) * 3e4f; break;                             // near the f16 range
+      }
+      x[std::size_t(i)] = v;
+    }
+    out.push_back(std::move(x));
+  }
+  // A row with NaN, one with +inf, one with -inf: left to the reference.
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    std::vector<float> x(static_cast<std::size_t>(cols));
+    for (auto& v : x) v = normal(g);
+    x[std::size_t(cols / 2)] = bad;
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
+void expect_same_as_reference(dtype to) {
+  const std::int64_t cols = 576;
+  const auto rows = hard_rows(cols, 60, 7);
+  const std::size_t row_bytes = *storage_bytes(to, cols);
+  std::vector<float> scratch(static_cast<std::size_t>(cols));
+  level_restore restore;
+  for (auto level : cpu_isa::supported_levels()) {
+    ASSERT_TRUE(cpu_isa::set_level(level));
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      // from f32
+      std::vector<unsigned char> want(row_bytes), got(row_bytes, 0xee);
+      quantize_row(to, rows[r].data(), want.data(), cols);
+      cpu_fast::quantize_row_from(dtype::f32, to, rows[r].data(), got.data(), cols, scratch.data());
+      EXPECT_EQ(got, want) << "f32 row " << r << " at " << cpu_isa::level_name(level);
+      // from bf16 words at an odd address (pieces carry no alignment)
+      std::vector<unsigned char> packed(std::size_t(cols) * 2 + 1);
+      std::vector<float> widened(static_cast<std::size_t>(cols));
+      for (std::int64_t i = 0; i < cols; ++i) {
+        const std::uint16_t h = bf16_bits(rows[r][std::size_t(i)]);
+        std::memcpy(packed.data() + 1 + 2 * i, &h, 2);
+        widened[std::size_t(i)] = bf16_to_f32(h);
+      }
+      quantize_row(to, widened.data(), want.data(), cols);
+      std::fill(got.begin(), got.end(), 0xee);
+      cpu_fast::quantize_row_from(dtype::bf16, to, packed.data() + 1, got.data(), cols, scratch.data());
+      EXPECT_EQ(got, want) << "bf16 row " << r << " at " << cpu_isa::level_name(level);
+      // from f16 (always the reference path, through the scratch)
+      for (std::int64_t i = 0; i < cols; ++i) {
+        const std::uint16_t h = f32_to_f16(rows[r][std::size_t(i)]);
+        std::memcpy(packed.data() + 1 + 2 * i, &h, 2);
+        widened[std::size_t(i)] = f16_to_f32(h);
+      }
+      quantize_row(to, widened.data(), want.data(), cols);
+      cpu_fast::quantize_row_from(dtype::f16, to, packed.data() + 1, got.data(), cols, scratch.data());
+      EXPECT_EQ(got, want) << "f16 row " << r << " at " << cpu_isa::level_name(level);
+    }
+  }
+}
+
+TEST(QuantizeOnLoad, Q8BytesAreTheReferencesOnEveryLevel) { expect_same_as_reference(dtype::q8); }
+TEST(QuantizeOnLoad, Q4BytesAreTheReferencesOnEveryLevel) { expect_same_as_reference(dtype::q4); }
+
+TEST(QuantizeOnLoad, RandomBitPatternsToo) {
+  // Every bf16 bit pattern turns up: subnormals, NaN payloads, infinities.
+  std::mt19937 g(11);
+  const std::int64_t cols = 4096;
+  std::vector<unsigned char> packed(std::size_t(cols) * 2);
+  std::vector<float> widened(static_cast<std::size_t>(cols)), scratch(static_cast<std::size_t>(cols));
+  level_restore restore;
+  for (dtype to : {dtype::q8, dtype::q4}) {
+    const std::size_t row_bytes = *storage_bytes(to, cols);
+    for (int rep = 0; rep < 8; ++rep) {
+      for (std::int64_t i = 0; i < cols; ++i) {
+        // mostly finite values, some blocks with any bits at all
+        std::uint16_t h = bf16_bits(std::ldexp(float(int(g() % 2001) - 1000), int(g() % 60) - 40));
+        if ((i / 32) % 7 == rep % 7) h = std::uint16_t(g());
+        std::memcpy(packed.data() + 2 * i, &h, 2);
+        widened[std::size_t(i)] = bf16_to_f32(h);
+      }
+      for (auto level : cpu_isa::supported_levels()) {
+        ASSERT_TRUE(cpu_isa::set_level(level));
+        // one block at a time, so a non-finite block does not send a whole row to the reference
+        for (std::int64_t b = 0; b < cols / 32; ++b) {
+          const std::size_t bb = row_bytes / std::size_t(cols / 32);
+          std::vector<unsigned char> want(bb), got(bb);
+          quantize_row(to, widened.data() + b * 32, want.data(), 32);
+          cpu_fast::quantize_row_from(dtype::bf16, to, packed.data() + b * 64, got.data(), 32, scratch.data());
+          ASSERT_EQ(got, want) << dtype_name(to) << " block " << b << " at " << cpu_isa::level_name(level);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mpakt
