@@ -269,7 +269,8 @@ def flood_targets(f):
         ("POST", "/api/v3/models", {"source": "hf:local/stories260K", "include": ["model.norm.weight"]}, k),
         ("GET", "/api/v3/models", None, k),
         ("DELETE", "/api/v3/models/m_000000000000000000000000", None, k),
-        ("POST", f"/api/v3/models/{model}/graph", {"kind": "decode", "cache": 64}, k),
+        ("POST", f"/api/v3/models/{model}/graph", {"ids": [1, 2], "pos": 0, "cacheRows": 64, "output": "argmax",
+                                                   "compiled": False, "allocate": False, "history": False}, k),
         ("POST", "/api/v3/sessions", {"modelId": model, "label": "flood"}, k),
         ("GET", f"/api/v3/sessions/{sid}", None, k),
         ("DELETE", "/api/v3/sessions/s_000000000000000000000000", None, k),
@@ -431,3 +432,20 @@ def test_malformed_http_is_refused_and_the_server_lives(flood, data, status):
         body = got.split(b"\r\n\r\n", 1)[1]
         assert b'"error"' in body, got[:300]
     flood["server"].assert_up()
+
+
+def test_a_field_of_the_wrong_type_is_named(flood):
+    """Every top-level field of every endpoint's body, given a value of a type no field takes
+    (an object holding an array): 4xx, and the error names the field."""
+    api = flood["api"]
+    unnamed = []
+    for method, path, body, auth in flood_targets(flood):
+        if not isinstance(body, dict):
+            continue
+        for field in body:
+            r = api.call(method, path, raw=json.dumps({**body, field: {"x": []}}), timeout=30,
+                         key=auth.get("key"), token=auth.get("token"))
+            assert 400 <= r.status < 500, f"{method} {path} with {field} an object: {r!r}"
+            if field not in r.error:
+                unnamed.append(f"{method} {path} {field}: {r.status} {r.error}")
+    assert not unnamed, "\n".join(unnamed)
