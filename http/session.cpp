@@ -431,24 +431,14 @@ net::awaitable<void> session::serve() {
     request req;
     req.method = std::string(msg.method_string());
     req.remote = remote_;
-    std::string_view target = msg.target();
-    std::optional<url> absolute;
-    if (!target.empty() && target.front() != '/') {  // absolute-form, as proxies send it
-      absolute = parse_url(target);
-      if (!absolute) {
-        co_await refuse(400, "malformed request target \"" + std::string(target) + "\"");
-        co_return;
-      }
-      target = absolute->target;
-    }
-    const auto q = target.find('?');
-    auto path = percent_decode(target.substr(0, q));
-    if (!path) {
-      co_await refuse(400, "malformed percent-escape in \"" + std::string(target.substr(0, q)) + "\"");
+    std::string why;
+    auto target = parse_request_target(msg.target(), &why);
+    if (!target) {
+      co_await refuse(400, why);
       co_return;
     }
-    req.path = std::move(*path);
-    if (q != std::string_view::npos) req.query = std::string(target.substr(q + 1));
+    req.path = std::move(target->path);
+    req.query = std::move(target->query);
     for (const auto& f : msg) {
       std::string name(f.name_string());
       std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return char(std::tolower(c)); });

@@ -206,4 +206,25 @@ std::vector<std::pair<std::string, std::string>> parse_query(std::string_view q)
   return out;
 }
 
+std::optional<request_target> parse_request_target(std::string_view target, std::string* why) {
+  std::optional<url> absolute;
+  if (!target.empty() && target.front() != '/') {
+    absolute = parse_url(target);
+    if (!absolute) {
+      *why = "malformed request target \"" + std::string(target) + "\"";
+      return std::nullopt;
+    }
+    target = absolute->target;
+  }
+  const auto q = target.find('?');
+  auto path = percent_decode(target.substr(0, q));
+  if (!path) {
+    *why = "malformed percent-escape in \"" + std::string(target.substr(0, q)) + "\"";
+    return std::nullopt;
+  }
+  request_target out{std::move(*path), {}};
+  if (q != std::string_view::npos) out.query = std::string(target.substr(q + 1));
+  return out;
+}
+
 }  // namespace mpakt::http

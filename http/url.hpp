@@ -42,4 +42,14 @@ std::optional<std::string> percent_decode(std::string_view s);
 /// Splits "a=1&b=two" into decoded pairs (query strings of requests).
 std::vector<std::pair<std::string, std::string>> parse_query(std::string_view query);
 
+/// A request's target, split: the percent-decoded path and the raw query (after '?').
+struct request_target {
+  std::string path;
+  std::string query;
+};
+/// Reads the target of a request line: origin-form ("/a/b?x=1") or absolute-form
+/// ("http://host/a/b?x=1", as proxies send it). The message names what is wrong: a
+/// malformed target or a malformed percent-escape in the path.
+std::optional<request_target> parse_request_target(std::string_view target, std::string* why);
+
 }  // namespace mpakt::http

@@ -32,7 +32,22 @@ struct param_value {
   bool is_number() const { return k == kind::number; }
   /// Member of an object, or nullptr.
   const param_value* field(std::string_view name) const;
+
+  // Declared here, defaulted below where param_value is complete: clang 14 (the fuzz build,
+  // docs/building.md) would otherwise destroy a pair<string, param_value> of an incomplete type.
+  param_value();
+  param_value(const param_value&);
+  param_value(param_value&&) noexcept;
+  param_value& operator=(const param_value&);
+  param_value& operator=(param_value&&) noexcept;
+  ~param_value();
 };
+inline param_value::param_value() = default;
+inline param_value::param_value(const param_value&) = default;
+inline param_value::param_value(param_value&&) noexcept = default;
+inline param_value& param_value::operator=(const param_value&) = default;
+inline param_value& param_value::operator=(param_value&&) noexcept = default;
+inline param_value::~param_value() = default;
 
 /// Parameters of one step, in the order written.
 class param_map {

@@ -95,7 +95,8 @@ result<tensor> make_f32(shape_t shape, std::span<const float> values) {
   if (std::size_t(t->numel()) != values.size())
     return invalid("shape " + shape_str(t->shape()) + " holds " + std::to_string(t->numel()) +
                    " values but " + std::to_string(values.size()) + " were given");
-  std::memcpy(t->data(), values.data(), values.size() * 4);
+  // An empty span may hold no pointer at all, and memcpy from null is undefined even for 0 bytes.
+  if (!values.empty()) std::memcpy(t->data(), values.data(), values.size() * 4);
   return t;
 }
 
@@ -112,7 +113,7 @@ result<tensor> convert_tensor(const tensor& src, dtype t) {
 result<tensor> to_f32(const tensor& src) {
   if (src.type() == dtype::f32) {
     auto out = tensor::make(dtype::f32, src.shape());
-    if (out) std::memcpy(out->data(), src.data(), src.nbytes());
+    if (out && src.nbytes() > 0) std::memcpy(out->data(), src.data(), src.nbytes());
     return out;
   }
   auto out = tensor::make(dtype::f32, src.shape());

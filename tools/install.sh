@@ -10,6 +10,8 @@ debs=(
   libcaf-dev libboost1.81-dev rapidjson-dev
   libsqlite3-dev libssl-dev
   libgtest-dev libgmock-dev
+  # the fuzz targets (tools/build.sh fuzz): clang with libFuzzer and the sanitizer runtimes
+  clang-14 libclang-rt-14-dev
   python3 python3-venv python3-pip
   # the chat page's browser test: headless Chromium driven by Selenium, and fonts to lay out text
   chromium chromium-driver fonts-liberation

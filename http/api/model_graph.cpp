@@ -74,7 +74,12 @@ result<std::string> build_model_graph(std::string_view body, std::string_view co
       if (!tokens) return tokens.err();
       o.tokens = *tokens;
     }
-    const std::string output = d.HasMember("output") && d["output"].IsString() ? d["output"].GetString() : "logits";
+    std::string output = "logits";
+    if (auto it = d.FindMember("output"); it != d.MemberEnd()) {
+      // Any other type used to be read as the default, logits, without a word.
+      if (!it->value.IsString()) return invalid("graph request output must be logits, argmax or sample (a string)");
+      output.assign(it->value.GetString(), it->value.GetStringLength());
+    }
     if (output == "argmax") o.argmax = true;
     else if (output == "sample") o.sample = true;
     else if (output != "logits") return invalid("graph request output must be logits, argmax or sample, not \"" + output + "\"");

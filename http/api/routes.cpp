@@ -16,6 +16,8 @@
 #include "http/api/chat.hpp"
 #include "http/api/generate.hpp"
 #include "http/api/model_graph.hpp"
+#include "http/api/route_table.hpp"
+#include "http/router.hpp"
 #include "http/url.hpp"
 #include "runtime/json.hpp"
 #include "runtime/schema.hpp"
@@ -326,74 +328,12 @@ void on_graph_v2(const call& c) {
   forward_graph(c.self, c.coord(), c.timeout(), c.res, c.who, c.body(), std::int32_t(2));
 }
 
-/// Every endpoint, as docs/api-reference.md lists them (checklist EP-01 … EP-23). A path
-/// that no pattern matches is 404 naming it; a path that matches with another method is
-/// 400 naming the method, the path and the methods it takes (decisions.md). /api/v1/… is
-/// /api/v2/… (v1 is an alias of v2). GET and HEAD of other paths outside /api/ serve the
-/// chat page's files.
+/// The API's routes (http/api/route_table.hpp), with their handlers.
 const route routes[] = {
-    // no key (EP-01, EP-18, EP-19; Z-52)
-    {"GET", "/api/versions", auth::none, on_versions},
-    {"GET", "/api/ops", auth::none, on_ops},
-    {"GET", "/llms.txt", auth::none, on_llms_txt},
-    {"HEAD", "/llms.txt", auth::none, on_llms_txt},
-    // accounts and keys (Z-01)
-    {"POST", "/api/accounts", auth::none, on_sign_up},
-    {"POST", "/api/accounts/login", auth::none, on_login},
-    {"POST", "/api/keys", auth::login, on_make_key},
-    {"GET", "/api/keys", auth::login, on_list_keys},
-    {"DELETE", "/api/keys/:keyId", auth::login, on_revoke_key},
-    {"POST", "/api/admin/accounts/:name/approve", auth::operator_key, on_approve},
-    // v3 (EP-02 … EP-17)
-    {"GET", "/api/v3/status", auth::key, on_status},
-    {"GET", "/api/v3/models/inspect", auth::key, on_inspect},
-    {"POST", "/api/v3/models", auth::key, on_load},
-    {"GET", "/api/v3/models", auth::key, on_list_models},
-    {"DELETE", "/api/v3/models/:modelId", auth::key, on_delete_model},
-    {"POST", "/api/v3/models/:modelId/graph", auth::key, on_model_graph},
-    {"POST", "/api/v3/sessions", auth::key, on_open_session},
-    {"GET", "/api/v3/sessions/:sessionId", auth::key, on_get_session},
-    {"DELETE", "/api/v3/sessions/:sessionId", auth::key, on_close_session},
-    {"POST", "/api/v3/sessions/:sessionId/checkpoint", auth::key, on_checkpoint},
-    {"POST", "/api/v3/sessions/:sessionId/restore", auth::key, on_restore},
-    {"POST", "/api/v3/graph", auth::key, on_graph_v3},
-    {"POST", "/api/v3/graphs", auth::key, on_compile},
-    {"GET", "/api/v3/graphs", auth::key, on_list_graphs},
-    {"DELETE", "/api/v3/graphs/:graphId", auth::key, on_delete_graph},
-    {"POST", "/api/v3/chat", auth::key, on_chat},
-    {"POST", "/api/v3/generate", auth::key, on_generate},
-    {"GET", "/api/v3/random", auth::key, on_random},
-    // v2 (EP-20, VER-20); v1 is its alias
-    {"POST", "/api/v2/tensors", auth::key, on_upload_tensor},
-    {"DELETE", "/api/v2/tensors/:tensorId", auth::key, on_delete_tensor},
-    {"POST", "/api/v2/graph", auth::key, on_graph_v2},
+#define MPAKT_ROUTE(method, pattern, level, handler) {method, pattern, auth::level, handler},
+    MPAKT_API_ROUTES(MPAKT_ROUTE)
+#undef MPAKT_ROUTE
 };
-
-/// The non-empty segments of a path ("/api//v3/" → api, v3).
-std::vector<std::string_view> segments(std::string_view path) {
-  std::vector<std::string_view> out;
-  std::size_t i = 0;
-  while (i < path.size()) {
-    const std::size_t j = std::min(path.find('/', i), path.size());
-    if (j > i) out.push_back(path.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
-
-/// How well `pattern` fits `path`: -1 when it does not; otherwise a rank where a literal
-/// segment beats a :parameter, earlier segments first, so that GET /api/v3/models/inspect
-/// owns that path rather than DELETE /api/v3/models/:modelId.
-int fit(const std::vector<std::string_view>& pattern, const std::vector<std::string_view>& path) {
-  if (pattern.size() != path.size()) return -1;
-  int rank = 0;
-  for (std::size_t i = 0; i < path.size(); ++i) {
-    const bool param = pattern[i].front() == ':';
-    if (!param && pattern[i] != path[i]) return -1;
-    rank = rank * 2 + (param ? 0 : 1);
-  }
-  return rank;
-}
 
 /// Checks the route's auth level, then runs its handler in a short-lived actor.
 void run_route(const route& r, call c) {
@@ -438,38 +378,24 @@ void run_route(const route& r, call c) {
 
 void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const responder_ptr& res) {
   auto req = std::make_shared<const request>(std::move(req_in));
-  const std::string& m = req->method;
-  auto path = segments(req->path);
-  if (path.size() >= 2 && path[0] == "api" && path[1] == "v1") path[1] = "v2";  // v1 is an alias of v2 (decisions.md)
-
-  // The patterns, split once.
-  static const std::vector<std::vector<std::string_view>> patterns = [] {
-    std::vector<std::vector<std::string_view>> out;
-    for (const auto& r : routes) out.push_back(segments(r.pattern));
-    return out;
+  static const router table = [] {
+    std::vector<route_key> keys;
+    for (const auto& r : routes) keys.push_back({r.method, r.pattern});
+    return router(std::move(keys));
   }();
-
-  // The best-fitting patterns name the resource; among them the method picks the route.
-  int best = -1;
-  for (const auto& p : patterns) best = std::max(best, fit(p, path));
-  const route* chosen = nullptr;
-  std::string allowed;
-  for (std::size_t i = 0; best >= 0 && i < std::size(routes); ++i) {
-    if (fit(patterns[i], path) != best) continue;
-    if (m == routes[i].method) chosen = &routes[i];
-    allowed += (allowed.empty() ? "" : ", ") + std::string(routes[i].method);
+  auto m = table.match(req->method, req->path);
+  switch (m.k) {
+    case route_match::kind::found:
+      return run_route(routes[m.index], call{ctx, req, res, std::move(m.args), nullptr, {}, {}});
+    case route_match::kind::wrong_method:
+      return reply_error(res, errc::invalid,
+                         "method " + req->method + " is not allowed on " + req->path + " (it takes " + m.allowed + ")");
+    case route_match::kind::no_path:
+      break;
   }
-  if (chosen) {
-    call c{ctx, req, res, {}, nullptr, {}, {}};
-    const auto& p = patterns[std::size_t(chosen - routes)];
-    for (std::size_t i = 0; i < p.size(); ++i)
-      if (p[i].front() == ':') c.args.emplace_back(path[i]);
-    return run_route(*chosen, std::move(c));
-  }
-  if (best >= 0)
-    return reply_error(res, errc::invalid, "method " + m + " is not allowed on " + req->path + " (it takes " + allowed + ")");
-  if ((path.empty() || path[0] != "api") && (m == "GET" || m == "HEAD")) return static_file(*ctx, *req, res);
-  reply_error(res, errc::not_found, "no endpoint " + m + " " + req->path);
+  const auto path = path_segments(req->path);
+  if ((path.empty() || path[0] != "api") && (req->method == "GET" || req->method == "HEAD")) return static_file(*ctx, *req, res);
+  reply_error(res, errc::not_found, "no endpoint " + req->method + " " + req->path);
 }
 }  // namespace
 

@@ -3,24 +3,112 @@ layout, and `mpakt serve` coordinators (accounts need approval: no --dev) pointe
 
 Every process is real and listens on loopback; all are stopped at the end of the session.
 Set MPAKT_BINARY to test a binary other than build/mpakt.
+
+CTest runs each module as its own entry (test/CMakeLists.txt), so every module starts its own
+processes and must pass alone and in any order. Each test has a time limit (a hang fails that
+test, by name); a failing test shows what every process logged while it ran.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import os
 from pathlib import Path
+import random
 import shutil
+import signal
 import struct
+import sys
 
 import numpy as np
 import pytest
 
+import e2e_util
 from e2e_util import (STORIES_DIR, Process, Server, binary, read_safetensors_index, start_with_free_port, stop_all,
                       write_safetensors)
 
 ARCH_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "arch"
 
 _processes = []
+
+# A test (setup and teardown included) that runs longer than this fails as hung. A test that
+# needs longer says so with @pytest.mark.timeout(seconds).
+TEST_TIMEOUT_S = float(os.environ.get("MPAKT_E2E_TEST_TIMEOUT", "180"))
+
+
+# --------------------------------------------------------------------------- order, time limits, logs
+
+
+def pytest_addoption(parser):
+    parser.addoption("--e2e-order", default="file",
+                     help="file (default), reverse, or shuffle[:seed]: run the tests in another order, to show that "
+                          "none depends on state an earlier test left")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "timeout(seconds): this test's time limit, instead of MPAKT_E2E_TEST_TIMEOUT")
+
+
+def pytest_collection_modifyitems(config, items):
+    order = config.getoption("--e2e-order")
+    if order == "reverse":
+        items.reverse()
+    elif order.startswith("shuffle"):
+        seed = int(order.partition(":")[2] or random.randrange(1 << 30))
+        print(f"e2e: tests shuffled with seed {seed} (--e2e-order shuffle:{seed} repeats it)", file=sys.stderr)
+        random.Random(seed).shuffle(items)
+    elif order != "file":
+        raise pytest.UsageError(f"--e2e-order {order!r}: use file, reverse or shuffle[:seed]")
+
+
+class HungTest(Exception):
+    """A test ran past its time limit."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Arms the test's time limit, and notes where every process's log stands as it starts."""
+    marker = item.get_closest_marker("timeout")
+    limit = float(marker.args[0]) if marker else TEST_TIMEOUT_S
+
+    def on_alarm(signum, frame):
+        raise HungTest(f"{item.nodeid} ran past its {limit:g} s limit (stack above: where it hung)")
+
+    # processes running as the test starts, and how far each had logged; those that ended
+    # before are of no interest to it
+    item._log_offsets = {id(p): p.log_size() for p in e2e_util.STARTED if p.alive()}
+    item._ended_before = {id(p) for p in e2e_util.STARTED if not p.alive()}
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    # Should the exception never surface (a hang outside Python), dump every thread and exit;
+    # CTest's per-module timeout is the last resort.
+    faulthandler.dump_traceback_later(limit + 30, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed setup, test or teardown shows what each process logged while the test ran."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    offsets = getattr(item, "_log_offsets", {})
+    ended_before = getattr(item, "_ended_before", set())
+    for p in e2e_util.STARTED:
+        if id(p) in ended_before:
+            continue
+        since = offsets.get(id(p), 0)
+        text = p.log_since(since)
+        if not text.strip():  # quiet during the test: its last lines still tell what it is
+            text = "(nothing logged during this test; the log's last lines:)\n" + p.log_since(0, 1500)
+        report.sections.append((f"log of {p.name} ({p.state()}; {p.log_path})", text))
 
 
 @pytest.fixture(scope="session")
@@ -90,14 +178,13 @@ def write_slow_llama(folder):
 def hub_dir(tmp_path_factory):
     """A folder in hub layout: local/stories260K (as published), local/sharded (the same
     tensors as an index and two shards), local/int8, local/fp8 and local/gptq (quantised
-    checkpoints the loader must refuse)."""
+    checkpoints the loader must refuse). local/slow is added by the slow_model fixture."""
     root = tmp_path_factory.mktemp("hub")
     model = root / "local" / "stories260K"
     model.mkdir(parents=True)
     for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
         if (STORIES_DIR / f).exists():
             shutil.copy(STORIES_DIR / f, model / f)
-    write_slow_llama(root / "local" / "slow")
     # every architecture fixture as hf:arch/<family> (test_architectures.py)
     for d in sorted(ARCH_DIR.iterdir()):
         if (d / "reference.json").exists():
@@ -123,6 +210,14 @@ def hub_dir(tmp_path_factory):
         d.mkdir()
         write_safetensors(d / "model.safetensors", tensors)
     return root
+
+
+@pytest.fixture(scope="session")
+def slow_model(hub_dir):
+    """hf:local/slow (write_slow_llama) in the hub: written when a test first asks for it, as
+    it takes seconds and only a few modules use it."""
+    write_slow_llama(hub_dir / "local" / "slow")
+    return "hf:local/slow"
 
 
 def _start_host(hub_dir, tmp_path_factory, no_range=False):

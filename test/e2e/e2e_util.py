@@ -41,6 +41,10 @@ def free_port() -> int:
 
 # --------------------------------------------------------------------------- processes
 
+# Every Process started in this pytest run, in start order: conftest.py prints what each of
+# them logged while a test ran when that test fails.
+STARTED = []
+
 
 class Process:
     """A child process whose output goes to a log file, started and awaited by its ready line."""
@@ -56,6 +60,7 @@ class Process:
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      cwd=self.cwd)
+        STARTED.append(self)
         deadline = time.monotonic() + timeout
         rx = re.compile(ready_pattern)
         while time.monotonic() < deadline:
@@ -79,6 +84,33 @@ class Process:
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
+
+    def log_size(self):
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def log_since(self, offset, max_bytes=6000):
+        """What the process logged after byte `offset`: the last `max_bytes` of it, cut at a
+        line start."""
+        try:
+            with open(self.log_path, "rb") as f:
+                size = f.seek(0, 2)
+                start = max(offset, size - max_bytes)
+                f.seek(start)
+                data = f.read()
+        except FileNotFoundError:
+            return ""
+        if start > offset:
+            data = b"[...]" + data[data.find(b"\n"):] if b"\n" in data else data
+        return data.decode("utf-8", "replace")
+
+    def state(self):
+        if self.proc is None:
+            return "not started"
+        rc = self.proc.poll()
+        return "running" if rc is None else f"exited with {rc}"
 
     def terminate(self):
         if self.alive():

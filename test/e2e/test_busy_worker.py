@@ -316,7 +316,7 @@ def test_a_busy_worker_answers_status_and_takes_a_load(patient):
 # --------------------------------------------------------------------------- concurrent loads
 
 
-def test_two_loads_that_do_not_fit_together_one_is_refused_at_the_capacity_check(start_server, hub_dir):
+def test_two_loads_that_do_not_fit_together_one_is_refused_at_the_capacity_check(start_server, slow_model):
     # local/slow is about 77 MB resident: one fits in 120 MB, two do not.
     server = start_server("--dev", "--worker-memory", "120M")
     api = Api(server.port, timeout=WORK_S)

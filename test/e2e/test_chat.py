@@ -59,9 +59,11 @@ def user(text):
     return [{"role": "user", "content": text}]
 
 
-def test_greedy_replies_equal_transformers(server, key):
+def test_greedy_replies_equal_transformers(server):
     """CHAT-01: the reply of a base model to its prompt is transformers' greedy continuation
-    with repetition penalty 1.1 (the default), token for token; deltas add up to the text."""
+    with repetition penalty 1.1 (the default), token for token; deltas add up to the text.
+    A key of its own: its first chat loads the model, whatever ran before."""
+    key = server.account("greedy")[1]
     for i, case in enumerate(GOLDEN["cases"]):
         for speculative in (True, False):
             body = {"model": STORIES, "messages": user(case["prompt"]), "maxTokens": GOLDEN["max_new_tokens"],
@@ -139,7 +141,7 @@ def test_conversations_at_the_same_time_share_passes(server, key):
         pytest.fail(f"overlapping chats never shared passes: {[r['batched'] for r in results]}")
 
 
-def test_disconnect_stops_decoding(server, key):
+def test_disconnect_stops_decoding(server, key, slow_model):
     """A client that goes away mid-reply stops the decode loop at once."""
     api = server.api
     body = {"model": "hf:local/slow", "messages": user("Once upon a time"), "maxTokens": 1500, "temperature": 0.8}

@@ -152,7 +152,10 @@ def generations(server, key):
 # --------------------------------------------------------------------------- tests
 
 
-def test_sign_in_load_and_stream_a_reply(page, server, user):
+def test_sign_in_load_and_stream_a_reply(page, server):
+    # An account of its own: the Load button must really load, whatever other tests loaded.
+    user = "webpage_load"
+    server.sign_up(user, PASSWORD)
     d = page
     sign_in(d, user)
     assert user in by_id(d, "account-status").text
@@ -219,27 +222,22 @@ def test_sign_in_load_and_stream_a_reply(page, server, user):
         time.sleep(0.1)
 
 
-def test_stop_ends_a_long_generation(page, server, user, key, hub_dir):
+def test_stop_ends_a_long_generation(page, server, user, key, slow_model):
     d = page
     sign_in(d, user)
     # The fixture's 85 MB random model decodes at tens of tokens a second, so Stop lands
-    # mid-reply; without it, stories260K over a throttled network.
-    slow = (hub_dir / "local" / "slow").is_dir()
+    # mid-reply.
     by_id(d, "settings").find_element(By.TAG_NAME, "summary").click()
     set_number(d, "max-tokens", 500)
-    if slow:
-        d.execute_script("const s = document.getElementById('model-select'); s.value = '';"
-                         "s.dispatchEvent(new Event('change'));")
-        src = by_id(d, "source-input")
-        src.clear()
-        src.send_keys("hf:local/slow")
-    else:
-        d.set_network_conditions(offline=False, latency=5, download_throughput=1000, upload_throughput=1_000_000)
+    d.execute_script("const s = document.getElementById('model-select'); s.value = '';"
+                     "s.dispatchEvent(new Event('change'));")
+    src = by_id(d, "source-input")
+    src.clear()
+    src.send_keys(slow_model)
     send(d, "Once upon a time")
     wait_for(d, lambda: len(reply_text(d)) >= 3, 60, "no streamed text")
     assert by_id(d, "stop-button").is_displayed()
-    if slow:
-        assert generations(server, key) == 1
+    assert generations(server, key) == 1
     # A click through the page's script: text streaming above the button may move it between
     # Selenium finding it and clicking (the composer is sticky, but the race is Selenium's).
     d.execute_script("arguments[0].click();", by_id(d, "stop-button"))

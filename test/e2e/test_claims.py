@@ -152,7 +152,7 @@ def test_a_silent_volunteer_is_declared_dead_after_the_heartbeat_window(start_se
         c.stop_all()
 
 
-def test_a_model_host_killed_mid_transfer_leaves_nothing_half_loaded(start_server, hub_dir, tmp_path_factory):
+def test_a_model_host_killed_mid_transfer_leaves_nothing_half_loaded(start_server, hub_dir, slow_model, tmp_path_factory):
     """LOAD: the host serving a 77 MB checkpoint is SIGKILLed once the load has reserved its
     room (the transfer under way): the load fails naming the host, the worker's memory is all
     free again, and no model is listed."""
@@ -165,7 +165,7 @@ def test_a_model_host_killed_mid_transfer_leaves_nothing_half_loaded(start_serve
         key = server.account("halfload")[1]
         total = expect(api.get("/api/v3/status", key=key), 200)["freeBytes"]
         out = {}
-        t = threading.Thread(target=lambda: out.update(r=api.post("/api/v3/models", {"source": "hf:local/slow"}, key=key,
+        t = threading.Thread(target=lambda: out.update(r=api.post("/api/v3/models", {"source": slow_model}, key=key,
                                                                   timeout=120)))
         t.start()
         deadline = time.monotonic() + 30

@@ -70,11 +70,27 @@ def start_cluster(start_server, tmp_path_factory, name, cls=Cluster):
     return c
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster(start_server, tmp_path_factory):
+    """A coordinator of its own for each test, so that no test depends on what another left."""
     c = start_cluster(start_server, tmp_path_factory, "workers")
     yield c
     c.stop_all()
+    c.server.process.terminate()
+
+
+@pytest.fixture
+def pair(cluster):
+    """Two volunteers, w_a and w_b, and stories260K loaded on one of them (cluster.model on
+    cluster.holder; cluster.loaded is the load's answer)."""
+    cluster.join("w_a")
+    cluster.join("w_b")
+    before = cluster.status(cluster.key)
+    cluster.loaded = expect(cluster.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"},
+                                                    key=cluster.key, timeout=60), 200)
+    cluster.model = cluster.loaded["modelId"]
+    cluster.holder = holder(cluster.status(cluster.key), before)
+    return cluster
 
 
 def graph_cli(*args):
@@ -118,50 +134,48 @@ def test_volunteers_join_and_are_counted(cluster):
     assert s["totalBytes"] == 2 * (1 << 30)
 
 
-def test_load_generate_and_chat_on_volunteers(cluster):
-    api, key = cluster.server.api, cluster.key
-    before = cluster.status(key)
-    loaded = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)
-    model = loaded["modelId"]
-    where = holder(cluster.status(key), before)
+def test_load_generate_and_chat_on_volunteers(pair):
+    api, key, model, where = pair.server.api, pair.key, pair.model, pair.holder
     assert where in ("w_a", "w_b")
     # the placement is shown: in the load response, the model list and the status's pool
-    assert [p["workerId"] for p in loaded["placement"]] == [where]
-    assert loaded["placement"][0]["residentBytes"] == loaded["residentBytes"]
+    assert [p["workerId"] for p in pair.loaded["placement"]] == [where]
+    assert pair.loaded["placement"][0]["residentBytes"] == pair.loaded["residentBytes"]
     listed = [m for m in expect(api.get("/api/v3/models", key=key), 200)["models"] if m["modelId"] == model][0]
     assert [p["workerId"] for p in listed["placement"]] == [where]
-    pool = {w["workerId"]: w for w in cluster.status(key)["pool"]}
+    pool = {w["workerId"]: w for w in pair.status(key)["pool"]}
     assert pool[where]["models"] == [model] and model not in pool[({"w_a", "w_b"} - {where}).pop()]["models"]
     decode_golden(api, key, model)
     r = expect(api.post("/api/v3/chat", {"model": model, "messages": [{"role": "user", "content": "Once upon a time"}],
                                          "maxTokens": 20, "temperature": 0, "stream": False}, key=key, timeout=60), 200)
     assert r["ok"] and r["usage"]["completionTokens"] == 20
-    cluster.model, cluster.holder = model, where
 
 
-def test_a_volunteer_that_dies_is_noticed_and_others_keep_serving(cluster):
-    api, key = cluster.server.api, cluster.key
-    other = "w_b" if cluster.holder == "w_a" else "w_a"
+def test_a_volunteer_that_dies_is_noticed_and_others_keep_serving(pair):
+    api, key = pair.server.api, pair.key
+    other = "w_b" if pair.holder == "w_a" else "w_a"
     t0 = time.monotonic()
-    cluster.kill(other)
-    cluster.wait_for(lambda s: s["workers"] == 1, "the dead volunteer to leave the pool", timeout=8)
+    pair.kill(other)
+    pair.wait_for(lambda s: s["workers"] == 1, "the dead volunteer to leave the pool", timeout=8)
     assert time.monotonic() - t0 < 8
-    decode_golden(api, key, cluster.model)  # the model's worker is untouched
-    cluster.server.assert_up()
+    decode_golden(api, key, pair.model)  # the model's worker is untouched
+    pair.server.assert_up()
 
 
-def test_a_session_on_a_dead_volunteer_says_to_prefill_again(cluster):
-    api, key = cluster.server.api, cluster.key
-    sid, graph = decode_golden(api, key, cluster.model)
-    cluster.kill(cluster.holder)
-    cluster.wait_for(lambda s: s["workers"] == 0, "the pool to empty", timeout=8)
+def test_a_session_on_a_dead_volunteer_says_to_prefill_again(pair):
+    api, key = pair.server.api, pair.key
+    sid, graph = decode_golden(api, key, pair.model)
+    pair.kill(pair.holder)
+    pair.wait_for(lambda s: s["workers"] == 1, "the dead volunteer to leave the pool", timeout=8)
     r = api.post("/api/v3/graph", {"graphId": graph, "session": sid, "bind": {"ids": [1], "pos": 5}}, key=key, timeout=30)
     expect(r, 503, sid, "prefill")
-    cluster.server.assert_up()
+    pair.server.assert_up()
 
 
 def test_a_volunteer_that_joins_later_is_used_at_once(cluster):
     api, key = cluster.server.api, cluster.key
+    cluster.join("w_a")
+    cluster.kill("w_a")
+    cluster.wait_for(lambda s: s["workers"] == 0, "the pool to empty", timeout=8)
     cluster.join("w_c", "512M")
     s = cluster.status(key)
     assert s["workers"] == 1 and s["freeBytes"] > 0
@@ -169,19 +183,21 @@ def test_a_volunteer_that_joins_later_is_used_at_once(cluster):
     decode_golden(api, key, model)
 
 
-def test_a_volunteer_too_small_for_a_tensor_is_never_given_it(cluster):
+def test_a_volunteer_too_small_for_a_tensor_is_never_given_it(cluster, slow_model):
     """Placement goes by free memory: a 77 MB model lands on the volunteer that can hold it,
     never on one offering 1 MB."""
     api, key = cluster.server.api, cluster.key
+    cluster.join("w_c", "512M")
     cluster.join("w_tiny", "1M")
-    expect(api.post("/api/v3/models", {"source": "hf:local/slow"}, key=key, timeout=60), 200)
+    expect(api.post("/api/v3/models", {"source": slow_model}, key=key, timeout=60), 200)
     pool = {w["workerId"]: w for w in cluster.status(key)["pool"]}
     assert pool["w_tiny"]["freeBytes"] == pool["w_tiny"]["totalBytes"]
     assert pool["w_c"]["freeBytes"] < pool["w_c"]["totalBytes"] - 70_000_000
 
 
 def test_a_legacy_volunteer_sets_the_pools_widen_factor(cluster):
-    api, key = cluster.server.api, cluster.key
+    api = cluster.server.api
+    cluster.join("w_c", "512M")
     before = expect(api.get("/api/versions"), 200)["limits"]["widenFactor"]
     cluster.join("w_old", "256M", "--legacy")
     after = expect(api.get("/api/versions"), 200)["limits"]["widenFactor"]
@@ -224,7 +240,7 @@ def test_a_volunteer_lacking_a_feature_is_never_given_a_graph_using_it(start_ser
         c.stop_all()
 
 
-def test_placement_ranks_volunteers_by_measured_time(start_server, tmp_path_factory):
+def test_placement_ranks_volunteers_by_measured_time(start_server, tmp_path_factory, slow_model):
     """The pool times a probe call on every volunteer (end to end: the link, the queue, the
     machine) and places on the clearly faster one even when a slower one has more free memory;
     memory still decides what fits. A volunteer started with --delay-ms answers every call late,
@@ -242,7 +258,7 @@ def test_placement_ranks_volunteers_by_measured_time(start_server, tmp_path_fact
         assert [p["workerId"] for p in loaded["placement"]] == ["w_fast"]  # though w_slow has 30x the room
         decode_golden(api, c.key, loaded["modelId"])
         # 77 MB fit only on the slow one: memory comes first
-        big = expect(api.post("/api/v3/models", {"source": "hf:local/slow"}, key=c.key, timeout=60), 200)
+        big = expect(api.post("/api/v3/models", {"source": slow_model}, key=c.key, timeout=60), 200)
         assert [p["workerId"] for p in big["placement"]] == ["w_slow"]
     finally:
         c.stop_all()

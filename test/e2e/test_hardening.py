@@ -3,18 +3,24 @@ error body is always strict UTF-8 JSON, and the server stays up (the module's au
 checks /api/versions after every test).
 
 Covers the router's unknown paths and methods (EP-01 … EP-23), JSON nesting depth on every
-endpoint that reads a body, integers written as doubles, and text that is not UTF-8 in what
-errors echo (ERR-12 style messages naming the field).
+endpoint that reads a body, integers written as doubles, text that is not UTF-8 in what
+errors echo (ERR-12 style messages naming the field), and a bounded flood of malformed,
+truncated, deeply nested, oversized and mutated requests to every endpoint, after which the
+server still decodes exactly.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
+import socket
 import struct
+import time
 
 import pytest
 
-from e2e_util import PROMPT_S, Api, expect
+from e2e_util import PROMPT_S, REPO_ROOT, Api, expect
 
 # A body nested a million levels deep: 2 MB, far past any recursion the stack survives.
 DEEP = b"[" * 1_000_000 + b"]" * 1_000_000
@@ -213,3 +219,233 @@ def test_safetensors_name_that_is_not_utf8_is_refused_naming_its_position(api, c
     msg = strict_error(api.get("/api/v3/models/inspect?source=hf:local/badname", key=creds[1], timeout=30), 400,
                        "safetensors header", "not valid UTF-8")
     assert "byte 63" in msg and "byte 65" in msg, msg
+
+
+# --------------------------------------------------------------------------- a flood of bad requests
+
+CHAT_GOLDEN = json.loads((REPO_ROOT / "test" / "fixtures" / "chat" / "stories260K_greedy.json").read_text())
+FLOOD_REQUESTS = 6000  # about 20 s alone on 2 cores
+FLOOD_BUDGET_S = 45.0  # the flood stops here whatever it reached (bounded in time)
+FLOOD_BODY_LIMIT = 256 * 1024
+
+
+@pytest.fixture(scope="module")
+def flood(start_server):
+    """A server of its own with a small body limit (oversized bodies cost little), and what the
+    requests need to reach real things: an account, a key, a model, a session and a compiled
+    graph."""
+    server = start_server("--dev", "--body-limit", "256K")
+    token, key = server.account("flooder")
+    api = Api(server.port, timeout=30)
+    model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
+    sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+    compiled = {"inputs": [{"name": "ids", "shape": [1], "bind": "ids"}],
+                "steps": [{"op": "scale", "in": ["ids"], "out": "y", "params": {"factor": {"$bind": "pos"}}}],
+                "outputs": ["y"]}
+    gid = expect(api.post("/api/v3/graphs", {"graph": compiled}, key=key), 200)["graphId"]
+    return {"server": server, "api": api, "token": token, "key": key, "model": model, "session": sid, "graph": gid,
+            "compiled": compiled}
+
+
+def flood_targets(f):
+    """Every endpoint with a request it would accept: (method, path, body or None, auth)."""
+    key, token, model, sid, gid = f["key"], f["token"], f["model"], f["session"], f["graph"]
+    k, t = {"key": key}, {"token": token}
+    chat = {"model": model, "messages": [{"role": "user", "content": "Once upon a time"}], "maxTokens": 4,
+            "temperature": 0, "stream": False}
+    generate = {"graphId": gid, "sessionId": sid, "ids": [1], "startPos": 0, "maxNewTokens": 2, "stream": False}
+    return [
+        ("GET", "/api/versions", None, {}),
+        ("GET", "/api/ops", None, {}),
+        ("GET", "/llms.txt", None, {}),
+        ("POST", "/api/accounts", {"username": "flood_new", "password": "a long password"}, {}),
+        ("POST", "/api/accounts/login", {"username": "flooder", "password": "a long password"}, {}),
+        ("POST", "/api/keys", {"label": "flood"}, t),
+        ("GET", "/api/keys", None, t),
+        ("DELETE", "/api/keys/k_000000000000000000000000", None, t),
+        ("POST", "/api/admin/accounts/flood_new/approve", {}, k),
+        ("GET", "/api/v3/status", None, k),
+        ("GET", "/api/v3/models/inspect?source=hf:local/stories260K", None, k),
+        ("POST", "/api/v3/models", {"source": "hf:local/stories260K", "include": ["model.norm.weight"]}, k),
+        ("GET", "/api/v3/models", None, k),
+        ("DELETE", "/api/v3/models/m_000000000000000000000000", None, k),
+        ("POST", f"/api/v3/models/{model}/graph", {"ids": [1, 2], "pos": 0, "cacheRows": 64, "output": "argmax",
+                                                   "compiled": False, "allocate": False, "history": False}, k),
+        ("POST", "/api/v3/sessions", {"modelId": model, "label": "flood"}, k),
+        ("GET", f"/api/v3/sessions/{sid}", None, k),
+        ("DELETE", "/api/v3/sessions/s_000000000000000000000000", None, k),
+        ("POST", f"/api/v3/sessions/{sid}/checkpoint", {}, k),
+        ("POST", f"/api/v3/sessions/{sid}/restore", {}, k),
+        ("POST", "/api/v3/graph", {"graph": scale_graph()}, k),
+        ("POST", "/api/v3/graph", {"graphId": gid, "bind": {"ids": [2], "pos": 3}}, k),
+        ("POST", "/api/v3/graphs", {"label": "flood", "graph": f["compiled"]}, k),
+        ("GET", "/api/v3/graphs", None, k),
+        ("DELETE", "/api/v3/graphs/gt_000000000000000000000000", None, k),
+        ("POST", "/api/v3/chat", chat, k),
+        ("POST", "/api/v3/generate", generate, k),
+        ("GET", "/api/v3/random?count=3&min=1&max=9", None, k),
+        ("POST", "/api/v2/tensors", {"shape": [2], "data": [1, 2]}, k),
+        ("DELETE", "/api/v2/tensors/t_000000000000000000000000", None, k),
+        ("POST", "/api/v2/graph", {"graph": scale_graph()}, k),
+    ]
+
+
+def bad_body(body, rng):
+    """A hostile variant of a body the endpoint accepts (bytes): malformed, truncated, deeply
+    nested, oversized, mutated, or of the wrong JSON type."""
+    from test_fuzz_graphs import mutate
+
+    text = json.dumps(body if body is not None else {}).encode()
+    kind = rng.randrange(9)
+    if kind == 0:  # truncated anywhere
+        return text[: rng.randrange(len(text))]
+    if kind == 1:  # bytes replaced by anything, UTF-8 or not
+        b = bytearray(text)
+        for _ in range(rng.randint(1, 4)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        return bytes(b)
+    if kind == 2:  # deeply nested, inside a field or as the whole body
+        depth = rng.choice([257, 1000, 50_000])
+        deep = b"[" * depth + b"]" * depth
+        return deep if rng.random() < 0.3 else text[:-1] + b', "x": ' + deep + b"}" if len(text) > 2 else deep
+    if kind == 3:  # over the body limit
+        return b'{"x": "' + b"a" * (FLOOD_BODY_LIMIT + rng.randrange(1024)) + b'"}'
+    if kind == 4:  # the wrong JSON type, or not JSON
+        return rng.choice([b"null", b"[]", b'"body"', b"12", b"{", b"}", b"{\"a\":}", b"\xff\xfe", b"", b"{}" * 3,
+                           b"{\"a\": 1e99999}", b"{\"a\": -0, \"a\": 1}", b"{\"\\ud800\": 1}"])
+    if kind == 5:  # a huge string or number in a field
+        return text[:-1] + (b', "' if len(text) > 2 else b'"') + b"k\": \"" + b"\xc3\xa9" * 50_000 + b'"}' \
+            if rng.random() < 0.5 else text.replace(b"1", b"1" + b"0" * 400, 1)
+    # kinds 6-8: the body mutated as JSON (values, types, dropped and renamed fields)
+    out = body if isinstance(body, (dict, list)) else {"x": body}
+    for _ in range(rng.randint(1, 4)):
+        out = mutate(out, rng)
+    return json.dumps(out).encode()
+
+
+def bad_path(path, rng):
+    """The path with an id or the query replaced by something hostile."""
+    junk = rng.choice(["%C0%AF", "%00", "%", "%zz", "..%2F..%2Fetc", "x" * 5000, "%F0%9F%98%80", "m_%FF", "?", "#",
+                       "%20%0D%0Ax-api-key:%20k"])
+    parts = path.split("/")
+    i = rng.randrange(2, len(parts)) if len(parts) > 2 else len(parts) - 1
+    parts[i] = junk if rng.random() < 0.5 else parts[i] + junk
+    return "/".join(parts)
+
+
+def answer_is_sane(r, what):
+    assert r.status < 500, f"{what}: a server error for bad input: {r!r}"
+    if r.status >= 400 and r.body:
+        assert isinstance(r.json, dict) and set(r.json) == {"error"} and r.error, f"{what}: {r!r}"
+        r.body.decode("utf-8")  # strict UTF-8, whatever the request held
+
+
+@pytest.mark.timeout(240)
+def test_a_flood_of_bad_requests_to_every_endpoint(flood):
+    """Malformed, truncated, deeply nested, oversized and randomly mutated bodies, hostile ids
+    and queries, wrong methods, on every endpoint (fixed seed, bounded in time): none gets a
+    5xx, every error is one {"error": ...} in strict UTF-8, and afterwards the server is up and
+    decodes exactly as before. MPAKT_FLOOD_SEED picks another seed, to explore by hand."""
+    api, server = flood["api"], flood["server"]
+    rng = random.Random(int(os.environ.get("MPAKT_FLOOD_SEED", "20261201")))
+    targets = flood_targets(flood)
+    auth_of = lambda a: {"key": a["key"] if "key" in a else None, "token": a["token"] if "token" in a else None}
+    deadline = time.monotonic() + FLOOD_BUDGET_S
+    sent, statuses = 0, {}
+    while sent < FLOOD_REQUESTS and time.monotonic() < deadline:
+        method, path, body, auth = targets[sent % len(targets)]
+        roll = rng.random()
+        if roll < 0.7:
+            raw = bad_body(body, rng)
+            r = api.call("POST" if body is None and rng.random() < 0.5 else method, path, raw=raw, timeout=30,
+                         **auth_of(auth))
+            what = f"{method} {path} with {raw[:120]!r}"
+        elif roll < 0.9:
+            p = bad_path(path, rng)
+            r = api.call(method, p, raw=json.dumps(body) if body is not None else None, timeout=30, **auth_of(auth))
+            what = f"{method} {p[:200]}"
+        else:
+            m = rng.choice(["PUT", "PATCH", "DELETE", "POST", "GET", "OPTIONS", "TRACE"])
+            r = api.call(m, path, raw=json.dumps(body) if body is not None else None, timeout=30, **auth_of(auth))
+            what = f"{m} {path}"
+        answer_is_sane(r, f"request {sent}: {what}")
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+        sent += 1
+    assert sent >= 300, f"only {sent} requests in {FLOOD_BUDGET_S:g} s"
+    server.assert_up()
+    # ... and decodes transformers' greedy text, for a new key (the flood's valid requests
+    # used up its key's sessions) that loads the model afresh
+    key = server.account("after_flood")[1]
+    case = CHAT_GOLDEN["cases"][0]
+    done = expect(api.post("/api/v3/chat", {"model": "hf:local/stories260K", "messages": [{"role": "user", "content": case["prompt"]}],
+                                            "maxTokens": CHAT_GOLDEN["max_new_tokens"], "temperature": 0, "stream": False},
+                           key=key, timeout=60), 200)
+    assert done["text"] == case["text"], done
+    print(f"flood: {sent} requests, answers {dict(sorted(statuses.items()))}")
+
+
+RAW_REQUESTS = [
+    # (bytes sent, then the connection is closed for writing; None = any 4xx or no answer)
+    (b"GARBAGE\r\n\r\n", 400),
+    (b"GET / HTTP/9.9\r\n\r\n", 400),
+    (b"GET /api/versions HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", 400),
+    (b"GET /api/versions HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", 431),
+    (b"POST /api/v3/graph HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n", 413),
+    (b"POST /api/v3/graph HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400),
+    (b"POST /api/v3/graph HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}", 400),
+    (b"POST /api/v3/graph HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n", 400),
+    (b"POST /api/v3/graph HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + b"ffffffffff\r\n", 413),
+    (b"GET /api/v3/%zz HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    (b"GET http://[::1 HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    (b"POST /api/v3/graph HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"graph\":", None),  # cut short
+    (b"GET /api/versions HTTP/1.1\r\nHo", None),  # cut inside the header
+]
+
+
+def raw_exchange(port, data):
+    """Sends `data` on a fresh connection, half-closes it, and returns the status of the answer
+    (None when the server closed the connection without one)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=PROMPT_S * 5) as s:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            got += chunk
+    if not got:
+        return None, got
+    return int(got.split(b" ", 2)[1]), got
+
+
+@pytest.mark.parametrize("data,status", RAW_REQUESTS, ids=range(len(RAW_REQUESTS)))
+def test_malformed_http_is_refused_and_the_server_lives(flood, data, status):
+    got_status, got = raw_exchange(flood["server"].port, data)
+    if status is None:
+        assert got_status is None or 400 <= got_status < 500, got[:300]
+    else:
+        assert got_status == status, got[:300]
+        body = got.split(b"\r\n\r\n", 1)[1]
+        assert b'"error"' in body, got[:300]
+    flood["server"].assert_up()
+
+
+def test_a_field_of_the_wrong_type_is_named(flood):
+    """Every top-level field of every endpoint's body, given a value of a type no field takes
+    (an object holding an array): 4xx, and the error names the field."""
+    api = flood["api"]
+    unnamed = []
+    for method, path, body, auth in flood_targets(flood):
+        if not isinstance(body, dict):
+            continue
+        for field in body:
+            r = api.call(method, path, raw=json.dumps({**body, field: {"x": []}}), timeout=30,
+                         key=auth.get("key"), token=auth.get("token"))
+            assert 400 <= r.status < 500, f"{method} {path} with {field} an object: {r!r}"
+            if field not in r.error:
+                unnamed.append(f"{method} {path} {field}: {r.status} {r.error}")
+    assert not unnamed, "\n".join(unnamed)

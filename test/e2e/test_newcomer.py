@@ -103,8 +103,7 @@ def test_newcomer_walk(server, stories_config, stories_golden, stories_index):
 
     # 7. Load it: streamed from the host to the worker, nothing kept on the coordinator.
     loaded = api.post("/api/v3/models", {"source": source}, key=key, timeout=WORK_S)
-    assert loaded.status in (200, 201), loaded
-    model = loaded.json
+    model = expect(loaded, 200)
     model_id = model["modelId"]
     assert model_id.startswith("m_")
     assert sorted(t["name"] for t in model["tensors"]) == sorted(header)
@@ -116,8 +115,7 @@ def test_newcomer_walk(server, stories_config, stories_golden, stories_index):
 
     # 8. A session next to the model.
     opened = api.post("/api/v3/sessions", {"modelId": model_id, "label": "story"}, key=key)
-    assert opened.status in (200, 201), opened
-    sid = opened.json["session"]["sessionId"]
+    sid = expect(opened, 200)["session"]["sessionId"]
     assert sid.startswith("s_")
 
     # 9. KV caches allocated in the network: zeros, kept in the session with retain.

@@ -45,8 +45,10 @@ class Spread(Cluster):
             time.sleep(0.1)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def spread(start_server, tmp_path_factory):
+    """Three small workers holding stories260K in three parts, fresh for each test (the
+    kill tests change the placement and add spares)."""
     c = start_cluster(start_server, tmp_path_factory, "spread", Spread)
     server = c.server
     for name in ("w_1", "w_2", "w_3"):
@@ -59,6 +61,7 @@ def spread(start_server, tmp_path_factory):
                                     key=c.key), 200)["graphId"]
     yield c
     c.stop_all()
+    server.process.terminate()
 
 
 def new_session(c):
@@ -224,6 +227,7 @@ def kill_trials(spread, seed, decode):
     return during
 
 
+@pytest.mark.timeout(400)  # five kills and recoveries
 def test_a_checkpointed_session_survives_killing_a_part_of_the_model(spread):
     """SIGKILLs at random moments of a per-call decode loop, each of a worker holding part of
     the model: its share is fetched again onto a spare worker, the session is restored from its
@@ -241,6 +245,7 @@ def test_a_checkpointed_session_survives_killing_a_part_of_the_model(spread):
     assert during >= 3, f"only {during} of 5 kills landed inside the decode loop"
 
 
+@pytest.mark.timeout(400)  # five kills and recoveries
 def test_a_generation_goes_on_when_a_part_of_the_model_is_killed(spread):
     """Server-side generation on a spread model runs its loop through the coordinator; when a
     worker holding part of the model is killed mid-generation, the pass is sent again once the
