@@ -11,7 +11,8 @@ cd "$here"
 bash tools/install.sh
 suites="${MPAKT_TEST_SUITES:-main asan fuzz}"
 for s in $suites; do bash tools/build.sh "$s"; done
-# Tests compute on one thread each; keep OpenMP (oneDNN) from oversubscribing 2 cores.
+# ctest runs two tests at once: keep any OpenMP runtime a test's Python side loads (numpy,
+# tokenizers) to one thread, so they do not oversubscribe the cores.
 export OMP_NUM_THREADS=1
 failed=()
 for s in $suites; do
