@@ -298,6 +298,21 @@ class Server:
         assert "unhandled exception" not in out, f"an actor of mpakt serve died:\n{out[-3000:]}"
 
 
+def kill_window(api, key, prefilled, decode, expected, runs=3):
+    """How long an undisturbed decode takes, for kill tests whose kills must land inside one:
+    0.9 of the shortest of `runs` decodes (each on a fresh session from `prefilled()`, giving
+    `expected`), so one slow run (the machine busy for a moment) does not stretch the window
+    past the decodes the kills are meant to land in."""
+    took = []
+    for _ in range(runs):
+        sid = prefilled()
+        t0 = time.monotonic()
+        assert decode(sid) == expected
+        took.append(time.monotonic() - t0)
+        expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
+    return min(took) * 0.9
+
+
 # --------------------------------------------------------------------------- safetensors
 
 

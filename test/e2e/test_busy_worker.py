@@ -250,26 +250,21 @@ def test_deleting_a_session_or_graph_answers_its_calls_in_flight(patient):
     answered at once — 404, saying so — not left waiting for the graph limit."""
     api = Api(patient.port, timeout=WORK_S)
     _, key = patient.account("deleter")
-    sid = new_session(api, key)
-    long = Call(api, "POST", "/api/v3/graph", {"graph": long_graph(sid)}, key, WORK_S)
-    long.start()
-    wait_busy(api, key)
-    t0 = time.monotonic()
-    expect(api.delete(f"/api/v3/sessions/{sid}", key=key, timeout=WORK_S), 200)
-    long.join()
-    expect(long.reply, 404, f"session {sid} was deleted during this call")
-    assert time.monotonic() - t0 < 20, "the call waited for the graph limit"
-    expect(api.get(f"/api/v3/sessions/{sid}", key=key), 404)
+    def delete_during(body, path, what):
+        long = Call(api, "POST", "/api/v3/graph", body, key, WORK_S)
+        long.start()
+        wait_busy(api, key)
+        t0 = time.monotonic()
+        expect(api.delete(path, key=key, timeout=WORK_S), 200)
+        long.join()
+        expect(long.reply, 404, f"{what} was deleted during this call")
+        assert time.monotonic() - t0 < 20, "the call waited for the graph limit"
 
+    sid = new_session(api, key)
+    delete_during({"graph": long_graph(sid)}, f"/api/v3/sessions/{sid}", f"session {sid}")
+    expect(api.get(f"/api/v3/sessions/{sid}", key=key), 404)
     gid = expect(api.post("/api/v3/graphs", {"graph": long_graph()}, key=key), 200)["graphId"]
-    long = Call(api, "POST", "/api/v3/graph", {"graphId": gid}, key, WORK_S)
-    long.start()
-    wait_busy(api, key)
-    t0 = time.monotonic()
-    expect(api.delete(f"/api/v3/graphs/{gid}", key=key, timeout=WORK_S), 200)
-    long.join()
-    expect(long.reply, 404, f"graph {gid} was deleted during this call")
-    assert time.monotonic() - t0 < 20, "the call waited for the graph limit"
+    delete_during({"graphId": gid}, f"/api/v3/graphs/{gid}", f"graph {gid}")
     # the worker is not left running them for the rest of the minute: another call gets through
     t0 = time.monotonic()
     expect(api.post("/api/v3/graph", {"graph": small_graph()}, key=key, timeout=WORK_S), 200)

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from e2e_util import STORIES_DIR, Process, binary, expect, free_port
+from e2e_util import STORIES_DIR, Process, binary, expect, free_port, kill_window
 
 GOLDEN = json.loads((STORIES_DIR / "goldens" / "stories260K_once_upon.json").read_text())
 TRIALS = 20
@@ -121,16 +121,8 @@ def test_killed_volunteer_loses_nothing_checkpointed(grid):
             out.append(tok)
         return out
 
-    # How long an undisturbed decode loop takes (the shortest of three: a busy machine must not
-    # stretch it): each kill lands at a random moment inside it.
-    took = []
-    for _ in range(3):
-        sid = prefilled()
-        t0 = time.monotonic()
-        assert prompt + decode(sid) == golden
-        took.append(time.monotonic() - t0)
-        expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
-    window = min(took) * 0.9
+    # How long an undisturbed decode loop takes: each kill lands at a random moment inside it.
+    window = kill_window(api, key, prefilled, decode, golden[len(prompt):])
     during = 0
     for trial in range(TRIALS):
         sid = prefilled()

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from e2e_util import STORIES_DIR, expect
+from e2e_util import STORIES_DIR, expect, kill_window
 from test_cluster import Cluster, graph_cli, start_cluster
 
 GOLDEN = json.loads((STORIES_DIR / "goldens" / "stories260K_once_upon.json").read_text())
@@ -194,16 +194,7 @@ def kill_trials(spread, seed, decode):
             feed(spread, sid, prompt[pos], pos)
         return sid
 
-    # the shortest of three undisturbed decodes: a slow one (the machine busy) must not
-    # stretch the window past the decodes the kills are meant to land in
-    took = []
-    for _ in range(3):
-        sid = prefilled()
-        t0 = time.monotonic()
-        assert prompt + decode(sid) == golden
-        took.append(time.monotonic() - t0)
-        expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
-    window = min(took) * 0.9
+    window = kill_window(api, key, prefilled, decode, golden[len(prompt):])
     rng = random.Random(seed)
     during = 0
     for trial in range(5):
