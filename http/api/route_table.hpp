@@ -1,4 +1,8 @@
 #pragma once
+
+#include <vector>
+
+#include "http/router.hpp"
 /// Every endpoint, as docs/api-reference.md lists them (checklist EP-01 … EP-23): one row
 /// per route, X(method, pattern, auth level, handler). http/api/routes.cpp expands it into
 /// the route table with its handlers; test/fuzz/fuzz_http_request.cpp into the patterns
@@ -48,3 +52,20 @@
   X("DELETE", "/api/v2/tensors/:tensorId", key, on_delete_tensor)                    \
   X("POST", "/api/v2/graph", key, on_graph_v2)
 // clang-format on
+
+namespace mpakt::http {
+
+/// The router over the table's (method, pattern) pairs, in the table's order: a match's index
+/// is the row's. One for the server, the router's tests and its fuzzer alike.
+inline const router& api_router() {
+  static const router r([] {
+    std::vector<route_key> keys;
+#define MPAKT_ROUTE(method, pattern, level, handler) keys.push_back({method, pattern});
+    MPAKT_API_ROUTES(MPAKT_ROUTE)
+#undef MPAKT_ROUTE
+    return keys;
+  }());
+  return r;
+}
+
+}  // namespace mpakt::http

@@ -378,12 +378,7 @@ void run_route(const route& r, call c) {
 
 void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const responder_ptr& res) {
   auto req = std::make_shared<const request>(std::move(req_in));
-  static const router table = [] {
-    std::vector<route_key> keys;
-    for (const auto& r : routes) keys.push_back({r.method, r.pattern});
-    return router(std::move(keys));
-  }();
-  auto m = table.match(req->method, req->path);
+  auto m = api_router().match(req->method, req->path);  // (its indexes are routes[]'s: the same table)
   switch (m.k) {
     case route_match::kind::found:
       return run_route(routes[m.index], call{ctx, req, res, std::move(m.args), nullptr, {}, {}});

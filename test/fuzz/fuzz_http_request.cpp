@@ -25,21 +25,6 @@
 namespace bhttp = boost::beast::http;
 using namespace mpakt::http;
 
-namespace {
-
-const router& api_router() {
-  static const router r([] {
-    std::vector<route_key> keys;
-#define MPAKT_ROUTE(method, pattern, level, handler) keys.push_back({method, pattern});
-    MPAKT_API_ROUTES(MPAKT_ROUTE)
-#undef MPAKT_ROUTE
-    return keys;
-  }());
-  return r;
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   bhttp::request_parser<bhttp::string_body> parser;
   parser.header_limit(64 * 1024);

@@ -7,16 +7,7 @@
 namespace mpakt::http {
 namespace {
 
-const router& api() {
-  static const router r([] {
-    std::vector<route_key> keys;
-#define MPAKT_ROUTE(method, pattern, level, handler) keys.push_back({method, pattern});
-    MPAKT_API_ROUTES(MPAKT_ROUTE)
-#undef MPAKT_ROUTE
-    return keys;
-  }());
-  return r;
-}
+const router& api() { return api_router(); }
 
 TEST(router, FindsTheRouteAndItsParameters) {
   auto m = api().match("POST", "/api/v3/sessions/s_1/restore");
