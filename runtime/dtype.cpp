@@ -133,14 +133,16 @@ void dequantize_range(dtype t, const void* row, std::int64_t first, float* dst, 
     case dtype::f32:
       std::memcpy(dst, static_cast<const float*>(row) + first, std::size_t(n) * 4);
       return;
-    case dtype::bf16: {
-      const auto* s = static_cast<const std::uint16_t*>(row) + first;
-      for (std::int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
-      return;
-    }
+    case dtype::bf16:
     case dtype::f16: {
-      const auto* s = static_cast<const std::uint16_t*>(row) + first;
-      for (std::int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      // (byte copies: a row straight from a transfer piece carries no alignment)
+      const auto* s = static_cast<const unsigned char*>(row) + 2 * first;
+      const bool bf = t == dtype::bf16;
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, s + 2 * i, 2);
+        dst[i] = bf ? bf16_to_f32(h) : f16_to_f32(h);
+      }
       return;
     }
     case dtype::q8: {

@@ -73,7 +73,7 @@ std::uint16_t f32_to_f16(float f);
 // ---- row conversions ----
 
 /// Widen `n` elements of packed row data of type `t` (n a multiple of 32 for q8/q4;
-/// `src` points at the row's first byte) into f32.
+/// `src` points at the row's first byte; f32, bf16 and f16 rows need no alignment) into f32.
 void dequantize_row(dtype t, const void* src, float* dst, std::int64_t n);
 
 /// Widen elements [first, first+n) of a row (for q8/q4, first and n need not be block

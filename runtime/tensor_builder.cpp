@@ -62,12 +62,7 @@ void tensor_builder::widen(const char* src, std::size_t n, float* dst) const {
   if (file_dtype_ == "F32") {
     std::memcpy(dst, src, n * 4);
   } else if (file_dtype_ == "BF16" || file_dtype_ == "F16") {
-    const bool bf = file_dtype_ == "BF16";
-    for (std::size_t i = 0; i < n; ++i) {
-      std::uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);  // pieces carry no alignment
-      dst[i] = bf ? bf16_to_f32(h) : f16_to_f32(h);
-    }
+    dequantize_row(file_dtype_ == "BF16" ? dtype::bf16 : dtype::f16, src, dst, std::int64_t(n));  // (pieces carry no alignment)
   } else {
     convert_piece(file_dtype_, reinterpret_cast<const std::byte*>(src), n, reinterpret_cast<std::byte*>(dst));
   }

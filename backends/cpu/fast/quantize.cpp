@@ -18,26 +18,10 @@ void quantize_row_from(dtype from, dtype to, const void* src, void* dst, std::in
     if (to == dtype::q8 ? quantize_q8_row_avx512(src, source, out, n) : quantize_q4_row_avx512(src, source, out, n))
       return;
   }
-  // The reference, on the row widened to f32.
+  // The reference, on the row widened to f32 (an f32 row only when it is not aligned).
   const float* x = static_cast<const float*>(src);
-  if (from == dtype::bf16) {
-    const auto* p = static_cast<const unsigned char*>(src);
-    for (std::int64_t i = 0; i < n; ++i) {
-      std::uint16_t h;
-      std::memcpy(&h, p + 2 * i, 2);
-      scratch[i] = bf16_to_f32(h);
-    }
-    x = scratch;
-  } else if (from == dtype::f16) {
-    const auto* p = static_cast<const unsigned char*>(src);
-    for (std::int64_t i = 0; i < n; ++i) {
-      std::uint16_t h;
-      std::memcpy(&h, p + 2 * i, 2);
-      scratch[i] = f16_to_f32(h);
-    }
-    x = scratch;
-  } else if (reinterpret_cast<std::uintptr_t>(src) % alignof(float) != 0) {
-    std::memcpy(scratch, src, std::size_t(n) * 4);
+  if (from != dtype::f32 || reinterpret_cast<std::uintptr_t>(src) % alignof(float) != 0) {
+    dequantize_row(from, src, scratch, n);
     x = scratch;
   }
   quantize_row(to, x, dst, n);
