@@ -104,27 +104,20 @@ result<std::tuple<loader::load_plan, load_outcome, std::vector<worker_actor>>> p
     caf::scoped_actor& self, const load_job_config& cfg, const pool_actor& pool, const load_job_request& req, const job_context& ctx,
     const std::vector<std::size_t>& selected, loader::quantize_mode mode) {
   // The pool as it is now, and the plan checked against it.
-  auto check = [&]() -> result<std::pair<loader::pool_capacity, loader::load_plan>> {
-    auto workers = ask<std::vector<worker_status>>(self, pool, cfg.worker_timeout, workers_atom::value);
-    if (!workers) return std::move(workers).err();
-    const auto& statuses = std::get<0>(*workers);
-    loader::pool_capacity cap;
-    cap.workers = int(statuses.size());
-    for (const auto& w : statuses) {
-      cap.free_bytes += w.free_bytes;
-      cap.largest_free_bytes = std::max(cap.largest_free_bytes, w.free_bytes);
-      if (!w.packed_weights) cap.widen_factor = 2;
-      if (!w.can_quantize) cap.can_quantize = false;
-    }
-    if (statuses.empty()) return error{errc::unavailable, "no worker is connected — wait for volunteers"};
-    auto plan = loader::plan_load(ctx.index, selected, mode, cap);
-    if (!plan) return std::move(plan).err();
-    return std::pair{cap, std::move(*plan)};
-  };
-  auto checked = check();
-  if (!checked) return std::move(checked).err();
-  auto cap = checked->first;
-  std::optional<loader::load_plan> plan = std::move(checked->second);
+  auto workers = ask<std::vector<worker_status>>(self, pool, cfg.worker_timeout, workers_atom::value);
+  if (!workers) return std::move(workers).err();
+  const auto& statuses = std::get<0>(*workers);
+  loader::pool_capacity cap;
+  cap.workers = int(statuses.size());
+  for (const auto& w : statuses) {
+    cap.free_bytes += w.free_bytes;
+    cap.largest_free_bytes = std::max(cap.largest_free_bytes, w.free_bytes);
+    if (!w.packed_weights) cap.widen_factor = 2;
+    if (!w.can_quantize) cap.can_quantize = false;
+  }
+  if (statuses.empty()) return error{errc::unavailable, "no worker is connected — wait for volunteers"};
+  auto plan = loader::plan_load(ctx.index, selected, mode, cap);
+  if (!plan) return std::move(plan).err();
 
   // Placement: the worker with the most free memory holds the whole selection; when none can,
   // it is spread over several, layer by layer (runtime/stages.hpp).
