@@ -81,7 +81,7 @@ TEST(CpuIsa, BackendPicksKernelsOfTheCurrentLevel) {
 }
 
 /// |fast − ref| for a product whose activations were quantized to int16 per block of 32:
-/// each block's rounding moves a value by at most s/2 (s = max|x|/32767), so the product
+/// each block's rounding moves a value by at most s/2 (s = max|x|/32639), so the product
 /// moves by at most Σ|w|·s/2 over the block; plus f32 rounding of the sums.
 std::vector<double> int_bounds(const tensor& x, const tensor& w_f32, double levels) {
   const std::int64_t rows = x.rows(), k = x.cols(), n = w_f32.shape()[0];
@@ -129,7 +129,7 @@ TEST(FastMatmul, EveryLevelAgreesWithTheReference) {
             const auto got = run_values("linear", R"({"transB": true})", {x, wp, bias}, lk.fn);
             ASSERT_EQ(got.size(), want.size());
             if (is_quantized(t)) {
-              const auto bounds = int_bounds(x, *to_f32(wp), 32767);
+              const auto bounds = int_bounds(x, *to_f32(wp), cpu_fast::int16_levels);
               for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], bounds[i]) << "at " << i;
             } else {
               test::expect_close(got, want, 1e-6 * double(k) + 1e-5, 1e-5);
@@ -179,12 +179,13 @@ TEST(FastMatmul, AmxProductsAgreeWithinTheirSplitBound) {
 /// within Σ|w|·s/2 per block of the reference. Both are checked wherever the CPU has them.
 TEST(FastMatmul, ManyRowIntegerProductsAgreeWithinTheirInt8Bound) {
   threads_guard tg;
-  // the kernels that claim a 33-row q8 product but not a one-row one
+  // the kernels that claim a 33-row q8 product but not an f32 one: AMX's tiles and VNNI's
+  // pairs, both with int8 activations from 33 rows on
   const tensor probe_w = *convert_tensor(random_f32({16, 64}, 1), dtype::q8);
   std::vector<test::level_kernel> kernels;
   for (const auto& lk : test::fast_kernels_on_this_cpu("linear"))
     if (lk.claims({random_f32({33, 64}, 2), probe_w}, R"({"transB": true})") &&
-        !lk.claims({random_f32({1, 64}, 3), probe_w}, R"({"transB": true})"))
+        !lk.claims({random_f32({33, 64}, 3), random_f32({16, 64}, 4)}, R"({"transB": true})"))
       kernels.push_back(lk);
   if (kernels.empty()) GTEST_SKIP() << "neither AMX nor VNNI here";
   unsigned seed = 800;
@@ -233,7 +234,7 @@ TEST(FastMatmul, QuantizedProductsUseInt16ActivationsAndStillPropagateNaN) {
     SCOPED_TRACE(lk.level);
     std::vector<float> xv(32, 0.0f), wv(4 * 32, 0.0f);
     xv[0] = 1.0f;
-    xv[1] = 1e-6f;  // below half of 1/32767: quantizes to 0
+    xv[1] = 1e-6f;  // below half of 1/32639: quantizes to 0
     for (int j = 0; j < 4; ++j) wv[std::size_t(j * 32 + 1)] = 1.0f;
     for (dtype t : {dtype::q8, dtype::q4}) {
       const tensor x = test::t32({1, 32}, xv), w = *convert_tensor(test::t32({4, 32}, wv), t);
@@ -264,6 +265,30 @@ TEST(FastMatmul, ActivationQuantizationIsTheSameOnEveryLevel) {
   EXPECT_EQ(qa, qb);
   EXPECT_EQ(sa, sb);
   EXPECT_EQ(ua, ub);
+  if (cpu_isa::best() < cpu_isa::level::avx512_vnni) return;
+  // VNNI's two int8 planes hold exactly those values: q = 256·hi + lo, in the pair layouts
+  for (cpu_fast::wtype t : {cpu_fast::wtype::q8, cpu_fast::wtype::q4}) {
+    const std::int64_t pairs = 2;  // 3 blocks of 32: a full pair and a lone block
+    std::vector<std::uint8_t> hi(std::size_t(3 * pairs * 64)), lo(hi.size());
+    std::vector<float> sc(std::size_t(3 * pairs * 16)), su(sc.size());
+    cpu_fast::avx512_vnni::int16_split_quantize_rows(x.f32(), 96, 0, 3, t, hi.data(), lo.data(), sc.data(), su.data());
+    for (std::int64_t r = 0; r < 3; ++r)
+      for (std::int64_t b = 0; b < 3; ++b) {
+        const std::int64_t p = b / 2, second = b % 2;
+        for (std::int64_t i = 0; i < 32; ++i) {
+          // q8: natural order, hi offset by 128, lo unsigned; q4: even values then odd ones
+          const std::size_t at = t == cpu_fast::wtype::q8
+                                     ? std::size_t(r * pairs * 64 + p * 64 + second * 32 + i)
+                                     : std::size_t(r * pairs * 64 + p * 64 + (i % 2) * 32 + second * 16 + i / 2);
+          const int h = t == cpu_fast::wtype::q8 ? int(hi[at]) - 128 : int(std::int8_t(hi[at]));
+          const int l = t == cpu_fast::wtype::q8 ? int(lo[at]) : int(std::int8_t(lo[at]));
+          EXPECT_EQ(256 * h + l, qb[std::size_t(r * 96 + b * 32 + i)]) << "row " << r << " block " << b << " value " << i;
+        }
+        const std::int64_t lane = r * pairs * 16 + p * 16 + (t == cpu_fast::wtype::q8 ? second * 8 : second * 4);
+        EXPECT_EQ(sc[std::size_t(lane)], sb[std::size_t(r * 3 + b)]);
+        if (t == cpu_fast::wtype::q4) EXPECT_FLOAT_EQ(8 * su[std::size_t(lane)], ub[std::size_t(r * 3 + b)]);
+      }
+  }
 }
 
 // ---- attention ----

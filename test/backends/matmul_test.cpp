@@ -160,6 +160,22 @@ TEST(FastMatmul, ClaimsTransBOnly) {
     EXPECT_FALSE(k.accepts(in, p));
     p.trans_b = true;
     std::vector<tensor_desc> many = {{dtype::f32, {33, 64}}, {dtype::q4, {32, 64}}};
+    std::vector<tensor_desc> f32_w = {{dtype::f32, {4, 64}}, {dtype::f32, {32, 64}}};
+    if (k.accepts(in, p) && !k.accepts(f32_w, p)) {
+      // VNNI's integer pairs: q8 and q4 weights only, any number of rows, K a multiple of 32
+      SCOPED_TRACE(k.variant);
+      EXPECT_TRUE(k.accepts(many, p));
+      in[1].type = dtype::q8;
+      EXPECT_TRUE(k.accepts(in, p));
+      for (dtype t : {dtype::bf16, dtype::f16}) {
+        in[1].type = t;
+        EXPECT_FALSE(k.accepts(in, p));
+      }
+      std::vector<tensor_desc> odd_k = {{dtype::f32, {1, 48}}, {dtype::q8, {32, 48}}};
+      EXPECT_FALSE(k.accepts(odd_k, p));
+      in[1].type = dtype::q4;
+      continue;
+    }
     if (!k.accepts(in, p)) {
       // a many-row kernel (prefill): more than 32 rows only, and only its weight types
       SCOPED_TRACE(k.variant);

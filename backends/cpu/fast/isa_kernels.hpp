@@ -31,8 +31,13 @@ struct float_product {
   std::int64_t rows = 0, k = 0, n = 0;
 };
 
+/// The integer steps of the activations' int16 quantization on every level: 127·256 + 127, so
+/// that a value also splits into two signed int8 halves (q = 256·hi + lo, lo in [−128, 127]) for
+/// VNNI's byte products, and a volunteer's numbers do not depend on its vector unit.
+inline constexpr float int16_levels = 32639.0f;
+
 /// Activations quantized for the integer products: per row and per block of 32, int16
-/// values and a scale (x ≈ q · scale, scale = max|x|/32767, rounded to nearest even; a
+/// values and a scale (x ≈ q · scale, scale = max|x|/int16_levels, rounded to nearest even; a
 /// block holding NaN or ±∞ gets a NaN scale); for q4 weights `sums` holds Σq·scale per block
 /// (the offset's term).
 struct quantized_rows {
@@ -178,14 +183,21 @@ MPAKT_VECTOR_LEVEL_API
 
 #undef MPAKT_VECTOR_LEVEL_API
 
-/// Activations quantized to int8 for the VNNI many-row product (int8_quantize_rows): per row,
-/// pairs of blocks as 64 bytes (q8: each value + 128; q4: [even values b0, even b1, odd b0,
-/// odd b1]), and per pair 16 lanes of scales and (q4) of Σq·scale / 8 laid out to match.
+/// Activations quantized for the VNNI pair products, per row as pairs of blocks of 64 bytes
+/// (q8: values in natural order as vpdpbusd's unsigned operand; q4: [even values b0, even b1,
+/// odd b0, odd b1], the signed operand) and per pair 16 lanes of scales and (q4) of Σq·scale / 8
+/// laid out to match. Two forms:
+/// - int8 (`lo` null; int8_quantize_rows): one plane, max|x|/127 per block — the AMX path's
+///   numbers, for the many-row products;
+/// - int16 as two int8 planes (`lo` set; int16_split_quantize_rows): q = 256·hi + lo with
+///   max|x|/int16_levels per block, two vpdpbusd per pair — int16 precision at nearly int8's cost,
+///   for decode and batches (q8: hi + 128 and lo in [0, 255] unsigned; q4: hi and lo signed).
 struct int8_rows {
-  const std::uint8_t* q = nullptr;  ///< rows × pairs × 64
-  const float* scale = nullptr;     ///< rows × pairs × 16
-  const float* sums = nullptr;      ///< rows × pairs × 16 (q4)
+  const std::uint8_t* q = nullptr;   ///< rows × pairs × 64 (the high plane of the int16 form)
+  const float* scale = nullptr;      ///< rows × pairs × 16
+  const float* sums = nullptr;       ///< rows × pairs × 16 (q4)
   std::int64_t rows = 0, k = 0;
+  const std::uint8_t* lo = nullptr;  ///< rows × pairs × 64: the int16 form's low plane
 };
 
 struct int8_pairs_product {
@@ -205,7 +217,11 @@ void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t 
 /// holding NaN or ±∞. q gets rows·ceil(k/64)·64 bytes, scale and sums rows·ceil(k/64)·16.
 void int8_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, wtype type,
                         std::uint8_t* q, float* scale, float* sums);
-/// Output columns [n_begin, n_end).
+/// As int8_quantize_rows, in the two-plane int16 form (the int16 kernels' exact values):
+/// hi and lo each get rows·ceil(k/64)·64 bytes.
+void int16_split_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, wtype type,
+                               std::uint8_t* hi, std::uint8_t* lo, float* scale, float* sums);
+/// Output columns [n_begin, n_end), for either form of the activations.
 void int8_pairs_range(const int8_pairs_product& a, std::int64_t n_begin, std::int64_t n_end);
 }  // namespace avx512_vnni
 

@@ -10,9 +10,10 @@
 /// Float weights (f32, bf16, f16) are widened in registers and multiplied in f32: the result
 /// equals the reference up to f32 accumulation order. Quantized weights (q8, q4) meet
 /// activations quantized once per call to int16, per row and block of 32 (x ≈ q·s with
-/// s = max|x|/32767, rounded to nearest even), in integer multiply-adds (vpdpwssd with VNNI,
-/// vpmaddwd without) — no weight is widened to f32, so quantized decode is bound by memory —
-/// and each output differs from the reference's by at most Σ|w|·s/2 per block, about 1.5e-5
+/// s = max|x|/32639, rounded to nearest even), in integer multiply-adds (vpdpbusd on the two
+/// int8 halves of each value with VNNI, vpmaddwd without) — no weight is widened to f32, so
+/// quantized decode is bound by memory — and each output differs from the reference's by at
+/// most Σ|w|·s/2 per block, about 1.5e-5
 /// of Σ|w·x| (test/backends/fast_kernels_test.cpp checks exactly that bound). A row holding a
 /// NaN or an infinity takes the float path, so those propagate as in the reference. Without
 /// AVX2 a portable path widens one weight row at a time.
@@ -156,9 +157,8 @@ status product(const kernel_call& c) {
   return ok_status();
 }
 
-/// Rows from which a bf16, q8 or q4 product goes to the AMX tiles (and, without AMX, a q8/q4
-/// one to VNNI's int8 pairs): more than a batched decode step
-/// (16 conversations) or a verify pass stacks, so those give each row exactly the bits it
+/// Rows from which a bf16, q8 or q4 product goes to the AMX tiles: more than a batched decode
+/// step (16 conversations) or a verify pass stacks, so those give each row exactly the bits it
 /// gets alone (the vector kernels compute every row the same way); prefill gets the tiles.
 constexpr std::int64_t amx_min_rows = 33;
 
@@ -249,24 +249,35 @@ bool accepts_amx(std::span<const tensor_desc> inputs, const op_params& params) {
   return k > 0 && k % 32 == 0 && rows >= amx_min_rows && inputs[1].shape[0] >= 16;
 }
 
-/// A q8/q4 product with many rows on a CPU with VNNI and no AMX tiles: int8 activations (the
-/// AMX path's numbers) in vpdpbusd, a pair of blocks per instruction.
+/// A q8/q4 product on a CPU with VNNI, below the AMX tiles' rows or without them, in vpdpbusd
+/// with a pair of blocks per instruction. Decode and batches (fewer rows than amx_min_rows):
+/// the activations at int16 precision as two int8 planes (the int16 kernel's precision, each
+/// row computed alone: the same bits in any batch), per pair of blocks about half the
+/// instructions of the int16 kernel, so q4 and q8 decode are held by the weights' bytes rather
+/// than by the instructions. Many rows (prefill without AMX): int8 activations, the AMX path's
+/// numbers. A row holding NaN or ±∞ takes the int16 kernel's path.
 status product_vnni_int8(const kernel_call& c) {
   const float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
   const std::int64_t pairs = (a.k / 32 + 1) / 2;
-  auto* q = reinterpret_cast<std::uint8_t*>(c.scratch->ints(std::size_t(a.rows * pairs * 16), 7));
+  const bool split = a.rows < amx_min_rows;
+  const std::size_t plane = std::size_t(a.rows * pairs * 64);
+  auto* q = reinterpret_cast<std::uint8_t*>(c.scratch->ints((split ? 2 * plane : plane) / 4, 7));
+  std::uint8_t* lo = split ? q + plane : nullptr;
   float* scale = c.scratch->floats(std::size_t(a.rows * pairs * 16), 7);
   float* sums = a.type == wtype::q4 ? c.scratch->floats(std::size_t(a.rows * pairs * 16), 8) : nullptr;
   const int threads = kernel_threads();
   const int qparts = int(std::min<std::int64_t>(threads, a.rows));
-  parallel_for(qparts, [&](int p) {
-    avx512_vnni::int8_quantize_rows(a.x, a.k, a.rows * p / qparts, a.rows * (p + 1) / qparts, a.type, q, scale, sums);
-  });
+  auto quantize = [&](std::int64_t b, std::int64_t e) {
+    if (split) avx512_vnni::int16_split_quantize_rows(a.x, a.k, b, e, a.type, q, lo, scale, sums);
+    else avx512_vnni::int8_quantize_rows(a.x, a.k, b, e, a.type, q, scale, sums);
+  };
+  if (qparts <= 1) quantize(0, a.rows);
+  else parallel_for(qparts, [&](int p) { quantize(a.rows * p / qparts, a.rows * (p + 1) / qparts); });
   for (std::int64_t i = 0; i < a.rows * pairs * 16; ++i)
     if (std::isnan(scale[i])) return product<avx512_vnni_kernels>(c);
   int8_pairs_product p;
-  p.x = int8_rows{q, scale, sums, a.rows, a.k};
+  p.x = int8_rows{q, scale, sums, a.rows, a.k, lo};
   p.w = a.w;
   p.w_row_bytes = a.w_row_bytes;
   p.type = a.type;
@@ -277,12 +288,11 @@ status product_vnni_int8(const kernel_call& c) {
   return ok_status();
 }
 
-bool accepts_many_rows_int(std::span<const tensor_desc> inputs, const op_params& params) {
+bool accepts_vnni_int8(std::span<const tensor_desc> inputs, const op_params& params) {
   if (!accepts_trans_b(inputs, params)) return false;
   const dtype t = inputs[1].type;
   const std::int64_t k = inputs[0].shape.back();
-  const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
-  return (t == dtype::q8 || t == dtype::q4) && k > 0 && k % 32 == 0 && rows >= amx_min_rows;
+  return (t == dtype::q8 || t == dtype::q4) && k > 0 && k % 32 == 0;
 }
 
 status product_scalar(const kernel_call& c) {
@@ -307,7 +317,7 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
   };
   for (const char* op : {"matmul", "linear"}) {
     out.push_back({op, product_amx, accepts_amx, "amx", level::amx});
-    out.push_back({op, product_vnni_int8, accepts_many_rows_int, "avx512_vnni", level::avx512_vnni});
+    out.push_back({op, product_vnni_int8, accepts_vnni_int8, "avx512_vnni", level::avx512_vnni});
     for (const auto& e : levels) out.push_back({op, e.fn, accepts_trans_b, cpu_isa::level_name(e.min), e.min});
   }
 }

@@ -263,8 +263,8 @@ void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int16_t* 
       m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
       m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
       const float amax = _mm_cvtss_f32(m4);
-      const float inv = amax > 0 ? 32767.0f / amax : 0.0f;
-      const float s = amax / 32767.0f;
+      const float inv = amax > 0 ? int16_levels / amax : 0.0f;
+      const float s = amax / int16_levels;
       scale[r * blocks + b] = finite ? s : __builtin_nanf("");
       const __m256 iv = _mm256_set1_ps(inv);
       alignas(32) std::int32_t ints[32];

@@ -192,10 +192,10 @@ void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int16_t* 
       const float* p = x + r * k + b * 32;
       const __m512 v0 = _mm512_loadu_ps(p), v1 = _mm512_loadu_ps(p + 16);
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
-      const float inv = amax > 0 ? 32767.0f / amax : 0.0f;
+      const float inv = amax > 0 ? int16_levels / amax : 0.0f;
       // a NaN or infinity makes the block's scale NaN: the caller then takes the float path
       const bool finite = (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) == 0;
-      const float s = amax / 32767.0f;
+      const float s = amax / int16_levels;
       scale[r * blocks + b] = finite ? s : __builtin_nanf("");
       const __m512 iv = _mm512_set1_ps(inv);
       // round to nearest even (the portable path does the same arithmetic)

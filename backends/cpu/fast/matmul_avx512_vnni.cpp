@@ -37,22 +37,29 @@ namespace {
 using i64 = std::int64_t;
 
 constexpr i64 q8_bytes = 34, q4_bytes = 20;
-constexpr __mmask16 q8_second = 0xff00;  // 32-bit lanes of a pair's second block
-constexpr __mmask16 q4_second = 0xf0f0;
-
 inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
-
-inline __m512 two_halves(const std::uint8_t* h0, const std::uint8_t* h1, __mmask16 second) {
-  const float f0 = _cvtsh_ss(*reinterpret_cast<const std::uint16_t*>(h0));
-  const float f1 = _cvtsh_ss(*reinterpret_cast<const std::uint16_t*>(h1));
-  return _mm512_mask_blend_ps(second, _mm512_set1_ps(f0), _mm512_set1_ps(f1));
-}
 
 struct wpair {
   __m512i q;
-  __m512 d, m;   ///< m: q4 only
-  __m512i corr;  ///< q8 only: 128·Σq per 4-group
+  __m512 d, m;       ///< m: q4 only
+  __m512i neg_corr;  ///< q8 only: −128·Σq per 4-group, where each row's sum starts
 };
+
+/// The f16 scales of blocks 2p and 2p+1 as f32 lanes in a pair's lane layout, from four
+/// values converted at once: [d0, d1] (q8) or [d0, m0, d1, m1] (q4) and a lane permute each.
+/// Scalar loads and shifts (on ports the vector work leaves free) put them side by side.
+inline __m128 pair_halves(std::uint64_t packed) { return _mm_cvtph_ps(_mm_cvtsi64_si128(std::int64_t(packed))); }
+
+inline std::uint32_t u16_at(const std::uint8_t* p) {
+  std::uint16_t v;
+  __builtin_memcpy(&v, p, 2);
+  return v;
+}
+inline std::uint64_t u32_at(const std::uint8_t* p) {
+  std::uint32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return v;
+}
 
 /// Blocks 2p and 2p+1 of a weight row (the second may be past the end: `single`).
 template <wtype T>
@@ -63,8 +70,11 @@ inline wpair load_pair(const std::uint8_t* b0, bool single) {
     const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
     const __m256i q1 = single ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2));
     w.q = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
-    w.corr = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(char(0x80)), w.q);
-    w.d = single ? _mm512_maskz_mov_ps(0x00ff, two_halves(b0, b0, 0)) : two_halves(b0, b1, q8_second);
+    w.neg_corr = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                  _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(char(0x80)), w.q));
+    const __m512 h = _mm512_castps128_ps512(pair_halves(u16_at(b0) | (single ? 0u : u16_at(b1) << 16)));
+    // lanes 0–7: block 2p, 8–15: block 2p+1 (zero when single: its half is 0)
+    w.d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), h);
   } else {
     const std::uint8_t* b1 = b0 + q4_bytes;
     const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 4));
@@ -73,18 +83,17 @@ inline wpair load_pair(const std::uint8_t* b0, bool single) {
     const __m256i nib = _mm256_set1_epi8(0x0f);
     const __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
     w.q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    if (single) {
-      w.d = _mm512_maskz_mov_ps(0x0f0f, two_halves(b0, b0, 0));
-      w.m = _mm512_maskz_mov_ps(0x0f0f, two_halves(b0 + 2, b0 + 2, 0));
-    } else {
-      w.d = two_halves(b0, b1, q4_second);
-      w.m = two_halves(b0 + 2, b1 + 2, q4_second);
-    }
+    // [d0, m0, d1, m1]; lanes 0–3 and 8–11: block 2p, 4–7 and 12–15: block 2p+1
+    const __m512 h = _mm512_castps128_ps512(pair_halves(u32_at(b0) | (single ? 0ull : u32_at(b1) << 32)));
+    w.d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2), h);
+    w.m = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 1, 1, 1, 1, 3, 3, 3, 3), h);
   }
   return w;
 }
 
-template <wtype T, int RT, int NT>
+/// S: the two-plane int16 form of the activations (int8_rows), two vpdpbusd per pair:
+/// 256·(hi's dot) + (lo's dot).
+template <wtype T, bool S, int RT, int NT>
 void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) {
   const i64 blocks = x.k / 32, pairs = (blocks + 1) / 2;
   __m512 acc[RT][NT], acc_m[RT][NT];
@@ -96,8 +105,19 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) 
 #pragma GCC unroll 16
   for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
   constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes;
+  // Decode and small batches read the weights once per pass: the lines of the tile two tiles
+  // on (the rows after these, contiguous) are asked for while these are used.
+  const i64 ahead = 2 * NT * a.w_row_bytes;
   for (i64 p = 0; p < pairs; ++p) {
     const bool single = 2 * p + 1 == blocks;
+    if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
+#pragma GCC unroll 16
+      for (int j = 0; j < NT; ++j) {
+        const char* at = reinterpret_cast<const char*>(wr[j] + ahead + 2 * p * bb);
+        _mm_prefetch(at, _MM_HINT_T0);
+        if constexpr (T == wtype::q8) _mm_prefetch(at + 64, _MM_HINT_T0);
+      }
+    }
     wpair w[NT];
 #pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) w[j] = load_pair<T>(wr[j] + 2 * p * bb, single);
@@ -105,6 +125,8 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) 
     for (int i = 0; i < RT; ++i) {
       const i64 r = r0 + i;
       const __m512i xq = _mm512_loadu_si512(x.q + r * pairs * 64 + p * 64);
+      __m512i xl;
+      if constexpr (S) xl = _mm512_loadu_si512(x.lo + r * pairs * 64 + p * 64);
       const __m512 xs = _mm512_loadu_ps(x.scale + (r * pairs + p) * 16);
       __m512 xm;
       if constexpr (T == wtype::q4) xm = _mm512_loadu_ps(x.sums + (r * pairs + p) * 16);
@@ -112,9 +134,11 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) 
       for (int j = 0; j < NT; ++j) {
         __m512i dot;
         if constexpr (T == wtype::q8) {
-          dot = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), xq, w[j].q), w[j].corr);
+          dot = _mm512_dpbusd_epi32(w[j].neg_corr, xq, w[j].q);  // (hi + 128)·q − 128·Σq
+          if constexpr (S) dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8), xl, w[j].q);
         } else {
           dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j].q, xq);
+          if constexpr (S) dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8), w[j].q, xl);
           acc_m[i][j] = _mm512_fmadd_ps(w[j].m, xm, acc_m[i][j]);
         }
         acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w[j].d, xs), acc[i][j]);
@@ -131,13 +155,13 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) 
     }
 }
 
-template <wtype T, int NT, int RT>
+template <wtype T, bool S, int NT, int RT>
 void pair_tile_rows(const int8_rows& x, const int8_pairs_product& a, int rt, i64 r0, i64 n0) {
-  if (rt == RT) pair_tile<T, RT, NT>(x, a, r0, n0);
-  else if constexpr (RT > 1) pair_tile_rows<T, NT, RT - 1>(x, a, rt, r0, n0);
+  if (rt == RT) pair_tile<T, S, RT, NT>(x, a, r0, n0);
+  else if constexpr (RT > 1) pair_tile_rows<T, S, NT, RT - 1>(x, a, rt, r0, n0);
 }
 
-template <wtype T>
+template <wtype T, bool S>
 void pair_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
   constexpr int RT = 4;
   for (i64 n0 = n_begin; n0 < n_end; n0 += 4) {
@@ -145,9 +169,9 @@ void pair_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
     for (i64 r0 = 0; r0 < a.x.rows; r0 += RT) {
       const int rt = int(min_i64(RT, a.x.rows - r0));
       if (four) {
-        pair_tile_rows<T, 4, RT>(a.x, a, rt, r0, n0);
+        pair_tile_rows<T, S, 4, RT>(a.x, a, rt, r0, n0);
       } else {
-        for (i64 n = n0; n < n_end; ++n) pair_tile_rows<T, 1, RT>(a.x, a, rt, r0, n);
+        for (i64 n = n0; n < n_end; ++n) pair_tile_rows<T, S, 1, RT>(a.x, a, rt, r0, n);
       }
     }
   }
@@ -203,9 +227,72 @@ void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, wtype typ
   }
 }
 
+void int16_split_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, std::uint8_t* hi,
+                               std::uint8_t* lo, float* scale, float* sums) {
+  const i64 blocks = k / 32, pairs = (blocks + 1) / 2;
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  constexpr float levels = int16_levels;  // q4's signed split needs hi ≤ 127
+  for (i64 r = r_begin; r < r_end; ++r) {
+    std::uint8_t* hr = hi + r * pairs * 64;
+    std::uint8_t* lr = lo + r * pairs * 64;
+    float* sr = scale + r * pairs * 16;
+    float* mr = sums ? sums + r * pairs * 16 : nullptr;
+    for (i64 p = 0; p < pairs; ++p) {
+      // a lone last block's partner: zero values, so its lanes add nothing (q8's hi + 128
+      // meets zero weights there)
+      _mm512_storeu_si512(hr + p * 64, _mm512_setzero_si512());
+      _mm512_storeu_si512(lr + p * 64, _mm512_setzero_si512());
+      _mm512_storeu_ps(sr + p * 16, _mm512_setzero_ps());
+      if (mr) _mm512_storeu_ps(mr + p * 16, _mm512_setzero_ps());
+    }
+    for (i64 b = 0; b < blocks; ++b) {
+      const float* src = x + r * k + b * 32;
+      const __m512 v0 = _mm512_loadu_ps(src), v1 = _mm512_loadu_ps(src + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+      const bool finite = (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) == 0;
+      const __m512 iv = _mm512_set1_ps(amax > 0 ? levels / amax : 0.0f);
+      const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
+      const float s = finite ? amax / levels : __builtin_nanf("");
+      const i64 p = b / 2, second = b % 2;
+      if (type == wtype::q8) {
+        // q = 256·h + l with l = q mod 256 in [0, 255]; hi stored as h + 128
+        const __m512i h0 = _mm512_add_epi32(_mm512_srai_epi32(i0, 8), _mm512_set1_epi32(128));
+        const __m512i h1 = _mm512_add_epi32(_mm512_srai_epi32(i1, 8), _mm512_set1_epi32(128));
+        const __m512i mask = _mm512_set1_epi32(0xff);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(hr + p * 64 + second * 32), _mm512_cvtepi32_epi8(h0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(hr + p * 64 + second * 32 + 16), _mm512_cvtepi32_epi8(h1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(lr + p * 64 + second * 32), _mm512_cvtepi32_epi8(_mm512_and_si512(i0, mask)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(lr + p * 64 + second * 32 + 16),
+                         _mm512_cvtepi32_epi8(_mm512_and_si512(i1, mask)));
+        for (int l = 0; l < 8; ++l) sr[p * 16 + second * 8 + l] = s;
+      } else {
+        // q = 256·h + l with h = (q + 128) >> 8 and l in [−128, 127], both signed
+        const __m512i e = _mm512_permutex2var_epi32(i0, even, i1), o = _mm512_permutex2var_epi32(i0, odd, i1);
+        const __m512i he = _mm512_srai_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(128)), 8);
+        const __m512i ho = _mm512_srai_epi32(_mm512_add_epi32(o, _mm512_set1_epi32(128)), 8);
+        const __m512i le = _mm512_sub_epi32(e, _mm512_slli_epi32(he, 8)), lo_ = _mm512_sub_epi32(o, _mm512_slli_epi32(ho, 8));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(hr + p * 64 + second * 16), _mm512_cvtepi32_epi8(he));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(hr + p * 64 + 32 + second * 16), _mm512_cvtepi32_epi8(ho));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(lr + p * 64 + second * 16), _mm512_cvtepi32_epi8(le));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(lr + p * 64 + 32 + second * 16), _mm512_cvtepi32_epi8(lo_));
+        const float sum = s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
+        for (int l = 0; l < 4; ++l) {
+          sr[p * 16 + second * 4 + l] = s;
+          sr[p * 16 + 8 + second * 4 + l] = s;
+          mr[p * 16 + second * 4 + l] = sum * 0.125f;
+          mr[p * 16 + 8 + second * 4 + l] = sum * 0.125f;
+        }
+      }
+    }
+  }
+}
+
 void int8_pairs_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
-  if (a.type == wtype::q8) pair_range<wtype::q8>(a, n_begin, n_end);
-  else pair_range<wtype::q4>(a, n_begin, n_end);
+  const bool split = a.x.lo != nullptr;
+  if (a.type == wtype::q8) split ? pair_range<wtype::q8, true>(a, n_begin, n_end) : pair_range<wtype::q8, false>(a, n_begin, n_end);
+  else split ? pair_range<wtype::q4, true>(a, n_begin, n_end) : pair_range<wtype::q4, false>(a, n_begin, n_end);
 }
 
 }  // namespace mpakt::cpu_fast::avx512_vnni
