@@ -12,23 +12,23 @@ void configure_cluster(caf::actor_system_config& cfg) {
   cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(5)});
 }
 
-result<std::uint16_t> publish_pool(caf::actor_system& sys, const pool_actor& pool, const std::string& address,
+result<std::uint16_t> publish_gate(caf::actor_system& sys, const gate_actor& gate, const std::string& address,
                                    std::uint16_t port) {
-  auto bound = sys.middleman().publish(pool, port, address.c_str(), true);
+  auto bound = sys.middleman().publish(gate, port, address.c_str(), true);
   if (!bound)
     return make_error(errc::unavailable, "cannot accept volunteers on " + address + ":" + std::to_string(port) + ": " +
                                              sys.render(bound.error()));
   return *bound;
 }
 
-result<pool_actor> join_pool(caf::actor_system& sys, const std::string& host, std::uint16_t port,
-                             std::chrono::milliseconds patience) {
+result<gate_actor> connect_gate(caf::actor_system& sys, const std::string& host, std::uint16_t port,
+                                std::chrono::milliseconds patience) {
   const auto deadline = std::chrono::steady_clock::now() + patience;
   std::string last;
   for (;;) {
-    auto pool = sys.middleman().remote_actor<pool_actor>(host, port);
-    if (pool) return *pool;
-    last = sys.render(pool.error());
+    auto gate = sys.middleman().remote_actor<gate_actor>(host, port);
+    if (gate) return *gate;
+    last = sys.render(gate.error());
     if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }

@@ -2,11 +2,12 @@
 /// The grid across hosts: volunteers' worker actors join the coordinator's pool over CAF's
 /// middleman (CAF 0.17 io, one TCP connection per volunteer).
 ///
-/// `mpakt serve --cluster-port N` publishes the pool actor; `mpakt worker --join HOST:PORT`
-/// spawns a worker actor and sends it to the pool, which monitors it: a volunteer that exits,
-/// crashes or stops answering heartbeats is removed within seconds (docs/operators.md). Every
-/// message the worker speaks is announced (add_protocol_types) on both sides, and weights
-/// travel as the same ≤ 16 MB pieces as in one process.
+/// `mpakt serve --cluster-port N` publishes the gate actor (actors/coordinator/gate_actor.hpp),
+/// nothing else; `mpakt worker --join HOST:PORT --token TOKEN` spawns a worker actor and
+/// presents it with its join token; the gate hands it to the pool, which monitors it: a
+/// volunteer that exits, crashes or stops answering heartbeats is removed within seconds
+/// (docs/operators.md). Every message the worker speaks is announced (add_protocol_types) on
+/// both sides, and weights travel as the same ≤ 16 MB pieces as in one process.
 
 #include <chrono>
 #include <cstdint>
@@ -21,13 +22,13 @@ namespace mpakt {
 /// second; a peer silent for five is declared dead). Call before creating the actor system.
 void configure_cluster(caf::actor_system_config& cfg);
 
-/// Publishes the pool on `address:port` (0 = any free port); returns the port bound.
-result<std::uint16_t> publish_pool(caf::actor_system& sys, const pool_actor& pool, const std::string& address,
+/// Publishes the gate on `address:port` (0 = any free port); returns the port bound.
+result<std::uint16_t> publish_gate(caf::actor_system& sys, const gate_actor& gate, const std::string& address,
                                    std::uint16_t port);
 
-/// Connects to a published pool, retrying until `patience` has passed.
-result<pool_actor> join_pool(caf::actor_system& sys, const std::string& host, std::uint16_t port,
-                             std::chrono::milliseconds patience);
+/// Connects to a published gate, retrying until `patience` has passed.
+result<gate_actor> connect_gate(caf::actor_system& sys, const std::string& host, std::uint16_t port,
+                                std::chrono::milliseconds patience);
 
 /// "host:port" -> its parts; errors name the text.
 result<std::pair<std::string, std::uint16_t>> parse_host_port(const std::string& text);

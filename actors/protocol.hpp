@@ -344,6 +344,7 @@ using add_atom = caf::atom_constant<caf::atom("add")>;
 using pick_atom = caf::atom_constant<caf::atom("pick")>;
 using members_atom = caf::atom_constant<caf::atom("members")>;
 using probe_atom = caf::atom_constant<caf::atom("probe")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
 using workers_atom = caf::atom_constant<caf::atom("workers")>;
 using versions_atom = caf::atom_constant<caf::atom("versions")>;
 using generate_atom = caf::atom_constant<caf::atom("generate")>;
@@ -384,6 +385,8 @@ typename Inspector::result_type inspect(Inspector& f, caller& x) {
 /// The pool: the connected workers, their measured state, and placement.
 using pool_actor = caf::typed_actor<
     caf::reacts_to<add_atom, worker_actor>,
+    /// A volunteer admitted with a memory cap (bytes; its status is clamped to it).
+    caf::reacts_to<add_atom, worker_actor, std::uint64_t>,
     /// Times a probe call on every worker again (sent to itself every few seconds).
     caf::reacts_to<probe_atom>,
     /// Fresh status of every connected worker.
@@ -397,6 +400,16 @@ using pool_actor = caf::typed_actor<
     caf::replies_to<pick_atom, std::uint64_t, std::vector<std::string>>::with<worker_actor, worker_status>>;
 
  // session id
+
+/// The one actor the cluster port publishes (actors/coordinator/gate_actor.hpp): a volunteer
+/// presents its join token and its worker; the reply is the name the token was issued to.
+/// Refusals are caf::errors (unauthorized, limit) naming why. Nothing else of the grid is
+/// reachable by handle from the port.
+using gate_actor = caf::typed_actor<
+    caf::replies_to<join_atom, std::string, worker_actor>::with<std::string>,
+    /// Re-checks the tokens of the connected volunteers (sent to itself every 2 s; at most one
+    /// check a second whoever sends it).
+    caf::reacts_to<probe_atom>>;
 
 /// A compiled graph: the validated template, compiled lazily on each worker that runs it.
 using graph_actor = caf::typed_actor<

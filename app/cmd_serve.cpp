@@ -9,6 +9,7 @@
 
 #include "actors/accounts/accounts_actor.hpp"
 #include "actors/coordinator/coordinator_actor.hpp"
+#include "actors/coordinator/gate_actor.hpp"
 #include "actors/coordinator/pool_actor.hpp"
 #include "actors/worker/worker_actor.hpp"
 #include "actors/cluster.hpp"
@@ -37,6 +38,7 @@ const char* serve_usage =
     "                   [--max-connections N] [--max-connections-per-address N]\n"
     "                   [--header-timeout-ms MS] [--body-timeout-ms MS] [--generations-per-key N]\n"
     "                   [--login-failures-per-user N] [--login-failures-per-address N] [--login-window-s S]\n"
+    "                   [--join-failures-per-address N]\n"
     "\n"
     "Runs the coordinator: the v3 HTTP API, accounts (SQLite in DIR) and the actors, with\n"
     "N embedded CPU workers (default 1; 0 = only remote volunteers).\n"
@@ -54,7 +56,9 @@ const char* serve_usage =
     "  --durable-budget    per-key room for session checkpoints on the coordinator (default 1G)\n"
     "  --v2-quota SIZE     per-key room for v2 tensor uploads (default 128000000 bytes)\n"
     "  --threads N         threads a kernel may use (default: the machine's cores, or $MPAKT_THREADS)\n"
-    "  --cluster-port N    accept volunteers (`mpakt worker --join ADDR:N`) on --address, port N\n"
+    "  --cluster-port N    accept volunteers (`mpakt worker --join ADDR:N --token TOKEN`) on\n"
+    "                      --address, port N; tokens from `mpakt admin volunteer-token`\n"
+    "                      (with --dev, a token named dev is made at start and printed)\n"
     "Abuse limits (0 = none):\n"
     "  --max-connections N             open HTTP connections in all (default 1024; 503 past it)\n"
     "  --max-connections-per-address N ... from one client address (default 256; 429 past it)\n"
@@ -63,7 +67,9 @@ const char* serve_usage =
     "  --generations-per-key N         generate and chat requests one key may run at once (default 8; 429 past it)\n"
     "  --login-failures-per-user N     failed logins per username in the window before 429 (default 10)\n"
     "  --login-failures-per-address N  failed logins per client address in the window (default 50)\n"
-    "  --login-window-s S              the window of the two above, in seconds (default 300)\n";
+    "  --login-window-s S              the window of the two above, in seconds (default 300)\n"
+    "  --join-failures-per-address N   failed volunteer joins per address in a minute before its\n"
+    "                                  joins are refused unchecked for the rest of it (default 10)\n";
 
 }  // namespace
 
@@ -80,6 +86,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   std::uint64_t worker_memory = std::uint64_t(8) << 30, body_limit = std::uint64_t(256) << 20;
   http::server_config scfg;
   http::abuse_config abuse;
+  gate_config gcfg;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
@@ -134,7 +141,7 @@ int cmd_serve(const std::vector<std::string>& args) {
       body_limit = *s;
     } else if (a == "--max-connections" || a == "--max-connections-per-address" || a == "--header-timeout-ms" ||
                a == "--body-timeout-ms" || a == "--generations-per-key" || a == "--login-failures-per-user" ||
-               a == "--login-failures-per-address" || a == "--login-window-s") {
+               a == "--login-failures-per-address" || a == "--login-window-s" || a == "--join-failures-per-address") {
       const bool positive = a == "--header-timeout-ms" || a == "--body-timeout-ms" || a == "--login-window-s";
       if (!(v = value()) || v->empty() || v->find_first_not_of("0123456789") != std::string::npos || v->size() > 9 ||
           (positive && std::atoll(v->c_str()) == 0))
@@ -145,6 +152,7 @@ int cmd_serve(const std::vector<std::string>& args) {
       else if (a == "--header-timeout-ms") scfg.header_timeout = std::chrono::milliseconds(n);
       else if (a == "--body-timeout-ms") scfg.body_timeout = std::chrono::milliseconds(n);
       else if (a == "--generations-per-key") abuse.generations_per_key = int(n);
+      else if (a == "--join-failures-per-address") gcfg.max_failures = n == 0 ? 1 << 30 : int(n);
       else if (a == "--login-failures-per-user") abuse.login_failures_per_user = int(n);
       else if (a == "--login-failures-per-address") abuse.login_failures_per_address = int(n);
       else abuse.login_window = std::chrono::seconds(n);
@@ -187,15 +195,30 @@ int cmd_serve(const std::vector<std::string>& args) {
       caf::anon_send(pool, add_atom::value, local_workers.back());
     }
     std::string cluster_line;
+    gate_actor gate;
     if (cluster_port >= 0) {
-      auto bound = publish_pool(*sys, pool, address, std::uint16_t(cluster_port));
+      // The gate checks join tokens on a connection of its own to the accounts file.
+      const std::string accounts_path = (std::filesystem::path(data_dir) / accounts::accounts_file_name).string();
+      auto gate_store = accounts::accounts_store::open(accounts_path);
+      std::string token_hint = "--token TOKEN   (mpakt admin volunteer-token NAME --data-dir " + data_dir + ")";
+      if (gate_store && dev) {
+        // one machine, no ceremony: a fresh token named "dev" at every start
+        auto t = (*gate_store)->create_volunteer_token("dev", 0, 0);
+        if (t) token_hint = "--token " + t->token;
+      }
+      result<std::uint16_t> bound = gate_store ? result<std::uint16_t>(std::uint16_t(0)) : result<std::uint16_t>(gate_store.err());
+      if (gate_store) {
+        gate = spawn_gate(*sys, pool, std::move(*gate_store), gcfg);
+        bound = publish_gate(*sys, gate, address, std::uint16_t(cluster_port));
+      }
       if (!bound) {
         std::fprintf(stderr, "mpakt serve: %s\n", bound.err().message.c_str());
+        if (gate) caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
         caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
         for (auto& w : local_workers) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
         return 1;
       }
-      cluster_line = "  volunteers:  mpakt worker --join " + address + ":" + std::to_string(*bound) + "\n";
+      cluster_line = "  volunteers:  mpakt worker --join " + address + ":" + std::to_string(*bound) + " " + token_hint + "\n";
     }
     auto coordinator = spawn_coordinator(*sys, ccfg, pool);
     accounts_config acfg;
@@ -216,6 +239,7 @@ int cmd_serve(const std::vector<std::string>& args) {
       caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(accounts, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+      if (gate) caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
       for (auto& w : local_workers) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
     };
     if (!server) {

@@ -1,6 +1,8 @@
-// `mpakt worker --join HOST:PORT`: a volunteer. Its worker actor joins the coordinator's
-// pool over CAF's middleman and then receives weights, sessions and graphs like the
-// embedded one; it leaves when stopped (SIGINT/SIGTERM) or when the coordinator goes away.
+// `mpakt worker --join HOST:PORT --token TOKEN`: a volunteer. Its worker actor joins the
+// coordinator's pool over CAF's middleman (presented to the cluster port's gate with its join
+// token) and then receives weights, sessions and graphs like the embedded one; it leaves when
+// stopped (SIGINT/SIGTERM), when the coordinator goes away (status 3) or when the
+// coordinator refuses or disconnects it (status 4).
 
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 #include <thread>
 
 #include "actors/cluster.hpp"
+#include "actors/errors.hpp"
 #include "actors/coordinator/load_job.hpp"
 #include "actors/worker/worker_actor.hpp"
 #if defined(MPAKT_HAS_CUDA)
@@ -27,7 +30,7 @@ namespace mpakt::app {
 namespace {
 
 const char* worker_usage =
-    "usage: mpakt worker --join HOST:PORT [--id NAME] [--memory SIZE] [--threads N]\n"
+    "usage: mpakt worker --join HOST:PORT --token TOKEN [--id NAME] [--memory SIZE] [--threads N]\n"
     "                    [--join-timeout-ms MS] [--legacy] [--reference] [--without OPS]\n"
     "                    [--delay-ms MS] [--cpu]\n"
     "\n"
@@ -35,6 +38,9 @@ const char* worker_usage =
     "`mpakt serve --cluster-port PORT` and holds weights and sessions for the grid. It computes\n"
     "on the GPU where this build has CUDA and a usable GPU exists (steps the GPU path lacks run\n"
     "on the CPU reference kernels), else on the CPU.\n"
+    "  --token TOKEN       the join token the operator gave (`mpakt admin volunteer-token`),\n"
+    "                      or $MPAKT_VOLUNTEER_TOKEN; without a valid one the coordinator refuses\n"
+    "                      the volunteer and it exits with status 4 (3: the coordinator went away)\n"
     "  --id NAME           how the pool shows it (default w_<host>_<pid>)\n"
     "  --memory SIZE       memory it offers, e.g. 8G, 512M (default 8G)\n"
     "  --threads N         threads a kernel may use (default: the machine's cores)\n"
@@ -48,6 +54,12 @@ const char* worker_usage =
     "                      (the pool measures it and ranks it below faster workers)\n";
 
 std::atomic<bool> coordinator_gone{false};
+/// The coordinator ended this volunteer's worker: its token was revoked, replaced or expired.
+std::atomic<bool> disconnected{false};
+
+/// Exit statuses beyond 0 (stopped), 1 (cannot reach the coordinator) and 2 (bad arguments).
+constexpr int exit_coordinator_gone = 3;
+constexpr int exit_refused = 4;
 
 /// The GPU backend when this build has CUDA and a usable GPU exists; errc::not_found when
 /// there is none (the CPU then serves), another error when opening it failed.
@@ -66,7 +78,8 @@ result<std::shared_ptr<backend>> choose_gpu() {
 }  // namespace
 
 int cmd_worker(const std::vector<std::string>& args) {
-  std::string join, id;
+  std::string join, id, token;
+  if (const char* t = std::getenv("MPAKT_VOLUNTEER_TOKEN")) token = t;
   worker_config wc;
   int threads = std::max(1u, std::thread::hardware_concurrency());
   if (const char* t = std::getenv("MPAKT_THREADS"); t && std::atoi(t) > 0) threads = std::atoi(t);
@@ -82,6 +95,7 @@ int cmd_worker(const std::vector<std::string>& args) {
     };
     if (a == "--help" || a == "-h") { std::fputs(worker_usage, stdout); return 0; }
     else if (a == "--join") { if (!(v = value())) return bad("--join needs HOST:PORT"); join = *v; }
+    else if (a == "--token") { if (!(v = value()) || v->empty()) return bad("--token needs the join token"); token = *v; }
     else if (a == "--id") { if (!(v = value()) || v->empty()) return bad("--id needs a name"); id = *v; }
     else if (a == "--memory") {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
@@ -134,32 +148,52 @@ int cmd_worker(const std::vector<std::string>& args) {
   auto sys = std::make_unique<caf::actor_system>(cfg);
   int exit_code = 0;
   {
-    auto pool = join_pool(*sys, where->first, where->second, std::chrono::milliseconds(patience_ms));
-    if (!pool) {
-      std::fprintf(stderr, "mpakt worker: %s\n", pool.err().message.c_str());
+    auto gate = connect_gate(*sys, where->first, where->second, std::chrono::milliseconds(patience_ms));
+    if (!gate) {
+      std::fprintf(stderr, "mpakt worker: %s\n", gate.err().message.c_str());
       return 1;
     }
     auto worker = spawn_worker(*sys, wc);
-    // Leaves when the coordinator does: its pool going down ends this process.
-    auto watcher = sys->spawn([p = *pool](caf::event_based_actor* self) -> caf::behavior {
-      self->monitor(p);
-      self->set_down_handler([](caf::down_msg&) {
-        coordinator_gone = true;
+    // Presents the worker with the token; nothing reaches it before the gate admits it.
+    std::string refusal, admitted_as;
+    {
+      caf::scoped_actor s{*sys};
+      s->request(*gate, std::chrono::seconds(30), join_atom::value, token, worker)
+          .receive([&](std::string& name) { admitted_as = std::move(name); },
+                   [&](caf::error& e) { refusal = from_caf(e).message; });
+    }
+    if (!refusal.empty()) {
+      std::fprintf(stderr, "mpakt worker: the coordinator at %s refused this volunteer: %s\n", join.c_str(),
+                   token.empty() ? "no --token given (ask the grid's operator for one)" : refusal.c_str());
+      std::fflush(stderr);
+      std::_Exit(exit_refused);  // (nothing was admitted: no orderly shutdown to wait for)
+    }
+    // Leaves when the coordinator does (its gate going down), or when the coordinator ends the
+    // worker (its token revoked).
+    auto watcher = sys->spawn([g = *gate, worker](caf::event_based_actor* self) -> caf::behavior {
+      self->monitor(g);
+      self->monitor(worker);
+      self->set_down_handler([self, worker](caf::down_msg& dm) {
+        if (dm.source == worker.address()) disconnected = true;
+        else coordinator_gone = true;
         kill(getpid(), SIGTERM);
       });
       return {[](caf::exit_msg&) {}};
     });
-    caf::anon_send(*pool, add_atom::value, worker);
-    std::printf("mpakt worker: %s joined %s (%s offered, %s, %d kernel threads)\n", id.c_str(), join.c_str(),
+    std::printf("mpakt worker: %s joined %s as volunteer %s (%s offered, %s, %d kernel threads)\n", id.c_str(), join.c_str(),
+                admitted_as.c_str(),
                 (std::to_string(wc.memory_bytes >> 20) + " MiB").c_str(), wc.device ? std::string(wc.device->name()).c_str() : "cpu",
                 threads);
     std::printf("  CPU kernels: %s (%s)\n", cpu_isa::describe().c_str(), cpu_isa::detected().model.c_str());
     std::fflush(stdout);
     int sig = 0;
     sigwait(&stop_signals, &sig);
+    if (disconnected)
+      std::fprintf(stderr, "mpakt worker: the coordinator disconnected this volunteer (its token was revoked, replaced or "
+                           "expired); stopping\n");
     std::printf("mpakt worker: %s\n", coordinator_gone ? "the coordinator went away; stopping" : "stopping");
     std::fflush(stdout);
-    exit_code = coordinator_gone ? 3 : 0;
+    exit_code = disconnected ? exit_refused : coordinator_gone ? exit_coordinator_gone : 0;
     // A volunteer keeps nothing worth saving (the coordinator re-places what it held), so an
     // orderly shutdown of the actor system is bounded: past 3 s the process just ends.
     std::thread([code = exit_code] {

@@ -11,7 +11,7 @@ namespace mpakt::accounts {
 
 namespace {
 
-constexpr int schema_version = 1;
+constexpr int schema_version = 2;
 
 // Version 1. Times are Unix seconds (UTC). Secrets are stored only as hashes.
 constexpr const char* schema_v1 = R"sql(
@@ -45,7 +45,21 @@ CREATE INDEX api_keys_by_account ON api_keys(account_id);
 INSERT INTO schema_version (version) VALUES (1);
 )sql";
 
+// Version 2: volunteers' join tokens (added to a version 1 file in place).
+constexpr const char* schema_v2 = R"sql(
+CREATE TABLE volunteer_tokens (
+  name        TEXT PRIMARY KEY COLLATE NOCASE,
+  token_hash  BLOB NOT NULL UNIQUE,             -- SHA-256 of the token
+  memory_cap  INTEGER NOT NULL DEFAULT 0,       -- bytes; 0: what the volunteer offers
+  state       TEXT NOT NULL CHECK (state IN ('active', 'revoked')),
+  created_at  INTEGER NOT NULL,
+  expires_at  INTEGER                           -- NULL: never
+);
+INSERT INTO schema_version (version) VALUES (2);
+)sql";
+
 constexpr const char* password_scheme = "pbkdf2-sha256";
+constexpr const char* volunteer_prefix = "mpv_";
 constexpr const char* key_prefix = "mpk_";
 constexpr std::size_t secret_bytes = 32;
 constexpr std::size_t secret_text_chars = 43;  // base64url of 32 bytes, unpadded
@@ -210,6 +224,9 @@ status accounts_store::create_schema() {
   }
   if (!version) {
     MPAKT_TRY(db_->exec(schema_v1));
+    MPAKT_TRY(db_->exec(schema_v2));
+  } else if (*version == 1) {
+    MPAKT_TRY(db_->exec(schema_v2));
   } else if (*version > schema_version) {
     return make_error(errc::internal, "the accounts database has schema version " +
                                           std::to_string(*version) + ", newer than this mpakt knows (" +
@@ -535,6 +552,96 @@ status accounts_store::revoke_key(const std::string& key_id) {
   MPAKT_TRY(q->bind(1, key_id).run());
   if (db_->changes() == 0) return unknown_key_id(key_id);
   return ok_status();
+}
+
+// ---- volunteers' join tokens ----
+
+result<volunteer_token_info> accounts_store::create_volunteer_token(const std::string& name, std::uint64_t memory_cap,
+                                                                    double expires_days, sys_clock::time_point now) {
+  if (!valid_username(name)) return invalid("a volunteer's name must be 3 to 64 characters of A-Z, a-z, 0-9, '_', '.' or '-'");
+  if (!(expires_days >= 0) || expires_days > 36500) return invalid("expiry must be 0 (never) to 36500 days");
+  if (memory_cap > (std::uint64_t(1) << 62)) return invalid("memory cap is too large");
+  volunteer_token_info t;
+  t.token = volunteer_prefix + new_secret();
+  t.name = name;
+  t.memory_cap = memory_cap;
+  const std::int64_t now_s = unix_seconds(now);
+  t.created_at = iso8601(now_s);
+  std::optional<std::int64_t> expires;
+  if (expires_days > 0) {
+    expires = now_s + std::int64_t(expires_days * 86400.0 + 0.5);
+    t.expires_at = iso8601(*expires);
+  }
+  t.state = "active";
+  auto tx = sqlite_tx::begin(*db_);
+  if (!tx) return std::move(tx).err();
+  {
+    auto q = db_->prepare("DELETE FROM volunteer_tokens WHERE name = ?");
+    if (!q) return std::move(q).err();
+    MPAKT_TRY(q->bind(1, name).run());
+  }
+  {
+    auto q = db_->prepare(
+        "INSERT INTO volunteer_tokens (name, token_hash, memory_cap, state, created_at, expires_at) "
+        "VALUES (?, ?, ?, 'active', ?, ?)");
+    if (!q) return std::move(q).err();
+    q->bind(1, name).bind_blob(2, as_bytes(sha256(t.token))).bind(3, std::int64_t(memory_cap)).bind(4, now_s);
+    if (expires) q->bind(5, *expires);
+    else q->bind_null(5);
+    MPAKT_TRY(q->run());
+  }
+  MPAKT_TRY(tx->commit());
+  return t;
+}
+
+result<std::vector<volunteer_token_info>> accounts_store::volunteer_tokens(sys_clock::time_point now) {
+  auto q = db_->prepare(
+      "SELECT name, memory_cap, state, created_at, expires_at FROM volunteer_tokens ORDER BY created_at, name");
+  if (!q) return std::move(q).err();
+  std::vector<volunteer_token_info> out;
+  for (;;) {
+    auto row = q->step();
+    if (!row) return std::move(row).err();
+    if (!*row) break;
+    volunteer_token_info t;
+    t.name = q->column_text(0);
+    t.memory_cap = std::uint64_t(q->column_int(1));
+    t.state = q->column_text(2);
+    t.created_at = iso8601(q->column_int(3));
+    if (auto e = q->column_optional_int(4)) {
+      t.expires_at = iso8601(*e);
+      if (t.state == "active" && *e <= unix_seconds(now)) t.state = "expired";
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+status accounts_store::revoke_volunteer(const std::string& name) {
+  auto q = db_->prepare("UPDATE volunteer_tokens SET state = 'revoked' WHERE name = ?");
+  if (!q) return std::move(q).err();
+  MPAKT_TRY(q->bind(1, name).run());
+  if (db_->changes() == 0) return make_error(errc::not_found, "no volunteer token named " + name);
+  return {};
+}
+
+result<volunteer_grant> accounts_store::check_volunteer_token(const std::string& token, sys_clock::time_point now) {
+  if (token.size() != 4 + secret_text_chars || token.compare(0, 4, volunteer_prefix) != 0)
+    return make_error(errc::unauthorized, "invalid volunteer token");
+  return check_volunteer_digest(as_bytes(sha256(token)), now);
+}
+
+result<volunteer_grant> accounts_store::check_volunteer_digest(const std::string& digest, sys_clock::time_point now) {
+  auto q = db_->prepare("SELECT name, memory_cap, state, expires_at FROM volunteer_tokens WHERE token_hash = ?");
+  if (!q) return std::move(q).err();
+  auto row = q->bind_blob(1, digest).step();
+  if (!row) return std::move(row).err();
+  if (!*row) return make_error(errc::unauthorized, "invalid volunteer token");
+  volunteer_grant g{q->column_text(0), std::uint64_t(q->column_int(1)), digest};
+  if (q->column_text(2) != "active") return make_error(errc::unauthorized, "volunteer token " + g.name + " was revoked");
+  if (auto e = q->column_optional_int(3); e && *e <= unix_seconds(now))
+    return make_error(errc::unauthorized, "volunteer token " + g.name + " expired at " + iso8601(*e));
+  return g;
 }
 
 }  // namespace mpakt::accounts

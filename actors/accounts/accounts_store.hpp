@@ -67,6 +67,24 @@ struct key_info {
   std::string state;         ///< "active" | "revoked" | "deactivated"
 };
 
+/// A volunteer's join token as create_volunteer_token() returns it (with `token`) or listings
+/// show it (without).
+struct volunteer_token_info {
+  std::string token;             ///< "mpv_…": set only by create_volunteer_token(), shown once
+  std::string name;
+  std::uint64_t memory_cap = 0;  ///< bytes the pool may use of the volunteer; 0 = what it offers
+  std::string created_at;        ///< ISO-8601 UTC
+  std::string expires_at;        ///< ISO-8601 UTC; empty: never
+  std::string state;             ///< "active" | "revoked" | "expired"
+};
+
+/// What a valid volunteer token grants.
+struct volunteer_grant {
+  std::string name;
+  std::uint64_t memory_cap = 0;
+  std::string digest;  ///< the token's SHA-256 (raw bytes), to check it again later
+};
+
 /// Who a valid API key belongs to.
 struct key_identity {
   std::string username;
@@ -141,6 +159,23 @@ class accounts_store {
   result<std::vector<key_info>> keys_of(const std::string& username, sys_clock::time_point now = sys_clock::now());
   /// Revokes one key by id (not_found for an unknown id); idempotent.
   status revoke_key(const std::string& key_id);
+
+  // ---- volunteers' join tokens (mpakt admin volunteer-token; the cluster port's gate) ----
+  /// A new join token for the volunteer NAME (the rules of a username); `token` is returned only
+  /// here. A NAME that already has a token gets a new one and the old one stops working.
+  /// `expires_days` > 0 makes it expire that long after `now` (fractions allowed); 0 = never.
+  result<volunteer_token_info> create_volunteer_token(const std::string& name, std::uint64_t memory_cap,
+                                                      double expires_days, sys_clock::time_point now = sys_clock::now());
+  /// Every volunteer token, oldest first, without token material.
+  result<std::vector<volunteer_token_info>> volunteer_tokens(sys_clock::time_point now = sys_clock::now());
+  /// Revokes NAME's token (not_found for an unknown name); idempotent.
+  status revoke_volunteer(const std::string& name);
+  /// What `token` grants. unauthorized with "invalid volunteer token" (malformed or unknown),
+  /// "volunteer token NAME was revoked" or "volunteer token NAME expired at …".
+  result<volunteer_grant> check_volunteer_token(const std::string& token, sys_clock::time_point now = sys_clock::now());
+  /// The same for a token known by its digest (volunteer_grant::digest): whether a connected
+  /// volunteer's token still holds.
+  result<volunteer_grant> check_volunteer_digest(const std::string& digest, sys_clock::time_point now = sys_clock::now());
 
  private:
   struct account_row;

@@ -14,6 +14,8 @@ namespace {
 
 struct pool_state {
   std::vector<worker_actor> workers;
+  /// Bytes the pool may use of a volunteer whose join token carries a memory cap.
+  std::map<caf::actor_addr, std::uint64_t> caps;
   /// Measured end-to-end time of the probe call per worker (moving average), milliseconds.
   std::map<caf::actor_addr, double> measured_ms;
   bool probing = false;  ///< the periodic re-probe is scheduled
@@ -74,6 +76,12 @@ void gather(pool_actor::stateful_pointer<pool_state> self,
     self->request(w, worker_timeout, status_atom::value)
         .then(
             [=](worker_status& s) {
+              if (auto c = self->state.caps.find(w.address()); c != self->state.caps.end() && s.total_bytes > c->second) {
+                // what it holds counts against the cap
+                const std::uint64_t used = s.total_bytes - std::min(s.free_bytes, s.total_bytes);
+                s.total_bytes = c->second;
+                s.free_bytes = c->second > used ? c->second - used : 0;
+              }
               auto m = self->state.measured_ms.find(w.address());
               s.measured_ms = m == self->state.measured_ms.end() ? 0 : std::round(m->second * 100) / 100;
               acc->emplace_back(w, std::move(s));
@@ -138,9 +146,14 @@ pool_actor spawn_pool(caf::actor_system& sys) {
     self->set_down_handler([=](caf::down_msg& dm) {
       auto& ws = self->state.workers;
       ws.erase(std::remove_if(ws.begin(), ws.end(), [&](const worker_actor& w) { return w.address() == dm.source; }), ws.end());
+      self->state.caps.erase(dm.source);
       self->state.measured_ms.erase(dm.source);
     });
     return {
+        [=](add_atom, worker_actor w, std::uint64_t cap) {
+          if (cap > 0) self->state.caps[w.address()] = cap;
+          self->send(self, add_atom::value, std::move(w));
+        },
         [=](add_atom, worker_actor w) {
           self->monitor(w);
           self->state.workers.push_back(w);

@@ -245,7 +245,7 @@ TEST_F(AccountsStore, SecretsAreStoredOnlyAsHashes) {
     sqlite3_finalize(s);
     return out;
   };
-  EXPECT_EQ(scalar_blob("SELECT CAST(version AS TEXT) FROM schema_version"), "1");
+  EXPECT_EQ(scalar_blob("SELECT CAST(MAX(version) AS TEXT) FROM schema_version"), "2");
   EXPECT_EQ(scalar_blob("SELECT password_scheme FROM accounts"), "pbkdf2-sha256");
   EXPECT_EQ(scalar_blob("SELECT password_salt FROM accounts").size(), 16u);
   EXPECT_EQ(scalar_blob("SELECT CAST(password_iterations AS TEXT) FROM accounts"), "10");
@@ -478,6 +478,87 @@ TEST_F(AccountsStore, AdminCommandApprovesListsAndRevokes) {
   r = run_mpakt("admin --help");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("revoke-key KEY_ID"), std::string::npos) << r.out;
+}
+
+// ---- volunteers' join tokens ----
+
+TEST_F(AccountsStore, VolunteerTokensAreCheckedRevokedReplacedAndExpire) {
+  auto t = store_->create_volunteer_token("box-1", 300u << 20, 0, t0);
+  ASSERT_TRUE(t.ok()) << t.err().message;
+  EXPECT_EQ(t->token.rfind("mpv_", 0), 0u);
+  EXPECT_EQ(t->token.size(), 4u + 43u);
+  EXPECT_EQ(t->state, "active");
+  EXPECT_TRUE(t->expires_at.empty());
+  auto g = store_->check_volunteer_token(t->token, t0 + days(400));
+  ASSERT_TRUE(g.ok()) << g.err().message;
+  EXPECT_EQ(g->name, "box-1");
+  EXPECT_EQ(g->memory_cap, 300u << 20);
+  EXPECT_EQ(g->digest, as_bytes(sha256(t->token)));
+  EXPECT_TRUE(store_->check_volunteer_digest(g->digest, t0).ok());
+
+  for (const std::string bad : {std::string("mpv_") + std::string(43, 'A'), std::string("mpk_") + t->token.substr(4),
+                                std::string(""), t->token + "x"}) {
+    auto r = store_->check_volunteer_token(bad, t0);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.err().code, errc::unauthorized);
+    EXPECT_EQ(r.err().message, "invalid volunteer token");
+  }
+
+  // a new token for the name replaces the old one
+  auto t2 = store_->create_volunteer_token("box-1", 0, 0, t0);
+  ASSERT_TRUE(t2.ok());
+  EXPECT_NE(t2->token, t->token);
+  EXPECT_FALSE(store_->check_volunteer_token(t->token, t0).ok());
+  EXPECT_FALSE(store_->check_volunteer_digest(g->digest, t0).ok());
+  EXPECT_EQ(store_->check_volunteer_token(t2->token, t0)->memory_cap, 0u);
+
+  ASSERT_TRUE(store_->revoke_volunteer("box-1").ok());
+  auto revoked = store_->check_volunteer_token(t2->token, t0);
+  ASSERT_FALSE(revoked.ok());
+  EXPECT_EQ(revoked.err().code, errc::unauthorized);
+  EXPECT_EQ(revoked.err().message, "volunteer token box-1 was revoked");
+  EXPECT_EQ(store_->revoke_volunteer("nobody").err().code, errc::not_found);
+
+  auto e = store_->create_volunteer_token("box-2", 0, 1.5, t0);
+  ASSERT_TRUE(e.ok());
+  EXPECT_FALSE(e->expires_at.empty());
+  EXPECT_TRUE(store_->check_volunteer_token(e->token, t0 + std::chrono::hours(35)).ok());
+  auto expired = store_->check_volunteer_token(e->token, t0 + std::chrono::hours(37));
+  ASSERT_FALSE(expired.ok());
+  EXPECT_NE(expired.err().message.find("volunteer token box-2 expired at"), std::string::npos) << expired.err().message;
+
+  auto list = store_->volunteer_tokens(t0 + days(2));
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  for (const auto& v : *list) {
+    EXPECT_TRUE(v.token.empty());
+    EXPECT_EQ(v.state, v.name == "box-1" ? "revoked" : "expired");
+  }
+
+  EXPECT_EQ(store_->create_volunteer_token("x", 0, 0, t0).err().code, errc::invalid);
+  EXPECT_EQ(store_->create_volunteer_token("box 3", 0, 0, t0).err().code, errc::invalid);
+  EXPECT_EQ(store_->create_volunteer_token("box-3", 0, -1, t0).err().code, errc::invalid);
+
+  // only the digest is stored
+  store_.reset();
+  const std::string bytes = test::read_file(path_);
+  EXPECT_EQ(bytes.find(t2->token), std::string::npos);
+  EXPECT_EQ(bytes.find(e->token), std::string::npos);
+}
+
+TEST_F(AccountsStore, AVersionOneFileGainsTheVolunteerTokensTable) {
+  store_.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE volunteer_tokens; DELETE FROM schema_version WHERE version = 2;", nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  reopen();
+  auto t = store_->create_volunteer_token("box-1", 0, 0, t0);
+  ASSERT_TRUE(t.ok()) << t.err().message;
+  EXPECT_TRUE(store_->check_volunteer_token(t->token, t0).ok());
 }
 
 }  // namespace

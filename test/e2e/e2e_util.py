@@ -289,6 +289,12 @@ class Server:
         token = self.login(username)
         return token, self.new_key(token)
 
+    def volunteer_token(self):
+        """The join token `mpakt serve --dev --cluster-port` makes at start and prints."""
+        m = re.search(r"mpakt worker --join \S+ --token (mpv_\S+)", self.process.output())
+        assert m, f"no volunteer token in the output of mpakt serve:\n{self.process.output()[-2000:]}"
+        return m.group(1)
+
     def assert_up(self):
         assert self.process.alive(), f"mpakt serve on port {self.port} died:\n{self.process.output()[-3000:]}"
         r = self.api.get("/api/versions", timeout=10)

@@ -6,7 +6,9 @@ used at once. Real processes on loopback, killed with SIGKILL."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -21,10 +23,12 @@ class Cluster:
     def __init__(self, server, cluster_port, logs):
         self.server, self.port, self.logs = server, cluster_port, logs
         self.workers = {}
+        self.token = server.volunteer_token()
 
     def join(self, name, memory="1G", *extra):
         proc = Process(f"mpakt worker {name}", [binary(), "worker", "--join", f"127.0.0.1:{self.port}", "--id", name,
-                                                 "--memory", memory, "--threads", "1", *extra], self.logs / f"{name}.log")
+                                                 "--memory", memory, "--threads", "1", "--token", self.token, *extra],
+                       self.logs / f"{name}.log")
         proc.start(r"mpakt worker: \S+ joined", timeout=30)
         self.workers[name] = proc
         self.wait_for(lambda s: name in [w["workerId"] for w in s["pool"]], f"{name} in the pool")
@@ -291,3 +295,101 @@ def test_a_volunteer_with_a_gpu_reports_cuda_and_decodes_the_golden_tokens(start
         assert c.status(c.key)["backends"]["cpu"] == 1
     finally:
         c.stop_all()
+
+
+# ---- join tokens (issue: volunteers the grid can trust) ----
+
+def run_volunteer(cluster, *token_args, name="w_x", timeout=30):
+    """A volunteer that should be refused: its exit status and what it printed."""
+    r = subprocess.run([str(binary()), "worker", "--join", f"127.0.0.1:{cluster.port}", "--id", name, "--memory", "256M",
+                        "--threads", "1", *token_args], capture_output=True, text=True, timeout=timeout,
+                       env={k: v for k, v in os.environ.items() if k != "MPAKT_VOLUNTEER_TOKEN"})
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_a_volunteer_without_a_valid_token_is_refused_before_it_joins(cluster):
+    """No token, a wrong one, a revoked one, an expired one: each volunteer exits with status 4
+    naming why, the coordinator logs the refusal, and the pool never sees the worker (so no
+    weight or session reaches it)."""
+    server = cluster.server
+    rc, out = run_volunteer(cluster)
+    assert rc == 4 and "no --token" in out, out
+    rc, out = run_volunteer(cluster, "--token", "mpv_" + "A" * 43)
+    assert rc == 4 and "invalid volunteer token" in out, out
+    rc, out = run_volunteer(cluster, "--token", "not even the shape of a token")
+    assert rc == 4 and "invalid volunteer token" in out, out
+    made = server.admin("volunteer-token", "bob-box")
+    assert made.returncode == 0, made.stderr
+    revoked = made.stdout.strip().splitlines()[0]
+    assert server.admin("revoke-volunteer", "bob-box").returncode == 0
+    rc, out = run_volunteer(cluster, "--token", revoked)
+    assert rc == 4 and "bob-box was revoked" in out, out
+    made = server.admin("volunteer-token", "carol-box", "--expires", "0.00001")  # under a second
+    assert made.returncode == 0, made.stderr
+    time.sleep(1.5)
+    rc, out = run_volunteer(cluster, "--token", made.stdout.strip().splitlines()[0])
+    assert rc == 4 and "carol-box expired" in out, out
+    s = cluster.status(cluster.key)
+    assert s["workers"] == 0 and s["pool"] == []
+    log = server.process.output()
+    assert log.count("refused a volunteer from 127.0.0.1") == 5, log[-2000:]
+    listed = server.admin("volunteer-tokens").stdout
+    assert "bob-box" in listed and "revoked" in listed and "carol-box" in listed and "expired" in listed
+    assert "mpv_" not in listed  # tokens are kept hashed and never shown again
+    server.assert_up()
+
+
+def test_a_token_holder_joins_within_its_cap_and_is_disconnected_when_revoked(cluster):
+    """A volunteer with a token of its own joins, offers no more than the token's memory cap,
+    runs the golden decode; revoking the token disconnects it within seconds (exit status 4)
+    and the pool drops it, while a volunteer with another token keeps serving."""
+    server, api, key = cluster.server, cluster.server.api, cluster.key
+    made = server.admin("volunteer-token", "dana-box", "--memory-cap", "300M")
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip().splitlines()[0]
+    assert token.startswith("mpv_")
+    proc = Process("mpakt worker w_dana", [binary(), "worker", "--join", f"127.0.0.1:{cluster.port}", "--id", "w_dana",
+                                            "--memory", "1G", "--threads", "1", "--token", token],
+                   cluster.logs / "w_dana.log")
+    proc.start(r"mpakt worker: \S+ joined .* as volunteer dana-box", timeout=30)
+    s = cluster.wait_for(lambda s: s["workers"] == 1, "w_dana in the pool")
+    assert s["pool"][0]["workerId"] == "w_dana" and s["pool"][0]["totalBytes"] == 300 * (1 << 20)
+    model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
+    decode_golden(api, key, model)
+    cluster.join("w_other")
+    t0 = time.monotonic()
+    assert server.admin("revoke-volunteer", "dana-box").returncode == 0
+    assert proc.proc.wait(timeout=15) == 4
+    assert time.monotonic() - t0 < 10
+    assert "disconnected this volunteer" in proc.output()
+    cluster.wait_for(lambda s: [w["workerId"] for w in s["pool"]] == ["w_other"], "the revoked volunteer to leave")
+    assert "disconnecting volunteer dana-box" in server.process.output()
+    model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
+    decode_golden(api, key, model)
+    server.assert_up()
+
+
+def test_failed_joins_are_rate_limited_per_address_and_garbage_on_the_port_harms_nothing(start_server,
+                                                                                         tmp_path_factory):
+    cport = free_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--join-failures-per-address", "3")
+    c = Cluster(server, cport, tmp_path_factory.mktemp("joinlimit"))
+    c.key = server.account("joinlimit")[1]
+    try:
+        for _ in range(3):
+            rc, out = run_volunteer(c, "--token", "mpv_" + "B" * 43)
+            assert rc == 4 and "invalid volunteer token" in out, out
+        # past the limit even a valid token is refused, unchecked, for the rest of the minute
+        rc, out = run_volunteer(c, "--token", c.token)
+        assert rc == 4 and "too many failed joins from 127.0.0.1" in out, out
+        # bytes that are not CAF's protocol, and a connection that says nothing
+        for payload in (b"\x00" * 64, b"GET / HTTP/1.1\r\n\r\n", bytes(range(256)) * 8, b""):
+            with socket.create_connection(("127.0.0.1", cport), timeout=5) as sock:
+                if payload:
+                    sock.sendall(payload)
+                time.sleep(0.2)
+        server.assert_up()
+        assert c.status(c.key)["workers"] == 0
+    finally:
+        c.stop_all()
+        server.process.terminate()

@@ -1,0 +1,138 @@
+#include "actors/coordinator/gate_actor.hpp"
+
+#include <caf/io/all.hpp>
+
+#include <cstdio>
+#include <deque>
+#include <map>
+
+#include "actors/errors.hpp"
+
+namespace mpakt {
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+/// A volunteer the gate admitted, re-checked until it leaves.
+struct admitted {
+  worker_actor worker;
+  std::string name;
+  std::string digest;  ///< its token's SHA-256
+  std::string address;
+};
+
+struct gate_state {
+  gate_state() = default;  // (not an aggregate: CAF would try to build it from the actor pointer)
+  pool_actor pool;
+  std::unique_ptr<accounts::accounts_store> store;
+  gate_config cfg;
+  std::map<std::string, std::deque<steady::time_point>> failures;  ///< per client address
+  std::map<caf::actor_addr, admitted> members;
+  steady::time_point last_check{};
+};
+
+using gate_pointer = gate_actor::stateful_pointer<gate_state>;
+
+void log_line(const std::string& text) {
+  std::fprintf(stderr, "mpakt serve: %s\n", text.c_str());
+  std::fflush(stderr);
+}
+
+/// Failed joins of `address` still inside the window.
+std::deque<steady::time_point>& recent_failures(gate_pointer self, const std::string& address) {
+  auto& q = self->state.failures[address];
+  const auto horizon = steady::now() - self->state.cfg.failure_window;
+  while (!q.empty() && q.front() < horizon) q.pop_front();
+  return q;
+}
+
+/// Decides a join once the client's address is known.
+void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, const std::string& address,
+            const std::string& token, worker_actor worker) {
+  auto& st = self->state;
+  auto& fails = recent_failures(self, address);
+  if (int(fails.size()) >= st.cfg.max_failures) {
+    const auto wait = std::chrono::duration_cast<std::chrono::seconds>(fails.front() + st.cfg.failure_window - steady::now());
+    log_line("refused a volunteer from " + address + ": too many failed joins");
+    rp.deliver(to_caf(errc::limit, "too many failed joins from " + address + "; try again in " +
+                                       std::to_string(std::max<long long>(1, wait.count())) + " s"));
+    return;
+  }
+  auto grant = worker ? st.store->check_volunteer_token(token)
+                      : result<accounts::volunteer_grant>(make_error(errc::invalid, "no worker actor in the join"));
+  if (!grant) {
+    fails.push_back(steady::now());
+    log_line("refused a volunteer from " + address + ": " + grant.err().message);
+    rp.deliver(to_caf(grant.err().code, "join refused: " + grant.err().message));
+    return;
+  }
+  fails.clear();
+  self->monitor(worker);
+  st.members[worker.address()] = admitted{worker, grant->name, grant->digest, address};
+  self->send(st.pool, add_atom::value, worker, grant->memory_cap);
+  log_line("volunteer " + grant->name + " joined from " + address);
+  rp.deliver(grant->name);
+}
+
+/// Disconnects the admitted volunteers whose token no longer holds.
+void recheck(gate_pointer self) {
+  auto& st = self->state;
+  const auto now = steady::now();
+  if (now - st.last_check < std::chrono::seconds(1)) return;
+  st.last_check = now;
+  for (auto it = st.members.begin(); it != st.members.end();) {
+    auto g = st.store->check_volunteer_digest(it->second.digest);
+    if (g || g.err().code == errc::internal) {  // (a database hiccup is not a revocation)
+      ++it;
+      continue;
+    }
+    log_line("disconnecting volunteer " + it->second.name + " (" + it->second.address + "): " + g.err().message);
+    // The worker ends; the pool and the coordinator see it go as any lost worker.
+    self->send_exit(it->second.worker, caf::exit_reason::kill);
+    it = st.members.erase(it);
+  }
+}
+
+}  // namespace
+
+gate_actor spawn_gate(caf::actor_system& sys, pool_actor pool, std::unique_ptr<accounts::accounts_store> store,
+                      gate_config cfg) {
+  auto shared = std::make_shared<std::unique_ptr<accounts::accounts_store>>(std::move(store));
+  return sys.spawn<caf::detached>([pool, shared, cfg](gate_pointer self) -> gate_actor::behavior_type {
+    self->state.pool = pool;
+    self->state.store = std::move(*shared);
+    self->state.cfg = cfg;
+    self->set_down_handler([self](caf::down_msg& dm) { self->state.members.erase(dm.source); });
+    self->delayed_send(self, cfg.recheck_every, probe_atom::value);
+    return {
+        [self](join_atom, const std::string& token, worker_actor worker) -> caf::result<std::string> {
+          auto rp = self->make_response_promise<std::string>();
+          // (a request over the middleman arrives without a sender here: the worker's handle,
+          // a proxy of the volunteer's node, says where it came from)
+          if (!worker || worker.node() == self->node()) {
+            decide(self, rp, "this process", token, std::move(worker));
+            return rp;
+          }
+          // The client's address, from the middleman's record of the connection.
+          self->request(self->home_system().middleman().actor_handle(), std::chrono::seconds(5), caf::get_atom::value,
+                        worker.node())
+              .then(
+                  [self, rp, token, worker](const caf::node_id&, const std::string& host, std::uint16_t) mutable {
+                    decide(self, rp, host.empty() ? std::string("an unknown address") : host, token, std::move(worker));
+                  },
+                  [self, rp, token, worker](caf::error&) mutable {
+                    decide(self, rp, "an unknown address", token, std::move(worker));
+                  });
+          return rp;
+        },
+        [self](probe_atom) {
+          recheck(self);  // (at most one check a second, whoever asks)
+          if (caf::actor_cast<caf::actor_addr>(self->current_sender()) == self->address())
+            self->delayed_send(self, self->state.cfg.recheck_every, probe_atom::value);
+        },
+    };
+  });
+}
+
+}  // namespace mpakt

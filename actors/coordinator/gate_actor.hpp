@@ -1,0 +1,33 @@
+#pragma once
+/// The cluster port's gate (gate_actor in actors/protocol.hpp): the only actor `mpakt serve
+/// --cluster-port` publishes. A volunteer joins by presenting a join token (`mpakt admin
+/// volunteer-token`) with its worker actor; the gate checks the token against the accounts
+/// store and only then hands the worker to the pool (with the token's memory cap). Refusals
+/// are logged and counted per client address; past `max_failures` in `failure_window` an
+/// address is refused without a check until the window has passed. Every 2 s the gate checks
+/// the tokens of the volunteers it admitted again: a revoked, replaced or expired token gets
+/// its volunteer's worker actor killed, which the pool and coordinator see as a lost worker
+/// (its sessions are restored elsewhere) and the volunteer as a refusal (exit status 4).
+///
+/// Detached: it owns its own connection to the accounts file (SQLite's locking shares it with
+/// the accounts actor and `mpakt admin`).
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "actors/accounts/accounts_store.hpp"
+#include "actors/protocol.hpp"
+
+namespace mpakt {
+
+struct gate_config {
+  int max_failures = 10;                             ///< failed joins per address in the window
+  std::chrono::seconds failure_window{60};
+  std::chrono::milliseconds recheck_every{2000};
+};
+
+gate_actor spawn_gate(caf::actor_system& sys, pool_actor pool, std::unique_ptr<accounts::accounts_store> store,
+                      gate_config cfg = {});
+
+}  // namespace mpakt
