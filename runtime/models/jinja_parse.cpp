@@ -430,7 +430,10 @@ class parser {
       const token& t = cur();
       if (t.type == tok::eof) {
         if (ends.size() == 0) return out;
-        fail("the template ends before {% " + std::string(*ends.begin()) + " %}");
+        std::string_view closing = *ends.begin();
+        for (auto e : ends)
+          if (e.substr(0, 3) == "end") closing = e;
+        fail("the template ends before {% " + std::string(closing) + " %}");
       }
       if (t.type == tok::text) {
         p_.literals.push_back(t.text);
