@@ -902,7 +902,9 @@ std::vector<std::pair<std::string, value>> globals() {
       if (!k.empty() && k[0] == '_') ev.fail("namespace attributes cannot start with an underscore");
       attrs.emplace_back(k, v);
     }
-    return value::namespace_of(std::move(attrs));
+    value ns = value::namespace_of(std::move(attrs));
+    ev.track_namespace(ns);
+    return ns;
   }));
   g.emplace_back("dict", value::callable("dict", [](evaluator& ev, call_args& a) -> value {
     std::vector<std::pair<std::string, value>> entries;

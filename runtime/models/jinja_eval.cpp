@@ -61,6 +61,13 @@ std::string evaluator::capture(const body& b, const frame_ptr& f) {
   return out_;  // copied before the swap back
 }
 
+evaluator::~evaluator() {
+  // A namespace may hold itself (`set ns.me = ns`): empty them all to break such cycles.
+  for (const auto& ns : namespaces_) ns.clear_attributes();
+}
+
+void evaluator::track_namespace(const value& ns) { namespaces_.push_back(ns); }
+
 evaluator::flow evaluator::exec(const body& b, const frame_ptr& f) {
   for (const auto& s : b) {
     const flow fl = exec_stmt(*s, f);
@@ -195,9 +202,14 @@ evaluator::flow evaluator::exec_for(const stmt& s, const frame_ptr& f) {
   return flow::normal;
 }
 
-value evaluator::define_macro(const stmt& s, const frame_ptr& closure) {
+value evaluator::define_macro(const stmt& s, const frame_ptr& defining) {
   const stmt* m = &s;
-  return value::callable(s.kind == stmt_kind::macro ? s.text : "caller", [m, closure](evaluator& ev, call_args& a) -> value {
+  // The macro reads its defining scope, which holds the macro: the evaluator keeps that scope
+  // alive for the render and the macro refers to it by index, so no reference cycle leaks.
+  const std::size_t scope = scopes_.size();
+  scopes_.push_back(defining);
+  return value::callable(s.kind == stmt_kind::macro ? s.text : "caller", [m, scope](evaluator& ev, call_args& a) -> value {
+    const frame_ptr closure = ev.scopes_[scope];
     if (++ev.call_depth_ > ev.o_.lim.max_call_depth)
       ev.fail("macros call each other more than " + std::to_string(ev.o_.lim.max_call_depth) + " deep");
     struct depth_restore {

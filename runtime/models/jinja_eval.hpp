@@ -49,6 +49,11 @@ using frame_ptr = std::shared_ptr<frame>;
 class evaluator {
  public:
   evaluator(const program& p, const render_options& o) : p_(p), o_(o) {}
+  ~evaluator();
+  evaluator(const evaluator&) = delete;
+  evaluator& operator=(const evaluator&) = delete;
+  /// Remembers a namespace() made in this render, emptied when the render ends.
+  void track_namespace(const value& ns);
 
   std::string run(const std::vector<std::pair<std::string, value>>& variables);
 
@@ -87,6 +92,8 @@ class evaluator {
   const program& p_;
   const render_options& o_;
   std::string out_;
+  std::vector<frame_ptr> scopes_;   ///< scopes that macros were defined in
+  std::vector<value> namespaces_;   ///< namespace() objects made
   std::uint64_t steps_ = 0;
   int call_depth_ = 0;
   int line_ = 0;

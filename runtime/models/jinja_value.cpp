@@ -141,6 +141,10 @@ void value::set_attribute(const std::string& key, value v) const {
   m_->entries.emplace_back(key, std::move(v));
 }
 
+void value::clear_attributes() const {
+  if (kind_ == kind::dict) m_->entries.clear();
+}
+
 bool value::truthy() const {
   switch (kind_) {
     case kind::undefined: case kind::none: return false;

@@ -97,6 +97,8 @@ class value {
   const value* find(std::string_view key) const;
   /// Sets a namespace attribute (the only mutation templates may make).
   void set_attribute(const std::string& key, value v) const;
+  /// Empties a namespace (to break a cycle of a namespace holding itself).
+  void clear_attributes() const;
 
   /// Python truthiness (Undefined is false).
   bool truthy() const;
