@@ -341,7 +341,7 @@ void open_session(chat_pointer self) {
     kv(w, "modelId", st.model_id);
     key(w, "loaded"); w.Bool(st.loaded_now);
     kv(w, "quantize", st.quantize);
-    kv(w, "format", std::string(models::chat_format_name(st.model->format.format)));
+    kv(w, "format", std::string(st.model->format.format_name()));
     key(w, "promptTokens"); w.Uint64(st.prompt.size());
     key(w, "context"); w.Int(context);
     w.EndObject();

@@ -117,7 +117,7 @@ result<chat_request> parse_chat_request(std::string_view body) {
 result<std::vector<std::int32_t>> chat_model::prompt(const std::vector<models::chat_message>& messages) const {
   auto text = models::render_chat(format, messages, true);
   if (!text) return std::move(text).err();
-  auto ids = tokenizer.encode(*text, !models::template_adds_bos(format));
+  auto ids = tokenizer.encode(*text, !models::template_adds_bos(format, *text));
   if (ids.empty()) return invalid("the conversation renders to no tokens; give a message with some text");
   return ids;
 }

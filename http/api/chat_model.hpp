@@ -70,7 +70,8 @@ struct chat_model {
 /// Builds the chat side from config.json, tokenizer.json, tokenizer_config.json and
 /// chat_template.jinja (which wins over tokenizer_config.json's template when present). Refuses,
 /// naming the field or file, a model chat cannot serve exactly (an architecture the graph
-/// builder does not map, no tokenizer.json, an unknown chat template).
+/// builder does not map, no tokenizer.json, a chat template using Jinja the interpreter does not
+/// support).
 result<std::shared_ptr<const chat_model>> make_chat_model(std::string_view config_json, std::string_view tokenizer_json,
                                                            std::string_view tokenizer_config_json,
                                                            std::string_view chat_template_jinja = {});

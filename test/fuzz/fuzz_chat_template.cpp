@@ -1,10 +1,12 @@
-// libFuzzer target: chat templates (runtime/models/chat_template.cpp). The first byte chooses:
-//   0  the rest is a tokenizer_config.json: recognise its template, then render a conversation
+// libFuzzer target: chat templates (runtime/models/chat_template.cpp and the Jinja interpreter
+// under it, runtime/models/jinja*.cpp). The first byte chooses:
+//   0  the rest is a tokenizer_config.json: parse its template, then render a conversation
 //   1  the rest is a chat_template.jinja beside a plain tokenizer_config.json, as above
-//   2  the rest is a conversation, rendered with each of the fixtures' templates (ChatML with
-//      and without a default system, Llama 3, Gemma with and without system messages,
-//      Mistral) and the plain format: messages split at '\0', each "role\x01content"
-// Anything may be refused; nothing may crash.
+//   2  the rest is a conversation, rendered with each of the fixtures' templates (the layout
+//      fixtures and a few real hub templates: Llama 3.1, Qwen3, Gemma 2, Mistral Nemo,
+//      DeepSeek-R1) and the plain format: messages split at '\0', each "role\x01content"
+// Anything may be refused; nothing may crash, and the interpreter's limits keep every input
+// to a bounded time and memory.
 
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
@@ -28,7 +30,9 @@ namespace {
 const std::vector<models::chat_template>& templates() {
   static const std::vector<models::chat_template> all = [] {
     std::vector<models::chat_template> out{models::chat_template{}};  // plain
-    for (const char* name : {"chatml", "chatml_default_system", "llama3", "gemma", "gemma_no_system", "mistral"}) {
+    for (const char* name : {"chatml", "chatml_default_system", "llama3", "gemma", "gemma_no_system", "mistral",
+                             "hub/meta-llama-Llama-3.1-8B-Instruct", "hub/Qwen-Qwen3-0.6B", "hub/google-gemma-2-2b-it",
+                             "hub/mistralai-Mistral-Nemo-Instruct-2407", "hub/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"}) {
       std::ifstream f(std::string(MPAKT_FIXTURES_DIR "/chat_templates/") + name + ".json");
       std::stringstream ss;
       ss << f.rdbuf();
@@ -53,8 +57,8 @@ const std::vector<models::chat_message> conversation = {
 void render_both(const models::chat_template& t, const std::vector<models::chat_message>& messages) {
   (void)models::render_chat(t, messages, true);
   (void)models::render_chat(t, messages, false);
-  (void)models::template_adds_bos(t);
-  (void)models::chat_format_name(t.format);
+  if (auto text = models::render_chat(t, messages, true)) (void)models::template_adds_bos(t, *text);
+  (void)t.format_name();
 }
 
 }  // namespace

@@ -120,13 +120,16 @@ def main():
 
     # ---- chat templates: tokenizer_config.json (0), a .jinja (1), conversations (2)
     put = writer("fuzz_chat_template")
-    for f in sorted((FIXTURES / "chat_templates").glob("*.json")):
+    templates = FIXTURES / "chat_templates"
+    for f in sorted(templates.glob("*.json")) + sorted((templates / "hub").glob("*.json")):
+        if f.name == "conversations.json":
+            continue
         d = json.loads(f.read_text())
         put(b"\x00" + compact(d["tokenizer_config"]))
         tmpl = d["tokenizer_config"].get("chat_template")
         if isinstance(tmpl, str):
             put(b"\x01" + tmpl.encode())
-        for case in d.get("cases", [])[:2]:
+        for case in [c for c in d.get("cases", []) if "messages" in c][:2]:
             put(b"\x02" + b"\x00".join(m["role"].encode() + b"\x01" + m["content"].encode() for m in case["messages"]))
 
 

@@ -1,24 +1,29 @@
 #!/usr/bin/env python3
-"""Generate chat-template fixtures into test/fixtures/chat_templates/<variant>.json.
+"""Generate chat-template fixtures into test/fixtures/chat_templates/.
 
-mpakt renders chat templates in C++ (runtime/models/chat_template.cpp) instead of running
-Jinja. These fixtures hold what transformers' `apply_chat_template(messages, tokenize=False,
-add_generation_prompt=...)` renders for each format family, so the C++ test can require
-byte-identical output, and a refusal wherever the template raises.
+mpakt runs chat templates with its own Jinja interpreter (runtime/models/jinja.hpp). These
+fixtures hold what transformers' `apply_chat_template(messages, tokenize=False, ...)` renders,
+so the C++ test (test/runtime/models/chat_template_test.cpp) can require byte-identical output,
+and a refusal wherever transformers raised.
 
-For each variant the script writes a tokenizer_config.json (the variant's bos/eos tokens and a
-Jinja chat_template that states the family's published prompt layout, written here) next to
-stories260K's tokenizer.json in a temporary directory, loads it with AutoTokenizer, and renders
-one shared pool of conversations. The templates use the constructs real ones do (whitespace
-control, messages[0] checks, namespace(), raise_exception, the list-of-named-templates form),
-so the C++ detection is exercised on realistic text.
+Two sets:
 
-A self-check then reads every file back, validates its structure, and re-renders every case with
-a small Python model of each layout written from docs/chat-templates.md (no Jinja): it must agree
-with transformers byte for byte, and raise exactly where transformers raised. A Jinja template
-here that drifts from the documented layout fails loudly.
+* hub/<template>.json: the real chat templates of current model families, as the Hub ships
+  them. The Hub is not reachable from the test machines, but llama-cpp-python's source
+  distribution on PyPI vendors llama.cpp's models/templates/ (templates fetched from the Hub
+  with scripts/get_chat_template.py). Each fixture records the sdist, the path in it and the
+  template's sha256, the family, the bos/eos tokens used (those of the family's
+  tokenizer_config.json), and for every conversation of CORPUS (hub/conversations.json) what
+  transformers rendered or raised. strftime_now is pinned to FIXED_NOW so dated templates
+  (Llama 3.1+) render the same every day; the C++ test passes the same time.
+* <variant>.json: small templates written here that state the layouts of four families and
+  stress whitespace, Unicode and refusals (about 60 conversations each). A self-check
+  re-renders each case with an independent Python model of the layout.
 
-Usage:  .venv-goldens/bin/python tools/goldens/gen_chat_templates.py [--check-only]
+transformers is pinned (TRANSFORMERS_VERSION); run from a venv outside the repo:
+    python3 -m venv ~/.cache/mpakt-goldens
+    ~/.cache/mpakt-goldens/bin/pip install transformers==5.24.0 jinja2==3.1.6
+    ~/.cache/mpakt-goldens/bin/python tools/goldens/gen_chat_templates.py [--sdist PATH] [--check-only]
 """
 
 import argparse
@@ -373,10 +378,236 @@ def check(path, min_rendered):
     return rendered, len(fx["cases"]) - rendered
 
 
+# ---- hub templates from the llama-cpp-python sdist ---------------------------------------------
+
+TRANSFORMERS_VERSION = "5.24.0"
+JINJA2_VERSION = "3.1.6"
+SDIST_DEFAULT = os.path.expanduser("~/.cache/mpakt-peer/sdist/llama_cpp_python-0.3.36.tar.gz")
+SDIST_TEMPLATES = "vendor/llama.cpp/models/templates/"
+HUB_DIR = os.path.join(OUT_DIR, "hub")
+# 2026-03-14 09:26:53: what strftime_now() reads while the goldens are rendered. The C++ test
+# renders with the same time (as seconds since 1970, read as UTC).
+FIXED_NOW = (2026, 3, 14, 9, 26, 53)
+
+LLAMA3 = ("<|begin_of_text|>", "<|eot_id|>")
+CHATML = (None, "<|im_end|>")
+DEEPSEEK = ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>")
+MISTRAL = ("<s>", "</s>")
+GRANITE = ("<|end_of_text|>", "<|end_of_text|>")
+COHERE = ("<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>")
+
+# template file -> (family, (bos_token, eos_token)). Files of the sdist not listed are skipped.
+HUB_TEMPLATES = {
+    "meta-llama-Llama-3.1-8B-Instruct.jinja": ("Llama 3.1", LLAMA3),
+    "meta-llama-Llama-3.2-3B-Instruct.jinja": ("Llama 3.2", LLAMA3),
+    "meta-llama-Llama-3.3-70B-Instruct.jinja": ("Llama 3.3", LLAMA3),
+    "Qwen-Qwen2.5-7B-Instruct.jinja": ("Qwen2.5", CHATML),
+    "Qwen-QwQ-32B.jinja": ("QwQ", CHATML),
+    "Qwen-Qwen3-0.6B.jinja": ("Qwen3", CHATML),
+    "Qwen3-Coder.jinja": ("Qwen3-Coder", CHATML),
+    "Qwen3.5-4B.jinja": ("Qwen3.5", CHATML),
+    "google-gemma-2-2b-it.jinja": ("Gemma 2", ("<bos>", "<eos>")),
+    "google-gemma-4-31B-it.jinja": ("Gemma 4", ("<bos>", "<eos>")),
+    "mistralai-Mistral-Nemo-Instruct-2407.jinja": ("Mistral Nemo", MISTRAL),
+    "Mistral-Small-3.2-24B-Instruct-2506.jinja": ("Mistral Small 3.2", MISTRAL),
+    "unsloth-mistral-Devstral-Small-2507.jinja": ("Devstral", MISTRAL),
+    "mistralai-Ministral-3-14B-Reasoning-2512.jinja": ("Ministral 3", MISTRAL),
+    "microsoft-Phi-3.5-mini-instruct.jinja": ("Phi-3.5", ("<s>", "<|endoftext|>")),
+    "deepseek-ai-DeepSeek-V3.1.jinja": ("DeepSeek-V3.1", DEEPSEEK),
+    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja": ("DeepSeek-R1 (Llama distill)", DEEPSEEK),
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja": ("DeepSeek-R1 (Qwen distill)", DEEPSEEK),
+    "deepseek-ai-DeepSeek-V3.2.jinja": ("DeepSeek-V3.2", DEEPSEEK),
+    "HuggingFaceTB-SmolLM3-3B.jinja": ("SmolLM3", CHATML),
+    "ibm-granite-granite-3.3-2B-Instruct.jinja": ("Granite 3.3", GRANITE),
+    "ibm-granite-granite-4.0.jinja": ("Granite 4.0", GRANITE),
+    "CohereForAI-c4ai-command-r-plus-tool_use.jinja": ("Command R+ (tool_use)", COHERE),
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": ("Command R7B (tool_use)", COHERE),
+    "Cohere2MoE.jinja": ("Cohere 2 MoE", COHERE),
+    "GLM-4.6.jinja": ("GLM-4.6", (None, "<|endoftext|>")),
+    "GLM-4.7-Flash.jinja": ("GLM-4.7", (None, "<|endoftext|>")),
+    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja": ("Hermes 2 Pro", ("<|begin_of_text|>", "<|im_end|>")),
+    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja": ("Hermes 3", ("<|begin_of_text|>", "<|im_end|>")),
+    "meetkai-functionary-medium-v3.1.jinja": ("Functionary v3.1", LLAMA3),
+    "meetkai-functionary-medium-v3.2.jinja": ("Functionary v3.2", LLAMA3),
+    "fireworks-ai-llama-3-firefunction-v2.jinja": ("FireFunction v2", LLAMA3),
+    "openai-gpt-oss-120b.jinja": ("gpt-oss", ("<|startoftext|>", "<|return|>")),
+    "moonshotai-Kimi-K2.jinja": ("Kimi K2", ("[BOS]", "[EOS]")),
+    "Kimi-K2-Thinking.jinja": ("Kimi K2 Thinking", ("[BOS]", "[EOS]")),
+    "LFM2-8B-A1B.jinja": ("LFM2", ("<|startoftext|>", "<|im_end|>")),
+    "LFM2.5-Instruct.jinja": ("LFM2.5", ("<|startoftext|>", "<|im_end|>")),
+    "NVIDIA-Nemotron-Nano-v2.jinja": ("Nemotron Nano v2", ("<SPECIAL_10>", "<SPECIAL_12>")),
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja": ("Nemotron 3 Nano", ("<s>", "<|im_end|>")),
+    "MiniMax-M2.jinja": ("MiniMax-M2", ("]~!b[", "[e~[")),
+    "ByteDance-Seed-OSS.jinja": ("Seed-OSS", ("<seed:bos>", "<seed:eos>")),
+    "Apertus-8B-Instruct.jinja": ("Apertus", ("<s>", "<|assistant_end|>")),
+    "Bielik-11B-v3.0-Instruct.jinja": ("Bielik", ("<s>", "<|im_end|>")),
+    "GigaChat3-10B-A1.8B.jinja": ("GigaChat 3", ("<s>", "</s>")),
+    "MiMo-VL.jinja": ("MiMo-VL", CHATML),
+    "unsloth-Apriel-1.5.jinja": ("Apriel 1.5", ("<s>", "<|end|>")),
+    "upstage-Solar-Open-100B.jinja": ("Solar Open", ("<s>", "</s>")),
+    "inclusionai-ling-3.0-flash.jinja": ("Ling 3.0", ("<|startoftext|>", "<|endoftext|>")),
+    "openbmb-MiniCPM5-1B.jinja": ("MiniCPM 5", ("<s>", "<|im_end|>")),
+    "tencent-Hy3.jinja": ("Hunyuan 3", ("<｜hy_begin_of_sentence｜>", "<｜hy_eos｜>")),
+    "StepFun3.5-Flash.jinja": ("Step 3.5", ("<｜begin▁of▁sentence｜>", "<|im_end|>")),
+    "llama-cpp-deepseek-r1.jinja": ("DeepSeek-R1 (llama.cpp's)", DEEPSEEK),
+}
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "The city, e.g. Paris"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city"]}}}
+
+TOOL_CALL = {"type": "function", "id": "call_1", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+
+
+def hub_conv(name, messages, gen=True, **extra):
+    c = {"name": name, "add_generation_prompt": gen, "messages": messages}
+    c.update(extra)
+    return c
+
+
+def m(role, content, **extra):
+    d = {"role": role, "content": content}
+    d.update(extra)
+    return d
+
+
+HUB_CORPUS = [
+    hub_conv("user", [m("user", "Hello!")]),
+    hub_conv("user_no_gen", [m("user", "Hello!")], gen=False),
+    hub_conv("system_user", [m("system", "You are a pirate."), m("user", "Where is the treasure?")]),
+    hub_conv("system_user_no_gen", [m("system", "Be terse."), m("user", "Sum 2+2.")], gen=False),
+    hub_conv("multi_turn", [m("user", "Hi"), m("assistant", "Hello! How can I help?"), m("user", "Tell a joke.")]),
+    hub_conv("system_multi_turn", [m("system", "Be kind."), m("user", "Hi"), m("assistant", "Hello."),
+                                   m("user", "Thanks")]),
+    hub_conv("ends_with_assistant", [m("user", "Q?"), m("assistant", "A.")], gen=False),
+    hub_conv("long", [m("system", "Count."), *[m("user" if i % 2 == 0 else "assistant", f"turn {i}") for i in range(7)]]),
+    hub_conv("whitespace_unicode", [m("user", "  Grüße, 你好 🙂\n\nsecond line  \n"), m("assistant", "\n ok \n"),
+                                    m("user", "\tthird\t")]),
+    hub_conv("quotes_and_syntax", [m("user", "He said \"hi\" and 'bye' \\n {{ x }} {% if %} <|im_end|> </s>")]),
+    hub_conv("empty_content", [m("user", "")]),
+    hub_conv("two_users", [m("user", "one"), m("user", "two")]),
+    hub_conv("thinking_off", [m("user", "Hi"), m("assistant", "Hello."), m("user", "2+2?")], enable_thinking=False),
+    hub_conv("thinking_on", [m("user", "2+2?")], enable_thinking=True),
+    hub_conv("reasoning_content", [m("user", "2+2?"), m("assistant", "4", reasoning_content="Two and two make four."),
+                                   m("user", "And 3+3?")]),
+    hub_conv("tools", [m("user", "What is the weather in Paris?")], tools=[WEATHER_TOOL]),
+    hub_conv("tool_call_round_trip", [
+        m("user", "What is the weather in Paris?"),
+        {"role": "assistant", "content": "", "tool_calls": [TOOL_CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "{\"temperature\": 18}"}],
+        tools=[WEATHER_TOOL]),
+    hub_conv("content_parts", [{"role": "user", "content": [{"type": "text", "text": "Describe "},
+                                                            {"type": "text", "text": "this."}]}]),
+]
+
+
+def read_sdist(path):
+    import tarfile
+    out = {}
+    with tarfile.open(path) as tar:
+        for member in tar.getmembers():
+            rel = member.name.split("/", 1)[1] if "/" in member.name else member.name
+            if rel.startswith(SDIST_TEMPLATES) and rel.endswith(".jinja"):
+                out[rel[len(SDIST_TEMPLATES):]] = (rel, tar.extractfile(member).read().decode("utf-8"))
+    return out
+
+
+def fixed_datetime():
+    import datetime as real
+
+    class Fixed(real.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(*FIXED_NOW)
+    return Fixed
+
+
+def render_hub(file_name, rel_path, text, family, tokens, sdist_name, tokenizer_json):
+    import hashlib
+    import calendar
+    import jinja2
+    import transformers
+    import transformers.utils.chat_template_utils as ctu
+    from transformers import AutoTokenizer
+
+    ctu.datetime = fixed_datetime()  # strftime_now reads the module's datetime at call time
+    bos, eos = tokens
+    config = {"bos_token": bos, "eos_token": eos, "chat_template": text}
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(tokenizer_json, os.path.join(tmp, "tokenizer.json"))
+        with open(os.path.join(tmp, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump(dict(config, tokenizer_class="PreTrainedTokenizerFast", model_max_length=512), f)
+        tok = AutoTokenizer.from_pretrained(tmp)
+        variables = dict(tok.special_tokens_map)
+        expected_vars = {k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v is not None}
+        assert variables == expected_vars, f"{file_name}: special tokens {variables} != {expected_vars}"
+        cases = []
+        compile_error = None
+        try:
+            ctu._compile_jinja_template(text)
+        except jinja2.exceptions.TemplateError as e:
+            compile_error = f"{type(e).__name__}: {e}"
+        for c in HUB_CORPUS if compile_error is None else []:
+            kwargs = {k: v for k, v in c.items() if k not in ("name", "messages", "add_generation_prompt", "tools")}
+            case = {"name": c["name"]}
+            try:
+                out = tok.apply_chat_template(json.loads(json.dumps(c["messages"])), tools=c.get("tools"),
+                                              tokenize=False, add_generation_prompt=c["add_generation_prompt"],
+                                              **kwargs)
+                assert isinstance(out, str), type(out)
+                case["expected"] = out
+            except Exception as e:  # the template raised, or jinja2 failed inside it
+                case["raises"] = f"{type(e).__name__}: {e}"
+            cases.append(case)
+    fx = {"template": file_name, "family": family,
+          "source": {"sdist": sdist_name, "path": rel_path, "sha256": hashlib.sha256(text.encode()).hexdigest()},
+          "transformers": transformers.__version__, "jinja2": jinja2.__version__,
+          "now_utc_seconds": calendar.timegm(FIXED_NOW + (0, 0, 0)),
+          "tokenizer_config": config, "cases": cases}
+    if compile_error:
+        fx["compile_error"] = compile_error
+    return fx
+
+
+def generate_hub(sdist):
+    import jinja2
+    import transformers
+    if transformers.__version__ != TRANSFORMERS_VERSION or jinja2.__version__ != JINJA2_VERSION:
+        sys.exit(f"needs transformers=={TRANSFORMERS_VERSION} and jinja2=={JINJA2_VERSION}, found "
+                 f"{transformers.__version__} and {jinja2.__version__}")
+    templates = read_sdist(sdist)
+    missing = sorted(set(HUB_TEMPLATES) - set(templates))
+    if missing:
+        sys.exit(f"not in {sdist}: {missing}")
+    tokenizer_json = find_tokenizer_json()
+    os.makedirs(HUB_DIR, exist_ok=True)
+    with open(os.path.join(HUB_DIR, "conversations.json"), "w", encoding="utf-8") as f:
+        json.dump(HUB_CORPUS, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    for name, (family, tokens) in HUB_TEMPLATES.items():
+        rel, text = templates[name]
+        fx = render_hub(name, rel, text, family, tokens, os.path.basename(sdist), tokenizer_json)
+        with open(os.path.join(HUB_DIR, name[:-len(".jinja")] + ".json"), "w", encoding="utf-8") as f:
+            json.dump(fx, f, ensure_ascii=False, indent=0)
+            f.write("\n")
+        rendered = sum("expected" in c for c in fx["cases"])
+        print(f"{name:56s} {rendered:3d} rendered, {len(fx['cases']) - rendered:2d} raised"
+              + (f"  (does not compile: {fx['compile_error'][:60]})" if "compile_error" in fx else ""))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--check-only", action="store_true", help="only re-check the files already written")
+    ap.add_argument("--check-only", action="store_true", help="only re-check the synthetic files already written")
+    ap.add_argument("--sdist", default=SDIST_DEFAULT, help="the llama-cpp-python source distribution")
+    ap.add_argument("--hub-only", action="store_true", help="only the hub templates")
     args = ap.parse_args()
+    if not args.check_only:
+        generate_hub(args.sdist)
+    if args.hub_only:
+        return
     if not args.check_only:
         tokenizer_json = find_tokenizer_json()
         os.makedirs(OUT_DIR, exist_ok=True)

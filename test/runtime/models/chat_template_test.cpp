@@ -1,6 +1,8 @@
-// Chat templates rendered in C++ against transformers' apply_chat_template: the fixtures in
-// test/fixtures/chat_templates (tools/goldens/gen_chat_templates.py) hold, per format family,
-// a tokenizer_config.json and what transformers rendered or refused for each conversation.
+// Chat templates run by mpakt's Jinja interpreter against transformers' apply_chat_template.
+// test/fixtures/chat_templates (tools/goldens/gen_chat_templates.py) holds:
+//   hub/*.json      real templates of current model families (from the llama-cpp-python sdist),
+//                   each with what transformers rendered or raised for hub/conversations.json;
+//   *.json          small templates stating four layouts, with about 60 edge-case conversations.
 
 #include "runtime/models/chat_template.hpp"
 
@@ -9,6 +11,11 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <filesystem>
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,8 +25,6 @@ namespace mpakt::models {
 namespace {
 
 const std::string fixture_dir = std::string(MPAKT_FIXTURES_DIR) + "/chat_templates/";
-const std::string unknown_message =
-    "tokenizer_config.json: chat_template is not a format mpakt renders (ChatML, Llama 3, Gemma, Mistral)";
 
 std::string str(const rapidjson::Value& v) { return std::string(v.GetString(), v.GetStringLength()); }
 
@@ -44,90 +49,182 @@ std::string quoted(const std::string& text) {
   return std::string(b.GetString(), b.GetSize());
 }
 
-/// The fixtures' name for a format.
-std::string format_key(chat_format f) {
-  switch (f) {
-    case chat_format::chatml: return "chatml";
-    case chat_format::llama3: return "llama3";
-    case chat_format::gemma: return "gemma";
-    case chat_format::mistral: return "mistral";
-    case chat_format::plain: return "plain";
-  }
-  return "";
-}
-
 chat_template parsed(const std::string& config) {
   auto t = parse_chat_template(config);
   EXPECT_TRUE(t.ok()) << t.err().message;
   return t.ok() ? *t : chat_template{};
 }
 
-/// Every case of one fixture file: byte-identical rendering, or a refusal naming the
-/// message transformers' template refused. Returns the number of rendered cases.
-int check_fixture(const std::string& variant) {
-  rapidjson::Document fx;
-  const std::string text = test::read_file(fixture_dir + variant + ".json");
-  fx.Parse(text.data(), text.size());
-  EXPECT_FALSE(fx.HasParseError()) << variant;
-  if (fx.HasParseError() || !fx.IsObject()) return 0;
+rapidjson::Document load(const std::string& path) {
+  rapidjson::Document d;
+  const std::string text = test::read_file(path);
+  d.Parse(text.data(), text.size());
+  EXPECT_FALSE(d.HasParseError()) << path;
+  return d;
+}
 
+// ---- the hub templates ---------------------------------------------------------------------
+
+struct hub_counts {
+  int files = 0, rendered = 0, refused = 0, compile_refused = 0;
+  std::set<std::string> families;
+};
+
+/// Every case of one hub fixture: the same text as transformers, or a refusal where it raised.
+void check_hub_fixture(const std::string& path, const rapidjson::Document& corpus, hub_counts& n) {
+  const rapidjson::Document fx = load(path);
+  ASSERT_TRUE(fx.IsObject()) << path;
+  const std::string name = str(fx["template"]);
+  auto t = parse_chat_template(to_json(fx["tokenizer_config"]));
+  if (fx.HasMember("compile_error")) {
+    // transformers could not compile it either: refused when the model is loaded.
+    EXPECT_FALSE(t.ok()) << name << " compiles here but not in transformers: " << str(fx["compile_error"]);
+    ++n.compile_refused;
+    return;
+  }
+  ASSERT_TRUE(t.ok()) << name << ": " << t.err().message;
+  ++n.files;
+  n.families.insert(str(fx["family"]));
+  std::map<std::string, const rapidjson::Value*> conversations;
+  for (const auto& c : corpus.GetArray()) conversations[str(c["name"])] = &c;
+  for (const auto& c : fx["cases"].GetArray()) {
+    const std::string case_name = str(c["name"]);
+    ASSERT_TRUE(conversations.count(case_name)) << name << "/" << case_name;
+    const rapidjson::Value& conv = *conversations[case_name];
+    chat_render_options o;
+    o.add_generation_prompt = conv["add_generation_prompt"].GetBool();
+    o.now_utc_seconds = fx["now_utc_seconds"].GetInt64();
+    for (auto it = conv.MemberBegin(); it != conv.MemberEnd(); ++it) {
+      const std::string key = str(it->name);
+      if (key == "tools") o.tools = jinja::value::from_json(it->value);
+      else if (key != "name" && key != "messages" && key != "add_generation_prompt")
+        o.variables.emplace_back(key, jinja::value::from_json(it->value));
+    }
+    auto r = render_chat(*t, jinja::value::from_json(conv["messages"]), o);
+    if (c.HasMember("expected")) {
+      ASSERT_TRUE(r.ok()) << name << "/" << case_name << ": " << r.err().message;
+      EXPECT_EQ(*r, str(c["expected"])) << name << "/" << case_name;
+      if (*r == str(c["expected"])) ++n.rendered;
+    } else {
+      EXPECT_FALSE(r.ok()) << name << "/" << case_name << " rendered, transformers raised " << str(c["raises"]);
+      if (!r.ok()) ++n.refused;
+    }
+  }
+}
+
+TEST(ChatTemplateHub, every_fixture_renders_as_transformers_does) {
+  const rapidjson::Document corpus = load(fixture_dir + "hub/conversations.json");
+  ASSERT_TRUE(corpus.IsArray());
+  std::vector<std::string> paths;
+  for (const auto& e : std::filesystem::directory_iterator(fixture_dir + "hub"))
+    if (e.path().filename() != "conversations.json") paths.push_back(e.path().string());
+  std::sort(paths.begin(), paths.end());
+  hub_counts n;
+  for (const auto& p : paths) check_hub_fixture(p, corpus, n);
+  std::printf("hub templates: %d files of %zu families, %d cases rendered identically, %d refused as transformers "
+              "raised, %d templates refused as transformers could not compile them\n",
+              n.files, n.families.size(), n.rendered, n.refused, n.compile_refused);
+  EXPECT_GE(n.families.size(), 25u);
+  EXPECT_GE(n.rendered, 700);
+}
+
+/// One hub fixture's template, parsed.
+chat_template hub_template(const std::string& file) {
+  const rapidjson::Document fx = load(fixture_dir + "hub/" + file + ".json");
+  return parsed(to_json(fx["tokenizer_config"]));
+}
+
+TEST(ChatTemplateHub, stop_tokens_derived_from_the_template) {
+  EXPECT_EQ(hub_template("meta-llama-Llama-3.1-8B-Instruct").stop_tokens,
+            (std::vector<std::string>{"<|eot_id|>", "<|eom_id|>"}));
+  EXPECT_EQ(hub_template("Qwen-Qwen3-0.6B").stop_tokens, std::vector<std::string>{"<|im_end|>"});
+  EXPECT_EQ(hub_template("google-gemma-2-2b-it").stop_tokens, (std::vector<std::string>{"<end_of_turn>", "<eos>"}));
+  EXPECT_EQ(hub_template("mistralai-Mistral-Nemo-Instruct-2407").stop_tokens, std::vector<std::string>{"</s>"});
+  EXPECT_EQ(hub_template("microsoft-Phi-3.5-mini-instruct").stop_tokens, (std::vector<std::string>{"<|end|>", "<|endoftext|>"}));
+  EXPECT_EQ(hub_template("CohereForAI-c4ai-command-r7b-12-2024-tool_use").stop_tokens,
+            (std::vector<std::string>{"<|END_RESPONSE|>", "<|END_OF_TURN_TOKEN|>"}));
+}
+
+TEST(ChatTemplateHub, bos_in_the_text_decides_add_special_tokens) {
+  const std::vector<chat_message> msgs{{"user", "hi"}};
+  auto llama = hub_template("meta-llama-Llama-3.2-3B-Instruct");
+  EXPECT_TRUE(template_adds_bos(llama, render_chat(llama, msgs).value()));
+  auto qwen = hub_template("Qwen-Qwen2.5-7B-Instruct");
+  EXPECT_FALSE(template_adds_bos(qwen, render_chat(qwen, msgs).value()));
+  EXPECT_FALSE(template_adds_bos(chat_template{}, "<s>hi"));
+}
+
+TEST(ChatTemplateHub, llama32_date_follows_the_clock_given) {
+  auto t = hub_template("meta-llama-Llama-3.2-3B-Instruct");
+  chat_render_options o;
+  o.now_utc_seconds = 0;  // 1970-01-01
+  auto r = render_chat(t, jinja::value::list({jinja::value::dict({{"role", "user"}, {"content", "hi"}})}), o);
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_NE(r->find("Today Date: 01 Jan 1970"), std::string::npos) << *r;
+}
+
+TEST(ChatTemplateHub, qwen3_thinking_flag_passed_through) {
+  auto t = hub_template("Qwen-Qwen3-0.6B");
+  chat_render_options o;
+  o.variables.emplace_back("enable_thinking", jinja::value(false));
+  const auto msgs = jinja::value::list({jinja::value::dict({{"role", "user"}, {"content", "hi"}})});
+  EXPECT_EQ(render_chat(t, msgs, o).value(),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_EQ(render_chat(t, msgs, chat_render_options{}).value(), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+// ---- the layout fixtures -----------------------------------------------------------------------
+
+/// Every case of one layout fixture. Returns the number of rendered cases.
+int check_layout_fixture(const std::string& variant) {
+  const rapidjson::Document fx = load(fixture_dir + variant + ".json");
+  if (!fx.IsObject()) return 0;
   auto t = parse_chat_template(to_json(fx["tokenizer_config"]));
   EXPECT_TRUE(t.ok()) << variant << ": " << t.err().message;
   if (!t.ok()) return 0;
-  EXPECT_EQ(format_key(t->format), str(fx["format"])) << variant;
   const auto& expect = fx["expect"];
   std::vector<std::string> stops;
   for (const auto& s : expect["stop_tokens"].GetArray()) stops.push_back(str(s));
   EXPECT_EQ(t->stop_tokens, stops) << variant;
-  EXPECT_EQ(template_adds_bos(*t), expect["adds_bos"].GetBool()) << variant;
-  if (expect.HasMember("default_system")) {
-    EXPECT_EQ(t->default_system.value_or("<none>"), str(expect["default_system"])) << variant;
-  } else {
-    EXPECT_FALSE(t->default_system.has_value()) << variant;
-  }
-  if (expect.HasMember("folds_system")) {
-    EXPECT_EQ(t->folds_system, expect["folds_system"].GetBool()) << variant;
-  }
-
   int rendered = 0;
   for (const auto& c : fx["cases"].GetArray()) {
-    const std::string name = variant + "/" + str(c["name"]);
-    std::vector<chat_message> msgs;
-    for (const auto& m : c["messages"].GetArray()) msgs.push_back({str(m["role"]), str(m["content"])});
-    auto got = render_chat(*t, msgs, c["add_generation_prompt"].GetBool());
+    const std::string name = str(c["name"]);
+    chat_render_options o;
+    o.add_generation_prompt = c["add_generation_prompt"].GetBool();
+    auto r = render_chat(*t, jinja::value::from_json(c["messages"]), o);
     if (c.HasMember("expected")) {
-      EXPECT_TRUE(got.ok()) << name << ": " << got.err().message;
-      if (!got.ok()) continue;
-      EXPECT_EQ(*got, str(c["expected"])) << name;
+      EXPECT_TRUE(r.ok()) << variant << "/" << name << ": " << r.err().message;
+      if (!r.ok()) continue;
+      EXPECT_EQ(*r, str(c["expected"])) << variant << "/" << name;
+      EXPECT_EQ(template_adds_bos(*t, *r), expect["adds_bos"].GetBool()) << variant << "/" << name;
       ++rendered;
     } else {
-      EXPECT_FALSE(got.ok()) << name << ": transformers raised \"" << str(c["raises"]) << "\" but this rendered";
-      if (got.ok()) continue;
-      const auto i = std::size_t(c["refused_index"].GetInt());
-      const std::string named = "messages[" + std::to_string(i) + "] has role \"" + msgs[i].role + "\"";
-      EXPECT_NE(got.err().message.find(named), std::string::npos) << name << ": " << got.err().message;
+      EXPECT_FALSE(r.ok()) << variant << "/" << name << " rendered, transformers raised " << str(c["raises"]);
+      if (r.ok()) continue;
+      // The template's own message, naming the message it refused.
+      EXPECT_NE(r.err().message.find(str(c["raises"])), std::string::npos) << r.err().message;
     }
   }
   return rendered;
 }
 
-TEST(ChatTemplateFixtures, chatml) { EXPECT_GE(check_fixture("chatml"), 40); }
-TEST(ChatTemplateFixtures, chatml_default_system) { EXPECT_GE(check_fixture("chatml_default_system"), 40); }
-TEST(ChatTemplateFixtures, llama3) { EXPECT_GE(check_fixture("llama3"), 40); }
-TEST(ChatTemplateFixtures, gemma) { EXPECT_GE(check_fixture("gemma"), 40); }
-TEST(ChatTemplateFixtures, gemma_no_system) { EXPECT_GE(check_fixture("gemma_no_system"), 30); }
-TEST(ChatTemplateFixtures, mistral) { EXPECT_GE(check_fixture("mistral"), 40); }
+TEST(ChatTemplateLayouts, chatml) { EXPECT_GE(check_layout_fixture("chatml"), 40); }
+TEST(ChatTemplateLayouts, chatml_default_system) { EXPECT_GE(check_layout_fixture("chatml_default_system"), 40); }
+TEST(ChatTemplateLayouts, llama3) { EXPECT_GE(check_layout_fixture("llama3"), 40); }
+TEST(ChatTemplateLayouts, gemma) { EXPECT_GE(check_layout_fixture("gemma"), 40); }
+TEST(ChatTemplateLayouts, gemma_no_system) { EXPECT_GE(check_layout_fixture("gemma_no_system"), 30); }
+TEST(ChatTemplateLayouts, mistral) { EXPECT_GE(check_layout_fixture("mistral"), 40); }
 
 // ---- parsing tokenizer_config.json --------------------------------------------------------
 
 TEST(ChatTemplateParse, stories260k_has_no_template_so_plain) {
   auto t = parse_chat_template(test::read_file(std::string(MPAKT_SHARED_DIR) + "/models/stories260K/tokenizer_config.json"));
   ASSERT_TRUE(t.ok()) << t.err().message;
-  EXPECT_EQ(t->format, chat_format::plain);
+  EXPECT_TRUE(t->is_plain());
+  EXPECT_EQ(t->format_name(), "plain");
   EXPECT_EQ(t->bos_token, "<s>");
   EXPECT_EQ(t->eos_token, "</s>");
   EXPECT_EQ(t->stop_tokens, std::vector<std::string>{"</s>"});
-  EXPECT_FALSE(template_adds_bos(*t));
 
   // A story prompt renders to exactly its text, so a base model continues it as a story.
   const std::string prompt = "Once upon a time, there was a little girl named Lily.";
@@ -135,28 +232,22 @@ TEST(ChatTemplateParse, stories260k_has_no_template_so_plain) {
   auto r = render_chat(*t, one);
   ASSERT_TRUE(r.ok()) << r.err().message;
   EXPECT_EQ(*r, prompt);
+  EXPECT_FALSE(template_adds_bos(*t, *r));
   // Later turns continue the same text: the model's reply follows the prompt as generated.
   const std::vector<chat_message> three{{"user", "Once upon a time"}, {"assistant", ", there was a girl."}, {"user", " She"}};
   EXPECT_EQ(render_chat(*t, three).value(), "Once upon a time, there was a girl. She");
   EXPECT_EQ(render_chat(*t, three, false).value(), "Once upon a time, there was a girl. She");
 }
 
-TEST(ChatTemplateParse, null_template_is_plain) {
-  EXPECT_EQ(parsed(config_with("null")).format, chat_format::plain);
-}
+TEST(ChatTemplateParse, null_template_is_plain) { EXPECT_TRUE(parsed(config_with("null")).is_plain()); }
 
-TEST(ChatTemplateParse, unknown_template_refused_naming_the_field) {
-  for (const std::string tmpl : {"{% for m in messages %}### {{ m.role }}: {{ m.content }}\n{% endfor %}",
-                                 "",
-                                 // Llama 2: [INST] with <<SYS>> blocks is not Mistral.
-                                 "{{ bos_token }}[INST] <<SYS>>\\n{{ messages[0]['content'] }}\\n<</SYS>>\\n\\n [/INST]",
-                                 // markers of two families: nothing says which one applies
-                                 "{{ '<|im_start|>' }}{{ '<start_of_turn>' }}"}) {
-    auto t = parse_chat_template(config_with(quoted(tmpl)));
-    ASSERT_FALSE(t.ok()) << tmpl;
-    EXPECT_EQ(t.err().code, errc::invalid);
-    EXPECT_EQ(t.err().message, unknown_message) << tmpl;
-  }
+TEST(ChatTemplateParse, unsupported_construct_refused_naming_field_line_and_construct) {
+  auto t = parse_chat_template(config_with(quoted("{{ bos_token }}\n{% for m in messages %}\n{% include 'x' %}{% endfor %}")));
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.err().message, "tokenizer_config.json: chat_template line 3: the 'include' statement is not supported");
+  auto f = parse_chat_template(config_with("null"), "{{ messages | from_json }}");
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.err().message, "chat_template.jinja line 1: the filter 'from_json' is not supported");
 }
 
 TEST(ChatTemplateParse, malformed_json_refused) {
@@ -189,109 +280,37 @@ TEST(ChatTemplateParse, bad_fields_refused_naming_them) {
 }
 
 TEST(ChatTemplateParse, special_tokens_as_strings_objects_or_null) {
-  auto t = parsed(config_with(quoted("<start_of_turn>"), R"({"content": "<bos>", "special": true})", "null"));
-  EXPECT_EQ(t.format, chat_format::gemma);
+  auto t = parsed(config_with(quoted("{{ bos_token }}|{{ eos_token is none }}|{{ unk_token }}"),
+                              R"({"content": "<bos>", "special": true})", "null"));
   EXPECT_EQ(t.bos_token, "<bos>");
   EXPECT_EQ(t.eos_token, "");
-  EXPECT_EQ(t.stop_tokens, std::vector<std::string>{"<end_of_turn>"});
+  EXPECT_TRUE(t.stop_tokens.empty());
+  // eos_token null is not passed at all (transformers' special_tokens_map leaves it out).
+  const std::vector<chat_message> msgs{{"user", "x"}};
+  EXPECT_EQ(render_chat(t, msgs).value(), "<bos>|False|");
 }
 
-TEST(ChatTemplateParse, stop_tokens_not_duplicated) {
-  auto t = parsed(config_with(quoted("<|start_header_id|>"), "\"<|begin_of_text|>\"", "\"<|eot_id|>\""));
-  EXPECT_EQ(t.stop_tokens, std::vector<std::string>{"<|eot_id|>"});
-}
-
-// Templates written the way published ones are (one-line Jinja with set/if blocks, dot
-// access, double-quoted literals) are still recognised by their markers.
-TEST(ChatTemplateParse, realistic_templates_detected) {
-  const std::string llama3 =
-      "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
-      "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
-      "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
-      "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
-  EXPECT_EQ(parsed(config_with(quoted(llama3))).format, chat_format::llama3);
-
-  const std::string chatml =
-      "{% for message in messages %}{{\"<|im_start|>\" + message.role + \"\\n\" + message.content + \"<|im_end|>\\n\"}}"
-      "{% endfor %}{% if add_generation_prompt %}{{ \"<|im_start|>assistant\\n\" }}{% endif %}";
-  auto c = parsed(config_with(quoted(chatml)));
-  EXPECT_EQ(c.format, chat_format::chatml);
-  EXPECT_FALSE(c.default_system.has_value());
-
-  const std::string gemma3 =
-      "{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- set first_user_prefix = "
-      "messages[0]['content'] + '\\n\\n' -%}\n{%- endif -%}\n{{ '<start_of_turn>' + role + '\\n' }}";
-  EXPECT_TRUE(parsed(config_with(quoted(gemma3))).folds_system);
-
-  const std::string gemma1 =
-      "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
-      "{% endif %}{% for message in messages %}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + "
-      "'<end_of_turn>\\n' }}{% endfor %}";
-  auto g1 = parsed(config_with(quoted(gemma1)));
-  EXPECT_EQ(g1.format, chat_format::gemma);
-  EXPECT_FALSE(g1.folds_system);
-
-  const std::string mistral =
-      "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
-      "message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}"
-      "{% endif %}{% endfor %}";
-  EXPECT_EQ(parsed(config_with(quoted(mistral))).format, chat_format::mistral);
-}
-
-TEST(ChatTemplateParse, variants_that_render_differently_refused) {
-  auto llama31 = parse_chat_template(config_with(quoted(
-      "{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' }}{{- 'Cutting Knowledge Date: December 2023\\n' }}")));
-  ASSERT_FALSE(llama31.ok());
-  EXPECT_NE(llama31.err().message.find("tokenizer_config.json: chat_template is a Llama 3.1+"), std::string::npos);
-
-  for (const std::string tmpl : {"{{ ' [INST] ' + message['content'] + ' [/INST]' }}",      // v0.2 update
-                                 "{{ '[INST] ' + message['content'] + '[/INST]' }}",        // v0.3
-                                 "{{ '[SYSTEM_PROMPT]' }}{{ '[INST] ' + m + ' [/INST]' }}"}) {
-    auto t = parse_chat_template(config_with(quoted(tmpl)));
-    ASSERT_FALSE(t.ok()) << tmpl;
-    EXPECT_NE(t.err().message.find("tokenizer_config.json: chat_template is a Mistral layout"), std::string::npos);
-  }
-}
-
-TEST(ChatTemplateParse, default_system_found_in_any_quoting) {
-  // Qwen-2.5-like: a system turn opened in one literal and continued by concatenation comes
-  // first and is not the default; the default is the later single literal.
-  const std::string qwen =
-      "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + "
-      "'<|im_end|>\\n' }}{%- else %}{{- \"<|im_start|>system\\nYou\\'re \\\"Q\\\", caf\\u00e9\\tbot.<|im_end|>\\n\" }}"
-      "{%- endif %}{% for message in messages %}{{ '<|im_start|>' + message.role + '\\n' }}{% endfor %}";
-  auto t = parsed(config_with(quoted(qwen)));
-  EXPECT_EQ(t.format, chat_format::chatml);
-  ASSERT_TRUE(t.default_system.has_value());
-  EXPECT_EQ(*t.default_system, "You're \"Q\", caf\xc3\xa9\tbot.");
-
-  const std::vector<chat_message> msgs{{"user", "hi"}};
-  EXPECT_EQ(render_chat(t, msgs).value(),
-            "<|im_start|>system\nYou're \"Q\", caf\xc3\xa9\tbot.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
-            "<|im_start|>assistant\n");
+TEST(ChatTemplateParse, list_form_uses_default) {
+  auto t = parsed(config_with(R"([{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D{{ messages | length }}"}])"));
+  const std::vector<chat_message> msgs{{"user", "x"}};
+  EXPECT_EQ(render_chat(t, msgs).value(), "D1");
 }
 
 TEST(ChatTemplateParse, jinja_file_takes_precedence) {
-  const std::string config = config_with(quoted("<|im_start|>"));
-  auto from_file = parse_chat_template(config, "{{ bos_token }}{{ '<start_of_turn>' }}");
+  const std::string config = config_with(quoted("from config"));
+  const std::vector<chat_message> msgs{{"user", "x"}};
+  auto from_file = parse_chat_template(config, "{{ bos_token }}from file");
   ASSERT_TRUE(from_file.ok()) << from_file.err().message;
-  EXPECT_EQ(from_file->format, chat_format::gemma);
-  EXPECT_EQ(from_file->bos_token, "<s>");
-  EXPECT_EQ(parse_chat_template(config, "").value().format, chat_format::chatml);
-
-  auto unknown = parse_chat_template(config, "{{ messages }}");
-  ASSERT_FALSE(unknown.ok());
-  EXPECT_EQ(unknown.err().message, "chat_template.jinja is not a format mpakt renders (ChatML, Llama 3, Gemma, Mistral)");
+  EXPECT_EQ(render_chat(*from_file, msgs).value(), "<s>from file");
+  EXPECT_EQ(render_chat(parse_chat_template(config, "").value(), msgs).value(), "from config");
 }
 
-// ---- rendering edge cases not in the fixtures -------------------------------------------------
+// ---- rendering ---------------------------------------------------------------------------------
 
-TEST(ChatTemplateRender, empty_conversation_refused_for_every_format) {
-  for (auto f : {chat_format::chatml, chat_format::llama3, chat_format::gemma, chat_format::mistral, chat_format::plain}) {
-    chat_template t;
-    t.format = f;
+TEST(ChatTemplateRender, empty_conversation_refused) {
+  for (const auto& t : {chat_template{}, parsed(config_with(quoted("x")))}) {
     auto r = render_chat(t, std::span<const chat_message>());
-    ASSERT_FALSE(r.ok()) << chat_format_name(f);
+    ASSERT_FALSE(r.ok());
     EXPECT_NE(r.err().message.find("messages is empty"), std::string::npos);
   }
 }
@@ -303,28 +322,30 @@ TEST(ChatTemplateRender, plain_refuses_unknown_roles) {
   EXPECT_EQ(r.err().message, "messages[1] has role \"tool\": plain renders system, user and assistant");
 }
 
-TEST(ChatTemplateRender, trim_leaves_malformed_utf8_alone) {
-  chat_template t;
-  t.format = chat_format::llama3;
-  // A lone continuation byte and a truncated sequence are not whitespace; the spaces around go.
-  const std::vector<chat_message> msgs{{"user", " \x80 x \xe3\x80"}, {"assistant", "\xe3\x80\x80"}};
-  EXPECT_EQ(render_chat(t, msgs, false).value(),
-            "<|start_header_id|>user<|end_header_id|>\n\n\x80 x \xe3\x80<|eot_id|>"
-            "<|start_header_id|>assistant<|end_header_id|>\n\n<|eot_id|>");
+TEST(ChatTemplateRender, raise_exception_refused_with_the_templates_message) {
+  auto t = parsed(config_with(quoted("{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}ok")));
+  const std::vector<chat_message> msgs{{"system", "s"}, {"user", "u"}};
+  auto r = render_chat(t, msgs);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.err().message, "tokenizer_config.json: chat_template line 1 raised an error: System role not supported");
 }
 
-TEST(ChatTemplateRender, bos_placement_by_format) {
-  for (auto [f, adds] : {std::pair{chat_format::chatml, false}, std::pair{chat_format::llama3, true},
-                         std::pair{chat_format::gemma, true}, std::pair{chat_format::mistral, true},
-                         std::pair{chat_format::plain, false}}) {
-    chat_template t;
-    t.format = f;
-    t.bos_token = "<BOS>";
-    EXPECT_EQ(template_adds_bos(t), adds) << chat_format_name(f);
-    const std::vector<chat_message> msgs{{"user", "hi"}};
-    const std::string text = render_chat(t, msgs).value();
-    EXPECT_EQ(text.rfind("<BOS>", 0) == 0, adds) << chat_format_name(f) << ": " << text;
-  }
+TEST(ChatTemplateRender, messages_normalised_as_transformers_does) {
+  // None-valued keys are dropped; reasoning is copied to thinking and reasoning_content.
+  auto t = parsed(config_with(quoted("{% for m in messages %}{{ m | tojson }}{% endfor %}")));
+  const auto msgs = jinja::value::list({jinja::value::dict(
+      {{"role", "assistant"}, {"content", "4"}, {"tool_calls", jinja::value::none()}, {"reasoning", "r"}})});
+  EXPECT_EQ(render_chat(t, msgs, chat_render_options{}).value(),
+            R"({"thinking": "r", "role": "assistant", "content": "4", "reasoning": "r", "reasoning_content": "r"})");
+}
+
+TEST(ChatTemplateRender, tools_default_to_none) {
+  auto t = parsed(config_with(quoted("{{ tools is none }} {{ documents is none }} {{ tools is defined }}")));
+  const std::vector<chat_message> msgs{{"user", "x"}};
+  EXPECT_EQ(render_chat(t, msgs).value(), "True True True");
+  chat_render_options o;
+  o.tools = jinja::value::list({jinja::value::dict({{"name", "f"}})});
+  EXPECT_EQ(render_chat(t, jinja::value::list({jinja::value::dict({{"role", "user"}})}), o).value(), "False True True");
 }
 
 }  // namespace
