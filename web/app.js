@@ -31,7 +31,7 @@
     key: localStorage.getItem(KEY_ITEM) || "",
     user: localStorage.getItem(USER_ITEM) || "",
     models: [],
-    formats: new Map(),       // modelId -> chat format seen in a `model` event ("plain", "chatml", …)
+    formats: new Map(),       // modelId -> chat format seen in a `model` event ("plain" or "chat_template")
     conversation: [],         // [{role, content}], resent whole every turn
     controller: null,         // AbortController of the reply streaming now
   };
