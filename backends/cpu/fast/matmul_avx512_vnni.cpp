@@ -179,71 +179,32 @@ void pair_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
 
 }  // namespace
 
-void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, std::uint8_t* q, float* scale,
-                        float* sums) {
-  const i64 blocks = k / 32, pairs = (blocks + 1) / 2;
-  const __m512 sign = _mm512_set1_ps(-0.0f);
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  for (i64 r = r_begin; r < r_end; ++r) {
-    std::uint8_t* qr = q + r * pairs * 64;
-    float* sr = scale + r * pairs * 16;
-    float* mr = sums ? sums + r * pairs * 16 : nullptr;
-    for (i64 p = 0; p < pairs; ++p) {
-      _mm512_storeu_si512(qr + p * 64, _mm512_setzero_si512());
-      _mm512_storeu_ps(sr + p * 16, _mm512_setzero_ps());
-      if (mr) _mm512_storeu_ps(mr + p * 16, _mm512_setzero_ps());
-    }
-    for (i64 b = 0; b < blocks; ++b) {
-      const float* src = x + r * k + b * 32;
-      const __m512 v0 = _mm512_loadu_ps(src), v1 = _mm512_loadu_ps(src + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
-      // the AMX path's quantization, to the bit: scale max|x|/127, round to nearest even
-      const bool finite = (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) == 0;
-      const __m512 iv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-      __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
-      const float s = finite ? amax / 127.0f : __builtin_nanf("");
-      const i64 p = b / 2, second = b % 2;
-      std::uint8_t* dst = qr + p * 64;
-      if (type == wtype::q8) {
-        // offset by 128 to be vpdpbusd's unsigned operand
-        const __m128i off = _mm_set1_epi8(char(0x80));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + second * 32), _mm_xor_si128(_mm512_cvtsepi32_epi8(i0), off));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + second * 32 + 16), _mm_xor_si128(_mm512_cvtsepi32_epi8(i1), off));
-        for (int l = 0; l < 8; ++l) sr[p * 16 + second * 8 + l] = s;
-      } else {
-        const __m512i e = _mm512_permutex2var_epi32(i0, even, i1), o = _mm512_permutex2var_epi32(i0, odd, i1);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + second * 16), _mm512_cvtsepi32_epi8(e));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32 + second * 16), _mm512_cvtsepi32_epi8(o));
-        const float sum = s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
-        for (int l = 0; l < 4; ++l) {
-          sr[p * 16 + second * 4 + l] = s;
-          sr[p * 16 + 8 + second * 4 + l] = s;
-          mr[p * 16 + second * 4 + l] = sum * 0.125f;
-          mr[p * 16 + 8 + second * 4 + l] = sum * 0.125f;
-        }
-      }
-    }
-  }
-}
+namespace {
 
-void int16_split_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, std::uint8_t* hi,
-                               std::uint8_t* lo, float* scale, float* sums) {
+inline void store16(std::uint8_t* at, __m128i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(at), v); }
+
+/// Rows [r_begin, r_end) quantized per block of 32 in the pair layouts of int8_rows: int8
+/// (S false: max|x|/127, the AMX path's numbers to the bit, saturating) or the two-plane int16
+/// form (S true: max|x|/int16_levels; q8: q = 256·h + l with l in [0, 255], hi stored as h +
+/// 128; q4: h = (q + 128) >> 8 and l in [−128, 127], both signed). Nearest even throughout.
+template <bool S>
+void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, std::uint8_t* hi, std::uint8_t* lo,
+                    float* scale, float* sums) {
   const i64 blocks = k / 32, pairs = (blocks + 1) / 2;
   const __m512 sign = _mm512_set1_ps(-0.0f);
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  constexpr float levels = int16_levels;  // q4's signed split needs hi ≤ 127
+  const __m512i c128 = _mm512_set1_epi32(128);
+  constexpr float levels = S ? int16_levels : 127.0f;
   for (i64 r = r_begin; r < r_end; ++r) {
     std::uint8_t* hr = hi + r * pairs * 64;
-    std::uint8_t* lr = lo + r * pairs * 64;
+    std::uint8_t* lr = S ? lo + r * pairs * 64 : nullptr;
     float* sr = scale + r * pairs * 16;
     float* mr = sums ? sums + r * pairs * 16 : nullptr;
     for (i64 p = 0; p < pairs; ++p) {
-      // a lone last block's partner: zero values, so its lanes add nothing (q8's hi + 128
-      // meets zero weights there)
+      // a lone last block's partner: zero values and scales, so its lanes add nothing
       _mm512_storeu_si512(hr + p * 64, _mm512_setzero_si512());
-      _mm512_storeu_si512(lr + p * 64, _mm512_setzero_si512());
+      if (S) _mm512_storeu_si512(lr + p * 64, _mm512_setzero_si512());
       _mm512_storeu_ps(sr + p * 16, _mm512_setzero_ps());
       if (mr) _mm512_storeu_ps(mr + p * 16, _mm512_setzero_ps());
     }
@@ -256,37 +217,54 @@ void int16_split_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, wt
       const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
       const float s = finite ? amax / levels : __builtin_nanf("");
       const i64 p = b / 2, second = b % 2;
+      std::uint8_t* h = hr + p * 64;
       if (type == wtype::q8) {
-        // q = 256·h + l with l = q mod 256 in [0, 255]; hi stored as h + 128
-        const __m512i h0 = _mm512_add_epi32(_mm512_srai_epi32(i0, 8), _mm512_set1_epi32(128));
-        const __m512i h1 = _mm512_add_epi32(_mm512_srai_epi32(i1, 8), _mm512_set1_epi32(128));
-        const __m512i mask = _mm512_set1_epi32(0xff);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(hr + p * 64 + second * 32), _mm512_cvtepi32_epi8(h0));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(hr + p * 64 + second * 32 + 16), _mm512_cvtepi32_epi8(h1));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(lr + p * 64 + second * 32), _mm512_cvtepi32_epi8(_mm512_and_si512(i0, mask)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(lr + p * 64 + second * 32 + 16),
-                         _mm512_cvtepi32_epi8(_mm512_and_si512(i1, mask)));
-        for (int l = 0; l < 8; ++l) sr[p * 16 + second * 8 + l] = s;
-      } else {
-        // q = 256·h + l with h = (q + 128) >> 8 and l in [−128, 127], both signed
-        const __m512i e = _mm512_permutex2var_epi32(i0, even, i1), o = _mm512_permutex2var_epi32(i0, odd, i1);
-        const __m512i he = _mm512_srai_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(128)), 8);
-        const __m512i ho = _mm512_srai_epi32(_mm512_add_epi32(o, _mm512_set1_epi32(128)), 8);
-        const __m512i le = _mm512_sub_epi32(e, _mm512_slli_epi32(he, 8)), lo_ = _mm512_sub_epi32(o, _mm512_slli_epi32(ho, 8));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(hr + p * 64 + second * 16), _mm512_cvtepi32_epi8(he));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(hr + p * 64 + 32 + second * 16), _mm512_cvtepi32_epi8(ho));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(lr + p * 64 + second * 16), _mm512_cvtepi32_epi8(le));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(lr + p * 64 + 32 + second * 16), _mm512_cvtepi32_epi8(lo_));
-        const float sum = s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
-        for (int l = 0; l < 4; ++l) {
-          sr[p * 16 + second * 4 + l] = s;
-          sr[p * 16 + 8 + second * 4 + l] = s;
-          mr[p * 16 + second * 4 + l] = sum * 0.125f;
-          mr[p * 16 + 8 + second * 4 + l] = sum * 0.125f;
+        if constexpr (S) {
+          const __m512i mask = _mm512_set1_epi32(0xff);
+          store16(h + second * 32, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(i0, 8), c128)));
+          store16(h + second * 32 + 16, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(i1, 8), c128)));
+          store16(lr + p * 64 + second * 32, _mm512_cvtepi32_epi8(_mm512_and_si512(i0, mask)));
+          store16(lr + p * 64 + second * 32 + 16, _mm512_cvtepi32_epi8(_mm512_and_si512(i1, mask)));
+        } else {  // offset by 128 to be vpdpbusd's unsigned operand
+          const __m128i off = _mm_set1_epi8(char(0x80));
+          store16(h + second * 32, _mm_xor_si128(_mm512_cvtsepi32_epi8(i0), off));
+          store16(h + second * 32 + 16, _mm_xor_si128(_mm512_cvtsepi32_epi8(i1), off));
         }
+        for (int l = 0; l < 8; ++l) sr[p * 16 + second * 8 + l] = s;
+        continue;
+      }
+      const __m512i e = _mm512_permutex2var_epi32(i0, even, i1), o = _mm512_permutex2var_epi32(i0, odd, i1);
+      if constexpr (S) {
+        const __m512i he = _mm512_srai_epi32(_mm512_add_epi32(e, c128), 8), ho = _mm512_srai_epi32(_mm512_add_epi32(o, c128), 8);
+        store16(h + second * 16, _mm512_cvtepi32_epi8(he));
+        store16(h + 32 + second * 16, _mm512_cvtepi32_epi8(ho));
+        store16(lr + p * 64 + second * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(e, _mm512_slli_epi32(he, 8))));
+        store16(lr + p * 64 + 32 + second * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(o, _mm512_slli_epi32(ho, 8))));
+      } else {
+        store16(h + second * 16, _mm512_cvtsepi32_epi8(e));
+        store16(h + 32 + second * 16, _mm512_cvtsepi32_epi8(o));
+      }
+      const float sum = s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
+      for (int l = 0; l < 4; ++l) {
+        sr[p * 16 + second * 4 + l] = s;
+        sr[p * 16 + 8 + second * 4 + l] = s;
+        mr[p * 16 + second * 4 + l] = sum * 0.125f;
+        mr[p * 16 + 8 + second * 4 + l] = sum * 0.125f;
       }
     }
   }
+}
+
+}  // namespace
+
+void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, std::uint8_t* q, float* scale,
+                        float* sums) {
+  quantize_pairs<false>(x, k, r_begin, r_end, type, q, nullptr, scale, sums);
+}
+
+void int16_split_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, std::uint8_t* hi,
+                               std::uint8_t* lo, float* scale, float* sums) {
+  quantize_pairs<true>(x, k, r_begin, r_end, type, hi, lo, scale, sums);
 }
 
 void int8_pairs_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
