@@ -370,16 +370,20 @@ using checkpt_atom = caf::atom_constant<caf::atom("checkpt")>;
 using restore_atom = caf::atom_constant<caf::atom("restore")>;
 using move_atom = caf::atom_constant<caf::atom("move")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
 
 /// Who is asking: the account owns what it creates; limits count per key.
 struct caller {
   std::string account;
   std::string key_id;
+  /// The HTTP request this call serves (its x-request-id), for log lines; empty when the
+  /// call does not come from one.
+  std::string request_id;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, caller& x) {
-  return f(caf::meta::type_name("caller"), x.account, x.key_id);
+  return f(caf::meta::type_name("caller"), x.account, x.key_id, x.request_id);
 }
 
 /// The pool: the connected workers, their measured state, and placement.
@@ -512,7 +516,10 @@ using coordinator_actor = caf::typed_actor<
     caf::replies_to<restore_atom, caller, std::string>::with<std::string>,
     /// the HTTP request actor that sent a graph call: its client went away, so the call is
     /// stopped on its worker (it applies nothing)
-    caf::reacts_to<cancel_atom, caf::actor_addr>>;
+    caf::reacts_to<cancel_atom, caf::actor_addr>,
+    /// GET /metrics: sessions, compiled graphs and models held, and every worker's status
+    /// (from the pool, whose workers' fronts answer at once)
+    caf::replies_to<metrics_atom>::with<std::uint64_t, std::uint64_t, std::uint64_t, std::vector<worker_status>>>;
 
 using signup_atom = caf::atom_constant<caf::atom("signup")>;
 using login_atom = caf::atom_constant<caf::atom("login")>;

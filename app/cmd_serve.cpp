@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <thread>
 
+#include <unistd.h>
+
 #include "actors/accounts/accounts_actor.hpp"
 #include "actors/coordinator/coordinator_actor.hpp"
 #include "actors/coordinator/gate_actor.hpp"
@@ -19,6 +21,7 @@
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
 #include "http/api/routes.hpp"
+#include "runtime/log.hpp"
 
 namespace mpakt {
 std::string_view embedded_api_reference();
@@ -38,7 +41,7 @@ const char* serve_usage =
     "                   [--max-connections N] [--max-connections-per-address N]\n"
     "                   [--header-timeout-ms MS] [--body-timeout-ms MS] [--generations-per-key N]\n"
     "                   [--login-failures-per-user N] [--login-failures-per-address N] [--login-window-s S]\n"
-    "                   [--join-failures-per-address N]\n"
+    "                   [--join-failures-per-address N] [--log-format json|text] [--metrics-open]\n"
     "\n"
     "Runs the coordinator: the v3 HTTP API, accounts (SQLite in DIR) and the actors, with\n"
     "N embedded CPU workers (default 1; 0 = only remote volunteers).\n"
@@ -59,6 +62,10 @@ const char* serve_usage =
     "  --cluster-port N    accept volunteers (`mpakt worker --join ADDR:N --token TOKEN`) on\n"
     "                      --address, port N; tokens from `mpakt admin volunteer-token`\n"
     "                      (with --dev, a token named dev is made at start and printed)\n"
+    "  --log-format F      stderr log lines: text, or json (one object per line); default text\n"
+    "                      when stderr is a terminal, json otherwise. The banner stays on stdout\n"
+    "  --metrics-open      serve GET /metrics to anyone who reaches --address (default: an\n"
+    "                      operator's key in x-api-key or Authorization: Bearer)\n"
     "Abuse limits (0 = none):\n"
     "  --max-connections N             open HTTP connections in all (default 1024; 503 past it)\n"
     "  --max-connections-per-address N ... from one client address (default 256; 429 past it)\n"
@@ -80,7 +87,8 @@ int cmd_serve(const std::vector<std::string>& args) {
   // only heavy computation; CAF's scheduler and the HTTP thread mostly wait).
   int threads = std::max(1u, std::thread::hardware_concurrency());
   if (const char* t = std::getenv("MPAKT_THREADS"); t && std::atoi(t) > 0) threads = std::atoi(t);
-  bool dev = false;
+  bool dev = false, metrics_open = false;
+  log::format log_format = isatty(STDERR_FILENO) ? log::format::text : log::format::json;
   coordinator_config ccfg;
   if (const char* env = std::getenv("MPAKT_HF_ENDPOINT"); env && *env) ccfg.load.hf_endpoint = env;
   std::uint64_t worker_memory = std::uint64_t(8) << 30, body_limit = std::uint64_t(256) << 20;
@@ -97,6 +105,11 @@ int cmd_serve(const std::vector<std::string>& args) {
     };
     if (a == "--help" || a == "-h") { std::fputs(serve_usage, stdout); return 0; }
     else if (a == "--dev") dev = true;
+    else if (a == "--metrics-open") metrics_open = true;
+    else if (a == "--log-format") {
+      if (!(v = value()) || (*v != "json" && *v != "text")) return bad("--log-format takes json or text");
+      log_format = *v == "json" ? log::format::json : log::format::text;
+    }
     else if (a == "--port") { if (!(v = value())) return bad("--port needs a number"); port = std::atoi(v->c_str()); }
     else if (a == "--data-dir") { if (!(v = value())) return bad("--data-dir needs a folder"); data_dir = *v; }
     else if (a == "--address") { if (!(v = value())) return bad("--address needs an address"); address = *v; }
@@ -164,6 +177,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     }
   }
   cpu_fast::set_kernel_threads(threads);
+  log::set_format(log_format);
   if (port < 0 || port > 65535) { std::fprintf(stderr, "mpakt serve: --port N is required\n\n%s", serve_usage); return 2; }
   if (data_dir.empty()) { std::fprintf(stderr, "mpakt serve: --data-dir DIR is required\n\n%s", serve_usage); return 2; }
   if (workers < 0) { std::fprintf(stderr, "mpakt serve: --workers must be 0 or more\n"); return 2; }
@@ -234,6 +248,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     api.web_dir = web_dir;
     api.request_timeout = ccfg.timeouts.graph + std::chrono::seconds(10);
     api.abuse = abuse;
+    api.metrics_open = metrics_open;
     auto server = http::server::start(scfg, http::make_api_handler(*sys, {coordinator, accounts}, api));
     auto stop_actors = [&] {
       caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);

@@ -81,7 +81,8 @@ class responder {
  public:
   virtual ~responder() = default;
   virtual void respond(response r) = 0;
-  virtual std::shared_ptr<sse_stream> start_sse(int status = 200) = 0;
+  /// Starts an SSE stream answering `status`, with `headers` besides the stream's own.
+  virtual std::shared_ptr<sse_stream> start_sse(int status = 200, header_list headers = {}) = 0;
 
   /// Answers with a body pulled from `source` in pieces of at most
   /// server_config::stream_chunk_bytes, so a large body (a multi-gigabyte checkpoint) is

@@ -184,7 +184,7 @@ void responder_impl::respond(response r) {
   deliver(answer{answer::kind::whole, std::move(r), std::nullopt, {}, {}});
 }
 
-std::shared_ptr<sse_stream> responder_impl::start_sse(int status) {
+std::shared_ptr<sse_stream> responder_impl::start_sse(int status, header_list headers) {
   auto stream = std::make_shared<sse_impl>(link_);
   if (!claim()) {
     stream->close();  // answered already: a stream that goes nowhere
@@ -193,6 +193,7 @@ std::shared_ptr<sse_stream> responder_impl::start_sse(int status) {
   response head;
   head.status = status;
   head.content_type = "text/event-stream";
+  head.headers = std::move(headers);
   answer a{answer::kind::sse, std::move(head), std::nullopt, {}, stream};
   if (!link_.post([a = std::move(a)](session& s) mutable { s.on_answer(std::move(a)); })) stream->mark_disconnected();
   return stream;

@@ -131,7 +131,7 @@ class responder_impl final : public responder {
   responder_impl(session_link link, std::shared_ptr<request_watch> watch) : link_(std::move(link)), watch_(std::move(watch)) {}
   ~responder_impl() override;  // answers 500 when nothing else did
   void respond(response r) override;
-  std::shared_ptr<sse_stream> start_sse(int status) override;
+  std::shared_ptr<sse_stream> start_sse(int status, header_list headers) override;
   void respond_stream(response head, std::optional<std::uint64_t> content_length, body_source source) override;
   void on_disconnect(std::function<void()> f) override { watch_->on_disconnect(std::move(f)); }
 

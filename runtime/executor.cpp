@@ -8,6 +8,7 @@
 #include <deque>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/schema.hpp"
 
 namespace mpakt {
@@ -43,6 +44,9 @@ struct planned_step {
   kernel_fn fn = nullptr;
   bool has_binds = false;
   std::vector<widen_task> per_call_widen;
+  /// The op's step count and step time in the process's metrics, looked up once at build.
+  metrics::counter* steps_metric = nullptr;
+  metrics::counter* seconds_metric = nullptr;
 };
 
 struct param_use {
@@ -385,6 +389,8 @@ result<std::unique_ptr<executable_graph>> executable_graph::build(graph_decl gra
     planned_step st;
     st.index = int(i);
     st.def = def;
+    st.steps_metric = &metrics::m().graph_steps.with({def->name});
+    st.seconds_metric = &metrics::m().graph_step_seconds.with({def->name});
     auto parsed = def->parse(full);
     if (!parsed) {
       // parse never range-checks bindable parameters (op.hpp), so an error about a bound
@@ -654,7 +660,10 @@ status executable_graph::run(tensor_source& source, run_control* control) {
     if (st.def->aliases_input >= 0 || st.def->writes_input >= 0) p_->remember_writes(st);
     kernel_call call{st.params.get(), st.in_ptrs, &out.t, &p_->ws};
     const double t0 = p_->profile ? thread_cpu_ns() : 0.0;
+    const auto wall0 = std::chrono::steady_clock::now();
     auto s = st.fn(call);
+    st.seconds_metric->inc(std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count());
+    st.steps_metric->inc();
     if (p_->profile) (*p_->profile)[std::size_t(&st - p_->steps.data())] = thread_cpu_ns() - t0;
     if (!s) return fail(make_error(s.err().code, step_prefix(std::size_t(st.index), op) + s.err().message));
     ++done;

@@ -15,6 +15,8 @@ debs=(
   python3 python3-venv python3-pip
   # the chat page's browser test: headless Chromium driven by Selenium, and fonts to lay out text
   chromium chromium-driver fonts-liberation
+  # test/e2e/test_metrics.py: a real Prometheus server scrapes a running grid's /metrics
+  prometheus
 )
 
 missing=()

@@ -22,6 +22,8 @@
 #include "runtime/executor.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/json.hpp"
+#include "runtime/log.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/schema.hpp"
 
 namespace mpakt {
@@ -545,11 +547,22 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           S.pending_loads[who.key_id]++;
           auto rp = self->make_response_promise<std::string>();
           auto job = spawn_load_job(self->system(), S.cfg.load, S.pool);
+          const auto load_started = std::chrono::steady_clock::now();
+          auto seconds_since = [load_started] {
+            return std::chrono::duration<double>(std::chrono::steady_clock::now() - load_started).count();
+          };
+          log::line("info", "coordinator", "loading " + req.source + " as " + req.model_id,
+                    {{"request_id", who.request_id}, {"model_id", req.model_id}, {"key_id", who.key_id}});
           self->request(job, caf::infinite, load_atom::value, req)
               .then(
                   [=](load_outcome& out) mutable {
                     auto& S = self->state;
                     S.pending_loads[who.key_id]--;
+                    const double secs = seconds_since();
+                    metrics::m().load_duration.with({"ok"}).observe(secs);
+                    log::line("info", "coordinator", "loaded " + req.model_id,
+                              {{"request_id", who.request_id}, {"model_id", req.model_id},
+                               {"bytes", std::to_string(out.published_bytes)}, {"seconds", std::to_string(secs)}});
                     model_entry m;
                     m.account = who.account;
                     m.key_id = who.key_id;
@@ -571,6 +584,9 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                   },
                   [=](caf::error& e) mutable {
                     self->state.pending_loads[who.key_id]--;
+                    metrics::m().load_duration.with({"failed"}).observe(seconds_since());
+                    log::line("warn", "coordinator", "load of " + req.model_id + " failed: " + from_caf(e).message,
+                              {{"request_id", who.request_id}, {"model_id", req.model_id}});
                     rp.deliver(caf::error(e));
                   });
           return rp;
@@ -1412,6 +1428,17 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (it == S.running.end()) return;  // answered already
           caf::anon_send(it->second.first, runcancel_atom::value, it->second.second);
           S.running.erase(it);
+        },
+        // ------------------------------------------------------------ metrics
+        [=](metrics_atom) -> caf::result<std::uint64_t, std::uint64_t, std::uint64_t, std::vector<worker_status>> {
+          auto& S = self->state;
+          const std::uint64_t sessions = S.sessions.size(), graphs = S.graphs.size(), models = S.models.size();
+          auto rp = self->make_response_promise<std::uint64_t, std::uint64_t, std::uint64_t, std::vector<worker_status>>();
+          // (the pool asks each worker's front, which answers while its compute side is busy)
+          self->request(S.pool, control, workers_atom::value)
+              .then([=](std::vector<worker_status>& ws) mutable { rp.deliver(sessions, graphs, models, std::move(ws)); },
+                    [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
+          return rp;
         },
     };
   });

@@ -7,6 +7,8 @@
 #include <map>
 
 #include "actors/errors.hpp"
+#include "runtime/log.hpp"
+#include "runtime/metrics.hpp"
 
 namespace mpakt {
 
@@ -34,10 +36,13 @@ struct gate_state {
 
 using gate_pointer = gate_actor::stateful_pointer<gate_state>;
 
-void log_line(const std::string& text) {
-  std::fprintf(stderr, "mpakt serve: %s\n", text.c_str());
-  std::fflush(stderr);
+void log_line(const std::string& text, std::initializer_list<log::field> fields = {}) {
+  log::line("info", "gate", text, fields);
 }
+
+/// Counts a refused join: `reason` is rate_limited (too many failed joins from the address),
+/// bad_token (invalid, revoked or expired), no_worker, or error (the check itself failed).
+void count_refusal(const char* reason) { metrics::m().joins_refused.with({reason}).inc(); }
 
 /// Failed joins of `address` still inside the window.
 std::deque<steady::time_point>& recent_failures(gate_pointer self, const std::string& address) {
@@ -54,7 +59,8 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
   auto& fails = recent_failures(self, address);
   if (int(fails.size()) >= st.cfg.max_failures) {
     const auto wait = std::chrono::duration_cast<std::chrono::seconds>(fails.front() + st.cfg.failure_window - steady::now());
-    log_line("refused a volunteer from " + address + ": too many failed joins");
+    log_line("refused a volunteer from " + address + ": too many failed joins", {{"reason", "rate_limited"}});
+    count_refusal("rate_limited");
     rp.deliver(to_caf(errc::limit, "too many failed joins from " + address + "; try again in " +
                                        std::to_string(std::max<long long>(1, wait.count())) + " s"));
     return;
@@ -63,7 +69,11 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
                       : result<accounts::volunteer_grant>(make_error(errc::invalid, "no worker actor in the join"));
   if (!grant) {
     fails.push_back(steady::now());
-    log_line("refused a volunteer from " + address + ": " + grant.err().message);
+    const char* reason = grant.err().code == errc::unauthorized ? "bad_token"
+                         : grant.err().code == errc::invalid    ? "no_worker"
+                                                                : "error";
+    log_line("refused a volunteer from " + address + ": " + grant.err().message, {{"reason", reason}});
+    count_refusal(reason);
     rp.deliver(to_caf(grant.err().code, "join refused: " + grant.err().message));
     return;
   }
@@ -72,6 +82,7 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
   st.members[worker.address()] = admitted{worker, grant->name, grant->digest, address};
   self->send(st.pool, add_atom::value, worker, grant->memory_cap);
   log_line("volunteer " + grant->name + " joined from " + address);
+  metrics::m().joins.with().inc();
   rp.deliver(grant->name);
 }
 

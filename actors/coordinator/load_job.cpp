@@ -24,6 +24,7 @@
 #include "actors/loader/source.hpp"
 #include "actors/loader/stream.hpp"
 #include "runtime/stages.hpp"
+#include "runtime/metrics.hpp"
 
 namespace mpakt {
 
@@ -324,6 +325,7 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
   const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
   out.published_bytes = transferred;
   out.resident_bytes = resident;
+  metrics::m().load_bytes.with().inc(double(transferred));
 
   rapidjson::StringBuffer buf;
   rapidjson::Writer<rapidjson::StringBuffer> w(buf);

@@ -8,6 +8,8 @@
 #include "actors/generate/gen_values.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/json.hpp"
+#include "runtime/log.hpp"
+#include "runtime/metrics.hpp"
 
 namespace mpakt {
 
@@ -66,6 +68,7 @@ static void replay_journal(coordinator_pointer self, std::string sid, std::size_
   if (it == S.sessions.end()) return done(false);
   if (i == it->second.journal.size()) return done(true);
   const run_request& call = it->second.journal[i];
+  metrics::m().calls_replayed.with({"journal"}).inc();
   auto next = [=](run_reply&) { replay_journal(self, sid, i + 1, done); };
   auto fail = [=](caf::error&) { done(false); };
   const auto timeout = S.cfg.timeouts.graph + std::chrono::seconds(5);
@@ -189,7 +192,10 @@ static void restore_one(coordinator_pointer self, const std::string& sid, std::f
   const worker_actor gone = S0.sessions.at(sid).worker;
   restore_target(self, sid, [=](worker_actor target) {
     auto& S = self->state;
-    if (!target || !S.sessions.count(sid) || !S.checkpoints.count(sid)) return finish();
+    if (!target || !S.sessions.count(sid) || !S.checkpoints.count(sid)) {
+      metrics::m().recoveries.with({"session", "failed"}).inc();
+      return finish();
+    }
     // Back at the checkpoint, the journal emptied, the next call told why.
     auto at_checkpoint = [=](std::string why) {  // (a copy: it may be journal_broken itself)
       auto& S = self->state;
@@ -204,22 +210,29 @@ static void restore_one(coordinator_pointer self, const std::string& sid, std::f
                                  " now; make those calls again from there";
     };
     put_checkpoint_back(self, sid, target, [=](caf::error failed) {
-      if (failed) return finish();  // stays lost: its next call says to prefill again
+      if (failed) {
+        metrics::m().recoveries.with({"session", "failed"}).inc();
+        return finish();  // stays lost: its next call says to prefill again
+      }
       auto& S = self->state;
       auto it = S.sessions.find(sid);
       if (it == S.sessions.end()) return finish();
       if (!it->second.journal_broken.empty()) {
         at_checkpoint(it->second.journal_broken);
+        metrics::m().recoveries.with({"session", "at_checkpoint"}).inc();
         return finish();
       }
       replay_journal(self, sid, 0, [=](bool ok) {
+        if (ok) metrics::m().recoveries.with({"session", "ok"}).inc();
         if (ok || !self->state.sessions.count(sid)) return finish();  // (deleted meanwhile: nothing to put back)
         // Half-replayed caches must not pass for good ones: the checkpoint goes back again.
         put_checkpoint_back(self, sid, target, [=](caf::error again) {
           if (again) {
             if (auto it = self->state.sessions.find(sid); it != self->state.sessions.end()) it->second.worker = gone;
+            metrics::m().recoveries.with({"session", "failed"}).inc();
           } else {
             at_checkpoint("a call since the checkpoint failed when replayed");
+            metrics::m().recoveries.with({"session", "at_checkpoint"}).inc();
           }
           finish();
         });
@@ -288,10 +301,13 @@ void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr) {
   auto& S = self->state;
   if (!S.lost.insert(addr).second) return;
   S.recovering.insert(addr);
+  metrics::m().workers_lost.with().inc();
+  log::line("warn", "coordinator", "a worker left the grid: recovering what it held");
   // Calls in flight there will never be answered: send them again once recovered.
   if (auto it = S.inflight.find(addr); it != S.inflight.end()) {
     auto calls = std::move(it->second);
     S.inflight.erase(it);
+    metrics::m().calls_replayed.with({"in_flight"}).inc(double(calls.size()));
     for (auto& [_, abort] : calls) abort();
   }
   recover_parts(self, addr);
@@ -325,11 +341,13 @@ void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr) {
                 place_model(self, id, m->second, out);
                 m->second.replacing = false;
               }
+              metrics::m().recoveries.with({"model", "ok"}).inc();
               done();
             },
             [=](caf::error&) {
               // Nowhere to put it: the model stays lost and its calls say to load it again.
               if (auto m = self->state.models.find(id); m != self->state.models.end()) m->second.replacing = false;
+              metrics::m().recoveries.with({"model", "failed"}).inc();
               done();
             });
   }

@@ -22,6 +22,7 @@
 #include "runtime/generate_check.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/json.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/outputs.hpp"
 #include "runtime/tensor_store.hpp"
 
@@ -624,8 +625,15 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
           for (std::size_t i = 0; i < ids.size(); i += max_batch) {
             const std::vector<std::string> chunk(ids.begin() + std::ptrdiff_t(i),
                                                  ids.begin() + std::ptrdiff_t(std::min(ids.size(), i + max_batch)));
-            if (chunk.size() == 1 || !run_batched_pass(self, graph_id, chunk))
-              for (const auto& id : chunk) run_solo_pass(self, id, speculator::pass{});
+            auto& occupancy = metrics::m().batch_occupancy.with();
+            if (chunk.size() > 1 && run_batched_pass(self, graph_id, chunk)) {
+              occupancy.observe(double(chunk.size()));
+              continue;
+            }
+            for (const auto& id : chunk) {
+              occupancy.observe(1);
+              run_solo_pass(self, id, speculator::pass{});
+            }
           }
         if (!st.generations.empty()) schedule_pass(self);
       },

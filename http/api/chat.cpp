@@ -12,6 +12,7 @@
 #include "actors/generate/gen_values.hpp"
 #include "actors/ids.hpp"
 #include "actors/json_text.hpp"
+#include "runtime/metrics.hpp"
 
 namespace mpakt::http {
 
@@ -383,6 +384,8 @@ void generate(chat_pointer self) {
   auto& st = self->state;
   st.prefill_ms = ms_since(st.prefill_started);
   if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+  // (all but the last went through prefill; the loop feeds the last)
+  metrics::m().prompt_tokens.with({"chat"}).inc(double(st.prompt.size()));
   const std::string body = json([&](json_writer& w) {
     w.StartObject();
     kv(w, "graphId", st.graphs.decode);
@@ -496,6 +499,7 @@ void start_chat(caf::actor_system& sys, coordinator_actor coordinator, std::shar
           auto& st = self->state;
           if (st.finished) return;
           st.tokens.push_back(t.token);
+          metrics::m().tokens_generated.with({"chat"}).inc();
           const std::string delta = st.decoder->push(std::int32_t(t.token));
           if (delta.empty()) return;
           st.text += delta;
@@ -511,6 +515,9 @@ void start_chat(caf::actor_system& sys, coordinator_actor coordinator, std::shar
             send_event(self, "delta", json([&](json_writer& w) { w.StartObject(); kv(w, "text", rest); w.EndObject(); }));
           }
           st.finished = true;
+          metrics::m().drafts_proposed.with().inc(double(d.drafted));
+          metrics::m().drafts_accepted.with().inc(double(d.accepted));
+          if (d.stopped == "error" && st.sse) metrics::m().errors.with({"generation"}).inc();  // (the stream said 200)
           const std::string body = done_json(st, d);
           if (st.sse) {
             if (!st.cancelled) {

@@ -10,6 +10,7 @@
 #include "actors/generate/gen_values.hpp"
 #include "actors/generate/gen_loop.hpp"
 #include "actors/ids.hpp"
+#include "runtime/metrics.hpp"
 
 namespace mpakt::http {
 
@@ -114,6 +115,10 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
       st.finished = true;
       report_fed(st);
       if (!st.plan.worker_loop) st.round_trips = d.passes;
+      auto& m = metrics::m();
+      m.drafts_proposed.with().inc(double(d.drafted));
+      m.drafts_accepted.with().inc(double(d.accepted));
+      if (d.stopped == "error") m.errors.with({"generation"}).inc();  // (its answer or stream said 200)
       const std::string body = done_json(st, d);
       if (st.sse) {
         if (!st.cancelled) {
@@ -129,6 +134,7 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
       auto& st = self->state;
       t.index += std::uint32_t(st.run_offset);  // a continued generation counts on
       st.tokens.push_back(t.token);
+      metrics::m().tokens_generated.with({st.plan.worker_loop ? "worker_loop" : "per_call"}).inc();
       if (st.sse && !st.cancelled) st.sse->send("token", token_json(t));
     };
     auto fail_before_start = [self](const caf::error& e) {

@@ -21,6 +21,8 @@
   X("GET", "/api/ops", none, on_ops)                                                 \
   X("GET", "/llms.txt", none, on_llms_txt)                                           \
   X("HEAD", "/llms.txt", none, on_llms_txt)                                          \
+  /* operators: Prometheus metrics (outside /api/, where scrapers look) */           \
+  X("GET", "/metrics", metrics, on_metrics)                                          \
   /* accounts and keys (Z-01) */                                                     \
   X("POST", "/api/accounts", none, on_sign_up)                                       \
   X("POST", "/api/accounts/login", none, on_login)                                   \

@@ -16,10 +16,12 @@
 #include "http/api/chat.hpp"
 #include "http/api/generate.hpp"
 #include "http/api/model_graph.hpp"
+#include "http/api/request_log.hpp"
 #include "http/api/route_table.hpp"
 #include "http/router.hpp"
 #include "http/url.hpp"
 #include "runtime/json.hpp"
+#include "runtime/metrics.hpp"
 #include "runtime/schema.hpp"
 
 namespace mpakt::http {
@@ -152,8 +154,10 @@ void static_file(const context& ctx, const request& req, const responder_ptr& re
 // ---- the route table ----
 
 /// Who may call a route: anyone; a logged-in account (Authorization: Bearer <token> from
-/// POST /api/accounts/login); any approved key (x-api-key); an operator's key.
-enum class auth { none, login, key, operator_key };
+/// POST /api/accounts/login); any approved key (x-api-key); an operator's key; for
+/// `metrics`, an operator's key in x-api-key or Authorization: Bearer (what Prometheus sends),
+/// or anyone when `mpakt serve --metrics-open` was given.
+enum class auth { none, login, key, operator_key, metrics };
 
 /// One request on its way through a route's handler. Handlers run in a short-lived actor
 /// (`self`), after the route's auth level was checked.
@@ -165,6 +169,7 @@ struct call {
   caf::event_based_actor* self = nullptr;
   caller who;         ///< auth::key and auth::operator_key
   std::string token;  ///< auth::login
+  std::shared_ptr<request_record> rec;  ///< its id, log line and metrics
 
   const coordinator_actor& coord() const { return ctx->actors.coordinator; }
   const accounts_actor& accounts() const { return ctx->actors.accounts; }
@@ -328,6 +333,36 @@ void on_graph_v2(const call& c) {
   forward_graph(c.self, c.coord(), c.timeout(), c.res, c.who, c.body(), std::int32_t(2));
 }
 
+/// GET /metrics: the gauges of what the grid holds are set from the coordinator's answer
+/// (counts of its maps, and the pool's status of every worker, answered by the workers'
+/// fronts), then every metric is rendered. Without that answer within 5 s the counters are
+/// served alone (the gauges keep their last values).
+void on_metrics(const call& c) {
+  auto res = c.res;
+  auto serve = [res] { res->respond(response{200, metrics::content_type, metrics::render(), {}}); };
+  c.self->request(c.coord(), 5s, metrics_atom::value)
+      .then(
+          [serve](std::uint64_t sessions, std::uint64_t graphs, std::uint64_t models, std::vector<worker_status>& ws) {
+            auto& m = metrics::m();
+            m.sessions.with().set(double(sessions));
+            m.graphs.with().set(double(graphs));
+            m.models.with().set(double(models));
+            m.workers.clear();
+            m.worker_offered.clear();
+            m.worker_resident.clear();
+            m.worker_generations.clear();
+            for (const auto& w : ws) {
+              const bool busy = w.busy_since_ms != 0 || w.generations > 0;
+              m.workers.with({w.backend, busy ? "busy" : "idle"}).add(1);
+              m.worker_offered.with({w.worker_id, w.backend}).set(double(w.total_bytes));
+              m.worker_resident.with({w.worker_id, w.backend}).set(double(w.total_bytes - std::min(w.free_bytes, w.total_bytes)));
+              m.worker_generations.with({w.worker_id, w.backend}).set(double(w.generations));
+            }
+            serve();
+          },
+          [serve](caf::error&) { serve(); });
+}
+
 /// The API's routes (http/api/route_table.hpp), with their handlers.
 const route routes[] = {
 #define MPAKT_ROUTE(method, pattern, level, handler) {method, pattern, auth::level, handler},
@@ -347,12 +382,20 @@ void run_route(const route& r, call c) {
         return reply_error(res, errc::unauthorized,
                            "key management needs an Authorization: Bearer <token> header from POST /api/accounts/login");
       break;
+    case auth::metrics:
+      if (c.ctx->cfg.metrics_open) break;
+      [[fallthrough]];
     case auth::key:
     case auth::operator_key: {
       const std::string* key = c.req->header("x-api-key");
+      std::string from_bearer;
+      if ((!key || key->empty()) && r.level == auth::metrics && !(from_bearer = bearer(*c.req)).empty()) key = &from_bearer;
       if (!key || key->empty())
-        return reply_error(res, errc::unauthorized, "missing x-api-key header: every API call needs a key");
-      const bool need_operator = r.level == auth::operator_key;
+        return reply_error(res, errc::unauthorized,
+                           r.level == auth::metrics
+                               ? "GET /metrics needs an operator's key (x-api-key or Authorization: Bearer), or serve --metrics-open"
+                               : "missing x-api-key header: every API call needs a key");
+      const bool need_operator = r.level == auth::operator_key || r.level == auth::metrics;
       auto handle = r.handle;
       c.ctx->sys->spawn([c = std::move(c), k = *key, need_operator, handle](caf::event_based_actor* self) mutable {
         c.self = self;
@@ -362,6 +405,8 @@ void run_route(const route& r, call c) {
                   if (need_operator && !admin)
                     return reply_error(c.res, errc::forbidden, c.req->method + " " + c.req->path + " needs an operator's key");
                   c.who = std::move(who);
+                  c.who.request_id = c.rec->id();
+                  c.rec->set_key_id(c.who.key_id);
                   handle(c);
                 },
                 [res = c.res](caf::error& e) { reply_error(res, from_caf(e)); });
@@ -376,12 +421,15 @@ void run_route(const route& r, call c) {
   });
 }
 
-void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const responder_ptr& res) {
+void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const responder_ptr& server_res) {
   auto req = std::make_shared<const request>(std::move(req_in));
+  auto rec = std::make_shared<request_record>(request_id_of(*req), req->method, req->remote);
+  const responder_ptr res = observe(server_res, rec);
   auto m = api_router().match(req->method, req->path);  // (its indexes are routes[]'s: the same table)
   switch (m.k) {
     case route_match::kind::found:
-      return run_route(routes[m.index], call{ctx, req, res, std::move(m.args), nullptr, {}, {}});
+      rec->set_route(routes[m.index].pattern);
+      return run_route(routes[m.index], call{ctx, req, res, std::move(m.args), nullptr, {}, {}, rec});
     case route_match::kind::wrong_method:
       return reply_error(res, errc::invalid,
                          "method " + req->method + " is not allowed on " + req->path + " (it takes " + m.allowed + ")");
@@ -389,7 +437,10 @@ void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const respo
       break;
   }
   const auto path = path_segments(req->path);
-  if ((path.empty() || path[0] != "api") && (req->method == "GET" || req->method == "HEAD")) return static_file(*ctx, *req, res);
+  if ((path.empty() || path[0] != "api") && (req->method == "GET" || req->method == "HEAD")) {
+    rec->set_route("static");
+    return static_file(*ctx, *req, res);
+  }
   reply_error(res, errc::not_found, "no endpoint " + req->method + " " + req->path);
 }
 }  // namespace

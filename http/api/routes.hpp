@@ -22,6 +22,9 @@ struct api_config {
   std::chrono::milliseconds request_timeout{5 * 60 * 1000 + 10 * 1000};
   /// Failed-login and per-key generation limits (serve flags; docs/operators.md).
   abuse_config abuse;
+  /// GET /metrics without a key (`mpakt serve --metrics-open`): for a listen address only
+  /// the operator's network reaches.
+  bool metrics_open = false;
 };
 
 struct api_actors {
