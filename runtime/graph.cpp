@@ -365,7 +365,7 @@ result<std::vector<float>> decode_f32_base64(std::string_view text) {
   if (bytes.size() % 4 != 0)
     return invalid("base64 decodes to " + std::to_string(bytes.size()) + " bytes, not a whole number of f32 values");
   std::vector<float> out(bytes.size() / 4);
-  std::memcpy(out.data(), bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());  // (no null pointers to memcpy)
   return out;
 }
 
