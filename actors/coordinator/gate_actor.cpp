@@ -44,11 +44,24 @@ void log_line(const std::string& text, std::initializer_list<log::field> fields 
 /// bad_token (invalid, revoked or expired), no_worker, or error (the check itself failed).
 void count_refusal(const char* reason) { metrics::m().joins_refused.with({reason}).inc(); }
 
+/// Addresses kept with failed joins before the expired ones are swept out, so joins from many
+/// addresses cannot grow the table without bound.
+constexpr std::size_t failure_table_sweep = 1024;
+
 /// Failed joins of `address` still inside the window.
 std::deque<steady::time_point>& recent_failures(gate_pointer self, const std::string& address) {
-  auto& q = self->state.failures[address];
+  auto& table = self->state.failures;
   const auto horizon = steady::now() - self->state.cfg.failure_window;
-  while (!q.empty() && q.front() < horizon) q.pop_front();
+  auto prune = [&](std::deque<steady::time_point>& q) {
+    while (!q.empty() && q.front() < horizon) q.pop_front();
+  };
+  if (table.size() >= failure_table_sweep)
+    for (auto it = table.begin(); it != table.end();) {
+      prune(it->second);
+      it = it->second.empty() ? table.erase(it) : std::next(it);
+    }
+  auto& q = table[address];
+  prune(q);
   return q;
 }
 
@@ -77,7 +90,7 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
     rp.deliver(to_caf(grant.err().code, "join refused: " + grant.err().message));
     return;
   }
-  fails.clear();
+  st.failures.erase(address);  // (a success clears the address's count; `fails` is gone now)
   self->monitor(worker);
   st.members[worker.address()] = admitted{worker, grant->name, grant->digest, address};
   self->send(st.pool, add_atom::value, worker, grant->memory_cap);
