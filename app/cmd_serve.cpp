@@ -184,8 +184,16 @@ int cmd_serve(const std::vector<std::string>& args) {
   std::error_code ec;
   std::filesystem::create_directories(data_dir, ec);
   if (ec) { std::fprintf(stderr, "mpakt serve: cannot create %s: %s\n", data_dir.c_str(), ec.message().c_str()); return 1; }
-  auto store = accounts::accounts_store::open((std::filesystem::path(data_dir) / "accounts.sqlite3").string());
+  const std::string accounts_path = (std::filesystem::path(data_dir) / accounts::accounts_file_name).string();
+  auto store = accounts::accounts_store::open(accounts_path);
   if (!store) { std::fprintf(stderr, "mpakt serve: %s\n", store.err().message.c_str()); return 1; }
+  // The cluster port's gate checks join tokens on a connection of its own to the same file.
+  std::unique_ptr<accounts::accounts_store> gate_store;
+  if (cluster_port >= 0) {
+    auto g = accounts::accounts_store::open(accounts_path);
+    if (!g) { std::fprintf(stderr, "mpakt serve: %s\n", g.err().message.c_str()); return 1; }
+    gate_store = std::move(*g);
+  }
   if (web_dir.empty() && std::filesystem::exists(std::string(MPAKT_SOURCE_DIR) + "/web/index.html"))
     web_dir = std::string(MPAKT_SOURCE_DIR) + "/web";
 
@@ -211,23 +219,18 @@ int cmd_serve(const std::vector<std::string>& args) {
     std::string cluster_line;
     gate_actor gate;
     if (cluster_port >= 0) {
-      // The gate checks join tokens on a connection of its own to the accounts file.
-      const std::string accounts_path = (std::filesystem::path(data_dir) / accounts::accounts_file_name).string();
-      auto gate_store = accounts::accounts_store::open(accounts_path);
       std::string token_hint = "--token TOKEN   (mpakt admin volunteer-token NAME --data-dir " + data_dir + ")";
-      if (gate_store && dev) {
+      if (dev) {
         // one machine, no ceremony: a fresh token named "dev" at every start
-        auto t = (*gate_store)->create_volunteer_token("dev", 0, 0);
+        auto t = gate_store->create_volunteer_token("dev", 0, 0);
         if (t) token_hint = "--token " + t->token;
+        else std::fprintf(stderr, "mpakt serve: no dev volunteer token: %s\n", t.err().message.c_str());
       }
-      result<std::uint16_t> bound = gate_store ? result<std::uint16_t>(std::uint16_t(0)) : result<std::uint16_t>(gate_store.err());
-      if (gate_store) {
-        gate = spawn_gate(*sys, pool, std::move(*gate_store), gcfg);
-        bound = publish_gate(*sys, gate, address, std::uint16_t(cluster_port));
-      }
+      gate = spawn_gate(*sys, pool, std::move(gate_store), gcfg);
+      auto bound = publish_gate(*sys, gate, address, std::uint16_t(cluster_port));
       if (!bound) {
         std::fprintf(stderr, "mpakt serve: %s\n", bound.err().message.c_str());
-        if (gate) caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
+        caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);
         caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
         for (auto& w : local_workers) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
         return 1;
