@@ -211,7 +211,6 @@ struct int8_pairs_product {
 };
 
 namespace avx512_vnni {
-void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
 /// Rows [r_begin, r_end) of x (stride k, a multiple of 32) for int8_pairs_range: int8 per
 /// block of 32 with the AMX path's scales (max|x|/127, nearest even); NaN scale for a block
 /// holding NaN or ±∞. q gets rows·ceil(k/64)·64 bytes, scale and sums rows·ceil(k/64)·16.

@@ -88,8 +88,9 @@ struct level_kernels {
 
 constexpr level_kernels avx2_kernels{avx2::float_product_range, avx2::quantize_rows, avx2::int_product_range};
 constexpr level_kernels avx512_kernels{avx512::float_product_range, avx512::quantize_rows, avx512::int_product_range};
-constexpr level_kernels avx512_vnni_kernels{avx512::float_product_range, avx512::quantize_rows,
-                                            avx512_vnni::int_product_range};
+// (VNNI's own products are the pairs of product_vnni_int8; where those do not serve, the
+// AVX-512 kernels do)
+constexpr level_kernels avx512_vnni_kernels = avx512_kernels;
 
 /// Quantizes x and runs the integer product over columns [n_begin, n); false (nothing
 /// written) when a row is not finite.

@@ -1,6 +1,7 @@
-/// Integer products against q8/q4 weights stored [N, K] for CPUs with AVX512-VNNI
-/// (int16_avx512_impl.inc). The same instructions as the AVX-512 level today: each block's
-/// int16 dot product starts from zero, where vpdpwssd gains nothing over vpmaddwd.
+/// Integer products against q8/q4 weights stored [N, K] for CPUs with AVX512-VNNI: pairs of
+/// weight blocks in vpdpbusd (below). The int16 kernel of the AVX-512 level (one block per
+/// vpmaddwd) serves this level too where these do not: a block's sum starts from zero, so
+/// vpdpwssd would gain nothing over vpmaddwd.
 /// Compiled for that level only: see isa_kernels.hpp for what this file may include.
 
 #pragma GCC diagnostic push
@@ -13,22 +14,17 @@
 
 #include "backends/cpu/fast/isa_kernels.hpp"
 
-#define MPAKT_DOT16(w, x) _mm512_madd_epi16((w), (x))
-
-namespace mpakt::cpu_fast::avx512_vnni {
-#include "backends/cpu/fast/int16_avx512_impl.inc"
-}  // namespace mpakt::cpu_fast::avx512_vnni
-
-// ------------------------------------------------------------------ many rows: int8 pairs
+// ------------------------------------------------------------------ pairs of blocks
 //
-// Prefill on a CPU with VNNI but no AMX tiles (Zen 4/5, Ice Lake): the activations quantized
-// to int8 per row and block of 32 — the same numbers as the AMX path's — and a pair of weight
-// blocks meets them in one vpdpbusd (u8 × s8 → s32, 64 products). q8: the weights are the
-// signed operand and the activations, offset by 128, the unsigned one (the offset's share,
-// 128·Σw, is one more vpdpbusd per weight pair, shared by every row). q4: the nibbles are
-// the unsigned operand, laid out [low nibbles b0, low b1, high b0, high b1] in 16-byte lanes,
-// and the activations arrive in that layout (int8_quantize_rows). Per-block scales are
-// applied in f32, per pair of blocks.
+// A pair of weight blocks meets the activations in one vpdpbusd (u8 × s8 → s32, 64
+// products). The activations come in two forms (int8_rows): int8 per row and block of 32 —
+// the AMX path's numbers — for prefill on a CPU with VNNI but no AMX tiles (Zen 4/5, Ice
+// Lake); or int16 split into two int8 planes, one vpdpbusd each joined by a shift, for decode
+// and batches on any VNNI CPU. q8: the weights are the signed operand and the activations,
+// offset by 128, the unsigned one (the offset's share, 128·Σw, is one more vpdpbusd per weight
+// pair, shared by every row). q4: the nibbles are the unsigned operand, laid out [low nibbles
+// b0, low b1, high b0, high b1] in 16-byte lanes, and the activations arrive in that layout.
+// Per-block scales are applied in f32, per pair of blocks.
 
 namespace mpakt::cpu_fast::avx512_vnni {
 
