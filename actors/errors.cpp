@@ -65,6 +65,7 @@ int http_status(errc code) {
     case errc::unavailable: return 503;
     case errc::timeout: return 504;
     case errc::internal: return 500;
+    case errc::retry: return 503;
   }
   return 500;
 }

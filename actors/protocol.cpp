@@ -31,6 +31,9 @@ void add_protocol_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<std::vector<worker_status>>("std::vector<worker_status>");
   cfg.add_message_type<std::vector<worker_actor>>("std::vector<worker_actor>");
   cfg.add_message_type<caller>("caller");
+  cfg.add_message_type<graph_call>("graph_call");
+  cfg.add_message_type<compile_call>("compile_call");
+  cfg.add_message_type<tensor_call>("tensor_call");
   cfg.add_message_type<worker_actor>("worker_actor");
 }
 

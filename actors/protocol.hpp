@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "actors/requests.hpp"
+
 namespace mpakt {
 
 // ---------------------------------------------------------------- atoms
@@ -371,6 +373,7 @@ using restore_atom = caf::atom_constant<caf::atom("restore")>;
 using move_atom = caf::atom_constant<caf::atom("move")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
+using resolve_atom = caf::atom_constant<caf::atom("resolve")>;
 
 /// Who is asking: the account owns what it creates; limits count per key.
 struct caller {
@@ -495,11 +498,15 @@ using coordinator_actor = caf::typed_actor<
     caf::replies_to<create_atom, sessions_atom, caller, std::string>::with<std::string>,  // body
     caf::replies_to<get_atom, sessions_atom, caller, std::string>::with<std::string>,
     caf::replies_to<delete_atom, sessions_atom, caller, std::string>::with<std::string>,
-    caf::replies_to<graph_atom, caller, std::string, std::int32_t>::with<std::string>,   // body, API version
-    caf::replies_to<create_atom, graphs_atom, caller, std::string>::with<std::string>,    // body
+    /// a graph call, decoded at the edge (actors/requests.hpp); errc::retry when its worker
+    /// left the grid mid-call (send it again: it then waits for the recovery)
+    caf::replies_to<graph_atom, caller, graph_call>::with<run_reply>,
+    /// tensorIds -> the caller's loaded weights they name, as (tensorId, model, weight) triples
+    caf::replies_to<resolve_atom, caller, std::vector<std::string>>::with<std::vector<std::string>>,
+    caf::replies_to<create_atom, graphs_atom, caller, compile_call>::with<std::string>,
     caf::replies_to<list_atom, graphs_atom, caller>::with<std::string>,
     caf::replies_to<delete_atom, graphs_atom, caller, std::string>::with<std::string>,
-    caf::replies_to<create_atom, tensors_atom, caller, std::string>::with<std::string>,   // v2 upload body
+    caf::replies_to<create_atom, tensors_atom, caller, tensor_call>::with<std::string>,   // v2 upload
     caf::replies_to<delete_atom, tensors_atom, caller, std::string>::with<std::string>,
     caf::replies_to<generate_atom, caller, std::string>::with<gen_plan>,     // body
     /// a generation's fed tokens (journal of a checkpointed session)

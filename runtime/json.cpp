@@ -1,6 +1,8 @@
 #include "runtime/json.hpp"
 
 #include <rapidjson/error/en.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include <charconv>
 #include <cmath>
@@ -150,6 +152,41 @@ result<std::int64_t> json_integer(const rapidjson::Value& v, std::string_view fi
   }
   if (x < lo || x > hi) return out_of_range();
   return x;
+}
+
+status check_fields(const rapidjson::Value& o, std::initializer_list<const char*> allowed, const std::string& what) {
+  for (auto it = o.MemberBegin(); it != o.MemberEnd(); ++it) {
+    bool ok = false;
+    for (const char* a : allowed) ok = ok || std::string_view(a) == it->name.GetString();
+    if (!ok) return invalid(what + " has unknown field \"" + std::string(it->name.GetString()) + "\"");
+  }
+  return {};
+}
+
+result<std::string> opt_string(const rapidjson::Value& o, const char* k, const std::string& what) {
+  auto it = o.FindMember(k);
+  if (it == o.MemberEnd() || it->value.IsNull()) return std::string();
+  if (!it->value.IsString()) return invalid(what + "." + k + " must be a string");
+  return std::string(it->value.GetString(), it->value.GetStringLength());
+}
+
+result<std::vector<std::string>> opt_strings(const rapidjson::Value& o, const char* k, const std::string& what) {
+  std::vector<std::string> out;
+  auto it = o.FindMember(k);
+  if (it == o.MemberEnd() || it->value.IsNull()) return out;
+  if (!it->value.IsArray()) return invalid(what + "." + k + " must be an array of strings");
+  for (rapidjson::SizeType i = 0; i < it->value.Size(); ++i) {
+    if (!it->value[i].IsString()) return invalid(what + "." + k + "[" + std::to_string(i) + "] must be a string");
+    out.emplace_back(it->value[i].GetString(), it->value[i].GetStringLength());
+  }
+  return out;
+}
+
+std::string text_of(const rapidjson::Value& v) {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  v.Accept(w);
+  return std::string(buf.GetString(), buf.GetSize());
 }
 
 }  // namespace mpakt

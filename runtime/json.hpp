@@ -24,6 +24,8 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
+#include <initializer_list>
 
 #include "runtime/status.hpp"
 
@@ -52,5 +54,16 @@ result<std::int64_t> json_integer(const rapidjson::Value& v, std::string_view fi
 
 /// The number `v` holds as the shortest text that reads back the same (for messages).
 std::string json_number_text(const rapidjson::Value& v);
+
+// Readers of request bodies' fields. `what` names the object in messages ("graph request").
+
+/// Refuses a member whose name is not in `allowed` ("<what> has unknown field \"x\"").
+status check_fields(const rapidjson::Value& o, std::initializer_list<const char*> allowed, const std::string& what);
+/// Member `k` as a string; "" when absent or null; refused when another type.
+result<std::string> opt_string(const rapidjson::Value& o, const char* k, const std::string& what);
+/// Member `k` as an array of strings; empty when absent or null.
+result<std::vector<std::string>> opt_strings(const rapidjson::Value& o, const char* k, const std::string& what);
+/// `v` written back as compact JSON text.
+std::string text_of(const rapidjson::Value& v);
 
 }  // namespace mpakt

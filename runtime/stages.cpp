@@ -9,19 +9,13 @@
 #include <tuple>
 
 #include "runtime/graph.hpp"
+#include "runtime/json.hpp"
 
 namespace mpakt {
 
 namespace {
 
 using json_writer = rapidjson::Writer<rapidjson::StringBuffer>;
-
-std::string text_of(const rapidjson::Value& v) {
-  rapidjson::StringBuffer buf;
-  json_writer w(buf);
-  v.Accept(w);
-  return std::string(buf.GetString(), buf.GetSize());
-}
 
 void write_number(json_writer& w, double v) {
   if (v == std::floor(v) && std::fabs(v) < 9.0e15) w.Int64(static_cast<std::int64_t>(v));

@@ -25,6 +25,7 @@ enum class errc {
   unavailable,    ///< no worker can take it now (503)
   timeout,        ///< past the graph timeout (504)
   internal,       ///< a bug or a device fault (500)
+  retry,          ///< between actors only: send the request again (its worker was lost; 503 if it ever reaches a client)
 };
 
 /// An error value: a code and a message naming the offending thing.

@@ -59,45 +59,11 @@ result<rapidjson::Document> parse_body(const std::string& body, bool allow_empty
   return parse_json_object(body, "request body");
 }
 
-status check_fields(const rapidjson::Value& o, std::initializer_list<const char*> allowed, const std::string& what) {
-  for (auto it = o.MemberBegin(); it != o.MemberEnd(); ++it) {
-    bool ok = false;
-    for (const char* a : allowed) ok = ok || std::string_view(a) == it->name.GetString();
-    if (!ok) return invalid(what + " has unknown field \"" + std::string(it->name.GetString()) + "\"");
-  }
-  return {};
-}
-
-result<std::string> opt_string(const rapidjson::Value& o, const char* k, const std::string& what) {
-  auto it = o.FindMember(k);
-  if (it == o.MemberEnd() || it->value.IsNull()) return std::string();
-  if (!it->value.IsString()) return invalid(what + "." + k + " must be a string");
-  return std::string(it->value.GetString(), it->value.GetStringLength());
-}
-
-result<std::vector<std::string>> opt_strings(const rapidjson::Value& o, const char* k, const std::string& what) {
-  std::vector<std::string> out;
-  auto it = o.FindMember(k);
-  if (it == o.MemberEnd() || it->value.IsNull()) return out;
-  if (!it->value.IsArray()) return invalid(what + "." + k + " must be an array of strings");
-  for (rapidjson::SizeType i = 0; i < it->value.Size(); ++i) {
-    if (!it->value[i].IsString()) return invalid(what + "." + k + "[" + std::to_string(i) + "] must be a string");
-    out.emplace_back(it->value[i].GetString(), it->value[i].GetStringLength());
-  }
-  return out;
-}
-
 /// A token id of a generate request (ids, stopIds, speculative.context): 0 to 2^31 - 1.
 result<std::int64_t> token_id(const rapidjson::Value& v, const std::string& field) {
   return json_integer(v, field, 0, INT32_MAX);
 }
 
-std::string text_of(const rapidjson::Value& v) {
-  rapidjson::StringBuffer buf;
-  writer w(buf);
-  v.Accept(w);
-  return std::string(buf.GetString(), buf.GetSize());
-}
 
 
 /// Delivers a JSON text or an error to a promise.
@@ -144,29 +110,6 @@ std::string limits_json(const coordinator_config& cfg, const std::vector<worker_
   });
 }
 
-/// Bytes of a minimal compiled call for this template: ids and a session id as long as
-/// ours, every bound input filled with zeros, every bound parameter 0.
-std::uint64_t per_call_bytes(const std::string& graph_id, const graph_decl& d) {
-  std::string call = "{\"graphId\":\"" + graph_id + "\",\"session\":\"s_000000000000000000000000\",\"bind\":{";
-  bool first = true;
-  for (const auto& in : d.inputs) {
-    if (in.kind != input_kind::bound) continue;
-    call += (first ? "\"" : ",\"") + in.bind + "\":[";
-    const std::int64_t n = shape_numel(in.shape);
-    for (std::int64_t i = 0; i < n && i < 1'000'000; ++i) call += i ? ",0" : "0";
-    call += "]";
-    first = false;
-  }
-  std::set<std::string> params;
-  for (const auto& st : d.steps)
-    for (const auto& b : st.binds) params.insert(b.name);
-  for (const auto& p : params) {
-    call += (first ? "\"" : ",\"") + p + "\":0";
-    first = false;
-  }
-  return call.size() + 2;
-}
-
 }  // namespace
 
 coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config cfg, pool_actor pool) {
@@ -176,37 +119,17 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
     const auto control = cfg.timeouts.control;
     self->set_down_handler([self](caf::down_msg& dm) { on_worker_lost(self, dm.source); });
 
-    /// Resolves the references of a graph (models, tensorIds, sessions) against the
-    /// caller's directory; picks the worker; rewrites load tensorIds as {model, weight}.
+    /// Resolves the references of a graph (models, tensorIds, sessions; decoded at the edge,
+    /// http/api/requests.hpp) against the caller's directory and picks the worker.
     struct routed {
-      std::string graph_json;
       bool wait = false;    ///< it touches a lost worker whose models and sessions are being placed again
       worker_actor worker;  ///< may be invalid: any worker will do
-      std::string primary;
-      std::vector<std::string> sessions;
       std::set<std::string> models;
-      std::vector<std::string> needs;  ///< ops and features the graph uses (for an unpinned graph)
     };
-    auto route = [self](const caller& who, rapidjson::Document& body, rapidjson::Value& graph, const std::string& top_session,
-                        const std::vector<std::string>& top_sessions, bool allow_bind, int version) -> result<routed> {
+    auto route = [self](const caller& who, const graph_refs& refs, const std::string& primary,
+                        const std::vector<std::string>& sessions) -> result<routed> {
       auto& S = self->state;
-      auto decl = parse_graph(graph, allow_bind);
-      if (!decl) return std::move(decl).err();
       routed r;
-      r.needs = graph_needs(*decl);
-      // Sessions: inside the graph or at the top level (decisions.md), not conflicting.
-      r.primary = decl->session.value_or(top_session);
-      if (decl->session && !top_session.empty() && *decl->session != top_session)
-        return invalid("graph.session and session name different sessions");
-      r.sessions = decl->sessions.empty() ? top_sessions : decl->sessions;
-      if (!r.sessions.empty()) {
-        if (r.primary.empty()) r.primary = r.sessions.front();
-        if (std::find(r.sessions.begin(), r.sessions.end(), r.primary) == r.sessions.end())
-          return invalid("sessions must include the primary session " + r.primary);
-        if (r.sessions.size() > 64) return invalid("a graph may list at most 64 sessions");
-      }
-      if (version == 2 && (!r.primary.empty() || !r.sessions.empty()))
-        return invalid("sessions are an API v3 feature; use /api/v3/graph");
       auto pin = [&](const worker_actor& w, const std::string& what) -> status {
         if (S.is_recovering(w)) {
           r.wait = true;
@@ -220,68 +143,46 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
         }
         return {};
       };
-      std::vector<std::string> all_sessions = r.sessions;
-      if (all_sessions.empty() && !r.primary.empty()) all_sessions.push_back(r.primary);
+      std::vector<std::string> all_sessions = sessions;
+      if (all_sessions.empty() && !primary.empty()) all_sessions.push_back(primary);
       for (const auto& sid : all_sessions) {
         auto* s = S.find(S.sessions, sid, who);
         if (!s) return make_error(errc::not_found, "session " + sid + " does not exist");
         MPAKT_TRY(pin(s->worker, "session " + sid));
         if (!r.wait) MPAKT_TRY(s->take_restored_note());
       }
-      // Inputs: owned models and tensors; load tensorIds become {model, weight}.
-      auto& inputs = graph["inputs"];
-      for (std::size_t i = 0; i < decl->inputs.size(); ++i) {
-        const auto& in = decl->inputs[i];
-        const std::string at = "inputs[" + std::to_string(i) + "] (" + in.name + ")";
-        if (version == 2 && in.kind != input_kind::data && in.kind != input_kind::tensor_id)
-          return invalid(at + ": API v2 inputs carry data or a tensorId; model and session inputs need /api/v3/graph");
-        if (in.kind == input_kind::weight) {
-          auto* m = S.find(S.models, in.model, who);
-          if (!m) return make_error(errc::not_found, at + ": model " + in.model + " does not exist");
-          MPAKT_TRY(pin(m->worker, "model " + in.model));
-          r.models.insert(in.model);
-        } else if (in.kind == input_kind::tensor_id) {
-          if (auto* t = S.find(S.tensors, in.tensor_id, who)) {
-            MPAKT_TRY(pin(t->worker, "tensor " + in.tensor_id));
-            continue;
-          }
-          auto w = S.weight_ids.find(in.tensor_id);
-          auto* m = w == S.weight_ids.end() ? nullptr : S.find(S.models, w->second.first, who);
-          if (!m) return make_error(errc::not_found, at + ": tensor " + in.tensor_id + " does not exist");
-          MPAKT_TRY(pin(m->worker, "model " + w->second.first));
-          r.models.insert(w->second.first);
-          auto& obj = inputs[rapidjson::SizeType(i)];
-          obj.RemoveMember("tensorId");
-          obj.AddMember("model", rapidjson::Value(w->second.first.c_str(), body.GetAllocator()), body.GetAllocator());
-          obj.AddMember("weight", rapidjson::Value(w->second.second.c_str(), body.GetAllocator()), body.GetAllocator());
+      // Inputs: owned models and v2 tensors (tensorIds of weights the edge rewrote already).
+      for (const auto& in : refs.inputs) {
+        const std::string at = "inputs[" + std::to_string(in.input) + "] (" + in.name + ")";
+        if (in.weight) {
+          auto* m = S.find(S.models, in.id, who);
+          if (!m) return make_error(errc::not_found, at + ": model " + in.id + " does not exist");
+          MPAKT_TRY(pin(m->worker, "model " + in.id));
+          r.models.insert(in.id);
+        } else if (auto* t = S.find(S.tensors, in.id, who)) {
+          MPAKT_TRY(pin(t->worker, "tensor " + in.id));
+        } else {
+          return make_error(errc::not_found, at + ": tensor " + in.id + " does not exist");
         }
       }
-      if (version == 2) {
-        const auto& sc = schema::instance();
-        for (std::size_t i = 0; i < decl->steps.size(); ++i) {
-          const auto* spec = sc.find(decl->steps[i].op);
-          if (spec && spec->added_in != "v2")
-            return invalid("step " + std::to_string(i) + " (" + decl->steps[i].op + "): op " + decl->steps[i].op +
-                           " was added in API " + spec->added_in + "; use /api/v3/graph");
-        }
-      }
-      r.graph_json = text_of(graph);
       return r;
     };
 
-    /// Runs `req` on `w` (through the session's actor when there is one) and delivers
-    /// {"outputs": ...} to the promise.
-    /// Runs a routed graph request. A success on a checkpointed session is journaled (for
-    /// replay after an automatic restore); a failure because the worker left the grid starts
-    /// its recovery and sends the whole request again (`again`), which then waits for the
-    /// recovery and is routed afresh — so a client does not notice a lost worker whose
-    /// weights and checkpointed sessions could be placed again.
-    auto run_on = [self](caf::typed_response_promise<std::string> rp, run_request req, worker_actor w,
-                         std::optional<graph_actor> compiled, std::function<void(caf::typed_response_promise<std::string>)> again,
-                         caf::actor_addr requester) {
+    /// Runs a routed graph request on `w` (through the session's actor when there is one, or
+    /// the compiled graph's) and delivers the worker's reply. A success on a checkpointed
+    /// session is journaled (for replay after an automatic restore). A failure because the
+    /// worker left the grid starts its recovery and answers errc::retry: the edge, which still
+    /// holds the request, sends it again, and it then waits for the recovery and is routed
+    /// afresh — so a client does not notice a lost worker whose weights and checkpointed
+    /// sessions could be placed again, and the coordinator keeps no copy of a graph in flight.
+    auto run_on = [self](caf::typed_response_promise<run_reply> rp, run_request req, worker_actor w,
+                         std::optional<graph_actor> compiled, caf::actor_addr requester) {
       auto& S = self->state;
       const std::string primary = req.session.empty() && !req.sessions.empty() ? req.sessions.front() : req.session;
-      auto journaled = std::make_shared<run_request>(req);
+      // Only a call on a checkpointed session is kept, for its journal.
+      std::shared_ptr<run_request> journaled;
+      if (!primary.empty() && S.checkpoints.count(primary)) journaled = std::make_shared<run_request>(req);
+      const bool multi = req.sessions.size() > 1;
       // The worker stops the call at the graph limit; the requester (an HTTP request) may
       // cancel it by this id when its client goes away.
       req.timeout_ms = std::uint64_t(S.cfg.timeouts.graph.count());
@@ -292,32 +193,31 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
         auto it = self->state.running.find(requester);
         if (it != self->state.running.end() && it->second.second == run_id) self->state.running.erase(it);
       };
+      auto retry = [] {
+        return to_caf(errc::retry, "the graph's worker left the grid while running it; send the call again");
+      };
       // Exactly one of: the reply, the error, or the worker's loss settles the call.
       std::function<bool()> settle = [] { return true; };
-      if (w && again)
-        settle = track_call(self, w.address(), [self, rp, again]() mutable {
-          self->state.waiting.push_back([rp, again]() mutable { again(rp); });
-        });
-      auto done = [self, rp, primary, journaled, settle, forget](run_reply& reply) mutable {
+      if (w) settle = track_call(self, w.address(), [rp, retry]() mutable { rp.deliver(retry()); });
+      auto done = [self, rp, primary, journaled, multi, settle, forget](run_reply& reply) mutable {
         forget();
         if (!settle()) return;
         auto& S = self->state;
         if (auto it = S.sessions.find(primary); it != S.sessions.end() && S.checkpoints.count(primary)) {
           auto& e = it->second;
-          if (journaled->sessions.size() > 1) e.journal_broken = "a multi-session graph ran on it";
+          if (multi) e.journal_broken = "a multi-session graph ran on it";
+          else if (!journaled) e.journal_broken = "a call ran on it while its checkpoint was being taken";
           else if (e.journal.size() >= max_journal) e.journal_broken = "more than " + std::to_string(max_journal) + " calls since the checkpoint";
           else if (e.journal_broken.empty()) e.journal.push_back(*journaled);
         }
-        rp.deliver("{\"outputs\":" + reply.outputs_json + ",\"steps\":" + std::to_string(reply.steps) + "}");
+        rp.deliver(std::move(reply));
       };
-      auto fail = [self, rp, w, again, settle, forget](caf::error& e) mutable {
+      auto fail = [self, rp, w, retry, settle, forget](caf::error& e) mutable {
         forget();
         if (!settle()) return;
-        if (again && actor_gone(e) && w) {
+        if (actor_gone(e) && w) {
           on_worker_lost(self, w.address());
-          auto& S = self->state;
-          if (S.recovering.empty()) again(rp);
-          else S.waiting.push_back([rp, again]() mutable { again(rp); });
+          rp.deliver(retry());
           return;
         }
         if (e == caf::sec::request_timeout) {
@@ -793,53 +693,32 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           });
         },
         // ------------------------------------------------------------ graphs
-        [=](graph_atom, const caller& who, const std::string& body, std::int32_t version) -> caf::result<std::string> {
+        [=](graph_atom, const caller& who, graph_call& call) -> caf::result<run_reply> {
           auto& S = self->state;
-          // Sends this request again (after a recovery): routed afresh, answered to rp.
-          auto again = [self, who, body, version](caf::typed_response_promise<std::string> rp) {
-            resend(self, rp, graph_atom::value, who, body, version);
-          };
           // A call touching a lost worker whose models and sessions are being placed again waits
-          // for that, then is routed afresh; other calls go on meanwhile.
+          // for that (holding the call, not a copy of it), then is routed afresh; other calls go
+          // on meanwhile.
           auto wait = [&] {
-            auto rp = self->make_response_promise<std::string>();
-            S.waiting.push_back([rp, again]() mutable { again(rp); });
+            auto rp = self->make_response_promise<run_reply>();
+            auto held = std::make_shared<graph_call>(std::move(call));
+            S.waiting.push_back([self, rp, who, held]() mutable {
+              self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, graph_atom::value, who, std::move(*held))
+                  .then([rp](run_reply& r) mutable { rp.deliver(std::move(r)); },
+                        [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+            });
             return rp;
           };
-          auto d = parse_body(body);
-          if (!d) return to_caf(d.err());
-          if (auto s = check_fields(*d, {"graph", "graphId", "bind", "session", "sessions", "encoding"}, "graph request"); !s)
-            return to_caf(s.err());
-          auto enc = opt_string(*d, "encoding", "graph request");
-          if (!enc) return to_caf(enc.err());
-          if (!enc->empty() && *enc != "base64") return to_caf(errc::invalid, "encoding must be \"base64\" (or absent for JSON numbers)");
-          auto top_session = opt_string(*d, "session", "graph request");
-          if (!top_session) return to_caf(top_session.err());
-          auto top_sessions = opt_strings(*d, "sessions", "graph request");
-          if (!top_sessions) return to_caf(top_sessions.err());
           run_request req;
-          req.base64 = *enc == "base64";
+          req.base64 = call.base64;
+          req.session = call.session;
+          req.sessions = call.sessions;
           // The promise is made only after the synchronous checks: an error returned once a
           // promise exists would never reach the caller.
-          if (d->HasMember("graphId")) {
-            if (version != 3) return to_caf(errc::invalid, "compiled graphs are an API v3 feature; use /api/v3/graph");
-            if (d->HasMember("graph")) return to_caf(errc::invalid, "give either graph or graphId, not both");
-            auto gid = opt_string(*d, "graphId", "graph request");
-            if (!gid) return to_caf(gid.err());
-            auto* g = S.find(S.graphs, *gid, who);
-            if (!g) return to_caf(errc::not_found, "graph " + *gid + " does not exist");
-            if (d->HasMember("bind") && !(*d)["bind"].IsObject())
-              return to_caf(errc::invalid, "bind must be an object mapping binding names to values");
-            req.bind_json = d->HasMember("bind") ? text_of((*d)["bind"]) : "{}";
-            req.graph_id = *gid;  // the graph actor sets it too; the journal needs it here
-            req.session = *top_session;
-            req.sessions = *top_sessions;
-            if (!req.sessions.empty()) {
-              if (req.session.empty()) req.session = req.sessions.front();
-              if (std::find(req.sessions.begin(), req.sessions.end(), req.session) == req.sessions.end())
-                return to_caf(errc::invalid, "sessions must include the primary session " + req.session);
-              if (req.sessions.size() > 64) return to_caf(errc::invalid, "a graph may list at most 64 sessions");
-            }
+          if (!call.graph_id.empty()) {
+            auto* g = S.find(S.graphs, call.graph_id, who);
+            if (!g) return to_caf(errc::not_found, "graph " + call.graph_id + " does not exist");
+            req.bind_json = call.bind_json;
+            req.graph_id = call.graph_id;  // the graph actor sets it too; the journal needs it here
             worker_actor w = g->worker;
             std::vector<std::string> all = req.sessions;
             if (all.empty() && !req.session.empty()) all.push_back(req.session);
@@ -855,64 +734,63 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
             }
             for (const auto& mid : g->models) {
               auto* m = S.find(S.models, mid, who);
-              if (!m) return to_caf(errc::not_found, "model " + mid + ", which graph " + *gid + " reads, no longer exists");
+              if (!m) return to_caf(errc::not_found, "model " + mid + ", which graph " + call.graph_id + " reads, no longer exists");
               if (S.is_recovering(m->worker)) return wait();
               if (S.is_lost(m->worker)) return to_caf(errc::unavailable, lost_message("model " + mid));
             }
             // (before the promise, which takes the sender over)
             const auto requester = caf::actor_cast<caf::actor_addr>(self->current_sender());
-            auto rp = self->make_response_promise<std::string>();
-            run_on(rp, std::move(req), w, g->actor, again, requester);
+            auto rp = self->make_response_promise<run_reply>();
+            run_on(rp, std::move(req), w, g->actor, requester);
             return rp;
           }
-          if (!d->HasMember("graph")) return to_caf(errc::invalid, "graph request needs graph (inline) or graphId (compiled)");
-          if (d->HasMember("bind")) return to_caf(errc::invalid, "bind belongs to compiled graphs (graphId)");
-          auto r = route(who, *d, (*d)["graph"], *top_session, *top_sessions, false, version);
+          auto r = route(who, call.refs, call.session, call.sessions);
           if (!r) return to_caf(r.err());
           if (r->wait) return wait();
-          req.graph_json = std::move(r->graph_json);
-          req.session = r->primary;
-          req.sessions = r->sessions;
+          req.graph_json = std::move(call.graph_json);
           // (before the promise, which takes the sender over)
           const auto requester = caf::actor_cast<caf::actor_addr>(self->current_sender());
-          auto rp = self->make_response_promise<std::string>();
+          auto rp = self->make_response_promise<run_reply>();
           if (r->worker) {
-            run_on(rp, std::move(req), r->worker, std::nullopt, again, requester);
+            run_on(rp, std::move(req), r->worker, std::nullopt, requester);
           } else {
-            with_any_worker(r->needs, [=](result<worker_actor> w) mutable {
+            with_any_worker(call.refs.needs, [=](result<worker_actor> w) mutable {
               if (!w) rp.deliver(to_caf(w.err()));
-              else run_on(rp, std::move(req), *w, std::nullopt, again, requester);
+              else run_on(rp, std::move(req), *w, std::nullopt, requester);
             });
           }
           return rp;
         },
-        [=](create_atom, graphs_atom, const caller& who, const std::string& body) -> caf::result<std::string> {
+        // (tensorId -> model, weight for the caller's loaded weights, as flat triples: the edge
+        // rewrites those inputs before routing)
+        [=](resolve_atom, const caller& who, const std::vector<std::string>& ids) -> std::vector<std::string> {
           auto& S = self->state;
-          auto d = parse_body(body);
-          if (!d) return to_caf(d.err());
-          if (auto s = check_fields(*d, {"label", "graph"}, "compile request"); !s) return to_caf(s.err());
-          if (!d->HasMember("graph")) return to_caf(errc::invalid, "compile request needs a graph");
-          auto label = opt_string(*d, "label", "compile request");
-          if (!label) return to_caf(label.err());
+          std::vector<std::string> out;
+          for (const auto& id : ids) {
+            if (S.find(S.tensors, id, who)) continue;  // a v2 upload: read as is
+            auto w = S.weight_ids.find(id);
+            if (w == S.weight_ids.end() || !S.find(S.models, w->second.first, who)) continue;
+            out.insert(out.end(), {id, w->second.first, w->second.second});
+          }
+          return out;
+        },
+        [=](create_atom, graphs_atom, const caller& who, compile_call& call) -> caf::result<std::string> {
+          auto& S = self->state;
           if (S.count_for_key(S.graphs, who.key_id) >= S.cfg.max_graphs_per_key)
             return to_caf(errc::limit, "this key already holds " + std::to_string(S.cfg.max_graphs_per_key) +
                                            " compiled graphs, the limit; delete one first");
-          auto decl = parse_graph((*d)["graph"], true);
-          if (!decl) return to_caf(decl.err());
-          if (decl->session || !decl->sessions.empty())
-            return to_caf(errc::invalid, "a compiled graph names its session per call, not in the template");
-          auto r = route(who, *d, (*d)["graph"], "", {}, true, 3);
+          auto r = route(who, call.refs, "", {});
           if (!r) return to_caf(r.err());
           const std::string gid = new_id("gt_");
           graph_entry e;
           e.account = who.account;
           e.key_id = who.key_id;
           e.created_at = now_iso();
-          e.label = *label;
-          e.body_bytes = body.size();
-          e.per_call_bytes = per_call_bytes(gid, *decl);
+          e.label = call.label;
+          e.body_bytes = call.body_bytes;
+          e.per_call_bytes = call.per_call_bytes;
           e.models = r->models;
-          e.actor = spawn_graph(self->system(), gid, r->graph_json, S.cfg.timeouts);
+          e.actor = spawn_graph(self->system(), gid, std::move(call.graph_json), S.cfg.timeouts);
           self->link_to(e.actor);
           auto rp = self->make_response_promise<std::string>();
           auto compile = [=](worker_actor w) mutable {
@@ -946,7 +824,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           if (r->worker) {
             compile(r->worker);
           } else {
-            with_any_worker(r->needs, [=](result<worker_actor> w) mutable {
+            with_any_worker(call.refs.needs, [=](result<worker_actor> w) mutable {
               if (!w) {
                 caf::anon_send(e.actor, delete_atom::value);
                 rp.deliver(to_caf(w.err()));
@@ -1343,30 +1221,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           return rp;
         },
         // ------------------------------------------------------------ v2 tensors
-        [=](create_atom, tensors_atom, const caller& who, const std::string& body) -> caf::result<std::string> {
+        [=](create_atom, tensors_atom, const caller& who, tensor_call& t) -> caf::result<std::string> {
           auto& S = self->state;
-          auto d = parse_body(body);
-          if (!d) return to_caf(d.err());
-          if (auto s = check_fields(*d, {"shape", "data", "dataB64"}, "tensor upload"); !s) return to_caf(s.err());
-          // Reuse the graph input parser: one upload is one {name, shape, data|dataB64} input.
-          rapidjson::Document g;
-          g.SetObject();
-          rapidjson::Value in(rapidjson::kObjectType);
-          in.AddMember("name", "tensor", g.GetAllocator());
-          for (auto it = d->MemberBegin(); it != d->MemberEnd(); ++it)
-            in.AddMember(rapidjson::Value(it->name, g.GetAllocator()), rapidjson::Value(it->value, g.GetAllocator()), g.GetAllocator());
-          rapidjson::Value inputs(rapidjson::kArrayType);
-          inputs.PushBack(in, g.GetAllocator());
-          g.AddMember("inputs", inputs, g.GetAllocator());
-          g.AddMember("steps", rapidjson::Value(rapidjson::kArrayType), g.GetAllocator());
-          auto decl = parse_graph(g, false);
-          if (!decl) {
-            std::string msg = decl.err().message;
-            const std::string prefix = "inputs[0] (tensor)";
-            if (msg.rfind(prefix, 0) == 0) msg = "tensor upload" + msg.substr(prefix.size());
-            return to_caf(errc::invalid, msg);
-          }
-          auto& t = decl->inputs[0];
           const std::uint64_t bytes = t.data.size() * 4;
           std::uint64_t used = 0;
           for (const auto& [_, e] : S.tensors)
@@ -1377,11 +1233,13 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                                                " of " + std::to_string(S.cfg.v2_quota_bytes) + " bytes left)");
           auto rp = self->make_response_promise<std::string>();
           const std::string tid = new_id("t_");
-          tensor_upload up{tid, t.shape, std::move(t.data)};
+          // (held once: the handlers below share it, and the values move on to the worker)
+          auto up = std::make_shared<tensor_upload>(tensor_upload{tid, t.shape, std::move(t.data)});
+          const shape_t shape = t.shape;
           self->request(S.pool, control, pick_atom::value, bytes)
               .then(
                   [=](worker_actor& w, worker_status&) mutable {
-                    self->request(w, control, tput_atom::value, up)
+                    self->request(w, control, tput_atom::value, std::move(*up))
                         .then(
                             [=](bool) mutable {
                               v2_entry e;
@@ -1397,7 +1255,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                                 key(jw, "tensorId"); str(jw, tid);
                                 key(jw, "shape");
                                 jw.StartArray();
-                                for (auto x : up.shape) jw.Int64(x);
+                                for (auto x : shape) jw.Int64(x);
                                 jw.EndArray();
                                 key(jw, "bytes"); jw.Uint64(bytes);
                                 jw.EndObject();

@@ -12,6 +12,7 @@
 #include "actors/generate/gen_values.hpp"
 #include "actors/ids.hpp"
 #include "actors/json_text.hpp"
+#include "http/api/graph_calls.hpp"
 #include "runtime/metrics.hpp"
 
 namespace mpakt::http {
@@ -49,7 +50,6 @@ namespace {
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
-using work_atom = caf::atom_constant<caf::atom("work")>;
 
 /// Drafts per verify pass of chat's verify graphs (passes over k+1 positions).
 constexpr int chat_drafts[] = {4, 2};
@@ -151,6 +151,19 @@ void call_json(chat_pointer self, std::chrono::milliseconds timeout, Next next, 
             next(d);
           },
           on_error(self));
+}
+
+/// Runs a graph call (a JSON body, decoded as the API decodes it) and then `next`.
+template <class Next>
+void call_graph(chat_pointer self, std::string body, Next next) {
+  auto& st = self->state;
+  send_graph_call(self, st.coordinator, st.who, std::make_shared<const std::string>(std::move(body)), 3, 5min,
+                  [self, next](result<run_reply> r) {
+                    if (self->state.finished) return;
+                    if (self->state.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+                    if (!r) return fail(self, r.err());
+                    next();
+                  });
 }
 
 void resolve_model(chat_pointer self);
@@ -275,21 +288,20 @@ void compile_chain(chat_pointer self, std::shared_ptr<std::vector<std::string>> 
   const int tokens = i == 0 ? 1 : chat_drafts[i - 1] + 1;
   const std::string label = (i == 0 ? "chat decode" : "chat verify " + std::to_string(tokens)) + " " + st.model_id;
   const std::string body = "{\"label\":" + json_string(label) + ",\"graph\":" + chat_graph(st, tokens) + "}";
-  self->request(st.coordinator, 5min, create_atom::value, graphs_atom::value, st.who, body)
-      .then(
-          [self, done, then](std::string& reply) {
-            rapidjson::Document d;
-            d.Parse(reply.c_str());
-            done->push_back(d["graphId"].GetString());
-            if (self->state.finished) return;
-            if (self->state.cancelled) return fail(self, error{errc::invalid, "cancelled"});
-            compile_chain(self, done, then);
-          },
-          [self, done](caf::error& e) {
-            for (const auto& id : *done)
-              caf::anon_send(self->state.coordinator, delete_atom::value, graphs_atom::value, self->state.who, id);
-            fail(self, from_caf(e));
-          });
+  send_compile_call(self, st.coordinator, st.who, std::make_shared<const std::string>(body), 5min,
+                    [self, done, then](result<std::string> reply) {
+                      if (!reply) {
+                        for (const auto& id : *done)
+                          caf::anon_send(self->state.coordinator, delete_atom::value, graphs_atom::value, self->state.who, id);
+                        return fail(self, reply.err());
+                      }
+                      rapidjson::Document d;
+                      d.Parse(reply->c_str());
+                      done->push_back(d["graphId"].GetString());
+                      if (self->state.finished) return;
+                      if (self->state.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+                      compile_chain(self, done, then);
+                    });
 }
 
 void prepare_graphs(chat_pointer self, void (*then)(chat_pointer)) {
@@ -354,8 +366,7 @@ void open_session(chat_pointer self) {
     if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
     std::string alloc = models::arch_cache_graph(st.model->config, st.model->context, true);
     alloc.insert(1, "\"session\":" + json_string(st.session_id) + ",");
-    call_json(self, 5min, [self](rapidjson::Document&) { prefill(self); }, graph_atom::value, st.who,
-              "{\"graph\":" + alloc + "}", std::int32_t(3));
+    call_graph(self, "{\"graph\":" + alloc + "}", [self] { prefill(self); });
   }, create_atom::value, sessions_atom::value, st.who, body);
 }
 
@@ -376,8 +387,7 @@ void prefill(chat_pointer self) {
   o.repetition_penalty = st.req.repetition_penalty;
   std::string graph = models::arch_graph(st.model->config, o);
   graph.insert(1, "\"session\":" + json_string(st.session_id) + ",");
-  call_json(self, 5min, [self](rapidjson::Document&) { generate(self); }, graph_atom::value, st.who,
-            "{\"graph\":" + graph + "}", std::int32_t(3));
+  call_graph(self, "{\"graph\":" + graph + "}", [self] { generate(self); });
 }
 
 void generate(chat_pointer self) {

@@ -15,6 +15,7 @@
 #include "actors/ids.hpp"
 #include "http/api/chat.hpp"
 #include "http/api/generate.hpp"
+#include "http/api/graph_calls.hpp"
 #include "http/api/model_graph.hpp"
 #include "http/api/request_log.hpp"
 #include "http/api/route_table.hpp"
@@ -60,14 +61,18 @@ void forward(caf::event_based_actor* self, const Handle& h, std::chrono::millise
 
 result<rapidjson::Document> body_object(const request& req) { return parse_json_object(req.body, "request body"); }
 
-/// A graph call on behalf of an HTTP request: a client that goes away before the answer stops
-/// the graph on its worker (the coordinator knows the call by this actor).
-void forward_graph(caf::event_based_actor* self, const coordinator_actor& coord, std::chrono::milliseconds timeout,
-                   const responder_ptr& res, const caller& who, const std::string& body, std::int32_t version) {
-  forward(self, coord, timeout, res, 200, graph_atom::value, who, body, version);
-  res->on_disconnect([coord, requester = self->address()] { caf::anon_send(coord, cancel_atom::value, requester); });
+/// The request's body, shared with it (no copy).
+std::shared_ptr<const std::string> shared_body(const std::shared_ptr<const request>& req) {
+  return std::shared_ptr<const std::string>(req, &req->body);
 }
 
+/// Answers with a coordinator's JSON answer or its error.
+std::function<void(result<std::string>)> json_answer(const responder_ptr& res) {
+  return [res](result<std::string> r) {
+    if (!r) return reply_error(res, r.err());
+    reply_json(res, 200, std::move(*r));
+  };
+}
 
 result<std::string> body_string(const rapidjson::Document& d, const char* k) {
   auto it = d.FindMember(k);
@@ -185,6 +190,26 @@ struct route {
   void (*handle)(const call&);
 };
 
+/// A graph call on behalf of an HTTP request (decoded and answered at the edge:
+/// http/api/graph_calls.hpp). A client that goes away before the answer stops the graph on
+/// its worker (the coordinator knows the call by this actor).
+void forward_graph(const call& c, std::int32_t version) {
+  auto* self = c.self;
+  auto res = c.res;
+  send_graph_call(self, c.coord(), c.who, shared_body(c.req), version, c.timeout(), [self, res](result<run_reply> r) {
+    if (!r) return reply_error(res, r.err());
+    auto reply = std::make_shared<run_reply>(std::move(*r));
+    maybe_off_thread<result<std::string>>(self, reply->outputs_json.size() >= off_thread_bytes,
+                                          [reply] { return result<std::string>(graph_reply_json(*reply)); },
+                                          [res](result<std::string>& body) {
+                                            if (!body) return reply_error(res, body.err());
+                                            reply_json(res, 200, std::move(*body));
+                                          });
+  });
+  res->on_disconnect([coord = c.coord(), requester = self->address()] { caf::anon_send(coord, cancel_atom::value, requester); });
+}
+
+
 // Handlers, in the order of the table below.
 
 void on_versions(const call& c) { forward(c.self, c.coord(), 30s, c.res, 200, versions_atom::value); }
@@ -284,12 +309,8 @@ void on_close_session(const call& c) {
 }
 void on_checkpoint(const call& c) { forward(c.self, c.coord(), c.timeout(), c.res, 200, checkpt_atom::value, c.who, c.args[0]); }
 void on_restore(const call& c) { forward(c.self, c.coord(), c.timeout(), c.res, 200, restore_atom::value, c.who, c.args[0]); }
-void on_graph_v3(const call& c) {
-  forward_graph(c.self, c.coord(), c.timeout(), c.res, c.who, c.body(), std::int32_t(3));
-}
-void on_compile(const call& c) {
-  forward(c.self, c.coord(), c.timeout(), c.res, 200, create_atom::value, graphs_atom::value, c.who, c.body());
-}
+void on_graph_v3(const call& c) { forward_graph(c, 3); }
+void on_compile(const call& c) { send_compile_call(c.self, c.coord(), c.who, shared_body(c.req), c.timeout(), json_answer(c.res)); }
 void on_list_graphs(const call& c) { forward(c.self, c.coord(), 30s, c.res, 200, list_atom::value, graphs_atom::value, c.who); }
 void on_delete_graph(const call& c) {
   forward(c.self, c.coord(), 30s, c.res, 200, delete_atom::value, graphs_atom::value, c.who, c.args[0]);
@@ -324,14 +345,12 @@ void on_generate(const call& c) {
 }
 void on_random(const call& c) { random_numbers(*c.req, c.res); }
 void on_upload_tensor(const call& c) {
-  forward(c.self, c.coord(), c.timeout(), c.res, 200, create_atom::value, tensors_atom::value, c.who, c.body());
+  send_tensor_upload(c.self, c.coord(), c.who, shared_body(c.req), c.timeout(), json_answer(c.res));
 }
 void on_delete_tensor(const call& c) {
   forward(c.self, c.coord(), c.timeout(), c.res, 200, delete_atom::value, tensors_atom::value, c.who, c.args[0]);
 }
-void on_graph_v2(const call& c) {
-  forward_graph(c.self, c.coord(), c.timeout(), c.res, c.who, c.body(), std::int32_t(2));
-}
+void on_graph_v2(const call& c) { forward_graph(c, 2); }
 
 /// GET /metrics: the gauges of what the grid holds are set from the coordinator's answer
 /// (counts of its maps, and the pool's status of every worker, answered by the workers'
@@ -370,9 +389,28 @@ const route routes[] = {
 #undef MPAKT_ROUTE
 };
 
-/// Checks the route's auth level, then runs its handler in a short-lived actor.
+/// The largest body a route takes, for routes whose bodies are small by nature: they are
+/// parsed on the scheduler thread the coordinator shares (or by the coordinator itself), so
+/// a body of hundreds of megabytes, which --body-limit lets through for graphs and uploads,
+/// is refused before any of it is read as JSON (docs/decisions.md, "Body sizes"). 0 = only
+/// --body-limit (graph calls, templates and uploads are decoded on threads of their own;
+/// chat has its own cap).
+std::size_t body_cap(const route& r) {
+  constexpr std::size_t kib = 1024, mib = kib * 1024;
+  const auto h = r.handle;
+  if (h == on_sign_up || h == on_login || h == on_make_key) return 64 * kib;
+  if (h == on_open_session || h == on_load) return 1 * mib;
+  if (h == on_generate || h == on_model_graph) return 16 * mib;
+  return 0;
+}
+
+/// Checks the route's body cap and auth level, then runs its handler in a short-lived actor.
 void run_route(const route& r, call c) {
   const auto& res = c.res;
+  if (const std::size_t cap = body_cap(r); cap && c.req->body.size() > cap)
+    return reply_error(res, errc::too_large,
+                       c.req->method + " " + r.pattern + " takes a body of at most " + std::to_string(cap) +
+                           " bytes; this one has " + std::to_string(c.req->body.size()));
   switch (r.level) {
     case auth::none:
       break;

@@ -3,9 +3,10 @@
 //   0  any body: the shared reader (runtime/json.cpp: depth, UTF-8, integers) and its fields
 //   1  POST /api/v3/chat (parse_chat_request)
 //   2  POST /api/v3/models/:id/graph (build_model_graph, against stories260K's config.json)
-//   3  POST /api/v3/graph and /api/v2/graph: the graph inside the body (parse_graph, inline)
-//   4  POST /api/v3/graphs: the template (parse_graph with bindings, the generate check)
-//   5  POST /api/v2/tensors: one upload, read as a graph input as the coordinator reads it
+//   3  POST /api/v3/graph and /api/v2/graph (decode_graph_call, both versions, with a tensorId
+//      alias as the coordinator's resolve would give)
+//   4  POST /api/v3/graphs: the template (decode_compile_call; the generate check)
+//   5  POST /api/v2/tensors (decode_tensor_upload)
 //   6  POST /api/v3/models: the source (loader::parse_source, local paths confined)
 //   7  step parameters (parse_params_text, as `mpakt run --bind` and templates use)
 // The field checks the coordinator does inline (sessions, generate) are driven by the e2e
@@ -23,6 +24,7 @@
 #include "actors/loader/source.hpp"
 #include "http/api/chat_model.hpp"
 #include "http/api/model_graph.hpp"
+#include "http/api/requests.hpp"
 #include "runtime/generate_check.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/json.hpp"
@@ -69,12 +71,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 2:
       (void)http::build_model_graph(body, stories_config(), "m_000000000000000000000000");
       break;
-    case 3:
+    case 3: {
+      const http::weight_aliases aliases{{"t_0", {"m_0", "w"}}};
+      (void)http::decode_graph_call(body, 3, aliases);
+      (void)http::decode_graph_call(body, 2);
+      break;
+    }
     case 4: {
+      (void)http::decode_compile_call(body);
+      // the generate check reads the template's graph as the coordinator does
       auto d = parse_json_object(body, "request body");
       if (!d || !d->HasMember("graph")) break;
-      auto decl = parse_graph((*d)["graph"], endpoint == 4);
-      if (!decl || endpoint != 4 || decl->outputs.empty()) break;
+      auto decl = parse_graph((*d)["graph"], true);
+      if (!decl || decl->outputs.empty()) break;
       std::vector<std::string> bindings;
       for (const auto& in : decl->inputs)
         if (in.kind == input_kind::bound) bindings.push_back(in.bind);
@@ -85,24 +94,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       (void)check_generate_template(*decl, bindings, false, true);
       break;
     }
-    case 5: {
-      // As the coordinator does: {"inputs": [{"name": "tensor", ...the body's fields}], "steps": []}.
-      auto d = parse_json_object(body, "request body");
-      if (!d) break;
-      rapidjson::Document g;
-      g.SetObject();
-      rapidjson::Value in(rapidjson::kObjectType);
-      in.AddMember("name", "tensor", g.GetAllocator());
-      for (auto it = d->MemberBegin(); it != d->MemberEnd(); ++it)
-        in.AddMember(rapidjson::Value(it->name, g.GetAllocator()), rapidjson::Value(it->value, g.GetAllocator()),
-                     g.GetAllocator());
-      rapidjson::Value inputs(rapidjson::kArrayType);
-      inputs.PushBack(in, g.GetAllocator());
-      g.AddMember("inputs", inputs, g.GetAllocator());
-      g.AddMember("steps", rapidjson::Value(rapidjson::kArrayType), g.GetAllocator());
-      (void)parse_graph(g, false);
+    case 5:
+      (void)http::decode_tensor_upload(body);
       break;
-    }
     case 6: {
       auto d = parse_json_object(body, "request body");
       if (!d || !d->HasMember("source") || !(*d)["source"].IsString()) break;
