@@ -532,7 +532,10 @@ caf::result<Reply> gather_session(pointer self, const std::string& sid, Atom ato
 
 pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std::vector<pipeline_part> parts,
                               entity_timeouts t) {
-  return sys.spawn([model_id, parts, t](pointer self) -> pipeline_actor::behavior_type {
+  // Detached: splitting a graph call into stages and relaying the values between them (JSON
+  // and base64, as large as the call) happens on the pipeline's own thread, never on the
+  // scheduler thread the coordinator shares.
+  return sys.spawn<caf::detached>([model_id, parts, t](pointer self) -> pipeline_actor::behavior_type {
     auto& S = self->state;
     S.model_id = model_id;
     S.parts = parts;

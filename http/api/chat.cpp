@@ -170,29 +170,16 @@ void resolve_model(chat_pointer self);
 /// Runs `work` (returning result<T>) on a helper thread of its own, then `then(T&)` back in
 /// the chat actor, or fails the chat with the error. CPU work that grows with what a client
 /// sent (rendering, tokenizing) or with a model's files (building its chat side) thus never
-/// holds up the scheduler thread the coordinator's actors share. The value travels in a
-/// holder both sides share; the helper's reply orders its write before the actor's read.
+/// holds up the scheduler thread the coordinator's actors share.
 template <class T, class Work, class Then>
 void off_thread(chat_pointer self, Work work, Then then) {
-  auto out = std::make_shared<std::optional<result<T>>>();
-  auto helper = self->system().spawn<caf::detached>([work = std::move(work), out](caf::event_based_actor* h) -> caf::behavior {
-    return {[=](work_atom) {
-      h->quit();
-      out->emplace(work());
-      return true;
-    }};
+  maybe_off_thread<result<T>>(self, true, std::move(work), [self, then](result<T>& r) {
+    auto& st = self->state;
+    if (st.finished) return;
+    if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+    if (!r) return fail(self, r.err());
+    then(*r);
   });
-  self->request(helper, caf::infinite, work_atom::value)
-      .then(
-          [self, out, then](bool) {
-            auto& st = self->state;
-            if (st.finished) return;
-            if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
-            result<T>& r = **out;
-            if (!r) return fail(self, r.err());
-            then(*r);
-          },
-          on_error(self));
 }
 
 void prepare_model(chat_pointer self);
