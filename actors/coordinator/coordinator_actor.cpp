@@ -1224,7 +1224,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
         [=](create_atom, tensors_atom, const caller& who, tensor_call& t) -> caf::result<std::string> {
           auto& S = self->state;
           const std::uint64_t bytes = t.data.size() * 4;
-          std::uint64_t used = 0;
+          std::uint64_t used = S.v2_pending[who.key_id];
           for (const auto& [_, e] : S.tensors)
             if (e.key_id == who.key_id) used += e.bytes;
           if (used + bytes > S.cfg.v2_quota_bytes)
@@ -1236,12 +1236,19 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           // (held once: the handlers below share it, and the values move on to the worker)
           auto up = std::make_shared<tensor_upload>(tensor_upload{tid, t.shape, std::move(t.data)});
           const shape_t shape = t.shape;
+          S.v2_pending[who.key_id] += bytes;
+          auto settle = [self, key = who.key_id, bytes] {
+            auto& pending = self->state.v2_pending;
+            if (auto it = pending.find(key); it != pending.end() && (it->second -= std::min(it->second, bytes)) == 0)
+              pending.erase(it);
+          };
           self->request(S.pool, control, pick_atom::value, bytes)
               .then(
                   [=](worker_actor& w, worker_status&) mutable {
                     self->request(w, control, tput_atom::value, std::move(*up))
                         .then(
                             [=](bool) mutable {
+                              settle();
                               v2_entry e;
                               e.account = who.account;
                               e.key_id = who.key_id;
@@ -1261,9 +1268,15 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                                 jw.EndObject();
                               }));
                             },
-                            [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+                            [=](caf::error& e) mutable {
+                              settle();
+                              rp.deliver(caf::error(e));
+                            });
                   },
-                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+                  [=](caf::error& e) mutable {
+                    settle();
+                    rp.deliver(caf::error(e));
+                  });
           return rp;
         },
         [=](delete_atom, tensors_atom, const caller& who, const std::string& id) -> caf::result<std::string> {

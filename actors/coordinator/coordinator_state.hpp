@@ -109,6 +109,9 @@ struct coordinator_state {
   std::map<std::string, session_entry> sessions;
   std::map<std::string, graph_entry> graphs;
   std::map<std::string, v2_entry> tensors;
+  /// v2 upload bytes per key id that passed the quota check and are on their way to a
+  /// worker: counted against the quota too, so concurrent uploads cannot both pass it.
+  std::map<std::string, std::uint64_t> v2_pending;
   std::map<std::string, checkpoint_entry> checkpoints;  ///< by session id
   /// load-response tensorIds: id -> (model, weight name)
   std::map<std::string, std::pair<std::string, std::string>> weight_ids;

@@ -110,6 +110,20 @@ def test_the_v2_upload_quota_is_413(start_server):
     expect(api.post("/api/v2/tensors", {"shape": [100], "dataB64": data}, key=other), 200)
     expect(api.delete(f"/api/v2/tensors/{t1}", key=key), 200)
     expect(api.post("/api/v2/tensors", {"shape": [100], "dataB64": data}, key=key), 200)
+    # Uploads in flight count too: of eight sent at once by a fresh key, each of 400 of its 1000
+    # bytes, exactly two fit (each alone would pass the check).
+    third = server.account("quota3")[1]
+    replies = [None] * 8
+
+    def upload(i):
+        replies[i] = api.post("/api/v2/tensors", {"shape": [100], "dataB64": data}, key=third, timeout=30)
+
+    threads = [threading.Thread(target=upload, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.status for r in replies) == [200] * 2 + [413] * 6, [r.status for r in replies]
     server.assert_up()
 
 
