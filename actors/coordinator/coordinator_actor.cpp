@@ -64,8 +64,6 @@ result<std::int64_t> token_id(const rapidjson::Value& v, const std::string& fiel
   return json_integer(v, field, 0, INT32_MAX);
 }
 
-
-
 /// Delivers a JSON text or an error to a promise.
 template <class Promise>
 void deliver(Promise& rp, result<std::string> r) {
@@ -701,11 +699,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto wait = [&] {
             auto rp = self->make_response_promise<run_reply>();
             auto held = std::make_shared<graph_call>(std::move(call));
-            S.waiting.push_back([self, rp, who, held]() mutable {
-              self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, graph_atom::value, who, std::move(*held))
-                  .then([rp](run_reply& r) mutable { rp.deliver(std::move(r)); },
-                        [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); });
-            });
+            S.waiting.push_back([self, rp, who, held] { resend(self, rp, graph_atom::value, who, std::move(*held)); });
             return rp;
           };
           run_request req;

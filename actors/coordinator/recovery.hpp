@@ -14,9 +14,10 @@
 namespace mpakt {
 
 /// Sends a request to this coordinator again (after a recovery) and answers `rp` with its reply.
+/// The request's values move into the message (a caller that passes one by rvalue is not copied).
 template <class Reply, class... Ts>
 void resend(coordinator_pointer self, caf::typed_response_promise<Reply> rp, Ts... xs) {
-  self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, xs...)
+  self->request(caf::actor_cast<coordinator_actor>(self), caf::infinite, std::move(xs)...)
       .then([rp](Reply& r) mutable { rp.deliver(std::move(r)); }, [rp](caf::error& e) mutable { rp.deliver(caf::error(e)); });
 }
 

@@ -209,7 +209,6 @@ void forward_graph(const call& c, std::int32_t version) {
   res->on_disconnect([coord = c.coord(), requester = self->address()] { caf::anon_send(coord, cancel_atom::value, requester); });
 }
 
-
 // Handlers, in the order of the table below.
 
 void on_versions(const call& c) { forward(c.self, c.coord(), 30s, c.res, 200, versions_atom::value); }
