@@ -238,6 +238,12 @@ struct gen_token {
   std::uint32_t index = 0;
   std::int64_t pos = 0;  ///< the position fed (decisions.md)
   double ms = 0;         ///< time for this token
+  /// With gen_request::logprobs ≥ 0: the token's log-probability under the model (log-softmax
+  /// of the logits its sample step read, before penalties and temperature; NaN when the
+  /// logits held a NaN), and the `logprobs` most likely ids with theirs, most likely first.
+  float logprob = 0;
+  std::vector<std::int64_t> top_ids;
+  std::vector<float> top_logprobs;
 };
 
 /// How a generation ended: "stop token", "max tokens", "cancelled" or "error".
@@ -276,11 +282,17 @@ struct gen_request {
   std::vector<std::vector<std::string>> verify_bindings;
   std::vector<std::int64_t> context;  ///< token ids so far, ending with first_id
   bool always = false;
+  /// -1: no log-probabilities; n ≥ 0: each gen_token carries its token's log-probability and
+  /// the n most likely alternatives (at most max_top_logprobs).
+  std::int32_t logprobs = -1;
 };
+
+/// Most alternatives a generation's tokens may carry (OpenAI's top_logprobs bound).
+constexpr std::int32_t max_top_logprobs = 20;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_token& x) {
-  return f(caf::meta::type_name("gen_token"), x.token, x.index, x.pos, x.ms);
+  return f(caf::meta::type_name("gen_token"), x.token, x.index, x.pos, x.ms, x.logprob, x.top_ids, x.top_logprobs);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_done& x) {
@@ -290,7 +302,8 @@ typename Inspector::result_type inspect(Inspector& f, gen_done& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_request& x) {
   return f(caf::meta::type_name("gen_request"), x.gen_id, x.graph_id, x.session, x.bindings, x.first_id, x.start_pos,
-           x.max_new, x.stop_ids, x.sampling, x.listener, x.verify_graphs, x.verify_bindings, x.context, x.always);
+           x.max_new, x.stop_ids, x.sampling, x.listener, x.verify_graphs, x.verify_bindings, x.context, x.always,
+           x.logprobs);
 }
 
 // ---------------------------------------------------------------- worker interface

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <thread>
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -229,12 +231,80 @@ void finish_generation(compute_pointer self, const std::string& id, std::string 
   gens.erase(it);
 }
 
-/// Streams a pass's produced tokens to the listener, applying the stop and length rules.
-/// Returns false when the generation ended.
-bool deliver_tokens(compute_pointer self, const std::string& id, const std::vector<std::int64_t>& produced, double ms) {
+/// The logits rows a generation graph's tokens were drawn from, in output order: the first
+/// input of each sample or argmax step that `output` is (or concatenates). False when the
+/// output is made otherwise. Without `rows` (before a run) only the graph's shape is checked.
+bool drawn_rows(const executable_graph& g, const std::string& output, std::vector<std::pair<const tensor*, std::int64_t>>* rows,
+                int depth = 0) {
+  const std::string op = g.producer_op(output);
+  const auto inputs = g.producer_inputs(output);
+  if (inputs.empty() || depth > 64) return false;
+  if (op == "sample" || op == "argmax") {
+    if (!rows) return true;
+    const tensor* logits = g.value(inputs.front());
+    if (!logits) return false;
+    for (std::int64_t r = 0; r < logits->rows(); ++r) rows->emplace_back(logits, r);
+    return true;
+  }
+  if (op != "concat") return false;
+  for (const auto& in : inputs)
+    if (!drawn_rows(g, in, rows, depth + 1)) return false;
+  return true;
+}
+
+std::vector<std::pair<const tensor*, std::int64_t>> logits_of(const executable_graph& g, const std::string& output) {
+  std::vector<std::pair<const tensor*, std::int64_t>> rows;
+  if (!drawn_rows(g, output, &rows)) rows.clear();
+  return rows;
+}
+
+/// Sets t's log-probability and its `n` likeliest alternatives from row `row` of `logits`
+/// (log-softmax in double; ties in order of id).
+void add_logprobs(gen_token& t, const tensor& logits, std::int64_t row, std::int32_t n) {
+  // (a row of a [rows, V] tensor; a 1-D one is one row)
+  const std::int64_t v = logits.cols();
+  if (row >= logits.rows() || t.token < 0 || t.token >= v) {
+    t.logprob = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  const float* x = logits.f32() + row * v;
+  double m = -std::numeric_limits<double>::infinity();
+  bool nan = false;
+  for (std::int64_t i = 0; i < v; ++i) {
+    nan = nan || std::isnan(x[i]);
+    m = std::max(m, double(x[i]));
+  }
+  double total = 0;
+  for (std::int64_t i = 0; i < v; ++i) total += std::exp(double(x[i]) - m);
+  const double lse = m + std::log(total);
+  auto lp = [&](std::int64_t i) { return nan ? std::numeric_limits<float>::quiet_NaN() : float(double(x[i]) - lse); };
+  t.logprob = lp(t.token);
+  const std::int64_t k = std::min<std::int64_t>(n, v);
+  if (k <= 0) return;
+  std::vector<std::int64_t> order(static_cast<std::size_t>(v));
+  for (std::int64_t i = 0; i < v; ++i) order[std::size_t(i)] = i;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](std::int64_t a, std::int64_t b) { return x[a] != x[b] ? x[a] > x[b] : a < b; });
+  for (std::int64_t j = 0; j < k; ++j) {
+    t.top_ids.push_back(order[std::size_t(j)]);
+    t.top_logprobs.push_back(lp(order[std::size_t(j)]));
+  }
+}
+
+/// Streams a pass's produced tokens to the listener, applying the stop and length rules;
+/// `logits` (entry i drew produced[i]) gives their log-probabilities when the generation asked
+/// for them. Returns false when the generation ended.
+bool deliver_tokens(compute_pointer self, const std::string& id, const std::vector<std::int64_t>& produced, double ms,
+                    const std::vector<std::pair<const tensor*, std::int64_t>>& logits) {
   auto& g = self->state.generations.at(id);
-  for (std::int64_t tok : produced) {
-    self->send(g.req.listener, gentoken_atom::value, id, gen_token{tok, g.index, g.pos, ms / double(produced.size())});
+  for (std::size_t i = 0; i < produced.size(); ++i) {
+    const std::int64_t tok = produced[i];
+    gen_token t{tok, g.index, g.pos, ms / double(produced.size())};
+    if (g.req.logprobs >= 0) {
+      if (i < logits.size()) add_logprobs(t, *logits[i].first, logits[i].second, g.req.logprobs);
+      else t.logprob = std::numeric_limits<float>::quiet_NaN();  // (never expected: genstart checked the graph)
+    }
+    self->send(g.req.listener, gentoken_atom::value, id, std::move(t));
     g.token = tok;
     g.pos++;
     g.index++;
@@ -282,7 +352,7 @@ void run_solo_pass(compute_pointer self, const std::string& id, const speculator
   } else {
     produced = g.spec->verified(pass, outputs, ms);
   }
-  deliver_tokens(self, id, produced, ms);
+  deliver_tokens(self, id, produced, ms, logits_of(*e->second.graph, e->second.outputs.front()));
 }
 
 /// The template's batched form for n sessions, built once; nullptr when it cannot be.
@@ -356,7 +426,7 @@ bool run_batched_pass(compute_pointer self, const std::string& graph_id, const s
     const std::int64_t tok = token_ids(*graph.value(be->meta.session_outputs[b].front())).front();
     if (g.spec) g.spec->plain(ms);
     g.batched++;
-    deliver_tokens(self, ids[b], {tok}, ms);
+    deliver_tokens(self, ids[b], {tok}, ms, logits_of(graph, be->meta.session_outputs[b].front()));
   }
   return true;
 }
@@ -588,12 +658,20 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
         bool sampling = false;
         for (const auto& [k, v] : r.sampling) sampling = sampling || (k == "temperature" && v > 0);
         if (auto k = check_generate_graph(it->second, sampling, false); !k) return to_caf(k.err());
+        if (r.logprobs > max_top_logprobs)
+          return to_caf(errc::invalid, "logprobs asks for " + std::to_string(r.logprobs) + " alternatives, more than " +
+                                           std::to_string(max_top_logprobs));
+        auto draws = [&](const compiled_entry& e) { return r.logprobs < 0 || drawn_rows(*e.graph, e.outputs.front(), nullptr); };
+        if (!draws(it->second))
+          return to_caf(errc::invalid, "log-probabilities need a graph whose output a sample or argmax step draws");
         std::vector<int> ks;
         for (const auto& vid : r.verify_graphs) {
           auto v = st.graphs.find(vid);
           if (v == st.graphs.end()) return to_caf(errc::not_found, "verify graph " + vid + " is not compiled on this worker");
           auto k = check_generate_graph(v->second, sampling, true);
           if (!k) return to_caf(errc::invalid, "verify graph " + vid + ": " + k.err().message);
+          if (!draws(v->second))
+            return to_caf(errc::invalid, "verify graph " + vid + ": log-probabilities need a graph whose output a sample or argmax step draws");
           ks.push_back(*k);
         }
         if (!st.store.find_session(r.session)) return to_caf(errc::not_found, "session " + r.session + " is not on this worker");

@@ -23,6 +23,8 @@ constexpr field_ref sample_fields[] = {
     {"step", &sample_params::step},
     {"repetitionPenalty", &sample_params::repetition_penalty},
     {"presencePenalty", &sample_params::presence_penalty},
+    {"frequencyPenalty", &sample_params::frequency_penalty},
+    {"penaltyStart", &sample_params::penalty_start},
     {"penaltyWindow", &sample_params::penalty_window},
     {"penaltyEnd", &sample_params::penalty_end},
 };
@@ -75,6 +77,9 @@ status check_sample(const op_params& base) {
   if (!(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0))
     return invalid("parameter repetitionPenalty must be positive, not " + num_str(p.repetition_penalty));
   if (!std::isfinite(p.presence_penalty)) return invalid("parameter presencePenalty must be a finite number");
+  if (!std::isfinite(p.frequency_penalty)) return invalid("parameter frequencyPenalty must be a finite number");
+  if (!is_count(p.penalty_start))
+    return invalid("parameter penaltyStart must be a non-negative integer, not " + num_str(p.penalty_start));
   if (p.has_penalty_window && !is_count(p.penalty_window))
     return invalid("parameter penaltyWindow must be a non-negative integer, not " + num_str(p.penalty_window));
   if (p.has_penalty_end && !is_count(p.penalty_end))
@@ -83,8 +88,8 @@ status check_sample(const op_params& base) {
 }
 
 void sample_features(const param_map& pm, std::size_t n_inputs, std::vector<std::string>& out) {
-  if (n_inputs > 1 || pm.has("repetitionPenalty") || pm.has("presencePenalty") || pm.has("penaltyWindow") ||
-      pm.has("penaltyEnd"))
+  if (n_inputs > 1 || pm.has("repetitionPenalty") || pm.has("presencePenalty") || pm.has("frequencyPenalty") ||
+      pm.has("penaltyWindow") || pm.has("penaltyEnd") || pm.has("penaltyStart"))
     out.emplace_back("sample.penalty");
 }
 

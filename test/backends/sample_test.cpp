@@ -148,6 +148,27 @@ TEST(Sample, PresencePenaltySubtractsOncePerDistinctId) {
   EXPECT_EQ(sample1(R"({"presencePenalty": 0.3})", {3, 2.6f}, {0, 0, 0}), 0);
 }
 
+TEST(Sample, FrequencyPenaltySubtractsOncePerOccurrence) {
+  // OpenAI's mu[j] - c[j] * frequency - (c[j] > 0) * presence: id 0 occurs three times
+  EXPECT_EQ(sample1(R"({"frequencyPenalty": 0.2})", {3, 2.5f}, {0, 0, 0}), 1);  // 3 - 0.6 = 2.4
+  EXPECT_EQ(sample1(R"({"frequencyPenalty": 0.1})", {3, 2.5f}, {0, 0, 0}), 0);  // 3 - 0.3 = 2.7
+  // with presence: 3 - 0.3 - 0.15 = 2.55 > 2.5 keeps 0; one more occurrence tips it
+  EXPECT_EQ(sample1(R"({"frequencyPenalty": 0.1, "presencePenalty": 0.15})", {3, 2.5f}, {0, 0, 0}), 0);
+  EXPECT_EQ(sample1(R"({"frequencyPenalty": 0.1, "presencePenalty": 0.15})", {3, 2.5f}, {0, 0, 0, 0}), 1);
+  // after the repetition penalty: 3 / 1.2 - 0.1 = 2.4 < 2.41 (before it, (3 - 0.1) / 1.2 = 2.417 would win)
+  EXPECT_EQ(sample1(R"({"repetitionPenalty": 1.2, "frequencyPenalty": 0.1})", {3, 2.41f}, {0}), 1);
+}
+
+TEST(Sample, PenaltyStartLeavesEarlierRowsOut) {
+  // rows 0..4 hold ids 0..4; logits favour 0 > 1 > ...; only rows from penaltyStart count
+  const std::vector<float> logits = {5, 4, 3, 2, 1};
+  const std::vector<float> history = {0, 1, 2, 3, 4};
+  EXPECT_EQ(sample1(R"({"presencePenalty": 10, "penaltyEnd": 3, "penaltyStart": 1})", logits, history), 0);  // rows 1, 2
+  EXPECT_EQ(sample1(R"({"presencePenalty": 10, "penaltyEnd": 1, "penaltyStart": 1})", logits, history), 0);  // none
+  EXPECT_EQ(sample1(R"({"frequencyPenalty": 10, "penaltyStart": 1, "penaltyEnd": 2})", logits, history), 0);  // row 1
+  EXPECT_EQ(sample1(R"({"frequencyPenalty": 10, "penaltyStart": 0, "penaltyEnd": 2})", logits, history), 2);  // rows 0, 1
+}
+
 TEST(Sample, PenaltiesNeedAHistoryAndSkipEmptySlots) {
   EXPECT_EQ(sample1(R"({"repetitionPenalty": 10, "presencePenalty": 10})", {3, 2}), 0);
   EXPECT_EQ(sample1(R"({"repetitionPenalty": 10})", {3, 2}, {-1, -1, 7, 2.5f}), 0);  // empty, out of vocab, not an id
@@ -187,6 +208,7 @@ TEST(Sample, ChecksItsParams) {
   EXPECT_TRUE(mentions(check_error("sample", R"({"repetitionPenalty": 0})"), {"repetitionPenalty"}));
   EXPECT_TRUE(mentions(check_error("sample", R"({"penaltyWindow": -2})"), {"penaltyWindow"}));
   EXPECT_TRUE(mentions(check_error("sample", R"({"penaltyEnd": 3.5})"), {"penaltyEnd"}));
+  EXPECT_TRUE(mentions(check_error("sample", R"({"penaltyStart": -1})"), {"penaltyStart"}));
   EXPECT_EQ(check_error("sample", R"({"temperature": 0.7, "topK": 40, "topP": 0.9, "seed": 1234, "step": 41,
       "repetitionPenalty": 1.1, "presencePenalty": -0.5, "penaltyWindow": 64, "penaltyEnd": 42})"), "");
 }
@@ -197,7 +219,7 @@ TEST(Sample, EveryParamIsBindable) {
   auto p = def->parse(*pm);
   ASSERT_TRUE(p.ok());
   for (const char* name : {"temperature", "topK", "topP", "seed", "step", "repetitionPenalty", "presencePenalty",
-                           "penaltyWindow", "penaltyEnd"})
+                           "frequencyPenalty", "penaltyWindow", "penaltyEnd", "penaltyStart"})
     EXPECT_NE(def->bindable(**p, name), nullptr) << name;
   EXPECT_EQ(def->bindable(**p, "logits"), nullptr);
 }
@@ -210,7 +232,8 @@ TEST(Sample, RefusesBadShapesNamingTheInput) {
 TEST(Sample, ReportsThePenaltyFeature) {
   EXPECT_TRUE(features_of(R"({"temperature": 1, "topK": 5, "topP": 0.5, "seed": 1, "step": 2})").empty());
   EXPECT_EQ(features_of("{}", 2), std::vector<std::string>{"sample.penalty"});
-  for (const char* p : {R"({"repetitionPenalty": 1.1})", R"({"presencePenalty": 1})", R"({"penaltyWindow": 4})", R"({"penaltyEnd": 4})"})
+  for (const char* p : {R"({"repetitionPenalty": 1.1})", R"({"presencePenalty": 1})", R"({"penaltyWindow": 4})", R"({"penaltyEnd": 4})",
+                        R"({"frequencyPenalty": 0.5})", R"({"penaltyStart": 3})"})
     EXPECT_EQ(features_of(p), std::vector<std::string>{"sample.penalty"}) << p;
 }
 

@@ -2,12 +2,13 @@
 //
 // Per row r, in this order (docs: penalties -> temperature -> topK -> topP -> draw):
 //  1. Penalties, only with a history input [N] or [N, 1]. The window is history rows
-//     [max(0, end - penaltyWindow), end), end = min(N, penaltyEnd + r) (penaltyEnd defaults
-//     to N, penaltyWindow to all rows; a multi-row sample is a verify pass whose row r sits
-//     one position later per row). Each distinct id in the window that is an integer in
-//     [0, V) (negative = empty slot) is penalised once: repetitionPenalty p as transformers'
-//     RepetitionPenaltyLogitsProcessor (logit < 0 -> logit * p, else logit / p), then
-//     presencePenalty subtracted.
+//     [max(penaltyStart, end - penaltyWindow), end), end = min(N, penaltyEnd + r) (penaltyEnd
+//     defaults to N, penaltyWindow to all rows, penaltyStart to 0; a multi-row sample is a
+//     verify pass whose row r sits one position later per row). Each distinct id in the
+//     window that is an integer in [0, V) (negative = empty slot) is penalised once:
+//     repetitionPenalty p as transformers' RepetitionPenaltyLogitsProcessor (logit < 0 ->
+//     logit * p, else logit / p), then presencePenalty subtracted; frequencyPenalty is
+//     subtracted once per occurrence (OpenAI's mu - c * frequency - (c > 0) * presence).
 //  2. temperature 0: the argmax of the penalised logits, ties to the lowest index, the first
 //     NaN counting as the maximum (as the argmax op). Done.
 //  3. Otherwise logits / temperature.
@@ -43,8 +44,8 @@ void apply_penalties(const sample_params& p, const tensor& history, std::int64_t
   const std::int64_t n = history.numel();
   const std::int64_t end_param = p.has_penalty_end ? static_cast<std::int64_t>(p.penalty_end) : n;
   const std::int64_t end = std::min(n, end_param + r);
-  std::int64_t start = 0;
-  if (p.has_penalty_window) start = std::max<std::int64_t>(0, end - static_cast<std::int64_t>(p.penalty_window));
+  std::int64_t start = static_cast<std::int64_t>(p.penalty_start);
+  if (p.has_penalty_window) start = std::max<std::int64_t>(start, end - static_cast<std::int64_t>(p.penalty_window));
   const float* ids = history.f32();
   for (std::int64_t i = start; i < end; ++i) {
     const double id = ids[i];
@@ -55,6 +56,11 @@ void apply_penalties(const sample_params& p, const tensor& history, std::int64_t
     double& l = work[tok];
     l = l < 0 ? l * p.repetition_penalty : l / p.repetition_penalty;
     l -= p.presence_penalty;
+  }
+  if (p.frequency_penalty == 0) return;
+  for (std::int64_t i = start; i < end; ++i) {  // after the others, once per occurrence
+    const double id = ids[i];
+    if (id >= 0 && id < double(v) && id == std::floor(id)) work[static_cast<std::int64_t>(id)] -= p.frequency_penalty;
   }
 }
 
