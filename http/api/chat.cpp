@@ -13,6 +13,7 @@
 #include "actors/ids.hpp"
 #include "actors/json_text.hpp"
 #include "http/api/graph_calls.hpp"
+#include "http/api/openai.hpp"
 #include "runtime/metrics.hpp"
 
 namespace mpakt::http {
@@ -78,6 +79,13 @@ struct chat_state {
   clock_type::time_point started, prefill_started, decode_started;
   double prefill_ms = 0;
   std::shared_ptr<void> slot;  ///< one of the key's generations running at once, freed at the end
+  // The OpenAI-compatible API's reply (req.api != mpakt).
+  openai_meta oa;
+  std::unique_ptr<reply_text> reply;       ///< text held back where a stop string may begin
+  bool oa_first = true;                    ///< no chunk sent yet
+  std::string oa_text;                     ///< text handed out (an answer that does not stream)
+  std::vector<openai_token> oa_tokens;     ///< … and its tokens
+  bool openai() const { return req.api != chat_api::mpakt; }
 };
 
 using chat_pointer = caf::stateful_actor<chat_state>*;
@@ -102,19 +110,21 @@ void drop_session(chat_pointer self) {
 }
 
 /// Ends the request with an error: an HTTP error before the stream opened, an `error`
-/// event after.
+/// event after (OpenAI's API: its error shape, as a body or as the stream's last data line).
 void fail(chat_pointer self, const error& e) {
   auto& st = self->state;
   if (st.finished) return;
   st.finished = true;
   if (st.generating) caf::anon_send(st.runner, gencancel_atom::value, st.gen_id);
+  const int status = http_status(e.code);
+  const std::string body = st.openai() ? openai_error_json(status, e.message) : error_json(e.message);
   if (st.sse) {
     if (!st.cancelled) {
-      st.sse->send("error", error_json(e.message));
+      st.sse->send(st.openai() ? "" : "error", body);
       st.sse->close();
     }
   } else if (!st.cancelled) {
-    st.res->respond(response{http_status(e.code), "application/json", error_json(e.message), {}});
+    st.res->respond(response{status, "application/json", body, {}});
   }
   drop_session(self);
   self->quit();
@@ -124,17 +134,21 @@ auto on_error(chat_pointer self) {
   return [self](caf::error& e) { fail(self, from_caf(e)); };
 }
 
-void open_stream(chat_pointer self) {
+/// Opens the SSE stream of a streamed reply. mpakt's chat opens it as soon as there is
+/// something to tell (loading, compiling); OpenAI's API only with the first chunk
+/// (`first_output`), so that every refusal before it is an HTTP error.
+void open_stream(chat_pointer self, bool first_output = false) {
   auto& st = self->state;
-  if (!st.req.stream || st.sse) return;
+  if (!st.req.stream || st.sse || (st.openai() && !first_output)) return;
   st.sse = st.res->start_sse(200);
   auto me = caf::actor_cast<caf::actor>(self);
   st.sse->on_disconnect([me] { caf::anon_send(me, cancel_atom::value); });
 }
 
+/// An event of mpakt's chat stream (status, model, delta); OpenAI's stream has none of these.
 void send_event(chat_pointer self, const char* event, const std::string& data) {
   auto& st = self->state;
-  if (st.sse && !st.cancelled) st.sse->send(event, data);
+  if (st.sse && !st.cancelled && !st.openai()) st.sse->send(event, data);
 }
 
 /// Runs a coordinator call with a JSON body and hands the reply's JSON to `next`.
@@ -167,6 +181,7 @@ void call_graph(chat_pointer self, std::string body, Next next) {
 }
 
 void resolve_model(chat_pointer self);
+void openai_emit(chat_pointer self, reply_text::part part, const char* finish);
 /// Runs `work` (returning result<T>) on a helper thread of its own, then `then(T&)` back in
 /// the chat actor, or fails the chat with the error. CPU work that grows with what a client
 /// sent (rendering, tokenizing) or with a model's files (building its chat side) thus never
@@ -309,7 +324,7 @@ void open_session(chat_pointer self);
 /// their own, so a long conversation never holds up the coordinator's thread.
 void start_session(chat_pointer self) {
   auto& st = self->state;
-  std::size_t bytes = 0;
+  std::size_t bytes = st.req.prompt_text.size();
   for (const auto& m : st.req.messages) bytes += m.content.size();
   if (bytes > st.model->max_message_bytes)
     return fail(self, error{errc::invalid, "the conversation's messages hold " + std::to_string(bytes) +
@@ -317,7 +332,15 @@ void start_session(chat_pointer self) {
                                                std::to_string(st.model->context) + " tokens (at most " +
                                                std::to_string(st.model->max_message_bytes) + " bytes)"});
   off_thread<std::vector<std::int32_t>>(
-      self, [model = st.model, messages = std::move(st.req.messages)] { return model->prompt(messages); },
+      self,
+      [model = st.model, has_prompt = st.req.has_prompt, text = st.req.prompt_text, ids = st.req.prompt_ids,
+       messages = std::move(st.req.messages)] {
+        if (!has_prompt) return model->prompt(messages);
+        chat_request raw;
+        raw.prompt_text = text;
+        raw.prompt_ids = ids;
+        return model->raw_prompt(raw);
+      },
       [self](std::vector<std::int32_t>& ids) {
         self->state.prompt = std::move(ids);
         open_session(self);
@@ -331,7 +354,8 @@ void open_session(chat_pointer self) {
   const int margin = st.speculative ? chat_drafts[0] : 0;  // rows a last verify pass may write
   const int room = context - int(st.prompt.size()) - margin;
   if (room < 1)
-    return fail(self, error{errc::invalid, "the conversation is " + std::to_string(st.prompt.size()) +
+    return fail(self, error{errc::invalid, std::string(st.req.has_prompt ? "the prompt is " : "the conversation is ") +
+                                               std::to_string(st.prompt.size()) +
                                                " tokens, which leaves no room in the model's context of " +
                                                std::to_string(context) + " tokens"});
   st.max_new = std::min<std::uint32_t>(st.req.max_tokens, std::uint32_t(room));
@@ -407,11 +431,27 @@ void generate(chat_pointer self) {
             auto& st = self->state;
             if (st.finished) return;
             st.plan = std::move(plan);
-            // The request's penalty, written into every sample step like the other settings.
+            // The request's penalties, written into every sample step like the other settings.
             st.plan.sampling.emplace_back("repetitionPenalty", st.req.repetition_penalty);
+            if (st.req.presence_penalty != 0) st.plan.sampling.emplace_back("presencePenalty", st.req.presence_penalty);
+            if (st.req.frequency_penalty != 0) st.plan.sampling.emplace_back("frequencyPenalty", st.req.frequency_penalty);
+            // (the reply's tokens sit in the history from the prompt's length on)
+            if (!st.req.penalize_prompt) st.plan.sampling.emplace_back("penaltyStart", double(st.prompt.size()));
+            if (st.req.logprobs >= 0 && !st.plan.worker_loop)
+              return fail(self, error{errc::invalid, "logprobs are not available for model " + st.model_id +
+                                                         ", which is spread over several workers"});
             st.gen_id = new_id("g_");
             st.decoder = std::make_unique<models::stream_decoder>(st.model->tokenizer, true);
+            // A completion's text is what follows its prompt: the decoder starts after it.
+            if (st.req.api == chat_api::openai_completion)
+              for (auto id : st.prompt) st.decoder->push(id);
             gen_request r = start_request(st.plan, st.gen_id, caf::actor_cast<gen_listener>(self));
+            r.logprobs = st.req.logprobs;
+            if (st.req.echo) {  // (before the reply, and outside its stop strings' reach)
+              std::vector<std::int32_t> ids(st.prompt.begin(), st.prompt.end());
+              openai_emit(self, {st.req.prompt_text.empty() ? st.model->tokenizer.decode(ids, true) : st.req.prompt_text, {}},
+                          nullptr);
+            }
             st.decode_started = clock_type::now();
             st.generating = true;
             // The worker runs the loop, or (a model spread over several workers) a loop here.
@@ -476,6 +516,61 @@ std::string done_json(const chat_state& st, const gen_done& d) {
   });
 }
 
+// ---- the OpenAI-compatible API's reply
+
+/// Hands out what the reply holds now: a chunk when streaming, else kept for the answer.
+void openai_emit(chat_pointer self, reply_text::part part, const char* finish) {
+  auto& st = self->state;
+  if (!st.req.stream) {
+    st.oa_text += part.text;
+    for (auto& t : part.tokens) st.oa_tokens.push_back(std::move(t));
+    return;
+  }
+  if (part.text.empty() && part.tokens.empty() && !finish && !st.oa_first) return;
+  open_stream(self, true);
+  if (st.cancelled) return;
+  st.sse->send("", openai_chunk(st.oa, part.text, part.tokens, st.oa_first, finish));
+  st.oa_first = false;
+}
+
+/// A generated token: its text through the stop-string gate, then out.
+void openai_token_in(chat_pointer self, const gen_token& t, const std::string& delta) {
+  auto& st = self->state;
+  const bool stop_id = std::find(st.model->stop_ids.begin(), st.model->stop_ids.end(), t.token) != st.model->stop_ids.end();
+  std::optional<openai_token> shown;
+  if (!stop_id) {  // (an end-of-turn token is not part of the reply)
+    shown.emplace();
+    shown->id = t.token;
+    if (st.oa.logprobs) {
+      shown->text = st.model->piece(std::int32_t(t.token));
+      shown->logprob = t.logprob;
+      for (std::size_t i = 0; i < t.top_ids.size() && i < t.top_logprobs.size(); ++i)
+        shown->top.emplace_back(st.model->piece(std::int32_t(t.top_ids[i])), t.top_logprobs[i]);
+    }
+  }
+  st.reply->add(delta, std::move(shown));
+  openai_emit(self, st.reply->take(), nullptr);
+}
+
+/// The end of an OpenAI-style reply: its last text, the finish reason, the usage.
+void openai_finish(chat_pointer self, const char* finish) {
+  auto& st = self->state;
+  st.finished = true;
+  openai_emit(self, st.reply->finish(), finish);
+  const openai_usage usage{st.prompt.size(), st.tokens.size(), 0};
+  if (st.req.stream) {
+    if (!st.cancelled) {
+      if (st.oa.include_usage) st.sse->send("", openai_usage_chunk(st.oa, usage));
+      st.sse->send("", "[DONE]");
+      st.sse->close();
+    }
+  } else {
+    st.res->respond(response{200, "application/json", openai_response(st.oa, st.oa_text, st.oa_tokens, finish, usage), {}});
+  }
+  drop_session(self);
+  self->quit();
+}
+
 }  // namespace
 
 void start_chat(caf::actor_system& sys, coordinator_actor coordinator, std::shared_ptr<chat_registry> registry, caller who,
@@ -490,6 +585,18 @@ void start_chat(caf::actor_system& sys, coordinator_actor coordinator, std::shar
     st.req = req;
     st.res = res;
     st.started = clock_type::now();
+    if (st.openai()) {
+      st.oa.chat = st.req.api == chat_api::openai_chat;
+      st.oa.id = new_id(st.oa.chat ? "chatcmpl-" : "cmpl-");
+      st.oa.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+      st.oa.model = st.req.model_name;
+      st.oa.logprobs = st.req.logprobs >= 0;
+      st.oa.include_usage = st.req.include_usage;
+      st.reply = std::make_unique<reply_text>(st.req.stop);
+    }
+    // A client that goes away before the answer began stops the work (a stream has its own).
+    auto me = caf::actor_cast<caf::actor>(self);
+    st.res->on_disconnect([me] { caf::anon_send(me, cancel_atom::value); });
     resolve_model(self);
     return {
         [=](gentoken_atom, const std::string&, const gen_token& t) {
@@ -498,6 +605,15 @@ void start_chat(caf::actor_system& sys, coordinator_actor coordinator, std::shar
           st.tokens.push_back(t.token);
           metrics::m().tokens_generated.with({"chat"}).inc();
           const std::string delta = st.decoder->push(std::int32_t(t.token));
+          if (st.openai()) {
+            openai_token_in(self, t, delta);
+            if (st.reply->stopped()) {  // a stop string: the reply ends here
+              caf::anon_send(st.runner, gencancel_atom::value, st.gen_id);
+              st.generating = false;
+              openai_finish(self, "stop");
+            }
+            return;
+          }
           if (delta.empty()) return;
           st.text += delta;
           send_event(self, "delta", json([&](json_writer& w) { w.StartObject(); kv(w, "text", delta); w.EndObject(); }));
@@ -507,6 +623,15 @@ void start_chat(caf::actor_system& sys, coordinator_actor coordinator, std::shar
           if (st.finished) return;
           st.generating = false;
           const std::string rest = st.decoder->finish();
+          if (st.openai()) {
+            if (d.stopped == "error") {
+              st.generating = false;
+              return fail(self, error{errc::internal, "the generation failed: " + d.error});
+            }
+            st.reply->add(rest, std::nullopt);
+            const bool stop = st.reply->stopped() || d.stopped == "stop token";
+            return openai_finish(self, stop ? "stop" : "length");
+          }
           if (!rest.empty()) {
             st.text += rest;
             send_event(self, "delta", json([&](json_writer& w) { w.StartObject(); kv(w, "text", rest); w.EndObject(); }));

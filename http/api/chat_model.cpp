@@ -122,6 +122,29 @@ result<std::vector<std::int32_t>> chat_model::prompt(const std::vector<models::c
   return ids;
 }
 
+result<std::vector<std::int32_t>> chat_model::raw_prompt(const chat_request& r) const {
+  if (r.prompt_ids.empty() && r.prompt_text.empty()) return invalid("the prompt is empty; give some text or token ids");
+  if (!r.prompt_text.empty()) {
+    auto ids = tokenizer.encode(r.prompt_text, true);
+    if (ids.empty()) return invalid("the prompt tokenizes to no tokens");
+    return ids;
+  }
+  const std::int64_t vocab = std::max<std::int64_t>(tokenizer.vocab_size(), config.vocab);
+  for (std::size_t i = 0; i < r.prompt_ids.size(); ++i)
+    if (r.prompt_ids[i] < 0 || r.prompt_ids[i] >= vocab)
+      return invalid("prompt[" + std::to_string(i) + "] is token " + std::to_string(r.prompt_ids[i]) +
+                     ", outside the model's vocabulary of " + std::to_string(vocab));
+  return r.prompt_ids;
+}
+
+std::string chat_model::piece(std::int32_t id) const {
+  // Decoders strip a leading space of the text's first token only (SentencePiece): the text
+  // of the token twice, less the text of the token once, is the token as it reads mid-text.
+  const std::int32_t one[] = {id}, two[] = {id, id};
+  const std::string once = tokenizer.decode(one), twice = tokenizer.decode(two);
+  return twice.size() >= once.size() ? twice.substr(once.size()) : once;
+}
+
 result<std::shared_ptr<const chat_model>> make_chat_model(std::string_view config_json, std::string_view tokenizer_json,
                                                            std::string_view tokenizer_config_json,
                                                            std::string_view chat_template_jinja) {

@@ -30,8 +30,13 @@ constexpr std::size_t chat_max_body_bytes = std::size_t(16) << 20;
 /// normalisers (NFC composing Hangul jamo, Replace) may shrink text up to about 3 to 1.
 constexpr std::size_t chat_bytes_per_piece_byte = 4;
 
-/// A POST /api/v3/chat body (decisions.md, "Chat").
+/// Which API a chat-style request came through: it decides how the reply is written.
+enum class chat_api { mpakt, openai_chat, openai_completion };
+
+/// A POST /api/v3/chat body (decisions.md, "Chat"), or an OpenAI-compatible one (openai.hpp).
 struct chat_request {
+  chat_api api = chat_api::mpakt;
+  std::string model_name;  ///< the request's `model`, as given (echoed by the OpenAI API)
   std::string model_id;  ///< "m_…": a model this account loaded
   std::string source;    ///< or a source to load (reused when this account already loaded it)
   std::vector<models::chat_message> messages;
@@ -42,6 +47,16 @@ struct chat_request {
   double repetition_penalty = 1.1;
   bool speculative = true;
   bool stream = true;
+  // The OpenAI-compatible API's settings besides those above.
+  bool has_prompt = false;               ///< completions: a raw prompt instead of messages
+  std::string prompt_text;               ///< … given as text (tokenized as the model's tokenizer does)
+  std::vector<std::int32_t> prompt_ids;  ///< … or as token ids (when prompt_text is empty)
+  bool echo = false;                     ///< completions: the reply's text begins with the prompt
+  std::vector<std::string> stop;         ///< strings that end the reply, never part of it
+  std::int32_t logprobs = -1;            ///< -1: none; n: each token's and n alternatives
+  double presence_penalty = 0, frequency_penalty = 0;
+  bool penalize_prompt = true;  ///< false: penalties count the reply's tokens only
+  bool include_usage = false;   ///< streaming: a last chunk with the token counts
 };
 
 /// Parses and checks the body; errors name the field. A body over chat_max_body_bytes is
@@ -65,6 +80,11 @@ struct chat_model {
 
   /// Prompt ids for a conversation (the format's text, with BOS as the model expects).
   result<std::vector<std::int32_t>> prompt(const std::vector<models::chat_message>& messages) const;
+  /// Prompt ids of a completion request: its text tokenized with the tokenizer's special
+  /// tokens (BOS as the model expects), or its ids checked against the vocabulary.
+  result<std::vector<std::int32_t>> raw_prompt(const chat_request& r) const;
+  /// A token's text as it reads inside a text (a SentencePiece word start keeps its space).
+  std::string piece(std::int32_t id) const;
 };
 
 /// Builds the chat side from config.json, tokenizer.json, tokenizer_config.json and

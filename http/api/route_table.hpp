@@ -11,8 +11,9 @@
 ///
 /// A path that no pattern matches is 404 naming it; a path that matches with another method
 /// is 400 naming the method, the path and the methods it takes (decisions.md). /api/v1/… is
-/// /api/v2/… (v1 is an alias of v2). GET and HEAD of other paths outside /api/ serve the
-/// chat page's files.
+/// /api/v2/… (v1 is an alias of v2); /v1/… (no /api) is the OpenAI-compatible API, whose
+/// errors all take OpenAI's shape. GET and HEAD of other paths outside /api/ and /v1/ serve
+/// the chat page's files.
 
 // clang-format off
 #define MPAKT_API_ROUTES(X)                                                          \
@@ -52,7 +53,12 @@
   /* v2 (EP-20, VER-20); v1 is its alias */                                          \
   X("POST", "/api/v2/tensors", key, on_upload_tensor)                                \
   X("DELETE", "/api/v2/tensors/:tensorId", key, on_delete_tensor)                    \
-  X("POST", "/api/v2/graph", key, on_graph_v2)
+  X("POST", "/api/v2/graph", key, on_graph_v2)                                      \
+  /* the OpenAI-compatible API (its key as Authorization: Bearer or x-api-key) */    \
+  X("GET", "/v1/models", openai, on_openai_models)                                   \
+  X("GET", "/v1/models/:model", openai, on_openai_model)                             \
+  X("POST", "/v1/chat/completions", openai, on_openai_chat)                          \
+  X("POST", "/v1/completions", openai, on_openai_completion)
 // clang-format on
 
 namespace mpakt::http {

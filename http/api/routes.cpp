@@ -13,10 +13,12 @@
 
 #include "actors/errors.hpp"
 #include "actors/ids.hpp"
+#include "actors/json_text.hpp"
 #include "http/api/chat.hpp"
 #include "http/api/generate.hpp"
 #include "http/api/graph_calls.hpp"
 #include "http/api/model_graph.hpp"
+#include "http/api/openai.hpp"
 #include "http/api/request_log.hpp"
 #include "http/api/route_table.hpp"
 #include "http/router.hpp"
@@ -162,7 +164,9 @@ void static_file(const context& ctx, const request& req, const responder_ptr& re
 /// POST /api/accounts/login); any approved key (x-api-key); an operator's key; for
 /// `metrics`, an operator's key in x-api-key or Authorization: Bearer (what Prometheus sends),
 /// or anyone when `mpakt serve --metrics-open` was given.
-enum class auth { none, login, key, operator_key, metrics };
+/// `openai`: any approved key, in Authorization: Bearer (as OpenAI's clients send it) or
+/// x-api-key.
+enum class auth { none, login, key, operator_key, metrics, openai };
 
 /// One request on its way through a route's handler. Handlers run in a short-lived actor
 /// (`self`), after the route's auth level was checked.
@@ -343,6 +347,70 @@ void on_generate(const call& c) {
             [res](caf::error& e) { reply_error(res, from_caf(e)); });
 }
 void on_random(const call& c) { random_numbers(*c.req, c.res); }
+
+// The OpenAI-compatible API (docs/api-reference.md, "OpenAI-compatible API").
+
+void reply_openai_refusal(const responder_ptr& res, const openai_refusal& why) {
+  const int status = http_status(why.err.code);
+  reply_json(res, status, openai_error_json(status, why.err.message, why.param));
+}
+
+void start_openai(const call& c, std::optional<chat_request> req, const openai_refusal& why) {
+  if (!req) return reply_openai_refusal(c.res, why);
+  auto slot = generation_slot(c);
+  if (!slot) return;
+  start_chat(*c.ctx->sys, c.coord(), c.ctx->chat, c.who, std::move(*req), c.res, std::move(slot));
+}
+void on_openai_chat(const call& c) {
+  openai_refusal why;
+  auto req = parse_openai_chat(c.body(), &why);
+  start_openai(c, std::move(req), why);
+}
+void on_openai_completion(const call& c) {
+  openai_refusal why;
+  auto req = parse_openai_completion(c.body(), &why);
+  start_openai(c, std::move(req), why);
+}
+
+/// The account's models as OpenAI lists them: one entry per modelId, with its source.
+void openai_models(const call& c, std::optional<std::string> one) {
+  auto res = c.res;
+  c.self->request(c.coord(), 30s, list_atom::value, models_atom::value, c.who)
+      .then(
+          [res, one](std::string& body) {
+            rapidjson::Document d;
+            d.Parse(body.c_str(), body.size());
+            if (d.HasParseError() || !d.HasMember("models")) return reply_error(res, errc::internal, "the model list is unreadable");
+            const auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+            auto entry = [&](json_writer& w, const rapidjson::Value& m) {
+              w.StartObject();
+              kv(w, "id", m["modelId"].GetString());
+              kv(w, "object", "model");
+              key(w, "created"); w.Int64(now);
+              kv(w, "owned_by", "mpakt");
+              kv(w, "source", m["source"].GetString());
+              w.EndObject();
+            };
+            if (one) {
+              for (const auto& m : d["models"].GetArray())
+                if (*one == m["modelId"].GetString() || *one == m["source"].GetString())
+                  return reply_json(res, 200, json([&](json_writer& w) { entry(w, m); }));
+              return reply_json(res, 404, openai_error_json(404, "The model '" + *one + "' does not exist", "model"));
+            }
+            reply_json(res, 200, json([&](json_writer& w) {
+              w.StartObject();
+              kv(w, "object", "list");
+              key(w, "data");
+              w.StartArray();
+              for (const auto& m : d["models"].GetArray()) entry(w, m);
+              w.EndArray();
+              w.EndObject();
+            }));
+          },
+          [res](caf::error& e) { reply_error(res, from_caf(e)); });
+}
+void on_openai_models(const call& c) { openai_models(c, std::nullopt); }
+void on_openai_model(const call& c) { openai_models(c, c.args[0]); }
 void on_upload_tensor(const call& c) {
   send_tensor_upload(c.self, c.coord(), c.who, shared_body(c.req), c.timeout(), json_answer(c.res));
 }
@@ -423,15 +491,19 @@ void run_route(const route& r, call c) {
       if (c.ctx->cfg.metrics_open) break;
       [[fallthrough]];
     case auth::key:
+    case auth::openai:
     case auth::operator_key: {
       const std::string* key = c.req->header("x-api-key");
       std::string from_bearer;
-      if ((!key || key->empty()) && r.level == auth::metrics && !(from_bearer = bearer(*c.req)).empty()) key = &from_bearer;
+      if ((!key || key->empty()) && (r.level == auth::metrics || r.level == auth::openai) &&
+          !(from_bearer = bearer(*c.req)).empty())
+        key = &from_bearer;
       if (!key || key->empty())
         return reply_error(res, errc::unauthorized,
                            r.level == auth::metrics
                                ? "GET /metrics needs an operator's key (x-api-key or Authorization: Bearer), or serve --metrics-open"
-                               : "missing x-api-key header: every API call needs a key");
+                           : r.level == auth::openai ? "missing API key: send it as Authorization: Bearer mpk_… (or x-api-key)"
+                                                     : "missing x-api-key header: every API call needs a key");
       const bool need_operator = r.level == auth::operator_key || r.level == auth::metrics;
       auto handle = r.handle;
       c.ctx->sys->spawn([c = std::move(c), k = *key, need_operator, handle](caf::event_based_actor* self) mutable {
@@ -458,10 +530,32 @@ void run_route(const route& r, call c) {
   });
 }
 
+/// The OpenAI-compatible API's responder: every error body in OpenAI's shape, whichever part
+/// of the server answered it (the router, auth, the coordinator, chat).
+class openai_errors final : public responder {
+ public:
+  explicit openai_errors(responder_ptr inner) : inner_(std::move(inner)) {}
+  void respond(response r) override {
+    if (r.status >= 400) r.body = openai_error_body(r.status, r.body);
+    inner_->respond(std::move(r));
+  }
+  std::shared_ptr<sse_stream> start_sse(int status, header_list headers) override {
+    return inner_->start_sse(status, std::move(headers));
+  }
+  void respond_stream(response head, std::optional<std::uint64_t> content_length, body_source source) override {
+    inner_->respond_stream(std::move(head), content_length, std::move(source));
+  }
+  void on_disconnect(std::function<void()> f) override { inner_->on_disconnect(std::move(f)); }
+
+ private:
+  responder_ptr inner_;
+};
+
 void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const responder_ptr& server_res) {
   auto req = std::make_shared<const request>(std::move(req_in));
   auto rec = std::make_shared<request_record>(request_id_of(*req), req->method, req->remote);
-  const responder_ptr res = observe(server_res, rec);
+  responder_ptr res = observe(server_res, rec);
+  if (req->path == "/v1" || req->path.rfind("/v1/", 0) == 0) res = std::make_shared<openai_errors>(res);
   auto m = api_router().match(req->method, req->path);  // (its indexes are routes[]'s: the same table)
   switch (m.k) {
     case route_match::kind::found:
@@ -474,7 +568,7 @@ void dispatch(const std::shared_ptr<context>& ctx, request&& req_in, const respo
       break;
   }
   const auto path = path_segments(req->path);
-  if ((path.empty() || path[0] != "api") && (req->method == "GET" || req->method == "HEAD")) {
+  if ((path.empty() || (path[0] != "api" && path[0] != "v1")) && (req->method == "GET" || req->method == "HEAD")) {
     rec->set_route("static");
     return static_file(*ctx, *req, res);
   }

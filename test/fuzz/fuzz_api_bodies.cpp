@@ -1,7 +1,8 @@
 // libFuzzer target: the request bodies of the API's endpoints, each through the decoder the
 // server uses. The first byte chooses the endpoint; the rest is the body:
 //   0  any body: the shared reader (runtime/json.cpp: depth, UTF-8, integers) and its fields
-//   1  POST /api/v3/chat (parse_chat_request)
+//   1  POST /api/v3/chat (parse_chat_request), and the same body as POST /v1/chat/completions
+//      and /v1/completions (parse_openai_chat, parse_openai_completion, openai_error_body)
 //   2  POST /api/v3/models/:id/graph (build_model_graph, against stories260K's config.json)
 //   3  POST /api/v3/graph and /api/v2/graph (decode_graph_call, both versions, with a tensorId
 //      alias as the coordinator's resolve would give)
@@ -23,6 +24,7 @@
 
 #include "actors/loader/source.hpp"
 #include "http/api/chat_model.hpp"
+#include "http/api/openai.hpp"
 #include "http/api/model_graph.hpp"
 #include "http/api/requests.hpp"
 #include "runtime/generate_check.hpp"
@@ -65,9 +67,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (d) read_fields(*d, 0);
       break;
     }
-    case 1:
+    case 1: {
       (void)http::parse_chat_request(body);
+      http::openai_refusal why;
+      (void)http::parse_openai_chat(body, &why);
+      (void)http::parse_openai_completion(body, &why);
+      (void)http::openai_error_body(400, std::string(body));
       break;
+    }
     case 2:
       (void)http::build_model_graph(body, stories_config(), "m_000000000000000000000000");
       break;
