@@ -46,6 +46,57 @@ void chat_registry::drop_graphs(const std::string& key) {
   graphs_.erase(key);
 }
 
+std::optional<cached_conversation> chat_registry::take_prefix(const std::string& account, const std::string& model_id,
+                                                             const std::vector<std::int32_t>& prompt, std::size_t* common) {
+  std::lock_guard lock(mu_);
+  std::size_t best = 0, at = conversations_.size();
+  for (std::size_t i = 0; i < conversations_.size(); ++i) {
+    const auto& c = conversations_[i];
+    if (c.account != account || c.model_id != model_id) continue;
+    std::size_t n = 0;
+    while (n < c.tokens.size() && n < prompt.size() && c.tokens[n] == prompt[n]) ++n;
+    if (n > best) best = n, at = i;
+  }
+  if (best == 0) return std::nullopt;
+  cached_conversation out = std::move(conversations_[at]);
+  conversations_.erase(conversations_.begin() + std::ptrdiff_t(at));
+  *common = best;
+  return out;
+}
+
+std::vector<cached_conversation> chat_registry::put_conversation(cached_conversation c, std::size_t per_key) {
+  std::lock_guard lock(mu_);
+  c.used = ++clock_;
+  const std::string key_id = c.key_id;
+  conversations_.push_back(std::move(c));
+  std::vector<cached_conversation> evicted;
+  for (;;) {
+    std::size_t count = 0, oldest = conversations_.size();
+    for (std::size_t i = 0; i < conversations_.size(); ++i)
+      if (conversations_[i].key_id == key_id) {
+        ++count;
+        if (oldest == conversations_.size() || conversations_[i].used < conversations_[oldest].used) oldest = i;
+      }
+    if (count <= per_key) break;
+    evicted.push_back(std::move(conversations_[oldest]));
+    conversations_.erase(conversations_.begin() + std::ptrdiff_t(oldest));
+  }
+  return evicted;
+}
+
+std::vector<cached_conversation> chat_registry::drop_key(const std::string& key_id) {
+  std::lock_guard lock(mu_);
+  std::vector<cached_conversation> out;
+  for (auto it = conversations_.begin(); it != conversations_.end();)
+    if (it->key_id == key_id) {
+      out.push_back(std::move(*it));
+      it = conversations_.erase(it);
+    } else {
+      ++it;
+    }
+  return out;
+}
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -76,6 +127,9 @@ struct chat_state {
   gen_runner runner;  ///< runs the decode loop: the plan's worker, or a gen_loop here
   bool generating = false, finished = false, cancelled = false, recompiled = false;
   bool speculative = false;  ///< asked for and possible for this model
+  std::size_t cached = 0;    ///< prompt rows a cached conversation's session already held
+  bool from_cache = false;   ///< the session came from the prefix cache
+  bool fresh_retry = false;  ///< the cached session failed: a fresh one is being used
   clock_type::time_point started, prefill_started, decode_started;
   double prefill_ms = 0;
   std::shared_ptr<void> slot;  ///< one of the key's generations running at once, freed at the end
@@ -100,13 +154,35 @@ std::string json_string(const std::string& s) {
 /// Graph key in the registry: graphs belong to an account (the penalty is set per call).
 std::string graphs_key(const chat_state& st) { return st.who.account + "/" + st.model_id; }
 
-/// Deletes the conversation's session (fire and forget).
+/// Deletes a session (fire and forget).
+void delete_session(chat_pointer self, const std::string& id) {
+  self->request(self->state.coordinator, 30s, delete_atom::value, sessions_atom::value, self->state.who, id)
+      .then([](std::string&) {}, [](caf::error&) {});
+}
+
+/// Deletes the conversation's session.
 void drop_session(chat_pointer self) {
   auto& st = self->state;
   if (st.session_id.empty()) return;
-  self->request(st.coordinator, 30s, delete_atom::value, sessions_atom::value, st.who, st.session_id)
-      .then([](std::string&) {}, [](caf::error&) {});
+  delete_session(self, st.session_id);
   st.session_id.clear();
+}
+
+/// Ends a reply that went well: its session joins the prefix cache for the next turn
+/// (decisions.md, "Prefix cache"), and what that evicts is deleted. Models whose session
+/// state cannot be rewound to a prefix (recurrent states, rope that follows the length) keep
+/// nothing.
+void keep_session(chat_pointer self) {
+  auto& st = self->state;
+  if (st.session_id.empty()) return;
+  if (!st.model || !st.model->can_speculate || !st.req.cache) return drop_session(self);
+  // Rows 0 … P−2 hold the prompt but its last token, fed with the reply's first pass; each
+  // reply token but the last was then fed after it.
+  cached_conversation c{st.session_id, st.who.account, st.who.key_id, st.model_id, st.prompt, 0};
+  if (st.tokens.empty()) c.tokens.pop_back();
+  for (std::size_t i = 0; i + 1 < st.tokens.size(); ++i) c.tokens.push_back(std::int32_t(st.tokens[i]));
+  st.session_id.clear();
+  for (const auto& old : st.registry->put_conversation(std::move(c))) delete_session(self, old.session_id);
 }
 
 /// Ends the request with an error: an HTTP error before the stream opened, an `error`
@@ -202,6 +278,7 @@ void prepare_graphs(chat_pointer self, void (*then)(chat_pointer));
 void start_session(chat_pointer self);
 void prefill(chat_pointer self);
 void generate(chat_pointer self);
+void create_session(chat_pointer self, bool may_evict);
 
 void resolve_model(chat_pointer self) {
   auto& st = self->state;
@@ -370,26 +447,64 @@ void open_session(chat_pointer self) {
     key(w, "context"); w.Int(context);
     w.EndObject();
   }));
+  // The prefix cache: the account's earlier conversation on this model that shares the
+  // longest start with this prompt lends its session; only the rest is prefilled.
+  if (st.model->can_speculate && st.req.cache && !st.fresh_retry) {
+    std::size_t common = 0;
+    if (auto c = st.registry->take_prefix(st.who.account, st.model_id, st.prompt, &common)) {
+      st.session_id = std::move(c->session_id);
+      st.cached = std::min(common, st.prompt.size() - 1);  // (generate feeds the last prompt token)
+      st.from_cache = true;
+      return prefill(self);
+    }
+  }
+  create_session(self, true);
+}
+
+/// Opens a fresh session with the model's caches. A key at its session limit first gives back
+/// the sessions its cached conversations hold (once).
+void create_session(chat_pointer self, bool may_evict) {
+  auto& st = self->state;
   const std::string body = "{\"modelId\":" + json_string(st.model_id) + ",\"label\":\"chat\"}";
-  call_json(self, 30s, [self](rapidjson::Document& d) {
-    auto& st = self->state;
-    st.session_id = d["session"]["sessionId"].GetString();
-    if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
-    std::string alloc = models::arch_cache_graph(st.model->config, st.model->context, true);
-    alloc.insert(1, "\"session\":" + json_string(st.session_id) + ",");
-    call_graph(self, "{\"graph\":" + alloc + "}", [self] { prefill(self); });
-  }, create_atom::value, sessions_atom::value, st.who, body);
+  self->request(st.coordinator, 30s, create_atom::value, sessions_atom::value, st.who, body)
+      .then(
+          [self](std::string& reply) {
+            auto& st = self->state;
+            rapidjson::Document d;
+            d.Parse(reply.c_str());
+            if (d.HasParseError()) return fail(self, error{errc::internal, "the coordinator answered with invalid JSON"});
+            st.session_id = d["session"]["sessionId"].GetString();  // (first: an end below deletes it)
+            if (st.finished) return drop_session(self);
+            if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+            std::string alloc = models::arch_cache_graph(st.model->config, st.model->context, true);
+            alloc.insert(1, "\"session\":" + json_string(st.session_id) + ",");
+            call_graph(self, "{\"graph\":" + alloc + "}", [self] { prefill(self); });
+          },
+          [self, may_evict](caf::error& e) {
+            auto& st = self->state;
+            const error err = from_caf(e);
+            if (err.code == errc::limit && may_evict && !st.finished) {
+              auto evicted = st.registry->drop_key(st.who.key_id);
+              if (!evicted.empty()) {
+                // (sent before the retry, so the coordinator deletes them first)
+                for (const auto& c : evicted) delete_session(self, c.session_id);
+                return create_session(self, false);
+              }
+            }
+            fail(self, err);
+          });
 }
 
 /// Feeds every prompt token but the last (generate feeds that one) through the caches and
-/// the token history.
+/// the token history, from the first row a cached session did not already hold.
 void prefill(chat_pointer self) {
   auto& st = self->state;
   st.prefill_started = clock_type::now();
-  if (st.prompt.size() < 2) return generate(self);
+  if (st.prompt.size() < st.cached + 2) return generate(self);
   models::arch_graph_options o;
   o.model_id = st.model_id;
-  o.ids.assign(st.prompt.begin(), st.prompt.end() - 1);
+  o.ids.assign(st.prompt.begin() + std::ptrdiff_t(st.cached), st.prompt.end() - 1);
+  o.pos = int(st.cached);
   o.tokens = int(o.ids.size());
   o.use_cache = true;
   o.cache_rows = st.model->context;
@@ -398,7 +513,20 @@ void prefill(chat_pointer self) {
   o.repetition_penalty = st.req.repetition_penalty;
   std::string graph = models::arch_graph(st.model->config, o);
   graph.insert(1, "\"session\":" + json_string(st.session_id) + ",");
-  call_graph(self, "{\"graph\":" + graph + "}", [self] { generate(self); });
+  send_graph_call(self, st.coordinator, st.who, std::make_shared<const std::string>("{\"graph\":" + graph + "}"), 3, 5min,
+                  [self](result<run_reply> r) {
+                    auto& st = self->state;
+                    if (st.finished) return;
+                    if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+                    if (r) return generate(self);
+                    if (!st.from_cache) return fail(self, r.err());
+                    // The cached session is gone (its worker lost, or deleted): a fresh one.
+                    drop_session(self);
+                    st.from_cache = false;
+                    st.cached = 0;
+                    st.fresh_retry = true;
+                    create_session(self, true);
+                  });
 }
 
 void generate(chat_pointer self) {
@@ -491,6 +619,7 @@ std::string done_json(const chat_state& st, const gen_done& d) {
     key(w, "usage"); w.StartObject();
     key(w, "promptTokens"); w.Uint64(st.prompt.size());
     key(w, "completionTokens"); w.Uint64(st.tokens.size());
+    key(w, "cachedTokens"); w.Uint64(st.cached);
     w.EndObject();
     key(w, "timing"); w.StartObject();
     key(w, "elapsedMs"); w.Int64(std::llround(ms_since(st.started)));
@@ -557,7 +686,7 @@ void openai_finish(chat_pointer self, const char* finish) {
   auto& st = self->state;
   st.finished = true;
   openai_emit(self, st.reply->finish(), finish);
-  const openai_usage usage{st.prompt.size(), st.tokens.size(), 0};
+  const openai_usage usage{st.prompt.size(), st.tokens.size(), st.cached};
   if (st.req.stream) {
     if (!st.cancelled) {
       if (st.oa.include_usage) st.sse->send("", openai_usage_chunk(st.oa, usage));
@@ -567,7 +696,8 @@ void openai_finish(chat_pointer self, const char* finish) {
   } else {
     st.res->respond(response{200, "application/json", openai_response(st.oa, st.oa_text, st.oa_tokens, finish, usage), {}});
   }
-  drop_session(self);
+  if (st.cancelled) drop_session(self);
+  else keep_session(self);
   self->quit();
 }
 
@@ -649,7 +779,8 @@ void start_chat(caf::actor_system& sys, coordinator_actor coordinator, std::shar
           } else {
             st.res->respond(response{d.stopped == "error" ? 500 : 200, "application/json", body, {}});
           }
-          drop_session(self);
+          if (d.stopped == "error" || st.cancelled) drop_session(self);
+          else keep_session(self);
           self->quit();
         },
         [=](cancel_atom) {

@@ -60,7 +60,7 @@ result<chat_request> parse_chat_request(std::string_view body) {
   if (!parsed) return std::move(parsed).err();
   const rapidjson::Document& d = *parsed;
   static const std::set<std::string> known = {"model", "messages", "maxTokens", "temperature", "topK", "topP", "seed",
-                                              "repetitionPenalty", "speculative", "stream"};
+                                              "repetitionPenalty", "speculative", "stream", "cache"};
   for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it)
     if (!known.count(it->name.GetString())) return invalid(std::string("chat request has an unknown field \"") + it->name.GetString() + "\"");
   chat_request r;
@@ -105,7 +105,7 @@ result<chat_request> parse_chat_request(std::string_view body) {
     if (!v) return std::move(v).err();
     r.repetition_penalty = *v;
   }
-  for (auto [name, out] : {std::pair{"speculative", &r.speculative}, {"stream", &r.stream}}) {
+  for (auto [name, out] : {std::pair{"speculative", &r.speculative}, {"stream", &r.stream}, {"cache", &r.cache}}) {
     auto it = d.FindMember(name);
     if (it == d.MemberEnd()) continue;
     if (!it->value.IsBool()) return invalid(field(name) + " must be true or false");

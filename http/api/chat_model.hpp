@@ -47,6 +47,7 @@ struct chat_request {
   double repetition_penalty = 1.1;
   bool speculative = true;
   bool stream = true;
+  bool cache = true;  ///< reuse and keep conversations' sessions (the prefix cache)
   // The OpenAI-compatible API's settings besides those above.
   bool has_prompt = false;               ///< completions: a raw prompt instead of messages
   std::string prompt_text;               ///< … given as text (tokenized as the model's tokenizer does)

@@ -298,6 +298,12 @@ def flood_targets(f):
         ("POST", "/api/v2/tensors", {"shape": [2], "data": [1, 2]}, k),
         ("DELETE", "/api/v2/tensors/t_000000000000000000000000", None, k),
         ("POST", "/api/v2/graph", {"graph": scale_graph()}, k),
+        ("GET", "/v1/models", None, k),
+        ("GET", f"/v1/models/{model}", None, k),
+        ("POST", "/v1/chat/completions", {"model": model, "messages": chat["messages"], "max_tokens": 4, "stop": ["."],
+                                          "logprobs": True, "top_logprobs": 2, "stream": False}, k),
+        ("POST", "/v1/completions", {"model": model, "prompt": "Once", "max_tokens": 4, "logprobs": 2, "stop": "x",
+                                     "stream": True, "stream_options": {"include_usage": True}}, k),
     ]
 
 
@@ -348,6 +354,8 @@ def answer_is_sane(r, what):
     assert r.status < 500, f"{what}: a server error for bad input: {r!r}"
     if r.status >= 400 and r.body:
         assert isinstance(r.json, dict) and set(r.json) == {"error"} and r.error, f"{what}: {r!r}"
+        if isinstance(r.json["error"], dict):  # the OpenAI-compatible API's shape (/v1)
+            assert set(r.json["error"]) == {"message", "type", "param", "code"} and r.json["error"]["message"], what
         r.body.decode("utf-8")  # strict UTF-8, whatever the request held
 
 
@@ -457,6 +465,7 @@ def test_a_field_of_the_wrong_type_is_named(flood):
             r = api.call(method, path, raw=json.dumps({**body, field: {"x": []}}), timeout=30,
                          key=auth.get("key"), token=auth.get("token"))
             assert 400 <= r.status < 500, f"{method} {path} with {field} an object: {r!r}"
-            if field not in r.error:
+            said = r.error if isinstance(r.error, str) else json.dumps(r.error)  # (/v1: OpenAI's error object)
+            if field not in said:
                 unnamed.append(f"{method} {path} {field}: {r.status} {r.error}")
     assert not unnamed, "\n".join(unnamed)

@@ -220,3 +220,66 @@ def test_errors_take_openais_shape(server, key, client, model_id):
         assert set(err) == {"message", "type", "param", "code"} and err["message"], err
     # the server is still there
     assert client.completions.create(model=model_id, prompt=PROMPT, max_tokens=2, temperature=0).choices[0].text
+
+
+# ---- the prefix cache across turns
+
+
+def test_a_later_turn_prefills_only_its_new_tokens(server):
+    """Turn 2 extends turn 1's prompt and reply: its session is reused and only the new tokens
+    are prefilled (cached_tokens = the rows the cached session held that the new prompt shares,
+    less its last token, which the decode loop feeds), with the same greedy reply as an
+    account with nothing cached."""
+    warm = OpenAI(base_url=server.base_url + "/v1", api_key=server.account("prefix-warm")[1], max_retries=0)
+    cold_key = server.account("prefix-cold")[1]
+    cold = OpenAI(base_url=server.base_url + "/v1", api_key=cold_key, max_retries=0)
+    r1 = warm.completions.create(model=STORIES, prompt=PROMPT, max_tokens=10, temperature=0)
+    assert r1.usage.prompt_tokens_details.cached_tokens == 0 and r1.choices[0].text == CONTINUATION[:len(r1.choices[0].text)]
+    prompt2 = PROMPT + r1.choices[0].text + " One day"
+    held = PROMPT_IDS + GREEDY[:9]  # the prompt, then every reply token but the last
+    enc2 = TOK.encode(prompt2).ids
+    common = next((i for i, (a, b) in enumerate(zip(held, enc2)) if a != b), min(len(held), len(enc2)))
+    want_cached = min(common, len(enc2) - 1)
+    assert want_cached >= 10
+    for turn in range(2):  # (the second time, turn 2's own session is the longest prefix)
+        r2 = warm.completions.create(model=STORIES, prompt=prompt2, max_tokens=12, temperature=0)
+        c2 = cold.completions.create(model=STORIES, prompt=prompt2 + " " * turn, max_tokens=12, temperature=0)
+        if turn == 0:
+            assert r2.usage.prompt_tokens_details.cached_tokens == want_cached
+            assert c2.usage.prompt_tokens_details.cached_tokens == 0
+            assert r2.choices[0].text == c2.choices[0].text
+        else:
+            assert r2.usage.prompt_tokens_details.cached_tokens == len(enc2) - 1
+    # /api/v3/chat reports it too: a second turn that repeats the first one's conversation
+    msgs = [{"role": "user", "content": "Once upon a time there was a cat"}]
+    first = expect(server.api.post("/api/v3/chat", {"model": STORIES, "messages": msgs, "maxTokens": 8, "temperature": 0,
+                                                    "stream": False}, key=cold_key), 200)
+    msgs2 = msgs + [{"role": "assistant", "content": first["text"]}, {"role": "user", "content": "And then?"}]
+    second = expect(server.api.post("/api/v3/chat", {"model": STORIES, "messages": msgs2, "maxTokens": 8, "temperature": 0,
+                                                     "stream": False}, key=cold_key), 200)
+    other = expect(server.api.post("/api/v3/chat", {"model": STORIES, "messages": msgs2, "maxTokens": 8, "temperature": 0,
+                                                    "stream": False}, key=server.account("prefix-other")[1]), 200)
+    assert second["usage"]["cachedTokens"] > 5 and other["usage"]["cachedTokens"] == 0
+    assert second["text"] == other["text"]
+
+
+def test_cached_sessions_give_way_at_the_session_limit(server):
+    """Cached conversations count in the key's session limit; a key at its limit gets their
+    sessions back for a new conversation instead of a refusal."""
+    key = server.account("prefix-limit")[1]
+    c = OpenAI(base_url=server.base_url + "/v1", api_key=key, max_retries=0)
+    r = c.completions.create(model=STORIES, prompt=PROMPT, max_tokens=3, temperature=0)
+    model = r.model if r.model.startswith("m_") else c.models.list().data[0].id
+    opened = []
+    while True:
+        reply = server.api.post("/api/v3/sessions", {"modelId": model}, key=key)
+        if reply.status != 200:
+            assert reply.status == 429, reply
+            break
+        opened.append(json.loads(reply.text)["session"]["sessionId"])
+        assert len(opened) < 64
+    # a prompt without BOS shares no token with the cached conversation: it needs a new session
+    r = c.completions.create(model=model, prompt=PROMPT_IDS[1:], max_tokens=3, temperature=0)
+    assert r.choices[0].text and r.usage.prompt_tokens_details.cached_tokens == 0
+    for sid in opened:
+        server.api.delete(f"/api/v3/sessions/{sid}", key=key)
