@@ -504,7 +504,7 @@ using model_actor = caf::typed_actor<caf::replies_to<delete_atom>::with<bool>>;
 using coordinator_actor = caf::typed_actor<
     caf::replies_to<versions_atom>::with<std::string>,
     caf::replies_to<status_atom, caller>::with<std::string>,
-    caf::replies_to<inspect_atom, caller, std::string>::with<std::string>,         // source
+    caf::replies_to<inspect_atom, caller, std::string, std::string>::with<std::string>,  // source, token
     caf::replies_to<load_atom, caller, std::string>::with<std::string>,            // body
     caf::replies_to<list_atom, models_atom, caller>::with<std::string>,
     caf::replies_to<delete_atom, models_atom, caller, std::string>::with<std::string>,

@@ -6,16 +6,25 @@
 //   GET|HEAD /{org}/{model}/resolve/{rev}/{path...}  → DIR/{org}/{model}/revisions/{rev}/{path}
 //   GET /                                            → "org/model" lines, plain text
 //
+// As the hub does for gated and private repositories, a model folder holding a `.gated` file
+// (one accepted token per line) answers 401 unless the request carries
+// "Authorization: Bearer <one of them>". Answers name the commit a revision stands for in
+// X-Repo-Commit, as the hub does: the revision folder's `.commit` file (DIR/{org}/{model}/.commit
+// for main), or the revision's own name when it is a 40-hex-digit commit id; a commit id also
+// finds the folder whose `.commit` names it. Files whose names begin with "." are never served.
+//
 // Files are streamed from disk a chunk at a time (responder::respond_file), single byte
 // ranges are honoured (206/416) unless --no-range, and nothing outside DIR is ever served.
 
 #include <signal.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,7 +51,8 @@ const char* host_usage =
     "Serves DIR in the Hugging Face hub's layout: GET/HEAD /{org}/{model}/resolve/{rev}/{file}\n"
     "reads DIR/{org}/{model}/{file} for rev \"main\", DIR/{org}/{model}/revisions/{rev}/{file}\n"
     "otherwise. --port 0 picks a free port. --no-range ignores Range headers (a host that does\n"
-    "not honour them, for tests).\n";
+    "not honour them, for tests). A model folder with a .gated file (tokens, one per line) needs\n"
+    "Authorization: Bearer <token>; a revision's .commit file names its commit (X-Repo-Commit).\n";
 
 http::response json_error(int status, const std::string& message) {
   http::response r;
@@ -72,6 +82,60 @@ std::vector<std::string> split_path(const std::string& path) {
     i = slash + 1;
   }
   return out;
+}
+
+/// The first line of a small file, trimmed; empty when there is none.
+std::string first_line(const fs::path& p) {
+  std::FILE* f = std::fopen(p.c_str(), "rb");
+  if (!f) return {};
+  char buf[256] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  std::string s(buf, n);
+  s = s.substr(0, s.find('\n'));
+  while (!s.empty() && (s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+/// Whether a gated model folder accepts the request's bearer token.
+bool admitted(const fs::path& model_dir, const http::request& req) {
+  std::FILE* f = std::fopen((model_dir / ".gated").c_str(), "rb");
+  if (!f) return true;  // not gated
+  std::string tokens;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) tokens.append(buf, n);
+  std::fclose(f);
+  const std::string* h = req.header("authorization");
+  if (!h || h->rfind("Bearer ", 0) != 0 || h->size() == 7) return false;
+  const std::string given = h->substr(7);
+  std::size_t start = 0;
+  while (start < tokens.size()) {
+    std::size_t end = tokens.find('\n', start);
+    if (end == std::string::npos) end = tokens.size();
+    std::string line = tokens.substr(start, end - start);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (!line.empty() && line == given) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+bool is_commit_id(const std::string& s) {
+  return s.size() == 40 && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+}
+
+/// The folder of revision `rev` of a model: the model's own for "main", revisions/{rev} for a
+/// branch or tag, and for a commit id the folder whose .commit names it (as the hub resolves
+/// any commit it has).
+std::optional<fs::path> revision_dir(const fs::path& model_dir, const std::string& rev) {
+  std::error_code ec;
+  if (rev == "main") return model_dir;
+  if (fs::is_directory(model_dir / "revisions" / rev, ec)) return model_dir / "revisions" / rev;
+  if (!is_commit_id(rev)) return std::nullopt;
+  if (first_line(model_dir / ".commit") == rev) return model_dir;
+  for (const auto& e : fs::directory_iterator(model_dir / "revisions", ec))
+    if (e.is_directory(ec) && first_line(e.path() / ".commit") == rev) return e.path();
+  return std::nullopt;
 }
 
 /// "org/model" for every DIR/org/model folder.
@@ -113,15 +177,18 @@ class file_host {
       if (!safe_segment(seg)) return res->respond(json_error(400, "path " + req.path + " has an empty, \".\" or \"..\" segment"));
 
     fs::path dir = root_ / parts[0] / parts[1];
+    if (!admitted(dir, req))
+      return res->respond(json_error(401, "Access to model " + parts[0] + "/" + parts[1] +
+                                              " is restricted: it is gated; send Authorization: Bearer with a token"));
     const std::string& rev = parts[3];
-    if (rev != "main") {
-      dir /= fs::path("revisions") / rev;
-      std::error_code ec;
-      if (!fs::is_directory(dir, ec))
-        return res->respond(json_error(404, "unknown revision " + rev + " of " + parts[0] + "/" + parts[1]));
-    }
+    auto found = revision_dir(dir, rev);
+    if (!found) return res->respond(json_error(404, "unknown revision " + rev + " of " + parts[0] + "/" + parts[1]));
+    dir = *found;
+    std::string commit = first_line(dir / ".commit");
+    if (commit.empty() && is_commit_id(rev)) commit = rev;
     fs::path file = dir;
     for (std::size_t i = 4; i < parts.size(); ++i) file /= parts[i];
+    if (parts.back().front() == '.') return res->respond(json_error(404, "no such file " + req.path));
 
     // Symlinks are followed, but the real file must still be inside DIR.
     std::error_code ec;
@@ -133,6 +200,7 @@ class file_host {
 
     http::response head;
     head.content_type = "application/octet-stream";
+    if (!commit.empty()) head.headers.emplace_back("x-repo-commit", commit);
     if (ranges_) head.headers.emplace_back("accept-ranges", "bytes");
     const auto mtime = std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::file_clock::to_sys(fs::last_write_time(real, ec)).time_since_epoch())

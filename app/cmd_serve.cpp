@@ -4,7 +4,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cctype>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <unistd.h>
@@ -32,7 +34,7 @@ namespace mpakt::app {
 namespace {
 
 const char* serve_usage =
-    "usage: mpakt serve --port N --data-dir DIR [--dev] [--hf-endpoint URL] [--workers N]\n"
+    "usage: mpakt serve --port N --data-dir DIR [--dev] [--hf-endpoint URL] [--hf-token-file FILE] [--workers N]\n"
     "                   [--default-quantize none|q8|q4|auto] [--address ADDR]\n"
     "                   [--worker-memory SIZE] [--graph-timeout-ms MS] [--body-limit SIZE]\n"
     "                   [--durable-budget SIZE] [--v2-quota SIZE] [--threads N] [--web DIR]\n"
@@ -49,6 +51,8 @@ const char* serve_usage =
     "  --hf-endpoint URL   where hf: sources resolve (default https://huggingface.co, or\n"
     "                      $MPAKT_HF_ENDPOINT); point it at `mpakt host` for offline grids.\n"
     "                      It is trusted: it may be on a private address\n"
+    "  --hf-token-file FILE  a Hugging Face token for gated and private repositories (or\n"
+    "                      $HF_TOKEN), sent to the hf-endpoint only; a load's own token wins\n"
     "  --allow-local DIR   let sources name local paths inside DIR (repeatable); without it,\n"
     "                      local paths are refused\n"
     "  --allow-private-sources  let URL sources (and their redirects) reach loopback,\n"
@@ -91,6 +95,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   log::format log_format = isatty(STDERR_FILENO) ? log::format::text : log::format::json;
   coordinator_config ccfg;
   if (const char* env = std::getenv("MPAKT_HF_ENDPOINT"); env && *env) ccfg.load.hf_endpoint = env;
+  if (const char* env = std::getenv("HF_TOKEN"); env && *env) ccfg.load.hf_token = env;
   std::uint64_t worker_memory = std::uint64_t(8) << 30, body_limit = std::uint64_t(256) << 20;
   http::server_config scfg;
   http::abuse_config abuse;
@@ -114,6 +119,15 @@ int cmd_serve(const std::vector<std::string>& args) {
     else if (a == "--data-dir") { if (!(v = value())) return bad("--data-dir needs a folder"); data_dir = *v; }
     else if (a == "--address") { if (!(v = value())) return bad("--address needs an address"); address = *v; }
     else if (a == "--hf-endpoint") { if (!(v = value())) return bad("--hf-endpoint needs a URL"); ccfg.load.hf_endpoint = *v; }
+    else if (a == "--hf-token-file") {
+      if (!(v = value())) return bad("--hf-token-file needs a file holding the token");
+      std::ifstream f(*v);
+      std::string token;
+      if (!f || !std::getline(f, token)) return bad(("--hf-token-file: cannot read " + *v).c_str());
+      while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+      if (token.empty()) return bad(("--hf-token-file: " + *v + " holds no token").c_str());
+      ccfg.load.hf_token = token;
+    }
     else if (a == "--workers") { if (!(v = value())) return bad("--workers needs a number"); workers = std::atoi(v->c_str()); }
     else if (a == "--web") { if (!(v = value())) return bad("--web needs a folder"); web_dir = *v; }
     else if (a == "--allow-private-sources") ccfg.load.allow_private_sources = true;

@@ -252,6 +252,7 @@ struct client::impl {
                                            std::to_string(range->last) + " ends before it starts");
     if (m == mode::sink && target.chunk_bytes == 0) return make_error(errc::invalid, "GET " + text + ": chunk size 0");
     url u = *parsed;
+    std::string commit;
     for (int hop = 0;; ++hop) {
       client_response out;
       out.final_url = u.str();
@@ -259,7 +260,11 @@ struct client::impl {
       url next;
       auto st = exchange(u, m, range, target, out, redirected, next);
       if (!st) return std::move(st).err();
-      if (!redirected) return out;
+      if (const auto* c = out.header("x-repo-commit"); c && commit.empty()) commit = *c;
+      if (!redirected) {
+        out.repo_commit = commit;
+        return out;
+      }
       if (hop >= opts.max_redirects)
         return make_error(errc::unavailable, op_name(m) + " " + text + ": more than " +
                                                  std::to_string(opts.max_redirects) + " redirects (last to " +
@@ -278,6 +283,8 @@ struct client::impl {
     req.set(bhttp::field::user_agent, "mpakt");
     req.keep_alive(true);
     if (range) req.set(bhttp::field::range, "bytes=" + std::to_string(range->first) + "-" + std::to_string(range->last));
+    if (!opts.bearer_token.empty() && u.origin() == opts.bearer_origin)
+      req.set(bhttp::field::authorization, "Bearer " + opts.bearer_token);
 
     // A pooled connection may have been closed by the server since; if the first exchange
     // on it fails that way, reconnect once and send again.

@@ -28,6 +28,9 @@ struct client_response {
   header_list headers;    ///< names lower-case
   std::string body;       ///< empty for streamed GETs and HEAD
   std::string final_url;  ///< after redirects
+  /// The X-Repo-Commit header of the first answer in the redirect chain that had one: the
+  /// commit a Hugging Face hub resolved a revision to (its CDN's final answer lacks it).
+  std::string repo_commit;
 
   const std::string* header(std::string_view lower_name) const;
 };
@@ -56,6 +59,10 @@ struct client_options {
   /// Origins ("http://127.0.0.1:8081", url::origin()) exempt from that rule: the operator's
   /// own model host.
   std::vector<std::string> trusted_origins;
+  /// Sent as "Authorization: Bearer <token>" to `bearer_origin` (url::origin()) only — never
+  /// to another host a redirect leads to (the hub's signed CDN URLs need none).
+  std::string bearer_token;
+  std::string bearer_origin;
 };
 
 class client {

@@ -15,6 +15,7 @@
 #include "actors/coordinator/pipeline_actor.hpp"
 #include "actors/coordinator/recovery.hpp"
 #include "actors/errors.hpp"
+#include "actors/loader/source.hpp"
 #include "actors/sequence.hpp"
 #include "actors/generate/gen_values.hpp"
 #include "actors/json_text.hpp"
@@ -409,11 +410,11 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           return rp;
         },
         // ------------------------------------------------------------ models
-        [=](inspect_atom, const caller&, const std::string& source) -> caf::result<std::string> {
+        [=](inspect_atom, const caller&, const std::string& source, const std::string& token) -> caf::result<std::string> {
           if (source.empty()) return to_caf(errc::invalid, "inspect needs a source query parameter, e.g. ?source=hf:Org/Model");
           auto rp = self->make_response_promise<std::string>();
           auto job = spawn_load_job(self->system(), self->state.cfg.load, self->state.pool);
-          self->request(job, std::chrono::minutes(5), inspect_atom::value, source)
+          self->request(job, std::chrono::minutes(5), inspect_atom::value, source, token)
               .then([=](std::string& j) mutable { rp.deliver(std::move(j)); },
                     [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
           return rp;
@@ -422,7 +423,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto& S = self->state;
           auto d = parse_body(body);
           if (!d) return to_caf(d.err());
-          if (auto s = check_fields(*d, {"source", "include", "exclude", "names", "quantize"}, "load request"); !s)
+          if (auto s = check_fields(*d, {"source", "include", "exclude", "names", "quantize", "token"}, "load request"); !s)
             return to_caf(s.err());
           load_job_request req;
           auto src = opt_string(*d, "source", "load request");
@@ -437,6 +438,9 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           auto q = opt_string(*d, "quantize", "load request");
           if (!q) return to_caf(q.err());
           req.quantize = *q;
+          auto token = opt_string(*d, "token", "load request");
+          if (!token) return to_caf(token.err());
+          req.token = *token;
           const int held = S.count_for_key(S.models, who.key_id) + S.pending_loads[who.key_id];
           if (held >= S.cfg.max_models_per_key)
             return to_caf(errc::limit, "this key already holds " + std::to_string(S.cfg.max_models_per_key) +
@@ -472,6 +476,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                     place_model(self, req.model_id, m, out);
                     m.source = out.source;
                     m.quantize = out.quantize;
+                    m.commit = out.commit;
+                    m.token = req.token;
                     m.whole = req.include.empty() && req.exclude.empty() && req.names.empty();
                     m.published_bytes = out.published_bytes;
                     m.resident_bytes = out.resident_bytes;
@@ -506,6 +512,9 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                         w.StartObject();
                         key(w, "modelId"); str(w, id);
                         key(w, "source"); str(w, m.source);
+                        key(w, "commit");
+                        if (m.commit.empty()) w.Null();
+                        else str(w, m.commit);
                         key(w, "tensors"); w.Uint64(m.tensors);
                         key(w, "bytesTransferred"); w.Uint64(m.published_bytes);
                         key(w, "residentBytes"); w.Uint64(m.resident_bytes);
@@ -556,7 +565,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
             return caf::result<std::string, std::string, std::string, std::string>(m->files[0], m->files[1], m->files[2], m->files[3]);
           auto rp = self->make_response_promise<std::string, std::string, std::string, std::string>();
           auto job = spawn_load_job(self->system(), S.cfg.load, S.pool);
-          self->request(job, std::chrono::minutes(2), files_atom::value, m->source)
+          self->request(job, std::chrono::minutes(2), files_atom::value, loader::pinned_source(m->source, m->commit), m->token)
               .then(
                   [=](std::string& config, std::string& tok, std::string& tok_cfg, std::string& jinja) mutable {
                     if (auto* again = self->state.find(self->state.models, id, who)) again->files = {config, tok, tok_cfg, jinja};

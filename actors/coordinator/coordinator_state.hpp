@@ -30,6 +30,11 @@ struct model_entry : owned {
   worker_actor worker;
   std::string source;
   std::string quantize;
+  /// The hub commit the load read (empty when the host did not say): re-fetched from it.
+  std::string commit;
+  /// The caller's own hub token, if the load had one: held in memory to fetch a lost
+  /// worker's share again; never logged, listed or written to disk.
+  std::string token;
   std::uint64_t published_bytes = 0;
   std::uint64_t resident_bytes = 0;
   std::size_t tensors = 0;

@@ -40,8 +40,9 @@ struct job_context {
   loader::model_index index;
 };
 
-/// The parsed source and a reader for it, without reading anything yet.
-result<job_context> reach_source(const load_job_config& cfg, const std::string& text) {
+/// The parsed source and a reader for it, without reading anything yet. `token` (the
+/// caller's, else the grid's) goes to the hub with hub sources only.
+result<job_context> reach_source(const load_job_config& cfg, const std::string& text, const std::string& token) {
   loader::source_options so;
   so.hf_endpoint = cfg.hf_endpoint;
   so.local_dirs = cfg.local_dirs;
@@ -54,6 +55,7 @@ result<job_context> reach_source(const load_job_config& cfg, const std::string& 
     ho.verify_tls = cfg.verify_tls;
     ho.allow_private = cfg.allow_private_sources;
     ho.trusted_endpoint = cfg.hf_endpoint;
+    if (ctx.source.kind == loader::source_kind::hub) ho.token = token.empty() ? cfg.hf_token : token;
     ctx.make_reader = [ho] { return loader::make_http_reader(ho); };
   } else {
     ctx.make_reader = [dirs = cfg.local_dirs] { return loader::make_local_reader(dirs); };
@@ -62,8 +64,8 @@ result<job_context> reach_source(const load_job_config& cfg, const std::string& 
   return ctx;
 }
 
-result<job_context> open_source(const load_job_config& cfg, const std::string& text) {
-  auto reached = reach_source(cfg, text);
+result<job_context> open_source(const load_job_config& cfg, const std::string& text, const std::string& token) {
+  auto reached = reach_source(cfg, text, token);
   if (!reached) return reached;
   job_context ctx = std::move(*reached);
   auto idx = loader::inspect_source(ctx.source, *ctx.reader);
@@ -168,7 +170,7 @@ result<std::tuple<loader::load_plan, load_outcome, std::vector<worker_actor>>> p
 result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg, const pool_actor& pool,
                               const load_job_request& req) {
   const auto t0 = clock_type::now();
-  auto ctx = open_source(cfg, req.source);
+  auto ctx = open_source(cfg, req.source, req.token);
   if (!ctx) return std::move(ctx).err();
   loader::selection_request sel{req.include, req.exclude, req.names};
   auto selected = loader::select_tensors(ctx->index, sel);
@@ -334,6 +336,14 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
   w.String(req.model_id.c_str());
   w.Key("source");
   w.String(req.source.c_str());
+  out.commit = ctx->reader->repo_commit();
+  if (ctx->source.kind == loader::source_kind::hub) {
+    w.Key("revision");
+    w.String(ctx->source.revision.c_str());
+    w.Key("commit");
+    if (out.commit.empty()) w.Null();
+    else w.String(out.commit.c_str());
+  }
   w.Key("tensors");
   w.StartArray();
   for (const auto& [id, name] : out.tensor_ids) {
@@ -406,15 +416,16 @@ load_job_actor spawn_load_job(caf::actor_system& sys, load_job_config cfg, pool_
           if (!r) return to_caf(r.err());
           return std::move(*r);
         },
-        [=](inspect_atom, const std::string& source) -> caf::result<std::string> {
-          auto ctx = open_source(cfg, source);
+        [=](inspect_atom, const std::string& source, const std::string& token) -> caf::result<std::string> {
+          auto ctx = open_source(cfg, source, token);
           self->quit();
           if (!ctx) return to_caf(ctx.err());
           return loader::inspect_json(ctx->index);
         },
-        [=](files_atom, const std::string& source) -> caf::result<std::string, std::string, std::string, std::string> {
+        [=](files_atom, const std::string& source, const std::string& token)
+            -> caf::result<std::string, std::string, std::string, std::string> {
           self->quit();
-          auto ctx = reach_source(cfg, source);
+          auto ctx = reach_source(cfg, source, token);
           if (!ctx) return to_caf(ctx.err());
           auto files = loader::read_model_files(ctx->source, *ctx->reader);
           if (!files) return to_caf(files.err());

@@ -21,6 +21,9 @@ struct load_job_config {
   /// The operator's model host: hf: sources resolve there, and it is trusted (it may be on a
   /// private address; its being down is the server's 503, not the caller's 400).
   std::string hf_endpoint = "https://huggingface.co";
+  /// The grid's Hugging Face token (`mpakt serve --hf-token-file`, or HF_TOKEN), sent to
+  /// hf_endpoint only, for gated and private repositories; a request's own token wins.
+  std::string hf_token;
   /// Folders local sources may name (`--allow-local`); empty: local paths are refused.
   std::vector<std::string> local_dirs;
   /// Whether URL sources and redirects may lead to loopback, link-local or private
@@ -48,6 +51,9 @@ struct load_job_request {
   /// Whether the selection may be spread over several workers when no one can hold it
   /// (false when fetching one lost worker's share again: it goes to one worker).
   bool allow_spread = true;
+  /// The caller's own Hugging Face token for this source (empty: the grid's). Held in memory
+  /// only, never logged or written anywhere.
+  std::string token;
 };
 
 /// What a finished load tells the coordinator.
@@ -56,6 +62,9 @@ struct load_outcome {
   std::vector<std::pair<std::string, std::string>> tensor_ids;  ///< tensorId -> name
   std::string source;
   std::string quantize;
+  /// The commit the hub resolved the source's revision to (empty when it did not say): a
+  /// lost worker's share is fetched again from exactly this commit.
+  std::string commit;
   std::uint64_t published_bytes = 0;
   std::uint64_t resident_bytes = 0;
   worker_actor worker;
@@ -71,19 +80,19 @@ struct load_outcome {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_job_request& x) {
   return f(caf::meta::type_name("load_job_request"), x.model_id, x.source, x.include, x.exclude, x.names, x.quantize,
-           x.allow_spread);
+           x.allow_spread, x.token);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_outcome& x) {
   return f(caf::meta::type_name("load_outcome"), x.reply_json, x.tensor_ids, x.source, x.quantize, x.published_bytes,
-           x.resident_bytes, x.worker, x.worker_id, x.part_workers, x.part_ids, x.part_tensors, x.part_bytes);
+           x.resident_bytes, x.worker, x.worker_id, x.part_workers, x.part_ids, x.part_tensors, x.part_bytes, x.commit);
 }
 
 using load_job_actor = caf::typed_actor<caf::replies_to<load_atom, load_job_request>::with<load_outcome>,
-                                        caf::replies_to<inspect_atom, std::string>::with<std::string>,
-                                        /// source -> config.json, tokenizer.json, tokenizer_config.json,
+                                        caf::replies_to<inspect_atom, std::string, std::string>::with<std::string>,
+                                        /// source (and token) -> config.json, tokenizer.json, tokenizer_config.json,
                                         /// chat_template.jinja
-                                        caf::replies_to<files_atom, std::string>::with<std::string, std::string, std::string, std::string>>;
+                                        caf::replies_to<files_atom, std::string, std::string>::with<std::string, std::string, std::string, std::string>>;
 
 /// A job on its own thread; it quits after answering one request.
 load_job_actor spawn_load_job(caf::actor_system& sys, load_job_config cfg, pool_actor pool);

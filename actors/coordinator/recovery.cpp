@@ -6,6 +6,7 @@
 #include "actors/coordinator/load_job.hpp"
 #include "actors/errors.hpp"
 #include "actors/generate/gen_values.hpp"
+#include "actors/loader/source.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/json.hpp"
 #include "runtime/log.hpp"
@@ -261,7 +262,8 @@ static void recover_parts(coordinator_pointer self, const caf::actor_addr& addr)
       caf::anon_send(m.pipeline, partlost_atom::value, std::uint32_t(p), true);
       load_job_request req;
       req.model_id = id;
-      req.source = m.source;
+      req.source = loader::pinned_source(m.source, m.commit);  // the very files it had
+      req.token = m.token;
       req.quantize = m.quantize;
       req.names = m.parts[p].tensors;
       req.allow_spread = false;
@@ -322,7 +324,8 @@ void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr) {
   for (const auto& id : models) {
     load_job_request req;
     req.model_id = id;
-    req.source = S.models.at(id).source;
+    req.source = loader::pinned_source(S.models.at(id).source, S.models.at(id).commit);  // the very files it had
+    req.token = S.models.at(id).token;
     req.quantize = S.models.at(id).quantize;
     for (const auto& [tid, where] : S.weight_ids)
       if (where.first == id) req.names.push_back(where.second);

@@ -95,7 +95,13 @@ class http_reader final : public byte_reader {
           o.timeout = std::chrono::milliseconds(opts.timeout_ms);
           o.verify_tls = opts.verify_tls;
           o.allow_private_addresses = opts.allow_private;
-          if (auto u = http::parse_url(opts.trusted_endpoint)) o.trusted_origins.push_back(u->origin());
+          if (auto u = http::parse_url(opts.trusted_endpoint)) {
+            o.trusted_origins.push_back(u->origin());
+            if (!opts.token.empty()) {
+              o.bearer_token = opts.token;
+              o.bearer_origin = u->origin();
+            }
+          }
           return o;
         }()),
         trusted_origin_([&]() -> std::string {
@@ -149,6 +155,7 @@ class http_reader final : public byte_reader {
                                 });
     if (overflow) return no_range(url, "it sent more bytes than the range asked for");
     if (!r) return client_error(url, std::move(r).err(), trusted(url));
+    note_commit(*r);
     auto checked = check_answer(url, range, *r, out.bytes.size());
     if (!checked) return std::move(checked).err();
     if (r->status == 416) out.bytes.clear();
@@ -167,6 +174,7 @@ class http_reader final : public byte_reader {
     auto r = client_.get_range_into(url, range, parts, got);
     if (!r && r.err().code == errc::conflict) return no_range(url, "it sent more bytes than the range asked for");
     if (!r) return client_error(url, std::move(r).err(), trusted(url));
+    note_commit(*r);
     auto checked = check_answer(url, range, *r, got);
     if (!checked) return std::move(checked).err();
     return r->status == 416 ? 0 : got;
@@ -187,16 +195,24 @@ class http_reader final : public byte_reader {
     if (overflow)
       return make_error(errc::too_large, url + " is larger than the " + std::to_string(max_bytes) + " bytes accepted");
     if (!r) return client_error(url, std::move(r).err(), trusted(url));
+    note_commit(*r);
     if (r->status != 200) return status_error(url, r->status, trusted(url));
     return body;
   }
 
   std::uint64_t requests() const override { return requests_; }
+  std::string repo_commit() const override { return commit_; }
 
  private:
+  /// Keeps the first commit an answer named (one load reads one revision).
+  void note_commit(const http::client_response& r) {
+    if (commit_.empty() && r.status < 300) commit_ = r.repo_commit;
+  }
+
   http::client client_;
   std::string trusted_origin_;
   std::uint64_t requests_ = 0;
+  std::string commit_;
 };
 
 }  // namespace

@@ -54,6 +54,11 @@ class byte_reader {
   /// Requests made so far: HTTP requests for a remote reader, file opens for a local one.
   /// Tests use it to check that inspect reads a single-file header with one request (INS-03).
   virtual std::uint64_t requests() const = 0;
+
+  /// The commit a Hugging Face hub resolved the source's revision to (its X-Repo-Commit
+  /// header), from the first answer that carried one; empty when none did (a plain URL, a
+  /// host that does not say, local files).
+  virtual std::string repo_commit() const { return {}; }
 };
 
 /// Reads local files (absolute paths). With `allowed_dirs` (absolute, canonical), a file
@@ -71,6 +76,10 @@ struct http_reader_options {
   /// `allow_private`, and the one host whose failures are the server's (503) rather than
   /// the caller's (400 naming the URL).
   std::string trusted_endpoint;
+  /// A Hugging Face token for gated or private repositories: sent as Authorization: Bearer to
+  /// `trusted_endpoint`'s origin only (never to a URL source, nor to a host a redirect leads
+  /// to). Never logged, never part of a message.
+  std::string token;
 };
 
 /// Reads http:// and https:// URLs with range requests (http_reader.cpp; links the HTTP client).

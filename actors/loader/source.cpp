@@ -225,6 +225,13 @@ bool inside_dirs(const std::string& path, const std::vector<std::string>& dirs) 
   return false;
 }
 
+std::string pinned_source(const std::string& text, const std::string& commit) {
+  if (commit.empty() || text.rfind("hf:", 0) != 0 || !valid_name(commit)) return text;
+  auto s = parse_hub(text, source_options{});
+  if (!s) return text;
+  return "hf:" + s->org + "/" + s->model + "@" + commit + (s->path.empty() ? "" : "/" + s->path);
+}
+
 result<model_source> parse_source(std::string_view text, const source_options& opts) {
   if (text.empty()) return bad_source(text, "is empty");
   if (text.rfind("hf:", 0) == 0) return parse_hub(text, opts);

@@ -70,6 +70,11 @@ inline constexpr std::string_view accepted_source_forms =
 /// Parses `text`. Errors (errc::invalid) name the source and list the accepted forms.
 result<model_source> parse_source(std::string_view text, const source_options& opts = {});
 
+/// `text` with its hub revision replaced by `commit` ("hf:Org/Model@commit[/path]"), so that
+/// reading it again reads the very files a load read; other sources, or an empty commit, are
+/// returned as they are.
+std::string pinned_source(const std::string& text, const std::string& commit);
+
 /// True when `p` names an index ("….safetensors.index.json").
 bool is_index_name(std::string_view p);
 

@@ -275,7 +275,11 @@ void on_approve(const call& c) { forward(c.self, c.accounts(), 30s, c.res, 200, 
 
 void on_status(const call& c) { forward(c.self, c.coord(), 30s, c.res, 200, status_atom::value, c.who); }
 void on_inspect(const call& c) {
-  forward(c.self, c.coord(), c.timeout(), c.res, 200, inspect_atom::value, c.who, query_param(*c.req, "source").value_or(""));
+  // (a gated repository's token: the query's `token`, or the x-hf-token header)
+  std::string token = query_param(*c.req, "token").value_or("");
+  if (const std::string* h = c.req->header("x-hf-token"); token.empty() && h) token = *h;
+  forward(c.self, c.coord(), c.timeout(), c.res, 200, inspect_atom::value, c.who, query_param(*c.req, "source").value_or(""),
+          token);
 }
 void on_load(const call& c) {
   // A load takes as long as the transfer; the load job bounds each piece instead.

@@ -38,6 +38,16 @@ TEST(LoaderSource, HubModelTriesTheFileThenTheIndex) {
   EXPECT_TRUE(s->candidates[1].is_index);
 }
 
+TEST(LoaderSource, PinningPutsTheCommitInPlaceOfTheRevision) {
+  const std::string c = "0123456789abcdef0123456789abcdef01234567";
+  EXPECT_EQ(pinned_source("hf:Org/M", c), "hf:Org/M@" + c);
+  EXPECT_EQ(pinned_source("hf:Org/M@main", c), "hf:Org/M@" + c);
+  EXPECT_EQ(pinned_source("hf:Org/M@v1/sub/model.safetensors", c), "hf:Org/M@" + c + "/sub/model.safetensors");
+  EXPECT_EQ(pinned_source("hf:Org/M", ""), "hf:Org/M");
+  EXPECT_EQ(pinned_source("https://host/m.safetensors", c), "https://host/m.safetensors");
+  EXPECT_EQ(pinned_source("hf:Org/M", "not/a commit"), "hf:Org/M");
+}
+
 TEST(LoaderSource, HubRevisionAndFile) {
   auto s = parse_source("hf:HuggingFaceTB/SmolLM2-135M-Instruct@v1.0/model.safetensors", hub_at("http://127.0.0.1:9/"));
   ASSERT_TRUE(s.ok()) << s.err().message;

@@ -56,6 +56,17 @@ class client_test : public testing::Test {
       r.body = "moved";
       res->respond(std::move(r));
     };
+    if (req.path == "/auth") {
+      const auto* a = req.header("authorization");
+      r.body = a ? *a : "-";
+      return res->respond(std::move(r));
+    }
+    if (req.path == "/r/auth-same") return redirect(302, "/auth");
+    if (req.path == "/r/auth-elsewhere") return redirect(302, "http://localhost:" + std::to_string(srv_->port()) + "/auth");
+    if (req.path == "/r/commit") {
+      r.headers.emplace_back("x-repo-commit", "0123456789abcdef0123456789abcdef01234567");
+      return redirect(302, "/auth");
+    }
     if (req.path == "/echo") {
       const auto* range = req.header("range");
       r.body = req.method + " " + (range ? *range : "-") + " " + req.remote;
@@ -235,6 +246,35 @@ TEST(url, public_addresses_are_told_from_private_ones) {
                          "fe80::1", "fd00::1", "fc00::1", "ff02::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1",
                          "64:ff9b::a9fe:a9fe", "2002:7f00:1::1", "2001:db8::1", "not an address", ""})
     EXPECT_FALSE(is_public_address(ip)) << ip;
+}
+
+TEST_F(client_test, the_bearer_token_goes_to_its_origin_only) {
+  client_options o;
+  o.bearer_token = "hf_secret";
+  o.bearer_origin = base_;
+  client c(o);
+  auto direct = c.get(base_ + "/auth");
+  ASSERT_TRUE(direct.ok()) << direct.err().message;
+  EXPECT_EQ(direct->body, "Bearer hf_secret");
+  auto same = c.get(base_ + "/r/auth-same");
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->body, "Bearer hf_secret");
+  // a redirect to another origin (localhost is not 127.0.0.1's origin) gets no token
+  auto elsewhere = c.get(base_ + "/r/auth-elsewhere");
+  ASSERT_TRUE(elsewhere.ok()) << elsewhere.err().message;
+  EXPECT_EQ(elsewhere->final_url, "http://localhost:" + std::to_string(srv_->port()) + "/auth");
+  EXPECT_EQ(elsewhere->body, "-");
+  client plain;
+  EXPECT_EQ(plain.get(base_ + "/auth")->body, "-");
+}
+
+TEST_F(client_test, the_repo_commit_of_a_redirect_is_kept) {
+  client c;
+  auto r = c.get(base_ + "/r/commit");
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->repo_commit, "0123456789abcdef0123456789abcdef01234567");
+  EXPECT_EQ(c.get(base_ + "/auth")->repo_commit, "");
 }
 
 TEST_F(client_test, too_many_redirects_is_an_error) {

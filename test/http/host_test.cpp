@@ -50,6 +50,13 @@ struct host_folder {
     write_file(root / "org/model/sub/dir/file.txt", "nested");
     write_file(root / "org/model/revisions/v1/model.safetensors", "revision one");
     write_file(root / "other/thing/x.bin", "x");
+    // a gated repository with two revisions, as the hub names them
+    write_file(root / "gated/m/model.safetensors", "main weights");
+    write_file(root / "gated/m/.gated", "hf_first\nhf_second\n");
+    write_file(root / "gated/m/.commit", "1111111111111111111111111111111111111111\n");
+    write_file(root / "gated/m/revisions/2222222222222222222222222222222222222222/model.safetensors", "older weights");
+    write_file(root / "gated/m/revisions/v1/model.safetensors", "tagged weights");
+    write_file(root / "gated/m/revisions/v1/.commit", "3333333333333333333333333333333333333333");
     write_file(outside, "the-outside-content");
     fs::create_symlink(outside, root / "org/model/link.txt");                        // points out of DIR
     fs::create_symlink(root / "org/model/sub/dir/file.txt", root / "org/model/in.txt");  // stays inside
@@ -177,7 +184,44 @@ TEST_F(host_test, revisions_nested_paths_and_listing) {
   EXPECT_EQ(inside_link->body, "nested");
   auto list = c.get(url("/"));
   ASSERT_TRUE(list.ok());
-  EXPECT_EQ(list->body, "org/model\nother/thing\n");
+  EXPECT_EQ(list->body, "gated/m\norg/model\nother/thing\n");
+}
+
+TEST_F(host_test, gated_folders_need_a_token_and_revisions_name_their_commit) {
+  client anonymous;
+  auto refused = anonymous.get(url("/gated/m/resolve/main/model.safetensors"));
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->status, 401);
+  client_options wrong_o;
+  wrong_o.bearer_token = "hf_wrong";
+  wrong_o.bearer_origin = url("");
+  client wrong(wrong_o);
+  EXPECT_EQ(wrong.get(url("/gated/m/resolve/main/model.safetensors"))->status, 401);
+  for (const char* token : {"hf_first", "hf_second"}) {
+    client_options o;
+    o.bearer_token = token;
+    o.bearer_origin = url("");
+    client c(o);
+    auto main = c.get(url("/gated/m/resolve/main/model.safetensors"));
+    ASSERT_TRUE(main.ok());
+    EXPECT_EQ(main->status, 200) << token;
+    EXPECT_EQ(main->body, "main weights");
+    EXPECT_EQ(main->repo_commit, "1111111111111111111111111111111111111111");
+    auto old = c.get(url("/gated/m/resolve/2222222222222222222222222222222222222222/model.safetensors"));
+    EXPECT_EQ(old->body, "older weights");
+    EXPECT_EQ(old->repo_commit, "2222222222222222222222222222222222222222");  // a commit id names itself
+    auto by_commit = c.get(url("/gated/m/resolve/3333333333333333333333333333333333333333/model.safetensors"));
+    EXPECT_EQ(by_commit->body, "tagged weights");  // a commit id finds the folder naming it
+    EXPECT_EQ(c.get(url("/gated/m/resolve/1111111111111111111111111111111111111111/model.safetensors"))->body,
+              "main weights");
+    EXPECT_EQ(c.get(url("/gated/m/resolve/4444444444444444444444444444444444444444/model.safetensors"))->status, 404);
+    auto tag = c.get(url("/gated/m/resolve/v1/model.safetensors"));
+    EXPECT_EQ(tag->body, "tagged weights");
+    EXPECT_EQ(tag->repo_commit, "3333333333333333333333333333333333333333");
+    EXPECT_EQ(c.get(url("/gated/m/resolve/main/.gated"))->status, 404);  // the tokens are never served
+    EXPECT_EQ(c.get(url("/gated/m/resolve/v1/.commit"))->status, 404);
+  }
+  EXPECT_EQ(anonymous.get(url("/org/model/resolve/main/model.safetensors"))->repo_commit, "");  // says nothing
 }
 
 TEST_F(host_test, missing_things_are_404) {
