@@ -358,21 +358,25 @@ def graph_cli(binary, config, *args):
     return json.loads(out.stdout)
 
 
-def read_sse(resp):
-    """(events, done) of a text/event-stream response."""
-    events, event = [], None
+def sse_events(resp):
+    """(event, data) of a text/event-stream response as each arrives, up to `done` or `error`."""
+    event = None
     while True:
         line = resp.readline()
         if not line:
-            break
+            return
         line = line.decode().rstrip("\r\n")
         if line.startswith("event: "):
             event = line[7:]
         elif line.startswith("data: "):
-            data = json.loads(line[6:])
-            events.append((event, data))
-            if event == "done":
-                break
+            yield event, json.loads(line[6:])
+            if event in ("done", "error"):
+                return
+
+
+def read_sse(resp):
+    """Every (event, data) of a text/event-stream response."""
+    events = list(sse_events(resp))
     resp.read()
     return events
 

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_bench import SMOL_CONFIG, Api, Proc, bench_account, free_port, log, write_random_bf16_llama  # noqa: E402
+from decode_bench import SMOL_CONFIG, Api, Proc, bench_account, free_port, log, sse_events, write_random_bf16_llama  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STORIES = ROOT.parent / "shared" / "models" / "stories260K"
@@ -43,22 +43,6 @@ def user_message(turn: int) -> str:
     return " ".join(WORDS[(turn * 7 + i) % len(WORDS)] for i in range(48)) + "."
 
 
-def events(resp):
-    """(event, data) as each arrives."""
-    event = None
-    while True:
-        line = resp.readline()
-        if not line:
-            return
-        line = line.decode().rstrip("\r\n")
-        if line.startswith("event: "):
-            event = line[7:]
-        elif line.startswith("data: "):
-            yield event, json.loads(line[6:])
-            if event in ("done", "error"):
-                return
-
-
 def chat_turn(api: Api, model: str, messages, cache: bool, max_tokens: int):
     body = {"model": model, "messages": messages, "maxTokens": max_tokens, "temperature": 0, "cache": cache,
             "speculative": False}
@@ -67,7 +51,7 @@ def chat_turn(api: Api, model: str, messages, cache: bool, max_tokens: int):
     if resp.status != 200:
         raise RuntimeError(f"chat -> {resp.status}: {resp.read()[:400]!r}")
     first, done = None, None
-    for event, data in events(resp):
+    for event, data in sse_events(resp):
         if event == "delta" and first is None:
             first = time.perf_counter() - t0
         if event == "done":

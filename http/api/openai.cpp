@@ -509,6 +509,27 @@ void write_head(json_writer& w, const openai_meta& m, bool chunk) {
   w.Null();
 }
 
+/// Opens an answer or chunk up to its one choice's index: {"id", "object", …, "choices":
+/// [{"index": 0 — the choice's own fields follow.
+void open_answer(json_writer& w, const openai_meta& m, bool chunk) {
+  w.StartObject();
+  write_head(w, m, chunk);
+  key(w, "choices");
+  w.StartArray();
+  w.StartObject();
+  key(w, "index");
+  w.Int(0);
+}
+
+/// The choice's "logprobs": its tokens' in the endpoint's shape, or null (when not asked
+/// for, or — a chunk — when the chunk carries no token).
+void write_logprobs(json_writer& w, const openai_meta& m, const std::vector<openai_token>& tokens, bool null_when_none) {
+  key(w, "logprobs");
+  if (!m.logprobs || (null_when_none && tokens.empty())) return void(w.Null());
+  if (m.chat) write_chat_logprobs(w, tokens);
+  else write_completion_logprobs(w, tokens, 0);
+}
+
 void write_usage(json_writer& w, const openai_usage& u) {
   w.StartObject();
   key(w, "prompt_tokens");
@@ -530,13 +551,7 @@ void write_usage(json_writer& w, const openai_usage& u) {
 std::string openai_chunk(const openai_meta& m, const std::string& text, const std::vector<openai_token>& tokens, bool first,
                          const char* finish) {
   return json([&](json_writer& w) {
-    w.StartObject();
-    write_head(w, m, true);
-    key(w, "choices");
-    w.StartArray();
-    w.StartObject();
-    key(w, "index");
-    w.Int(0);
+    open_answer(w, m, true);
     if (m.chat) {
       key(w, "delta");
       w.StartObject();
@@ -546,13 +561,7 @@ std::string openai_chunk(const openai_meta& m, const std::string& text, const st
     } else {
       kv(w, "text", text);
     }
-    key(w, "logprobs");
-    if (m.logprobs && !tokens.empty()) {
-      if (m.chat) write_chat_logprobs(w, tokens);
-      else write_completion_logprobs(w, tokens, 0);
-    } else {
-      w.Null();
-    }
+    write_logprobs(w, m, tokens, true);
     key(w, "finish_reason");
     if (finish) str(w, finish);
     else w.Null();
@@ -582,13 +591,7 @@ std::string openai_usage_chunk(const openai_meta& m, const openai_usage& u) {
 std::string openai_response(const openai_meta& m, const std::string& text, const std::vector<openai_token>& tokens,
                             const char* finish, const openai_usage& u) {
   return json([&](json_writer& w) {
-    w.StartObject();
-    write_head(w, m, false);
-    key(w, "choices");
-    w.StartArray();
-    w.StartObject();
-    key(w, "index");
-    w.Int(0);
+    open_answer(w, m, false);
     if (m.chat) {
       key(w, "message");
       w.StartObject();
@@ -600,13 +603,7 @@ std::string openai_response(const openai_meta& m, const std::string& text, const
     } else {
       kv(w, "text", text);
     }
-    key(w, "logprobs");
-    if (m.logprobs) {
-      if (m.chat) write_chat_logprobs(w, tokens);
-      else write_completion_logprobs(w, tokens, 0);
-    } else {
-      w.Null();
-    }
+    write_logprobs(w, m, tokens, false);
     kv(w, "finish_reason", finish ? finish : "stop");
     w.EndObject();
     w.EndArray();

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from e2e_util import STORIES_DIR, WORK_S, expect
-from test_durability import Grid
+from test_durability import grid  # noqa: F401 (the fixture: a coordinator and two volunteers)
 
 REPO = "gated/stories"
 USER_TOKEN, GRID_TOKEN = "hf_user_token_5f2e", "hf_grid_token_9a1c"
@@ -105,22 +105,6 @@ def test_a_pinned_revision_loads_its_own_files(server, repo):
     assert by_id["commit"] == C_MAIN
     a, b = prefill_logits(api, key, old["modelId"]), prefill_logits(api, key, by_id["modelId"])
     assert np.abs(b - GOLDEN_LOGITS[:len(PROMPT)]).max() < 1e-4 and np.abs(a - b).max() > 1e-2
-
-
-@pytest.fixture
-def grid(start_server, tmp_path_factory):
-    from e2e_util import free_port
-
-    cport = free_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
-    g = Grid(server, cport, tmp_path_factory.mktemp("hub-grid"))
-    g.key = server.account("hub-grid")[1]
-    g.join()
-    g.join()
-    yield g
-    for proc in g.workers.values():
-        proc.proc.kill()
-    server.process.terminate()
 
 
 @pytest.mark.timeout(300)
