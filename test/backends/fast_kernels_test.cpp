@@ -355,6 +355,14 @@ TEST(FastAttention, ARowIsTheSameBitsInEveryPassAndThreadCount) {
     cpu_fast::set_kernel_threads(1);
     const auto all = run_values("attention", R"({"heads":9,"kvHeads":3,"headDim":64,"posOffset":600})", {q, k, v}, lk.fn);
     const std::vector<float> want(all.end() - 9 * 64, all.end());
+    // every row — first, last, either side of a tile's edge — is the bits it gets alone
+    for (int row : {0, 1, 4, 5, 6, 17, 38}) {
+      const std::vector<float> own(q.f32() + row * 9 * 64, q.f32() + (row + 1) * 9 * 64);
+      const auto alone = run_values("attention", "{\"heads\":9,\"kvHeads\":3,\"headDim\":64,\"posOffset\":" +
+                                                     std::to_string(600 + row) + "}",
+                                    {test::t32({1, 9 * 64}, own), k, v}, lk.fn);
+      EXPECT_EQ(alone, std::vector<float>(all.begin() + row * 9 * 64, all.begin() + (row + 1) * 9 * 64)) << "row " << row;
+    }
     for (int threads : {1, 2}) {
       cpu_fast::set_kernel_threads(threads);
       EXPECT_EQ(run_values("attention", R"({"heads":9,"kvHeads":3,"headDim":64,"posOffset":639})", {q1, k, v}, lk.fn), want)
