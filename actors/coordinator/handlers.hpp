@@ -1,0 +1,92 @@
+#pragma once
+/// The coordinator's message handlers, one file per entity: models.cpp, sessions.cpp (with
+/// checkpoints and journals), graphs.cpp (routing and running graph calls, templates),
+/// generate.cpp and tensors.cpp (v2). coordinator_actor.cpp holds the behavior table that
+/// hands each message to them, discovery, metrics and cancellation. Each handler takes the
+/// coordinator actor (it runs in it, on its state: coordinator_state.hpp) and the message's
+/// values, and answers as the message's reply type says (actors/protocol.hpp).
+
+#include <rapidjson/document.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "actors/coordinator/coordinator_actor.hpp"
+#include "actors/coordinator/coordinator_state.hpp"
+#include "actors/errors.hpp"
+#include "actors/json_text.hpp"
+#include "actors/requests.hpp"
+#include "runtime/status.hpp"
+
+namespace mpakt::coord {
+
+using writer = json_writer;
+
+// Shared by the handlers (coordinator_actor.cpp).
+std::string now_iso();
+/// Milliseconds since the Unix epoch as ISO 8601 UTC with milliseconds.
+std::string iso_from_unix_ms(std::uint64_t ms);
+result<rapidjson::Document> parse_body(const std::string& body, bool allow_empty = false);
+/// A token id of a generate request (ids, stopIds, speculative.context): 0 to 2^31 - 1.
+result<std::int64_t> token_id(const rapidjson::Value& v, const std::string& field);
+std::string limits_json(const coordinator_config& cfg, const std::vector<worker_status>& ws);
+/// Delivers a JSON text or an error to a promise.
+template <class Promise>
+void deliver(Promise& rp, result<std::string> r) {
+  if (r) rp.deliver(std::move(*r));
+  else rp.deliver(to_caf(r.err()));
+}
+
+// Routing and running graph calls (graphs.cpp).
+/// Resolves the references of a graph (models, tensorIds, sessions; decoded at the edge,
+/// http/api/requests.hpp) against the caller's directory and picks the worker.
+struct routed {
+  bool wait = false;    ///< it touches a lost worker whose models and sessions are being placed again
+  worker_actor worker;  ///< may be invalid: any worker will do
+  std::set<std::string> models;
+};
+result<routed> route(coordinator_pointer self, const caller& who, const graph_refs& refs, const std::string& primary,
+                     const std::vector<std::string>& sessions);
+/// Runs a routed graph request on `w` and delivers the worker's reply (graphs.cpp says how).
+void run_on(coordinator_pointer self, caf::typed_response_promise<run_reply> rp, run_request req, worker_actor w,
+            std::optional<graph_actor> compiled, caf::actor_addr requester);
+/// The worker to use when a graph names no session or weights: the one with most free among
+/// those offering every op and feature it uses.
+void with_any_worker(coordinator_pointer self, std::vector<std::string> needs, std::function<void(result<worker_actor>)> k);
+
+// models.cpp
+caf::result<std::string> inspect_model(coordinator_pointer self, const caller& who, const std::string& source, const std::string& token);
+caf::result<std::string> load_model(coordinator_pointer self, const caller& who, const std::string& body);
+caf::result<std::string> list_models(coordinator_pointer self, const caller& who);
+caf::result<std::string, std::string, std::string, std::string> model_files(coordinator_pointer self, const caller& who, const std::string& id);
+caf::result<std::string> delete_model(coordinator_pointer self, const caller& who, const std::string& id);
+
+// sessions.cpp
+caf::result<std::string> open_session(coordinator_pointer self, const caller& who, const std::string& body);
+caf::result<std::string> describe_session(coordinator_pointer self, const caller& who, const std::string& id);
+caf::result<std::string> close_session(coordinator_pointer self, const caller& who, const std::string& id);
+void journal_generation(coordinator_pointer self, const caller& who, gen_journal& j);
+void report_due(coordinator_pointer self, const std::string& sid);
+caf::result<std::string> checkpoint_session(coordinator_pointer self, const caller& who, const std::string& id);
+caf::result<std::string> restore_session(coordinator_pointer self, const caller& who, const std::string& id);
+
+// graphs.cpp
+caf::result<run_reply> run_graph(coordinator_pointer self, const caller& who, graph_call& call);
+std::vector<std::string> resolve_weights(coordinator_pointer self, const caller& who, const std::vector<std::string>& ids);
+caf::result<std::string> compile_graph(coordinator_pointer self, const caller& who, compile_call& call);
+caf::result<std::string> list_graphs(coordinator_pointer self, const caller& who);
+caf::result<std::string> delete_graph(coordinator_pointer self, const caller& who, const std::string& id);
+
+// generate.cpp
+caf::result<gen_plan> plan_generation(coordinator_pointer self, const caller& who, const std::string& body);
+caf::result<gen_plan> replan_generation(coordinator_pointer self, const caller& who, gen_plan& plan);
+
+// tensors.cpp
+caf::result<std::string> upload_tensor(coordinator_pointer self, const caller& who, tensor_call& t);
+caf::result<std::string> delete_tensor(coordinator_pointer self, const caller& who, const std::string& id);
+
+}  // namespace mpakt::coord

@@ -1,0 +1,288 @@
+/// Session handlers of the coordinator: open (on the worker of its model, or any), describe,
+/// close; and their durability: checkpoint, restore, a generation's journal of fed tokens.
+
+#include "actors/coordinator/handlers.hpp"
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <map>
+#include <cstdio>
+#include <set>
+
+#include "actors/coordinator/coordinator_state.hpp"
+#include "actors/coordinator/pipeline_actor.hpp"
+#include "actors/coordinator/recovery.hpp"
+#include "actors/errors.hpp"
+#include "actors/loader/source.hpp"
+#include "actors/sequence.hpp"
+#include "actors/generate/gen_values.hpp"
+#include "actors/json_text.hpp"
+#include "actors/ids.hpp"
+#include "runtime/executor.hpp"
+#include "runtime/graph.hpp"
+#include "runtime/json.hpp"
+#include "runtime/log.hpp"
+#include "runtime/metrics.hpp"
+#include "runtime/schema.hpp"
+
+namespace mpakt::coord {
+
+using namespace std::chrono_literals;
+
+caf::result<std::string> open_session(coordinator_pointer self, const caller& who, const std::string& body) {
+  const auto control = self->state.cfg.timeouts.control;
+  auto& S = self->state;
+  auto d = parse_body(body, true);
+  if (!d) return to_caf(d.err());
+  if (auto s = check_fields(*d, {"modelId", "label"}, "session request"); !s) return to_caf(s.err());
+  auto model_id = opt_string(*d, "modelId", "session request");
+  if (!model_id) return to_caf(model_id.err());
+  auto label = opt_string(*d, "label", "session request");
+  if (!label) return to_caf(label.err());
+  if (S.count_for_key(S.sessions, who.key_id) >= S.cfg.max_sessions_per_key)
+    return to_caf(errc::limit, "this key already holds " + std::to_string(S.cfg.max_sessions_per_key) +
+                                   " sessions, the limit; delete one first");
+  auto* m = model_id->empty() ? nullptr : S.find(S.models, *model_id, who);
+  if (!model_id->empty() && !m) return to_caf(errc::not_found, "model " + *model_id + " does not exist");
+  auto rp = self->make_response_promise<std::string>();
+  auto open = [=](worker_actor w) mutable {
+    const std::string sid = new_id("s_");
+    self->request(w, control, sopen_atom::value, sid)
+        .then(
+            [=](bool) mutable {
+              auto& S = self->state;
+              session_entry e;
+              e.account = who.account;
+              e.key_id = who.key_id;
+              e.created_at = now_iso();
+              e.worker = w;
+              S.watch(self, w);
+              e.model_id = *model_id;
+              e.label = *label;
+              e.actor = spawn_session(self->system(), sid, w, S.cfg.timeouts);
+              self->link_to(e.actor);
+              S.sessions[sid] = e;
+              rp.deliver(json([&](writer& jw) {
+                jw.StartObject();
+                key(jw, "session");
+                jw.StartObject();
+                key(jw, "sessionId"); str(jw, sid);
+                if (!e.model_id.empty()) { key(jw, "modelId"); str(jw, e.model_id); }
+                if (!e.label.empty()) { key(jw, "label"); str(jw, e.label); }
+                key(jw, "createdAt"); str(jw, e.created_at);
+                jw.EndObject();
+                jw.EndObject();
+              }));
+            },
+            [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+  };
+  if (m) {
+    open(m->worker);  // a session lives where its model's weights are
+  } else {
+    with_any_worker(self, {}, [=](result<worker_actor> w) mutable {
+      if (!w) rp.deliver(to_caf(w.err()));
+      else open(*w);
+    });
+  }
+  return rp;
+}
+
+caf::result<std::string> describe_session(coordinator_pointer self, const caller& who, const std::string& id) {
+  const auto control = self->state.cfg.timeouts.control;
+  auto& S = self->state;
+  auto* s = S.find(S.sessions, id, who);
+  if (!s) return to_caf(errc::not_found, "session " + id + " does not exist");
+  if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + id));
+  auto rp = self->make_response_promise<std::string>();
+  const session_entry e = *s;
+  self->request(s->actor, control, info_atom::value)
+      .then(
+          [=](session_info& info, std::uint64_t steps) mutable {
+            rp.deliver(json([&](writer& w) {
+              w.StartObject();
+              key(w, "sessionId"); str(w, id);
+              if (!e.model_id.empty()) { key(w, "modelId"); str(w, e.model_id); }
+              if (!e.label.empty()) { key(w, "label"); str(w, e.label); }
+              key(w, "createdAt"); str(w, e.created_at);
+              key(w, "tensors");
+              w.StartArray();
+              for (const auto& t : info.tensors) {
+                w.StartObject();
+                key(w, "name"); str(w, t.name);
+                key(w, "shape");
+                w.StartArray();
+                for (auto d : t.shape) w.Int64(d);
+                w.EndArray();
+                key(w, "dtype"); str(w, t.dtype);
+                key(w, "bytes"); w.Uint64(t.bytes);
+                w.EndObject();
+              }
+              w.EndArray();
+              key(w, "bytes"); w.Uint64(info.bytes);
+              key(w, "steps"); w.Uint64(steps);
+              w.EndObject();
+            }));
+          },
+          [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+  return rp;
+}
+
+caf::result<std::string> close_session(coordinator_pointer self, const caller& who, const std::string& id) {
+  auto& S = self->state;
+  auto* s = S.find(S.sessions, id, who);
+  if (!s) return to_caf(errc::not_found, "session " + id + " does not exist");
+  caf::anon_send(s->actor, delete_atom::value);
+  S.sessions.erase(id);
+  S.checkpoints.erase(id);
+  return json([&](writer& w) {
+    w.StartObject();
+    key(w, "deleted"); w.Bool(true);
+    key(w, "sessionId"); str(w, id);
+    w.EndObject();
+  });
+}
+
+void journal_generation(coordinator_pointer self, const caller& who, gen_journal& j) {
+  auto& S = self->state;
+  auto* s = S.find(S.sessions, j.session_id, who);
+  if (!s) return;
+  if (S.checkpoints.count(j.session_id) && s->journal_broken.empty()) {
+    for (std::size_t i = 0; i < j.fed.size(); ++i) {
+      if (s->journal.size() >= max_journal) {
+        s->journal_broken = "more than " + std::to_string(max_journal) + " calls since the checkpoint";
+        break;
+      }
+      const gen_call call = make_gen_call(j.bindings, {j.fed[i]}, j.start_pos + std::int64_t(i), j.sampling);
+      run_request r;
+      r.graph_id = j.graph_id;
+      r.bind_json = call.bind_json;
+      r.overrides = call.overrides;
+      r.session = j.session_id;
+      s->journal.push_back(std::move(r));
+    }
+  }
+  // The run that fed them is over (a generation that lost its worker asks for a new
+  // plan with replan, which counts it again).
+  s->generating = std::max(0, s->generating - 1);
+  if (s->generating == 0) {
+    if (auto after = std::move(s->after_reports)) {
+      s->after_reports = nullptr;
+      after();
+    }
+  }
+}
+
+void report_due(coordinator_pointer self, const std::string& sid) {
+  auto it = self->state.sessions.find(sid);
+  if (it == self->state.sessions.end() || !it->second.after_reports) return;
+  // Without the generation's tokens the journal is incomplete: restoring would give
+  // caches that differ from the client's view, so the session stays lost.
+  it->second.journal_broken = "a generation on it never reported what it fed";
+  it->second.generating = 0;
+  auto after = std::move(it->second.after_reports);
+  it->second.after_reports = nullptr;
+  after();
+}
+
+caf::result<std::string> checkpoint_session(coordinator_pointer self, const caller& who, const std::string& id) {
+  const auto control = self->state.cfg.timeouts.control;
+  auto& S = self->state;
+  auto* s = S.find(S.sessions, id, who);
+  if (!s) return to_caf(errc::not_found, "session " + id + " does not exist");
+  if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + id));
+  auto rp = self->make_response_promise<std::string>();
+  const session_entry e = *s;
+  // The durable budget is checked before anything is fetched (CKP-06).
+  self->request(e.actor, control, info_atom::value)
+      .then(
+          [=](session_info& info, std::uint64_t steps) mutable {
+            auto& S = self->state;
+            std::uint64_t held = 0;
+            for (const auto& [sid, c] : S.checkpoints)
+              if (c.key_id == who.key_id && sid != id) held += c.dump.bytes;
+            const std::uint64_t budget = S.cfg.durable_budget_bytes;
+            if (held + info.bytes > budget) {
+              rp.deliver(to_caf(errc::too_large, "checkpoint of session " + id + " needs " + std::to_string(info.bytes) +
+                                                     " bytes but only " + std::to_string(budget > held ? budget - held : 0) +
+                                                     " bytes of this key's durable budget are available"));
+              return;
+            }
+            self->request(e.worker, S.cfg.timeouts.graph, sdump_atom::value, id)
+                .then(
+                    [=](session_dump& d) mutable {
+                      // Only a complete copy replaces the previous checkpoint (CKP-07).
+                      const std::size_t n = d.tensors.size();
+                      const std::uint64_t bytes = d.bytes;
+                      self->state.checkpoints[id] = checkpoint_entry{who.key_id, std::move(d), steps};
+                      if (auto it = self->state.sessions.find(id); it != self->state.sessions.end()) {
+                        it->second.journal.clear();  // replay starts from this checkpoint
+                        it->second.journal_broken.clear();
+                      }
+                      rp.deliver(json([&](writer& w) {
+                        w.StartObject();
+                        key(w, "sessionId"); str(w, id);
+                        key(w, "tensors"); w.Uint64(n);
+                        key(w, "bytes"); w.Uint64(bytes);
+                        key(w, "step"); w.Uint64(steps);
+                        w.EndObject();
+                      }));
+                    },
+                    [=](caf::error& err) mutable { rp.deliver(caf::error(err)); });
+          },
+          [=](caf::error& err) mutable { rp.deliver(caf::error(err)); });
+  return rp;
+}
+
+caf::result<std::string> restore_session(coordinator_pointer self, const caller& who, const std::string& id) {
+  const auto control = self->state.cfg.timeouts.control;
+  auto& S = self->state;
+  auto* s = S.find(S.sessions, id, who);
+  if (!s) return to_caf(errc::not_found, "session " + id + " does not exist");
+  auto c = S.checkpoints.find(id);
+  if (c == S.checkpoints.end())
+    return to_caf(errc::conflict, "session " + id + " has no checkpoint; POST /api/v3/sessions/" + id + "/checkpoint first");
+  auto rp = self->make_response_promise<std::string>();
+  const worker_actor old = s->worker;
+  // Any worker with room; a session that must stay with its model's weights goes
+  // back where they are.
+  auto place = [=](worker_actor target) mutable {
+    put_checkpoint_back(self, id, target, [=](caf::error failed) mutable {
+      if (failed) {
+        rp.deliver(failed);
+        return;
+      }
+      auto& S = self->state;
+      auto it = S.sessions.find(id);
+      auto ck = S.checkpoints.find(id);
+      if (old != target) caf::anon_send(old, sclose_atom::value, id);
+      it->second.journal.clear();  // the session is at its checkpoint again
+      it->second.journal_broken.clear();
+      it->second.restored_note.clear();
+      const auto& d = ck->second.dump;
+      rp.deliver(json([&](writer& w) {
+        w.StartObject();
+        key(w, "sessionId"); str(w, id);
+        key(w, "tensors"); w.Uint64(d.tensors.size());
+        key(w, "bytes"); w.Uint64(d.bytes);
+        key(w, "step"); w.Uint64(ck->second.steps);
+        w.EndObject();
+      }));
+    });
+  };
+  auto* m = s->model_id.empty() ? nullptr : S.find(S.models, s->model_id, who);
+  if (m) {
+    place(m->worker);
+  } else {
+    self->request(S.pool, control, pick_atom::value, c->second.dump.bytes)
+        .then([=](worker_actor& w, worker_status&) mutable { place(w); },
+              [=](caf::error& err) mutable { rp.deliver(caf::error(err)); });
+  }
+  return rp;
+}
+
+}  // namespace mpakt::coord
