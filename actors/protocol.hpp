@@ -253,8 +253,10 @@ struct gen_done {
   std::int64_t next_pos = 0;
   bool speculative = false;  ///< counters below are meaningful
   std::uint64_t verifies = 0, drafted = 0, accepted = 0, produced = 0, plain = 0;
-  /// Tokens produced by passes shared with other generations (multi-session batching).
+  /// Tokens produced by passes shared with other generations (multi-session batching), and
+  /// how many of those passes were verify passes.
   std::uint64_t batched = 0;
+  std::uint64_t batched_verifies = 0;
   /// Passes the ordinary loop ran (each a round trip through the coordinator); 0 from a
   /// worker-side loop.
   std::uint64_t passes = 0;
@@ -297,7 +299,7 @@ typename Inspector::result_type inspect(Inspector& f, gen_token& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_done& x) {
   return f(caf::meta::type_name("gen_done"), x.stopped, x.error, x.next_pos, x.speculative, x.verifies, x.drafted, x.accepted,
-           x.produced, x.plain, x.batched, x.passes);
+           x.produced, x.plain, x.batched, x.passes, x.batched_verifies);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_request& x) {

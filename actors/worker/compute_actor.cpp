@@ -52,6 +52,10 @@ struct compiled_entry {
 
 /// Most sessions one batched pass runs (the spec allows 64 per graph).
 constexpr std::size_t max_batch = 16;
+/// Most rows a batched pass stacks: the products compute a row the same bits alone or stacked
+/// up to 32 rows (more take the AMX tiles of prefill), so a shared pass decides exactly as the
+/// sessions' own passes would.
+constexpr std::size_t batch_rows = 32;
 
 struct compute_state {
   std::shared_ptr<worker_shared> shared;
@@ -69,6 +73,7 @@ struct compute_state {
     std::uint32_t index = 0;
     std::unique_ptr<speculator> spec;  ///< set when speculative
     std::uint64_t batched = 0;         ///< tokens produced by shared passes
+    std::uint64_t batched_verifies = 0;  ///< verify passes it shared
   };
   std::map<std::string, generation> generations;
   bool tick_pending = false;  ///< a genstep message is on its way
@@ -227,6 +232,7 @@ void finish_generation(compute_pointer self, const std::string& id, std::string 
   auto& g = it->second;
   gen_done d = with_counters(gen_done{std::move(stopped), std::move(err), g.pos}, g.spec.get());
   d.batched = g.batched;
+  d.batched_verifies = g.batched_verifies;
   self->send(g.req.listener, gendone_atom::value, id, std::move(d));
   gens.erase(it);
 }
@@ -388,20 +394,25 @@ status add_session_bindings(rapidjson::Document& all, const std::string& bind_js
 /// One plain decode step for several generations of one template in a single
 /// multi-session pass. Returns false (having changed nothing) when the template cannot be
 /// batched or the pass fails before running, so the caller runs them one by one.
-bool run_batched_pass(compute_pointer self, const std::string& graph_id, const std::vector<std::string>& ids) {
+bool run_batched_pass(compute_pointer self, const std::string& graph_id,
+                      const std::vector<std::pair<std::string, speculator::pass>>& items) {
   auto& st = self->state;
   auto e = st.graphs.find(graph_id);
   if (e == st.graphs.end()) return false;
-  batched_entry* be = batched_for(st, e->second, int(ids.size()));
+  batched_entry* be = batched_for(st, e->second, int(items.size()));
   if (!be) return false;
   const auto t0 = std::chrono::steady_clock::now();
   rapidjson::Document all;
   all.SetObject();
   std::vector<std::string> sessions;
   std::vector<std::vector<std::pair<std::string, double>>> overrides;
-  for (std::size_t b = 0; b < ids.size(); ++b) {
-    const auto& g = st.generations.at(ids[b]);
-    const gen_call call = make_gen_call(g.req.bindings, {g.token}, g.pos, g.req.sampling);
+  for (std::size_t b = 0; b < items.size(); ++b) {
+    const auto& g = st.generations.at(items[b].first);
+    const speculator::pass& pass = items[b].second;
+    std::vector<std::int64_t> fed{g.token};
+    fed.insert(fed.end(), pass.drafts.begin(), pass.drafts.end());
+    const auto& bindings = pass.graph < 0 ? g.req.bindings : g.req.verify_bindings[std::size_t(pass.graph)];
+    const gen_call call = make_gen_call(bindings, fed, g.pos, g.req.sampling);
     if (!add_session_bindings(all, call.bind_json, int(b))) return false;
     sessions.push_back(g.req.session);
     overrides.push_back(call.overrides);
@@ -412,7 +423,7 @@ bool run_batched_pass(compute_pointer self, const std::string& graph_id, const s
   executable_graph& graph = *be->graph;
   if (!apply_bindings(graph, std::string(buf.GetString(), buf.GetSize()))) return false;
   graph.clear_overrides();  // each slot starts from the template's own settings
-  for (std::size_t b = 0; b < ids.size(); ++b)
+  for (std::size_t b = 0; b < items.size(); ++b)
     for (const auto& [name, value] : overrides[b])
       for (std::size_t step : be->meta.session_steps[b])
         if (!graph.override_step_param(step, "sample", name, value)) return false;
@@ -421,12 +432,21 @@ bool run_batched_pass(compute_pointer self, const std::string& graph_id, const s
   // a step re-run alone writes the same rows again, so falling back is always safe.
   if (!graph.run(src)) return false;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  for (std::size_t b = 0; b < ids.size(); ++b) {
-    auto& g = st.generations.at(ids[b]);
-    const std::int64_t tok = token_ids(*graph.value(be->meta.session_outputs[b].front())).front();
-    if (g.spec) g.spec->plain(ms);
-    g.batched++;
-    deliver_tokens(self, ids[b], {tok}, ms, logits_of(graph, be->meta.session_outputs[b].front()));
+  for (std::size_t b = 0; b < items.size(); ++b) {
+    const auto& [id, pass] = items[b];
+    auto& g = st.generations.at(id);
+    const std::string& out = be->meta.session_outputs[b].front();
+    const std::vector<std::int64_t> outputs = token_ids(*graph.value(out));
+    std::vector<std::int64_t> produced;
+    if (pass.graph < 0) {
+      produced = {outputs.front()};
+      if (g.spec) g.spec->plain(ms);
+    } else {
+      produced = g.spec->verified(pass, outputs, ms);
+      g.batched_verifies++;
+    }
+    g.batched += produced.size();
+    deliver_tokens(self, id, produced, ms, logits_of(graph, out));
   }
   return true;
 }
@@ -689,30 +709,33 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
         turn on_turn(self->state);
         auto& st = self->state;
         st.tick_pending = false;
-        // Every running generation advances one pass: verify passes run alone, plain steps
-        // of one template share multi-session passes.
-        std::map<std::string, std::vector<std::string>> plain;  // graph id -> generations
-        std::vector<std::pair<std::string, speculator::pass>> verifies;
+        // Every running generation advances one pass. Passes of one template — plain steps,
+        // or verify passes of one verify graph — share multi-session passes, as many sessions
+        // as keep the stacked rows within batch_rows (so every product computes each row the
+        // same bits as alone).
+        std::map<std::string, std::vector<std::pair<std::string, speculator::pass>>> by_graph;
         for (auto& [id, g] : st.generations) {
           speculator::pass pass = g.spec ? g.spec->next() : speculator::pass{};
-          if (pass.graph < 0) plain[g.req.graph_id].push_back(id);
-          else verifies.emplace_back(id, std::move(pass));
+          const std::string& graph_id = pass.graph < 0 ? g.req.graph_id : g.req.verify_graphs[std::size_t(pass.graph)];
+          by_graph[graph_id].emplace_back(id, std::move(pass));
         }
-        for (auto& [id, pass] : verifies) run_solo_pass(self, id, pass);
-        for (const auto& [graph_id, ids] : plain)
-          for (std::size_t i = 0; i < ids.size(); i += max_batch) {
-            const std::vector<std::string> chunk(ids.begin() + std::ptrdiff_t(i),
-                                                 ids.begin() + std::ptrdiff_t(std::min(ids.size(), i + max_batch)));
+        for (const auto& [graph_id, items] : by_graph) {
+          const std::size_t rows = 1 + items.front().second.drafts.size();  // per session, the same for one graph
+          const std::size_t per_pass = std::max<std::size_t>(1, std::min(max_batch, batch_rows / rows));
+          for (std::size_t i = 0; i < items.size(); i += per_pass) {
+            const std::vector<std::pair<std::string, speculator::pass>> chunk(
+                items.begin() + std::ptrdiff_t(i), items.begin() + std::ptrdiff_t(std::min(items.size(), i + per_pass)));
             auto& occupancy = metrics::m().batch_occupancy.with();
             if (chunk.size() > 1 && run_batched_pass(self, graph_id, chunk)) {
               occupancy.observe(double(chunk.size()));
               continue;
             }
-            for (const auto& id : chunk) {
+            for (const auto& [id, pass] : chunk) {
               occupancy.observe(1);
-              run_solo_pass(self, id, speculator::pass{});
+              run_solo_pass(self, id, pass);
             }
           }
+        }
         if (!st.generations.empty()) schedule_pass(self);
       },
       [=](gencancel_atom, const std::string& id) {

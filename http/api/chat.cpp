@@ -634,6 +634,7 @@ std::string done_json(const chat_state& st, const gen_done& d) {
       key(w, "accepted"); w.Uint64(d.accepted);
       key(w, "produced"); w.Uint64(d.produced);
       key(w, "plain"); w.Uint64(d.plain);
+      key(w, "sharedVerifies"); w.Uint64(d.batched_verifies);
       key(w, "acceptance"); w.Double(d.drafted ? std::round(double(d.accepted) / double(d.drafted) * 1000) / 1000 : 0.0);
       w.EndObject();
     } else {

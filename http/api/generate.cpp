@@ -76,7 +76,7 @@ std::string done_json(const generation_state& st, const gen_done& d) {
   if (d.speculative)
     out += ",\"speculation\":{\"verifies\":" + std::to_string(d.verifies) + ",\"drafted\":" + std::to_string(d.drafted) +
            ",\"accepted\":" + std::to_string(d.accepted) + ",\"produced\":" + std::to_string(d.produced) +
-           ",\"plain\":" + std::to_string(d.plain) + "}";
+           ",\"plain\":" + std::to_string(d.plain) + ",\"sharedVerifies\":" + std::to_string(d.batched_verifies) + "}";
   if (!d.error.empty()) {
     const std::string e = error_json(d.error);  // {"error":"..."}: reuse its escaping
     out += "," + e.substr(1, e.size() - 2);

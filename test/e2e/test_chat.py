@@ -121,6 +121,34 @@ def test_seeded_sampling_repeats_and_settings_take_effect(server, key):
     assert a == b == d and a != c
 
 
+def test_speculative_conversations_share_their_verify_passes(server, key):
+    """Speculative chats decoding at the same time run their verify passes (of one verify
+    graph) together too, as many as keep a pass within 32 rows, and each reply is still the
+    one it gets alone (and without speculation: greedy)."""
+    # stories260K repeats itself over a few hundred tokens: prompt lookup drafts often
+    prompts = ["Once upon a time", "Lily and Ben went to the park", "The little dog was sad"]
+    body = lambda p, spec: {"model": STORIES, "messages": user(p), "maxTokens": 300, "temperature": 0,
+                            "speculative": spec, "stream": False, "cache": False}
+    plain = [expect(server.api.post("/api/v3/chat", body(p, False), key=key, timeout=60), 200)["text"] for p in prompts]
+    for attempt in range(4):
+        results = [None] * len(prompts)
+
+        def run(i):
+            results[i] = expect(server.api.post("/api/v3/chat", body(prompts[i], True), key=key, timeout=60), 200)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [r["text"] for r in results] == plain
+        assert all(r["speculation"]["verifies"] > 0 for r in results), [r["speculation"] for r in results]
+        if sum(r["speculation"]["sharedVerifies"] > 0 for r in results) >= 2:
+            break
+    else:
+        pytest.fail(f"overlapping speculative chats never shared a verify pass: {[r['speculation'] for r in results]}")
+
+
 def test_conversations_at_the_same_time_share_passes(server, key):
     """CHAT-02: chats decoding at the same time run in multi-session passes, and each reply
     is the one it gets alone."""

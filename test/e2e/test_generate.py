@@ -327,7 +327,8 @@ def test_speculative_greedy_tokens_equal_plain_decoding(grid, verify_graphs, wor
                  speculative=spec)
     assert prompt + r["tokens"] == golden
     s = r["speculation"]
-    assert set(s) == {"verifies", "drafted", "accepted", "produced", "plain"}
+    assert set(s) == {"verifies", "drafted", "accepted", "produced", "plain", "sharedVerifies"}
+    assert 0 <= s["sharedVerifies"] <= s["verifies"]
     assert s["accepted"] <= s["drafted"] and s["produced"] == s["accepted"] + s["verifies"]
     assert s["produced"] + s["plain"] >= n  # every token came from a pass (the last may overshoot)
     if always:
