@@ -415,7 +415,10 @@
     const t = d.timing || {};
     if (typeof t.tokensPerSecond === "number")
       metaItem(meta, "tokens-per-second", `${t.tokensPerSecond.toFixed(1)} tokens/s`);
-    if (d.usage) metaItem(meta, "usage", `${d.usage.completionTokens} tokens (prompt ${d.usage.promptTokens})`);
+    if (d.usage) {
+      const cached = d.usage.cachedTokens ? `, ${d.usage.cachedTokens} of them kept from the last turn` : "";
+      metaItem(meta, "usage", `${d.usage.completionTokens} tokens (prompt ${d.usage.promptTokens}${cached})`);
+    }
     if (d.speculation && typeof d.speculation.acceptance === "number")
       metaItem(meta, "acceptance", `speculative acceptance ${Math.round(d.speculation.acceptance * 100)}% ` +
         `(${d.speculation.accepted} of ${d.speculation.drafted} drafts)`);

@@ -210,6 +210,14 @@ def test_sign_in_load_and_stream_a_reply(page, server):
     assert not banner_text(d)
     assert by_id(d, "send-button").is_displayed() and not by_id(d, "stop-button").is_displayed()
 
+    # The next turn sends the whole conversation; the server kept the last turn's session (the
+    # prefix cache), and the reply says how much of the prompt was not prefilled again.
+    send(d, " And then?")
+    wait_for(d, lambda: len(d.find_elements(By.CSS_SELECTOR, "[data-testid=usage]")) >= 2, 30, "no second reply")
+    usage = d.find_elements(By.CSS_SELECTOR, "[data-testid=usage]")[-1].text
+    assert "kept from the last turn" in usage, usage
+    wait_for(d, lambda: by_id(d, "send-button").is_displayed(), 10, "the second reply did not end")
+
     # Sign out forgets the key, and revokes it since the page made it.
     page_key = d.execute_script("return localStorage.getItem('mpakt.key')")
     by_id(d, "sign-out").click()
