@@ -139,8 +139,12 @@ void pass(loop_pointer self) {
             st.retries_since_token = 0;
             std::vector<std::int64_t> emitted;
             for (std::int64_t tok : produced) {
-              caf::anon_send(st.req.listener, gentoken_atom::value, st.req.gen_id,
-                             gen_token{tok, st.index++, st.pos, ms / double(produced.size())});
+              gen_token t;
+              t.token = tok;
+              t.index = st.index++;
+              t.pos = st.pos;
+              t.ms = ms / double(produced.size());
+              caf::anon_send(st.req.listener, gentoken_atom::value, st.req.gen_id, std::move(t));
               emitted.push_back(tok);
               st.run_tokens.push_back(tok);
               st.next_token = tok;

@@ -305,7 +305,11 @@ bool deliver_tokens(compute_pointer self, const std::string& id, const std::vect
   auto& g = self->state.generations.at(id);
   for (std::size_t i = 0; i < produced.size(); ++i) {
     const std::int64_t tok = produced[i];
-    gen_token t{tok, g.index, g.pos, ms / double(produced.size())};
+    gen_token t;
+    t.token = tok;
+    t.index = g.index;
+    t.pos = g.pos;
+    t.ms = ms / double(produced.size());
     if (g.req.logprobs >= 0) {
       if (i < logits.size()) add_logprobs(t, *logits[i].first, logits[i].second, g.req.logprobs);
       else t.logprob = std::numeric_limits<float>::quiet_NaN();  // (never expected: genstart checked the graph)
@@ -333,6 +337,24 @@ std::vector<std::int64_t> token_ids(const tensor& out) {
   return ids;
 }
 
+/// A pass's call: the token to feed and, for a verify pass, its drafts after it, with the
+/// bindings of the pass's graph.
+gen_call pass_call(const compute_state::generation& g, const speculator::pass& pass) {
+  std::vector<std::int64_t> fed{g.token};
+  fed.insert(fed.end(), pass.drafts.begin(), pass.drafts.end());
+  const auto& bindings = pass.graph < 0 ? g.req.bindings : g.req.verify_bindings[std::size_t(pass.graph)];
+  return make_gen_call(bindings, fed, g.pos, g.req.sampling);
+}
+
+/// The tokens a pass produced, from the graph's outputs: a plain step's one token, or what a
+/// verify pass accepted (the speculator learns from either).
+std::vector<std::int64_t> pass_tokens(compute_state::generation& g, const speculator::pass& pass,
+                                      const std::vector<std::int64_t>& outputs, double ms) {
+  if (pass.graph >= 0) return g.spec->verified(pass, outputs, ms);
+  if (g.spec) g.spec->plain(ms);
+  return {outputs.front()};
+}
+
 /// One generation's pass on its own: a plain decode step, or a verify pass of drafts.
 void run_solo_pass(compute_pointer self, const std::string& id, const speculator::pass& pass) {
   auto& st = self->state;
@@ -343,22 +365,12 @@ void run_solo_pass(compute_pointer self, const std::string& id, const speculator
   const std::string& graph_id = pass.graph < 0 ? g.req.graph_id : g.req.verify_graphs[std::size_t(pass.graph)];
   auto e = st.graphs.find(graph_id);
   if (e == st.graphs.end()) return finish_generation(self, id, "error", "graph " + graph_id + " was deleted during the generation");
-  std::vector<std::int64_t> fed{g.token};
-  fed.insert(fed.end(), pass.drafts.begin(), pass.drafts.end());
-  const auto& bindings = pass.graph < 0 ? g.req.bindings : g.req.verify_bindings[std::size_t(pass.graph)];
-  const gen_call call = make_gen_call(bindings, fed, g.pos, g.req.sampling);
+  const gen_call call = pass_call(g, pass);
   if (auto s = run_compiled(st, e->second, call.bind_json, call.overrides, g.req.session, {}); !s)
     return finish_generation(self, id, "error", s.err().message);
   const std::vector<std::int64_t> outputs = token_ids(*e->second.graph->value(e->second.outputs.front()));
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::vector<std::int64_t> produced;
-  if (pass.graph < 0) {
-    produced = {outputs.front()};
-    if (g.spec) g.spec->plain(ms);
-  } else {
-    produced = g.spec->verified(pass, outputs, ms);
-  }
-  deliver_tokens(self, id, produced, ms, logits_of(*e->second.graph, e->second.outputs.front()));
+  deliver_tokens(self, id, pass_tokens(g, pass, outputs, ms), ms, logits_of(*e->second.graph, e->second.outputs.front()));
 }
 
 /// The template's batched form for n sessions, built once; nullptr when it cannot be.
@@ -408,11 +420,7 @@ bool run_batched_pass(compute_pointer self, const std::string& graph_id,
   std::vector<std::vector<std::pair<std::string, double>>> overrides;
   for (std::size_t b = 0; b < items.size(); ++b) {
     const auto& g = st.generations.at(items[b].first);
-    const speculator::pass& pass = items[b].second;
-    std::vector<std::int64_t> fed{g.token};
-    fed.insert(fed.end(), pass.drafts.begin(), pass.drafts.end());
-    const auto& bindings = pass.graph < 0 ? g.req.bindings : g.req.verify_bindings[std::size_t(pass.graph)];
-    const gen_call call = make_gen_call(bindings, fed, g.pos, g.req.sampling);
+    const gen_call call = pass_call(g, items[b].second);
     if (!add_session_bindings(all, call.bind_json, int(b))) return false;
     sessions.push_back(g.req.session);
     overrides.push_back(call.overrides);
@@ -436,15 +444,8 @@ bool run_batched_pass(compute_pointer self, const std::string& graph_id,
     const auto& [id, pass] = items[b];
     auto& g = st.generations.at(id);
     const std::string& out = be->meta.session_outputs[b].front();
-    const std::vector<std::int64_t> outputs = token_ids(*graph.value(out));
-    std::vector<std::int64_t> produced;
-    if (pass.graph < 0) {
-      produced = {outputs.front()};
-      if (g.spec) g.spec->plain(ms);
-    } else {
-      produced = g.spec->verified(pass, outputs, ms);
-      g.batched_verifies++;
-    }
+    const std::vector<std::int64_t> produced = pass_tokens(g, pass, token_ids(*graph.value(out)), ms);
+    if (pass.graph >= 0) g.batched_verifies++;
     g.batched += produced.size();
     deliver_tokens(self, id, produced, ms, logits_of(graph, out));
   }
