@@ -401,7 +401,7 @@ void open_session(chat_pointer self);
 /// their own, so a long conversation never holds up the coordinator's thread.
 void start_session(chat_pointer self) {
   auto& st = self->state;
-  std::size_t bytes = st.req.prompt_text.size();
+  std::size_t bytes = st.req.prompt_text.size() + st.req.tools_json.size();
   for (const auto& m : st.req.messages) bytes += m.content.size();
   if (bytes > st.model->max_message_bytes)
     return fail(self, error{errc::invalid, "the conversation's messages hold " + std::to_string(bytes) +
@@ -411,8 +411,8 @@ void start_session(chat_pointer self) {
   off_thread<std::vector<std::int32_t>>(
       self,
       [model = st.model, has_prompt = st.req.has_prompt, text = st.req.prompt_text, ids = st.req.prompt_ids,
-       messages = std::move(st.req.messages)] {
-        if (!has_prompt) return model->prompt(messages);
+       messages = std::move(st.req.messages), tools = st.req.tools_json] {
+        if (!has_prompt) return model->prompt(messages, tools);
         chat_request raw;
         raw.prompt_text = text;
         raw.prompt_ids = ids;

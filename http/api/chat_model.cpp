@@ -52,6 +52,14 @@ result<std::vector<models::chat_message>> messages_of(const rapidjson::Value& v)
 
 }  // namespace
 
+result<std::string> tools_text(const rapidjson::Value& v, const std::string& what) {
+  if (!v.IsArray()) return invalid(what + " must be an array of tools, {\"type\": \"function\", \"function\": {…}}");
+  if (v.Size() > 128) return invalid(what + " holds " + std::to_string(v.Size()) + " tools, more than 128");
+  for (rapidjson::SizeType i = 0; i < v.Size(); ++i)
+    if (!v[i].IsObject()) return invalid(what + "[" + std::to_string(i) + "] must be an object");
+  return v.Size() ? text_of(v) : std::string();
+}
+
 result<chat_request> parse_chat_request(std::string_view body) {
   if (body.size() > chat_max_body_bytes)
     return error{errc::too_large, "chat request body is " + std::to_string(body.size()) + " bytes, more than the " +
@@ -60,7 +68,7 @@ result<chat_request> parse_chat_request(std::string_view body) {
   if (!parsed) return std::move(parsed).err();
   const rapidjson::Document& d = *parsed;
   static const std::set<std::string> known = {"model", "messages", "maxTokens", "temperature", "topK", "topP", "seed",
-                                              "repetitionPenalty", "speculative", "stream", "cache"};
+                                              "repetitionPenalty", "speculative", "stream", "cache", "tools"};
   for (auto it = d.MemberBegin(); it != d.MemberEnd(); ++it)
     if (!known.count(it->name.GetString())) return invalid(std::string("chat request has an unknown field \"") + it->name.GetString() + "\"");
   chat_request r;
@@ -105,6 +113,11 @@ result<chat_request> parse_chat_request(std::string_view body) {
     if (!v) return std::move(v).err();
     r.repetition_penalty = *v;
   }
+  if (auto it = d.FindMember("tools"); it != d.MemberEnd() && !it->value.IsNull()) {
+    auto tools = tools_text(it->value, "chat request tools");
+    if (!tools) return std::move(tools).err();
+    r.tools_json = std::move(*tools);
+  }
   for (auto [name, out] : {std::pair{"speculative", &r.speculative}, {"stream", &r.stream}, {"cache", &r.cache}}) {
     auto it = d.FindMember(name);
     if (it == d.MemberEnd()) continue;
@@ -114,8 +127,19 @@ result<chat_request> parse_chat_request(std::string_view body) {
   return r;
 }
 
-result<std::vector<std::int32_t>> chat_model::prompt(const std::vector<models::chat_message>& messages) const {
-  auto text = models::render_chat(format, messages, true);
+result<std::vector<std::int32_t>> chat_model::prompt(const std::vector<models::chat_message>& messages,
+                                                     const std::string& tools_json) const {
+  models::chat_render_options o;
+  if (!tools_json.empty()) {
+    auto tools = parse_json(tools_json, "tools");
+    if (!tools) return std::move(tools).err();
+    o.tools = models::jinja::value::from_json(*tools);
+  }
+  std::vector<models::jinja::value> list;
+  list.reserve(messages.size());
+  for (const auto& m : messages)
+    list.push_back(models::jinja::value::dict({{"role", models::jinja::value(m.role)}, {"content", models::jinja::value(m.content)}}));
+  auto text = models::render_chat(format, models::jinja::value::list(std::move(list)), o);
   if (!text) return std::move(text).err();
   auto ids = tokenizer.encode(*text, !models::template_adds_bos(format, *text));
   if (ids.empty()) return invalid("the conversation renders to no tokens; give a message with some text");

@@ -48,6 +48,9 @@ struct chat_request {
   bool speculative = true;
   bool stream = true;
   bool cache = true;  ///< reuse and keep conversations' sessions (the prefix cache)
+  /// Tool schemas (a JSON array of {"type": "function", "function": {…}}) for the chat
+  /// template's `tools`, as transformers passes them; empty: none (tools=None).
+  std::string tools_json;
   // The OpenAI-compatible API's settings besides those above.
   bool has_prompt = false;               ///< completions: a raw prompt instead of messages
   std::string prompt_text;               ///< … given as text (tokenized as the model's tokenizer does)
@@ -64,6 +67,10 @@ struct chat_request {
 /// refused (413) before it is parsed.
 result<chat_request> parse_chat_request(std::string_view body);
 
+/// A request's `tools` (an array of objects, at most 128) as JSON text for chat_request's
+/// tools_json ("" for an empty array); refused naming `what` otherwise.
+result<std::string> tools_text(const rapidjson::Value& v, const std::string& what);
+
 /// A model's chat side, built once per model and shared by its conversations (immutable).
 struct chat_model {
   models::arch_config config;
@@ -79,8 +86,10 @@ struct chat_model {
   /// corrupt (LFM2's convolution states).
   bool can_speculate = true;
 
-  /// Prompt ids for a conversation (the format's text, with BOS as the model expects).
-  result<std::vector<std::int32_t>> prompt(const std::vector<models::chat_message>& messages) const;
+  /// Prompt ids for a conversation (the format's text, with BOS as the model expects), the
+  /// template seeing `tools_json`'s tools (none when empty).
+  result<std::vector<std::int32_t>> prompt(const std::vector<models::chat_message>& messages,
+                                           const std::string& tools_json = {}) const;
   /// Prompt ids of a completion request: its text tokenized with the tokenizer's special
   /// tokens (BOS as the model expects), or its ids checked against the vocabulary.
   result<std::vector<std::int32_t>> raw_prompt(const chat_request& r) const;

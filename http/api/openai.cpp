@@ -259,9 +259,10 @@ std::optional<chat_request> parse_openai_chat(std::string_view body, openai_refu
   if (!known_fields(r, *d,
                     {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
                      "stop", "n", "stream", "stream_options", "logprobs", "top_logprobs", "presence_penalty",
-                     "frequency_penalty", "repetition_penalty", "user", "logit_bias", "speculative"},
-                    {"tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "response_format",
-                     "audio", "modalities", "prediction", "reasoning_effort", "service_tier", "store", "metadata"}))
+                     "frequency_penalty", "repetition_penalty", "user", "logit_bias", "speculative", "tools",
+                     "tool_choice", "parallel_tool_calls"},
+                    {"functions", "function_call", "response_format", "audio", "modalities", "prediction",
+                     "reasoning_effort", "service_tier", "store", "metadata"}))
     return std::nullopt;
   chat_request out;
   out.api = chat_api::openai_chat;
@@ -281,6 +282,21 @@ std::optional<chat_request> parse_openai_chat(std::string_view body, openai_refu
   if (!r.integer(*d, "top_logprobs", 0, max_top_logprobs, top)) return std::nullopt;
   if (top && !logprobs) return r.fail("top_logprobs", "top_logprobs needs logprobs: true"), std::nullopt;
   if (logprobs) out.logprobs = std::int32_t(top.value_or(0));
+  // Tools reach the chat template as transformers passes them; the reply is text (tool calls
+  // in it are not parsed yet), so a choice that forces a call cannot be honoured.
+  std::string choice = "auto";
+  if (const auto* c = body_reader::get(*d, "tool_choice")) {
+    if (!c->IsString() || (std::string_view(c->GetString()) != "auto" && std::string_view(c->GetString()) != "none"))
+      return r.fail("tool_choice", "tool_choice must be \"auto\" or \"none\": a call cannot be forced"), std::nullopt;
+    choice = c->GetString();
+  }
+  bool parallel = true;
+  if (!r.boolean(*d, "parallel_tool_calls", parallel)) return std::nullopt;
+  if (const auto* t = body_reader::get(*d, "tools"); t && choice != "none") {
+    auto tools = tools_text(*t, "tools");
+    if (!tools) return r.fail("tools", tools.err().message), std::nullopt;
+    out.tools_json = std::move(*tools);
+  }
   return out;
 }
 

@@ -97,6 +97,11 @@ def test_chat_completion_streamed_and_not(client, model_id):
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == m.message.content
     assert chunks[-1].choices[0].finish_reason == "length" and chunks[-1].object == "chat.completion.chunk"
+    # tools go to the chat template (stories260K's plain format shows none: the same reply)
+    tools = [{"type": "function", "function": {"name": "lookup", "description": "look a word up",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    t = client.chat.completions.create(model=model_id, messages=msgs, max_tokens=len(GREEDY), temperature=0, tools=tools)
+    assert t.choices[0].message.content == m.message.content
     # the whole context as the limit when max_tokens is not given: the reply runs to an end
     r = client.chat.completions.create(model=model_id, messages=msgs, temperature=0)
     assert r.choices[0].finish_reason in ("stop", "length") and r.usage.completion_tokens > len(GREEDY)

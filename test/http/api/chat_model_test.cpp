@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace mpakt::http {
@@ -32,6 +34,33 @@ TEST(chat_request, hostile_depth_is_refused_before_parsing) {
   auto r = parse_chat_request(std::string(1'000'000, '[') + std::string(1'000'000, ']'));
   ASSERT_FALSE(r);
   EXPECT_NE(r.err().message.find("deeper than 256"), std::string::npos) << r.err().message;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+TEST(chat_model, a_requests_tools_reach_the_chat_template) {
+  // stories260K's config and tokenizer, with a template that shows what it was given
+  const std::string dir = std::string(MPAKT_SHARED_DIR) + "/models/stories260K/";
+  const std::string tmpl =
+      R"({"bos_token": "<s>", "eos_token": "</s>", "chat_template": "{% if tools %}tools: {% for t in tools %}{{ t.function.name }} {% endfor %}{% else %}no tools {% endif %}{% for m in messages %}{{ m.content }}{% endfor %}"})";
+  auto m = make_chat_model(read(dir + "config.json"), read(dir + "tokenizer.json"), tmpl);
+  ASSERT_TRUE(m) << m.err().message;
+  const std::vector<models::chat_message> msgs = {{"user", "hello"}};
+  auto r = parse_with(R"(, "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {}}}])");
+  ASSERT_TRUE(r) << r.err().message;
+  auto with = (*m)->prompt(msgs, r->tools_json);
+  auto without = (*m)->prompt(msgs);
+  ASSERT_TRUE(with && without);
+  const auto text = [&](const std::vector<std::int32_t>& ids) { return (*m)->tokenizer.decode(ids, true); };
+  EXPECT_EQ(text(*with), "tools: lookup hello");
+  EXPECT_EQ(text(*without), "no tools hello");
+  EXPECT_NE(parse_with(R"(, "tools": {"a": 1})").err().message.find("chat request tools must be an array"), std::string::npos);
+  EXPECT_TRUE(parse_with(R"(, "tools": [])")->tools_json.empty());  // none, as tools=[] renders falsy
 }
 
 }  // namespace

@@ -49,6 +49,15 @@ TEST(openai, ChatReadsItsSettings) {
   EXPECT_TRUE(r->include_usage);
   EXPECT_EQ(r->logprobs, 4);
   EXPECT_EQ(r->frequency_penalty, -1);
+  // tools reach the template (as JSON text), unless tool_choice is "none"
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f"}}])";
+  r = parse_openai_chat(R"({"model": "m_1", "messages": [{"role": "user", "content": "x"}], )" + tools + "}", &why);
+  ASSERT_TRUE(r) << why.err.message;
+  EXPECT_NE(r->tools_json.find("\"name\":\"f\""), std::string::npos) << r->tools_json;
+  r = parse_openai_chat(R"({"model": "m_1", "messages": [{"role": "user", "content": "x"}], "tool_choice": "none", )" + tools + "}",
+                        &why);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->tools_json.empty());
 }
 
 TEST(openai, RefusalsNameTheField) {
@@ -61,8 +70,10 @@ TEST(openai, RefusalsNameTheField) {
   EXPECT_EQ(param_of(parse_openai_chat, "{" + m + R"(, "top_logprobs": 3})"), "top_logprobs");
   EXPECT_EQ(param_of(parse_openai_chat, "{" + m + R"(, "logprobs": true, "top_logprobs": 21})"), "top_logprobs");
   EXPECT_EQ(param_of(parse_openai_chat, "{" + m + R"(, "stream_options": {"include_usage": true}})"), "stream_options");
-  EXPECT_EQ(param_of(parse_openai_chat, "{" + m + R"(, "tools": [{}]})"), "tools");
+  EXPECT_EQ(param_of(parse_openai_chat, "{" + m + R"(, "tools": {}})"), "tools");
   EXPECT_EQ(param_of(parse_openai_chat, "{" + m + R"(, "tools": null})"), "(accepted)");
+  EXPECT_EQ(param_of(parse_openai_chat, "{" + m + R"(, "tool_choice": "required"})"), "tool_choice");
+  EXPECT_EQ(param_of(parse_openai_chat, "{" + m + R"(, "response_format": {"type": "json_object"}})"), "response_format");
   EXPECT_EQ(param_of(parse_openai_chat, "{" + m + R"(, "colour": 1})"), "colour");
   EXPECT_EQ(param_of(parse_openai_chat, "{" + m + R"(, "logit_bias": {"5": 1}})"), "logit_bias");
   EXPECT_EQ(param_of(parse_openai_chat, R"({"model": "m_1", "messages": [{"role": "tool", "content": "x"}]})"),
