@@ -507,10 +507,10 @@ using coordinator_actor = caf::typed_actor<
     caf::replies_to<versions_atom>::with<std::string>,
     caf::replies_to<status_atom, caller>::with<std::string>,
     caf::replies_to<inspect_atom, caller, std::string, std::string>::with<std::string>,  // source, token
-    caf::replies_to<load_atom, caller, std::string>::with<std::string>,            // body
+    caf::replies_to<load_atom, caller, load_call>::with<std::string>,
     caf::replies_to<list_atom, models_atom, caller>::with<std::string>,
     caf::replies_to<delete_atom, models_atom, caller, std::string>::with<std::string>,
-    caf::replies_to<create_atom, sessions_atom, caller, std::string>::with<std::string>,  // body
+    caf::replies_to<create_atom, sessions_atom, caller, session_call>::with<std::string>,
     caf::replies_to<get_atom, sessions_atom, caller, std::string>::with<std::string>,
     caf::replies_to<delete_atom, sessions_atom, caller, std::string>::with<std::string>,
     /// a graph call, decoded at the edge (actors/requests.hpp); errc::retry when its worker

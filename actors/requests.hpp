@@ -58,6 +58,20 @@ struct tensor_call {
   std::vector<float> data;
 };
 
+/// POST /api/v3/models: what to load.
+struct load_call {
+  std::string source;
+  std::vector<std::string> include, exclude, names;
+  std::string quantize;  ///< empty: the operator's default
+  std::string token;     ///< the caller's own hub token (never logged or stored)
+};
+
+/// POST /api/v3/sessions.
+struct session_call {
+  std::string model_id;  ///< empty: a session of no model (any worker)
+  std::string label;
+};
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, graph_ref& x) {
   return f(caf::meta::type_name("graph_ref"), x.input, x.name, x.weight, x.id);
@@ -78,6 +92,14 @@ typename Inspector::result_type inspect(Inspector& f, compile_call& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_call& x) {
   return f(caf::meta::type_name("tensor_call"), x.shape, x.data);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, load_call& x) {
+  return f(caf::meta::type_name("load_call"), x.source, x.include, x.exclude, x.names, x.quantize, x.token);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, session_call& x) {
+  return f(caf::meta::type_name("session_call"), x.model_id, x.label);
 }
 
 }  // namespace mpakt

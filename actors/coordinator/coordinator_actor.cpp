@@ -277,8 +277,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
         [=](inspect_atom, const caller& who, const std::string& source, const std::string& token) -> caf::result<std::string> {
           return inspect_model(self, who, source, token);
         },
-        [=](load_atom, const caller& who, const std::string& body) -> caf::result<std::string> {
-          return load_model(self, who, body);
+        [=](load_atom, const caller& who, load_call& call) -> caf::result<std::string> {
+          return load_model(self, who, call);
         },
         [=](list_atom, models_atom, const caller& who) -> caf::result<std::string> {
           return list_models(self, who);
@@ -290,8 +290,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           return delete_model(self, who, id);
         },
         // ------------------------------------------------------------ sessions
-        [=](create_atom, sessions_atom, const caller& who, const std::string& body) -> caf::result<std::string> {
-          return open_session(self, who, body);
+        [=](create_atom, sessions_atom, const caller& who, const session_call& call) -> caf::result<std::string> {
+          return open_session(self, who, call);
         },
         [=](get_atom, sessions_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
           return describe_session(self, who, id);

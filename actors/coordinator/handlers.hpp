@@ -60,13 +60,13 @@ void with_any_worker(coordinator_pointer self, std::vector<std::string> needs, s
 
 // models.cpp
 caf::result<std::string> inspect_model(coordinator_pointer self, const caller& who, const std::string& source, const std::string& token);
-caf::result<std::string> load_model(coordinator_pointer self, const caller& who, const std::string& body);
+caf::result<std::string> load_model(coordinator_pointer self, const caller& who, load_call& call);
 caf::result<std::string> list_models(coordinator_pointer self, const caller& who);
 caf::result<std::string, std::string, std::string, std::string> model_files(coordinator_pointer self, const caller& who, const std::string& id);
 caf::result<std::string> delete_model(coordinator_pointer self, const caller& who, const std::string& id);
 
 // sessions.cpp
-caf::result<std::string> open_session(coordinator_pointer self, const caller& who, const std::string& body);
+caf::result<std::string> open_session(coordinator_pointer self, const caller& who, const session_call& call);
 caf::result<std::string> describe_session(coordinator_pointer self, const caller& who, const std::string& id);
 caf::result<std::string> close_session(coordinator_pointer self, const caller& who, const std::string& id);
 void journal_generation(coordinator_pointer self, const caller& who, gen_journal& j);

@@ -44,28 +44,16 @@ caf::result<std::string> inspect_model(coordinator_pointer self, const caller&, 
   return rp;
 }
 
-caf::result<std::string> load_model(coordinator_pointer self, const caller& who, const std::string& body) {
+caf::result<std::string> load_model(coordinator_pointer self, const caller& who, load_call& call) {
   auto& S = self->state;
-  auto d = parse_body(body);
-  if (!d) return to_caf(d.err());
-  if (auto s = check_fields(*d, {"source", "include", "exclude", "names", "quantize", "token"}, "load request"); !s)
-    return to_caf(s.err());
+  if (call.source.empty()) return to_caf(errc::invalid, "load request needs a source, e.g. \"hf:Org/Model\"");
   load_job_request req;
-  auto src = opt_string(*d, "source", "load request");
-  if (!src) return to_caf(src.err());
-  if (src->empty()) return to_caf(errc::invalid, "load request needs a source, e.g. \"hf:Org/Model\"");
-  req.source = *src;
-  for (auto [k, out] : {std::pair{"include", &req.include}, {"exclude", &req.exclude}, {"names", &req.names}}) {
-    auto v = opt_strings(*d, k, "load request");
-    if (!v) return to_caf(v.err());
-    *out = std::move(*v);
-  }
-  auto q = opt_string(*d, "quantize", "load request");
-  if (!q) return to_caf(q.err());
-  req.quantize = *q;
-  auto token = opt_string(*d, "token", "load request");
-  if (!token) return to_caf(token.err());
-  req.token = *token;
+  req.source = std::move(call.source);
+  req.include = std::move(call.include);
+  req.exclude = std::move(call.exclude);
+  req.names = std::move(call.names);
+  req.quantize = std::move(call.quantize);
+  req.token = std::move(call.token);
   const int held = S.count_for_key(S.models, who.key_id) + S.pending_loads[who.key_id];
   if (held >= S.cfg.max_models_per_key)
     return to_caf(errc::limit, "this key already holds " + std::to_string(S.cfg.max_models_per_key) +

@@ -34,21 +34,15 @@ namespace mpakt::coord {
 
 using namespace std::chrono_literals;
 
-caf::result<std::string> open_session(coordinator_pointer self, const caller& who, const std::string& body) {
+caf::result<std::string> open_session(coordinator_pointer self, const caller& who, const session_call& call) {
   const auto control = self->state.cfg.timeouts.control;
   auto& S = self->state;
-  auto d = parse_body(body, true);
-  if (!d) return to_caf(d.err());
-  if (auto s = check_fields(*d, {"modelId", "label"}, "session request"); !s) return to_caf(s.err());
-  auto model_id = opt_string(*d, "modelId", "session request");
-  if (!model_id) return to_caf(model_id.err());
-  auto label = opt_string(*d, "label", "session request");
-  if (!label) return to_caf(label.err());
+  const std::string model_id = call.model_id, label = call.label;  // (copies: the answer comes later)
   if (S.count_for_key(S.sessions, who.key_id) >= S.cfg.max_sessions_per_key)
     return to_caf(errc::limit, "this key already holds " + std::to_string(S.cfg.max_sessions_per_key) +
                                    " sessions, the limit; delete one first");
-  auto* m = model_id->empty() ? nullptr : S.find(S.models, *model_id, who);
-  if (!model_id->empty() && !m) return to_caf(errc::not_found, "model " + *model_id + " does not exist");
+  auto* m = model_id.empty() ? nullptr : S.find(S.models, model_id, who);
+  if (!model_id.empty() && !m) return to_caf(errc::not_found, "model " + model_id + " does not exist");
   auto rp = self->make_response_promise<std::string>();
   auto open = [=](worker_actor w) mutable {
     const std::string sid = new_id("s_");
@@ -62,8 +56,8 @@ caf::result<std::string> open_session(coordinator_pointer self, const caller& wh
               e.created_at = now_iso();
               e.worker = w;
               S.watch(self, w);
-              e.model_id = *model_id;
-              e.label = *label;
+              e.model_id = model_id;
+              e.label = label;
               e.actor = spawn_session(self->system(), sid, w, S.cfg.timeouts);
               self->link_to(e.actor);
               S.sessions[sid] = e;

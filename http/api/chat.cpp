@@ -299,16 +299,16 @@ void resolve_model(chat_pointer self) {
     send_event(self, "status", json([&](json_writer& w) {
       w.StartObject(); kv(w, "phase", "loading"); kv(w, "source", st.req.source); w.EndObject();
     }));
-    const std::string body = json([&](json_writer& w) {
-      w.StartObject(); kv(w, "source", st.req.source); kv(w, "quantize", "auto"); w.EndObject();
-    });
+    load_call load;
+    load.source = st.req.source;
+    load.quantize = "auto";
     call_json(self, std::chrono::hours(2), [self](rapidjson::Document& loaded) {
       auto& st = self->state;
       st.model_id = loaded["modelId"].GetString();
       if (loaded.HasMember("quantize") && loaded["quantize"].IsString()) st.quantize = loaded["quantize"].GetString();
       st.loaded_now = true;
       prepare_model(self);
-    }, load_atom::value, st.who, body);
+    }, load_atom::value, st.who, std::move(load));
   }, list_atom::value, models_atom::value, st.who);
 }
 
@@ -465,8 +465,7 @@ void open_session(chat_pointer self) {
 /// the sessions its cached conversations hold (once).
 void create_session(chat_pointer self, bool may_evict) {
   auto& st = self->state;
-  const std::string body = "{\"modelId\":" + json_string(st.model_id) + ",\"label\":\"chat\"}";
-  self->request(st.coordinator, 30s, create_atom::value, sessions_atom::value, st.who, body)
+  self->request(st.coordinator, 30s, create_atom::value, sessions_atom::value, st.who, session_call{st.model_id, "chat"})
       .then(
           [self](std::string& reply) {
             auto& st = self->state;

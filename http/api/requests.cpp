@@ -203,4 +203,40 @@ result<tensor_call> decode_tensor_upload(std::string_view body) {
   return tensor_call{t.shape, std::move(t.data)};
 }
 
+result<load_call> decode_load_call(std::string_view body) {
+  auto d = parse_json_object(body, "request body");
+  if (!d) return std::move(d).err();
+  MPAKT_TRY(check_fields(*d, {"source", "include", "exclude", "names", "quantize", "token"}, "load request"));
+  load_call c;
+  auto src = opt_string(*d, "source", "load request");
+  if (!src) return std::move(src).err();
+  if (src->empty()) return invalid("load request needs a source, e.g. \"hf:Org/Model\"");
+  c.source = std::move(*src);
+  for (auto [k, out] : {std::pair{"include", &c.include}, {"exclude", &c.exclude}, {"names", &c.names}}) {
+    auto v = opt_strings(*d, k, "load request");
+    if (!v) return std::move(v).err();
+    *out = std::move(*v);
+  }
+  for (auto [k, out] : {std::pair{"quantize", &c.quantize}, {"token", &c.token}}) {
+    auto v = opt_string(*d, k, "load request");
+    if (!v) return std::move(v).err();
+    *out = std::move(*v);
+  }
+  return c;
+}
+
+result<session_call> decode_session_call(std::string_view body) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return session_call{};
+  auto d = parse_json_object(body, "request body");
+  if (!d) return std::move(d).err();
+  MPAKT_TRY(check_fields(*d, {"modelId", "label"}, "session request"));
+  session_call c;
+  for (auto [k, out] : {std::pair{"modelId", &c.model_id}, {"label", &c.label}}) {
+    auto v = opt_string(*d, k, "session request");
+    if (!v) return std::move(v).err();
+    *out = std::move(*v);
+  }
+  return c;
+}
+
 }  // namespace mpakt::http

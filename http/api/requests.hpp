@@ -28,6 +28,10 @@ result<graph_call> decode_graph_call(std::string_view body, std::int32_t version
 result<compile_call> decode_compile_call(std::string_view body, const weight_aliases& aliases = {});
 /// POST /api/v2/tensors: {shape, data | dataB64}, read as a graph input is.
 result<tensor_call> decode_tensor_upload(std::string_view body);
+/// POST /api/v3/models: {source, include, exclude, names, quantize, token}.
+result<load_call> decode_load_call(std::string_view body);
+/// POST /api/v3/sessions: {modelId, label}; an empty body is an empty request.
+result<session_call> decode_session_call(std::string_view body);
 
 /// The tensorIds a decoded graph reads (the coordinator resolves them).
 std::vector<std::string> tensor_ids(const graph_refs& refs);

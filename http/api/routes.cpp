@@ -20,6 +20,7 @@
 #include "http/api/model_graph.hpp"
 #include "http/api/openai.hpp"
 #include "http/api/request_log.hpp"
+#include "http/api/requests.hpp"
 #include "http/api/route_table.hpp"
 #include "http/router.hpp"
 #include "http/url.hpp"
@@ -282,9 +283,11 @@ void on_inspect(const call& c) {
           token);
 }
 void on_load(const call& c) {
+  auto call = decode_load_call(c.body());
+  if (!call) return reply_error(c.res, call.err());
   // A load takes as long as the transfer; the load job bounds each piece instead.
   auto res = c.res;
-  c.self->request(c.coord(), caf::infinite, load_atom::value, c.who, c.body())
+  c.self->request(c.coord(), caf::infinite, load_atom::value, c.who, std::move(*call))
       .then([res](std::string& body) { reply_json(res, 200, std::move(body)); },
             [res](caf::error& e) { reply_error(res, from_caf(e)); });
 }
@@ -306,7 +309,9 @@ void on_model_graph(const call& c) {
           [res](caf::error& e) { reply_error(res, from_caf(e)); });
 }
 void on_open_session(const call& c) {
-  forward(c.self, c.coord(), 30s, c.res, 200, create_atom::value, sessions_atom::value, c.who, c.body());
+  auto call = decode_session_call(c.body());
+  if (!call) return reply_error(c.res, call.err());
+  forward(c.self, c.coord(), 30s, c.res, 200, create_atom::value, sessions_atom::value, c.who, std::move(*call));
 }
 void on_get_session(const call& c) {
   forward(c.self, c.coord(), 30s, c.res, 200, get_atom::value, sessions_atom::value, c.who, c.args[0]);

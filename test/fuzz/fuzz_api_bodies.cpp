@@ -8,7 +8,8 @@
 //      alias as the coordinator's resolve would give)
 //   4  POST /api/v3/graphs: the template (decode_compile_call; the generate check)
 //   5  POST /api/v2/tensors (decode_tensor_upload)
-//   6  POST /api/v3/models: the source (loader::parse_source, local paths confined)
+//   6  POST /api/v3/models (decode_load_call) and its source (loader::parse_source, local paths
+//      confined); POST /api/v3/sessions (decode_session_call)
 //   7  step parameters (parse_params_text, as `mpakt run --bind` and templates use)
 // The field checks the coordinator does inline (sessions, generate) are driven by the e2e
 // flood test (test/e2e/test_hardening.py). Anything may be refused; nothing may crash.
@@ -105,6 +106,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       (void)http::decode_tensor_upload(body);
       break;
     case 6: {
+      (void)http::decode_load_call(body);
+      (void)http::decode_session_call(body);
       auto d = parse_json_object(body, "request body");
       if (!d || !d->HasMember("source") || !(*d)["source"].IsString()) break;
       loader::source_options opts;

@@ -129,5 +129,34 @@ TEST(requests, UploadsDecodeTheirValues) {
             "tensor upload has unknown field \"name\"");
 }
 
+TEST(requests, LoadsAndSessionsAreDecodedAtTheEdge) {
+  auto l = decode_load_call(R"({"source": "hf:Org/M@v1", "include": ["model.layers.0*"], "exclude": ["*.bias"],
+      "names": ["model.norm.weight"], "quantize": "q8", "token": "hf_x"})");
+  ASSERT_TRUE(l) << l.err().message;
+  EXPECT_EQ(l->source, "hf:Org/M@v1");
+  EXPECT_EQ(l->include, std::vector<std::string>{"model.layers.0*"});
+  EXPECT_EQ(l->exclude, std::vector<std::string>{"*.bias"});
+  EXPECT_EQ(l->names, std::vector<std::string>{"model.norm.weight"});
+  EXPECT_EQ(l->quantize, "q8");
+  EXPECT_EQ(l->token, "hf_x");
+  const auto refused = [](const auto& r) { return r ? std::string("(accepted)") : r.err().message; };
+  EXPECT_EQ(refused(decode_load_call(R"({"include": []})")), "load request needs a source, e.g. \"hf:Org/Model\"");
+  EXPECT_NE(refused(decode_load_call(R"({"source": "hf:a/b", "colour": 1})")).find("colour"), std::string::npos);
+  EXPECT_NE(refused(decode_load_call(R"({"source": "hf:a/b", "include": "x"})")).find("include"), std::string::npos);
+  EXPECT_NE(refused(decode_load_call(R"({"source": 5})")).find("source"), std::string::npos);
+  EXPECT_NE(refused(decode_load_call("")).find("request body"), std::string::npos);
+
+  auto s = decode_session_call(R"({"modelId": "m_1", "label": "chat"})");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->model_id, "m_1");
+  EXPECT_EQ(s->label, "chat");
+  auto empty = decode_session_call(" \n");
+  ASSERT_TRUE(empty);  // an empty body is a session of no model
+  EXPECT_TRUE(empty->model_id.empty());
+  EXPECT_NE(refused(decode_session_call(R"({"modelId": 1})")).find("modelId"), std::string::npos);
+  EXPECT_NE(refused(decode_session_call(R"({"model": "m_1"})")).find("model"), std::string::npos);
+  EXPECT_NE(refused(decode_session_call("[1]")).find("request body"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace mpakt::http
