@@ -49,21 +49,10 @@ std::string iso_from_unix_ms(std::uint64_t ms) {
   return out;
 }
 
-
-result<rapidjson::Document> parse_body(const std::string& body, bool allow_empty) {
-  if (allow_empty && body.find_first_not_of(" \t\r\n") == std::string::npos) {
-    rapidjson::Document d;
-    d.SetObject();
-    return d;
-  }
-  return parse_json_object(body, "request body");
-}
-
 /// A token id of a generate request (ids, stopIds, speculative.context): 0 to 2^31 - 1.
 result<std::int64_t> token_id(const rapidjson::Value& v, const std::string& field) {
   return json_integer(v, field, 0, INT32_MAX);
 }
-
 
 std::string limits_json(const coordinator_config& cfg, const std::vector<worker_status>& ws) {
   bool packed = true, quantize = true;

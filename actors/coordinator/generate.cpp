@@ -43,7 +43,7 @@ caf::result<gen_plan> plan_generation(coordinator_pointer self, const caller& wh
     S.waiting.push_back([self, rp, who, body] { resend(self, rp, generate_atom::value, who, body); });
     return rp;
   };
-  auto d = parse_body(body);
+  auto d = parse_json_object(body, "request body");
   if (!d) return to_caf(d.err());
   if (auto s = check_fields(*d, {"graphId", "sessionId", "ids", "startPos", "maxNewTokens", "stopIds", "temperature",
                                  "topK", "topP", "seed", "stream", "workerLoop", "speculative"},

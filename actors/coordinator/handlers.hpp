@@ -30,7 +30,6 @@ using writer = json_writer;
 std::string now_iso();
 /// Milliseconds since the Unix epoch as ISO 8601 UTC with milliseconds.
 std::string iso_from_unix_ms(std::uint64_t ms);
-result<rapidjson::Document> parse_body(const std::string& body, bool allow_empty = false);
 /// A token id of a generate request (ids, stopIds, speculative.context): 0 to 2^31 - 1.
 result<std::int64_t> token_id(const rapidjson::Value& v, const std::string& field);
 std::string limits_json(const coordinator_config& cfg, const std::vector<worker_status>& ws);

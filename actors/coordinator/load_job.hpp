@@ -40,20 +40,14 @@ struct load_job_config {
   int pieces_held = 4;
 };
 
-/// What a load asks for (the POST /api/v3/models body, parsed).
-struct load_job_request {
+/// What a load job does: the load as asked for (source, selection, quantize, the caller's own
+/// hub token — empty: the grid's; held in memory only, never logged or written anywhere),
+/// for a model id.
+struct load_job_request : load_call {
   std::string model_id;
-  std::string source;
-  std::vector<std::string> include;
-  std::vector<std::string> exclude;
-  std::vector<std::string> names;
-  std::string quantize;  ///< empty = the operator's default
   /// Whether the selection may be spread over several workers when no one can hold it
   /// (false when fetching one lost worker's share again: it goes to one worker).
   bool allow_spread = true;
-  /// The caller's own Hugging Face token for this source (empty: the grid's). Held in memory
-  /// only, never logged or written anywhere.
-  std::string token;
 };
 
 /// What a finished load tells the coordinator.

@@ -48,12 +48,7 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
   auto& S = self->state;
   if (call.source.empty()) return to_caf(errc::invalid, "load request needs a source, e.g. \"hf:Org/Model\"");
   load_job_request req;
-  req.source = std::move(call.source);
-  req.include = std::move(call.include);
-  req.exclude = std::move(call.exclude);
-  req.names = std::move(call.names);
-  req.quantize = std::move(call.quantize);
-  req.token = std::move(call.token);
+  static_cast<load_call&>(req) = std::move(call);
   const int held = S.count_for_key(S.models, who.key_id) + S.pending_loads[who.key_id];
   if (held >= S.cfg.max_models_per_key)
     return to_caf(errc::limit, "this key already holds " + std::to_string(S.cfg.max_models_per_key) +

@@ -243,17 +243,22 @@ void call_json(chat_pointer self, std::chrono::milliseconds timeout, Next next, 
           on_error(self));
 }
 
-/// Runs a graph call (a JSON body, decoded as the API decodes it) and then `next`.
-template <class Next>
-void call_graph(chat_pointer self, std::string body, Next next) {
+/// Runs a graph call (a JSON body, decoded as the API decodes it) and then `next`, or
+/// `on_fail` with its error (by default the chat fails with it).
+template <class Next, class OnFail>
+void call_graph(chat_pointer self, std::string body, Next next, OnFail on_fail) {
   auto& st = self->state;
   send_graph_call(self, st.coordinator, st.who, std::make_shared<const std::string>(std::move(body)), 3, 5min,
-                  [self, next](result<run_reply> r) {
+                  [self, next, on_fail](result<run_reply> r) {
                     if (self->state.finished) return;
                     if (self->state.cancelled) return fail(self, error{errc::invalid, "cancelled"});
-                    if (!r) return fail(self, r.err());
+                    if (!r) return on_fail(r.err());
                     next();
                   });
+}
+template <class Next>
+void call_graph(chat_pointer self, std::string body, Next next) {
+  call_graph(self, std::move(body), next, [self](const error& e) { fail(self, e); });
 }
 
 void resolve_model(chat_pointer self);
@@ -512,20 +517,16 @@ void prefill(chat_pointer self) {
   o.repetition_penalty = st.req.repetition_penalty;
   std::string graph = models::arch_graph(st.model->config, o);
   graph.insert(1, "\"session\":" + json_string(st.session_id) + ",");
-  send_graph_call(self, st.coordinator, st.who, std::make_shared<const std::string>("{\"graph\":" + graph + "}"), 3, 5min,
-                  [self](result<run_reply> r) {
-                    auto& st = self->state;
-                    if (st.finished) return;
-                    if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
-                    if (r) return generate(self);
-                    if (!st.from_cache) return fail(self, r.err());
-                    // The cached session is gone (its worker lost, or deleted): a fresh one.
-                    drop_session(self);
-                    st.from_cache = false;
-                    st.cached = 0;
-                    st.fresh_retry = true;
-                    create_session(self, true);
-                  });
+  call_graph(self, "{\"graph\":" + graph + "}", [self] { generate(self); }, [self](const error& e) {
+    auto& st = self->state;
+    if (!st.from_cache) return fail(self, e);
+    // The cached session is gone (its worker lost, or deleted): a fresh one.
+    drop_session(self);
+    st.from_cache = false;
+    st.cached = 0;
+    st.fresh_retry = true;
+    create_session(self, true);
+  });
 }
 
 void generate(chat_pointer self) {
