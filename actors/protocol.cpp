@@ -36,6 +36,7 @@ void add_protocol_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<tensor_call>("tensor_call");
   cfg.add_message_type<load_call>("load_call");
   cfg.add_message_type<session_call>("session_call");
+  cfg.add_message_type<generate_call>("generate_call");
   cfg.add_message_type<worker_actor>("worker_actor");
 }
 

@@ -523,7 +523,7 @@ using coordinator_actor = caf::typed_actor<
     caf::replies_to<delete_atom, graphs_atom, caller, std::string>::with<std::string>,
     caf::replies_to<create_atom, tensors_atom, caller, tensor_call>::with<std::string>,   // v2 upload
     caf::replies_to<delete_atom, tensors_atom, caller, std::string>::with<std::string>,
-    caf::replies_to<generate_atom, caller, std::string>::with<gen_plan>,     // body
+    caf::replies_to<generate_atom, caller, generate_call>::with<gen_plan>,
     /// a generation's fed tokens (journal of a checkpointed session)
     caf::reacts_to<journal_atom, caller, gen_journal>,
     /// a generation that lost its worker continues: the plan again, once the session is

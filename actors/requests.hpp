@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mpakt {
@@ -66,6 +67,27 @@ struct load_call {
   std::string token;     ///< the caller's own hub token (never logged or stored)
 };
 
+/// POST /api/v3/generate (and chat's decode loop): what to generate, checked at the edge; the
+/// coordinator resolves the session and graphs and plans it (gen_plan).
+struct generate_call {
+  std::string graph_id;
+  std::string session_id;
+  std::vector<std::int64_t> ids;       ///< the last prompt token last (the one fed first)
+  std::vector<std::int64_t> stop_ids;
+  std::int64_t start_pos = 0;
+  std::uint32_t max_new = 256;
+  std::vector<std::pair<std::string, double>> sampling;  ///< temperature, topP, topK as given
+  bool has_seed = false;
+  std::int64_t seed = 0;
+  bool stream = true;
+  bool worker_loop = true;
+  bool speculative = false;
+  std::vector<std::string> verify_graphs;  ///< speculative.graphIds
+  bool has_context = false;
+  std::vector<std::int64_t> context;  ///< speculative.context
+  bool always = false;                ///< speculative.always
+};
+
 /// POST /api/v3/sessions.
 struct session_call {
   std::string model_id;  ///< empty: a session of no model (any worker)
@@ -96,6 +118,12 @@ typename Inspector::result_type inspect(Inspector& f, tensor_call& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_call& x) {
   return f(caf::meta::type_name("load_call"), x.source, x.include, x.exclude, x.names, x.quantize, x.token);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, generate_call& x) {
+  return f(caf::meta::type_name("generate_call"), x.graph_id, x.session_id, x.ids, x.stop_ids, x.start_pos, x.max_new,
+           x.sampling, x.has_seed, x.seed, x.stream, x.worker_loop, x.speculative, x.verify_graphs, x.has_context,
+           x.context, x.always);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, session_call& x) {

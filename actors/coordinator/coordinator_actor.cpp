@@ -49,11 +49,6 @@ std::string iso_from_unix_ms(std::uint64_t ms) {
   return out;
 }
 
-/// A token id of a generate request (ids, stopIds, speculative.context): 0 to 2^31 - 1.
-result<std::int64_t> token_id(const rapidjson::Value& v, const std::string& field) {
-  return json_integer(v, field, 0, INT32_MAX);
-}
-
 std::string limits_json(const coordinator_config& cfg, const std::vector<worker_status>& ws) {
   bool packed = true, quantize = true;
   std::uint64_t max_tensor = 0, free = 0;
@@ -307,8 +302,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           return delete_graph(self, who, id);
         },
         // ------------------------------------------------------------ generate
-        [=](generate_atom, const caller& who, const std::string& body) -> caf::result<gen_plan> {
-          return plan_generation(self, who, body);
+        [=](generate_atom, const caller& who, const generate_call& call) -> caf::result<gen_plan> {
+          return plan_generation(self, who, call);
         },
         // ------------------------------------------------------------ checkpoints
         [=](journal_atom, const caller& who, gen_journal& j) {

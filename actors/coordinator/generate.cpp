@@ -3,10 +3,6 @@
 
 #include "actors/coordinator/handlers.hpp"
 
-#include <rapidjson/document.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
 #include <algorithm>
 #include <cmath>
 #include <ctime>
@@ -34,90 +30,22 @@ namespace mpakt::coord {
 
 using namespace std::chrono_literals;
 
-caf::result<gen_plan> plan_generation(coordinator_pointer self, const caller& who, const std::string& body) {
+caf::result<gen_plan> plan_generation(coordinator_pointer self, const caller& who, const generate_call& call) {
   const auto control = self->state.cfg.timeouts.control;
   auto& S = self->state;
   // A session on a lost worker being recovered: plan afresh once it is back.
   auto wait = [&] {
     auto rp = self->make_response_promise<gen_plan>();
-    S.waiting.push_back([self, rp, who, body] { resend(self, rp, generate_atom::value, who, body); });
+    S.waiting.push_back([self, rp, who, call] { resend(self, rp, generate_atom::value, who, call); });
     return rp;
   };
-  auto d = parse_json_object(body, "request body");
-  if (!d) return to_caf(d.err());
-  if (auto s = check_fields(*d, {"graphId", "sessionId", "ids", "startPos", "maxNewTokens", "stopIds", "temperature",
-                                 "topK", "topP", "seed", "stream", "workerLoop", "speculative"},
-                            "generate request");
-      !s)
-    return to_caf(s.err());
-
-  auto need_string = [&](const char* k) -> result<std::string> {
-    auto v = opt_string(*d, k, "generate request");
-    if (v && v->empty()) return invalid(std::string("generate request needs ") + k);
-    return v;
-  };
-  auto integer = [&](const char* k, std::int64_t lo, std::int64_t hi, std::optional<std::int64_t> fallback)
-      -> result<std::int64_t> {
-    auto it = d->FindMember(k);
-    if (it == d->MemberEnd()) {
-      if (fallback) return *fallback;
-      return invalid(std::string("generate request needs ") + k);
-    }
-    return json_integer(it->value, k, lo, hi);
-  };
-  auto ids_of = [&](const char* k, bool required) -> result<std::vector<std::int64_t>> {
-    std::vector<std::int64_t> out;
-    auto it = d->FindMember(k);
-    if (it == d->MemberEnd()) {
-      if (required) return invalid(std::string("generate request needs ") + k + " (the last prompt token first)");
-      return out;
-    }
-    if (!it->value.IsArray()) return invalid(std::string(k) + " must be an array of token ids");
-    for (rapidjson::SizeType i = 0; i < it->value.Size(); ++i) {
-      auto id = token_id(it->value[i], std::string(k) + "[" + std::to_string(i) + "]");
-      if (!id) return std::move(id).err();
-      out.push_back(*id);
-    }
-    if (required && out.empty()) return invalid(std::string(k) + " must hold at least the token to feed");
-    return out;
-  };
+  // (the request's fields were checked at the edge: http/api/requests.cpp)
   gen_plan plan;
-  auto gid = need_string("graphId");
-  if (!gid) return to_caf(gid.err());
-  auto sid = need_string("sessionId");
-  if (!sid) return to_caf(sid.err());
-  auto ids = ids_of("ids", true);
-  if (!ids) return to_caf(ids.err());
-  auto stops = ids_of("stopIds", false);
-  if (!stops) return to_caf(stops.err());
-  auto start = integer("startPos", 0, std::int64_t(1) << 40, std::nullopt);
-  if (!start) return to_caf(start.err());
-  auto max_new = integer("maxNewTokens", 1, 4096, 256);
-  if (!max_new) return to_caf(max_new.err());
-  for (const char* k : {"stream", "workerLoop"}) {
-    auto it = d->FindMember(k);
-    if (it != d->MemberEnd() && !it->value.IsBool()) return to_caf(errc::invalid, std::string(k) + " must be true or false");
-  }
-  plan.stream = !d->HasMember("stream") || (*d)["stream"].GetBool();
-  plan.worker_loop = !d->HasMember("workerLoop") || (*d)["workerLoop"].GetBool();
-  for (const char* k : {"temperature", "topP"}) {
-    auto it = d->FindMember(k);
-    if (it == d->MemberEnd()) continue;
-    if (!it->value.IsNumber()) return to_caf(errc::invalid, std::string(k) + " must be a number");
-    const double v = it->value.GetDouble();
-    if (std::string_view(k) == "temperature" && v < 0) return to_caf(errc::invalid, "temperature must be 0 or more");
-    if (std::string_view(k) == "topP" && (v <= 0 || v > 1)) return to_caf(errc::invalid, "topP must be in (0, 1]");
-    plan.sampling.emplace_back(k, v);
-  }
-  if (d->HasMember("topK")) {
-    auto k = integer("topK", 0, 1 << 30, std::nullopt);
-    if (!k) return to_caf(k.err());
-    plan.sampling.emplace_back("topK", double(*k));
-  }
-  if (d->HasMember("seed")) {
-    auto seed = integer("seed", 0, (std::int64_t(1) << 53), std::nullopt);
-    if (!seed) return to_caf(seed.err());
-    plan.seed = *seed;
+  plan.stream = call.stream;
+  plan.worker_loop = call.worker_loop;
+  plan.sampling = call.sampling;
+  if (call.has_seed) {
+    plan.seed = call.seed;
   } else {
     // No seed: one from the OS in [84, 2147483646], echoed in done.seed (decisions.md).
     std::uint64_t r;
@@ -125,12 +53,20 @@ caf::result<gen_plan> plan_generation(coordinator_pointer self, const caller& wh
     plan.seed = 84 + std::int64_t(r % (2147483646ull - 84ull + 1));
   }
   plan.sampling.emplace_back("seed", double(plan.seed));
-  auto* g = S.find(S.graphs, *gid, who);
-  if (!g) return to_caf(errc::not_found, "graph " + *gid + " does not exist");
-  auto* s = S.find(S.sessions, *sid, who);
-  if (!s) return to_caf(errc::not_found, "session " + *sid + " does not exist");
+  auto* g = S.find(S.graphs, call.graph_id, who);
+  if (!g) return to_caf(errc::not_found, "graph " + call.graph_id + " does not exist");
+  auto* s = S.find(S.sessions, call.session_id, who);
+  if (!s) return to_caf(errc::not_found, "session " + call.session_id + " does not exist");
   if (S.is_recovering(s->worker)) return wait();
-  if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + *sid));
+  if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + call.session_id));
+  // Speculative decoding: the verify graphs must be the caller's.
+  for (const auto& vid : call.verify_graphs) {
+    auto* vg = S.find(S.graphs, vid, who);
+    if (!vg) return to_caf(errc::not_found, "verify graph " + vid + " does not exist");
+    plan.verify_graphs.push_back(vid);
+    plan.verify_actors.push_back(vg->actor);
+    plan.verify_bindings.push_back(vg->bindings);
+  }
   if (auto note = s->take_restored_note(); !note) return to_caf(note.err());
   plan.worker = s->worker;
   // A spread model's steps run stage by stage through its pipeline: no worker holds
@@ -138,43 +74,16 @@ caf::result<gen_plan> plan_generation(coordinator_pointer self, const caller& wh
   if (S.is_pipeline(s->worker)) plan.worker_loop = false;
   plan.session = s->actor;
   plan.graph = g->actor;
-  plan.graph_id = *gid;
-  plan.session_id = *sid;
+  plan.graph_id = call.graph_id;
+  plan.session_id = call.session_id;
   plan.bindings = g->bindings;
-  plan.first_id = ids->back();
-  plan.start_pos = *start;
-  plan.max_new = std::uint32_t(*max_new);
-  plan.stop_ids = *stops;
-  // Speculative decoding: verify graphs (owned, at most 16), the context for drafting.
-  if (auto sp = d->FindMember("speculative"); sp != d->MemberEnd()) {
-    const auto& o = sp->value;
-    if (!o.IsObject()) return to_caf(errc::invalid, "speculative must be an object {graphIds, context, always}");
-    if (auto c = check_fields(o, {"graphIds", "context", "always"}, "speculative"); !c) return to_caf(c.err());
-    auto vids = opt_strings(o, "graphIds", "speculative");
-    if (!vids) return to_caf(vids.err());
-    if (vids->empty()) return to_caf(errc::invalid, "speculative.graphIds must name at least one verify graph");
-    if (vids->size() > 16) return to_caf(errc::invalid, "speculative.graphIds lists " + std::to_string(vids->size()) + " graphs; at most 16");
-    for (const auto& vid : *vids) {
-      auto* vg = S.find(S.graphs, vid, who);
-      if (!vg) return to_caf(errc::not_found, "verify graph " + vid + " does not exist");
-      plan.verify_graphs.push_back(vid);
-      plan.verify_actors.push_back(vg->actor);
-      plan.verify_bindings.push_back(vg->bindings);
-    }
-    if (auto a = o.FindMember("always"); a != o.MemberEnd()) {
-      if (!a->value.IsBool()) return to_caf(errc::invalid, "speculative.always must be true or false");
-      plan.always = a->value.GetBool();
-    }
-    if (auto c = o.FindMember("context"); c != o.MemberEnd()) {
-      if (!c->value.IsArray()) return to_caf(errc::invalid, "speculative.context must be an array of token ids");
-      for (rapidjson::SizeType i = 0; i < c->value.Size(); ++i) {
-        auto id = token_id(c->value[i], "speculative.context[" + std::to_string(i) + "]");
-        if (!id) return to_caf(id.err());
-        plan.context.push_back(*id);
-      }
-    } else {
-      plan.context = *ids;  // context defaults to ids (SPC-03)
-    }
+  plan.first_id = call.ids.back();
+  plan.start_pos = call.start_pos;
+  plan.max_new = call.max_new;
+  plan.stop_ids = call.stop_ids;
+  if (call.speculative) {
+    plan.always = call.always;
+    plan.context = call.has_context ? call.context : call.ids;  // context defaults to ids (SPC-03)
     if (plan.context.empty() || plan.context.back() != plan.first_id) plan.context.push_back(plan.first_id);
   }
   bool sampling = false;
@@ -188,8 +97,8 @@ caf::result<gen_plan> plan_generation(coordinator_pointer self, const caller& wh
   auto result_plan = std::make_shared<gen_plan>(plan);
   // Planning talks to the session's worker; if it leaves meanwhile, plan again after
   // the recovery instead of waiting for a reply that will not come.
-  auto settle = track_call(self, plan.worker.address(), [self, rp, who, body]() mutable {
-    self->state.waiting.push_back([self, rp, who, body]() mutable { resend(self, rp, generate_atom::value, who, body); });
+  auto settle = track_call(self, plan.worker.address(), [self, rp, who, call]() mutable {
+    self->state.waiting.push_back([self, rp, who, call]() mutable { resend(self, rp, generate_atom::value, who, call); });
   });
   auto step = [=](std::size_t i, std::function<void()> next) mutable {
     const auto [actor, id] = (*graphs)[i];

@@ -30,8 +30,6 @@ using writer = json_writer;
 std::string now_iso();
 /// Milliseconds since the Unix epoch as ISO 8601 UTC with milliseconds.
 std::string iso_from_unix_ms(std::uint64_t ms);
-/// A token id of a generate request (ids, stopIds, speculative.context): 0 to 2^31 - 1.
-result<std::int64_t> token_id(const rapidjson::Value& v, const std::string& field);
 std::string limits_json(const coordinator_config& cfg, const std::vector<worker_status>& ws);
 /// Delivers a JSON text or an error to a promise.
 template <class Promise>
@@ -81,7 +79,7 @@ caf::result<std::string> list_graphs(coordinator_pointer self, const caller& who
 caf::result<std::string> delete_graph(coordinator_pointer self, const caller& who, const std::string& id);
 
 // generate.cpp
-caf::result<gen_plan> plan_generation(coordinator_pointer self, const caller& who, const std::string& body);
+caf::result<gen_plan> plan_generation(coordinator_pointer self, const caller& who, const generate_call& call);
 caf::result<gen_plan> replan_generation(coordinator_pointer self, const caller& who, gen_plan& plan);
 
 // tensors.cpp

@@ -535,25 +535,24 @@ void generate(chat_pointer self) {
   if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
   // (all but the last went through prefill; the loop feeds the last)
   metrics::m().prompt_tokens.with({"chat"}).inc(double(st.prompt.size()));
-  const std::string body = json([&](json_writer& w) {
-    w.StartObject();
-    kv(w, "graphId", st.graphs.decode);
-    kv(w, "sessionId", st.session_id);
-    key(w, "ids"); w.StartArray(); for (auto id : st.prompt) w.Int(id); w.EndArray();
-    key(w, "startPos"); w.Int64(std::int64_t(st.prompt.size()) - 1);
-    key(w, "maxNewTokens"); w.Uint(st.max_new);
-    key(w, "stopIds"); w.StartArray(); for (auto id : st.model->stop_ids) w.Int64(id); w.EndArray();
-    key(w, "temperature"); w.Double(st.req.temperature);
-    if (st.req.top_k) { key(w, "topK"); w.Double(*st.req.top_k); }
-    if (st.req.top_p) { key(w, "topP"); w.Double(*st.req.top_p); }
-    if (st.req.seed) { key(w, "seed"); w.Int64(*st.req.seed); }
-    key(w, "workerLoop"); w.Bool(true);
-    if (st.speculative) {
-      key(w, "speculative"); w.StartObject(); key(w, "graphIds"); strings(w, st.graphs.verify); w.EndObject();
-    }
-    w.EndObject();
-  });
-  self->request(st.coordinator, 60s, generate_atom::value, st.who, body)
+  generate_call call;
+  call.graph_id = st.graphs.decode;
+  call.session_id = st.session_id;
+  call.ids.assign(st.prompt.begin(), st.prompt.end());
+  call.start_pos = std::int64_t(st.prompt.size()) - 1;
+  call.max_new = st.max_new;
+  call.stop_ids.assign(st.model->stop_ids.begin(), st.model->stop_ids.end());
+  call.sampling.emplace_back("temperature", st.req.temperature);
+  if (st.req.top_p) call.sampling.emplace_back("topP", *st.req.top_p);
+  if (st.req.top_k) call.sampling.emplace_back("topK", double(*st.req.top_k));
+  call.has_seed = st.req.seed.has_value();
+  call.seed = st.req.seed.value_or(0);
+  call.worker_loop = true;
+  if (st.speculative) {
+    call.speculative = true;
+    call.verify_graphs = st.graphs.verify;
+  }
+  self->request(st.coordinator, 60s, generate_atom::value, st.who, std::move(call))
       .then(
           [self](gen_plan& plan) {
             auto& st = self->state;

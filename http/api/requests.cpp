@@ -3,6 +3,7 @@
 #include <rapidjson/document.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "runtime/executor.hpp"
@@ -221,6 +222,108 @@ result<load_call> decode_load_call(std::string_view body) {
     auto v = opt_string(*d, k, "load request");
     if (!v) return std::move(v).err();
     *out = std::move(*v);
+  }
+  return c;
+}
+
+namespace {
+
+/// A token id of a generate request (ids, stopIds, speculative.context): 0 to 2^31 - 1.
+result<std::vector<std::int64_t>> token_ids(const rapidjson::Value& v, const std::string& field) {
+  if (!v.IsArray()) return invalid(field + " must be an array of token ids");
+  std::vector<std::int64_t> out;
+  out.reserve(v.Size());
+  for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
+    auto id = json_integer(v[i], field + "[" + std::to_string(i) + "]", 0, INT32_MAX);
+    if (!id) return std::move(id).err();
+    out.push_back(*id);
+  }
+  return out;
+}
+
+}  // namespace
+
+result<generate_call> decode_generate_call(std::string_view body) {
+  auto d = parse_json_object(body, "request body");
+  if (!d) return std::move(d).err();
+  MPAKT_TRY(check_fields(*d, {"graphId", "sessionId", "ids", "startPos", "maxNewTokens", "stopIds", "temperature", "topK",
+                              "topP", "seed", "stream", "workerLoop", "speculative"},
+                         "generate request"));
+  generate_call c;
+  for (auto [k, out] : {std::pair{"graphId", &c.graph_id}, {"sessionId", &c.session_id}}) {
+    auto v = opt_string(*d, k, "generate request");
+    if (!v) return std::move(v).err();
+    if (v->empty()) return invalid(std::string("generate request needs ") + k);
+    *out = std::move(*v);
+  }
+  auto integer = [&](const char* k, std::int64_t lo, std::int64_t hi) -> result<std::optional<std::int64_t>> {
+    auto it = d->FindMember(k);
+    if (it == d->MemberEnd()) return std::optional<std::int64_t>{};
+    auto v = json_integer(it->value, k, lo, hi);
+    if (!v) return std::move(v).err();
+    return std::optional<std::int64_t>{*v};
+  };
+  auto ids = d->FindMember("ids");
+  if (ids == d->MemberEnd()) return invalid("generate request needs ids (the last prompt token first)");
+  auto fed = token_ids(ids->value, "ids");
+  if (!fed) return std::move(fed).err();
+  if (fed->empty()) return invalid("ids must hold at least the token to feed");
+  c.ids = std::move(*fed);
+  if (auto st = d->FindMember("stopIds"); st != d->MemberEnd()) {
+    auto stops = token_ids(st->value, "stopIds");
+    if (!stops) return std::move(stops).err();
+    c.stop_ids = std::move(*stops);
+  }
+  auto start = integer("startPos", 0, std::int64_t(1) << 40);
+  if (!start) return std::move(start).err();
+  if (!*start) return invalid("generate request needs startPos");
+  c.start_pos = **start;
+  auto max_new = integer("maxNewTokens", 1, 4096);
+  if (!max_new) return std::move(max_new).err();
+  c.max_new = std::uint32_t(max_new->value_or(256));
+  for (auto [k, out] : {std::pair{"stream", &c.stream}, {"workerLoop", &c.worker_loop}}) {
+    auto it = d->FindMember(k);
+    if (it == d->MemberEnd()) continue;
+    if (!it->value.IsBool()) return invalid(std::string(k) + " must be true or false");
+    *out = it->value.GetBool();
+  }
+  for (const char* k : {"temperature", "topP"}) {
+    auto it = d->FindMember(k);
+    if (it == d->MemberEnd()) continue;
+    if (!it->value.IsNumber()) return invalid(std::string(k) + " must be a number");
+    const double v = it->value.GetDouble();
+    if (std::string_view(k) == "temperature" && v < 0) return invalid("temperature must be 0 or more");
+    if (std::string_view(k) == "topP" && (v <= 0 || v > 1)) return invalid("topP must be in (0, 1]");
+    c.sampling.emplace_back(k, v);
+  }
+  auto top_k = integer("topK", 0, 1 << 30);
+  if (!top_k) return std::move(top_k).err();
+  if (*top_k) c.sampling.emplace_back("topK", double(**top_k));
+  auto seed = integer("seed", 0, std::int64_t(1) << 53);
+  if (!seed) return std::move(seed).err();
+  c.has_seed = seed->has_value();
+  c.seed = seed->value_or(0);
+  // Speculative decoding: verify graphs (at most 16), the context for drafting.
+  if (auto sp = d->FindMember("speculative"); sp != d->MemberEnd()) {
+    const auto& o = sp->value;
+    if (!o.IsObject()) return invalid("speculative must be an object {graphIds, context, always}");
+    MPAKT_TRY(check_fields(o, {"graphIds", "context", "always"}, "speculative"));
+    auto vids = opt_strings(o, "graphIds", "speculative");
+    if (!vids) return std::move(vids).err();
+    if (vids->empty()) return invalid("speculative.graphIds must name at least one verify graph");
+    if (vids->size() > 16) return invalid("speculative.graphIds lists " + std::to_string(vids->size()) + " graphs; at most 16");
+    c.speculative = true;
+    c.verify_graphs = std::move(*vids);
+    if (auto a = o.FindMember("always"); a != o.MemberEnd()) {
+      if (!a->value.IsBool()) return invalid("speculative.always must be true or false");
+      c.always = a->value.GetBool();
+    }
+    if (auto ctx = o.FindMember("context"); ctx != o.MemberEnd()) {
+      auto v = token_ids(ctx->value, "speculative.context");
+      if (!v) return std::move(v).err();
+      c.has_context = true;
+      c.context = std::move(*v);
+    }
   }
   return c;
 }

@@ -30,6 +30,9 @@ result<compile_call> decode_compile_call(std::string_view body, const weight_ali
 result<tensor_call> decode_tensor_upload(std::string_view body);
 /// POST /api/v3/models: {source, include, exclude, names, quantize, token}.
 result<load_call> decode_load_call(std::string_view body);
+/// POST /api/v3/generate: {graphId, sessionId, ids, startPos, maxNewTokens, stopIds,
+/// temperature, topK, topP, seed, stream, workerLoop, speculative}.
+result<generate_call> decode_generate_call(std::string_view body);
 /// POST /api/v3/sessions: {modelId, label}; an empty body is an empty request.
 result<session_call> decode_session_call(std::string_view body);
 

@@ -328,14 +328,15 @@ void on_delete_graph(const call& c) {
   forward(c.self, c.coord(), 30s, c.res, 200, delete_atom::value, graphs_atom::value, c.who, c.args[0]);
 }
 /// A slot among the generations the caller's key may run at once, or null after answering 429.
-std::shared_ptr<void> generation_slot(const call& c) {
-  auto slot = c.ctx->generations->acquire(c.who.key_id);
+std::shared_ptr<void> generation_slot(const std::shared_ptr<context>& ctx, const caller& who, const responder_ptr& res) {
+  auto slot = ctx->generations->acquire(who.key_id);
   if (!slot)
-    reply_error(c.res, errc::limit,
-                "this key already runs " + std::to_string(c.ctx->generations->per_key()) +
+    reply_error(res, errc::limit,
+                "this key already runs " + std::to_string(ctx->generations->per_key()) +
                     " generations (generate or chat) at once, the limit; wait for one to end");
   return slot;
 }
+std::shared_ptr<void> generation_slot(const call& c) { return generation_slot(c.ctx, c.who, c.res); }
 void on_chat(const call& c) {
   auto chat = parse_chat_request(c.body());
   if (!chat) return reply_error(c.res, chat.err());
@@ -347,13 +348,22 @@ void on_generate(const call& c) {
   auto ctx = c.ctx;
   auto res = c.res;
   auto who = c.who;
-  auto slot = generation_slot(c);
-  if (!slot) return;
-  c.self->request(c.coord(), 60s, generate_atom::value, c.who, c.body())
-      .then([ctx, res, who, slot](gen_plan& plan) {
-              start_generation(*ctx->sys, std::move(plan), res, ctx->actors.coordinator, who, slot);
-            },
-            [res](caf::error& e) { reply_error(res, from_caf(e)); });
+  auto self = c.self;
+  auto coord = c.coord();
+  auto req = c.req;
+  // (up to 16 MiB of ids: decoded on a helper thread when large)
+  maybe_off_thread<result<generate_call>>(self, req->body.size() >= off_thread_bytes,
+                                          [req] { return decode_generate_call(req->body); },
+                                          [ctx, res, who, self, coord](result<generate_call>& call) {
+    if (!call) return reply_error(res, call.err());
+    auto slot = generation_slot(ctx, who, res);
+    if (!slot) return;
+    self->request(coord, 60s, generate_atom::value, who, std::move(*call))
+        .then([ctx, res, who, slot](gen_plan& plan) {
+                start_generation(*ctx->sys, std::move(plan), res, ctx->actors.coordinator, who, slot);
+              },
+              [res](caf::error& e) { reply_error(res, from_caf(e)); });
+  });
 }
 void on_random(const call& c) { random_numbers(*c.req, c.res); }
 

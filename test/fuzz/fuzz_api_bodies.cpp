@@ -108,6 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 6: {
       (void)http::decode_load_call(body);
       (void)http::decode_session_call(body);
+      (void)http::decode_generate_call(body);
       auto d = parse_json_object(body, "request body");
       if (!d || !d->HasMember("source") || !(*d)["source"].IsString()) break;
       loader::source_options opts;

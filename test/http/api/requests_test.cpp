@@ -158,5 +158,56 @@ TEST(requests, LoadsAndSessionsAreDecodedAtTheEdge) {
   EXPECT_NE(refused(decode_session_call("[1]")).find("request body"), std::string::npos);
 }
 
+// CHK: generate's fields (api-v3 "generate"), integral doubles read as integers (issue 16, defect 5).
+TEST(requests, GenerateRequestsAreDecodedAtTheEdge) {
+  const auto refused = [](const auto& r) { return r ? std::string("(accepted)") : r.err().message; };
+  auto g = decode_generate_call(R"({"graphId": "gt_1", "sessionId": "s_1", "ids": [5, 41.0], "startPos": 7.0,
+      "maxNewTokens": 3, "stopIds": [2], "temperature": 0.5, "topK": 40.0, "topP": 0.9, "seed": 12,
+      "stream": false, "speculative": {"graphIds": ["gt_2"], "always": true}})");
+  ASSERT_TRUE(g) << g.err().message;
+  EXPECT_EQ(g->graph_id, "gt_1");
+  EXPECT_EQ(g->session_id, "s_1");
+  EXPECT_EQ(g->ids, (std::vector<std::int64_t>{5, 41}));
+  EXPECT_EQ(g->start_pos, 7);
+  EXPECT_EQ(g->max_new, 3u);
+  EXPECT_EQ(g->stop_ids, (std::vector<std::int64_t>{2}));
+  using kv = std::pair<std::string, double>;
+  EXPECT_EQ(g->sampling, (std::vector<kv>{{"temperature", 0.5}, {"topP", 0.9}, {"topK", 40}}));
+  EXPECT_TRUE(g->has_seed);
+  EXPECT_EQ(g->seed, 12);
+  EXPECT_FALSE(g->stream);
+  EXPECT_TRUE(g->worker_loop);
+  EXPECT_TRUE(g->speculative);
+  EXPECT_EQ(g->verify_graphs, (std::vector<std::string>{"gt_2"}));
+  EXPECT_TRUE(g->always);
+  EXPECT_FALSE(g->has_context);
+
+  auto d = decode_generate_call(R"({"graphId": "gt_1", "sessionId": "s_1", "ids": [9], "startPos": 0})");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->max_new, 256u);  // the spec's default
+  EXPECT_FALSE(d->has_seed);
+  EXPECT_TRUE(d->stream);
+  EXPECT_TRUE(d->sampling.empty());
+
+  const std::string base = R"("graphId": "gt_1", "sessionId": "s_1", )";
+  auto why = [&](const std::string& rest) { return refused(decode_generate_call("{" + base + rest + "}")); };
+  EXPECT_NE(why(R"("ids": [1], "startPos": 41.5)").find("startPos must be an integer"), std::string::npos);
+  EXPECT_NE(why(R"("ids": [1.5], "startPos": 0)").find("ids[0]"), std::string::npos);
+  EXPECT_NE(why(R"("ids": [], "startPos": 0)").find("ids must hold"), std::string::npos);
+  EXPECT_NE(why(R"("startPos": 0)").find("needs ids"), std::string::npos);
+  EXPECT_NE(why(R"("ids": [1])").find("needs startPos"), std::string::npos);
+  EXPECT_NE(why(R"("ids": [1], "startPos": 0, "maxNewTokens": 5000)").find("maxNewTokens"), std::string::npos);
+  EXPECT_NE(why(R"("ids": [1], "startPos": 0, "topP": 0)").find("topP"), std::string::npos);
+  EXPECT_NE(why(R"("ids": [1], "startPos": 0, "temperature": -1)").find("temperature"), std::string::npos);
+  EXPECT_NE(why(R"("ids": [1], "startPos": 0, "stream": 1)").find("stream"), std::string::npos);
+  EXPECT_NE(why(R"("ids": [1], "startPos": 0, "bogus": 1)").find("bogus"), std::string::npos);
+  EXPECT_NE(why(R"("ids": [1], "startPos": 0, "speculative": {"graphIds": []})").find("graphIds"), std::string::npos);
+  EXPECT_NE(why(R"("ids": [1], "startPos": 0, "speculative": {"graphIds": ["a"], "context": [-1]})")
+                .find("speculative.context[0]"),
+            std::string::npos);
+  EXPECT_NE(refused(decode_generate_call(R"({"sessionId": "s", "ids": [1], "startPos": 0})")).find("graphId"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace mpakt::http
