@@ -48,4 +48,31 @@ void write_outputs(rapidjson::Writer<rapidjson::StringBuffer>& w, const executab
   w.EndObject();
 }
 
+std::size_t output_values::bytes() const {
+  std::size_t n = 0;
+  for (const auto& [_, t] : values) n += t.nbytes();
+  return n;
+}
+
+output_values take_outputs(const executable_graph& g, const std::vector<std::string>& names) {
+  output_values out;
+  for (const auto& name : names) {
+    const tensor* t = g.value(name);
+    if (!t) continue;
+    auto wide = to_f32(*t);
+    if (!wide) continue;
+    out.values.emplace_back(name, std::move(*wide));
+  }
+  return out;
+}
+
+std::string outputs_json(const output_values& v, bool base64) {
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartObject();
+  for (const auto& [name, t] : v.values) write_output(w, name, t.shape(), t.f32_span(), base64);
+  w.EndObject();
+  return std::string(buf.GetString(), buf.GetSize());
+}
+
 }  // namespace mpakt

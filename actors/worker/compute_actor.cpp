@@ -16,6 +16,7 @@
 #include <set>
 
 #include "actors/errors.hpp"
+#include "actors/off_thread.hpp"
 #include "actors/generate/gen_values.hpp"
 #include "actors/generate/speculator.hpp"
 #include "backends/cpu/cpu_backend.hpp"
@@ -135,12 +136,20 @@ using compute_pointer = compute_actor::stateful_pointer<compute_state>;
 
 std::string mb(std::uint64_t bytes) { return std::to_string((bytes + 999999) / 1000000) + " MB"; }
 
-/// Writes the outputs object of a run.
-std::string outputs_text(const executable_graph& g, const std::vector<std::string>& names, bool base64) {
-  rapidjson::StringBuffer buf;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-  write_outputs(w, g, names, base64);
-  return std::string(buf.GetString(), buf.GetSize());
+/// The answer of a run: its outputs copied out of the graph and written as JSON — at once when
+/// small, else on a helper thread, so the compute thread goes on with the next call.
+caf::result<run_reply> answer_run(compute_pointer self, const executable_graph& g, const std::vector<std::string>& names,
+                                  bool base64) {
+  auto values = std::make_shared<output_values>(take_outputs(g, names));
+  const auto steps = std::uint32_t(g.step_count());
+  if (values->bytes() < off_thread_bytes) return run_reply{outputs_json(*values, base64), steps};
+  auto rp = self->make_response_promise<run_reply>();
+  maybe_off_thread<result<std::string>>(self, true, [values, base64] { return result<std::string>(outputs_json(*values, base64)); },
+                                        [rp, steps](result<std::string>& text) mutable {
+                                          if (text) rp.deliver(run_reply{std::move(*text), steps});
+                                          else rp.deliver(to_caf(text.err()));
+                                        });
+  return caf::result<run_reply>(rp);
 }
 
 /// Applies a compiled call's bindings ({"name": number | [numbers]}); every declared
@@ -567,6 +576,8 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
         auto& st = self->state;
         // The call's entry (its run control) stays registered, so the front can cancel it,
         // until this answer is made.
+        // (a big inline graph was parsed by the front: taken first, so it never stays behind)
+        auto parsed = st.shared->take_parsed(number);
         worker_shared::run_entry entry;
         {
           std::lock_guard<std::mutex> lock(st.shared->m);
@@ -596,7 +607,6 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
         const std::string primary = r.session.empty() && !r.sessions.empty() ? r.sessions.front() : r.session;
         auto* progress = &st.shared->progress;
         control.on_step = [progress](std::size_t done) { progress->store(std::uint32_t(done), std::memory_order_relaxed); };
-        run_reply reply;
         if (!r.graph_id.empty()) {
           auto it = st.graphs.find(r.graph_id);
           if (it == st.graphs.end()) return to_caf(errc::not_found, "graph " + r.graph_id + " is not compiled on this worker");
@@ -607,11 +617,9 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
             if (control.stopped != run_control::stop::none) return stopped(st, entry, control, e.graph->step_count());
             return to_caf(s.err());
           }
-          reply.outputs_json = outputs_text(*e.graph, r.outputs.empty() ? e.outputs : r.outputs, r.base64);
-          reply.steps = std::uint32_t(e.graph->step_count());
-          return reply;
+          return answer_run(self, *e.graph, r.outputs.empty() ? e.outputs : r.outputs, r.base64);
         }
-        auto decl = parse_graph_text(r.graph_json, false);
+        auto decl = parsed ? std::move(*parsed) : parse_graph_text(r.graph_json, false);
         if (!decl) return to_caf(decl.err());
         if (!decl->retain.empty() && primary.empty())
           return to_caf(errc::invalid, "graph.retain needs a session to keep values in");
@@ -628,14 +636,13 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
         }
         if (!retain.empty())
           if (auto s = st.store.apply_retain(**g, primary, retain); !s) return to_caf(s.err());
-        reply.outputs_json = outputs_text(**g, outputs, r.base64);
-        reply.steps = std::uint32_t((*g)->step_count());
-        return reply;
+        return answer_run(self, **g, outputs, r.base64);
       },
-      [=](compile_atom, compile_request& r) -> caf::result<compile_reply> {
+      [=](compile_atom, compile_request& r, std::uint64_t number) -> caf::result<compile_reply> {
         turn on_turn(self->state);
         auto& st = self->state;
-        auto decl = parse_graph_text(r.graph_json, true);
+        auto parsed = st.shared->take_parsed(number);
+        auto decl = parsed ? std::move(*parsed) : parse_graph_text(r.graph_json, true);
         if (!decl) return to_caf(decl.err());
         auto busy = st.busy_with("compile " + r.graph_id, "", 0);
         compiled_entry e;

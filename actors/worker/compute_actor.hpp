@@ -27,7 +27,7 @@ using compute_actor = caf::typed_actor<
     caf::replies_to<sload_atom, std::string, session_dump>::with<bool>,
     /// the call and the front's number for it (its entry in worker_shared::runs)
     caf::replies_to<run_atom, run_request, std::uint64_t>::with<run_reply>,
-    caf::replies_to<compile_atom, compile_request>::with<compile_reply>,
+    caf::replies_to<compile_atom, compile_request, std::uint64_t>::with<compile_reply>,  // the front's number
     caf::replies_to<dropgraph_atom, std::string>::with<bool>,
     caf::replies_to<gencheck_atom, std::string, bool, bool>::with<std::int32_t>,
     caf::replies_to<genstart_atom, gen_request>::with<bool>,

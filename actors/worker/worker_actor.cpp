@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "actors/errors.hpp"
+#include "actors/off_thread.hpp"
 #include "actors/worker/compute_actor.hpp"
 #include "actors/worker/load_receiver.hpp"
 #include "actors/worker/worker_shared.hpp"
@@ -60,6 +61,29 @@ worker_status snapshot(worker_shared& w) {
   const std::size_t running = w.busy.on && w.busy.graph.rfind("compile ", 0) != 0 ? 1 : 0;
   s.queued = std::uint32_t(w.runs.size() - std::min(w.runs.size(), running));
   return s;
+}
+
+/// Parses the graph of a big call (a run_request or compile_request) on a helper thread,
+/// leaves it for the compute side under the call's number, and hands the call on with its
+/// text dropped; the compute side's answer goes to `rp`.
+template <class Reply, class Atom, class Request>
+void parse_then_send(front_pointer self, Atom atom, std::shared_ptr<Request> req, std::uint64_t number, bool allow_bind,
+                     caf::typed_response_promise<Reply> rp) {
+  maybe_off_thread<result<graph_decl>>(self, true, [req, allow_bind] { return parse_graph_text(req->graph_json, allow_bind); },
+                                       [self, atom, req, number, rp](result<graph_decl>& decl) mutable {
+    auto& w = *self->state.shared;
+    {
+      std::lock_guard<std::mutex> lock(w.m);
+      w.parsed[number] = std::make_shared<result<graph_decl>>(std::move(decl));
+    }
+    req->graph_json = std::string();
+    self->request(self->state.compute, caf::infinite, atom, std::move(*req), number)
+        .then([rp](Reply& reply) mutable { rp.deliver(std::move(reply)); },
+              [self, number, rp](caf::error& e) mutable {
+                self->state.shared->take_parsed(number);  // (never reached the compute side)
+                rp.deliver(std::move(e));
+              });
+  });
 }
 
 worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<worker_shared> shared, compute_actor compute,
@@ -135,9 +159,26 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
             control->cancel();
           w.runs[number] = worker_shared::run_entry{r.run_id, control, r.timeout_ms, now};
         }
-        return self->delegate(self->state.compute, run_atom::value, std::move(r), number);
+        if (!r.graph_id.empty() || r.graph_json.size() < off_thread_bytes)
+          return caf::result<run_reply>(self->delegate(self->state.compute, run_atom::value, std::move(r), number));
+        // A big inline graph is parsed here on a helper thread, so the compute side goes on
+        // with other calls meanwhile; a cancel or the limit still reach it (registered above).
+        auto rp = self->make_response_promise<run_reply>();
+        parse_then_send(self, run_atom::value, std::make_shared<run_request>(std::move(r)), number, false, rp);
+        return caf::result<run_reply>(rp);
       },
-      [=](compile_atom, compile_request& r) { return self->delegate(self->state.compute, compile_atom::value, std::move(r)); },
+      [=](compile_atom, compile_request& r) -> caf::result<compile_reply> {
+        std::uint64_t number = 0;
+        {
+          std::lock_guard<std::mutex> lock(self->state.shared->m);
+          number = ++self->state.shared->next_run;
+        }
+        if (r.graph_json.size() < off_thread_bytes)
+          return caf::result<compile_reply>(self->delegate(self->state.compute, compile_atom::value, std::move(r), number));
+        auto rp = self->make_response_promise<compile_reply>();
+        parse_then_send(self, compile_atom::value, std::make_shared<compile_request>(std::move(r)), number, true, rp);
+        return caf::result<compile_reply>(rp);
+      },
       [=](dropgraph_atom, const std::string& id) { return self->delegate(self->state.compute, dropgraph_atom::value, id); },
       [=](gencheck_atom, const std::string& id, bool sampling, bool verify) {
         return self->delegate(self->state.compute, gencheck_atom::value, id, sampling, verify);

@@ -72,6 +72,18 @@ struct worker_shared {
     std::chrono::steady_clock::time_point received;
   };
   std::map<std::uint64_t, run_entry> runs;  ///< by the front's call number
+  /// Big graphs (inline calls, templates) the front had parsed on a helper thread, by the
+  /// front's call number, for the compute side to take instead of parsing them on its thread.
+  std::map<std::uint64_t, std::shared_ptr<result<graph_decl>>> parsed;
+  /// The parsed graph of call `number`, if the front made one (taken: at most once).
+  std::shared_ptr<result<graph_decl>> take_parsed(std::uint64_t number) {
+    std::lock_guard<std::mutex> lock(m);
+    auto it = parsed.find(number);
+    if (it == parsed.end()) return nullptr;
+    auto p = std::move(it->second);
+    parsed.erase(it);
+    return p;
+  }
   std::uint64_t next_run = 0;
   /// Run ids cancelled lately, so a cancel that overtakes its call (the call was still being
   /// compiled elsewhere) still stops it; the last 64.

@@ -15,42 +15,11 @@
 #include <optional>
 #include <string>
 
+#include "actors/off_thread.hpp"
 #include "actors/protocol.hpp"
 #include "runtime/status.hpp"
 
 namespace mpakt::http {
-
-using work_atom = caf::atom_constant<caf::atom("work")>;
-
-/// Bodies (and replies) from this size on are decoded (rendered) on a helper thread; smaller
-/// ones at once, where a helper's start would cost more than the work.
-inline constexpr std::size_t off_thread_bytes = 256 * 1024;
-
-/// Runs `work()` (returning T, a result<…>) on a helper thread of its own when `heavy`, else at once; then
-/// `then(T&)` in `self`. The value travels in a holder both sides share; the helper's reply
-/// orders its write before the actor's read. `work` must be callable as const.
-template <class T, class Work, class Then>
-void maybe_off_thread(caf::event_based_actor* self, bool heavy, Work work, Then then) {
-  if (!heavy) {
-    T v = work();
-    then(v);
-    return;
-  }
-  auto out = std::make_shared<std::optional<T>>();
-  auto helper = self->system().spawn<caf::detached>([work = std::move(work), out](caf::event_based_actor* h) -> caf::behavior {
-    return {[=](work_atom) {
-      h->quit();
-      out->emplace(work());
-      return true;
-    }};
-  });
-  self->request(helper, caf::infinite, work_atom::value)
-      .then([out, then](bool) mutable { then(**out); },
-            [then](caf::error& e) mutable {
-              T failed = error{errc::internal, "a helper thread failed: " + caf::to_string(e)};
-              then(failed);
-            });
-}
 
 /// {"outputs": …, "steps": n}, the answer of a graph call.
 std::string graph_reply_json(const run_reply& r);

@@ -364,6 +364,68 @@ def test_a_large_graph_body_holds_up_no_one(patient):
     assert max(waits) < PROMPT_S, f"a status + session lookup waited {max(waits):.2f} s during the big call ({out['elapsed']:.1f} s)"
 
 
+BIG_JSON_CALL = r"""
+import base64, http.client, json, struct, sys, time
+port, key, n, mode = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+if mode == "parse":  # n values in as JSON numbers, their sum out
+    raw = (b'{"graph": {"inputs": [{"name": "x", "shape": [' + str(n).encode() + b'], "data": [' +
+           b",".join([b"1.25"] * n) + b']}], "steps": [{"op": "reduce_sum", "in": ["x"], "out": "s"}], "outputs": ["s"]}}')
+else:  # n values in as base64, twice them out as JSON numbers
+    raw = json.dumps({"graph": {"inputs": [{"name": "x", "shape": [n], "dataB64": "@"}],
+                                "steps": [{"op": "scale", "in": ["x"], "out": "y", "params": {"factor": 2.0}}],
+                                "outputs": ["y"]}}).encode()
+    raw = raw.replace(b'"@"', b'"' + base64.b64encode(struct.pack("<f", 1.25) * n) + b'"')
+print("sending", flush=True)
+t0 = time.monotonic()
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+c.request("POST", "/api/v3/graph", body=raw, headers={"x-api-key": key, "content-type": "application/json"})
+r = c.getresponse()
+body = r.read()
+elapsed = time.monotonic() - t0
+ok = False
+if r.status == 200 and mode == "parse":
+    s = json.loads(body)["outputs"]["s"]["data"][0]
+    ok = abs(s - 1.25 * n) <= 1e-4 * n
+elif r.status == 200:  # (32 M numbers: checked as text, not parsed into Python floats)
+    head = b'{"outputs":{"y":{"shape":[' + str(n).encode() + b'],"data":[2.5,2.5,'
+    ok = body.startswith(head) and body.endswith(b',2.5]}},"steps":1}') and body.count(b",") == n + 1
+print(json.dumps({"status": r.status, "ok": ok, "elapsed": elapsed, "head": body[:300].decode("utf-8", "replace")}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["parse", "render"])
+def test_a_big_inline_graph_is_parsed_and_answered_off_the_workers_compute_thread(patient, mode):
+    """A graph call of 32 M values, written as JSON numbers in the body ("parse", about 160 MB,
+    parsed at the edge for routing and on the worker for its values) or in the answer
+    ("render", about 130 MB). The worker parses the graph on a helper thread its front starts,
+    and writes a big answer on a helper thread too, so its compute thread goes on serving other
+    sessions' graph calls meanwhile. (Both used to happen on the compute thread: the same
+    worker's other calls waited them out.)"""
+    api = Api(patient.port, timeout=WORK_S)
+    _, key = patient.account("bulkjson" + mode)
+    _, other = patient.account("bystander3" + mode)
+    n = 32 * 1024 * 1024
+    big = subprocess.Popen([sys.executable, "-c", BIG_JSON_CALL, str(patient.port), key, str(n), mode],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert big.stdout.readline().strip() == "sending"
+        waits = []
+        while big.poll() is None:
+            t0 = time.monotonic()
+            expect(api.post("/api/v3/graph", {"graph": small_graph()}, key=other, timeout=WORK_S), 200)
+            waits.append(time.monotonic() - t0)
+            time.sleep(0.02)
+        out = json.loads(big.stdout.read())
+    finally:
+        big.kill()
+    assert out["status"] == 200 and out["ok"], out
+    assert len(waits) >= 5, f"the big call took {out['elapsed']:.1f} s; only {len(waits)} probes ran meanwhile"
+    print(f"{mode}: big call {out['elapsed']:.1f} s, {len(waits)} small calls, longest {max(waits):.2f} s")
+    # (the worker's parse or rendering alone is a third or more of the call: no small call may wait it out)
+    assert max(waits) < min(PROMPT_S, out["elapsed"] / 4), \
+        f"a small graph call waited {max(waits):.2f} s on the worker during the big call ({out['elapsed']:.1f} s)"
+
+
 # --------------------------------------------------------------------------- concurrent loads
 
 
