@@ -1,6 +1,7 @@
 #include "actors/cluster.hpp"
 
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 
 #include <thread>
 
@@ -14,7 +15,7 @@ void configure_cluster(caf::actor_system_config& cfg) {
 
 result<std::uint16_t> publish_gate(caf::actor_system& sys, const gate_actor& gate, const std::string& address,
                                    std::uint16_t port) {
-  auto bound = sys.middleman().publish(gate, port, address.c_str(), true);
+  auto bound = caf::openssl::publish(gate, port, address.c_str(), true);
   if (!bound)
     return make_error(errc::unavailable, "cannot accept volunteers on " + address + ":" + std::to_string(port) + ": " +
                                              sys.render(bound.error()));
@@ -26,7 +27,7 @@ result<gate_actor> connect_gate(caf::actor_system& sys, const std::string& host,
   const auto deadline = std::chrono::steady_clock::now() + patience;
   std::string last;
   for (;;) {
-    auto gate = sys.middleman().remote_actor<gate_actor>(host, port);
+    auto gate = caf::openssl::remote_actor<gate_actor>(sys, host, port);
     if (gate) return *gate;
     last = sys.render(gate.error());
     if (std::chrono::steady_clock::now() >= deadline) break;

@@ -17,6 +17,7 @@
 #include "actors/coordinator/pool_actor.hpp"
 #include "actors/worker/worker_actor.hpp"
 #include "actors/cluster.hpp"
+#include "actors/cluster_tls.hpp"
 #include "app/commands.hpp"
 #include "app/process.hpp"
 #include "app/sizes.hpp"
@@ -65,7 +66,11 @@ const char* serve_usage =
     "  --threads N         threads a kernel may use (default: the machine's cores, or $MPAKT_THREADS)\n"
     "  --cluster-port N    accept volunteers (`mpakt worker --join ADDR:N --token TOKEN`) on\n"
     "                      --address, port N; tokens from `mpakt admin volunteer-token`\n"
-    "                      (with --dev, a token named dev is made at start and printed)\n"
+    "                      (with --dev, a token named dev is made at start and printed). The\n"
+    "                      port speaks TLS only; the banner prints the certificate's fingerprint\n"
+    "                      that volunteers pin (--coordinator-fingerprint)\n"
+    "  --cluster-cert FILE the cluster port's certificate (PEM) and its key; by default a key\n"
+    "  --cluster-key FILE  pair and self-signed certificate made in DIR/cluster on first start\n"
     "  --log-format F      stderr log lines: text, or json (one object per line); default text\n"
     "                      when stderr is a terminal, json otherwise. The banner stays on stdout\n"
     "  --metrics-open      serve GET /metrics to anyone who reaches --address (default: an\n"
@@ -87,6 +92,7 @@ const char* serve_usage =
 int cmd_serve(const std::vector<std::string>& args) {
   std::string data_dir, address = "127.0.0.1", web_dir;
   int port = -1, workers = 1, cluster_port = -1;
+  std::string cluster_cert, cluster_key;
   // Kernel threads per worker: by default the machine's cores (the embedded worker is the
   // only heavy computation; CAF's scheduler and the HTTP thread mostly wait).
   int threads = std::max(1u, std::thread::hardware_concurrency());
@@ -143,6 +149,8 @@ int cmd_serve(const std::vector<std::string>& args) {
       if (!(v = value()) || std::atoi(v->c_str()) < 0 || std::atoi(v->c_str()) > 65535) return bad("--cluster-port needs a port");
       cluster_port = std::atoi(v->c_str());
     }
+    else if (a == "--cluster-cert") { if (!(v = value()) || v->empty()) return bad("--cluster-cert needs a PEM file"); cluster_cert = *v; }
+    else if (a == "--cluster-key") { if (!(v = value()) || v->empty()) return bad("--cluster-key needs a PEM file"); cluster_key = *v; }
     else if (a == "--default-quantize") {
       if (!(v = value()) || (*v != "none" && *v != "q8" && *v != "q4" && *v != "auto"))
         return bad("--default-quantize takes none, q8, q4 or auto");
@@ -215,6 +223,14 @@ int cmd_serve(const std::vector<std::string>& args) {
   sigset_t stop_signals = block_stop_signals();
   caf::actor_system_config cfg;
   configure_actor_system(cfg, cluster_port >= 0);
+  // The cluster port speaks TLS with the coordinator's certificate (actors/cluster_tls.hpp).
+  std::string fingerprint;
+  if (cluster_port >= 0) {
+    auto files = tls::coordinator_files((std::filesystem::path(data_dir) / "cluster").string(), cluster_cert, cluster_key,
+                                        &fingerprint);
+    if (!files) { std::fprintf(stderr, "mpakt serve: the cluster port's certificate: %s\n", files.err().message.c_str()); return 1; }
+    tls::configure_link(cfg, *files);
+  }
   auto sys = std::make_unique<caf::actor_system>(cfg);
 
   int exit_code = 0;
@@ -249,7 +265,9 @@ int cmd_serve(const std::vector<std::string>& args) {
         for (auto& w : local_workers) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
         return 1;
       }
-      cluster_line = "  volunteers:  mpakt worker --join " + address + ":" + std::to_string(*bound) + " " + token_hint + "\n";
+      cluster_line = "  volunteers:  mpakt worker --join " + address + ":" + std::to_string(*bound) + " --coordinator-fingerprint " +
+                     fingerprint + " " + token_hint + "\n" + "  cluster port: TLS only; its certificate's SHA-256 fingerprint is " +
+                     fingerprint + "\n";
     }
     auto coordinator = spawn_coordinator(*sys, ccfg, pool);
     accounts_config acfg;

@@ -10,9 +10,13 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "actors/cluster.hpp"
+#include "actors/cluster_tls.hpp"
 #include "actors/errors.hpp"
 #include "actors/coordinator/load_job.hpp"
 #include "actors/worker/worker_actor.hpp"
@@ -30,7 +34,8 @@ namespace mpakt::app {
 namespace {
 
 const char* worker_usage =
-    "usage: mpakt worker --join HOST:PORT --token TOKEN [--id NAME] [--memory SIZE] [--threads N]\n"
+    "usage: mpakt worker --join HOST:PORT --token TOKEN (--coordinator-fingerprint HEX | --ca FILE)\n"
+    "                    [--id NAME] [--memory SIZE] [--threads N]\n"
     "                    [--join-timeout-ms MS] [--legacy] [--reference] [--without OPS]\n"
     "                    [--delay-ms MS] [--cpu]\n"
     "\n"
@@ -41,6 +46,12 @@ const char* worker_usage =
     "  --token TOKEN       the join token the operator gave (`mpakt admin volunteer-token`),\n"
     "                      or $MPAKT_VOLUNTEER_TOKEN; without a valid one the coordinator refuses\n"
     "                      the volunteer and it exits with status 4 (3: the coordinator went away)\n"
+    "  --coordinator-fingerprint HEX\n"
+    "                      the SHA-256 fingerprint of the coordinator's certificate (its banner\n"
+    "                      prints it): the link is TLS, and a coordinator presenting another\n"
+    "                      certificate is refused before anything is sent (exit status 5)\n"
+    "  --ca FILE           instead of a fingerprint: trust the CA certificates in FILE (PEM), for\n"
+    "                      a coordinator started with --cluster-cert from that CA\n"
     "  --id NAME           how the pool shows it (default w_<host>_<pid>)\n"
     "  --memory SIZE       memory it offers, e.g. 8G, 512M (default 8G)\n"
     "  --threads N         threads a kernel may use (default: the machine's cores)\n"
@@ -60,6 +71,7 @@ std::atomic<bool> disconnected{false};
 /// Exit statuses beyond 0 (stopped), 1 (cannot reach the coordinator) and 2 (bad arguments).
 constexpr int exit_coordinator_gone = 3;
 constexpr int exit_refused = 4;
+constexpr int exit_untrusted = 5;  ///< the coordinator's certificate is not the one pinned, or no TLS
 
 /// The GPU backend when this build has CUDA and a usable GPU exists; errc::not_found when
 /// there is none (the CPU then serves), another error when opening it failed.
@@ -78,7 +90,7 @@ result<std::shared_ptr<backend>> choose_gpu() {
 }  // namespace
 
 int cmd_worker(const std::vector<std::string>& args) {
-  std::string join, id, token;
+  std::string join, id, token, pinned, ca_file;
   if (const char* t = std::getenv("MPAKT_VOLUNTEER_TOKEN")) token = t;
   worker_config wc;
   int threads = std::max(1u, std::thread::hardware_concurrency());
@@ -96,6 +108,12 @@ int cmd_worker(const std::vector<std::string>& args) {
     if (a == "--help" || a == "-h") { std::fputs(worker_usage, stdout); return 0; }
     else if (a == "--join") { if (!(v = value())) return bad("--join needs HOST:PORT"); join = *v; }
     else if (a == "--token") { if (!(v = value()) || v->empty()) return bad("--token needs the join token"); token = *v; }
+    else if (a == "--coordinator-fingerprint") {
+      if (!(v = value())) return bad("--coordinator-fingerprint needs the hex digits the coordinator's banner prints");
+      auto fp = tls::normalize_fingerprint(*v);
+      if (!fp) return bad(fp.err().message.c_str());
+      pinned = *fp;
+    } else if (a == "--ca") { if (!(v = value()) || v->empty()) return bad("--ca needs a PEM file"); ca_file = *v; }
     else if (a == "--id") { if (!(v = value()) || v->empty()) return bad("--id needs a name"); id = *v; }
     else if (a == "--memory") {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
@@ -142,9 +160,51 @@ int cmd_worker(const std::vector<std::string>& args) {
     else if (gpu.err().code != errc::not_found) std::fprintf(stderr, "mpakt worker: %s; computing on the CPU\n", gpu.err().message.c_str());
   }
 
+  if (pinned.empty() == ca_file.empty()) {
+    std::fprintf(stderr, "mpakt worker: give the coordinator's certificate fingerprint (--coordinator-fingerprint HEX, "
+                         "printed in its banner) or a CA to trust (--ca FILE), one of them: the cluster link is TLS\n");
+    return 2;
+  }
+  // The link's files live in a private folder of this process's own, gone when it ends.
+  char dir_template[] = "/tmp/mpakt-volunteer-XXXXXX";
+  if (!mkdtemp(dir_template)) { std::fprintf(stderr, "mpakt worker: cannot make a private folder in /tmp\n"); return 1; }
+  const std::string link_dir = dir_template;
+  struct remove_dir {
+    std::string path;
+    ~remove_dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } cleanup{link_dir};
+  std::string trusted;
+  if (!pinned.empty()) {
+    // What the port presents, checked before anything of ours travels (actors/cluster_tls.hpp).
+    auto pem = tls::fetch_certificate(where->first, where->second, std::chrono::milliseconds(patience_ms));
+    if (!pem) {
+      std::fprintf(stderr, "mpakt worker: %s\n", pem.err().message.c_str());
+      return pem.err().code == errc::unauthorized ? exit_untrusted : 1;
+    }
+    auto fp = tls::fingerprint_of(*pem);
+    if (!fp || *fp != pinned) {
+      std::fprintf(stderr,
+                   "mpakt worker: the cluster port at %s presents a certificate with fingerprint %s, not the pinned %s: "
+                   "refusing to join (check the coordinator's banner; someone may be in between)\n",
+                   join.c_str(), fp ? fp->c_str() : "(unreadable)", pinned.c_str());
+      return exit_untrusted;
+    }
+    trusted = std::move(*pem);
+  } else {
+    std::ifstream in(ca_file, std::ios::binary);
+    if (!in) { std::fprintf(stderr, "mpakt worker: cannot read --ca %s\n", ca_file.c_str()); return 2; }
+    trusted.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  auto files = tls::volunteer_files(link_dir, trusted);
+  if (!files) { std::fprintf(stderr, "mpakt worker: %s\n", files.err().message.c_str()); return 1; }
+
   sigset_t stop_signals = block_stop_signals();
   caf::actor_system_config cfg;
   configure_actor_system(cfg, true);
+  tls::configure_link(cfg, *files);
   auto sys = std::make_unique<caf::actor_system>(cfg);
   int exit_code = 0;
   {
@@ -152,6 +212,10 @@ int cmd_worker(const std::vector<std::string>& args) {
     if (!gate) {
       std::fprintf(stderr, "mpakt worker: %s\n", gate.err().message.c_str());
       return 1;
+    }
+    {  // (the link is up: its files are read when a connection opens, and no other will)
+      std::error_code ec;
+      std::filesystem::remove_all(link_dir, ec);
     }
     auto worker = spawn_worker(*sys, wc);
     // Presents the worker with the token; nothing reaches it before the gate admits it.

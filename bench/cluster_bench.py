@@ -45,11 +45,12 @@ import decode_bench as db  # noqa: E402  (the model writer, process and HTTP hel
 
 
 def dev_token(serve_log):
-    """The volunteer join token `mpakt serve --dev --cluster-port` printed at start."""
-    m = re.search(r"--token (mpv_\S+)", Path(serve_log).read_text(errors="replace"))
+    """What a volunteer of `mpakt serve --dev --cluster-port` needs, as its banner printed it:
+    the certificate fingerprint to pin and the join token."""
+    m = re.search(r"--coordinator-fingerprint ([0-9a-f]{64}) --token (mpv_\S+)", Path(serve_log).read_text(errors="replace"))
     if not m:
         raise RuntimeError(f"no volunteer token in {serve_log}")
-    return m.group(1)
+    return ["--coordinator-fingerprint", m.group(1), "--token", m.group(2)]
 
 def loopback_bandwidth(total=1 << 30, chunk=1 << 20):
     """Bytes/s through one loopback TCP connection (send and receive in this process)."""
@@ -137,7 +138,7 @@ def load_section(args, tmp, host_url, host_pid, model_bytes):
             pids = {"host": host_pid, "coordinator": serve.p.pid}
             if where == "volunteer":
                 w = db.Proc("w_load", [args.binary, "worker", "--join", f"127.0.0.1:{cport}", "--id", "w_load",
-                                       "--memory", "2G", "--token", dev_token(data / "serve.log")], data / "worker.log")
+                                       "--memory", "2G", *dev_token(data / "serve.log")], data / "worker.log")
                 procs.append(w)
                 w.start(r"mpakt worker: \S+ joined")
                 pids["volunteer"] = w.p.pid
@@ -262,7 +263,7 @@ def main():
                           "split": [("w_left", str(model_bytes * 6 // 10)), ("w_right", str(model_bytes * 6 // 10))]}[label]
             for name, memory in volunteers:
                 w = db.Proc(name, [args.binary, "worker", "--join", f"127.0.0.1:{cport}", "--id", name,
-                                   "--memory", memory, "--token", dev_token(data / "serve.log")], data / f"{name}.log")
+                                   "--memory", memory, *dev_token(data / "serve.log")], data / f"{name}.log")
                 procs.append(w)
                 w.start(r"mpakt worker: \S+ joined")
             api = db.Api(port)

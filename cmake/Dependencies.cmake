@@ -23,6 +23,9 @@ find_package(SQLite3 REQUIRED)
 find_path(MPAKT_CAF_INCLUDE caf/all.hpp REQUIRED)
 find_library(MPAKT_CAF_CORE caf_core REQUIRED)
 find_library(MPAKT_CAF_IO caf_io REQUIRED)
+# The cluster port speaks TLS through CAF's OpenSSL module (actors/cluster_tls.hpp).
+find_library(MPAKT_CAF_OPENSSL caf_openssl REQUIRED)
 add_library(mpakt_caf INTERFACE)
 target_include_directories(mpakt_caf SYSTEM INTERFACE ${MPAKT_CAF_INCLUDE})
-target_link_libraries(mpakt_caf INTERFACE ${MPAKT_CAF_IO} ${MPAKT_CAF_CORE} Threads::Threads)
+target_link_libraries(mpakt_caf INTERFACE ${MPAKT_CAF_OPENSSL} ${MPAKT_CAF_IO} ${MPAKT_CAF_CORE} OpenSSL::SSL OpenSSL::Crypto
+  Threads::Threads)

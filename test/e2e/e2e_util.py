@@ -291,9 +291,19 @@ class Server:
 
     def volunteer_token(self):
         """The join token `mpakt serve --dev --cluster-port` makes at start and prints."""
-        m = re.search(r"mpakt worker --join \S+ --token (mpv_\S+)", self.process.output())
+        m = re.search(r"mpakt worker --join \S+ --coordinator-fingerprint [0-9a-f]{64} --token (mpv_\S+)", self.process.output())
         assert m, f"no volunteer token in the output of mpakt serve:\n{self.process.output()[-2000:]}"
         return m.group(1)
+
+    def coordinator_fingerprint(self):
+        """The SHA-256 fingerprint of the cluster port's certificate, as the banner prints it."""
+        m = re.search(r"mpakt worker --join \S+ --coordinator-fingerprint ([0-9a-f]{64})", self.process.output())
+        assert m, f"no cluster fingerprint in the output of mpakt serve:\n{self.process.output()[-2000:]}"
+        return m.group(1)
+
+    def link_args(self):
+        """What a volunteer of this coordinator is told to trust."""
+        return ["--coordinator-fingerprint", self.coordinator_fingerprint()]
 
     def assert_up(self):
         assert self.process.alive(), f"mpakt serve on port {self.port} died:\n{self.process.output()[-3000:]}"

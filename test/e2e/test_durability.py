@@ -38,7 +38,8 @@ class Grid:
         self.n += 1
         name = f"w_{self.n}"
         proc = Process(name, [binary(), "worker", "--join", f"127.0.0.1:{self.cport}", "--id", name, "--memory", "256M",
-                              "--threads", "1", "--token", self.server.volunteer_token()], self.logs / f"{name}.log")
+                              "--threads", "1", "--token", self.server.volunteer_token(), *self.server.link_args()],
+                       self.logs / f"{name}.log")
         proc.start(r"mpakt worker: \S+ joined", timeout=30)
         self.workers[name] = proc
         self.wait(lambda s: name in [w["workerId"] for w in s["pool"]])
