@@ -79,7 +79,17 @@ struct worker_status {
   std::string busy_session;         ///< its primary session, if any
   std::uint32_t busy_steps_done = 0, busy_steps = 0;  ///< progress (0 of 0 while compiling)
   std::uint32_t queued = 0;         ///< graph calls waiting behind it
+  /// Spot-checks (a volunteer's, filled in by its checked worker: actors/coordinator/checked_worker.hpp).
+  bool checked = false;                  ///< its passes are spot-checked
+  std::uint32_t checks_passed = 0;       ///< passes re-run on the verifier that agreed
+  std::uint32_t checks_unchecked = 0;    ///< chosen but the verifier could not run them
+  std::uint32_t checks_inconclusive = 0; ///< generations whose tokens parted on different kernel paths
+  std::uint32_t checks_first_left = 0;   ///< of its first passes, all checked, those still to come
+  bool checks_exact = false;             ///< same kernel path as the verifier: compared bit for bit
 };
+
+/// The run id of the pool's probe calls (timed, never spot-checked).
+inline constexpr const char* probe_run_id = "pool-probe";
 
 /// Starts receiving one tensor of a model. `file_dtype` is the published safetensors dtype
 /// ("BF16", "F64", ...); `resident` the dtype the worker keeps ("bf16", "q8", ...).
@@ -181,7 +191,8 @@ typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
   return f(caf::meta::type_name("worker_status"), x.worker_id, x.backend, x.total_bytes, x.free_bytes, x.features,
            x.packed_weights, x.can_quantize, x.max_tensor_bytes, x.generations, x.lacks, x.measured_ms, x.kernels,
            x.cpu, x.threads, x.busy_since_ms, x.busy_ms, x.busy_graph, x.busy_session, x.busy_steps_done, x.busy_steps,
-           x.queued);
+           x.queued, x.checked, x.checks_passed, x.checks_unchecked, x.checks_inconclusive, x.checks_first_left,
+           x.checks_exact);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_begin_request& x) {

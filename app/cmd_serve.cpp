@@ -69,6 +69,12 @@ const char* serve_usage =
     "                      (with --dev, a token named dev is made at start and printed). The\n"
     "                      port speaks TLS only; the banner prints the certificate's fingerprint\n"
     "                      that volunteers pin (--coordinator-fingerprint)\n"
+    "  --verify-fraction F spot-checks of volunteers: the fraction of their passes (graph calls\n"
+    "                      and generations) re-run on a verifier and compared (default 0.02)\n"
+    "  --verify-first N    a new volunteer's first N passes are all checked (default 8); with\n"
+    "                      --verify-fraction 0 and --verify-first 0 nothing is checked\n"
+    "  --verify-memory SIZE room for copies of a volunteer's weights on its verifier, in this\n"
+    "                      process (default 2G); passes on weights beyond it go unchecked\n"
     "  --cluster-cert FILE the cluster port's certificate (PEM) and its key; by default a key\n"
     "  --cluster-key FILE  pair and self-signed certificate made in DIR/cluster on first start\n"
     "  --log-format F      stderr log lines: text, or json (one object per line); default text\n"
@@ -162,6 +168,18 @@ int cmd_serve(const std::vector<std::string>& args) {
     } else if (a == "--threads") {
       if (!(v = value()) || std::atoi(v->c_str()) < 1) return bad("--threads takes a positive number");
       threads = std::atoi(v->c_str());
+    } else if (a == "--verify-fraction") {
+      char* end = nullptr;
+      const double f = (v = value()) ? std::strtod(v->c_str(), &end) : -1;
+      if (!v || *end != '\0' || !(f >= 0 && f <= 1)) return bad("--verify-fraction takes a number from 0 to 1");
+      gcfg.checks.fraction = f;
+    } else if (a == "--verify-first") {
+      if (!(v = value()) || std::atol(v->c_str()) < 0) return bad("--verify-first takes a number of passes");
+      gcfg.checks.first_passes = std::uint32_t(std::atol(v->c_str()));
+    } else if (a == "--verify-memory") {
+      auto s = (v = value()) ? parse_size(*v) : std::nullopt;
+      if (!s) return bad("--verify-memory takes a size such as 2G");
+      gcfg.checks.memory = *s;
     } else if (a == "--durable-budget") {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s) return bad("--durable-budget takes a size such as 1G");
@@ -256,6 +274,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         if (t) token_hint = "--token " + t->token;
         else std::fprintf(stderr, "mpakt serve: no dev volunteer token: %s\n", t.err().message.c_str());
       }
+      gcfg.verify = gcfg.checks.fraction > 0 || gcfg.checks.first_passes > 0;
       gate = spawn_gate(*sys, pool, std::move(gate_store), gcfg);
       auto bound = publish_gate(*sys, gate, address, std::uint16_t(cluster_port));
       if (!bound) {
@@ -269,6 +288,7 @@ int cmd_serve(const std::vector<std::string>& args) {
                      fingerprint + " " + token_hint + "\n" + "  cluster port: TLS only; its certificate's SHA-256 fingerprint is " +
                      fingerprint + "\n";
     }
+    ccfg.quarantine = gcfg.quarantine;  // (the status shows who was quarantined)
     auto coordinator = spawn_coordinator(*sys, ccfg, pool);
     accounts_config acfg;
     acfg.approve_sign_ups = dev;

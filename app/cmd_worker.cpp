@@ -37,7 +37,7 @@ const char* worker_usage =
     "usage: mpakt worker --join HOST:PORT --token TOKEN (--coordinator-fingerprint HEX | --ca FILE)\n"
     "                    [--id NAME] [--memory SIZE] [--threads N]\n"
     "                    [--join-timeout-ms MS] [--legacy] [--reference] [--without OPS]\n"
-    "                    [--delay-ms MS] [--cpu]\n"
+    "                    [--delay-ms MS] [--cpu] [--fault corrupt-results:P]\n"
     "\n"
     "Runs a volunteer: a worker that joins the coordinator started with\n"
     "`mpakt serve --cluster-port PORT` and holds weights and sessions for the grid. It computes\n"
@@ -61,6 +61,10 @@ const char* worker_usage =
     "  --without OPS       ops or features (comma-separated) to leave out, like an older volunteer;\n"
     "                      graphs using them are never given to it\n"
     "  --cpu               compute on the CPU even where a GPU exists\n"
+    "  --fault corrupt-results:P\n"
+    "                      a testing aid: change one value of a fraction P of its graph answers\n"
+    "                      and replace a fraction P of the tokens its decode loops draw, like a\n"
+    "                      volunteer that lies (the coordinator's spot-checks catch it)\n"
     "  --delay-ms MS       answer every graph call MS late, like a slow or distant volunteer\n"
     "                      (the pool measures it and ranks it below faster workers)\n";
 
@@ -128,6 +132,13 @@ int cmd_worker(const std::vector<std::string>& args) {
     } else if (a == "--delay-ms") {
       if (!(v = value()) || std::atoi(v->c_str()) < 0) return bad("--delay-ms takes a number of milliseconds");
       wc.delay_ms = std::atoi(v->c_str());
+    } else if (a == "--fault") {
+      const std::string prefix = "corrupt-results:";
+      if (!(v = value()) || v->rfind(prefix, 0) != 0) return bad("--fault takes corrupt-results:P (P from 0 to 1)");
+      char* end = nullptr;
+      const double p = std::strtod(v->c_str() + prefix.size(), &end);
+      if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");
+      wc.corrupt_results = p;
     } else if (a == "--cpu") force_cpu = true;
     else if (a == "--legacy") wc.legacy = true;
     else if (a == "--reference") wc.reference_only = true;

@@ -42,6 +42,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import decode_bench as db  # noqa: E402  (the model writer, process and HTTP helpers)
 
+# Spot-checks of volunteers off (docs/operators.md, "Running a public grid"): this benchmark
+# measures the link and the volunteers, not the coordinator re-running their passes.
+NO_CHECKS = ["--verify-fraction", "0", "--verify-first", "0"]
 
 
 def dev_token(serve_log):
@@ -130,7 +133,9 @@ def load_section(args, tmp, host_url, host_pid, model_bytes):
             port, cport = db.free_port(), db.free_port()
             data = tmp / f"load-{where}"
             data.mkdir()
-            extra = ["--workers", "0", "--cluster-port", str(cport)] if where == "volunteer" else []
+            # (spot-checks off: their verifier would convert a second copy of every weight in the
+            # coordinator, which this benchmark of the link does not measure)
+            extra = ["--workers", "0", "--cluster-port", str(cport), *NO_CHECKS] if where == "volunteer" else []
             serve = db.Proc(f"serve {where}", [args.binary, "serve", "--port", port, "--data-dir", data, "--dev",
                                                "--hf-endpoint", host_url, *extra], data / "serve.log")
             procs.append(serve)
@@ -254,7 +259,7 @@ def main():
             port, cport = db.free_port(), db.free_port()
             data = tmp / f"serve-{label}"
             data.mkdir()
-            flags = ["--cluster-port", str(cport)] if label != "embedded" else []
+            flags = ["--cluster-port", str(cport), *NO_CHECKS] if label != "embedded" else []
             serve = db.Proc(f"serve {label}", [args.binary, "serve", "--port", port, "--data-dir", data, "--dev",
                                                "--hf-endpoint", host_url, *extra, *flags], data / "serve.log")
             procs.append(serve)

@@ -238,6 +238,19 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                           w.EndObject();
                         }
                         key(w, "queued"); w.Uint(s.queued);
+                        // a volunteer's spot-checks (actors/coordinator/checked_worker.hpp)
+                        key(w, "checks");
+                        if (!s.checked) {
+                          w.Null();
+                        } else {
+                          w.StartObject();
+                          key(w, "passed"); w.Uint(s.checks_passed);
+                          key(w, "unchecked"); w.Uint(s.checks_unchecked);
+                          key(w, "inconclusive"); w.Uint(s.checks_inconclusive);
+                          key(w, "firstLeft"); w.Uint(s.checks_first_left);
+                          key(w, "exact"); w.Bool(s.checks_exact);
+                          w.EndObject();
+                        }
                         key(w, "models");  // the caller's models placed there
                         w.StartArray();
                         for (const auto& [id, m] : self->state.models) {
@@ -250,6 +263,19 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                         w.EndArray();
                         w.EndObject();
                       }
+                      w.EndArray();
+                      // volunteers ended by spot-checks since the coordinator started
+                      key(w, "quarantined");
+                      w.StartArray();
+                      if (self->state.cfg.quarantine)
+                        for (const auto& q : self->state.cfg.quarantine->list()) {
+                          w.StartObject();
+                          key(w, "workerId"); str(w, q.worker_id);
+                          key(w, "volunteer"); str(w, q.volunteer);
+                          key(w, "reason"); str(w, q.reason);
+                          key(w, "at"); str(w, iso_from_unix_ms(q.at_unix_ms));
+                          w.EndObject();
+                        }
                       w.EndArray();
                       w.EndObject();
                     }));

@@ -9,6 +9,7 @@
 
 #include "actors/coordinator/entities.hpp"
 #include "actors/coordinator/load_job.hpp"
+#include "actors/coordinator/checked_worker.hpp"
 #include "actors/protocol.hpp"
 
 namespace mpakt {
@@ -22,6 +23,8 @@ struct coordinator_config {
   std::uint64_t v2_quota_bytes = 128'000'000;  ///< per key, v2 uploads only
   /// Per key: session checkpoints held on the coordinator (`serve --durable-budget`).
   std::uint64_t durable_budget_bytes = 1'000'000'000;
+  /// Volunteers quarantined by spot-checks (the gate's registry), listed in the status.
+  std::shared_ptr<quarantine_registry> quarantine;
 };
 
 coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config cfg, pool_actor pool);

@@ -90,10 +90,23 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
     rp.deliver(to_caf(grant.err().code, "join refused: " + grant.err().message));
     return;
   }
+  if (st.cfg.quarantine && st.cfg.quarantine->has_digest(grant->digest)) {
+    log_line("refused a volunteer from " + address + ": volunteer " + grant->name + " was quarantined",
+             {{"reason", "quarantined"}});
+    count_refusal("quarantined");
+    rp.deliver(to_caf(errc::unauthorized, "join refused: volunteer " + grant->name +
+                                              " was quarantined (its results differed from the verifier's); ask the "
+                                              "operator for a new token"));
+    return;
+  }
   st.failures.erase(address);  // (a success clears the address's count; `fails` is gone now)
   self->monitor(worker);
   st.members[worker.address()] = admitted{worker, grant->name, grant->digest, address};
-  self->send(st.pool, add_atom::value, worker, grant->memory_cap);
+  // The pool gets the volunteer behind its checked worker (spot-checks), or as it is.
+  worker_actor member = worker;
+  if (st.cfg.verify)
+    member = spawn_checked_worker(self->home_system(), {worker, grant->name, grant->digest}, st.cfg.checks, st.cfg.quarantine);
+  self->send(st.pool, add_atom::value, member, grant->memory_cap);
   log_line("volunteer " + grant->name + " joined from " + address);
   metrics::m().joins.with().inc();
   rp.deliver(grant->name);

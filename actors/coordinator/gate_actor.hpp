@@ -17,6 +17,7 @@
 #include <string>
 
 #include "actors/accounts/accounts_store.hpp"
+#include "actors/coordinator/checked_worker.hpp"
 #include "actors/protocol.hpp"
 
 namespace mpakt {
@@ -25,6 +26,12 @@ struct gate_config {
   int max_failures = 10;                             ///< failed joins per address in the window
   std::chrono::seconds failure_window{60};
   std::chrono::milliseconds recheck_every{2000};
+  /// Spot-checks: each admitted volunteer goes to the pool behind a checked worker
+  /// (actors/coordinator/checked_worker.hpp), unless `verify` is off.
+  bool verify = true;
+  verify_config checks;
+  /// Quarantined volunteers (shown by the coordinator's status); their tokens are refused.
+  std::shared_ptr<quarantine_registry> quarantine = std::make_shared<quarantine_registry>();
 };
 
 gate_actor spawn_gate(caf::actor_system& sys, pool_actor pool, std::unique_ptr<accounts::accounts_store> store,

@@ -44,6 +44,7 @@ void probe(pool_pointer self, worker_actor w) {
   run_request r;
   r.graph_json = probe_graph();
   r.base64 = true;
+  r.run_id = probe_run_id;
   // Behind a long graph it is not worth computing once the pool has stopped waiting.
   r.timeout_ms = std::uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(worker_timeout).count());
   const auto t0 = std::chrono::steady_clock::now();

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 #include <algorithm>
+#include <random>
 #include <cmath>
 #include <limits>
 #include <chrono>
@@ -78,6 +79,12 @@ struct compute_state {
   };
   std::map<std::string, generation> generations;
   bool tick_pending = false;  ///< a genstep message is on its way
+  /// --fault corrupt-results: the draws deciding which answers to corrupt (seeded by the id).
+  std::mt19937_64 fault_rng;
+  bool corrupt_now() {
+    if (shared->cfg.corrupt_results <= 0) return false;
+    return std::uniform_real_distribution<double>(0, 1)(fault_rng) < shared->cfg.corrupt_results;
+  }
 
   const worker_config& cfg() const { return shared->cfg; }
   std::uint64_t free() const { return shared->free(); }
@@ -141,6 +148,10 @@ std::string mb(std::uint64_t bytes) { return std::to_string((bytes + 999999) / 1
 caf::result<run_reply> answer_run(compute_pointer self, const executable_graph& g, const std::vector<std::string>& names,
                                   bool base64) {
   auto values = std::make_shared<output_values>(take_outputs(g, names));
+  if (self->state.corrupt_now() && !values->values.empty() && values->values.front().second.numel() > 0) {
+    float* v = values->values.front().second.f32();  // (--fault: one value of the answer changed)
+    v[0] += 10.0f * (1.0f + std::fabs(v[0]));
+  }
   const auto steps = std::uint32_t(g.step_count());
   if (values->bytes() < off_thread_bytes) return run_reply{outputs_json(*values, base64), steps};
   auto rp = self->make_response_promise<run_reply>();
@@ -313,7 +324,8 @@ bool deliver_tokens(compute_pointer self, const std::string& id, const std::vect
                     const std::vector<std::pair<const tensor*, std::int64_t>>& logits) {
   auto& g = self->state.generations.at(id);
   for (std::size_t i = 0; i < produced.size(); ++i) {
-    const std::int64_t tok = produced[i];
+    std::int64_t tok = produced[i];
+    if (self->state.corrupt_now()) tok = tok > 0 ? tok - 1 : 1;  // (--fault: a lie, fed on as drawn)
     gen_token t;
     t.token = tok;
     t.index = g.index;
@@ -512,6 +524,7 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
                                               std::shared_ptr<backend> be) {
   self->state.shared = std::move(shared);
   self->state.backend = std::move(be);
+  self->state.fault_rng.seed(std::hash<std::string>{}(self->state.cfg().worker_id));
   return {
       [=](dropmodel_atom, const std::string& model) {
         turn on_turn(self->state);

@@ -49,6 +49,11 @@ struct worker_config {
   /// a usable GPU exists), which falls back to the CPU reference kernels for any step its
   /// device path lacks; null = the CPU backend.
   std::shared_ptr<backend> device;
+  /// A testing aid (`mpakt worker --fault corrupt-results:P`): this fraction of its graph
+  /// answers gets one output value changed, and this fraction of the tokens its decode loops
+  /// draw is replaced (and fed on as if drawn) — a volunteer that lies, for the coordinator's
+  /// spot-checks to catch. The draws are seeded by the worker id, so a run repeats. 0 = honest.
+  double corrupt_results = 0;
 };
 
 /// Spawns a worker (its front, compute side and receiver); returns the front.

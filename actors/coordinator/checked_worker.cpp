@@ -1,0 +1,545 @@
+#include "actors/coordinator/checked_worker.hpp"
+
+#include <rapidjson/document.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+
+#include "actors/errors.hpp"
+#include "actors/ids.hpp"
+#include "actors/worker/worker_actor.hpp"
+#include "backends/cpu/isa.hpp"
+#include "runtime/graph.hpp"
+#include "runtime/log.hpp"
+#include "runtime/metrics.hpp"
+#include "runtime/tensor.hpp"
+
+namespace mpakt {
+
+// ------------------------------------------------------------------ the registry
+
+void quarantine_registry::add(entry e) {
+  std::lock_guard<std::mutex> lock(m_);
+  entries_.push_back(std::move(e));
+}
+
+std::vector<quarantine_registry::entry> quarantine_registry::list() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return entries_;
+}
+
+bool quarantine_registry::has_digest(const std::string& digest) const {
+  std::lock_guard<std::mutex> lock(m_);
+  return std::any_of(entries_.begin(), entries_.end(), [&](const entry& e) { return e.token_digest == digest; });
+}
+
+// ------------------------------------------------------------------ comparing answers
+
+namespace {
+
+/// The values of one output ({"shape", "data" | "dataB64"}), as floats; false when unreadable.
+bool output_values_of(const rapidjson::Value& o, std::vector<std::int64_t>& shape, std::vector<float>& values) {
+  if (!o.IsObject()) return false;
+  auto sh = o.FindMember("shape");
+  if (sh == o.MemberEnd() || !sh->value.IsArray()) return false;
+  for (const auto& d : sh->value.GetArray()) shape.push_back(d.IsInt64() ? d.GetInt64() : -1);
+  if (auto b = o.FindMember("dataB64"); b != o.MemberEnd() && b->value.IsString()) {
+    auto decoded = decode_f32_base64(std::string_view(b->value.GetString(), b->value.GetStringLength()));
+    if (!decoded) return false;
+    values = std::move(*decoded);
+    return true;
+  }
+  auto data = o.FindMember("data");
+  if (data == o.MemberEnd() || !data->value.IsArray()) return false;
+  for (const auto& v : data->value.GetArray()) values.push_back(v.IsNumber() ? float(v.GetDouble()) : std::nanf(""));
+  return true;
+}
+
+}  // namespace
+
+bool answers_agree(const std::string& a, const std::string& b, bool exact, std::string* why) {
+  if (a == b) return true;
+  rapidjson::Document da, db;
+  da.Parse(a.data(), a.size());
+  db.Parse(b.data(), b.size());
+  auto say = [&](std::string text) {
+    if (why) *why = std::move(text);
+    return false;
+  };
+  if (da.HasParseError() || db.HasParseError() || !da.IsObject() || !db.IsObject()) return say("an answer is not an outputs object");
+  if (da.MemberCount() != db.MemberCount()) return say("the answers name different outputs");
+  for (auto it = db.MemberBegin(); it != db.MemberEnd(); ++it) {
+    const std::string name(it->name.GetString(), it->name.GetStringLength());
+    auto other = da.FindMember(it->name);
+    if (other == da.MemberEnd()) return say("output " + name + " is missing");
+    std::vector<std::int64_t> sa, sb;
+    std::vector<float> va, vb;
+    if (!output_values_of(other->value, sa, va) || !output_values_of(it->value, sb, vb)) return say("output " + name + " is unreadable");
+    if (sa != sb || va.size() != vb.size()) return say("output " + name + " has another shape");
+    float scale = 0;
+    for (float v : vb)
+      if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
+    const float tol = exact ? 0.0f : 0.01f * scale + 1e-5f;
+    for (std::size_t i = 0; i < vb.size(); ++i) {
+      const bool same = (std::isnan(va[i]) && std::isnan(vb[i])) || va[i] == vb[i] ||
+                        (!exact && std::fabs(va[i] - vb[i]) <= tol);
+      if (!same)
+        return say("output " + name + "[" + std::to_string(i) + "] is " + std::to_string(va[i]) + " where the verifier has " +
+                   std::to_string(vb[i]) + (exact ? " (same kernel path: must be equal)" : ""));
+    }
+  }
+  return true;
+}
+
+// ------------------------------------------------------------------ the checked worker
+
+namespace {
+
+using namespace std::chrono_literals;
+
+/// What the checked worker and its generation comparers count (read by status).
+struct verify_counts {
+  std::atomic<std::uint32_t> passes{0};        ///< passes seen (not the pool's probes)
+  std::atomic<std::uint32_t> checked{0};       ///< compared and agreed
+  std::atomic<std::uint32_t> unchecked{0};     ///< chosen, but the verifier could not run them
+  std::atomic<std::uint32_t> inconclusive{0};  ///< generations whose tokens parted on different kernel paths
+  std::atomic<bool> quarantined{false};
+};
+
+/// Everything a quarantine needs, shared by the checked worker and its comparers.
+struct verify_shared {
+  checked_volunteer v;
+  verify_config cfg;
+  std::shared_ptr<quarantine_registry> registry;
+  verify_counts counts;
+  std::string worker_id;  ///< the volunteer's, from its first status
+  caf::actor_addr self;   ///< the checked worker
+};
+
+/// Ends the volunteer and the checked worker, and records why (once).
+void quarantine(caf::local_actor* by, const std::shared_ptr<verify_shared>& sh, const std::string& reason) {
+  if (sh->counts.quarantined.exchange(true)) return;
+  const auto now_ms = std::uint64_t(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  sh->registry->add({sh->worker_id, sh->v.name, reason, now_ms, sh->v.token_digest});
+  log::line("warn", "checks",
+            "quarantined volunteer " + sh->v.name + " (" + sh->worker_id + "): " + reason + "; ending it, its work goes elsewhere",
+            {{"worker", sh->worker_id}, {"volunteer", sh->v.name}});
+  metrics::m().errors.with({"quarantine"}).inc();
+  by->send_exit(sh->v.worker, caf::exit_reason::kill);
+  if (auto me = caf::actor_cast<caf::actor>(sh->self)) by->send_exit(me, caf::exit_reason::user_shutdown);
+}
+
+// ---- a checked generation: both loops' tokens compared, the verifier's streamed
+
+struct comparer_state {
+  std::shared_ptr<verify_shared> sh;
+  gen_listener listener;
+  std::string id;
+  bool exact = true;
+  bool verifier = true;  ///< false: the verifier could not run it; the volunteer's tokens go through
+  std::vector<std::int64_t> mine, theirs;  ///< the verifier's tokens, the volunteer's
+  std::vector<gen_token> withheld;         ///< the volunteer's, not passed on while a verifier runs
+  std::optional<gen_done> withheld_done;
+  std::size_t compared = 0;
+  bool stopped = false;  ///< a mismatch was found (or tokens parted): comparing ends
+  bool done_mine = false, done_theirs = false;
+};
+
+using comparer_actor = gen_listener::extend<caf::reacts_to<caf::atom_constant<caf::atom("absent")>>>;
+
+comparer_actor::behavior_type comparer(comparer_actor::stateful_pointer<comparer_state> self, std::shared_ptr<verify_shared> sh,
+                                       gen_listener listener, std::string id, bool exact) {
+  auto& st = self->state;
+  st.sh = std::move(sh);
+  st.listener = std::move(listener);
+  st.id = std::move(id);
+  st.exact = exact;
+  // (it ends with the checked worker, whose verifier and volunteer send no more)
+  if (auto checked = caf::actor_cast<caf::actor>(st.sh->self)) self->monitor(checked);
+  self->set_down_handler([self](caf::down_msg&) { self->quit(); });
+  auto compare = [self] {
+    auto& st = self->state;
+    if (!st.verifier) return;
+    while (!st.stopped && st.compared < std::min(st.mine.size(), st.theirs.size())) {
+      const std::size_t i = st.compared++;
+      if (st.mine[i] == st.theirs[i]) continue;
+      st.stopped = true;
+      if (st.exact) {
+        quarantine(self, st.sh,
+                   "generated token " + std::to_string(i) + " was " + std::to_string(st.theirs[i]) + " where the verifier drew " +
+                       std::to_string(st.mine[i]) + " (same kernel path: must be equal)");
+      } else {
+        st.sh->counts.inconclusive++;
+      }
+    }
+  };
+  auto maybe_end = [self] {
+    auto& st = self->state;
+    if (!(st.done_mine || !st.verifier) || !st.done_theirs) return;
+    if (st.verifier && !st.stopped) st.sh->counts.checked++;
+    self->quit();
+  };
+  return {
+      // The client sees the verifier's tokens when both run the same kernel path; else (and
+      // when the verifier could not start) the volunteer's, which its session goes on from.
+      [=](gentoken_atom, const std::string& from, const gen_token& t) {
+        auto& st = self->state;
+        // After a quarantine nothing more goes out: the generation goes on from what its
+        // listener has, where the coordinator restores the session.
+        if (st.sh->counts.quarantined) return;
+        const bool volunteer = from != st.id;
+        (volunteer ? st.theirs : st.mine).push_back(t.token);
+        if (volunteer && st.verifier && st.exact) st.withheld.push_back(t);
+        else if (volunteer || (st.verifier && st.exact)) self->send(st.listener, gentoken_atom::value, st.id, t);
+        compare();
+      },
+      [=](gendone_atom, const std::string& from, const gen_done& d) {
+        auto& st = self->state;
+        if (st.sh->counts.quarantined) return self->quit();
+        const bool volunteer = from != st.id;
+        if (volunteer && st.verifier && st.exact) st.withheld_done = d;
+        else if (volunteer || (st.verifier && st.exact)) self->send(st.listener, gendone_atom::value, st.id, d);
+        (volunteer ? st.done_theirs : st.done_mine) = true;
+        compare();
+        maybe_end();
+      },
+      [=](caf::atom_constant<caf::atom("absent")>) {
+        // The verifier could not start: the volunteer's stream goes through unchecked.
+        auto& st = self->state;
+        if (!st.verifier) return;
+        st.verifier = false;
+        st.sh->counts.unchecked++;
+        if (st.exact) {
+          for (auto& t : st.withheld) self->send(st.listener, gentoken_atom::value, st.id, std::move(t));
+          if (st.withheld_done) self->send(st.listener, gendone_atom::value, st.id, *st.withheld_done);
+        }
+        st.withheld.clear();
+        maybe_end();
+      },
+  };
+}
+
+// ---- the checked worker
+
+struct checked_state {
+  std::shared_ptr<verify_shared> sh;
+  worker_actor verifier;
+  std::string verifier_kernels;
+  std::string volunteer_kernels;
+  std::set<std::string> unshadowed;  ///< models whose weights the verifier does not hold
+  std::map<std::string, bool> checked_gens;  ///< generations started checked: gen id -> true
+  std::mt19937_64 rng;
+
+  worker_actor volunteer() const { return sh->v.worker; }
+  bool exact() const { return !volunteer_kernels.empty() && volunteer_kernels == verifier_kernels; }
+  /// Whether the next pass is checked (the first ones always, then a fraction).
+  bool choose() {
+    const auto n = ++sh->counts.passes;
+    if (n <= sh->cfg.first_passes) return true;
+    return std::uniform_real_distribution<double>(0, 1)(rng) < sh->cfg.fraction;
+  }
+};
+
+using checked_pointer = worker_actor::stateful_pointer<checked_state>;
+
+/// The sessions a run reads and writes.
+std::vector<std::string> sessions_of(const run_request& r) {
+  std::vector<std::string> out;
+  if (!r.session.empty()) out.push_back(r.session);
+  for (const auto& s : r.sessions)
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  return out;
+}
+
+/// Copies `sessions` from the volunteer into the verifier, then calls `then(ok)`. The dumps
+/// are asked for now, so they sit in the volunteer's mailbox ahead of whatever is sent next.
+void snapshot(checked_pointer self, std::vector<std::string> sessions, std::function<void(bool)> then) {
+  if (sessions.empty()) return then(true);
+  struct progress {
+    std::vector<std::optional<session_dump>> dumps;
+    std::size_t left = 0;
+    bool failed = false;
+  };
+  auto p = std::make_shared<progress>();
+  p->dumps.resize(sessions.size());
+  p->left = sessions.size();
+  auto load_all = [self, sessions, p, then]() {
+    if (p->failed) return then(false);
+    auto i = std::make_shared<std::size_t>(0);
+    auto next = std::make_shared<std::function<void()>>();
+    *next = [self, sessions, p, then, i, next]() {
+      if (*i == sessions.size()) return then(true);
+      const std::size_t k = (*i)++;
+      self->request(self->state.verifier, caf::infinite, sload_atom::value, sessions[k], std::move(*p->dumps[k]))
+          .then([next](bool) { (*next)(); }, [then](caf::error&) { then(false); });
+    };
+    (*next)();
+  };
+  for (std::size_t k = 0; k < sessions.size(); ++k)
+    self->request(self->state.volunteer(), caf::infinite, sdump_atom::value, sessions[k])
+        .then(
+            [p, k, load_all](session_dump& d) {
+              p->dumps[k] = std::move(d);
+              if (--p->left == 0) load_all();
+            },
+            [p, load_all](caf::error&) {
+              p->failed = true;
+              if (--p->left == 0) load_all();
+            });
+}
+
+/// Drops the verifier's copies of `sessions`.
+void drop_copies(checked_pointer self, const std::vector<std::string>& sessions) {
+  for (const auto& s : sessions) caf::anon_send(self->state.verifier, sclose_atom::value, s);
+}
+
+caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
+  auto rp = self->make_response_promise<run_reply>();
+  struct outcome {
+    std::optional<run_reply> mine, theirs;
+    std::optional<caf::error> their_error;
+    bool mine_done = false, theirs_done = false;
+  };
+  auto o = std::make_shared<outcome>();
+  const auto sessions = sessions_of(r);
+  auto finish = [self, rp, o, sessions]() mutable {
+    if (!o->mine_done || !o->theirs_done) return;
+    auto& st = self->state;
+    drop_copies(self, sessions);
+    if (o->their_error) {
+      rp.deliver(*o->their_error);
+      return;
+    }
+    if (!o->mine) {
+      st.sh->counts.unchecked++;
+      rp.deliver(std::move(*o->theirs));
+      return;
+    }
+    std::string why;
+    if (answers_agree(o->theirs->outputs_json, o->mine->outputs_json, st.exact(), &why)) {
+      st.sh->counts.checked++;
+    } else {
+      quarantine(self, st.sh, "a graph call's answer differs from the verifier's: " + why);
+    }
+    rp.deliver(std::move(*o->mine));  // the verified answer
+  };
+  auto on_verifier = [self, o, finish, r](bool copied) mutable {
+    if (!copied) {  // (a session it could not copy: unchecked)
+      o->mine_done = true;
+      return finish();
+    }
+    self->request(self->state.verifier, caf::infinite, run_atom::value, r)
+        .then(
+            [o, finish](run_reply& x) mutable {
+              o->mine = std::move(x);
+              o->mine_done = true;
+              finish();
+            },
+            [o, finish](caf::error&) mutable {
+              o->mine_done = true;  // (weights or a template it lacks: unchecked)
+              finish();
+            });
+  };
+  snapshot(self, sessions, on_verifier);
+  self->request(self->state.volunteer(), caf::infinite, run_atom::value, r)
+      .then(
+          [o, finish](run_reply& x) mutable {
+            o->theirs = std::move(x);
+            o->theirs_done = true;
+            finish();
+          },
+          [o, finish](caf::error& e) mutable {
+            o->their_error = std::move(e);
+            o->theirs_done = true;
+            finish();
+          });
+  return rp;
+}
+
+caf::result<bool> checked_generation(checked_pointer self, gen_request r) {
+  auto& st = self->state;
+  auto rp = self->make_response_promise<bool>();
+  auto cmp = self->home_system().spawn(comparer, st.sh, r.listener, r.gen_id, st.exact());
+  st.checked_gens[r.gen_id] = true;
+  gen_request theirs = r;
+  theirs.gen_id = r.gen_id + "~volunteer";
+  theirs.listener = caf::actor_cast<gen_listener>(cmp);
+  gen_request mine = r;
+  mine.listener = caf::actor_cast<gen_listener>(cmp);
+  const std::vector<std::string> sessions{r.session};
+  snapshot(self, sessions, [self, mine, cmp, sessions](bool copied) mutable {
+    auto absent = [self, cmp, sessions] {
+      self->send(cmp, caf::atom_constant<caf::atom("absent")>::value);
+      drop_copies(self, sessions);
+    };
+    if (!copied) return absent();
+    self->request(self->state.verifier, caf::infinite, genstart_atom::value, std::move(mine))
+        .then([](bool) {}, [absent](caf::error&) { absent(); });
+  });
+  self->request(st.volunteer(), caf::infinite, genstart_atom::value, std::move(theirs))
+      .then([rp](bool ok) mutable { rp.deliver(ok); },
+            [self, rp, cmp, id = r.gen_id](caf::error& e) mutable {
+              caf::anon_send(self->state.verifier, gencancel_atom::value, id);
+              self->send_exit(cmp, caf::exit_reason::user_shutdown);
+              rp.deliver(std::move(e));
+            });
+  return rp;
+}
+
+worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_ptr<verify_shared> sh) {
+  auto& st = self->state;
+  st.sh = std::move(sh);
+  st.sh->self = self->address();
+  st.rng.seed(std::random_device{}());
+  st.verifier_kernels = cpu_isa::describe();
+  worker_config wc;
+  wc.worker_id = "verifier of " + st.sh->v.name;
+  wc.memory_bytes = st.sh->cfg.memory;
+  st.verifier = spawn_worker(self->home_system(), wc);
+  self->link_to(st.verifier);  // (it ends with this actor)
+  // This stand-in ends with the volunteer (exit, crash, lost link, revocation).
+  self->monitor(st.volunteer());
+  self->set_down_handler([self](caf::down_msg& dm) {
+    if (dm.source == self->state.volunteer().address()) self->quit(caf::exit_reason::user_shutdown);
+  });
+  self->request(st.volunteer(), 30s, status_atom::value).then([self](worker_status& s) {
+    self->state.volunteer_kernels = s.kernels;
+    self->state.sh->worker_id = s.worker_id;
+  }, [](caf::error&) {});
+  auto V = [self] { return self->state.volunteer(); };
+  auto shadowed = [self](const std::string& model) { return self->state.unshadowed.count(model) == 0; };
+  return {
+      [=](status_atom) -> caf::result<worker_status> {
+        auto rp = self->make_response_promise<worker_status>();
+        self->request(V(), 30s, status_atom::value)
+            .then(
+                [self, rp](worker_status& s) mutable {
+                  auto& st = self->state;
+                  st.volunteer_kernels = s.kernels;
+                  st.sh->worker_id = s.worker_id;
+                  auto& c = st.sh->counts;
+                  s.checked = true;
+                  s.checks_passed = c.checked;
+                  s.checks_unchecked = c.unchecked;
+                  s.checks_inconclusive = c.inconclusive;
+                  const auto passes = c.passes.load();
+                  s.checks_first_left = passes >= st.sh->cfg.first_passes ? 0 : st.sh->cfg.first_passes - passes;
+                  s.checks_exact = st.exact();
+                  rp.deliver(std::move(s));
+                },
+                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
+      },
+      [=](reserve_atom a, const std::string& model, std::uint64_t bytes) { return self->delegate(V(), a, model, bytes); },
+      [=](runcancel_atom a, const std::string& id) {
+        caf::anon_send(self->state.verifier, a, id);
+        self->send(V(), a, id);
+      },
+      // ---- loading: the verifier takes a copy while it has room
+      [=](tbegin_atom a, tensor_begin_request& r) {
+        if (shadowed(r.model_id)) {
+          self->request(self->state.verifier, caf::infinite, a, r)
+              .then([](bool) {},
+                    [self, model = r.model_id](caf::error&) {
+                      self->state.unshadowed.insert(model);
+                      caf::anon_send(self->state.verifier, tabort_atom::value, model);
+                    });
+        }
+        return self->delegate(V(), a, std::move(r));
+      },
+      [=](tpiece_atom a, tensor_piece& p) {
+        if (shadowed(p.model_id)) self->request(self->state.verifier, caf::infinite, a, p).then([](std::uint64_t) {}, [](caf::error&) {});
+        return self->delegate(V(), a, std::move(p));
+      },
+      [=](tend_atom a, const std::string& model, const std::string& name) {
+        if (shadowed(model))
+          self->request(self->state.verifier, caf::infinite, a, model, name)
+              .then([](std::uint64_t) {},
+                    [self, model](caf::error&) {
+                      self->state.unshadowed.insert(model);
+                      caf::anon_send(self->state.verifier, tabort_atom::value, model);
+                    });
+        return self->delegate(V(), a, model, name);
+      },
+      [=](tabort_atom a, const std::string& model) {
+        caf::anon_send(self->state.verifier, a, model);
+        self->state.unshadowed.erase(model);
+        return self->delegate(V(), a, model);
+      },
+      [=](dropmodel_atom a, const std::string& model) {
+        caf::anon_send(self->state.verifier, a, model);
+        self->state.unshadowed.erase(model);
+        return self->delegate(V(), a, model);
+      },
+      // ---- sessions live on the volunteer; the verifier gets copies for a check
+      [=](sopen_atom a, const std::string& sid) { return self->delegate(V(), a, sid); },
+      [=](sclose_atom a, const std::string& sid) {
+        caf::anon_send(self->state.verifier, a, sid);
+        return self->delegate(V(), a, sid);
+      },
+      [=](sinfo_atom a, const std::string& sid) { return self->delegate(V(), a, sid); },
+      [=](sdump_atom a, const std::string& sid) { return self->delegate(V(), a, sid); },
+      [=](sload_atom a, const std::string& sid, session_dump& d) { return self->delegate(V(), a, sid, std::move(d)); },
+      // ---- graphs
+      [=](run_atom a, run_request& r) -> caf::result<run_reply> {
+        // (the pool's probe calls time the link; they are neither counted nor checked)
+        if (r.run_id == probe_run_id || !self->state.choose())
+          return caf::result<run_reply>(self->delegate(V(), a, std::move(r)));
+        return checked_run(self, std::move(r));
+      },
+      [=](compile_atom a, compile_request& r) {
+        self->request(self->state.verifier, caf::infinite, a, r).then([](compile_reply&) {}, [](caf::error&) {});
+        return self->delegate(V(), a, std::move(r));
+      },
+      [=](dropgraph_atom a, const std::string& id) {
+        caf::anon_send(self->state.verifier, a, id);
+        return self->delegate(V(), a, id);
+      },
+      [=](gencheck_atom a, const std::string& id, bool sampling, bool verify) {
+        return self->delegate(V(), a, id, sampling, verify);
+      },
+      [=](genstart_atom a, gen_request& r) -> caf::result<bool> {
+        if (!self->state.choose()) return caf::result<bool>(self->delegate(V(), a, std::move(r)));
+        return checked_generation(self, std::move(r));
+      },
+      [=](genstep_atom a) { self->send(V(), a); },
+      [=](gencancel_atom a, const std::string& id) {
+        auto& st = self->state;
+        if (st.checked_gens.erase(id)) {
+          caf::anon_send(st.verifier, a, id);
+          self->send(V(), a, id + "~volunteer");
+        } else {
+          self->send(V(), a, id);
+        }
+      },
+      // ---- v2 tensors
+      [=](tput_atom a, tensor_upload& u) {
+        caf::anon_send(self->state.verifier, a, u);
+        return self->delegate(V(), a, std::move(u));
+      },
+      [=](tdrop_atom a, const std::string& id) {
+        caf::anon_send(self->state.verifier, a, id);
+        return self->delegate(V(), a, id);
+      },
+  };
+}
+
+}  // namespace
+
+worker_actor spawn_checked_worker(caf::actor_system& sys, checked_volunteer v, verify_config cfg,
+                                  std::shared_ptr<quarantine_registry> registry) {
+  auto sh = std::make_shared<verify_shared>();
+  sh->v = std::move(v);
+  sh->cfg = cfg;
+  sh->registry = std::move(registry);
+  return sys.spawn(checked_behavior, std::move(sh));
+}
+
+}  // namespace mpakt

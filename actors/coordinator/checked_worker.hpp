@@ -1,0 +1,79 @@
+#pragma once
+/// Spot-checks of volunteers: the coordinator's stand-in for each admitted volunteer, which
+/// re-runs some of its passes on a verifier and compares (docs/decisions.md, "Spot-checks").
+///
+/// The gate hands the pool a checked worker instead of the volunteer's own handle. It speaks
+/// the whole worker protocol and passes everything on to the volunteer, and besides:
+/// - keeps a *verifier*: a worker in the coordinator's process holding copies of the weights
+///   the volunteer is sent (as far as `verify_config::memory` allows) and the templates it
+///   compiles;
+/// - checks the first `first_passes` passes of the volunteer (graph calls and generations),
+///   then each with probability `fraction`: the sessions the pass reads are copied from the
+///   volunteer (sdump, ahead of the pass in its mailbox) into the verifier, the pass runs on
+///   both, and the answers are compared — exactly when both run the same kernel path, within a
+///   tolerance otherwise. A checked graph call is answered from the verifier's result; a
+///   checked generation streams the verifier's tokens and compares the volunteer's with them;
+/// - quarantines the volunteer on a mismatch: the detecting call keeps its verified answer, the
+///   volunteer's worker is ended (it exits like a revoked one), the quarantine is recorded
+///   (shown in /api/v3/status, and the same token may not join again), and the checked worker
+///   ends — which the coordinator handles as any lost worker: its models placed again, its
+///   checkpointed sessions restored, generations on them going on from their last token.
+///
+/// A pass the verifier cannot run (weights it does not hold, a session it cannot take) is
+/// counted as unchecked, never as a mismatch.
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/protocol.hpp"
+
+namespace mpakt {
+
+struct verify_config {
+  double fraction = 0.02;            ///< --verify-fraction: passes checked after the first ones
+  std::uint32_t first_passes = 8;    ///< --verify-first: a new volunteer's passes always checked
+  std::uint64_t memory = std::uint64_t(2) << 30;  ///< --verify-memory: the verifier's room per volunteer
+};
+
+/// Volunteers quarantined since the coordinator started (shared by the checked workers, the
+/// gate, which refuses their tokens, and the coordinator's status).
+class quarantine_registry {
+ public:
+  struct entry {
+    std::string worker_id;
+    std::string volunteer;  ///< the token's name
+    std::string reason;
+    std::uint64_t at_unix_ms = 0;
+    std::string token_digest;  ///< (never shown)
+  };
+  void add(entry e);
+  std::vector<entry> list() const;
+  bool has_digest(const std::string& digest) const;
+
+ private:
+  mutable std::mutex m_;
+  std::vector<entry> entries_;
+};
+
+/// What a checked worker needs to know of the volunteer it stands in for.
+struct checked_volunteer {
+  worker_actor worker;       ///< the volunteer's own handle
+  std::string name;          ///< its token's name
+  std::string token_digest;  ///< to refuse the token after a quarantine
+};
+
+/// Spawns the stand-in for `v`; it ends when the volunteer does, or on a quarantine.
+worker_actor spawn_checked_worker(caf::actor_system& sys, checked_volunteer v, verify_config cfg,
+                                  std::shared_ptr<quarantine_registry> registry);
+
+/// Whether two graph answers ({"name": {"shape", "data" | "dataB64"}}) agree: exactly, or —
+/// `exact` false, different kernel paths — every value within 1 % of the output's largest
+/// magnitude (plus 1e-5), shapes and names equal. `why` says where they differ.
+bool answers_agree(const std::string& a, const std::string& b, bool exact, std::string* why);
+
+}  // namespace mpakt

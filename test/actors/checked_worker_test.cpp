@@ -1,0 +1,78 @@
+// How a spot-check compares a volunteer's graph answer with the verifier's
+// (actors/coordinator/checked_worker.hpp): bit for bit on the same kernel path, within 1 % of
+// an output's scale otherwise, base64 and JSON numbers alike.
+
+#include "actors/coordinator/checked_worker.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "runtime/graph.hpp"
+
+namespace mpakt {
+namespace {
+
+std::string b64(std::vector<float> v) {
+  std::string raw(v.size() * 4, '\0');
+  std::memcpy(raw.data(), v.data(), raw.size());
+  static const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (std::size_t i = 0; i < raw.size(); i += 3) {
+    const unsigned a = static_cast<unsigned char>(raw[i]);
+    const unsigned b = i + 1 < raw.size() ? static_cast<unsigned char>(raw[i + 1]) : 0;
+    const unsigned c = i + 2 < raw.size() ? static_cast<unsigned char>(raw[i + 2]) : 0;
+    out += alphabet[a >> 2];
+    out += alphabet[((a & 3) << 4) | (b >> 4)];
+    out += i + 1 < raw.size() ? alphabet[((b & 15) << 2) | (c >> 6)] : '=';
+    out += i + 2 < raw.size() ? alphabet[c & 63] : '=';
+  }
+  return out;
+}
+
+TEST(checked_worker, SameKernelPathMeansEqualBits) {
+  const std::string a = R"({"y":{"shape":[3],"data":[1.5,-2,100]}})";
+  std::string why;
+  EXPECT_TRUE(answers_agree(a, a, true, &why));
+  EXPECT_FALSE(answers_agree(a, R"({"y":{"shape":[3],"data":[1.5,-2,100.0001]}})", true, &why));
+  EXPECT_NE(why.find("y[2]"), std::string::npos) << why;
+  EXPECT_NE(why.find("must be equal"), std::string::npos) << why;
+  // the same numbers written differently are the same answer
+  EXPECT_TRUE(answers_agree(a, R"({"y":{"shape":[3],"data":[1.50,-2.0,1e2]}})", true, &why));
+  // base64 and JSON numbers of the same values
+  EXPECT_TRUE(answers_agree(a, R"({"y":{"shape":[3],"dataB64":")" + b64({1.5f, -2.0f, 100.0f}) + R"("}})", true, &why));
+  // NaN (written as null) equals NaN
+  EXPECT_TRUE(answers_agree(R"({"m":{"shape":[1],"data":[null]}})", R"({"m":{"shape":[1],"data":[null]}})", true, &why));
+}
+
+TEST(checked_worker, OtherKernelPathsAgreeWithinOnePercentOfTheScale) {
+  const std::string verifier = R"({"y":{"shape":[3],"data":[1.5,-2,100]}})";
+  std::string why;
+  // 0.9 off on a value of 1.5: within 1 % of the output's largest magnitude (100)
+  EXPECT_TRUE(answers_agree(R"({"y":{"shape":[3],"data":[2.4,-2,100]}})", verifier, false, &why)) << why;
+  EXPECT_FALSE(answers_agree(R"({"y":{"shape":[3],"data":[2.6,-2,100]}})", verifier, false, &why));
+  EXPECT_NE(why.find("y[0]"), std::string::npos) << why;
+}
+
+TEST(checked_worker, DifferentShapesNamesOrGarbageNeverAgree) {
+  const std::string v = R"({"y":{"shape":[2],"data":[1,2]}})";
+  std::string why;
+  EXPECT_FALSE(answers_agree(R"({"y":{"shape":[1,2],"data":[1,2]}})", v, false, &why));
+  EXPECT_FALSE(answers_agree(R"({"z":{"shape":[2],"data":[1,2]}})", v, false, &why));
+  EXPECT_FALSE(answers_agree(R"({"y":{"shape":[2],"data":[1,2]},"z":{"shape":[1],"data":[0]}})", v, false, &why));
+  EXPECT_FALSE(answers_agree("not json", v, false, &why));
+  EXPECT_FALSE(answers_agree(R"({"y":{"shape":[2],"data":[1]}})", v, false, &why));
+}
+
+TEST(checked_worker, TheQuarantineRegistryRemembersTokens) {
+  quarantine_registry r;
+  EXPECT_FALSE(r.has_digest("d1"));
+  r.add({"w_a", "hostA", "a graph call's answer differs", 1, "d1"});
+  EXPECT_TRUE(r.has_digest("d1"));
+  EXPECT_FALSE(r.has_digest("d2"));
+  ASSERT_EQ(r.list().size(), 1u);
+  EXPECT_EQ(r.list()[0].volunteer, "hostA");
+}
+
+}  // namespace
+}  // namespace mpakt

@@ -1,0 +1,141 @@
+"""Spot-checks of volunteers (issue: volunteers the grid can trust; actors/coordinator/
+checked_worker.hpp): a volunteer's first passes, then a fraction, are re-run on a verifier in
+the coordinator and compared. Real `mpakt worker` processes over the TLS cluster link; the
+lying one runs with `--fault corrupt-results:1` (every graph answer and every drawn token of
+its altered)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from e2e_util import STORIES_DIR, expect, free_port
+from test_cluster import Cluster, graph_cli
+
+GOLDEN = json.loads((STORIES_DIR / "goldens" / "stories260K_once_upon.json").read_text())
+PROMPT = GOLDEN["prompt_ids"]
+
+
+@pytest.fixture
+def grid(start_server, tmp_path_factory):
+    """A coordinator with no worker of its own; volunteers join per test."""
+    cport = free_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
+    c = Cluster(server, cport, tmp_path_factory.mktemp("checks"))
+    c.key = server.account("checker")[1]
+    yield c
+    c.stop_all()
+    server.process.terminate()
+
+
+def join_liar(c, name="w_liar"):
+    """A volunteer with a token of its own (a quarantine refuses the token) that lies always."""
+    made = c.server.admin("volunteer-token", name + "-box")
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip().splitlines()[0]
+    saved, c.token = c.token, token
+    try:
+        return c.join(name, "1G", "--fault", "corrupt-results:1")
+    finally:
+        c.token = saved
+
+
+def load_stories(c):
+    r = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
+    return r["modelId"], r["placement"][0]["workerId"]
+
+
+def prefilled_session(c, model, step):
+    """A session with caches, the prompt but its last token fed by `step` (compiled, one
+    token), checkpointed; returns it and the step's answers."""
+    api, key = c.server.api, c.key
+    sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+    expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key), 200)
+    expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key), 200)
+    answers = []
+    for pos, tok in enumerate(PROMPT[:-1]):
+        r = expect(api.post("/api/v3/graph", {"graphId": step, "session": sid, "bind": {"ids": [tok], "pos": pos}},
+                            key=key, timeout=60), 200)
+        answers.append(r["outputs"])
+    return sid, answers
+
+
+def generate(c, step, sid, n):
+    body = {"graphId": step, "sessionId": sid, "ids": [PROMPT[-1]], "startPos": len(PROMPT) - 1, "maxNewTokens": n,
+            "stream": False}
+    return expect(c.server.api.post("/api/v3/generate", body, key=c.key, timeout=120), 200)
+
+
+def test_an_honest_volunteer_passes_its_first_checks_bit_for_bit(grid):
+    grid.join("w_honest")
+    model, where = load_stories(grid)
+    assert where == "w_honest"
+    step = expect(grid.server.api.post("/api/v3/graphs", {"graph": graph_cli(
+        "--model-id", model, "--compiled", "--tokens", "1", "--cache", "64", "--argmax")}, key=grid.key), 200)["graphId"]
+    n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+    for _ in range(2):  # (two sessions: more passes than the first 8, all checked)
+        sid, _ = prefilled_session(grid, model, step)
+        r = generate(grid, step, sid, n)
+        assert PROMPT + r["tokens"] == GOLDEN["greedy_ids"]
+    # its first 8 passes (allocations, prefill steps, generations) were re-run and agreed bit for bit
+    st = grid.wait_for(lambda s: s["pool"][0]["checks"]["passed"] >= 8, "the checks to be counted")
+    checks = st["pool"][0]["checks"]
+    assert checks["exact"] is True and checks["firstLeft"] == 0, checks
+    assert checks["unchecked"] == 0 and checks["inconclusive"] == 0, checks
+    assert st["quarantined"] == []
+
+
+def test_a_lying_volunteer_is_caught_in_a_graph_call_and_no_client_sees_the_lie(grid):
+    liar = join_liar(grid)
+    model, where = load_stories(grid)
+    assert where == "w_liar"
+    grid.join("w_honest")
+    api, key = grid.server.api, grid.key
+    step = expect(api.post("/api/v3/graphs", {"graph": graph_cli(
+        "--model-id", model, "--compiled", "--tokens", "1", "--cache", "64", "--argmax")}, key=key), 200)["graphId"]
+    sid, answers = prefilled_session(grid, model, step)
+    # caught at its first answer with values; that call was answered from the verifier
+    st = grid.wait_for(lambda s: s["quarantined"] and [w["workerId"] for w in s["pool"]] == ["w_honest"],
+                       "the liar to be quarantined and gone", timeout=20)
+    q = st["quarantined"][0]
+    assert q["workerId"] == "w_liar" and q["volunteer"] == "w_liar-box", q
+    assert "differs from the verifier's" in q["reason"] and "same kernel path" in q["reason"], q
+    assert liar.proc.wait(timeout=15) == 4
+    assert "disconnected this volunteer" in liar.output()
+    # every answer the client got equals an undisturbed run's (the same calls on the honest volunteer)
+    sid2, honest = prefilled_session(grid, model, step)
+    assert answers == honest
+    n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+    assert PROMPT + generate(grid, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+    # the token is refused from now on
+    rc_out = grid.server.process.output()
+    assert "quarantined volunteer w_liar-box (w_liar)" in rc_out
+    grid.server.assert_up()
+
+
+def test_a_lying_volunteer_is_caught_mid_generation_and_the_tokens_are_an_undisturbed_runs(grid):
+    liar = join_liar(grid)
+    model, where = load_stories(grid)
+    assert where == "w_liar"
+    grid.join("w_honest")
+    api, key = grid.server.api, grid.key
+    step = expect(api.post("/api/v3/graphs", {"graph": graph_cli(
+        "--model-id", model, "--compiled", "--tokens", "1", "--cache", "64", "--argmax")}, key=key), 200)["graphId"]
+    # The prompt goes in with one call that answers nothing (no value the liar can alter).
+    sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+    expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key), 200)
+    prefill = graph_cli("--model-id", model, "--ids", ",".join(map(str, PROMPT[:-1])), "--cache", "64", "--last")
+    prefill["outputs"] = []
+    expect(api.post("/api/v3/graph", {"graph": dict(prefill, session=sid)}, key=key, timeout=60), 200)
+    expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key), 200)
+    assert grid.status(key)["quarantined"] == []  # (nothing it answered so far could lie)
+    n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+    r = generate(grid, step, sid, n)
+    assert r["ok"] is True and PROMPT + r["tokens"] == GOLDEN["greedy_ids"], r
+    st = grid.wait_for(lambda s: s["quarantined"], "the liar to be quarantined", timeout=20)
+    assert st["quarantined"][0]["workerId"] == "w_liar"
+    assert "generated token 0" in st["quarantined"][0]["reason"], st["quarantined"]
+    assert liar.proc.wait(timeout=15) == 4
+    grid.server.assert_up()
