@@ -43,6 +43,8 @@ using gendone_atom = caf::atom_constant<caf::atom("gendone")>;
 using gencheck_atom = caf::atom_constant<caf::atom("gencheck")>;
 using sload_atom = caf::atom_constant<caf::atom("sload")>;
 using tdrop_atom = caf::atom_constant<caf::atom("tdrop")>;
+using tdigest_atom = caf::atom_constant<caf::atom("tdigest")>;
+using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
 using runcancel_atom = caf::atom_constant<caf::atom("runcancel")>;
 using reserve_atom = caf::atom_constant<caf::atom("reserve")>;
 
@@ -86,6 +88,8 @@ struct worker_status {
   std::uint32_t checks_inconclusive = 0; ///< generations whose tokens parted on different kernel paths
   std::uint32_t checks_first_left = 0;   ///< of its first passes, all checked, those still to come
   bool checks_exact = false;             ///< same kernel path as the verifier: compared bit for bit
+  std::uint32_t weights_checked = 0;     ///< weights whose digest challenge it answered right
+  std::uint32_t weights_unchecked = 0;   ///< converted weights the verifier has no copy of
 };
 
 /// The run id of the pool's probe calls (timed, never spot-checked).
@@ -192,7 +196,7 @@ typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
            x.packed_weights, x.can_quantize, x.max_tensor_bytes, x.generations, x.lacks, x.measured_ms, x.kernels,
            x.cpu, x.threads, x.busy_since_ms, x.busy_ms, x.busy_graph, x.busy_session, x.busy_steps_done, x.busy_steps,
            x.queued, x.checked, x.checks_passed, x.checks_unchecked, x.checks_inconclusive, x.checks_first_left,
-           x.checks_exact);
+           x.checks_exact, x.weights_checked, x.weights_unchecked);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_begin_request& x) {
@@ -360,7 +364,13 @@ using worker_actor = caf::typed_actor<
     caf::reacts_to<gencancel_atom, std::string>,
     // v2 tensors
     caf::replies_to<tput_atom, tensor_upload>::with<bool>,
-    caf::replies_to<tdrop_atom, std::string>::with<bool>>;
+    caf::replies_to<tdrop_atom, std::string>::with<bool>,
+    /// model, tensor, nonce -> SHA-256 of the nonce followed by the weight's resident bytes, as
+    /// 64 hex digits (a challenge only a holder of those bytes can answer)
+    caf::replies_to<tdigest_atom, std::string, std::string, std::string>::with<std::string>,
+    /// A volunteer's checked worker: re-checks the weights it holds against its verifier and
+    /// answers a JSON report; any other worker refuses (errc::invalid).
+    caf::replies_to<recheck_atom>::with<std::string>>;
 
 // ---------------------------------------------------------------- coordinator side
 //
@@ -517,6 +527,8 @@ using model_actor = caf::typed_actor<caf::replies_to<delete_atom>::with<bool>>;
 using coordinator_actor = caf::typed_actor<
     caf::replies_to<versions_atom>::with<std::string>,
     caf::replies_to<status_atom, caller>::with<std::string>,
+    /// POST /api/v3/admin/workers/:workerId/check (operators): a volunteer's weights re-checked
+    caf::replies_to<recheck_atom, caller, std::string>::with<std::string>,
     caf::replies_to<inspect_atom, caller, std::string, std::string>::with<std::string>,  // source, token
     caf::replies_to<load_atom, caller, load_call>::with<std::string>,
     caf::replies_to<list_atom, models_atom, caller>::with<std::string>,

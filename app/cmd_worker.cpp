@@ -37,7 +37,7 @@ const char* worker_usage =
     "usage: mpakt worker --join HOST:PORT --token TOKEN (--coordinator-fingerprint HEX | --ca FILE)\n"
     "                    [--id NAME] [--memory SIZE] [--threads N]\n"
     "                    [--join-timeout-ms MS] [--legacy] [--reference] [--without OPS]\n"
-    "                    [--delay-ms MS] [--cpu] [--fault corrupt-results:P]\n"
+    "                    [--delay-ms MS] [--cpu] [--fault WHAT]\n"
     "\n"
     "Runs a volunteer: a worker that joins the coordinator started with\n"
     "`mpakt serve --cluster-port PORT` and holds weights and sessions for the grid. It computes\n"
@@ -65,6 +65,9 @@ const char* worker_usage =
     "                      a testing aid: change one value of a fraction P of its graph answers\n"
     "                      and replace a fraction P of the tokens its decode loops draw, like a\n"
     "                      volunteer that lies (the coordinator's spot-checks catch it)\n"
+    "  --fault corrupt-weights\n"
+    "                      a testing aid: change one byte of every weight received (the\n"
+    "                      coordinator's weight checks catch it)\n"
     "  --delay-ms MS       answer every graph call MS late, like a slow or distant volunteer\n"
     "                      (the pool measures it and ranks it below faster workers)\n";
 
@@ -134,7 +137,11 @@ int cmd_worker(const std::vector<std::string>& args) {
       wc.delay_ms = std::atoi(v->c_str());
     } else if (a == "--fault") {
       const std::string prefix = "corrupt-results:";
-      if (!(v = value()) || v->rfind(prefix, 0) != 0) return bad("--fault takes corrupt-results:P (P from 0 to 1)");
+      if ((v = value()) && *v == "corrupt-weights") {
+        wc.corrupt_weights = true;
+        continue;
+      }
+      if (!v || v->rfind(prefix, 0) != 0) return bad("--fault takes corrupt-results:P (P from 0 to 1) or corrupt-weights");
       char* end = nullptr;
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");

@@ -5,13 +5,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <optional>
 #include <random>
 #include <set>
 
+#include "actors/digest.hpp"
 #include "actors/errors.hpp"
+#include "actors/json_text.hpp"
 #include "actors/ids.hpp"
 #include "actors/worker/worker_actor.hpp"
 #include "backends/cpu/isa.hpp"
@@ -109,6 +112,8 @@ struct verify_counts {
   std::atomic<std::uint32_t> checked{0};       ///< compared and agreed
   std::atomic<std::uint32_t> unchecked{0};     ///< chosen, but the verifier could not run them
   std::atomic<std::uint32_t> inconclusive{0};  ///< generations whose tokens parted on different kernel paths
+  std::atomic<std::uint32_t> weights_checked{0};    ///< weights whose digest challenge was answered right
+  std::atomic<std::uint32_t> weights_unchecked{0};  ///< converted weights the verifier holds no copy of
   std::atomic<bool> quarantined{false};
 };
 
@@ -228,8 +233,17 @@ comparer_actor::behavior_type comparer(comparer_actor::stateful_pointer<comparer
 
 // ---- the checked worker
 
+/// A weight on its way to the volunteer: the digest of nonce + published bytes, as they pass.
+struct arriving_weight {
+  std::string nonce;
+  std::shared_ptr<sha256_stream> sha;
+  bool same_bytes = false;  ///< kept as published (no conversion): the stream's digest is the answer
+};
+
 struct checked_state {
   std::shared_ptr<verify_shared> sh;
+  std::map<std::pair<std::string, std::string>, arriving_weight> arriving;  ///< (model, name)
+  std::map<std::string, std::set<std::string>> held;  ///< weights the volunteer holds, by model
   worker_actor verifier;
   std::string verifier_kernels;
   std::string volunteer_kernels;
@@ -298,6 +312,33 @@ void snapshot(checked_pointer self, std::vector<std::string> sessions, std::func
 /// Drops the verifier's copies of `sessions`.
 void drop_copies(checked_pointer self, const std::vector<std::string>& sessions) {
   for (const auto& s : sessions) caf::anon_send(self->state.verifier, sclose_atom::value, s);
+}
+
+/// Challenges the volunteer for weight (model, name) with `nonce`: its digest must equal
+/// `expected`, or — when `expected` is empty — the verifier's answer to the same challenge.
+/// `done(outcome)`: 1 agreed, 0 unchecked (no verifier copy to ask), -1 differed (quarantined).
+void challenge(checked_pointer self, const std::string& model, const std::string& name, const std::string& nonce,
+               std::string expected, std::function<void(int)> done) {
+  auto compare = [self, model, name, done](const std::string& want, const std::string& got) {
+    if (want == got) return done(1);
+    quarantine(self, self->state.sh,
+               "weight " + name + " of model " + model + " differs from what it was sent (its SHA-256 with a fresh nonce is " +
+                   got.substr(0, 16) + "…, expected " + want.substr(0, 16) + "…)");
+    done(-1);
+  };
+  self->request(self->state.volunteer(), caf::infinite, tdigest_atom::value, model, name, nonce)
+      .then(
+          [self, model, name, nonce, expected, compare, done](std::string& got) {
+            if (!expected.empty()) return compare(expected, got);
+            if (self->state.unshadowed.count(model)) return done(0);
+            self->request(self->state.verifier, caf::infinite, tdigest_atom::value, model, name, nonce)
+                .then([compare, got](std::string& want) { compare(want, got); }, [done](caf::error&) { done(0); });
+          },
+          [self, model, name, done](caf::error& e) {
+            // A weight the volunteer says it does not hold, right after it took it, is a wrong answer too.
+            quarantine(self, self->state.sh, "weight " + name + " of model " + model + " could not be checked: " + from_caf(e).message);
+            done(-1);
+          });
 }
 
 caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
@@ -432,6 +473,8 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
                   const auto passes = c.passes.load();
                   s.checks_first_left = passes >= st.sh->cfg.first_passes ? 0 : st.sh->cfg.first_passes - passes;
                   s.checks_exact = st.exact();
+                  s.weights_checked = c.weights_checked;
+                  s.weights_unchecked = c.weights_unchecked;
                   rp.deliver(std::move(s));
                 },
                 [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
@@ -444,6 +487,14 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       },
       // ---- loading: the verifier takes a copy while it has room
       [=](tbegin_atom a, tensor_begin_request& r) {
+        // The weight's digest as it passes (a fresh nonce first), for the check at its end.
+        auto& w = self->state.arriving[{r.model_id, r.name}];
+        w.nonce = new_nonce();
+        w.sha = std::make_shared<sha256_stream>();
+        w.sha->add(w.nonce);
+        std::string published = r.file_dtype;
+        for (auto& c : published) c = char(std::tolower(static_cast<unsigned char>(c)));
+        w.same_bytes = published == r.resident;
         if (shadowed(r.model_id)) {
           self->request(self->state.verifier, caf::infinite, a, r)
               .then([](bool) {},
@@ -455,6 +506,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         return self->delegate(V(), a, std::move(r));
       },
       [=](tpiece_atom a, tensor_piece& p) {
+        if (auto it = self->state.arriving.find({p.model_id, p.name}); it != self->state.arriving.end()) it->second.sha->add(p.bytes);
         if (shadowed(p.model_id)) self->request(self->state.verifier, caf::infinite, a, p).then([](std::uint64_t) {}, [](caf::error&) {});
         return self->delegate(V(), a, std::move(p));
       },
@@ -466,16 +518,32 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
                       self->state.unshadowed.insert(model);
                       caf::anon_send(self->state.verifier, tabort_atom::value, model);
                     });
+        // Then a challenge (behind the end in the volunteer's mailbox): the weight it now holds
+        // must hash as what passed through here, or as the verifier's copy when converted.
+        if (auto it = self->state.arriving.find({model, name}); it != self->state.arriving.end()) {
+          auto w = std::move(it->second);
+          self->state.arriving.erase(it);
+          self->state.held[model].insert(name);
+          std::string expected = w.same_bytes ? w.sha->hex() : std::string();
+          auto answered = self->delegate(V(), a, model, name);
+          challenge(self, model, name, w.nonce, std::move(expected), [self](int outcome) {
+            if (outcome == 1) self->state.sh->counts.weights_checked++;
+            else if (outcome == 0) self->state.sh->counts.weights_unchecked++;
+          });
+          return answered;
+        }
         return self->delegate(V(), a, model, name);
       },
       [=](tabort_atom a, const std::string& model) {
         caf::anon_send(self->state.verifier, a, model);
         self->state.unshadowed.erase(model);
+        self->state.held.erase(model);
         return self->delegate(V(), a, model);
       },
       [=](dropmodel_atom a, const std::string& model) {
         caf::anon_send(self->state.verifier, a, model);
         self->state.unshadowed.erase(model);
+        self->state.held.erase(model);
         return self->delegate(V(), a, model);
       },
       // ---- sessions live on the volunteer; the verifier gets copies for a check
@@ -527,6 +595,46 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       [=](tdrop_atom a, const std::string& id) {
         caf::anon_send(self->state.verifier, a, id);
         return self->delegate(V(), a, id);
+      },
+      [=](tdigest_atom a, const std::string& model, const std::string& name, const std::string& nonce) {
+        return self->delegate(V(), a, model, name, nonce);
+      },
+      [=](recheck_atom) -> caf::result<std::string> {
+        // Every weight the volunteer holds, challenged afresh against the verifier's copy.
+        auto& st = self->state;
+        auto rp = self->make_response_promise<std::string>();
+        struct tally {
+          std::size_t left = 0, agreed = 0, unchecked = 0, differed = 0;
+        };
+        auto t = std::make_shared<tally>();
+        std::vector<std::pair<std::string, std::string>> weights;
+        for (const auto& [model, names] : st.held)
+          for (const auto& n : names) weights.emplace_back(model, n);
+        auto report = [self, rp, t]() mutable {
+          auto& st = self->state;
+          rp.deliver(json([&](json_writer& w) {
+            w.StartObject();
+            kv(w, "workerId", st.sh->worker_id);
+            kv(w, "volunteer", st.sh->v.name);
+            key(w, "weights"); w.Uint64(t->agreed + t->unchecked + t->differed);
+            key(w, "agreed"); w.Uint64(t->agreed);
+            key(w, "unchecked"); w.Uint64(t->unchecked);
+            key(w, "differed"); w.Uint64(t->differed);
+            key(w, "quarantined"); w.Bool(st.sh->counts.quarantined);
+            w.EndObject();
+          }));
+        };
+        if (weights.empty()) {
+          report();
+          return rp;
+        }
+        t->left = weights.size();
+        for (const auto& [model, name] : weights)
+          challenge(self, model, name, new_nonce(), "", [t, report](int outcome) mutable {
+            (outcome == 1 ? t->agreed : outcome == 0 ? t->unchecked : t->differed)++;
+            if (--t->left == 0) report();
+          });
+        return rp;
       },
   };
 }

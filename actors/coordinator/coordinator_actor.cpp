@@ -153,6 +153,24 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                   [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
           return rp;
         },
+        [=](recheck_atom, const caller&, const std::string& worker_id) -> caf::result<std::string> {
+          // The worker by its id among the pool's members; its checked worker does the checking.
+          auto rp = self->make_response_promise<std::string>();
+          self->request(self->state.pool, control, members_atom::value)
+              .then(
+                  [=](std::vector<worker_actor>& ws, std::vector<worker_status>& ss) mutable {
+                    for (std::size_t i = 0; i < ws.size() && i < ss.size(); ++i) {
+                      if (ss[i].worker_id != worker_id) continue;
+                      self->request(ws[i], std::chrono::minutes(10), recheck_atom::value)
+                          .then([rp](std::string& report) mutable { rp.deliver(std::move(report)); },
+                                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+                      return;
+                    }
+                    rp.deliver(to_caf(errc::not_found, "no worker " + worker_id + " in the pool"));
+                  },
+                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+          return rp;
+        },
         [=](status_atom, const caller& who) -> caf::result<std::string> {
           auto rp = self->make_response_promise<std::string>();
           self->request(self->state.pool, control, workers_atom::value)
@@ -249,6 +267,8 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                           key(w, "inconclusive"); w.Uint(s.checks_inconclusive);
                           key(w, "firstLeft"); w.Uint(s.checks_first_left);
                           key(w, "exact"); w.Bool(s.checks_exact);
+                          key(w, "weightsChecked"); w.Uint(s.weights_checked);
+                          key(w, "weightsUnchecked"); w.Uint(s.weights_unchecked);
                           w.EndObject();
                         }
                         key(w, "models");  // the caller's models placed there

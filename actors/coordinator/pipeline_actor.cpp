@@ -803,6 +803,10 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           return to_caf(errc::invalid, not_here + "it holds no v2 tensors");
         },
         [=](tdrop_atom, const std::string&) { return false; },
+        [=](tdigest_atom, const std::string&, const std::string&, const std::string&) -> caf::result<std::string> {
+          return to_caf(errc::invalid, not_here + "ask the worker holding the weight");
+        },
+        [=](recheck_atom) -> caf::result<std::string> { return to_caf(errc::invalid, not_here + "re-check its parts' workers"); },
         [=](place_atom, std::uint32_t p, worker_actor w) -> caf::result<bool> {
           auto& S = self->state;
           if (p >= S.parts.size()) return to_caf(errc::invalid, "no such part");

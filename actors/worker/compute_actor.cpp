@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 
+#include "actors/digest.hpp"
 #include "actors/errors.hpp"
 #include "actors/off_thread.hpp"
 #include "actors/generate/gen_values.hpp"
@@ -775,6 +776,14 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
       [=](tdrop_atom, const std::string& id) {
         turn on_turn(self->state);
         return self->state.store.drop_tensor(id);
+      },
+      [=](tdigest_atom, const std::string& model, const std::string& name, const std::string& nonce) -> caf::result<std::string> {
+        turn on_turn(self->state);
+        const auto* m = self->state.store.model(model);
+        auto it = m ? m->find(name) : decltype(m->end()){};
+        if (!m || it == m->end()) return to_caf(errc::not_found, "weight " + name + " of model " + model + " is not on this worker");
+        const tensor& t = it->second;
+        return nonce_digest(nonce, std::string_view(reinterpret_cast<const char*>(t.data()), t.nbytes()));
       },
   };
 }

@@ -34,7 +34,8 @@ using compute_actor = caf::typed_actor<
     caf::reacts_to<genstep_atom>,
     caf::reacts_to<gencancel_atom, std::string>,
     caf::replies_to<tput_atom, tensor_upload>::with<bool>,
-    caf::replies_to<tdrop_atom, std::string>::with<bool>>;
+    caf::replies_to<tdrop_atom, std::string>::with<bool>,
+    caf::replies_to<tdigest_atom, std::string, std::string, std::string>::with<std::string>>;
 
 /// Spawns the compute side on its own thread, computing on `be`.
 compute_actor spawn_compute(caf::actor_system& sys, std::shared_ptr<worker_shared> shared, std::shared_ptr<backend> be);

@@ -102,6 +102,8 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
           std::lock_guard<std::mutex> lock(st.shared->m);
           st.shared->loading -= std::min(st.shared->loading, node.mapped().resident);
           if (!t) return to_caf(t.err());
+          if (st.shared->cfg.corrupt_weights && t->nbytes() > 0)
+            t->data()[t->nbytes() / 2] ^= std::byte{0x40};  // (--fault corrupt-weights)
           const std::uint64_t n = t->nbytes();
           st.shared->arrived += n;
           st.shared->inbox.push_back({model, name, std::move(*t)});
@@ -115,6 +117,9 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
           return true;
         },
         [=](dropmodel_atom, const std::string& model) { self->state.forget(model); },
+        [=](tdigest_atom a, const std::string& model, const std::string& name, const std::string& nonce) {
+          return self->delegate(self->state.compute, a, model, name, nonce);
+        },
     };
   });
 }

@@ -26,7 +26,10 @@ using load_receiver_actor = caf::typed_actor<
     /// ones it adopted
     caf::replies_to<tabort_atom, std::string>::with<bool>,
     /// the model was dropped: forget its tensors in progress and waiting
-    caf::reacts_to<dropmodel_atom, std::string>>;
+    caf::reacts_to<dropmodel_atom, std::string>,
+    /// a weight's digest (worker_actor): passed to the compute side after every tensor ended
+    /// before it, so a weight just finished is found there
+    caf::replies_to<tdigest_atom, std::string, std::string, std::string>::with<std::string>>;
 
 load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<worker_shared> shared, compute_actor compute);
 

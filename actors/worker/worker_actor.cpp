@@ -188,6 +188,13 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
       [=](gencancel_atom, const std::string& id) { self->send(self->state.compute, gencancel_atom::value, id); },
       [=](tput_atom, tensor_upload& u) { return self->delegate(self->state.compute, tput_atom::value, std::move(u)); },
       [=](tdrop_atom, const std::string& id) { return self->delegate(self->state.compute, tdrop_atom::value, id); },
+      [=](tdigest_atom a, const std::string& model, const std::string& name, const std::string& nonce) {
+        return self->delegate(self->state.receiver, a, model, name, nonce);  // (behind the tensor's end)
+      },
+      [=](recheck_atom) -> caf::result<std::string> {
+        return to_caf(errc::invalid, "worker " + self->state.shared->cfg.worker_id +
+                                         " is not a volunteer behind spot-checks: nothing to re-check");
+      },
   };
 }
 

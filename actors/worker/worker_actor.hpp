@@ -54,6 +54,10 @@ struct worker_config {
   /// draw is replaced (and fed on as if drawn) — a volunteer that lies, for the coordinator's
   /// spot-checks to catch. The draws are seeded by the worker id, so a run repeats. 0 = honest.
   double corrupt_results = 0;
+  /// A testing aid (`mpakt worker --fault corrupt-weights`): one byte of every weight it
+  /// receives is changed once the weight is complete — a volunteer whose memory or program
+  /// alters what it was sent, for the coordinator's weight checks to catch.
+  bool corrupt_weights = false;
 };
 
 /// Spawns a worker (its front, compute side and receiver); returns the front.

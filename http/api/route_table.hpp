@@ -31,6 +31,7 @@
   X("GET", "/api/keys", login, on_list_keys)                                         \
   X("DELETE", "/api/keys/:keyId", login, on_revoke_key)                              \
   X("POST", "/api/admin/accounts/:name/approve", operator_key, on_approve)           \
+  X("POST", "/api/v3/admin/workers/:workerId/check", operator_key, on_check_worker)   \
   /* v3 (EP-02 … EP-17) */                                                           \
   X("GET", "/api/v3/status", key, on_status)                                         \
   X("GET", "/api/v3/models/inspect", key, on_inspect)                                \

@@ -366,6 +366,10 @@ void on_generate(const call& c) {
   });
 }
 void on_random(const call& c) { random_numbers(*c.req, c.res); }
+void on_check_worker(const call& c) {
+  // (a volunteer's weights challenged afresh: as long as hashing what it holds takes)
+  forward(c.self, c.coord(), std::chrono::minutes(10), c.res, 200, recheck_atom::value, c.who, c.args[0]);
+}
 
 // The OpenAI-compatible API (docs/api-reference.md, "OpenAI-compatible API").
 

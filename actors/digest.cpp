@@ -1,0 +1,50 @@
+#include "actors/digest.hpp"
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+namespace mpakt {
+
+struct sha256_stream::impl {
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  ~impl() { EVP_MD_CTX_free(ctx); }
+};
+
+sha256_stream::sha256_stream() : p_(std::make_unique<impl>()) { EVP_DigestInit_ex(p_->ctx, EVP_sha256(), nullptr); }
+sha256_stream::~sha256_stream() = default;
+
+void sha256_stream::add(std::string_view bytes) { EVP_DigestUpdate(p_->ctx, bytes.data(), bytes.size()); }
+
+std::string sha256_stream::hex() {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(p_->ctx, md, &n);
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) {
+    out += digits[md[i] >> 4];
+    out += digits[md[i] & 15];
+  }
+  return out;
+}
+
+std::string nonce_digest(std::string_view nonce, std::string_view bytes) {
+  sha256_stream s;
+  s.add(nonce);
+  s.add(bytes);
+  return s.hex();
+}
+
+std::string new_nonce() {
+  unsigned char raw[16];
+  RAND_bytes(raw, sizeof raw);
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+}  // namespace mpakt
