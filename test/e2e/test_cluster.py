@@ -408,6 +408,12 @@ def test_the_cluster_port_speaks_tls_with_the_certificate_its_banner_names(clust
     assert ssl.PEM_cert_to_DER_cert(pem) == der
     assert (server.data_dir / "cluster" / "coordinator.key").stat().st_mode & 0o077 == 0
     assert after in (b"",) or "CERTIFICATE_REQUIRED" in str(after).upper() or "EOF" in str(after).upper(), after
+    # A plain CAF client waits for the server's BASP handshake, which a CAF port without TLS
+    # sends at once on accepting: this port sends nothing before a TLS ClientHello.
+    with socket.create_connection(("127.0.0.1", cluster.port), timeout=10) as sock:
+        sock.settimeout(1.5)
+        with pytest.raises(socket.timeout):
+            sock.recv(64)
     for payload in (b"\x00" * 64, b"GET / HTTP/1.1\r\n\r\n"):
         with socket.create_connection(("127.0.0.1", cluster.port), timeout=10) as sock:
             sock.sendall(payload)
