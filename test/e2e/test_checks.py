@@ -12,7 +12,7 @@ import time
 import pytest
 
 from e2e_util import STORIES_DIR, expect, free_port
-from test_cluster import Cluster, graph_cli
+from test_cluster import Cluster, graph_cli, run_volunteer
 
 GOLDEN = json.loads((STORIES_DIR / "goldens" / "stories260K_once_upon.json").read_text())
 PROMPT = GOLDEN["prompt_ids"]
@@ -30,16 +30,28 @@ def grid(start_server, tmp_path_factory):
     server.process.terminate()
 
 
-def join_liar(c, name="w_liar"):
-    """A volunteer with a token of its own (a quarantine refuses the token) that lies always."""
+def join_faulty(c, name, fault):
+    """A volunteer with a token of its own (a quarantine refuses the token) and `fault`; its
+    process and its token."""
     made = c.server.admin("volunteer-token", name + "-box")
     assert made.returncode == 0, made.stderr
     token = made.stdout.strip().splitlines()[0]
     saved, c.token = c.token, token
     try:
-        return c.join(name, "1G", "--fault", "corrupt-results:1")
+        return c.join(name, "1G", "--fault", fault), token
     finally:
         c.token = saved
+
+
+def join_liar(c, name="w_liar"):
+    """A volunteer that lies always."""
+    return join_faulty(c, name, "corrupt-results:1")
+
+
+def compiled_step(c, model):
+    """A compiled one-token decode step over 64 cache rows, ending in argmax."""
+    return expect(c.server.api.post("/api/v3/graphs", {"graph": graph_cli(
+        "--model-id", model, "--compiled", "--tokens", "1", "--cache", "64", "--argmax")}, key=c.key), 200)["graphId"]
 
 
 def load_stories(c):
@@ -72,8 +84,7 @@ def test_an_honest_volunteer_passes_its_first_checks_bit_for_bit(grid):
     grid.join("w_honest")
     model, where = load_stories(grid)
     assert where == "w_honest"
-    step = expect(grid.server.api.post("/api/v3/graphs", {"graph": graph_cli(
-        "--model-id", model, "--compiled", "--tokens", "1", "--cache", "64", "--argmax")}, key=grid.key), 200)["graphId"]
+    step = compiled_step(grid, model)
     n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
     for _ in range(2):  # (two sessions: more passes than the first 8, all checked)
         sid, _ = prefilled_session(grid, model, step)
@@ -87,14 +98,18 @@ def test_an_honest_volunteer_passes_its_first_checks_bit_for_bit(grid):
     assert st["quarantined"] == []
 
 
-def test_a_lying_volunteer_is_caught_in_a_graph_call_and_no_client_sees_the_lie(grid):
-    liar = join_liar(grid)
+def liar_holding_stories(grid):
+    """A liar holding stories260K, an honest volunteer beside it, and a compiled step."""
+    liar, token = join_liar(grid)
     model, where = load_stories(grid)
     assert where == "w_liar"
     grid.join("w_honest")
+    return liar, token, model, compiled_step(grid, model)
+
+
+def test_a_lying_volunteer_is_caught_in_a_graph_call_and_no_client_sees_the_lie(grid):
+    liar, token, model, step = liar_holding_stories(grid)
     api, key = grid.server.api, grid.key
-    step = expect(api.post("/api/v3/graphs", {"graph": graph_cli(
-        "--model-id", model, "--compiled", "--tokens", "1", "--cache", "64", "--argmax")}, key=key), 200)["graphId"]
     sid, answers = prefilled_session(grid, model, step)
     # caught at its first answer with values; that call was answered from the verifier
     st = grid.wait_for(lambda s: s["quarantined"] and [w["workerId"] for w in s["pool"]] == ["w_honest"],
@@ -109,20 +124,20 @@ def test_a_lying_volunteer_is_caught_in_a_graph_call_and_no_client_sees_the_lie(
     assert answers == honest
     n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
     assert PROMPT + generate(grid, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+    assert "quarantined volunteer w_liar-box (w_liar)" in grid.server.process.output()
     # the token is refused from now on
-    rc_out = grid.server.process.output()
-    assert "quarantined volunteer w_liar-box (w_liar)" in rc_out
+    saved, grid.token = grid.token, token
+    try:
+        rc, out = run_volunteer(grid, "--token", token, name="w_liar_again")
+    finally:
+        grid.token = saved
+    assert rc == 4 and "was quarantined" in out, out
     grid.server.assert_up()
 
 
 def test_a_lying_volunteer_is_caught_mid_generation_and_the_tokens_are_an_undisturbed_runs(grid):
-    liar = join_liar(grid)
-    model, where = load_stories(grid)
-    assert where == "w_liar"
-    grid.join("w_honest")
+    liar, _, model, step = liar_holding_stories(grid)
     api, key = grid.server.api, grid.key
-    step = expect(api.post("/api/v3/graphs", {"graph": graph_cli(
-        "--model-id", model, "--compiled", "--tokens", "1", "--cache", "64", "--argmax")}, key=key), 200)["graphId"]
     # The prompt goes in with one call that answers nothing (no value the liar can alter).
     sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
     expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key), 200)
@@ -171,13 +186,7 @@ def test_an_honest_volunteers_weights_are_checked_as_they_arrive_and_on_request(
 
 
 def test_a_volunteer_that_alters_its_weights_is_quarantined_and_the_model_served_elsewhere(grid):
-    made = grid.server.admin("volunteer-token", "bitflip-box")
-    assert made.returncode == 0, made.stderr
-    saved, grid.token = grid.token, made.stdout.strip().splitlines()[0]
-    try:
-        flipper = grid.join("w_flip", "1G", "--fault", "corrupt-weights")
-    finally:
-        grid.token = saved
+    flipper, _ = join_faulty(grid, "w_flip", "corrupt-weights")
     api, key = grid.server.api, grid.key
     r = api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60)
     st = grid.wait_for(lambda s: s["quarantined"], "the volunteer to be quarantined", timeout=20)
@@ -189,8 +198,7 @@ def test_a_volunteer_that_alters_its_weights_is_quarantined_and_the_model_served
     grid.join("w_honest")
     model, where = load_stories(grid)
     assert where == "w_honest"
-    step = expect(api.post("/api/v3/graphs", {"graph": graph_cli(
-        "--model-id", model, "--compiled", "--tokens", "1", "--cache", "64", "--argmax")}, key=key), 200)["graphId"]
+    step = compiled_step(grid, model)
     sid, _ = prefilled_session(grid, model, step)
     n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
     assert PROMPT + generate(grid, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
