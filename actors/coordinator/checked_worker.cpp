@@ -15,10 +15,12 @@
 #include "actors/digest.hpp"
 #include "actors/errors.hpp"
 #include "actors/json_text.hpp"
+#include "actors/off_thread.hpp"
 #include "actors/ids.hpp"
 #include "actors/worker/worker_actor.hpp"
 #include "backends/cpu/isa.hpp"
 #include "runtime/graph.hpp"
+#include "runtime/json.hpp"
 #include "runtime/log.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/tensor.hpp"
@@ -68,14 +70,16 @@ bool output_values_of(const rapidjson::Value& o, std::vector<std::int64_t>& shap
 
 bool answers_agree(const std::string& a, const std::string& b, bool exact, std::string* why) {
   if (a == b) return true;
-  rapidjson::Document da, db;
-  da.Parse(a.data(), a.size());
-  db.Parse(b.data(), b.size());
   auto say = [&](std::string text) {
     if (why) *why = std::move(text);
     return false;
   };
-  if (da.HasParseError() || db.HasParseError() || !da.IsObject() || !db.IsObject()) return say("an answer is not an outputs object");
+  // (a volunteer's answer is untrusted text: the depth-limited parser, never a recursive one)
+  auto pa = parse_json_object(a, "the volunteer's answer");
+  auto pb = parse_json_object(b, "the verifier's answer");
+  if (!pa || !pb) return say("an answer is not an outputs object");
+  const rapidjson::Document& da = *pa;
+  const rapidjson::Document& db = *pb;
   if (da.MemberCount() != db.MemberCount()) return say("the answers name different outputs");
   for (auto it = db.MemberBegin(); it != db.MemberEnd(); ++it) {
     const std::string name(it->name.GetString(), it->name.GetStringLength());
@@ -363,13 +367,24 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
       rp.deliver(std::move(*o->theirs));
       return;
     }
-    std::string why;
-    if (answers_agree(o->theirs->outputs_json, o->mine->outputs_json, st.exact(), &why)) {
-      st.sh->counts.checked++;
-    } else {
-      quarantine(self, st.sh, "a graph call's answer differs from the verifier's: " + why);
-    }
-    rp.deliver(std::move(*o->mine));  // the verified answer
+    // Equal text agrees at once; otherwise the answers are read as numbers — on a helper
+    // thread when large, as this actor shares the coordinator's scheduler thread.
+    const bool heavy = o->mine->outputs_json.size() + o->theirs->outputs_json.size() >= off_thread_bytes &&
+                       o->mine->outputs_json != o->theirs->outputs_json;
+    const bool exact = st.exact();
+    maybe_off_thread<result<std::string>>(
+        self, heavy,
+        [o, exact] {
+          std::string why;
+          return answers_agree(o->theirs->outputs_json, o->mine->outputs_json, exact, &why) ? result<std::string>(std::string())
+                                                                                             : result<std::string>(why);
+        },
+        [self, rp, o](result<std::string>& why) mutable {
+          auto& st = self->state;
+          if (why && why->empty()) st.sh->counts.checked++;
+          else quarantine(self, st.sh, "a graph call's answer differs from the verifier's: " + (why ? *why : why.err().message));
+          rp.deliver(std::move(*o->mine));  // the verified answer
+        });
   };
   auto on_verifier = [self, o, finish, r](bool copied) mutable {
     if (!copied) {  // (a session it could not copy: unchecked)

@@ -62,6 +62,10 @@ TEST(checked_worker, DifferentShapesNamesOrGarbageNeverAgree) {
   EXPECT_FALSE(answers_agree(R"({"y":{"shape":[2],"data":[1,2]},"z":{"shape":[1],"data":[0]}})", v, false, &why));
   EXPECT_FALSE(answers_agree("not json", v, false, &why));
   EXPECT_FALSE(answers_agree(R"({"y":{"shape":[2],"data":[1]}})", v, false, &why));
+  // a hostile volunteer's answer nested a million deep is refused, not recursed into
+  const std::string deep = "{\"y\":" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}";
+  EXPECT_FALSE(answers_agree(deep, v, false, &why));
+  EXPECT_EQ(why, "an answer is not an outputs object");
 }
 
 TEST(checked_worker, TheQuarantineRegistryRemembersTokens) {
