@@ -419,6 +419,35 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
   return rp;
 }
 
+/// A pass not chosen for a check: the volunteer's answer as it is — once it reads as an outputs
+/// object (its text reaches the client inside the reply; the depth-limited parser, on a helper
+/// thread when large). An answer that does not quarantines the volunteer; the call fails.
+caf::result<run_reply> unchecked_run(checked_pointer self, run_request r) {
+  auto rp = self->make_response_promise<run_reply>();
+  self->request(self->state.volunteer(), caf::infinite, run_atom::value, std::move(r))
+      .then(
+          [self, rp](run_reply& x) mutable {
+            auto reply = std::make_shared<run_reply>(std::move(x));
+            maybe_off_thread<status>(
+                self, reply->outputs_json.size() >= off_thread_bytes,
+                [reply]() -> status {
+                  auto d = parse_json_object(reply->outputs_json, "the volunteer's answer");
+                  if (!d) return status(d.err());
+                  for (auto it = d->MemberBegin(); it != d->MemberEnd(); ++it)
+                    if (!it->value.IsObject() || !it->value.HasMember("shape")) return status(invalid("an output is not {shape, data}"));
+                  return status{};
+                },
+                [self, rp, reply](status& ok) mutable {
+                  if (ok) return void(rp.deliver(std::move(*reply)));
+                  quarantine(self, self->state.sh, "a graph call's answer is not an outputs object: " + ok.err().message);
+                  rp.deliver(to_caf(errc::unavailable, "the volunteer running this call answered malformed outputs and was "
+                                                       "quarantined; send the call again"));
+                });
+          },
+          [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+  return rp;
+}
+
 caf::result<bool> checked_generation(checked_pointer self, gen_request r) {
   auto& st = self->state;
   auto rp = self->make_response_promise<bool>();
@@ -573,9 +602,9 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       // ---- graphs
       [=](run_atom a, run_request& r) -> caf::result<run_reply> {
         // (the pool's probe calls time the link; they are neither counted nor checked)
-        if (r.run_id == probe_run_id || !self->state.choose())
-          return caf::result<run_reply>(self->delegate(V(), a, std::move(r)));
-        return checked_run(self, std::move(r));
+        if (r.run_id == probe_run_id) return caf::result<run_reply>(self->delegate(V(), a, std::move(r)));
+        if (self->state.choose()) return checked_run(self, std::move(r));
+        return unchecked_run(self, std::move(r));
       },
       [=](compile_atom a, compile_request& r) {
         self->request(self->state.verifier, caf::infinite, a, r).then([](compile_reply&) {}, [](caf::error&) {});

@@ -58,6 +58,10 @@ struct worker_config {
   /// receives is changed once the weight is complete — a volunteer whose memory or program
   /// alters what it was sent, for the coordinator's weight checks to catch.
   bool corrupt_weights = false;
+  /// A testing aid (`mpakt worker --fault malformed-answers`): every graph answer is text that
+  /// is not an outputs object (deeply nested and unfinished) — a hostile volunteer, for the
+  /// coordinator's answer checks to catch.
+  bool malformed_answers = false;
 };
 
 /// Spawns a worker (its front, compute side and receiver); returns the front.

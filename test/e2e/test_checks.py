@@ -203,3 +203,41 @@ def test_a_volunteer_that_alters_its_weights_is_quarantined_and_the_model_served
     n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
     assert PROMPT + generate(grid, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
     grid.server.assert_up()
+
+
+def test_a_volunteer_answering_malformed_outputs_is_quarantined_and_the_client_gets_a_clean_error(start_server,
+                                                                                                  tmp_path_factory):
+    """Even a pass not chosen for a check is read before its text reaches a client: an answer that
+    is no outputs object (here nested 100,000 deep and unfinished) fails the call with a clear
+    503 and quarantines the volunteer; the server stays up and the work goes on elsewhere."""
+    cport = free_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--verify-first", "0",
+                          "--verify-fraction", "0.000001")
+    c = Cluster(server, cport, tmp_path_factory.mktemp("malformed"))
+    c.key = server.account("malformed")[1]
+    try:
+        bad, _ = join_faulty(c, "w_bad", "malformed-answers")
+        model, where = load_stories(c)
+        assert where == "w_bad"
+        c.join("w_honest")
+        api, key = server.api, c.key
+        step = compiled_step(c, model)
+        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+        # Its first answer (the caches' allocation) is the bad one: the call fails cleanly — with
+        # the reason, or, when the coordinator has already seen the volunteer go, as any call on
+        # a session whose worker left the grid.
+        r = api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key, timeout=60)
+        assert r.status == 503, r
+        assert "answered malformed outputs and was quarantined" in r.text or "left the grid" in r.text, r
+        st = c.wait_for(lambda s: s["quarantined"] and [w["workerId"] for w in s["pool"]] == ["w_honest"],
+                        "the volunteer to be quarantined and gone", timeout=20)
+        assert "not an outputs object" in st["quarantined"][0]["reason"], st["quarantined"]
+        assert st["pool"][0]["checks"]["passed"] == 0  # (nothing was chosen for a check)
+        assert bad.proc.wait(timeout=15) == 4
+        server.assert_up()
+        sid, _ = prefilled_session(c, model, step)
+        n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+        assert PROMPT + generate(c, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+    finally:
+        c.stop_all()
+        server.process.terminate()
