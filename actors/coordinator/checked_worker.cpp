@@ -149,6 +149,8 @@ void quarantine(caf::local_actor* by, const std::shared_ptr<verify_shared>& sh, 
 
 struct comparer_state {
   std::shared_ptr<verify_shared> sh;
+  worker_actor verifier_worker;
+  std::string session;  ///< the verifier's copy, dropped at the end
   gen_listener listener;
   std::string id;
   bool exact = true;
@@ -164,9 +166,14 @@ struct comparer_state {
 using comparer_actor = gen_listener::extend<caf::reacts_to<caf::atom_constant<caf::atom("absent")>>>;
 
 comparer_actor::behavior_type comparer(comparer_actor::stateful_pointer<comparer_state> self, std::shared_ptr<verify_shared> sh,
-                                       gen_listener listener, std::string id, bool exact) {
+                                       worker_actor verifier, std::string session, gen_listener listener, std::string id,
+                                       bool exact) {
   auto& st = self->state;
   st.sh = std::move(sh);
+  st.verifier_worker = std::move(verifier);
+  st.session = std::move(session);
+  // (the verifier's copy of the session goes with this actor, however it ends)
+  self->attach_functor([v = st.verifier_worker, s = st.session] { caf::anon_send(v, sclose_atom::value, s); });
   st.listener = std::move(listener);
   st.id = std::move(id);
   st.exact = exact;
@@ -451,7 +458,8 @@ caf::result<run_reply> unchecked_run(checked_pointer self, run_request r) {
 caf::result<bool> checked_generation(checked_pointer self, gen_request r) {
   auto& st = self->state;
   auto rp = self->make_response_promise<bool>();
-  auto cmp = self->home_system().spawn(comparer, st.sh, r.listener, r.gen_id, st.exact());
+  auto cmp = self->home_system().spawn(comparer, st.sh, st.verifier, r.session, r.listener, r.gen_id, st.exact());
+  if (st.checked_gens.size() >= 4096) st.checked_gens.clear();  // (ended long ago: a late cancel reaches the volunteer only)
   st.checked_gens[r.gen_id] = true;
   gen_request theirs = r;
   theirs.gen_id = r.gen_id + "~volunteer";
