@@ -37,6 +37,7 @@ struct generation_state {
   std::int64_t run_first = 0, run_start = 0;
   std::size_t run_offset = 0;
   bool reported = false;  ///< the current run's fed tokens went to the coordinator
+  bool replanning = false;  ///< the run's worker left; tokens until the next run are stale
   int runs = 0;           ///< runs started (a late answer from an earlier run is ignored)
   std::shared_ptr<void> slot;  ///< one of the key's generations running at once, freed at the end
 };
@@ -132,6 +133,11 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
     };
     auto on_token = [self, finish](gen_token t) {
       auto& st = self->state;
+      // Tokens of a run come in order, counted from 0. Once the run's worker is seen to leave,
+      // the run is replanned from the tokens before: any later token of it is dropped (a
+      // volunteer's checked generation streams the verifier's tokens through a comparer, which
+      // may pass on one after the worker's loss arrived here), as is one not next in its run.
+      if (st.finished || st.replanning || t.index != st.tokens.size() - st.run_offset) return;
       t.index += std::uint32_t(st.run_offset);  // a continued generation counts on
       st.tokens.push_back(t.token);
       metrics::m().tokens_generated.with({st.plan.worker_loop ? "worker_loop" : "per_call"}).inc();
@@ -161,6 +167,7 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
         self->set_down_handler([self, finish, run](caf::down_msg& dm) {
           auto& st = self->state;
           if (st.finished || dm.source != st.plan.worker.address()) return;
+          st.replanning = true;  // (what the run goes on from is what came before this)
           report_fed(st);
           gen_plan next = st.plan;
           const std::size_t got = st.tokens.size();
@@ -173,6 +180,7 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
                   [self, run](gen_plan& p) {
                     auto& st = self->state;
                     if (st.finished) return;
+                    st.replanning = false;
                     st.run_offset = st.tokens.size();
                     st.run_first = p.first_id;
                     st.run_start = p.start_pos;
