@@ -73,8 +73,9 @@ const char* serve_usage =
     "                      and generations) re-run on a verifier and compared (default 0.02)\n"
     "  --verify-first N    a new volunteer's first N passes are all checked (default 8); with\n"
     "                      --verify-fraction 0 and --verify-first 0 nothing is checked\n"
-    "  --verify-memory SIZE room for copies of a volunteer's weights on its verifier, in this\n"
-    "                      process (default 2G); passes on weights beyond it go unchecked\n"
+    "  --verify-memory SIZE room in this process for the verifiers' copies of volunteers' weights,\n"
+    "                      all volunteers together (default 2G); passes on weights beyond it go\n"
+    "                      unchecked\n"
     "  --cluster-cert FILE the cluster port's certificate (PEM) and its key; by default a key\n"
     "  --cluster-key FILE  pair and self-signed certificate made in DIR/cluster on first start\n"
     "  --log-format F      stderr log lines: text, or json (one object per line); default text\n"
@@ -275,6 +276,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         else std::fprintf(stderr, "mpakt serve: no dev volunteer token: %s\n", t.err().message.c_str());
       }
       gcfg.verify = gcfg.checks.fraction > 0 || gcfg.checks.first_passes > 0;
+      gcfg.checks.budget = std::make_shared<verify_budget>(gcfg.checks.memory);  // (all verifiers together)
       gate = spawn_gate(*sys, pool, std::move(gate_store), gcfg);
       auto bound = publish_gate(*sys, gate, address, std::uint16_t(cluster_port));
       if (!bound) {

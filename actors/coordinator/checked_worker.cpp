@@ -44,6 +44,20 @@ bool quarantine_registry::has_digest(const std::string& digest) const {
   return std::any_of(entries_.begin(), entries_.end(), [&](const entry& e) { return e.token_digest == digest; });
 }
 
+bool verify_budget::take(std::uint64_t n) {
+  auto cur = used_.load();
+  do {
+    if (cur + n > total_ || cur + n < cur) return false;
+  } while (!used_.compare_exchange_weak(cur, cur + n));
+  return true;
+}
+
+void verify_budget::give(std::uint64_t n) {
+  auto cur = used_.load();
+  while (!used_.compare_exchange_weak(cur, cur - std::min(cur, n))) {
+  }
+}
+
 // ------------------------------------------------------------------ comparing answers
 
 namespace {
@@ -259,6 +273,23 @@ struct checked_state {
   std::string verifier_kernels;
   std::string volunteer_kernels;
   std::set<std::string> unshadowed;  ///< models whose weights the verifier does not hold
+  std::map<std::string, std::uint64_t> charged;  ///< bytes taken from the budget, by model
+  /// Their sum, shared with the functor that returns them when this actor ends.
+  std::shared_ptr<std::atomic<std::uint64_t>> charged_total = std::make_shared<std::atomic<std::uint64_t>>(0);
+
+  /// The verifier stops holding `model` (it did not fit, or it failed there): its copy goes.
+  void unshadow(const std::string& model) {
+    unshadowed.insert(model);
+    caf::anon_send(verifier, tabort_atom::value, model);
+    release(model);
+  }
+  void release(const std::string& model) {
+    auto it = charged.find(model);
+    if (it == charged.end()) return;
+    if (sh->cfg.budget) sh->cfg.budget->give(it->second);
+    charged_total->fetch_sub(std::min(charged_total->load(), it->second));
+    charged.erase(it);
+  }
   std::map<std::string, bool> checked_gens;  ///< generations started checked: gen id -> true
   std::mt19937_64 rng;
 
@@ -494,8 +525,13 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
   st.verifier_kernels = cpu_isa::describe();
   worker_config wc;
   wc.worker_id = "verifier of " + st.sh->v.name;
-  wc.memory_bytes = st.sh->cfg.memory;
+  wc.memory_bytes = st.sh->cfg.memory;  // (the shared budget binds first)
   st.verifier = spawn_worker(self->home_system(), wc);
+  // What its copies took from the shared budget goes back when it ends (the functor runs
+  // after the state is gone: it holds what it needs itself).
+  self->attach_functor([charged = st.charged_total, budget = st.sh->cfg.budget] {
+    if (budget) budget->give(charged->load());
+  });
   self->link_to(st.verifier);  // (it ends with this actor)
   // This stand-in ends with the volunteer (exit, crash, lost link, revocation).
   self->monitor(st.volunteer());
@@ -547,13 +583,15 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         std::string published = r.file_dtype;
         for (auto& c : published) c = char(std::tolower(static_cast<unsigned char>(c)));
         w.same_bytes = published == r.resident;
+        auto& budget = self->state.sh->cfg.budget;
+        if (shadowed(r.model_id) && budget && !budget->take(r.published_bytes)) self->state.unshadow(r.model_id);
+        else if (shadowed(r.model_id) && budget) {
+          self->state.charged[r.model_id] += r.published_bytes;
+          *self->state.charged_total += r.published_bytes;
+        }
         if (shadowed(r.model_id)) {
           self->request(self->state.verifier, caf::infinite, a, r)
-              .then([](bool) {},
-                    [self, model = r.model_id](caf::error&) {
-                      self->state.unshadowed.insert(model);
-                      caf::anon_send(self->state.verifier, tabort_atom::value, model);
-                    });
+              .then([](bool) {}, [self, model = r.model_id](caf::error&) { self->state.unshadow(model); });
         }
         return self->delegate(V(), a, std::move(r));
       },
@@ -565,11 +603,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       [=](tend_atom a, const std::string& model, const std::string& name) {
         if (shadowed(model))
           self->request(self->state.verifier, caf::infinite, a, model, name)
-              .then([](std::uint64_t) {},
-                    [self, model](caf::error&) {
-                      self->state.unshadowed.insert(model);
-                      caf::anon_send(self->state.verifier, tabort_atom::value, model);
-                    });
+              .then([](std::uint64_t) {}, [self, model](caf::error&) { self->state.unshadow(model); });
         // Then a challenge (behind the end in the volunteer's mailbox): the weight it now holds
         // must hash as what passed through here, or as the verifier's copy when converted.
         if (auto it = self->state.arriving.find({model, name}); it != self->state.arriving.end()) {
@@ -590,12 +624,14 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         caf::anon_send(self->state.verifier, a, model);
         self->state.unshadowed.erase(model);
         self->state.held.erase(model);
+        self->state.release(model);
         return self->delegate(V(), a, model);
       },
       [=](dropmodel_atom a, const std::string& model) {
         caf::anon_send(self->state.verifier, a, model);
         self->state.unshadowed.erase(model);
         self->state.held.erase(model);
+        self->state.release(model);
         return self->delegate(V(), a, model);
       },
       // ---- sessions live on the volunteer; the verifier gets copies for a check

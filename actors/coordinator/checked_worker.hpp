@@ -5,8 +5,8 @@
 /// The gate hands the pool a checked worker instead of the volunteer's own handle. It speaks
 /// the whole worker protocol and passes everything on to the volunteer, and besides:
 /// - keeps a *verifier*: a worker in the coordinator's process holding copies of the weights
-///   the volunteer is sent (as far as `verify_config::memory` allows) and the templates it
-///   compiles;
+///   the volunteer is sent (as far as the verifiers' shared budget, `verify_config::memory`,
+///   allows: a model that does not fit is not copied) and the templates it compiles;
 /// - checks the first `first_passes` passes of the volunteer (graph calls and generations),
 ///   then each with probability `fraction`: the sessions the pass reads are copied from the
 ///   volunteer (sdump, ahead of the pass in its mailbox) into the verifier, the pass runs on
@@ -24,6 +24,7 @@
 
 #include <caf/all.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -34,10 +35,26 @@
 
 namespace mpakt {
 
+/// Room in the coordinator's memory for the verifiers' weight copies, all volunteers together.
+class verify_budget {
+ public:
+  explicit verify_budget(std::uint64_t total) : total_(total) {}
+  /// Takes `n` bytes if they fit.
+  bool take(std::uint64_t n);
+  void give(std::uint64_t n);
+  std::uint64_t used() const { return used_.load(); }
+
+ private:
+  const std::uint64_t total_;
+  std::atomic<std::uint64_t> used_{0};
+};
+
 struct verify_config {
   double fraction = 0.02;            ///< --verify-fraction: passes checked after the first ones
   std::uint32_t first_passes = 8;    ///< --verify-first: a new volunteer's passes always checked
-  std::uint64_t memory = std::uint64_t(2) << 30;  ///< --verify-memory: the verifier's room per volunteer
+  std::uint64_t memory = std::uint64_t(2) << 30;  ///< --verify-memory: the verifiers' room, in all
+  /// What the verifiers hold (shared by every checked worker; null: `memory` per volunteer).
+  std::shared_ptr<verify_budget> budget;
 };
 
 /// Volunteers quarantined since the coordinator started (shared by the checked workers, the

@@ -68,6 +68,19 @@ TEST(checked_worker, DifferentShapesNamesOrGarbageNeverAgree) {
   EXPECT_EQ(why, "an answer is not an outputs object");
 }
 
+TEST(checked_worker, TheVerifiersShareOneBudget) {
+  verify_budget b(100);
+  EXPECT_TRUE(b.take(60));
+  EXPECT_FALSE(b.take(41));  // (one verifier's copy must not crowd the coordinator out)
+  EXPECT_TRUE(b.take(40));
+  EXPECT_EQ(b.used(), 100u);
+  b.give(60);
+  EXPECT_EQ(b.used(), 40u);
+  b.give(1000);  // (never below zero)
+  EXPECT_EQ(b.used(), 0u);
+  EXPECT_FALSE(b.take(~std::uint64_t(0)));
+}
+
 TEST(checked_worker, TheQuarantineRegistryRemembersTokens) {
   quarantine_registry r;
   EXPECT_FALSE(r.has_digest("d1"));

@@ -241,3 +241,28 @@ def test_a_volunteer_answering_malformed_outputs_is_quarantined_and_the_client_g
     finally:
         c.stop_all()
         server.process.terminate()
+
+
+def test_weights_beyond_the_verifiers_room_are_not_copied_and_their_passes_go_unchecked(start_server, tmp_path_factory):
+    """--verify-memory bounds the verifiers' copies for all volunteers together: a model that
+    does not fit is not copied, passes on it are counted as unchecked (never as a mismatch),
+    weights kept as published are still checked as they arrive, and decoding is undisturbed."""
+    cport = free_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--verify-memory", "64K")
+    c = Cluster(server, cport, tmp_path_factory.mktemp("budget"))
+    c.key = server.account("budget")[1]
+    try:
+        c.join("w_honest")
+        model, _ = load_stories(c)
+        step = compiled_step(c, model)
+        sid, _ = prefilled_session(c, model, step)
+        n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+        assert PROMPT + generate(c, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+        # (the allocation reads no weight: checked; the prefill steps and the generation cannot be)
+        st = c.wait_for(lambda s: s["pool"][0]["checks"]["unchecked"] >= 5, "the unchecked passes to be counted")
+        checks = st["pool"][0]["checks"]
+        assert checks["passed"] == 1 and st["quarantined"] == [], checks
+        assert checks["weightsChecked"] > 0 and checks["weightsUnchecked"] == 0, checks  # (f32 kept as f32)
+    finally:
+        c.stop_all()
+        server.process.terminate()
