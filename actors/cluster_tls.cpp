@@ -25,6 +25,8 @@
 #include <sstream>
 #include <thread>
 
+#include "actors/digest.hpp"
+
 namespace mpakt::tls {
 
 namespace {
@@ -143,28 +145,23 @@ result<pkey_ptr> link_key() {
   return k;
 }
 
-/// The link certificate and key, as PEM (Ed25519 signatures are deterministic: the same bytes
-/// on every host).
+/// The link certificate for the link key: fixed fields, and Ed25519 signatures are
+/// deterministic, so the same bytes on every host.
+result<x509_ptr> link_certificate(EVP_PKEY* key) {
+  return self_signed(key, "mpakt volunteer link (public)", 1, "260101000000Z", "20991231235959Z", nullptr);
+}
+
+/// The link certificate and key, as PEM.
 result<std::pair<std::string, std::string>> link_pems() {
   auto k = link_key();
   if (!k) return std::move(k).err();
-  auto x = self_signed(k->get(), "mpakt volunteer link (public)", 1, "260101000000Z", "20991231235959Z", nullptr);
+  auto x = link_certificate(k->get());
   if (!x) return std::move(x).err();
   auto cert = pem_of(x->get());
   if (!cert) return std::move(cert).err();
   auto key = pem_of(k->get());
   if (!key) return std::move(key).err();
   return std::pair{std::move(*cert), std::move(*key)};
-}
-
-std::string hex(const unsigned char* p, std::size_t n) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < n; ++i) {
-    out += digits[p[i] >> 4];
-    out += digits[p[i] & 15];
-  }
-  return out;
 }
 
 /// A TCP connection to host:port with `timeout` on connect, reads and writes; -1 and `why`.
@@ -204,7 +201,7 @@ result<std::string> fingerprint_of(const std::string& pem) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   if (X509_digest(x->get(), EVP_sha256(), md, &n) != 1) return make_error(errc::internal, ssl_error("cannot hash a certificate"));
-  return hex(md, n);
+  return to_hex(md, n);
 }
 
 result<std::string> normalize_fingerprint(const std::string& text) {
@@ -279,7 +276,7 @@ result<link_files> volunteer_files(const std::string& dir, const std::string& tr
 result<std::string> fetch_certificate(const std::string& host, std::uint16_t port, std::chrono::milliseconds patience) {
   auto key = link_key();
   if (!key) return std::move(key).err();
-  auto cert = self_signed(key->get(), "mpakt volunteer link (public)", 1, "260101000000Z", "20991231235959Z", nullptr);
+  auto cert = link_certificate(key->get());
   if (!cert) return std::move(cert).err();
   ctx_ptr ctx(SSL_CTX_new(TLS_client_method()));
   if (!ctx || SSL_CTX_use_certificate(ctx.get(), cert->get()) != 1 || SSL_CTX_use_PrivateKey(ctx.get(), key->get()) != 1)

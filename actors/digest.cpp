@@ -1,7 +1,8 @@
 #include "actors/digest.hpp"
 
 #include <openssl/evp.h>
-#include <openssl/rand.h>
+
+#include "actors/ids.hpp"
 
 namespace mpakt {
 
@@ -19,13 +20,7 @@ std::string sha256_stream::hex() {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_DigestFinal_ex(p_->ctx, md, &n);
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < n; ++i) {
-    out += digits[md[i] >> 4];
-    out += digits[md[i] & 15];
-  }
-  return out;
+  return to_hex(md, n);
 }
 
 std::string nonce_digest(std::string_view nonce, std::string_view bytes) {
@@ -37,12 +32,17 @@ std::string nonce_digest(std::string_view nonce, std::string_view bytes) {
 
 std::string new_nonce() {
   unsigned char raw[16];
-  RAND_bytes(raw, sizeof raw);
+  os_random(raw, sizeof raw);
+  return to_hex(raw, sizeof raw);
+}
+
+std::string to_hex(const unsigned char* bytes, std::size_t n) {
   static const char digits[] = "0123456789abcdef";
   std::string out;
-  for (unsigned char c : raw) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
+  out.reserve(2 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out += digits[bytes[i] >> 4];
+    out += digits[bytes[i] & 15];
   }
   return out;
 }

@@ -3,6 +3,7 @@
 /// coordinator, fresh for each challenge) followed by a tensor's bytes, so only a holder of the
 /// bytes can answer (actors/coordinator/checked_worker.hpp).
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -30,5 +31,8 @@ std::string nonce_digest(std::string_view nonce, std::string_view bytes);
 
 /// A fresh nonce: 16 random bytes as 32 hex digits.
 std::string new_nonce();
+
+/// `n` bytes as 2n lowercase hex digits.
+std::string to_hex(const unsigned char* bytes, std::size_t n);
 
 }  // namespace mpakt

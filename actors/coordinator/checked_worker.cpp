@@ -163,8 +163,6 @@ void quarantine(caf::local_actor* by, const std::shared_ptr<verify_shared>& sh, 
 
 struct comparer_state {
   std::shared_ptr<verify_shared> sh;
-  worker_actor verifier_worker;
-  std::string session;  ///< the verifier's copy, dropped at the end
   gen_listener listener;
   std::string id;
   bool exact = true;
@@ -184,10 +182,8 @@ comparer_actor::behavior_type comparer(comparer_actor::stateful_pointer<comparer
                                        bool exact) {
   auto& st = self->state;
   st.sh = std::move(sh);
-  st.verifier_worker = std::move(verifier);
-  st.session = std::move(session);
   // (the verifier's copy of the session goes with this actor, however it ends)
-  self->attach_functor([v = st.verifier_worker, s = st.session] { caf::anon_send(v, sclose_atom::value, s); });
+  self->attach_functor([v = std::move(verifier), s = std::move(session)] { caf::anon_send(v, sclose_atom::value, s); });
   st.listener = std::move(listener);
   st.id = std::move(id);
   st.exact = exact;
@@ -273,9 +269,9 @@ struct checked_state {
   std::string verifier_kernels;
   std::string volunteer_kernels;
   std::set<std::string> unshadowed;  ///< models whose weights the verifier does not hold
-  std::map<std::string, std::uint64_t> charged;  ///< bytes taken from the budget, by model
-  /// Their sum, shared with the functor that returns them when this actor ends.
-  std::shared_ptr<std::atomic<std::uint64_t>> charged_total = std::make_shared<std::atomic<std::uint64_t>>(0);
+  /// Bytes taken from the budget, by model (shared with the functor that gives them back when
+  /// this actor ends, after its state is gone).
+  std::shared_ptr<std::map<std::string, std::uint64_t>> charged = std::make_shared<std::map<std::string, std::uint64_t>>();
 
   /// The verifier stops holding `model` (it did not fit, or it failed there): its copy goes.
   void unshadow(const std::string& model) {
@@ -283,14 +279,19 @@ struct checked_state {
     caf::anon_send(verifier, tabort_atom::value, model);
     release(model);
   }
-  void release(const std::string& model) {
-    auto it = charged.find(model);
-    if (it == charged.end()) return;
-    if (sh->cfg.budget) sh->cfg.budget->give(it->second);
-    charged_total->fetch_sub(std::min(charged_total->load(), it->second));
-    charged.erase(it);
+  /// The model left the volunteer (aborted or dropped): nothing of it is kept here.
+  void forget(const std::string& model) {
+    unshadowed.erase(model);
+    held.erase(model);
+    release(model);
   }
-  std::map<std::string, bool> checked_gens;  ///< generations started checked: gen id -> true
+  void release(const std::string& model) {
+    auto it = charged->find(model);
+    if (it == charged->end()) return;
+    if (sh->cfg.budget) sh->cfg.budget->give(it->second);
+    charged->erase(it);
+  }
+  std::set<std::string> checked_gens;  ///< generations started checked (their cancels reach both loops)
   std::mt19937_64 rng;
 
   worker_actor volunteer() const { return sh->v.worker; }
@@ -491,18 +492,16 @@ caf::result<bool> checked_generation(checked_pointer self, gen_request r) {
   auto rp = self->make_response_promise<bool>();
   auto cmp = self->home_system().spawn(comparer, st.sh, st.verifier, r.session, r.listener, r.gen_id, st.exact());
   if (st.checked_gens.size() >= 4096) st.checked_gens.clear();  // (ended long ago: a late cancel reaches the volunteer only)
-  st.checked_gens[r.gen_id] = true;
+  st.checked_gens.insert(r.gen_id);
   gen_request theirs = r;
   theirs.gen_id = r.gen_id + "~volunteer";
   theirs.listener = caf::actor_cast<gen_listener>(cmp);
   gen_request mine = r;
   mine.listener = caf::actor_cast<gen_listener>(cmp);
   const std::vector<std::string> sessions{r.session};
-  snapshot(self, sessions, [self, mine, cmp, sessions](bool copied) mutable {
-    auto absent = [self, cmp, sessions] {
-      self->send(cmp, caf::atom_constant<caf::atom("absent")>::value);
-      drop_copies(self, sessions);
-    };
+  snapshot(self, sessions, [self, mine, cmp](bool copied) mutable {
+    // (the comparer drops the verifier's copy of the session when it ends)
+    auto absent = [self, cmp] { self->send(cmp, caf::atom_constant<caf::atom("absent")>::value); };
     if (!copied) return absent();
     self->request(self->state.verifier, caf::infinite, genstart_atom::value, std::move(mine))
         .then([](bool) {}, [absent](caf::error&) { absent(); });
@@ -527,10 +526,10 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
   wc.worker_id = "verifier of " + st.sh->v.name;
   wc.memory_bytes = st.sh->cfg.memory;  // (the shared budget binds first)
   st.verifier = spawn_worker(self->home_system(), wc);
-  // What its copies took from the shared budget goes back when it ends (the functor runs
-  // after the state is gone: it holds what it needs itself).
-  self->attach_functor([charged = st.charged_total, budget = st.sh->cfg.budget] {
-    if (budget) budget->give(charged->load());
+  // What its copies took from the shared budget goes back when it ends.
+  self->attach_functor([charged = st.charged, budget = st.sh->cfg.budget] {
+    if (budget)
+      for (const auto& [_, n] : *charged) budget->give(n);
   });
   self->link_to(st.verifier);  // (it ends with this actor)
   // This stand-in ends with the volunteer (exit, crash, lost link, revocation).
@@ -585,10 +584,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         w.same_bytes = published == r.resident;
         auto& budget = self->state.sh->cfg.budget;
         if (shadowed(r.model_id) && budget && !budget->take(r.published_bytes)) self->state.unshadow(r.model_id);
-        else if (shadowed(r.model_id) && budget) {
-          self->state.charged[r.model_id] += r.published_bytes;
-          *self->state.charged_total += r.published_bytes;
-        }
+        else if (shadowed(r.model_id) && budget) (*self->state.charged)[r.model_id] += r.published_bytes;
         if (shadowed(r.model_id)) {
           self->request(self->state.verifier, caf::infinite, a, r)
               .then([](bool) {}, [self, model = r.model_id](caf::error&) { self->state.unshadow(model); });
@@ -622,16 +618,12 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       },
       [=](tabort_atom a, const std::string& model) {
         caf::anon_send(self->state.verifier, a, model);
-        self->state.unshadowed.erase(model);
-        self->state.held.erase(model);
-        self->state.release(model);
+        self->state.forget(model);
         return self->delegate(V(), a, model);
       },
       [=](dropmodel_atom a, const std::string& model) {
         caf::anon_send(self->state.verifier, a, model);
-        self->state.unshadowed.erase(model);
-        self->state.held.erase(model);
-        self->state.release(model);
+        self->state.forget(model);
         return self->delegate(V(), a, model);
       },
       // ---- sessions live on the volunteer; the verifier gets copies for a check

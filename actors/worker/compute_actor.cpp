@@ -781,11 +781,11 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
       },
       [=](tdigest_atom, const std::string& model, const std::string& name, const std::string& nonce) -> caf::result<std::string> {
         turn on_turn(self->state);
-        const auto* m = self->state.store.model(model);
-        auto it = m ? m->find(name) : decltype(m->end()){};
-        if (!m || it == m->end()) return to_caf(errc::not_found, "weight " + name + " of model " + model + " is not on this worker");
-        const tensor& t = it->second;
-        return nonce_digest(nonce, std::string_view(reinterpret_cast<const char*>(t.data()), t.nbytes()));
+        const tensor* t = nullptr;
+        if (const auto* m = self->state.store.model(model))
+          if (auto it = m->find(name); it != m->end()) t = &it->second;
+        if (!t) return to_caf(errc::not_found, "weight " + name + " of model " + model + " is not on this worker");
+        return nonce_digest(nonce, std::string_view(reinterpret_cast<const char*>(t->data()), t->nbytes()));
       },
   };
 }
