@@ -261,8 +261,32 @@ struct arriving_weight {
   bool same_bytes = false;  ///< kept as published (no conversion): the stream's digest is the answer
 };
 
+/// A response the checked worker owes its caller while it waits on the volunteer or the
+/// verifier. Every one still open is answered with an error when the volunteer goes, so no
+/// caller waits out its own timeout for an actor that has ended.
+struct owed_base {
+  virtual ~owed_base() = default;
+  virtual bool open() const = 0;
+  virtual void fail(const caf::error& e) = 0;
+};
+
+template <class... Ts>
+struct owed final : owed_base {
+  caf::typed_response_promise<Ts...> rp;
+  explicit owed(caf::typed_response_promise<Ts...> p) : rp(std::move(p)) {}
+  bool open() const override { return rp.pending(); }
+  void fail(const caf::error& e) override {
+    if (rp.pending()) rp.deliver(e);
+  }
+  template <class... Us>
+  void deliver(Us&&... xs) {
+    if (rp.pending()) rp.deliver(std::forward<Us>(xs)...);
+  }
+};
+
 struct checked_state {
   std::shared_ptr<verify_shared> sh;
+  std::vector<std::shared_ptr<owed_base>> owed_now;  ///< responses not yet given (answered ones are pruned)
   std::map<std::pair<std::string, std::string>, arriving_weight> arriving;  ///< (model, name)
   std::map<std::string, std::set<std::string>> held;  ///< weights the volunteer holds, by model
   worker_actor verifier;
@@ -305,6 +329,16 @@ struct checked_state {
 };
 
 using checked_pointer = worker_actor::stateful_pointer<checked_state>;
+
+/// A response promise for the current request, kept until answered (see owed_base).
+template <class... Ts>
+std::shared_ptr<owed<Ts...>> owe(checked_pointer self) {
+  auto& v = self->state.owed_now;
+  v.erase(std::remove_if(v.begin(), v.end(), [](const auto& o) { return !o->open(); }), v.end());
+  auto o = std::make_shared<owed<Ts...>>(self->make_response_promise<Ts...>());
+  v.push_back(o);
+  return o;
+}
 
 /// The sessions a run reads and writes.
 std::vector<std::string> sessions_of(const run_request& r) {
@@ -385,7 +419,7 @@ void challenge(checked_pointer self, const std::string& model, const std::string
 }
 
 caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
-  auto rp = self->make_response_promise<run_reply>();
+  auto rp = owe<run_reply>(self);
   struct outcome {
     std::optional<run_reply> mine, theirs;
     std::optional<caf::error> their_error;
@@ -398,12 +432,12 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
     auto& st = self->state;
     drop_copies(self, sessions);
     if (o->their_error) {
-      rp.deliver(*o->their_error);
+      rp->deliver(*o->their_error);
       return;
     }
     if (!o->mine) {
       st.sh->counts.unchecked++;
-      rp.deliver(std::move(*o->theirs));
+      rp->deliver(std::move(*o->theirs));
       return;
     }
     // Equal text agrees at once; otherwise the answers are read as numbers — on a helper
@@ -422,7 +456,7 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
           auto& st = self->state;
           if (why && why->empty()) st.sh->counts.checked++;
           else quarantine(self, st.sh, "a graph call's answer differs from the verifier's: " + (why ? *why : why.err().message));
-          rp.deliver(std::move(*o->mine));  // the verified answer
+          rp->deliver(std::move(*o->mine));  // the verified answer
         });
   };
   auto on_verifier = [self, o, finish, r](bool copied) mutable {
@@ -455,14 +489,14 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
             o->theirs_done = true;
             finish();
           });
-  return rp;
+  return rp->rp;
 }
 
 /// A pass not chosen for a check: the volunteer's answer as it is — once it reads as an outputs
 /// object (its text reaches the client inside the reply; the depth-limited parser, on a helper
 /// thread when large). An answer that does not quarantines the volunteer; the call fails.
 caf::result<run_reply> unchecked_run(checked_pointer self, run_request r) {
-  auto rp = self->make_response_promise<run_reply>();
+  auto rp = owe<run_reply>(self);
   self->request(self->state.volunteer(), caf::infinite, run_atom::value, std::move(r))
       .then(
           [self, rp](run_reply& x) mutable {
@@ -477,19 +511,19 @@ caf::result<run_reply> unchecked_run(checked_pointer self, run_request r) {
                   return status{};
                 },
                 [self, rp, reply](status& ok) mutable {
-                  if (ok) return void(rp.deliver(std::move(*reply)));
+                  if (ok) return void(rp->deliver(std::move(*reply)));
                   quarantine(self, self->state.sh, "a graph call's answer is not an outputs object: " + ok.err().message);
-                  rp.deliver(to_caf(errc::unavailable, "the volunteer running this call answered malformed outputs and was "
+                  rp->deliver(to_caf(errc::unavailable, "the volunteer running this call answered malformed outputs and was "
                                                        "quarantined; send the call again"));
                 });
           },
-          [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
-  return rp;
+          [rp](caf::error& e) mutable { rp->deliver(std::move(e)); });
+  return rp->rp;
 }
 
 caf::result<bool> checked_generation(checked_pointer self, gen_request r) {
   auto& st = self->state;
-  auto rp = self->make_response_promise<bool>();
+  auto rp = owe<bool>(self);
   auto cmp = self->home_system().spawn(comparer, st.sh, st.verifier, r.session, r.listener, r.gen_id, st.exact());
   if (st.checked_gens.size() >= 4096) st.checked_gens.clear();  // (ended long ago: a late cancel reaches the volunteer only)
   st.checked_gens.insert(r.gen_id);
@@ -507,13 +541,13 @@ caf::result<bool> checked_generation(checked_pointer self, gen_request r) {
         .then([](bool) {}, [absent](caf::error&) { absent(); });
   });
   self->request(st.volunteer(), caf::infinite, genstart_atom::value, std::move(theirs))
-      .then([rp](bool ok) mutable { rp.deliver(ok); },
+      .then([rp](bool ok) mutable { rp->deliver(ok); },
             [self, rp, cmp, id = r.gen_id](caf::error& e) mutable {
               caf::anon_send(self->state.verifier, gencancel_atom::value, id);
               self->send_exit(cmp, caf::exit_reason::user_shutdown);
-              rp.deliver(std::move(e));
+              rp->deliver(std::move(e));
             });
-  return rp;
+  return rp->rp;
 }
 
 worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_ptr<verify_shared> sh) {
@@ -535,7 +569,13 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
   // This stand-in ends with the volunteer (exit, crash, lost link, revocation).
   self->monitor(st.volunteer());
   self->set_down_handler([self](caf::down_msg& dm) {
-    if (dm.source == self->state.volunteer().address()) self->quit(caf::exit_reason::user_shutdown);
+    if (dm.source != self->state.volunteer().address()) return;
+    // What it still waits on from the volunteer will not come (an answer racing this message
+    // would reach an ended actor): its callers hear now.
+    const auto gone = to_caf(errc::unavailable, "volunteer " + self->state.sh->v.name + " left the grid");
+    for (auto& o : self->state.owed_now) o->fail(gone);
+    self->state.owed_now.clear();
+    self->quit(caf::exit_reason::user_shutdown);
   });
   self->request(st.volunteer(), 30s, status_atom::value).then([self](worker_status& s) {
     self->state.volunteer_kernels = s.kernels;
@@ -545,7 +585,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
   auto shadowed = [self](const std::string& model) { return self->state.unshadowed.count(model) == 0; };
   return {
       [=](status_atom) -> caf::result<worker_status> {
-        auto rp = self->make_response_promise<worker_status>();
+        auto rp = owe<worker_status>(self);
         self->request(V(), 30s, status_atom::value)
             .then(
                 [self, rp](worker_status& s) mutable {
@@ -562,10 +602,10 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
                   s.checks_exact = st.exact();
                   s.weights_checked = c.weights_checked;
                   s.weights_unchecked = c.weights_unchecked;
-                  rp.deliver(std::move(s));
+                  rp->deliver(std::move(s));
                 },
-                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
-        return rp;
+                [rp](caf::error& e) mutable { rp->deliver(std::move(e)); });
+        return rp->rp;
       },
       [=](reserve_atom a, const std::string& model, std::uint64_t bytes) { return self->delegate(V(), a, model, bytes); },
       [=](runcancel_atom a, const std::string& id) {
@@ -682,7 +722,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       [=](recheck_atom) -> caf::result<std::string> {
         // Every weight the volunteer holds, challenged afresh against the verifier's copy.
         auto& st = self->state;
-        auto rp = self->make_response_promise<std::string>();
+        auto rp = owe<std::string>(self);
         struct tally {
           std::size_t left = 0, agreed = 0, unchecked = 0, differed = 0;
         };
@@ -692,7 +732,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
           for (const auto& n : names) weights.emplace_back(model, n);
         auto report = [self, rp, t]() mutable {
           auto& st = self->state;
-          rp.deliver(json([&](json_writer& w) {
+          rp->deliver(json([&](json_writer& w) {
             w.StartObject();
             kv(w, "workerId", st.sh->worker_id);
             kv(w, "volunteer", st.sh->v.name);
@@ -706,7 +746,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         };
         if (weights.empty()) {
           report();
-          return rp;
+          return rp->rp;
         }
         t->left = weights.size();
         for (const auto& [model, name] : weights)
@@ -714,7 +754,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
             (outcome == 1 ? t->agreed : outcome == 0 ? t->unchecked : t->differed)++;
             if (--t->left == 0) report();
           });
-        return rp;
+        return rp->rp;
       },
   };
 }

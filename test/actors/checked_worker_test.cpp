@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
+#include "actors/errors.hpp"
 #include "runtime/graph.hpp"
 
 namespace mpakt {
@@ -89,6 +92,37 @@ TEST(checked_worker, TheQuarantineRegistryRemembersTokens) {
   EXPECT_FALSE(r.has_digest("d2"));
   ASSERT_EQ(r.list().size(), 1u);
   EXPECT_EQ(r.list()[0].volunteer, "hostA");
+}
+
+// A caller of the checked worker must not wait out its own timeout when the volunteer it
+// stands in for goes while the call is with the volunteer: the stand-in ends on that loss, and
+// what it still owed is answered then (a volunteer declared dead by the cluster link's
+// heartbeat, say, whose in-flight answers never come).
+TEST(checked_worker, CallersHearAtOnceWhenTheVolunteerGoes) {
+  using namespace std::chrono_literals;
+  caf::actor_system_config cfg;
+  add_protocol_types(cfg);
+  caf::actor_system sys{cfg};
+  // A volunteer that takes every status call and never answers it.
+  auto silent = sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+    auto held = std::make_shared<std::vector<caf::response_promise>>();
+    return {[=](status_atom) { held->push_back(self->make_response_promise()); }};
+  });
+  auto checked = spawn_checked_worker(sys, {caf::actor_cast<worker_actor>(silent), "hostA", "d1"}, verify_config{},
+                                      std::make_shared<quarantine_registry>());
+  std::thread leaves([&] {
+    std::this_thread::sleep_for(300ms);  // (the call is with the volunteer by then)
+    caf::anon_send_exit(silent, caf::exit_reason::kill);
+  });
+  caf::scoped_actor me{sys};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string outcome;
+  me->request(checked, 20s, status_atom::value)
+      .receive([&](worker_status&) { outcome = "answered"; }, [&](caf::error& e) { outcome = from_caf(e).message; });
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  leaves.join();
+  EXPECT_NE(outcome.find("hostA left the grid"), std::string::npos) << outcome;
+  EXPECT_LT(waited, 10s);
 }
 
 }  // namespace
