@@ -177,9 +177,16 @@ void int_tile(const int_product& a, i64 r0, i64 n0) {
 #pragma GCC unroll 16
   for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
   constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes;
+  // As in the float tiles: the weight rows two tiles on are asked for while these are used
+  // (decode waits on memory otherwise: the loads of the weight blocks took most of the time).
+  const i64 ahead = 2 * NT * a.w_row_bytes;
   for (i64 b = 0; b < blocks; ++b) {
     __m256i wl[NT], wh[NT];
     __m256 wd[NT], wm[NT];
+    if (r0 == 0) {
+#pragma GCC unroll 16
+      for (int j = 0; j < NT; ++j) _mm_prefetch(reinterpret_cast<const char*>(wr[j] + ahead + b * bb), _MM_HINT_T0);
+    }
 #pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) {
       const std::uint8_t* blk = wr[j] + b * bb;
