@@ -24,6 +24,9 @@ class backend {
   /// The kernel to run `op` on inputs like these with these params, or nullptr.
   virtual kernel_fn kernel(std::string_view op, std::span<const tensor_desc> inputs,
                            const op_params& params) const = 0;
+  /// A kernel that runs consecutive steps for which kernel() gave `single` together, when
+  /// they read the same first input (op.hpp, group_kernel_fn); nullptr: one at a time.
+  virtual group_kernel_fn group_kernel(kernel_fn single) const { return nullptr; }
   /// Every feature name (e.g. "attention.window") this backend implements.
   virtual std::vector<std::string> features() const = 0;
 };

@@ -1,6 +1,7 @@
 #include "runtime/executor.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <ctime>
 #include <cmath>
@@ -42,6 +43,10 @@ struct planned_step {
   std::vector<tensor*> in_ptrs;
   int out_slot = -1;
   kernel_fn fn = nullptr;
+  /// The backend's kernel for running this step with its neighbours (backend::group_kernel).
+  group_kernel_fn group_fn = nullptr;
+  /// On the first step of a group: how many steps, from this one, run as one call (≥ 2).
+  int group_size = 0;
   bool has_binds = false;
   std::vector<widen_task> per_call_widen;
   /// The op's step count and step time in the process's metrics, looked up once at build.
@@ -173,7 +178,54 @@ struct executable_graph::impl {
   void roll_back();
   /// Forgets what was remembered (the run succeeded).
   void forget_writes();
+  /// Marks runs of consecutive steps that can go to their group kernel as one call.
+  void plan_groups();
+  /// Prepares step `st`'s output before its kernel runs (a value handed out by take() gets
+  /// a new tensor).
+  status ready_output(const planned_step& st);
 };
+
+void executable_graph::impl::plan_groups() {
+  // A step joins the group of the steps before it when it has the same group kernel and
+  // first input, needs nothing done per call before its kernel (widening, checks of bound
+  // parameters), and reads no output of the group (which has not been computed yet).
+  constexpr int max_group = 8;
+  auto plain = [&](const planned_step& st) {
+    const slot& o = slots[std::size_t(st.out_slot)];
+    return st.group_fn && st.per_call_widen.empty() && !st.has_binds && o.alias_of < 0 && o.view_of < 0 &&
+           st.def->aliases_input < 0 && st.def->writes_input < 0 && !st.in_slots.empty();
+  };
+  for (std::size_t i = 0; i < steps.size();) {
+    std::size_t j = i + 1;
+    if (plain(steps[i])) {
+      while (j < steps.size() && int(j - i) < max_group && plain(steps[j]) && steps[j].group_fn == steps[i].group_fn &&
+             steps[j].in_slots[0] == steps[i].in_slots[0]) {
+        bool reads_group = false;
+        for (int in : steps[j].in_slots)
+          for (std::size_t g = i; g < j; ++g) reads_group = reads_group || in == steps[g].out_slot;
+        if (reads_group) break;
+        ++j;
+      }
+    }
+    if (j - i >= 2) steps[i].group_size = int(j - i);
+    i = j;
+  }
+}
+
+status executable_graph::impl::ready_output(const planned_step& st) {
+  slot& out = slots[std::size_t(st.out_slot)];
+  if (out.alias_of >= 0) {
+    out.t = slots[std::size_t(out.alias_of)].t;
+  } else if (out.view_of >= 0) {
+    out.t.alias_storage(slots[std::size_t(out.view_of)].t);
+  } else if (out.taken) {
+    auto t = tensor::make(out.desc.type, out.desc.shape);
+    if (!t) return make_error(t.err().code, step_prefix(std::size_t(st.index), st.def->name) + "output: " + t.err().message);
+    out.t = std::move(*t);
+    out.taken = false;
+  }
+  return {};
+}
 
 bool executable_graph::impl::outlives_run(int slot_index) const {
   // Follow in-place results and views to the tensor whose bytes they are.
@@ -239,6 +291,12 @@ executable_graph::executable_graph(std::unique_ptr<impl> p) : p_(std::move(p)) {
 executable_graph::~executable_graph() = default;
 
 std::size_t executable_graph::step_count() const { return p_->steps.size(); }
+
+std::size_t executable_graph::grouped_steps() const {
+  std::size_t n = 0;
+  for (const auto& st : p_->steps) n += std::size_t(st.group_size);
+  return n;
+}
 
 result<std::unique_ptr<executable_graph>> executable_graph::build(graph_decl graph, tensor_source& source, backend& be,
                                                                   const build_options& opts) {
@@ -509,8 +567,10 @@ result<std::unique_ptr<executable_graph>> executable_graph::build(graph_decl gra
     st.fn = be.kernel(sd.op, in_descs, *st.params);
     if (!st.fn) st.fn = cpu_backend::reference(sd.op);  // every worker ships every op
     if (!st.fn) return make_error(errc::internal, pre + "no kernel");
+    st.group_fn = be.group_kernel(st.fn);
     p->steps.push_back(std::move(st));
   }
+  p->plan_groups();
 
   // ---- outputs and retain name existing values ----
   for (std::size_t i = 0; i < graph.outputs.size(); ++i)
@@ -632,10 +692,39 @@ status executable_graph::run(tensor_source& source, run_control* control) {
   };
 
   std::size_t done = 0;
-  for (auto& st : p_->steps) {
+  for (std::size_t si = 0; si < p_->steps.size(); ++si) {
+    auto& st = p_->steps[si];
     if (control)
       if (auto why = control->should_stop(); why != run_control::stop::none) return stopped(why, done);
     const std::string_view op = st.def->name;
+    if (st.group_size >= 2) {
+      // One call for the group (plan_groups): each step's output, then the group kernel.
+      const std::size_t n = std::size_t(st.group_size);
+      std::array<kernel_call, 8> calls;
+      for (std::size_t g = 0; g < n; ++g) {
+        auto& m = p_->steps[si + g];
+        if (auto r = p_->ready_output(m); !r) return fail(r.err());
+        calls[g] = kernel_call{m.params.get(), m.in_ptrs, &p_->slots[std::size_t(m.out_slot)].t, &p_->ws};
+      }
+      const double t0 = p_->profile ? thread_cpu_ns() : 0.0;
+      const auto wall0 = std::chrono::steady_clock::now();
+      auto s = st.group_fn(std::span<const kernel_call>(calls.data(), n));
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+      const double ns = p_->profile ? thread_cpu_ns() - t0 : 0.0;
+      for (std::size_t g = 0; g < n; ++g) {
+        auto& m = p_->steps[si + g];
+        m.seconds_metric->inc(secs / double(n));
+        m.steps_metric->inc();
+        if (p_->profile) (*p_->profile)[si + g] = ns / double(n);
+      }
+      if (!s) return fail(make_error(s.err().code, step_prefix(std::size_t(st.index), op) + s.err().message));
+      for (std::size_t g = 0; g < n; ++g) {
+        ++done;
+        if (control && control->on_step) control->on_step(done);
+      }
+      si += n - 1;
+      continue;
+    }
     if (st.has_binds && st.def->check) {
       auto ck = st.def->check(*st.params);
       if (!ck) return fail(make_error(ck.err().code, step_prefix(std::size_t(st.index), op) + ck.err().message));
@@ -646,17 +735,8 @@ status executable_graph::run(tensor_source& source, run_control* control) {
       const std::int64_t rows = from.rows(), cols = from.cols();
       for (std::int64_t r = 0; r < rows; ++r) dequantize_row(from.type(), from.row(r), to.f32() + r * cols, cols);
     }
+    if (auto r = p_->ready_output(st); !r) return fail(r.err());
     slot& out = p_->slots[std::size_t(st.out_slot)];
-    if (out.alias_of >= 0) {
-      out.t = p_->slots[std::size_t(out.alias_of)].t;
-    } else if (out.view_of >= 0) {
-      out.t.alias_storage(p_->slots[std::size_t(out.view_of)].t);
-    } else if (out.taken) {
-      auto t = tensor::make(out.desc.type, out.desc.shape);
-      if (!t) return fail(make_error(t.err().code, step_prefix(std::size_t(st.index), op) + "output: " + t.err().message));
-      out.t = std::move(*t);
-      out.taken = false;
-    }
     if (st.def->aliases_input >= 0 || st.def->writes_input >= 0) p_->remember_writes(st);
     kernel_call call{st.params.get(), st.in_ptrs, &out.t, &p_->ws};
     const double t0 = p_->profile ? thread_cpu_ns() : 0.0;
@@ -664,7 +744,7 @@ status executable_graph::run(tensor_source& source, run_control* control) {
     auto s = st.fn(call);
     st.seconds_metric->inc(std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count());
     st.steps_metric->inc();
-    if (p_->profile) (*p_->profile)[std::size_t(&st - p_->steps.data())] = thread_cpu_ns() - t0;
+    if (p_->profile) (*p_->profile)[si] = thread_cpu_ns() - t0;
     if (!s) return fail(make_error(s.err().code, step_prefix(std::size_t(st.index), op) + s.err().message));
     ++done;
     if (control && control->on_step) control->on_step(done);

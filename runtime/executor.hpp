@@ -132,6 +132,8 @@ class executable_graph {
   /// Names of the steps' op features in use (for routing), sorted, unique.
   const std::vector<std::string>& features_used() const { return features_; }
   std::size_t step_count() const;
+  /// How many steps run together with a neighbour as one kernel call (backend::group_kernel).
+  std::size_t grouped_steps() const;
   /// The op of planned step i (0 ≤ i < step_count(), in run order).
   std::string_view step_op(std::size_t i) const;
   /// Benchmarks: when set, run() writes each step's kernel time — CPU time of the calling

@@ -63,6 +63,12 @@ struct kernel_call {
 /// (e.g. a bound offset past the end of a cache); shapes were checked beforehand.
 using kernel_fn = status (*)(const kernel_call&);
 
+/// A kernel that runs several steps of one op together, as one piece of work: the products
+/// of consecutive steps reading the same activations (a layer's q, k and v; gate and up),
+/// which then cost one pass of the kernel threads instead of one each. Each call's results
+/// are exactly those its step's own kernel would give.
+using group_kernel_fn = status (*)(std::span<const kernel_call> calls);
+
 template <class P>
 const P& params_of(const kernel_call& c) { return static_cast<const P&>(*c.params); }
 

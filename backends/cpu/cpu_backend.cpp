@@ -28,6 +28,13 @@ kernel_fn cpu_backend::kernel(std::string_view op, std::span<const tensor_desc> 
   return reference(op);
 }
 
+group_kernel_fn cpu_backend::group_kernel(kernel_fn single) const {
+  if (cfg_.reference_only || !single) return nullptr;
+  for (const auto& k : cpu_fast_kernels())
+    if (k.fn == single) return k.group;
+  return nullptr;
+}
+
 std::string_view cpu_backend::variant(std::string_view op, std::span<const tensor_desc> inputs,
                                       const op_params& params) const {
   if (!cfg_.reference_only)

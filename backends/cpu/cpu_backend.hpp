@@ -27,6 +27,8 @@ struct cpu_kernel {
   /// The instruction-set level the kernel needs (isa.hpp); kernels above the current level
   /// are skipped, so registering the fastest first gives each CPU the best it can run.
   cpu_isa::level min_level = cpu_isa::level::scalar;
+  /// For fast kernels: the same arithmetic over several steps at once, or nullptr.
+  group_kernel_fn group = nullptr;
 };
 
 /// Every reference kernel, one per op (backends/cpu/ref/registry.cpp).
@@ -46,6 +48,7 @@ class cpu_backend final : public backend {
   std::string_view name() const override { return "cpu"; }
   kernel_fn kernel(std::string_view op, std::span<const tensor_desc> inputs,
                    const op_params& params) const override;
+  group_kernel_fn group_kernel(kernel_fn single) const override;
   std::vector<std::string> features() const override;
 
   /// The reference kernel for `op`, or nullptr when none is registered.

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 
 #include "backends/cpu/fast/isa_kernels.hpp"
@@ -396,6 +397,101 @@ TEST(FastMatmul, ARowIsTheSameBitsAloneOrStacked) {
         }
       }
     }
+}
+
+/// Several products of the same activations run as one call (a layer's q, k and v; gate and
+/// up: backend::group_kernel) give each output exactly the bits of its own call, on every
+/// level, dtype, row count and thread count — column counts that are not multiples of the
+/// kernels' 4-wide tiles included, and a bias on one of them.
+TEST(FastMatmul, AGroupOfProductsIsTheBitsOfEachAlone) {
+  threads_guard tg;
+  const std::int64_t k = 576;
+  const std::vector<std::int64_t> ns = {576, 190, 192};
+  int grouped = 0;
+  for (const auto& lk : test::fast_kernels_on_this_cpu("linear"))
+    for (dtype t : {dtype::f32, dtype::bf16, dtype::f16, dtype::q8, dtype::q4})
+      for (std::int64_t rows : {1, 3, 16})
+        for (int threads : {1, 2}) {
+          cpu_fast::set_kernel_threads(threads);
+          const tensor x = random_f32({rows, k}, unsigned(700 + rows));
+          std::vector<tensor> ws, biases;
+          for (std::size_t i = 0; i < ns.size(); ++i) {
+            const tensor w = random_f32({ns[i], k}, unsigned(710 + i), 0.1f);
+            ws.push_back(t == dtype::f32 ? w : *convert_tensor(w, t));
+            biases.push_back(random_f32({ns[i]}, unsigned(720 + i)));
+          }
+          if (!lk.group || !lk.claims({x, ws[0], biases[0]}, R"({"transB": true})")) continue;
+          SCOPED_TRACE(lk.level + " " + std::string(dtype_name(t)) + " rows " + std::to_string(rows) + " threads " +
+                       std::to_string(threads));
+          // each alone; the first with a bias (linear), the others without
+          std::vector<std::vector<float>> alone;
+          for (std::size_t i = 0; i < ns.size(); ++i) {
+            std::vector<tensor> in = {x, ws[i]};
+            if (i == 0) in.push_back(biases[i]);
+            alone.push_back(run_values(i == 0 ? "linear" : "matmul", R"({"transB": true})", in, lk.fn));
+          }
+          // together
+          const op_def* def = find_op_def("linear");
+          auto params = def->parse(*parse_params_text(R"({"transB": true})"));
+          ASSERT_TRUE(params.ok());
+          tensor xs = x;
+          std::vector<tensor> outs;
+          std::vector<std::vector<tensor*>> ptrs(ns.size());
+          std::vector<kernel_call> calls;
+          workspace scratch;
+          for (std::size_t i = 0; i < ns.size(); ++i) outs.push_back(*tensor::make(dtype::f32, {rows, ns[i]}));
+          for (std::size_t i = 0; i < ns.size(); ++i) {
+            ptrs[i] = {&xs, &ws[i]};
+            if (i == 0) ptrs[i].push_back(&biases[i]);
+            calls.push_back(kernel_call{params->get(), ptrs[i], &outs[i], &scratch});
+          }
+          ASSERT_TRUE(lk.group(calls).ok());
+          for (std::size_t i = 0; i < ns.size(); ++i) EXPECT_EQ(test::values_of(outs[i]), alone[i]) << "product " << i;
+          ++grouped;
+        }
+  EXPECT_GT(grouped, 0) << "no level of this CPU has a group kernel";
+}
+
+/// The executor runs consecutive products of one activation as a group, not a product that
+/// reads another's output, and every value is what its step's own kernel gives.
+TEST(FastMatmul, TheExecutorGroupsProductsOfTheSameActivations) {
+  threads_guard tg;
+  cpu_fast::set_kernel_threads(2);
+  const std::string graph = R"({"inputs":[{"name":"x","shape":[2,64],"bind":"x"},
+      {"name":"wq","shape":[96,64],"bind":"wq"},{"name":"wk","shape":[30,64],"bind":"wk"},
+      {"name":"wv","shape":[32,64],"bind":"wv"},{"name":"wo","shape":[64,96],"bind":"wo"}],"steps":[
+      {"op":"matmul","in":["x","wq"],"out":"q","params":{"transB":true}},
+      {"op":"matmul","in":["x","wk"],"out":"k","params":{"transB":true}},
+      {"op":"matmul","in":["x","wv"],"out":"v","params":{"transB":true}},
+      {"op":"matmul","in":["q","wo"],"out":"o","params":{"transB":true}}],
+      "outputs":["q","k","v","o"]})";
+  auto decl = parse_graph_text(graph, true);
+  ASSERT_TRUE(decl.ok()) << decl.err().message;
+  tensor_store store;
+  tensor_store::source src(store, std::vector<std::string>{});
+  build_options o;
+  o.compiled = true;
+  cpu_backend be;
+  auto g = executable_graph::build(std::move(*decl), src, be, o);
+  ASSERT_TRUE(g.ok()) << g.err().message;
+  const std::map<std::string, tensor> in = {{"x", random_f32({2, 64}, 81)},
+                                            {"wq", random_f32({96, 64}, 82)},
+                                            {"wk", random_f32({30, 64}, 83)},
+                                            {"wv", random_f32({32, 64}, 84)},
+                                            {"wo", random_f32({64, 96}, 85)}};
+  for (const auto& [name, t] : in) ASSERT_TRUE((*g)->bind_input(name, std::span<const float>(t.f32(), t.numel())).ok());
+  ASSERT_TRUE((*g)->run(src).ok());
+  EXPECT_EQ((*g)->grouped_steps(), 3u);  // q, k, v; not o, which reads q
+  auto alone = [&](const tensor& a, const tensor& w) {
+    std::vector<tensor_desc> d = {a.desc(), w.desc()};
+    auto p = find_op_def("matmul")->parse(*parse_params_text(R"({"transB": true})"));
+    return run_values("matmul", R"({"transB": true})", {a, w}, be.kernel("matmul", d, **p));
+  };
+  const auto q = alone(in.at("x"), in.at("wq"));
+  EXPECT_EQ(test::values_of(*(*g)->value("q")), q);
+  EXPECT_EQ(test::values_of(*(*g)->value("k")), alone(in.at("x"), in.at("wk")));
+  EXPECT_EQ(test::values_of(*(*g)->value("v")), alone(in.at("x"), in.at("wv")));
+  EXPECT_EQ(test::values_of(*(*g)->value("o")), alone(test::t32({2, 96}, q), in.at("wo")));
 }
 
 // ---- swiglu, silu, rmsnorm ----

@@ -25,6 +25,7 @@ struct level_kernel {
     return accepts(d, **p);
   }
   std::string op;
+  group_kernel_fn group = nullptr;  ///< its form for several steps at once, if any
 };
 
 /// Every registered fast kernel of `op` this CPU can run, whatever `accepts` says.
@@ -32,7 +33,7 @@ inline std::vector<level_kernel> fast_kernels_on_this_cpu(std::string_view op) {
   std::vector<level_kernel> out;
   for (const auto& k : cpu_fast_kernels())
     if (k.op == op && k.min_level <= cpu_isa::best())
-      out.push_back({std::string(k.variant), k.fn, k.accepts, std::string(op)});
+      out.push_back({std::string(k.variant), k.fn, k.accepts, std::string(op), k.group});
   return out;
 }
 

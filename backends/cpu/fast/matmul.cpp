@@ -158,6 +158,76 @@ status product(const kernel_call& c) {
   return ok_status();
 }
 
+// ---- several products of the same activations at once (a layer's q, k, v; gate and up)
+
+/// The most steps one group takes.
+constexpr std::size_t max_group = 8;
+
+/// The calls' products in `a`; whether they can run as one: the same activations (the same
+/// values, rows and width) against weights of one dtype, at most max_group of them.
+bool same_input(std::span<const kernel_call> calls, float_product* a) {
+  if (calls.empty() || calls.size() > max_group) return false;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    a[i] = args_of(calls[i]);
+    if (a[i].x != a[0].x || a[i].rows != a[0].rows || a[i].k != a[0].k || a[i].type != a[0].type) return false;
+  }
+  return true;
+}
+
+status one_by_one(std::span<const kernel_call> calls, kernel_fn fn) {
+  for (const auto& c : calls) MPAKT_TRY(fn(c));
+  return ok_status();
+}
+
+/// Runs f(i, begin, end) on column ranges of the calls' outputs taken end to end, split over
+/// the kernel threads as one product that wide (split_columns): one pass of the threads for
+/// the whole group.
+template <class F>
+void split_group_columns(const float_product* a, std::size_t count, F&& f) {
+  std::int64_t offs[max_group + 1] = {0};
+  for (std::size_t i = 0; i < count; ++i) offs[i + 1] = offs[i] + a[i].n;
+  const std::int64_t total = offs[count];
+  split_columns(total, a[0].rows * a[0].k * total, [&](std::int64_t b, std::int64_t e) {
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::int64_t lo = std::max(b, offs[i]), hi = std::min(e, offs[i + 1]);
+      if (lo < hi) f(i, lo - offs[i], hi - offs[i]);
+    }
+  });
+}
+
+/// product<LK> for several calls at once; quantized activations are made once for all.
+template <const level_kernels& LK>
+status products(std::span<const kernel_call> calls) {
+  float_product a[max_group];
+  if (!same_input(calls, a) || a[0].rows == 0 || a[0].k == 0) return one_by_one(calls, product<LK>);
+  const std::size_t count = calls.size();
+  if (a[0].type != wtype::q8 && a[0].type != wtype::q4) {
+    split_group_columns(a, count, [&](std::size_t i, std::int64_t b, std::int64_t e) { LK.float_range(a[i], b, e); });
+    return ok_status();
+  }
+  const float_product& f = a[0];
+  workspace& ws = *calls[0].scratch;
+  const std::int64_t blocks = f.k / 32;
+  auto* q = reinterpret_cast<std::int16_t*>(ws.ints(std::size_t((f.rows * f.k + 1) / 2), 4));
+  float* scale = ws.floats(std::size_t(f.rows * blocks), 5);
+  float* sums = f.type == wtype::q4 ? ws.floats(std::size_t(f.rows * blocks), 6) : nullptr;
+  LK.quantize(f.x, f.k, 0, f.rows, q, scale, sums);
+  for (std::int64_t i = 0; i < f.rows * blocks; ++i)
+    if (std::isnan(scale[i])) return one_by_one(calls, product<LK>);  // (the float path, per call)
+  int_product p[max_group];
+  for (std::size_t i = 0; i < count; ++i) {
+    p[i].x = quantized_rows{q, scale, sums, f.rows, f.k};
+    p[i].w = a[i].w;
+    p[i].w_row_bytes = a[i].w_row_bytes;
+    p[i].type = a[i].type;
+    p[i].bias = a[i].bias;
+    p[i].y = a[i].y;
+    p[i].n = a[i].n;
+  }
+  split_group_columns(a, count, [&](std::size_t i, std::int64_t b, std::int64_t e) { LK.int_range(p[i], b, e); });
+  return ok_status();
+}
+
 /// Rows from which a bf16, q8 or q4 product goes to the AMX tiles: more than a batched decode
 /// step (16 conversations) or a verify pass stacks, so those give each row exactly the bits it
 /// gets alone (the vector kernels compute every row the same way); prefill gets the tiles.
@@ -257,16 +327,16 @@ bool accepts_amx(std::span<const tensor_desc> inputs, const op_params& params) {
 /// instructions of the int16 kernel, so q4 and q8 decode are held by the weights' bytes rather
 /// than by the instructions. Many rows (prefill without AMX): int8 activations, the AMX path's
 /// numbers. A row holding NaN or ±∞ takes the int16 kernel's path.
-status product_vnni_int8(const kernel_call& c) {
-  const float_product a = args_of(c);
-  if (a.rows == 0 || a.n == 0) return ok_status();
+/// The activations of `a` quantized for the VNNI pair kernels, in the scratch; false when a
+/// row is not finite.
+bool vnni_quantize(const float_product& a, workspace& ws, int8_rows& out) {
   const std::int64_t pairs = (a.k / 32 + 1) / 2;
   const bool split = a.rows < amx_min_rows;
   const std::size_t plane = std::size_t(a.rows * pairs * 64);
-  auto* q = reinterpret_cast<std::uint8_t*>(c.scratch->ints((split ? 2 * plane : plane) / 4, 7));
+  auto* q = reinterpret_cast<std::uint8_t*>(ws.ints((split ? 2 * plane : plane) / 4, 7));
   std::uint8_t* lo = split ? q + plane : nullptr;
-  float* scale = c.scratch->floats(std::size_t(a.rows * pairs * 16), 7);
-  float* sums = a.type == wtype::q4 ? c.scratch->floats(std::size_t(a.rows * pairs * 16), 8) : nullptr;
+  float* scale = ws.floats(std::size_t(a.rows * pairs * 16), 7);
+  float* sums = a.type == wtype::q4 ? ws.floats(std::size_t(a.rows * pairs * 16), 8) : nullptr;
   const int threads = kernel_threads();
   const int qparts = int(std::min<std::int64_t>(threads, a.rows));
   auto quantize = [&](std::int64_t b, std::int64_t e) {
@@ -276,16 +346,43 @@ status product_vnni_int8(const kernel_call& c) {
   if (qparts <= 1) quantize(0, a.rows);
   else parallel_for(qparts, [&](int p) { quantize(a.rows * p / qparts, a.rows * (p + 1) / qparts); });
   for (std::int64_t i = 0; i < a.rows * pairs * 16; ++i)
-    if (std::isnan(scale[i])) return product<avx512_vnni_kernels>(c);
+    if (std::isnan(scale[i])) return false;
+  out = int8_rows{q, scale, sums, a.rows, a.k, lo};
+  return true;
+}
+
+int8_pairs_product vnni_args(const float_product& a, const int8_rows& x) {
   int8_pairs_product p;
-  p.x = int8_rows{q, scale, sums, a.rows, a.k, lo};
+  p.x = x;
   p.w = a.w;
   p.w_row_bytes = a.w_row_bytes;
   p.type = a.type;
   p.bias = a.bias;
   p.y = a.y;
   p.n = a.n;
+  return p;
+}
+
+status product_vnni_int8(const kernel_call& c) {
+  const float_product a = args_of(c);
+  if (a.rows == 0 || a.n == 0) return ok_status();
+  int8_rows x;
+  if (!vnni_quantize(a, *c.scratch, x)) return product<avx512_vnni_kernels>(c);
+  const int8_pairs_product p = vnni_args(a, x);
   split_columns(a.n, a.rows * a.k * a.n, [&](std::int64_t b, std::int64_t e) { avx512_vnni::int8_pairs_range(p, b, e); });
+  return ok_status();
+}
+
+/// product_vnni_int8 for several calls at once, the activations quantized once for all.
+status products_vnni_int8(std::span<const kernel_call> calls) {
+  float_product a[max_group];
+  if (!same_input(calls, a) || a[0].rows == 0) return one_by_one(calls, product_vnni_int8);
+  int8_rows x;
+  if (!vnni_quantize(a[0], *calls[0].scratch, x)) return one_by_one(calls, product<avx512_vnni_kernels>);
+  int8_pairs_product p[max_group];
+  for (std::size_t i = 0; i < calls.size(); ++i) p[i] = vnni_args(a[i], x);
+  split_group_columns(a, calls.size(),
+                      [&](std::size_t i, std::int64_t b, std::int64_t e) { avx512_vnni::int8_pairs_range(p[i], b, e); });
   return ok_status();
 }
 
@@ -309,17 +406,18 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
   struct entry {
     kernel_fn fn;
     level min;
+    group_kernel_fn group;
   };
   const entry levels[] = {
-      {product<avx512_vnni_kernels>, level::avx512_vnni},
-      {product<avx512_kernels>, level::avx512},
-      {product<avx2_kernels>, level::avx2},
-      {product_scalar, level::scalar},
+      {product<avx512_vnni_kernels>, level::avx512_vnni, products<avx512_vnni_kernels>},
+      {product<avx512_kernels>, level::avx512, products<avx512_kernels>},
+      {product<avx2_kernels>, level::avx2, products<avx2_kernels>},
+      {product_scalar, level::scalar, nullptr},
   };
   for (const char* op : {"matmul", "linear"}) {
     out.push_back({op, product_amx, accepts_amx, "amx", level::amx});
-    out.push_back({op, product_vnni_int8, accepts_vnni_int8, "avx512_vnni", level::avx512_vnni});
-    for (const auto& e : levels) out.push_back({op, e.fn, accepts_trans_b, cpu_isa::level_name(e.min), e.min});
+    out.push_back({op, product_vnni_int8, accepts_vnni_int8, "avx512_vnni", level::avx512_vnni, products_vnni_int8});
+    for (const auto& e : levels) out.push_back({op, e.fn, accepts_trans_b, cpu_isa::level_name(e.min), e.min, e.group});
   }
 }
 
