@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "backends/cpu/fast/isa_kernels.hpp"
 
@@ -146,22 +147,19 @@ void float_range(const float_product& a, i64 n_begin, i64 n_end) {
 
 constexpr i64 q8_bytes = 34, q4_bytes = 20;
 
-/// A weight block as two registers of 16 int16 (positions 0–15 and 16–31 of the order
-/// quantize_rows gave the activations).
-/// A weight block as two registers of 16 int16 (values 0–15 and 16–31): q8 sign-extended;
-/// q4's byte i (value 2i low, 2i+1 high) widened to a 32-bit lane and spread so its low 16
-/// bits hold value 2i and its high 16 bits value 2i+1.
+/// A weight block as two registers of 16 int16: q8 sign-extended, values 0–15 and 16–31;
+/// q4 its low nibbles (the block's even values) and its high nibbles (the odd values) — the
+/// activations of a q4 product are reordered to match (int_range).
 template <wtype T>
 inline void load_w(const std::uint8_t* blk, __m256i& lo, __m256i& hi) {
   if constexpr (T == wtype::q8) {
     lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
     hi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
   } else {
-    const __m256i mask = _mm256_set1_epi32(0x000f000f);
-    const __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 4)));
-    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 12)));
-    lo = _mm256_and_si256(_mm256_or_si256(a, _mm256_slli_epi32(a, 12)), mask);
-    hi = _mm256_and_si256(_mm256_or_si256(b, _mm256_slli_epi32(b, 12)), mask);
+    const __m128i nib = _mm_set1_epi8(0x0f);
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
+    lo = _mm256_cvtepu8_epi16(_mm_and_si128(raw, nib));
+    hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), nib));
   }
 }
 
@@ -169,10 +167,14 @@ template <wtype T, int RT, int NT>
 void int_tile(const int_product& a, i64 r0, i64 n0) {
   const i64 k = a.x.k, blocks = k / 32;
   __m256 acc[RT][NT];
+  float mins[RT][NT];  ///< q4: Σ over blocks of the weight's offset × the activations' Σq·scale
 #pragma GCC unroll 16
   for (int i = 0; i < RT; ++i)
 #pragma GCC unroll 16
-    for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    for (int j = 0; j < NT; ++j) {
+      acc[i][j] = _mm256_setzero_ps();
+      mins[i][j] = 0.0f;
+    }
   const std::uint8_t* wr[NT];
 #pragma GCC unroll 16
   for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
@@ -182,7 +184,8 @@ void int_tile(const int_product& a, i64 r0, i64 n0) {
   const i64 ahead = 2 * NT * a.w_row_bytes;
   for (i64 b = 0; b < blocks; ++b) {
     __m256i wl[NT], wh[NT];
-    __m256 wd[NT], wm[NT];
+    __m256 wd[NT];
+    float wm[NT];
     if (r0 == 0) {
 #pragma GCC unroll 16
       for (int j = 0; j < NT; ++j) _mm_prefetch(reinterpret_cast<const char*>(wr[j] + ahead + b * bb), _MM_HINT_T0);
@@ -190,10 +193,17 @@ void int_tile(const int_product& a, i64 r0, i64 n0) {
 #pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) {
       const std::uint8_t* blk = wr[j] + b * bb;
-      const auto* h = reinterpret_cast<const std::uint16_t*>(blk);
       load_w<T>(blk, wl[j], wh[j]);
-      wd[j] = _mm256_set1_ps(half_to_float(h[0]));
-      if constexpr (T == wtype::q4) wm[j] = _mm256_set1_ps(half_to_float(h[1]));
+      if constexpr (T == wtype::q4) {
+        // scale and offset converted together
+        std::int32_t dm_bits;
+        __builtin_memcpy(&dm_bits, blk, 4);
+        const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dm_bits));
+        wd[j] = _mm256_broadcastss_ps(dm);
+        wm[j] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
+      } else {
+        wd[j] = _mm256_set1_ps(half_to_float(*reinterpret_cast<const std::uint16_t*>(blk)));
+      }
     }
 #pragma GCC unroll 16
     for (int i = 0; i < RT; ++i) {
@@ -202,13 +212,13 @@ void int_tile(const int_product& a, i64 r0, i64 n0) {
       const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr));
       const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + 16));
       const __m256 xs = _mm256_set1_ps(a.x.scale[r * blocks + b]);
-      __m256 xm;
-      if constexpr (T == wtype::q4) xm = _mm256_set1_ps(a.x.sums[r * blocks + b] * 0.125f);
+      float xm = 0.0f;
+      if constexpr (T == wtype::q4) xm = a.x.sums[r * blocks + b];
 #pragma GCC unroll 16
       for (int j = 0; j < NT; ++j) {
         const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(wl[j], xl), _mm256_madd_epi16(wh[j], xh));
         acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(wd[j], xs), acc[i][j]);
-        if constexpr (T == wtype::q4) acc[i][j] = _mm256_fmadd_ps(wm[j], xm, acc[i][j]);
+        if constexpr (T == wtype::q4) mins[i][j] += wm[j] * xm;
       }
     }
   }
@@ -217,6 +227,7 @@ void int_tile(const int_product& a, i64 r0, i64 n0) {
 #pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) {
       float v = hsum(acc[i][j]);
+      if constexpr (T == wtype::q4) v += mins[i][j];
       if (a.bias) v += a.bias[n0 + j];
       a.y[(r0 + i) * a.n + n0 + j] = v;
     }
@@ -237,6 +248,23 @@ void int_range(const int_product& a, i64 n_begin, i64 n_end) {
     for (; n0 + 2 <= n_end; n0 += 2) int_tile_rows<T, 2, RT>(a, rt, r0, n0);
     for (; n0 < n_end; ++n0) int_tile_rows<T, 1, RT>(a, rt, r0, n0);
   }
+}
+
+/// The activations of a q4 product, each block reordered as its even values then its odd
+/// ones (load_w's order for q4), into a buffer of the calling thread: rows × K values, a small
+/// cost next to the product's N × K weights.
+int_product with_q4_order(const int_product& a) {
+  thread_local std::vector<std::int16_t> buf;
+  const i64 total = a.x.rows * a.x.k;
+  if (buf.size() < std::size_t(total)) buf.resize(std::size_t(total));
+  for (i64 o = 0; o < total; o += 32)
+    for (int i = 0; i < 16; ++i) {
+      buf[std::size_t(o + i)] = a.x.q[o + 2 * i];
+      buf[std::size_t(o + 16 + i)] = a.x.q[o + 2 * i + 1];
+    }
+  int_product p = a;
+  p.x.q = buf.data();
+  return p;
 }
 
 }  // namespace
@@ -291,7 +319,7 @@ void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int16_t* 
 
 void int_product_range(const int_product& a, i64 n_begin, i64 n_end) {
   if (a.type == wtype::q8) int_range<wtype::q8>(a, n_begin, n_end);
-  else int_range<wtype::q4>(a, n_begin, n_end);
+  else int_range<wtype::q4>(with_q4_order(a), n_begin, n_end);
 }
 
 }  // namespace mpakt::cpu_fast::avx2
