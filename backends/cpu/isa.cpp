@@ -180,7 +180,7 @@ std::string describe() {
   }
   if (first) s += "no vector extensions";
   if (detected().amx_tile) s += detected().amx_granted ? ", amx granted" : ", amx not granted";
-  s += ")";
+  s += ", arithmetic " + std::to_string(arithmetic_revision) + ")";
   return s;
 }
 

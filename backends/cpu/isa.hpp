@@ -55,9 +55,16 @@ std::vector<level> supported_levels();
 std::string_view level_name(level l);
 std::optional<level> level_from_name(std::string_view name);
 
-/// One line for banners and status: the level in use and the features behind it, e.g.
-/// "avx512_bf16 (avx2 fma f16c avx512f avx512bw avx512vl avx512dq avx512_vnni avx512_bf16
-/// amx_bf16 amx_int8, amx granted)".
+/// The revision of the fast kernels' arithmetic: raised whenever a change makes any kernel give
+/// other bits for the same inputs on the same level (another summation order, another
+/// quantization). Two workers compute the same bits only when both their level and this agree,
+/// which is what lets a spot-check demand equal bits from a volunteer (checked_worker.hpp);
+/// a volunteer on an older build then gets the tolerance between kernel paths instead.
+inline constexpr int arithmetic_revision = 2;
+
+/// One line for banners and status: the level in use, the features behind it and the
+/// arithmetic revision, e.g. "avx512_bf16 (avx2 fma f16c avx512f avx512bw avx512vl avx512dq
+/// avx512_vnni avx512_bf16 amx_bf16 amx_int8, amx granted, arithmetic 2)".
 std::string describe();
 /// The feature names present, in a fixed order (status JSON).
 std::vector<std::string> feature_names();

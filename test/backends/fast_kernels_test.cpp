@@ -52,6 +52,16 @@ TEST(CpuIsa, LevelsFollowTheFeatures) {
   EXPECT_FALSE(cpu_isa::describe().empty());
 }
 
+// The kernels string a worker reports ends with the arithmetic revision, so spot-checks demand
+// equal bits only between workers whose kernels compute the same bits (checked_worker.hpp).
+TEST(CpuIsa, TheKernelsLineNamesLevelFeaturesAndArithmetic) {
+  const std::string d = cpu_isa::describe();
+  EXPECT_EQ(d.rfind(std::string(cpu_isa::level_name(cpu_isa::current())) + " (", 0), 0u) << d;
+  const std::string tail = ", arithmetic " + std::to_string(cpu_isa::arithmetic_revision) + ")";
+  ASSERT_GE(d.size(), tail.size());
+  EXPECT_EQ(d.substr(d.size() - tail.size()), tail) << d;
+}
+
 TEST(CpuIsa, LevelCanBeLoweredNotRaised) {
   test::level_guard g;
   EXPECT_TRUE(cpu_isa::set_level(cpu_isa::level::scalar));
