@@ -92,9 +92,9 @@ constexpr level_kernels avx512_kernels{avx512::float_product_range, avx512::quan
 // AVX-512 kernels do)
 constexpr level_kernels avx512_vnni_kernels = avx512_kernels;
 
-/// Quantizes x and runs the integer product over columns [n_begin, n); false (nothing
-/// written) when a row is not finite.
-bool int_run(const level_kernels& lk, const float_product& f, workspace& ws, std::int64_t n_begin = 0) {
+/// The activations of `f` quantized to int16 on level `lk`, in the scratch; false when a row is
+/// not finite.
+bool int16_quantize(const level_kernels& lk, const float_product& f, workspace& ws, quantized_rows& out) {
   const std::int64_t blocks = f.k / 32;
   auto* q = reinterpret_cast<std::int16_t*>(ws.ints(std::size_t((f.rows * f.k + 1) / 2), 4));
   float* scale = ws.floats(std::size_t(f.rows * blocks), 5);
@@ -102,14 +102,28 @@ bool int_run(const level_kernels& lk, const float_product& f, workspace& ws, std
   lk.quantize(f.x, f.k, 0, f.rows, q, scale, sums);
   for (std::int64_t i = 0; i < f.rows * blocks; ++i)
     if (std::isnan(scale[i])) return false;
+  out = quantized_rows{q, scale, sums, f.rows, f.k};
+  return true;
+}
+
+int_product int_args(const float_product& f, const quantized_rows& x) {
   int_product p;
-  p.x = quantized_rows{q, scale, sums, f.rows, f.k};
+  p.x = x;
   p.w = f.w;
   p.w_row_bytes = f.w_row_bytes;
   p.type = f.type;
   p.bias = f.bias;
   p.y = f.y;
   p.n = f.n;
+  return p;
+}
+
+/// Quantizes x and runs the integer product over columns [n_begin, n); false (nothing
+/// written) when a row is not finite.
+bool int_run(const level_kernels& lk, const float_product& f, workspace& ws, std::int64_t n_begin = 0) {
+  quantized_rows x;
+  if (!int16_quantize(lk, f, ws, x)) return false;
+  const int_product p = int_args(f, x);
   const std::int64_t n = f.n - n_begin;
   split_columns(n, f.rows * f.k * n, [&](std::int64_t b, std::int64_t e) { lk.int_range(p, n_begin + b, n_begin + e); });
   return true;
@@ -205,25 +219,10 @@ status products(std::span<const kernel_call> calls) {
     split_group_columns(a, count, [&](std::size_t i, std::int64_t b, std::int64_t e) { LK.float_range(a[i], b, e); });
     return ok_status();
   }
-  const float_product& f = a[0];
-  workspace& ws = *calls[0].scratch;
-  const std::int64_t blocks = f.k / 32;
-  auto* q = reinterpret_cast<std::int16_t*>(ws.ints(std::size_t((f.rows * f.k + 1) / 2), 4));
-  float* scale = ws.floats(std::size_t(f.rows * blocks), 5);
-  float* sums = f.type == wtype::q4 ? ws.floats(std::size_t(f.rows * blocks), 6) : nullptr;
-  LK.quantize(f.x, f.k, 0, f.rows, q, scale, sums);
-  for (std::int64_t i = 0; i < f.rows * blocks; ++i)
-    if (std::isnan(scale[i])) return one_by_one(calls, product<LK>);  // (the float path, per call)
+  quantized_rows x;
+  if (!int16_quantize(LK, a[0], *calls[0].scratch, x)) return one_by_one(calls, product<LK>);  // (the float path, per call)
   int_product p[max_group];
-  for (std::size_t i = 0; i < count; ++i) {
-    p[i].x = quantized_rows{q, scale, sums, f.rows, f.k};
-    p[i].w = a[i].w;
-    p[i].w_row_bytes = a[i].w_row_bytes;
-    p[i].type = a[i].type;
-    p[i].bias = a[i].bias;
-    p[i].y = a[i].y;
-    p[i].n = a[i].n;
-  }
+  for (std::size_t i = 0; i < count; ++i) p[i] = int_args(a[i], x);
   split_group_columns(a, count, [&](std::size_t i, std::int64_t b, std::int64_t e) { LK.int_range(p[i], b, e); });
   return ok_status();
 }
