@@ -99,15 +99,24 @@ TEST(checked_worker, TheQuarantineRegistryRemembersTokens) {
 // what it still owed is answered then (a volunteer declared dead by the cluster link's
 // heartbeat, say, whose in-flight answers never come).
 TEST(checked_worker, CallersHearAtOnceWhenTheVolunteerGoes) {
+#if defined(__SANITIZE_ADDRESS__)
+  // CAF 0.17's init_fun_factory binds a reference through the null argument tuple of a typed
+  // function actor spawned without arguments (the worker actors): UBSan stops there, inside
+  // CAF. The main build runs this test.
+  GTEST_SKIP() << "spawns worker actors, which UBSan stops inside CAF 0.17";
+#endif
   using namespace std::chrono_literals;
   caf::actor_system_config cfg;
   add_protocol_types(cfg);
   caf::actor_system sys{cfg};
-  // A volunteer that takes every status call and never answers it.
-  auto silent = sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
-    auto held = std::make_shared<std::vector<caf::response_promise>>();
-    return {[=](status_atom) { held->push_back(self->make_response_promise()); }};
-  });
+  // A volunteer that takes every status call and never answers it. (Spawned with an argument:
+  // CAF 0.17 dereferences a null argument tuple for a function actor spawned with none.)
+  auto silent = sys.spawn(
+      [](caf::event_based_actor* self, int) -> caf::behavior {
+        auto held = std::make_shared<std::vector<caf::response_promise>>();
+        return {[=](status_atom) { held->push_back(self->make_response_promise()); }};
+      },
+      0);
   auto checked = spawn_checked_worker(sys, {caf::actor_cast<worker_actor>(silent), "hostA", "d1"}, verify_config{},
                                       std::make_shared<quarantine_registry>());
   std::thread leaves([&] {
