@@ -185,11 +185,13 @@ struct executable_graph::impl {
   status ready_output(const planned_step& st);
 };
 
+/// The most steps one group kernel call takes (run() keeps their calls on the stack).
+constexpr std::size_t max_group_steps = 8;
+
 void executable_graph::impl::plan_groups() {
   // A step joins the group of the steps before it when it has the same group kernel and
   // first input, needs nothing done per call before its kernel (widening, checks of bound
   // parameters), and reads no output of the group (which has not been computed yet).
-  constexpr int max_group = 8;
   auto plain = [&](const planned_step& st) {
     const slot& o = slots[std::size_t(st.out_slot)];
     return st.group_fn && st.per_call_widen.empty() && !st.has_binds && o.alias_of < 0 && o.view_of < 0 &&
@@ -198,7 +200,7 @@ void executable_graph::impl::plan_groups() {
   for (std::size_t i = 0; i < steps.size();) {
     std::size_t j = i + 1;
     if (plain(steps[i])) {
-      while (j < steps.size() && int(j - i) < max_group && plain(steps[j]) && steps[j].group_fn == steps[i].group_fn &&
+      while (j < steps.size() && j - i < max_group_steps && plain(steps[j]) && steps[j].group_fn == steps[i].group_fn &&
              steps[j].in_slots[0] == steps[i].in_slots[0]) {
         bool reads_group = false;
         for (int in : steps[j].in_slots)
@@ -700,7 +702,7 @@ status executable_graph::run(tensor_source& source, run_control* control) {
     if (st.group_size >= 2) {
       // One call for the group (plan_groups): each step's output, then the group kernel.
       const std::size_t n = std::size_t(st.group_size);
-      std::array<kernel_call, 8> calls;
+      std::array<kernel_call, max_group_steps> calls;
       for (std::size_t g = 0; g < n; ++g) {
         auto& m = p_->steps[si + g];
         if (auto r = p_->ready_output(m); !r) return fail(r.err());
