@@ -6,7 +6,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 debs=(
-  build-essential cmake ninja-build ccache pkg-config
+  build-essential cmake ninja-build ccache pkg-config lld
   libcaf-dev libboost1.81-dev rapidjson-dev
   libsqlite3-dev libssl-dev
   libgtest-dev libgmock-dev
