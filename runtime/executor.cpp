@@ -1,4 +1,5 @@
 #include "runtime/executor.hpp"
+#include "runtime/interrupt.hpp"
 
 #include <algorithm>
 #include <array>
@@ -680,6 +681,13 @@ status executable_graph::run(tensor_source& source, run_control* control) {
     control->stopped = run_control::stop::none;
     control->steps_done = 0;
   }
+  // Long kernels ask this between parts of their work (runtime/interrupt.hpp).
+  const interrupt_scope in_run(control ? interrupt{[](const void* c) {
+                                                     return static_cast<const run_control*>(c)->should_stop() !=
+                                                            run_control::stop::none;
+                                                   },
+                                                   control}
+                                       : interrupt{});
   // Whatever ends the run early puts back the rows it wrote in place.
   auto fail = [&](error e) -> status {
     p_->roll_back();
@@ -692,6 +700,10 @@ status executable_graph::run(tensor_source& source, run_control* control) {
                                          ", stopped after " + std::to_string(done) + " of " +
                                          std::to_string(p_->steps.size()) + " steps"});
   };
+
+  // A kernel may have left part of its work undone when the run was told to stop while it
+  // ran: its step does not count as done.
+  auto interrupted = [&] { return control ? control->should_stop() : run_control::stop::none; };
 
   std::size_t done = 0;
   for (std::size_t si = 0; si < p_->steps.size(); ++si) {
@@ -720,6 +732,7 @@ status executable_graph::run(tensor_source& source, run_control* control) {
         if (p_->profile) (*p_->profile)[si + g] = ns / double(n);
       }
       if (!s) return fail(make_error(s.err().code, step_prefix(std::size_t(st.index), op) + s.err().message));
+      if (auto why = interrupted(); why != run_control::stop::none) return stopped(why, done);
       for (std::size_t g = 0; g < n; ++g) {
         ++done;
         if (control && control->on_step) control->on_step(done);
@@ -748,6 +761,7 @@ status executable_graph::run(tensor_source& source, run_control* control) {
     st.steps_metric->inc();
     if (p_->profile) (*p_->profile)[si] = thread_cpu_ns() - t0;
     if (!s) return fail(make_error(s.err().code, step_prefix(std::size_t(st.index), op) + s.err().message));
+    if (auto why = interrupted(); why != run_control::stop::none) return stopped(why, done);
     ++done;
     if (control && control->on_step) control->on_step(done);
   }

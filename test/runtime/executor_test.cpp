@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/isa.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/tensor_store.hpp"
 
@@ -199,6 +200,47 @@ TEST_F(executor_stop, a_stopped_run_puts_short_convs_state_back) {
   EXPECT_EQ(read_state(), state_before);
   ASSERT_TRUE(run(*g, nullptr).ok());
   EXPECT_NE(read_state(), state_before);
+}
+
+
+/// A run past its deadline inside one long kernel stops there (runtime/interrupt.hpp): the
+/// product's parts not yet begun are skipped, so the run ends well before the product would
+/// have, and it is reported as stopped like a stop between steps.
+TEST_F(executor_stop, a_long_product_stops_inside_its_kernel) {
+  if (cpu_isa::best() < cpu_isa::level::avx2) GTEST_SKIP() << "the portable product is not split";
+  const std::string json = R"({"inputs": [], "steps": [
+      {"op": "zeros", "in": [], "out": "x", "params": {"shape": [2048, 2048]}},
+      {"op": "zeros", "in": [], "out": "w", "params": {"shape": [2048, 2048]}},
+      {"op": "matmul", "in": ["x", "w"], "out": "y", "params": {"transB": true}}],
+    "outputs": ["y"]})";
+  auto g = build(json);
+  ASSERT_TRUE(g);
+  using clock = run_control::clock;
+  // the product alone, run to its end
+  run_control whole;
+  clock::time_point product_began;
+  whole.on_step = [&](std::size_t done) {
+    if (done == 2) product_began = clock::now();
+  };
+  ASSERT_TRUE(run(*g, &whole).ok());
+  const auto full = clock::now() - product_began;
+  // the same with a deadline a tenth of the way into the product
+  run_control ctl;
+  ctl.on_step = [&](std::size_t done) {
+    if (done == 2) {
+      product_began = clock::now();
+      ctl.deadline = product_began + full / 10;
+    }
+  };
+  auto s = run(*g, &ctl);
+  const auto stopped_after = clock::now() - product_began;
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.err().code, errc::timeout);
+  EXPECT_EQ(ctl.stopped, run_control::stop::deadline);
+  EXPECT_EQ(ctl.steps_done, 2u);
+  EXPECT_LT(stopped_after, full / 2) << "the product ran on past its deadline: "
+                                     << std::chrono::duration<double, std::milli>(stopped_after).count() << " ms of "
+                                     << std::chrono::duration<double, std::milli>(full).count();
 }
 
 }  // namespace

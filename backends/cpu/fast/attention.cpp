@@ -21,6 +21,7 @@
 #include "backends/cpu/fast/isa_kernels.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
+#include "runtime/interrupt.hpp"
 #include "runtime/ops/attention_params.hpp"
 
 namespace mpakt::cpu_fast {
@@ -88,7 +89,14 @@ status attention_kernel(const kernel_call& call) {
   const double work = double(a.rows) * a.heads * double(std::max<std::int64_t>(last_key, 1)) * (a.head_dim + a.v_head_dim);
   const int threads = kernel_threads();
   if (threads <= 1 || work < parallel_min_work) {
-    for (int g = 0; g < a.kv_heads; ++g) F.rows(a, 0, a.rows, g);
+    // rows in runs of 64, between which a stopped run ends the kernel (runtime/interrupt.hpp);
+    // a row's bits do not depend on the rows beside it
+    const interrupt stop = current_interrupt();
+    for (int g = 0; g < a.kv_heads; ++g)
+      for (std::int64_t r = 0; r < a.rows; r += 64) {
+        if (stop.requested()) return ok_status();
+        F.rows(a, r, std::min<std::int64_t>(a.rows, r + 64), g);
+      }
     return ok_status();
   }
   const std::int64_t pairs = std::int64_t(a.kv_heads) * a.rows;

@@ -50,14 +50,20 @@ wtype wtype_of(dtype t) {
 /// more than it saves.
 constexpr std::int64_t parallel_min_macs = std::int64_t(1) << 16;
 
+/// Products this large are split on one thread too, into parts a stopped run can skip
+/// (runtime/interrupt.hpp): tens of milliseconds of work each at most.
+constexpr std::int64_t interruptible_macs = std::int64_t(1) << 27;
+
 /// Splits [0, n) into ranges, multiples of 4 so every part keeps the 4-wide column tiles,
 /// and runs f(begin, end) on each over the kernel threads: a few parts per thread (of at
 /// least 64 columns), so a thread the OS delays leaves little for the others to wait on.
 template <class F>
 void split_columns(std::int64_t n, std::int64_t macs, F&& f) {
   const int threads = kernel_threads();
-  if (threads <= 1 || macs < parallel_min_macs || n < 8) return f(std::int64_t(0), n);
-  const int parts = int(std::clamp<std::int64_t>(n / 64, std::min<std::int64_t>(threads, n / 4), 4 * threads));
+  const bool long_alone = threads <= 1 && macs >= interruptible_macs && n >= 64;
+  if (!long_alone && (threads <= 1 || macs < parallel_min_macs || n < 8)) return f(std::int64_t(0), n);
+  const int parts = long_alone ? int(std::min<std::int64_t>(n / 32, macs / interruptible_macs + 1))
+                               : int(std::clamp<std::int64_t>(n / 64, std::min<std::int64_t>(threads, n / 4), 4 * threads));
   parallel_for(parts, [&](int p) {
     const std::int64_t b = n * p / parts / 4 * 4;
     const std::int64_t e = p + 1 == parts ? n : n * (p + 1) / parts / 4 * 4;

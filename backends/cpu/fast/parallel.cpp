@@ -1,4 +1,5 @@
 #include "backends/cpu/fast/parallel.hpp"
+#include "runtime/interrupt.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -138,6 +139,14 @@ int kernel_threads() { return the_team().helpers() + 1; }
 void parallel_for(int parts, const std::function<void(int)>& f) {
   if (parts <= 1) {
     if (parts == 1) f(0);
+    return;
+  }
+  // A run told to stop leaves the parts not yet begun (runtime/interrupt.hpp); the helpers
+  // ask the caller's interrupt, not their own.
+  if (const interrupt stop = current_interrupt(); stop.test) {
+    the_team().run(parts, [&](int p) {
+      if (!stop.requested()) f(p);
+    });
     return;
   }
   the_team().run(parts, f);

@@ -19,7 +19,8 @@ void set_kernel_threads(int n);
 int kernel_threads();
 
 /// Runs f(0) … f(parts-1), each once, on the caller and the helpers, and returns when all
-/// have finished. More parts than threads balance uneven parts.
+/// have finished. More parts than threads balance uneven parts. When the caller's run is told
+/// to stop (runtime/interrupt.hpp), the parts not yet begun are skipped.
 void parallel_for(int parts, const std::function<void(int)>& f);
 
 }  // namespace mpakt::cpu_fast
