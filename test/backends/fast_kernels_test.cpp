@@ -185,28 +185,29 @@ TEST(FastMatmul, AmxProductsAgreeWithinTheirSplitBound) {
   }
 }
 
-/// q8/q4 products with many rows (prefill) — on AMX-INT8 tiles, or VNNI's int8 pairs where
-/// there are no tiles — quantize activations to int8 per block of 32 (s = max|x|/127):
-/// within Σ|w|·s/2 per block of the reference. Both are checked wherever the CPU has them.
+/// q8/q4 products with many rows (prefill) — on AMX-INT8 tiles, VNNI's int8 pairs where
+/// there are no tiles, or AVX2's eight-column lanes — quantize activations to int8 per block
+/// of 32 (s = max|x|/127): within Σ|w|·s/2 per block of the reference. Each is checked
+/// wherever the CPU has it.
 TEST(FastMatmul, ManyRowIntegerProductsAgreeWithinTheirInt8Bound) {
   threads_guard tg;
-  // the kernels that claim a 33-row q8 product but not an f32 one: AMX's tiles and VNNI's
-  // pairs, both with int8 activations from 33 rows on
+  // the kernels that claim a 33-row q8 product but not an f32 one: AMX's tiles, VNNI's pairs
+  // and AVX2's lanes, all with int8 activations from 33 rows on
   const tensor probe_w = *convert_tensor(random_f32({16, 64}, 1), dtype::q8);
   std::vector<test::level_kernel> kernels;
   for (const auto& lk : test::fast_kernels_on_this_cpu("linear"))
     if (lk.claims({random_f32({33, 64}, 2), probe_w}, R"({"transB": true})") &&
         !lk.claims({random_f32({33, 64}, 3), random_f32({16, 64}, 4)}, R"({"transB": true})"))
       kernels.push_back(lk);
-  if (kernels.empty()) GTEST_SKIP() << "neither AMX nor VNNI here";
+  if (kernels.empty()) GTEST_SKIP() << "no many-row integer kernel here";
   unsigned seed = 800;
   for (const auto& lk : kernels)
     for (int threads : {1, 2}) {
       cpu_fast::set_kernel_threads(threads);
       for (dtype t : {dtype::q8, dtype::q4})
-        for (std::int64_t rows : {33, 40, 128})
+        for (std::int64_t rows : {33, 35, 38, 40, 128})
           for (std::int64_t k : {32, 96, 576})
-            for (std::int64_t n : {16, 33, 64}) {
+            for (std::int64_t n : {5, 16, 33, 64}) {
               SCOPED_TRACE(lk.level + " " + std::string(dtype_name(t)) + " rows " + std::to_string(rows) + " K " +
                            std::to_string(k) + " N " + std::to_string(n) + " threads " + std::to_string(threads));
               const tensor x = random_f32({rows, k}, ++seed);
@@ -411,8 +412,8 @@ TEST(FastMatmul, ARowIsTheSameBitsAloneOrStacked) {
 
 /// Several products of the same activations run as one call (a layer's q, k and v; gate and
 /// up: backend::group_kernel) give each output exactly the bits of its own call, on every
-/// level, dtype, row count and thread count — column counts that are not multiples of the
-/// kernels' 4-wide tiles included, and a bias on one of them.
+/// level, dtype, row count (prefill's many-row kernels included) and thread count — column
+/// counts that are not multiples of the kernels' tiles included, and a bias on one of them.
 TEST(FastMatmul, AGroupOfProductsIsTheBitsOfEachAlone) {
   threads_guard tg;
   const std::int64_t k = 576;
@@ -420,7 +421,7 @@ TEST(FastMatmul, AGroupOfProductsIsTheBitsOfEachAlone) {
   int grouped = 0;
   for (const auto& lk : test::fast_kernels_on_this_cpu("linear"))
     for (dtype t : {dtype::f32, dtype::bf16, dtype::f16, dtype::q8, dtype::q4})
-      for (std::int64_t rows : {1, 3, 16})
+      for (std::int64_t rows : {1, 3, 16, 37})
         for (int threads : {1, 2}) {
           cpu_fast::set_kernel_threads(threads);
           const tensor x = random_f32({rows, k}, unsigned(700 + rows));

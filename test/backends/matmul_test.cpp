@@ -51,9 +51,14 @@ std::vector<float> naive(const tensor& x, const tensor& w, bool trans_b, const f
 }
 
 /// The fast kernel this CPU's level gets (the first registered that it can run).
+/// The general kernel of the CPU's level: the first that takes a one-row f32 product (the
+/// integer-only and many-row kernels registered ahead of it do not).
 kernel_fn fast_kernel(std::string_view op) {
+  ops::matmul_params p;
+  p.trans_b = true;
+  const std::vector<tensor_desc> plain = {{dtype::f32, {1, 64}}, {dtype::f32, {32, 64}}};
   for (const auto& k : cpu_fast_kernels())
-    if (k.op == op && k.min_level <= cpu_isa::current()) return k.fn;
+    if (k.op == op && k.min_level <= cpu_isa::current() && k.accepts(plain, p)) return k.fn;
   return nullptr;
 }
 

@@ -177,6 +177,36 @@ namespace avx2 {
 MPAKT_VECTOR_LEVEL_API
 }  // namespace avx2
 
+/// Activations quantized to int8 for the AVX2 many-row products (prefill): per row and block of
+/// 32, int8 values in their natural order with the many-row integer paths' scale (max|x|/127,
+/// nearest even: AMX's and VNNI's numbers); NaN scale for a block holding NaN or ±∞; for q4
+/// `sums` holds Σq·scale per block.
+struct int8_plain_rows {
+  const std::int8_t* q = nullptr;  ///< rows × k
+  const float* scale = nullptr;    ///< rows × k/32
+  const float* sums = nullptr;     ///< rows × k/32 (q4)
+  std::int64_t rows = 0, k = 0;
+};
+
+/// y[r, n] = Σ_blocks d_w · s_x · Σ q_w q_x (+ m_w · s_x · Σ q_x for q4) (+ bias[n]).
+struct int8_lanes_product {
+  int8_plain_rows x;
+  const std::uint8_t* w = nullptr;
+  std::int64_t w_row_bytes = 0;
+  wtype type = wtype::q8;  ///< q8 or q4
+  const float* bias = nullptr;
+  float* y = nullptr;
+  std::int64_t n = 0;
+};
+
+namespace avx2 {
+/// Rows [r_begin, r_end) of x (stride k, a multiple of 32) as int8_plain_rows.
+void int8_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, std::int8_t* q,
+                        float* scale, float* sums);
+/// Output columns [n_begin, n_end), eight weight rows at a time with one output per lane.
+void int8_lanes_range(const int8_lanes_product& a, std::int64_t n_begin, std::int64_t n_end);
+}  // namespace avx2
+
 namespace avx512 {
 MPAKT_VECTOR_LEVEL_API
 }  // namespace avx512

@@ -14,7 +14,9 @@
 /// int8 halves of each value with VNNI, vpmaddwd without) — no weight is widened to f32, so
 /// quantized decode is bound by memory — and each output differs from the reference's by at
 /// most Σ|w|·s/2 per block, about 1.5e-5
-/// of Σ|w·x| (test/backends/fast_kernels_test.cpp checks exactly that bound). A row holding a
+/// of Σ|w·x| (test/backends/fast_kernels_test.cpp checks exactly that bound). Products of
+/// more than 32 rows (prefill) take int8 activations instead (s = max|x|/127) where a
+/// many-row kernel serves: AMX tiles, VNNI pairs, or AVX2's eight-column lanes. A row holding a
 /// NaN or an infinity takes the float path, so those propagate as in the reference. Without
 /// AVX2 a portable path widens one weight row at a time.
 
@@ -398,6 +400,88 @@ bool accepts_vnni_int8(std::span<const tensor_desc> inputs, const op_params& par
   return (t == dtype::q8 || t == dtype::q4) && k > 0 && k % 32 == 0;
 }
 
+/// A q8/q4 product with many rows (prefill) on a CPU with AVX2 and no wider integer path:
+/// int8 activations (the many-row numbers of AMX and VNNI) against eight weight rows at a
+/// time, one output per lane (avx2::int8_lanes_range); fewer rows keep the int16 kernel, so a
+/// batched decode or verify pass gives each row its bits alone. A row holding NaN or ±∞ takes
+/// the int16 kernel's path (and its float fallback).
+bool lanes_quantize(const float_product& a, workspace& ws, int8_plain_rows& out) {
+  const std::int64_t blocks = a.k / 32;
+  auto* q = reinterpret_cast<std::int8_t*>(ws.ints(std::size_t((a.rows * a.k + 3) / 4), 7));
+  float* scale = ws.floats(std::size_t(a.rows * blocks), 7);
+  float* sums = a.type == wtype::q4 ? ws.floats(std::size_t(a.rows * blocks), 8) : nullptr;
+  const int qparts = int(std::min<std::int64_t>(kernel_threads(), a.rows / 8 + 1));
+  auto quantize = [&](std::int64_t b, std::int64_t e) { avx2::int8_quantize_rows(a.x, a.k, b, e, q, scale, sums); };
+  if (qparts <= 1) quantize(0, a.rows);
+  else parallel_for(qparts, [&](int p) { quantize(a.rows * p / qparts, a.rows * (p + 1) / qparts); });
+  for (std::int64_t i = 0; i < a.rows * blocks; ++i)
+    if (std::isnan(scale[i])) return false;
+  out = int8_plain_rows{q, scale, sums, a.rows, a.k};
+  return true;
+}
+
+int8_lanes_product lanes_args(const float_product& a, const int8_plain_rows& x) {
+  int8_lanes_product p;
+  p.x = x;
+  p.w = a.w;
+  p.w_row_bytes = a.w_row_bytes;
+  p.type = a.type;
+  p.bias = a.bias;
+  p.y = a.y;
+  p.n = a.n;
+  return p;
+}
+
+/// Runs f(i, begin, end) over the calls' output columns in whole groups of eight (a product's
+/// last group may be shorter), split over the kernel threads as one product that wide.
+template <class F>
+void split_lane_groups(const float_product* a, std::size_t count, F&& f) {
+  std::int64_t offs[max_group + 1] = {0};
+  for (std::size_t i = 0; i < count; ++i) offs[i + 1] = offs[i] + (a[i].n + 7) / 8;
+  const std::int64_t groups = offs[count];
+  const int threads = kernel_threads();
+  const int parts = threads <= 1 ? 1 : int(std::clamp<std::int64_t>(groups / 8, std::min<std::int64_t>(threads, groups), 4 * threads));
+  auto run = [&](std::int64_t gb, std::int64_t ge) {
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::int64_t lo = std::max(gb, offs[i]), hi = std::min(ge, offs[i + 1]);
+      if (lo < hi) f(i, (lo - offs[i]) * 8, std::min(a[i].n, (hi - offs[i]) * 8));
+    }
+  };
+  if (parts <= 1) return run(0, groups);
+  parallel_for(parts, [&](int p) { run(groups * p / parts, groups * (p + 1) / parts); });
+}
+
+status product_avx2_lanes(const kernel_call& c) {
+  const float_product a = args_of(c);
+  if (a.rows == 0 || a.n == 0) return ok_status();
+  int8_plain_rows x;
+  if (!lanes_quantize(a, *c.scratch, x)) return product<avx2_kernels>(c);
+  const int8_lanes_product p = lanes_args(a, x);
+  split_lane_groups(&a, 1, [&](std::size_t, std::int64_t b, std::int64_t e) { avx2::int8_lanes_range(p, b, e); });
+  return ok_status();
+}
+
+/// product_avx2_lanes for several calls at once, the activations quantized once for all.
+status products_avx2_lanes(std::span<const kernel_call> calls) {
+  float_product a[max_group];
+  if (!same_input(calls, a) || a[0].rows == 0) return one_by_one(calls, product_avx2_lanes);
+  int8_plain_rows x;
+  if (!lanes_quantize(a[0], *calls[0].scratch, x)) return one_by_one(calls, product<avx2_kernels>);
+  int8_lanes_product p[max_group];
+  for (std::size_t i = 0; i < calls.size(); ++i) p[i] = lanes_args(a[i], x);
+  split_lane_groups(a, calls.size(), [&](std::size_t i, std::int64_t b, std::int64_t e) { avx2::int8_lanes_range(p[i], b, e); });
+  return ok_status();
+}
+
+bool accepts_avx2_lanes(std::span<const tensor_desc> inputs, const op_params& params) {
+  if (!accepts_trans_b(inputs, params)) return false;
+  const dtype t = inputs[1].type;
+  if (t != dtype::q8 && t != dtype::q4) return false;
+  const std::int64_t k = inputs[0].shape.back();
+  const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
+  return k > 0 && k % 32 == 0 && rows >= amx_min_rows;
+}
+
 status product_scalar(const kernel_call& c) {
   const float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
@@ -422,7 +506,12 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
   for (const char* op : {"matmul", "linear"}) {
     out.push_back({op, product_amx, accepts_amx, "amx", level::amx});
     out.push_back({op, product_vnni_int8, accepts_vnni_int8, "avx512_vnni", level::avx512_vnni, products_vnni_int8});
-    for (const auto& e : levels) out.push_back({op, e.fn, accepts_trans_b, cpu_isa::level_name(e.min), e.min, e.group});
+    for (const auto& e : levels) {
+      // AVX2's many-row q8/q4 products, ahead of its general kernel (AVX-512 machines take
+      // their own kernels, registered before)
+      if (e.min == level::avx2) out.push_back({op, product_avx2_lanes, accepts_avx2_lanes, "avx2", level::avx2, products_avx2_lanes});
+      out.push_back({op, e.fn, accepts_trans_b, cpu_isa::level_name(e.min), e.min, e.group});
+    }
   }
 }
 

@@ -267,6 +267,163 @@ int_product with_q4_order(const int_product& a) {
   return p;
 }
 
+// ------------------------------------------------------------------ many rows: int8, columns in lanes
+
+/// A product with many rows (prefill) meets int8 activations eight weight rows at a time, one
+/// output column per lane: the eight rows' blocks are laid out once per call (in a buffer of
+/// the calling thread) so that register j of a block holds values 4j..4j+3 of each of them,
+/// and each activation row's four int8 values are broadcast against it (vpmaddubsw: the
+/// weight bytes are the unsigned operand — q4's nibbles as they are, q8's magnitudes with the
+/// signs moved onto the activations). A block's integer sums then land in the eight lanes
+/// together and are scaled in one multiply-add for all eight columns, where the one-column
+/// tiles scale every column's sums on their own; the weights' unpacking is shared by every row.
+constexpr int lane_cols = 8;
+
+/// Rows 0–7 of `v` (eight int32 each) transposed: v[j] becomes element j of every row.
+inline void transpose8(__m256i* v) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (int h = 0; h < 8; h += 4) {
+    u[h] = _mm256_unpacklo_epi64(t[h], t[h + 2]);
+    u[h + 1] = _mm256_unpackhi_epi64(t[h], t[h + 2]);
+    u[h + 2] = _mm256_unpacklo_epi64(t[h + 1], t[h + 3]);
+    u[h + 3] = _mm256_unpackhi_epi64(t[h + 1], t[h + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x20);
+    v[j + 4] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x31);
+  }
+}
+
+/// Weight rows [n0, n0 + nc) (nc ≤ 8; missing rows are zero) laid out for lanes_rows: per
+/// block, 8 registers (q4: nibbles; q8: magnitudes, then 8 more holding the signed values)
+/// and the rows' scales (and q4's offsets) as 8 floats.
+template <wtype T>
+void pack_lanes(const int8_lanes_product& a, i64 n0, int nc, __m256i* wv, float* d, float* m) {
+  constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes;
+  constexpr int regs = T == wtype::q8 ? 16 : 8;
+  const i64 blocks = a.x.k / 32;
+  const __m128i nib = _mm_set1_epi8(0x0f);
+  for (i64 b = 0; b < blocks; ++b) {
+    __m256i col[8];
+    for (int c = 0; c < lane_cols; ++c) {
+      if (c >= nc) {
+        col[c] = _mm256_setzero_si256();
+        d[b * 8 + c] = 0.0f;
+        if constexpr (T == wtype::q4) m[b * 8 + c] = 0.0f;
+        continue;
+      }
+      const std::uint8_t* blk = a.w + (n0 + c) * a.w_row_bytes + b * bb;
+      const auto* h = reinterpret_cast<const std::uint16_t*>(blk);
+      d[b * 8 + c] = half_to_float(h[0]);
+      if constexpr (T == wtype::q4) {
+        m[b * 8 + c] = half_to_float(h[1]);
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
+        const __m128i lo = _mm_and_si128(raw, nib), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), nib);
+        col[c] = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));  // values in order
+      } else {
+        col[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      }
+    }
+    transpose8(col);
+    for (int j = 0; j < 8; ++j) {
+      if constexpr (T == wtype::q8) {
+        _mm256_store_si256(wv + b * regs + j, _mm256_abs_epi8(col[j]));
+        _mm256_store_si256(wv + b * regs + 8 + j, col[j]);
+      } else {
+        _mm256_store_si256(wv + b * regs + j, col[j]);
+      }
+    }
+  }
+}
+
+/// Activation rows [r0, r0 + RT) against the 8 packed weight rows from n0 (nc of them real).
+/// q4: a block's eight vpmaddubsw sums stay in int16 (each at most 2·15·127, eight of them
+/// below 2¹⁵) and widen once; q8: each widens (a pair of 127·127 products nearly fills int16).
+template <wtype T, int RT>
+void lanes_rows(const int8_lanes_product& a, const __m256i* wv, const float* d, const float* m, i64 r0, i64 n0, int nc) {
+  constexpr int regs = T == wtype::q8 ? 16 : 8;
+  const i64 k = a.x.k, blocks = k / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[RT];
+#pragma GCC unroll 8
+  for (int i = 0; i < RT; ++i) acc[i] = _mm256_setzero_ps();
+  for (i64 b = 0; b < blocks; ++b) {
+    __m256i s[RT];
+    const std::int8_t* xb = a.x.q + r0 * k + b * 32;
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m256i w = _mm256_load_si256(wv + b * regs + j);
+      __m256i ws;
+      if constexpr (T == wtype::q8) ws = _mm256_load_si256(wv + b * regs + 8 + j);
+#pragma GCC unroll 8
+      for (int i = 0; i < RT; ++i) {
+        std::int32_t four;
+        __builtin_memcpy(&four, xb + i * k + 4 * j, 4);
+        const __m256i x = _mm256_set1_epi32(four);
+        if constexpr (T == wtype::q4) {
+          const __m256i p = _mm256_maddubs_epi16(w, x);
+          s[i] = j == 0 ? p : _mm256_add_epi16(s[i], p);
+        } else {
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_sign_epi8(x, ws)), ones);
+          s[i] = j == 0 ? p : _mm256_add_epi32(s[i], p);
+        }
+      }
+    }
+    const __m256 dv = _mm256_loadu_ps(d + b * 8);
+#pragma GCC unroll 8
+    for (int i = 0; i < RT; ++i) {
+      const i64 r = r0 + i;
+      const __m256i dot = T == wtype::q4 ? _mm256_madd_epi16(s[i], ones) : s[i];
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dv, _mm256_set1_ps(a.x.scale[r * blocks + b])), acc[i]);
+      if constexpr (T == wtype::q4)
+        acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(m + b * 8), _mm256_set1_ps(a.x.sums[r * blocks + b]), acc[i]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < RT; ++i) {
+    float* out = a.y + (r0 + i) * a.n + n0;
+    if (nc == lane_cols) {
+      __m256 v = acc[i];
+      if (a.bias) v = _mm256_add_ps(v, _mm256_loadu_ps(a.bias + n0));
+      _mm256_storeu_ps(out, v);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, acc[i]);
+      for (int c = 0; c < nc; ++c) out[c] = a.bias ? tmp[c] + a.bias[n0 + c] : tmp[c];
+    }
+  }
+}
+
+template <wtype T>
+void lanes_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
+  constexpr int regs = T == wtype::q8 ? 16 : 8;
+  constexpr int RT = 4;
+  const i64 blocks = a.x.k / 32;
+  thread_local std::vector<__m256i> wbuf;
+  thread_local std::vector<float> dbuf, mbuf;
+  if (wbuf.size() < std::size_t(blocks * regs)) wbuf.resize(std::size_t(blocks * regs));
+  if (dbuf.size() < std::size_t(blocks * 8)) {
+    dbuf.resize(std::size_t(blocks * 8));
+    mbuf.resize(std::size_t(blocks * 8));
+  }
+  for (i64 n0 = n_begin; n0 < n_end; n0 += lane_cols) {
+    const int nc = int(min_i64(lane_cols, n_end - n0));
+    pack_lanes<T>(a, n0, nc, wbuf.data(), dbuf.data(), mbuf.data());
+    i64 r0 = 0;
+    for (; r0 + RT <= a.x.rows; r0 += RT) lanes_rows<T, RT>(a, wbuf.data(), dbuf.data(), mbuf.data(), r0, n0, nc);
+    switch (a.x.rows - r0) {
+      case 3: lanes_rows<T, 3>(a, wbuf.data(), dbuf.data(), mbuf.data(), r0, n0, nc); break;
+      case 2: lanes_rows<T, 2>(a, wbuf.data(), dbuf.data(), mbuf.data(), r0, n0, nc); break;
+      case 1: lanes_rows<T, 1>(a, wbuf.data(), dbuf.data(), mbuf.data(), r0, n0, nc); break;
+      default: break;
+    }
+  }
+}
+
 }  // namespace
 
 void float_product_range(const float_product& a, i64 n_begin, i64 n_end) {
@@ -320,6 +477,55 @@ void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int16_t* 
 void int_product_range(const int_product& a, i64 n_begin, i64 n_end) {
   if (a.type == wtype::q8) int_range<wtype::q8>(a, n_begin, n_end);
   else int_range<wtype::q4>(with_q4_order(a), n_begin, n_end);
+}
+
+}  // namespace mpakt::cpu_fast::avx2
+
+namespace mpakt::cpu_fast::avx2 {
+
+void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int8_t* q, float* scale, float* sums) {
+  const i64 blocks = k / 32;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (i64 r = r_begin; r < r_end; ++r) {
+    for (i64 b = 0; b < blocks; ++b) {
+      const float* p = x + r * k + b * 32;
+      __m256 v[4];
+      __m256 mx = _mm256_setzero_ps();
+      bool finite = true;
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(p + 8 * i);
+        const __m256 av = _mm256_andnot_ps(sign, v[i]);
+        finite = finite && _mm256_movemask_ps(_mm256_cmp_ps(av, _mm256_set1_ps(3.4028235e38f), _CMP_NLE_UQ)) == 0;
+        mx = _mm256_max_ps(mx, av);
+      }
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      const float amax = _mm_cvtss_f32(m4);
+      const __m256 iv = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+      const float s = amax / 127.0f;
+      scale[r * blocks + b] = finite ? s : __builtin_nanf("");
+      __m256i iq[4];
+      for (int i = 0; i < 4; ++i) iq[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], iv));
+      // int32 → int16 → int8 with saturation; the packs interleave the 128-bit lanes, undone
+      // by one permute
+      const __m256i w16a = _mm256_packs_epi32(iq[0], iq[1]), w16b = _mm256_packs_epi32(iq[2], iq[3]);
+      const __m256i w8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16a, w16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + r * k + b * 32), w8);
+      if (sums) {
+        const __m256i t = _mm256_add_epi32(_mm256_add_epi32(iq[0], iq[1]), _mm256_add_epi32(iq[2], iq[3]));
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+        sums[r * blocks + b] = s * float(_mm_cvtsi128_si32(h));
+      }
+    }
+  }
+}
+
+void int8_lanes_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
+  if (a.type == wtype::q8) lanes_range<wtype::q8>(a, n_begin, n_end);
+  else lanes_range<wtype::q4>(a, n_begin, n_end);
 }
 
 }  // namespace mpakt::cpu_fast::avx2
