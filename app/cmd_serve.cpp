@@ -11,6 +11,8 @@
 
 #include <unistd.h>
 
+#include <boost/asio/ip/address.hpp>
+
 #include "actors/accounts/accounts_actor.hpp"
 #include "actors/coordinator/coordinator_actor.hpp"
 #include "actors/coordinator/gate_actor.hpp"
@@ -33,6 +35,14 @@ std::string_view embedded_api_reference();
 namespace mpakt::app {
 
 namespace {
+
+/// Whether `address` (what --address names) only listens on this machine.
+bool loopback_address(const std::string& address) {
+  if (address == "localhost") return true;
+  boost::system::error_code ec;
+  const auto ip = boost::asio::ip::make_address(address, ec);
+  return !ec && ip.is_loopback();
+}
 
 const char* serve_usage =
     "usage: mpakt serve --port N --data-dir DIR [--dev] [--hf-endpoint URL] [--hf-token-file FILE] [--workers N]\n"
@@ -66,7 +76,8 @@ const char* serve_usage =
     "  --threads N         threads a kernel may use (default: the machine's cores, or $MPAKT_THREADS)\n"
     "  --cluster-port N    accept volunteers (`mpakt worker --join ADDR:N --token TOKEN`) on\n"
     "                      --address, port N; tokens from `mpakt admin volunteer-token`\n"
-    "                      (with --dev, a token named dev is made at start and printed). The\n"
+    "                      (with --dev on a loopback --address, a token named dev is made at\n"
+    "                      start and printed). The\n"
     "                      port speaks TLS only; the banner prints the certificate's fingerprint\n"
     "                      that volunteers pin (--coordinator-fingerprint)\n"
     "  --verify-fraction F spot-checks of volunteers: the fraction of their passes (graph calls\n"
@@ -269,11 +280,17 @@ int cmd_serve(const std::vector<std::string>& args) {
     gate_actor gate;
     if (cluster_port >= 0) {
       std::string token_hint = "--token TOKEN   (mpakt admin volunteer-token NAME --data-dir " + data_dir + ")";
-      if (dev) {
+      if (dev && loopback_address(address)) {
         // one machine, no ceremony: a fresh token named "dev" at every start
         auto t = gate_store->create_volunteer_token("dev", 0, 0);
         if (t) token_hint = "--token " + t->token;
         else std::fprintf(stderr, "mpakt serve: no dev volunteer token: %s\n", t.err().message.c_str());
+      } else if (dev) {
+        // a port others can reach: whoever joins needs a token an operator made for them
+        std::fprintf(stderr,
+                     "mpakt serve: --dev makes no volunteer token: the cluster port listens on %s, beyond "
+                     "loopback\n",
+                     address.c_str());
       }
       gcfg.verify = gcfg.checks.fraction > 0 || gcfg.checks.first_passes > 0;
       gcfg.checks.budget = std::make_shared<verify_budget>(gcfg.checks.memory);  // (all verifiers together)

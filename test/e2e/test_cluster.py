@@ -500,3 +500,16 @@ def test_failed_joins_are_rate_limited_per_address_and_garbage_on_the_port_harms
     finally:
         c.stop_all()
         server.process.terminate()
+
+
+def test_dev_makes_no_volunteer_token_when_the_cluster_port_is_beyond_loopback(start_server):
+    """--dev's ready-made join token is for one machine: a coordinator whose cluster port others
+    can reach says so and makes none, so only tokens an operator made let anyone join."""
+    cport = free_port()
+    server = start_server("--dev", "--address", "0.0.0.0", "--workers", "0", "--cluster-port", str(cport))
+    out = server.process.output()
+    assert f"mpakt worker --join 0.0.0.0:{cport}" in out, out[-2000:]
+    assert "--dev makes no volunteer token: the cluster port listens on 0.0.0.0, beyond loopback" in out, out[-2000:]
+    assert "mpv_" not in out
+    assert "dev" not in server.admin("volunteer-tokens").stdout
+    server.assert_up()

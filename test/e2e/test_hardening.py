@@ -276,6 +276,8 @@ def flood_targets(f):
         ("DELETE", "/api/keys/k_000000000000000000000000", None, t),
         ("POST", "/api/admin/accounts/flood_new/approve", {}, k),
         ("GET", "/api/v3/status", None, k),
+        ("GET", "/metrics", None, k),
+        ("POST", "/api/v3/admin/workers/w_000000000000000000000000/check", {}, k),
         ("GET", "/api/v3/models/inspect?source=hf:local/stories260K", None, k),
         ("POST", "/api/v3/models", {"source": "hf:local/stories260K", "include": ["model.norm.weight"]}, k),
         ("GET", "/api/v3/models", None, k),
