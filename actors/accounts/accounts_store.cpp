@@ -11,7 +11,7 @@ namespace mpakt::accounts {
 
 namespace {
 
-constexpr int schema_version = 2;
+constexpr int schema_version = 3;
 
 // Version 1. Times are Unix seconds (UTC). Secrets are stored only as hashes.
 constexpr const char* schema_v1 = R"sql(
@@ -56,6 +56,15 @@ CREATE TABLE volunteer_tokens (
   expires_at  INTEGER                           -- NULL: never
 );
 INSERT INTO schema_version (version) VALUES (2);
+)sql";
+
+// Version 3: the join tokens of volunteers quarantined by a spot-check (added in place).
+constexpr const char* schema_v3 = R"sql(
+CREATE TABLE volunteer_quarantines (
+  token_hash  BLOB PRIMARY KEY,                 -- a volunteer_tokens.token_hash
+  at          INTEGER NOT NULL
+);
+INSERT INTO schema_version (version) VALUES (3);
 )sql";
 
 constexpr const char* password_scheme = "pbkdf2-sha256";
@@ -222,12 +231,10 @@ status accounts_store::create_schema() {
     if (!row) return std::move(row).err();
     if (*row) version = q->column_optional_int(0);
   }
-  if (!version) {
-    MPAKT_TRY(db_->exec(schema_v1));
-    MPAKT_TRY(db_->exec(schema_v2));
-  } else if (*version == 1) {
-    MPAKT_TRY(db_->exec(schema_v2));
-  } else if (*version > schema_version) {
+  if (!version) MPAKT_TRY(db_->exec(schema_v1));
+  if (!version || *version < 2) MPAKT_TRY(db_->exec(schema_v2));
+  if (!version || *version < 3) MPAKT_TRY(db_->exec(schema_v3));
+  if (version && *version > schema_version) {
     return make_error(errc::internal, "the accounts database has schema version " +
                                           std::to_string(*version) + ", newer than this mpakt knows (" +
                                           std::to_string(schema_version) + ")");
@@ -596,7 +603,9 @@ result<volunteer_token_info> accounts_store::create_volunteer_token(const std::s
 
 result<std::vector<volunteer_token_info>> accounts_store::volunteer_tokens(sys_clock::time_point now) {
   auto q = db_->prepare(
-      "SELECT name, memory_cap, state, created_at, expires_at FROM volunteer_tokens ORDER BY created_at, name");
+      "SELECT name, memory_cap, state, created_at, expires_at, "
+      "EXISTS (SELECT 1 FROM volunteer_quarantines q WHERE q.token_hash = t.token_hash) "
+      "FROM volunteer_tokens t ORDER BY created_at, name");
   if (!q) return std::move(q).err();
   std::vector<volunteer_token_info> out;
   for (;;) {
@@ -608,6 +617,7 @@ result<std::vector<volunteer_token_info>> accounts_store::volunteer_tokens(sys_c
     t.memory_cap = std::uint64_t(q->column_int(1));
     t.state = q->column_text(2);
     t.created_at = iso8601(q->column_int(3));
+    if (t.state == "active" && q->column_int(5) != 0) t.state = "quarantined";
     if (auto e = q->column_optional_int(4)) {
       t.expires_at = iso8601(*e);
       if (t.state == "active" && *e <= unix_seconds(now)) t.state = "expired";
@@ -625,6 +635,14 @@ status accounts_store::revoke_volunteer(const std::string& name) {
   return {};
 }
 
+status accounts_store::quarantine_volunteer(const std::string& digest, sys_clock::time_point now) {
+  auto q = db_->prepare(
+      "INSERT OR IGNORE INTO volunteer_quarantines (token_hash, at) "
+      "SELECT token_hash, ? FROM volunteer_tokens WHERE token_hash = ? AND state = 'active'");
+  if (!q) return std::move(q).err();
+  return q->bind(1, unix_seconds(now)).bind_blob(2, digest).run();
+}
+
 result<volunteer_grant> accounts_store::check_volunteer_token(const std::string& token, sys_clock::time_point now) {
   if (token.size() != 4 + secret_text_chars || token.compare(0, 4, volunteer_prefix) != 0)
     return make_error(errc::unauthorized, "invalid volunteer token");
@@ -632,13 +650,20 @@ result<volunteer_grant> accounts_store::check_volunteer_token(const std::string&
 }
 
 result<volunteer_grant> accounts_store::check_volunteer_digest(const std::string& digest, sys_clock::time_point now) {
-  auto q = db_->prepare("SELECT name, memory_cap, state, expires_at FROM volunteer_tokens WHERE token_hash = ?");
+  auto q = db_->prepare(
+      "SELECT name, memory_cap, state, expires_at, "
+      "EXISTS (SELECT 1 FROM volunteer_quarantines q WHERE q.token_hash = t.token_hash) "
+      "FROM volunteer_tokens t WHERE token_hash = ?");
   if (!q) return std::move(q).err();
   auto row = q->bind_blob(1, digest).step();
   if (!row) return std::move(row).err();
   if (!*row) return make_error(errc::unauthorized, "invalid volunteer token");
   volunteer_grant g{q->column_text(0), std::uint64_t(q->column_int(1)), digest};
   if (q->column_text(2) != "active") return make_error(errc::unauthorized, "volunteer token " + g.name + " was revoked");
+  if (q->column_int(4) != 0)
+    return make_error(errc::unauthorized, "volunteer token " + g.name +
+                                              " was quarantined (its results differed from the verifier's); ask the "
+                                              "operator for a new token");
   if (auto e = q->column_optional_int(3); e && *e <= unix_seconds(now))
     return make_error(errc::unauthorized, "volunteer token " + g.name + " expired at " + iso8601(*e));
   return g;

@@ -170,8 +170,13 @@ class accounts_store {
   result<std::vector<volunteer_token_info>> volunteer_tokens(sys_clock::time_point now = sys_clock::now());
   /// Revokes NAME's token (not_found for an unknown name); idempotent.
   status revoke_volunteer(const std::string& name);
+  /// Marks the token with this digest quarantined (its volunteer's results differed from a
+  /// verifier's): refused from then on, across restarts, listed as "quarantined". A token
+  /// already revoked or replaced is left as it is; idempotent.
+  status quarantine_volunteer(const std::string& digest, sys_clock::time_point now = sys_clock::now());
   /// What `token` grants. unauthorized with "invalid volunteer token" (malformed or unknown),
-  /// "volunteer token NAME was revoked" or "volunteer token NAME expired at …".
+  /// "volunteer token NAME was revoked", "… was quarantined …" or "volunteer token NAME
+  /// expired at …".
   result<volunteer_grant> check_volunteer_token(const std::string& token, sys_clock::time_point now = sys_clock::now());
   /// The same for a token known by its digest (volunteer_grant::digest): whether a connected
   /// volunteer's token still holds.

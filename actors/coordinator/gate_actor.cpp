@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <set>
 
 #include "actors/errors.hpp"
 #include "runtime/log.hpp"
@@ -32,6 +33,7 @@ struct gate_state {
   std::map<std::string, std::deque<steady::time_point>> failures;  ///< per client address
   std::map<caf::actor_addr, admitted> members;
   steady::time_point last_check{};
+  std::set<std::string> quarantines_kept;  ///< token digests marked quarantined in the store
 };
 
 using gate_pointer = gate_actor::stateful_pointer<gate_state>;
@@ -112,12 +114,23 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
   rp.deliver(grant->name);
 }
 
-/// Disconnects the admitted volunteers whose token no longer holds.
+/// Disconnects the admitted volunteers whose token no longer holds, and writes the checked
+/// workers' quarantines to the token store (refused across restarts).
 void recheck(gate_pointer self) {
   auto& st = self->state;
   const auto now = steady::now();
   if (now - st.last_check < std::chrono::seconds(1)) return;
   st.last_check = now;
+  if (st.cfg.quarantine)
+    for (const auto& q : st.cfg.quarantine->list()) {
+      if (q.token_digest.empty() || st.quarantines_kept.count(q.token_digest)) continue;
+      if (auto kept = st.store->quarantine_volunteer(q.token_digest); !kept) {
+        log::line("error", "gate", "could not record the quarantine of volunteer " + q.volunteer + ": " + kept.err().message);
+        continue;  // (tried again at the next check)
+      }
+      st.quarantines_kept.insert(q.token_digest);
+      log_line("recorded the quarantine of volunteer " + q.volunteer + " in the token store");
+    }
   for (auto it = st.members.begin(); it != st.members.end();) {
     auto g = st.store->check_volunteer_digest(it->second.digest);
     if (g || g.err().code == errc::internal) {  // (a database hiccup is not a revocation)

@@ -245,7 +245,7 @@ TEST_F(AccountsStore, SecretsAreStoredOnlyAsHashes) {
     sqlite3_finalize(s);
     return out;
   };
-  EXPECT_EQ(scalar_blob("SELECT CAST(MAX(version) AS TEXT) FROM schema_version"), "2");
+  EXPECT_EQ(scalar_blob("SELECT CAST(MAX(version) AS TEXT) FROM schema_version"), "3");
   EXPECT_EQ(scalar_blob("SELECT password_scheme FROM accounts"), "pbkdf2-sha256");
   EXPECT_EQ(scalar_blob("SELECT password_salt FROM accounts").size(), 16u);
   EXPECT_EQ(scalar_blob("SELECT CAST(password_iterations AS TEXT) FROM accounts"), "10");
@@ -482,6 +482,36 @@ TEST_F(AccountsStore, AdminCommandApprovesListsAndRevokes) {
 
 // ---- volunteers' join tokens ----
 
+/// A quarantined volunteer's token (its results differed from a verifier's) is refused from
+/// then on, also after the store is opened again (a coordinator restart), and listed as such;
+/// only that token: a new one for the name works, and a revoked token stays revoked.
+TEST_F(AccountsStore, AQuarantinedVolunteerTokenStaysRefused) {
+  auto t = store_->create_volunteer_token("box-q", 0, 0, t0);
+  ASSERT_TRUE(t.ok());
+  const std::string digest = as_bytes(sha256(t->token));
+  ASSERT_TRUE(store_->quarantine_volunteer(digest).ok());
+  ASSERT_TRUE(store_->quarantine_volunteer(digest).ok());  // idempotent
+  reopen();
+  auto r = store_->check_volunteer_token(t->token, t0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.err().code, errc::unauthorized);
+  EXPECT_NE(r.err().message.find("volunteer token box-q was quarantined"), std::string::npos) << r.err().message;
+  EXPECT_FALSE(store_->check_volunteer_digest(digest, t0).ok());
+  auto list = store_->volunteer_tokens(t0);
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ(list->front().state, "quarantined");
+  // the operator's new token for the name works; quarantining the old digest again leaves it be
+  auto t2 = store_->create_volunteer_token("box-q", 0, 0, t0);
+  ASSERT_TRUE(t2.ok());
+  ASSERT_TRUE(store_->quarantine_volunteer(digest).ok());
+  EXPECT_TRUE(store_->check_volunteer_token(t2->token, t0).ok());
+  // a revoked token is not turned into a quarantined one
+  ASSERT_TRUE(store_->revoke_volunteer("box-q").ok());
+  ASSERT_TRUE(store_->quarantine_volunteer(as_bytes(sha256(t2->token))).ok());
+  EXPECT_EQ(store_->check_volunteer_token(t2->token, t0).err().message, "volunteer token box-q was revoked");
+}
+
 TEST_F(AccountsStore, VolunteerTokensAreCheckedRevokedReplacedAndExpire) {
   auto t = store_->create_volunteer_token("box-1", 300u << 20, 0, t0);
   ASSERT_TRUE(t.ok()) << t.err().message;
@@ -550,8 +580,10 @@ TEST_F(AccountsStore, AVersionOneFileGainsTheVolunteerTokensTable) {
   store_.reset();
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE volunteer_tokens; DELETE FROM schema_version WHERE version = 2;", nullptr, nullptr,
-                         nullptr),
+  ASSERT_EQ(sqlite3_exec(db,
+                         "DROP TABLE volunteer_tokens; DROP TABLE volunteer_quarantines; "
+                         "DELETE FROM schema_version WHERE version >= 2;",
+                         nullptr, nullptr, nullptr),
             SQLITE_OK)
       << sqlite3_errmsg(db);
   sqlite3_close(db);
@@ -559,6 +591,24 @@ TEST_F(AccountsStore, AVersionOneFileGainsTheVolunteerTokensTable) {
   auto t = store_->create_volunteer_token("box-1", 0, 0, t0);
   ASSERT_TRUE(t.ok()) << t.err().message;
   EXPECT_TRUE(store_->check_volunteer_token(t->token, t0).ok());
+}
+
+
+TEST_F(AccountsStore, AVersionTwoFileKeepsItsTokensAndGainsQuarantines) {
+  auto t = store_->create_volunteer_token("box-2", 0, 0, t0);
+  ASSERT_TRUE(t.ok());
+  store_.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE volunteer_quarantines; DELETE FROM schema_version WHERE version = 3;", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  reopen();
+  EXPECT_TRUE(store_->check_volunteer_token(t->token, t0).ok());
+  ASSERT_TRUE(store_->quarantine_volunteer(as_bytes(sha256(t->token)), t0).ok());
+  EXPECT_FALSE(store_->check_volunteer_token(t->token, t0).ok());
 }
 
 }  // namespace

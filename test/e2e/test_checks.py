@@ -132,6 +132,15 @@ def test_a_lying_volunteer_is_caught_in_a_graph_call_and_no_client_sees_the_lie(
     finally:
         grid.token = saved
     assert rc == 4 and "was quarantined" in out, out
+    # and the token store says so too, so a restarted coordinator refuses it as well
+    deadline = time.monotonic() + 10
+    while True:
+        listed = [line for line in grid.server.admin("volunteer-tokens").stdout.splitlines() if "w_liar-box" in line]
+        if listed and "quarantined" in listed[0]:
+            break
+        assert time.monotonic() < deadline, f"the quarantine was not recorded in the token store: {listed}"
+        time.sleep(0.2)
+    assert "recorded the quarantine of volunteer w_liar-box in the token store" in grid.server.process.output()
     grid.server.assert_up()
 
 
