@@ -20,6 +20,7 @@ using steady = std::chrono::steady_clock;
 /// A volunteer the gate admitted, re-checked until it leaves.
 struct admitted {
   worker_actor worker;
+  worker_actor member;  ///< what the pool holds: the checked worker standing in for it, or `worker`
   std::string name;
   std::string digest;  ///< its token's SHA-256
   std::string address;
@@ -103,11 +104,11 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
   }
   st.failures.erase(address);  // (a success clears the address's count; `fails` is gone now)
   self->monitor(worker);
-  st.members[worker.address()] = admitted{worker, grant->name, grant->digest, address};
   // The pool gets the volunteer behind its checked worker (spot-checks), or as it is.
   worker_actor member = worker;
   if (st.cfg.verify)
     member = spawn_checked_worker(self->home_system(), {worker, grant->name, grant->digest}, st.cfg.checks, st.cfg.quarantine);
+  st.members[worker.address()] = admitted{worker, member, grant->name, grant->digest, address};
   self->send(st.pool, add_atom::value, member, grant->memory_cap);
   log_line("volunteer " + grant->name + " joined from " + address);
   metrics::m().joins.with().inc();
@@ -138,8 +139,10 @@ void recheck(gate_pointer self) {
       continue;
     }
     log_line("disconnecting volunteer " + it->second.name + " (" + it->second.address + "): " + g.err().message);
-    // The worker ends; the pool and the coordinator see it go as any lost worker.
+    // The volunteer is told to end, and the pool's handle for it ends here at once, so the
+    // pool and the coordinator see it go as any lost worker even if the volunteer does not.
     self->send_exit(it->second.worker, caf::exit_reason::kill);
+    if (it->second.member != it->second.worker) self->send_exit(it->second.member, caf::exit_reason::kill);
     it = st.members.erase(it);
   }
 }

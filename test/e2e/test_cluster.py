@@ -360,7 +360,9 @@ def test_a_token_holder_joins_within_its_cap_and_is_disconnected_when_revoked(cl
     s = cluster.wait_for(lambda s: s["workers"] == 1, "w_dana in the pool")
     assert s["pool"][0]["workerId"] == "w_dana" and s["pool"][0]["totalBytes"] == 300 * (1 << 20)
     model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
-    decode_golden(api, key, model)
+    sid, g = decode_golden(api, key, model)
+    expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key), 200)
+    steps = expect(api.get(f"/api/v3/sessions/{sid}", key=key), 200)["steps"]
     cluster.join("w_other")
     t0 = time.monotonic()
     assert server.admin("revoke-volunteer", "dana-box").returncode == 0
@@ -369,6 +371,12 @@ def test_a_token_holder_joins_within_its_cap_and_is_disconnected_when_revoked(cl
     assert "disconnected this volunteer" in proc.output()
     cluster.wait_for(lambda s: [w["workerId"] for w in s["pool"]] == ["w_other"], "the revoked volunteer to leave")
     assert "disconnecting volunteer dana-box" in server.process.output()
+    # its checkpointed session is restored on the other volunteer, as for any lost worker
+    greedy = GOLDEN["greedy_ids"]
+    r = expect(api.post("/api/v3/graph", {"graphId": g, "session": sid, "bind": {"ids": [greedy[-1]], "pos": len(greedy) - 1}},
+                        key=key, timeout=60), 200)
+    assert r["outputs"], r
+    assert expect(api.get(f"/api/v3/sessions/{sid}", key=key), 200)["steps"] == steps + 1
     model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
     decode_golden(api, key, model)
     server.assert_up()
