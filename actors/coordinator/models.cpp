@@ -91,6 +91,8 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
             m.resident_bytes = out.resident_bytes;
             m.tensors = out.tensor_ids.size();
             for (const auto& [tid, name] : out.tensor_ids) S.weight_ids[tid] = {req.model_id, name};
+            S.emit(grid_event{0, 0, "loaded", "model", req.model_id,
+                              m.parts.empty() ? "on " + m.worker_id : "spread over " + std::to_string(m.parts.size()) + " workers"});
             S.models[req.model_id] = std::move(m);
             rp.deliver(std::move(out.reply_json));
           },
@@ -194,6 +196,7 @@ caf::result<std::string> delete_model(coordinator_pointer self, const caller& wh
   for (auto it = S.weight_ids.begin(); it != S.weight_ids.end();)
     it = it->second.first == id ? S.weight_ids.erase(it) : std::next(it);
   S.models.erase(id);
+  S.emit(grid_event{0, 0, "deleted", "model", id, ""});
   return json([&](writer& w) {
     w.StartObject();
     key(w, "deleted"); w.Bool(true);
