@@ -21,6 +21,9 @@ constexpr auto describe_timeout = std::chrono::milliseconds(1500);
 struct target {
   describable handle;
   actor_snapshot known;
+  /// Described from state shared with it, not asked (a load job: it answers no message
+  /// while it loads).
+  bool from_state = false;
 };
 
 /// Adds what the directory knows to what the actor said of itself.
@@ -115,6 +118,27 @@ std::vector<target> targets(coordinator_state& S) {
     s.number("perCallBytes", double(g.per_call_bytes));
     out.push_back({caf::actor_cast<describable>(g.actor), std::move(s)});
   }
+  for (const auto& [mid, l] : S.loads) {
+    // (its job blocks on the model host while it loads: described from what it reports)
+    auto s = known("load", mid);
+    if (S.models.count(mid)) s.link("model", mid);
+    const auto& p = *l.progress;
+    static const char* phases[] = {"placing", "transferring", "finishing"};
+    s.text("phase", phases[std::clamp(p.phase.load(), 0, 2)]);
+    s.text("source", l.source);
+    s.text("owner", l.account);
+    s.number("recovery", l.recovery ? 1 : 0);
+    s.number("tensors", double(p.tensors_total.load()));
+    s.number("tensorsDone", double(p.tensors_done.load()));
+    s.number("publishedBytes", double(p.published_total.load()));
+    s.number("transferredBytes", double(p.transferred.load()));
+    s.number("residentBytes", double(p.resident.load()));
+    s.number("workers", double(p.workers.load()));
+    const std::uint64_t now = unix_ms_now();
+    s.number("elapsedMs", double(now > l.started_unix_ms ? now - l.started_unix_ms : 0));
+    s.messages = 1;  // (a job answers one request: this load)
+    out.push_back({describable(), std::move(s), true});
+  }
   for (const auto& [id, gen] : S.generations) {
     auto s = known("generation", id);
     s.link("session", gen.first);
@@ -178,9 +202,11 @@ caf::result<std::vector<actor_snapshot>> describe_grid(coordinator_pointer self)
   for (std::size_t i = 0; i < ts.size(); ++i) {
     auto& t = ts[i];
     const std::size_t slot = i + 1;
-    if (!t.handle) {
-      t.known.answered = false;
-      t.known.errors.push_back("no actor to ask");
+    if (t.from_state || !t.handle) {
+      if (!t.from_state) {
+        t.known.answered = false;
+        t.known.errors.push_back("no actor to ask");
+      }
       pic->out[slot] = std::move(t.known);
       one_done();
       continue;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -107,6 +108,15 @@ struct v2_entry : owned {
   std::uint64_t bytes = 0;
 };
 
+/// A load in progress (a client's, or a lost worker's model placed again), for the console.
+struct load_entry {
+  std::string source;
+  std::string account;
+  bool recovery = false;
+  std::uint64_t started_unix_ms = 0;
+  std::shared_ptr<load_progress> progress;  ///< written by the job's thread
+};
+
 struct coordinator_state {
   coordinator_config cfg;
   pool_actor pool;
@@ -121,6 +131,7 @@ struct coordinator_state {
   /// load-response tensorIds: id -> (model, weight name)
   std::map<std::string, std::pair<std::string, std::string>> weight_ids;
   std::map<std::string, int> pending_loads;  ///< per key
+  std::map<std::string, load_entry> loads;   ///< by model id, while they run
   /// Workers holding something here (monitored), and those that have since left the grid.
   std::set<caf::actor_addr> watched, lost;
   /// Lost workers whose models and checkpointed sessions are being placed again; graph and

@@ -56,7 +56,9 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
   req.model_id = new_id("m_");
   S.pending_loads[who.key_id]++;
   auto rp = self->make_response_promise<std::string>();
-  auto job = spawn_load_job(self->system(), S.cfg.load, S.pool);
+  auto progress = std::make_shared<load_progress>();
+  S.loads[req.model_id] = load_entry{req.source, who.account, false, unix_ms_now(), progress};
+  auto job = spawn_load_job(self->system(), S.cfg.load, S.pool, progress);
   const auto load_started = std::chrono::steady_clock::now();
   auto seconds_since = [load_started] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - load_started).count();
@@ -68,6 +70,7 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
           [=](load_outcome& out) mutable {
             auto& S = self->state;
             S.pending_loads[who.key_id]--;
+            S.loads.erase(req.model_id);
             const double secs = seconds_since();
             metrics::m().load_duration.with({"ok"}).observe(secs);
             log::line("info", "coordinator", "loaded " + req.model_id,
@@ -98,6 +101,7 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
           },
           [=](caf::error& e) mutable {
             self->state.pending_loads[who.key_id]--;
+            self->state.loads.erase(req.model_id);
             metrics::m().load_duration.with({"failed"}).observe(seconds_since());
             log::line("warn", "coordinator", "load of " + req.model_id + " failed: " + from_caf(e).message,
                       {{"request_id", who.request_id}, {"model_id", req.model_id}});

@@ -347,10 +347,13 @@ void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr) {
     };
     // The pool drops the dead worker before this request reaches it (its own monitor fired
     // first), so the job places on the workers that are left.
-    auto job = spawn_load_job(self->system(), S.cfg.load, S.pool);
+    auto progress = std::make_shared<load_progress>();
+    S.loads[id] = load_entry{req.source, S.models.at(id).account, true, unix_ms_now(), progress};
+    auto job = spawn_load_job(self->system(), S.cfg.load, S.pool, progress);
     self->request(job, std::chrono::minutes(30), load_atom::value, req)
         .then(
             [=](load_outcome& out) {
+              self->state.loads.erase(id);
               // The workers left may hold it only spread: then every part is recorded, and
               // a pipeline serves it (sessions are restored onto that).
               if (auto m = self->state.models.find(id); m != self->state.models.end()) {
@@ -361,6 +364,7 @@ void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr) {
               done();
             },
             [=](caf::error&) {
+              self->state.loads.erase(id);
               // Nowhere to put it: the model stays lost and its calls say to load it again.
               if (auto m = self->state.models.find(id); m != self->state.models.end()) m->second.replacing = false;
               metrics::m().recoveries.with({"model", "failed"}).inc();

@@ -163,6 +163,41 @@ def test_a_worker_that_cannot_answer_is_listed_without_waiting_for_it(grid):
     assert again[("worker", other)]["answered"]
 
 
+def test_a_load_in_progress_is_described_with_its_progress(grid, slow_model):
+    """A load job blocks on its model host while it loads; the coordinator describes it from the
+    progress the job reports: seen while it runs, with numbers that only grow, gone after."""
+    api, key = grid["api"], grid["key"]
+    answer = {}
+
+    def load():
+        answer["reply"] = api.post("/api/v3/models", {"source": slow_model, "quantize": "q4"}, key=key, timeout=120)
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    seen = []
+    while loader.is_alive():
+        _, actors = picture(grid)
+        seen += [a for (k, _), a in actors.items() if k == "load"]
+        time.sleep(0.01)
+    loader.join()
+    model = expect(answer["reply"], 200)["modelId"]
+    assert seen, "no picture caught the load in progress"
+    assert {a["id"] for a in seen} == {model}
+    last = None
+    for a in seen:
+        st = a["state"]
+        assert a["answered"] and st["source"] == slow_model and st["recovery"] == 0 and st["phase"] in ("placing", "transferring")
+        assert st["tensorsDone"] <= st["tensors"] and st["transferredBytes"] <= st["publishedBytes"]
+        if last is not None:
+            assert st["transferredBytes"] >= last["transferredBytes"] and st["tensorsDone"] >= last["tensorsDone"]
+        last = st
+    assert last["tensors"] == 1 + 1 + 6 * 9 and last["publishedBytes"] > 70_000_000
+    _, after = picture(grid)
+    assert not [a for (k, _), a in after.items() if k == "load"]
+    assert after[("model", model)]["state"]["tensors"] == last["tensors"]
+    expect(api.delete(f"/api/v3/models/{model}", key=key), 200)
+
+
 def sse_events(resp):
     """Yields (event, data) from a text/event-stream response until it ends."""
     event = None
