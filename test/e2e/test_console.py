@@ -198,6 +198,42 @@ def test_a_load_in_progress_is_described_with_its_progress(grid, slow_model):
     expect(api.delete(f"/api/v3/models/{model}", key=key), 200)
 
 
+def test_a_spread_model_is_described_through_its_pipeline(start_server, tmp_path_factory):
+    """A model no single volunteer can hold is spread over two: its pipeline actor describes its
+    parts, and the model and a session on it link to the pipeline, which links to both workers."""
+    c = start_cluster(start_server, tmp_path_factory, "console-spread")
+    try:
+        api, key = c.server.api, c.key
+        _, op_key = c.server.account("spread-operator")
+        assert c.server.admin("grant-admin", "spread-operator").returncode == 0
+        c.join("w_left", "1000K")
+        c.join("w_right", "1000K")
+        model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
+        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+        expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "16"), session=sid)}, key=key), 200)
+        body = expect(api.get("/api/v3/admin/actors", key=op_key), 200)
+        actors = {(a["kind"], a["id"]): a for a in body["actors"]}
+        pipe_id = f"pipeline of {model}"
+        pipe = actors[("pipeline", pipe_id)]
+        assert pipe["answered"] and pipe["state"]["parts"] == 2 and pipe["state"]["partsLost"] == 0
+        assert set(pipe["links"]) == {f"model:{model}", "worker:w_left", "worker:w_right"}
+        assert pipe["state"]["sessions"] == 1 and pipe["messages"] >= 2
+        listed = next(m for m in expect(api.get("/api/v3/models", key=key), 200)["models"] if m["modelId"] == model)
+        assert pipe["state"]["residentBytes"] == listed["residentBytes"]
+        m = actors[("model", model)]
+        assert f"pipeline:{pipe_id}" in m["links"] and {"worker:w_left", "worker:w_right"} <= set(m["links"])
+        assert m["state"]["placement"].startswith("spread over ")
+        sess = actors[("session", sid)]
+        assert f"pipeline:{pipe_id}" in sess["links"] and sess["state"]["worker"] == pipe_id and sess["state"]["steps"] == 1
+        for a in body["actors"]:
+            for link in a["links"]:
+                kind, _, ident = link.partition(":")
+                assert (kind, ident) in actors, (a["kind"], a["id"], link)
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
+
+
 def sse_events(resp):
     """Yields (event, data) from a text/event-stream response until it ends."""
     event = None
