@@ -293,6 +293,15 @@ def test_the_stream_sends_snapshots_and_the_grids_events(grid):
                         "its end", 3.0)
     assert ended[1]["detail"].startswith("max tokens after 3 tokens")
     assert ended[1]["seq"] > started[1]["seq"]
+    # a chat reply is a generation too
+    chat = expect(api.post("/api/v3/chat", {"model": grid["model"], "messages": [{"role": "user", "content": "Once upon"}],
+                                           "maxTokens": 4, "temperature": 0, "stream": False}, key=key, timeout=60), 200)
+    n = chat["usage"]["completionTokens"]
+    _, cstart = wait_for(lambda ev: ev[0] == "grid" and ev[1]["what"] == "started" and ev[1]["id"] != started[1]["id"],
+                         "a chat reply's start", 3.0)
+    _, cend = wait_for(lambda ev: ev[0] == "grid" and ev[1]["what"] == "ended" and ev[1]["id"] == cstart[1]["id"],
+                       "its end", 3.0)
+    assert cend[1]["detail"] == f"chat reply ended after {n} tokens" and n >= 1
     # the volunteer holding the model dies: lost, then recovered once the model is placed again
     on = grid["holder"]
     c.kill(on)
