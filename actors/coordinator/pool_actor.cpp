@@ -19,6 +19,9 @@ struct pool_state {
   std::map<caf::actor_addr, std::uint64_t> caps;
   /// Measured end-to-end time of the probe call per worker (moving average), milliseconds.
   std::map<caf::actor_addr, double> measured_ms;
+  /// When each worker last answered the pool (a probe or a status): how stale its numbers
+  /// may be, as the console shows it.
+  std::map<caf::actor_addr, std::chrono::steady_clock::time_point> last_answer;
   bool probing = false;  ///< the periodic re-probe is scheduled
   /// Each worker's id, as its front last said (named in the joined and lost events).
   std::map<caf::actor_addr, std::string> ids;
@@ -69,6 +72,7 @@ void probe(pool_pointer self, worker_actor w) {
   self->request(w, worker_timeout, run_atom::value, std::move(r))
       .then(
           [self, w, t0](run_reply&) {
+            self->state.last_answer[w.address()] = std::chrono::steady_clock::now();
             const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             auto& m = self->state.measured_ms;
             auto it = m.find(w.address());
@@ -102,6 +106,7 @@ void gather(pool_actor::stateful_pointer<pool_state> self,
                 s.free_bytes = c->second > used ? c->second - used : 0;
               }
               self->state.ids[w.address()] = s.worker_id;
+              self->state.last_answer[w.address()] = std::chrono::steady_clock::now();
               auto m = self->state.measured_ms.find(w.address());
               s.measured_ms = m == self->state.measured_ms.end() ? 0 : std::round(m->second * 100) / 100;
               acc->emplace_back(w, std::move(s));
@@ -176,6 +181,7 @@ pool_actor spawn_pool(caf::actor_system& sys) {
       ws.erase(std::remove_if(ws.begin(), ws.end(), [&](const worker_actor& w) { return w.address() == dm.source; }), ws.end());
       self->state.caps.erase(dm.source);
       self->state.measured_ms.erase(dm.source);
+      self->state.last_answer.erase(dm.source);
     });
     return {
         [=](describe_atom) {
@@ -191,6 +197,9 @@ pool_actor spawn_pool(caf::actor_system& sys) {
             if (auto m = st.measured_ms.find(w.address()); m != st.measured_ms.end())
               s.number("measuredMs." + name, std::round(m->second * 100) / 100);
             if (auto c = st.caps.find(w.address()); c != st.caps.end()) s.number("capBytes." + name, double(c->second));
+            if (auto a = st.last_answer.find(w.address()); a != st.last_answer.end())
+              s.number("lastAnswerAgoMs." + name,
+                       double(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - a->second).count()));
           }
           s.number("workers", double(st.workers.size()));
           s.number("probeEveryMs", double(std::chrono::duration_cast<std::chrono::milliseconds>(probe_every).count()));
