@@ -244,7 +244,8 @@ graph_actor spawn_graph(caf::actor_system& sys, std::string graph_id, std::strin
                     },
                     [=](caf::error& e) mutable {
                       if (auto rp = self->state.runs.close(call)) {
-                        auto err = e == caf::sec::request_timeout ? graph_timeout_error(self->state.t, "its worker") : caf::error(e);
+                        auto err =
+                            e == caf::sec::request_timeout ? graph_timeout_error(self->state.t, "its worker") : caf::error(e);
                         self->state.tally.failed(from_caf(err).message);
                         rp->deliver(std::move(err));
                       }

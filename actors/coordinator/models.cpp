@@ -95,7 +95,8 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
             m.tensors = out.tensor_ids.size();
             for (const auto& [tid, name] : out.tensor_ids) S.weight_ids[tid] = {req.model_id, name};
             S.emit(grid_event{0, 0, "loaded", "model", req.model_id,
-                              m.parts.empty() ? "on " + m.worker_id : "spread over " + std::to_string(m.parts.size()) + " workers"});
+                              m.parts.empty() ? "on " + m.worker_id
+                                              : "spread over " + std::to_string(m.parts.size()) + " workers"});
             S.models[req.model_id] = std::move(m);
             rp.deliver(std::move(out.reply_json));
           },

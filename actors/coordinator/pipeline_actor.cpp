@@ -851,7 +851,10 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           self->state.tally.count();
           return to_caf(errc::invalid, not_here + "ask the worker holding the weight");
         },
-        [=](recheck_atom) -> caf::result<std::string> { self->state.tally.count(); return to_caf(errc::invalid, not_here + "re-check its parts' workers"); },
+        [=](recheck_atom) -> caf::result<std::string> {
+          self->state.tally.count();
+          return to_caf(errc::invalid, not_here + "re-check its parts' workers");
+        },
         [=](place_atom, std::uint32_t p, worker_actor w) -> caf::result<bool> {
           self->state.tally.count();
           auto& S = self->state;

@@ -113,7 +113,8 @@ void gather(pool_actor::stateful_pointer<pool_state> self,
               if (--*pending == 0) done(std::move(*acc));
             },
             [=](caf::error& e) {
-              self->state.tally.failed("worker " + self->state.ids[w.address()] + " did not answer status: " + from_caf(e).message);
+              self->state.tally.failed("worker " + self->state.ids[w.address()] +
+                                       " did not answer status: " + from_caf(e).message);
               if (--*pending == 0) done(std::move(*acc));
             });
   }
@@ -197,9 +198,10 @@ pool_actor spawn_pool(caf::actor_system& sys) {
             if (auto m = st.measured_ms.find(w.address()); m != st.measured_ms.end())
               s.number("measuredMs." + name, std::round(m->second * 100) / 100);
             if (auto c = st.caps.find(w.address()); c != st.caps.end()) s.number("capBytes." + name, double(c->second));
-            if (auto a = st.last_answer.find(w.address()); a != st.last_answer.end())
-              s.number("lastAnswerAgoMs." + name,
-                       double(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - a->second).count()));
+            if (auto a = st.last_answer.find(w.address()); a != st.last_answer.end()) {
+              const auto ago = std::chrono::steady_clock::now() - a->second;
+              s.number("lastAnswerAgoMs." + name, double(std::chrono::duration_cast<std::chrono::milliseconds>(ago).count()));
+            }
           }
           s.number("workers", double(st.workers.size()));
           s.number("probeEveryMs", double(std::chrono::duration_cast<std::chrono::milliseconds>(probe_every).count()));

@@ -171,23 +171,44 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
         if (w.cancelled_ids.size() > 64) w.cancelled_ids.pop_front();
       },
       // ---- loading: on the receiver's thread, so a load goes on while a graph runs
-      [=](tbegin_atom, tensor_begin_request& r) { self->state.tally.count(); return self->delegate(self->state.receiver, tbegin_atom::value, std::move(r)); },
-      [=](tpiece_atom, tensor_piece& p) { self->state.tally.count(); return self->delegate(self->state.receiver, tpiece_atom::value, std::move(p)); },
+      [=](tbegin_atom, tensor_begin_request& r) {
+        self->state.tally.count();
+        return self->delegate(self->state.receiver, tbegin_atom::value, std::move(r));
+      },
+      [=](tpiece_atom, tensor_piece& p) {
+        self->state.tally.count();
+        return self->delegate(self->state.receiver, tpiece_atom::value, std::move(p));
+      },
       [=](tend_atom, const std::string& model, const std::string& name) {
         self->state.tally.count();
         return self->delegate(self->state.receiver, tend_atom::value, model, name);
       },
-      [=](tabort_atom, const std::string& model) { self->state.tally.count(); return self->delegate(self->state.receiver, tabort_atom::value, model); },
+      [=](tabort_atom, const std::string& model) {
+        self->state.tally.count();
+        return self->delegate(self->state.receiver, tabort_atom::value, model);
+      },
       [=](dropmodel_atom, const std::string& model) {
         self->state.tally.count();
         self->send(self->state.receiver, dropmodel_atom::value, model);
         return self->delegate(self->state.compute, dropmodel_atom::value, model);
       },
       // ---- everything else, in the order received, to the compute side
-      [=](sopen_atom, const std::string& sid) { self->state.tally.count(); return self->delegate(self->state.compute, sopen_atom::value, sid); },
-      [=](sclose_atom, const std::string& sid) { self->state.tally.count(); return self->delegate(self->state.compute, sclose_atom::value, sid); },
-      [=](sinfo_atom, const std::string& sid) { self->state.tally.count(); return self->delegate(self->state.compute, sinfo_atom::value, sid); },
-      [=](sdump_atom, const std::string& sid) { self->state.tally.count(); return self->delegate(self->state.compute, sdump_atom::value, sid); },
+      [=](sopen_atom, const std::string& sid) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, sopen_atom::value, sid);
+      },
+      [=](sclose_atom, const std::string& sid) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, sclose_atom::value, sid);
+      },
+      [=](sinfo_atom, const std::string& sid) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, sinfo_atom::value, sid);
+      },
+      [=](sdump_atom, const std::string& sid) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, sdump_atom::value, sid);
+      },
       [=](sload_atom, const std::string& sid, session_dump& d) {
         self->state.tally.count();
         return self->delegate(self->state.compute, sload_atom::value, sid, std::move(d));
@@ -229,16 +250,31 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
         parse_then_send(self, compile_atom::value, std::make_shared<compile_request>(std::move(r)), number, true, rp);
         return caf::result<compile_reply>(rp);
       },
-      [=](dropgraph_atom, const std::string& id) { self->state.tally.count(); return self->delegate(self->state.compute, dropgraph_atom::value, id); },
+      [=](dropgraph_atom, const std::string& id) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, dropgraph_atom::value, id);
+      },
       [=](gencheck_atom, const std::string& id, bool sampling, bool verify) {
         self->state.tally.count();
         return self->delegate(self->state.compute, gencheck_atom::value, id, sampling, verify);
       },
-      [=](genstart_atom, gen_request& r) { self->state.tally.count(); return self->delegate(self->state.compute, genstart_atom::value, std::move(r)); },
+      [=](genstart_atom, gen_request& r) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, genstart_atom::value, std::move(r));
+      },
       [=](genstep_atom) { self->state.tally.count(); self->send(self->state.compute, genstep_atom::value); },
-      [=](gencancel_atom, const std::string& id) { self->state.tally.count(); self->send(self->state.compute, gencancel_atom::value, id); },
-      [=](tput_atom, tensor_upload& u) { self->state.tally.count(); return self->delegate(self->state.compute, tput_atom::value, std::move(u)); },
-      [=](tdrop_atom, const std::string& id) { self->state.tally.count(); return self->delegate(self->state.compute, tdrop_atom::value, id); },
+      [=](gencancel_atom, const std::string& id) {
+        self->state.tally.count();
+        self->send(self->state.compute, gencancel_atom::value, id);
+      },
+      [=](tput_atom, tensor_upload& u) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, tput_atom::value, std::move(u));
+      },
+      [=](tdrop_atom, const std::string& id) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, tdrop_atom::value, id);
+      },
       [=](tdigest_atom a, const std::string& model, const std::string& name, const std::string& nonce) {
         self->state.tally.count();
         return self->delegate(self->state.receiver, a, model, name, nonce);  // (behind the tensor's end)

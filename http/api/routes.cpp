@@ -378,7 +378,8 @@ void on_check_worker(const call& c) {
 bool no_query(const call& c) {
   const auto q = parse_query(c.req->query);
   if (q.empty()) return true;
-  reply_error(c.res, errc::invalid, c.req->method + " " + c.req->path + " takes no query parameters (got \"" + q.front().first + "\")");
+  reply_error(c.res, errc::invalid,
+              c.req->method + " " + c.req->path + " takes no query parameters (got \"" + q.front().first + "\")");
   return false;
 }
 
