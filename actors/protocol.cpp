@@ -38,6 +38,12 @@ void add_protocol_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<session_call>("session_call");
   cfg.add_message_type<generate_call>("generate_call");
   cfg.add_message_type<worker_actor>("worker_actor");
+  cfg.add_message_type<actor_snapshot>("actor_snapshot");
+  cfg.add_message_type<std::vector<actor_snapshot>>("std::vector<actor_snapshot>");
+  cfg.add_message_type<grid_event>("grid_event");
+  cfg.add_message_type<describable>("describable");
+  cfg.add_message_type<grid_listener>("grid_listener");
+  cfg.add_message_type<std::vector<std::pair<std::string, std::string>>>("std::vector<std::pair<std::string,std::string>>");
 }
 
 }  // namespace mpakt

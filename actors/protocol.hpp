@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/describe.hpp"
 #include "actors/requests.hpp"
 
 namespace mpakt {
@@ -370,7 +371,9 @@ using worker_actor = caf::typed_actor<
     caf::replies_to<tdigest_atom, std::string, std::string, std::string>::with<std::string>,
     /// A volunteer's checked worker: re-checks the weights it holds against its verifier and
     /// answers a JSON report; any other worker refuses (errc::invalid).
-    caf::replies_to<recheck_atom>::with<std::string>>;
+    caf::replies_to<recheck_atom>::with<std::string>,
+    /// what it is, whom it talks to, its counters (actors/describe.hpp)
+    caf::replies_to<describe_atom>::with<actor_snapshot>>;
 
 // ---------------------------------------------------------------- coordinator side
 //
@@ -427,6 +430,10 @@ typename Inspector::result_type inspect(Inspector& f, caller& x) {
 
 /// The pool: the connected workers, their measured state, and placement.
 using pool_actor = caf::typed_actor<
+    /// what it is, whom it talks to, its counters (actors/describe.hpp)
+    caf::replies_to<describe_atom>::with<actor_snapshot>,
+    /// Sends `joined` and `lost` worker events to the listener from now on.
+    caf::reacts_to<subscribe_atom, grid_listener>,
     caf::reacts_to<add_atom, worker_actor>,
     /// A volunteer admitted with a memory cap (bytes; its status is clamped to it).
     caf::reacts_to<add_atom, worker_actor, std::uint64_t>,
@@ -456,6 +463,8 @@ using gate_actor = caf::typed_actor<
 
 /// A compiled graph: the validated template, compiled lazily on each worker that runs it.
 using graph_actor = caf::typed_actor<
+    /// what it is, whom it talks to, its counters (actors/describe.hpp)
+    caf::replies_to<describe_atom>::with<actor_snapshot>,
     caf::replies_to<run_atom, run_request, worker_actor>::with<run_reply>,
     caf::replies_to<compile_atom, worker_actor>::with<compile_reply>,
     caf::replies_to<delete_atom>::with<bool>>;
@@ -463,6 +472,8 @@ using graph_actor = caf::typed_actor<
 /// A session: a tensor namespace pinned to one worker. Every graph run in it — inline, or
 /// compiled (through the graph's actor, on this session's worker) — counts as one step.
 using session_actor = caf::typed_actor<
+    /// what it is, whom it talks to, its counters (actors/describe.hpp)
+    caf::replies_to<describe_atom>::with<actor_snapshot>,
     caf::replies_to<run_atom, run_request>::with<run_reply>,
     caf::replies_to<run_atom, run_request, graph_actor>::with<run_reply>,
     caf::replies_to<info_atom>::with<session_info, std::uint64_t>,  // tensors, steps
@@ -520,11 +531,14 @@ typename Inspector::result_type inspect(Inspector& f, gen_plan& x) {
 }
 
 /// A loaded model: where its tensors live. Deleting releases them on every worker.
-using model_actor = caf::typed_actor<caf::replies_to<delete_atom>::with<bool>>;
+using model_actor = caf::typed_actor<caf::replies_to<delete_atom>::with<bool>,
+                                      caf::replies_to<describe_atom>::with<actor_snapshot>>;
 
 /// The coordinator: the directory of models, sessions, compiled graphs and v2 tensors,
 /// ownership and per-key limits; it delegates to the actor of each entity.
 using coordinator_actor = caf::typed_actor<
+    /// what it is, whom it talks to, its counters (actors/describe.hpp)
+    caf::replies_to<describe_atom>::with<actor_snapshot>,
     caf::replies_to<versions_atom>::with<std::string>,
     caf::replies_to<status_atom, caller>::with<std::string>,
     /// POST /api/v3/admin/workers/:workerId/check (operators): a volunteer's weights re-checked
@@ -564,7 +578,16 @@ using coordinator_actor = caf::typed_actor<
     caf::reacts_to<cancel_atom, caf::actor_addr>,
     /// GET /metrics: sessions, compiled graphs and models held, and every worker's status
     /// (from the pool, whose workers' fronts answer at once)
-    caf::replies_to<metrics_atom>::with<std::uint64_t, std::uint64_t, std::uint64_t, std::vector<worker_status>>>;
+    caf::replies_to<metrics_atom>::with<std::uint64_t, std::uint64_t, std::uint64_t, std::vector<worker_status>>,
+    /// GET /api/v3/admin/actors (operators): every long-lived actor's snapshot, each asked
+    /// with a short timeout (one that does not answer is listed with answered = false)
+    caf::replies_to<actors_atom>::with<std::vector<actor_snapshot>>,
+    /// something happened (from the pool: a worker joined or was lost; from a generation:
+    /// it started or ended, with its handle, so it is described while it runs); numbered,
+    /// kept in a ring and passed on to the subscribers
+    caf::reacts_to<gridevent_atom, grid_event, describable>,
+    /// the console's stream: grid events from now on, until the listener is gone
+    caf::reacts_to<subscribe_atom, grid_listener>>;
 
 using signup_atom = caf::atom_constant<caf::atom("signup")>;
 using login_atom = caf::atom_constant<caf::atom("login")>;
@@ -577,6 +600,8 @@ using approve_atom = caf::atom_constant<caf::atom("approve")>;
 /// Accounts and keys (SQLite under --data-dir). Replies are JSON bodies; check replies the
 /// key's owner and whether the account is an operator.
 using accounts_actor = caf::typed_actor<
+    /// what it is, whom it talks to, its counters (actors/describe.hpp)
+    caf::replies_to<describe_atom>::with<actor_snapshot>,
     caf::replies_to<signup_atom, std::string, std::string>::with<std::string>,  // username, password
     caf::replies_to<login_atom, std::string, std::string>::with<std::string>,   // username, password
     caf::replies_to<mkkey_atom, std::string, std::string>::with<std::string>,   // token, label

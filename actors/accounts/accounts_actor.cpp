@@ -26,6 +26,7 @@ void write_key(writer& w, const accounts::key_info& k) {
 struct accounts_state {
   std::unique_ptr<accounts::accounts_store> store;
   accounts_config cfg;
+  describe_tally tally;
 };
 
 }  // namespace
@@ -36,10 +37,26 @@ accounts_actor spawn_accounts(caf::actor_system& sys, std::unique_ptr<accounts::
     self->state.store = std::move(*shared);
     self->state.cfg = cfg;
     auto& st = *self->state.store;
+    // (an error answered is kept for describe: the last few, by message)
+    auto refuse = [self](const error& e) {
+      self->state.tally.failed(e.message);
+      return to_caf(e);
+    };
     return {
+        [=](describe_atom) {
+          actor_snapshot s;
+          s.kind = "accounts";
+          s.id = "accounts";
+          s.text("store", "sqlite");
+          s.number("approveSignUps", self->state.cfg.approve_sign_ups ? 1 : 0);
+          self->state.tally.count();
+          self->state.tally.fill(s, self->mailbox().size());
+          return s;
+        },
         [=, &st](signup_atom, const std::string& user, const std::string& password) -> caf::result<std::string> {
+          self->state.tally.count();
           auto a = st.sign_up(user, password, self->state.cfg.approve_sign_ups);
-          if (!a) return to_caf(a.err());
+          if (!a) return refuse(a.err());
           return json([&](writer& w) {
             w.StartObject();
             kv(w, "username", a->username);
@@ -48,9 +65,10 @@ accounts_actor spawn_accounts(caf::actor_system& sys, std::unique_ptr<accounts::
             w.EndObject();
           });
         },
-        [&st](login_atom, const std::string& user, const std::string& password) -> caf::result<std::string> {
+        [=, &st](login_atom, const std::string& user, const std::string& password) -> caf::result<std::string> {
+          self->state.tally.count();
           auto token = st.login(user, password);
-          if (!token) return to_caf(token.err());
+          if (!token) return refuse(token.err());
           return json([&](writer& w) {
             w.StartObject();
             kv(w, "token", *token);
@@ -58,14 +76,16 @@ accounts_actor spawn_accounts(caf::actor_system& sys, std::unique_ptr<accounts::
             w.EndObject();
           });
         },
-        [&st](mkkey_atom, const std::string& token, const std::string& label) -> caf::result<std::string> {
+        [=, &st](mkkey_atom, const std::string& token, const std::string& label) -> caf::result<std::string> {
+          self->state.tally.count();
           auto k = st.create_key(token, label);
-          if (!k) return to_caf(k.err());
+          if (!k) return refuse(k.err());
           return json([&](writer& w) { write_key(w, *k); });
         },
-        [&st](keys_atom, const std::string& token) -> caf::result<std::string> {
+        [=, &st](keys_atom, const std::string& token) -> caf::result<std::string> {
+          self->state.tally.count();
           auto ks = st.list_keys(token);
-          if (!ks) return to_caf(ks.err());
+          if (!ks) return refuse(ks.err());
           return json([&](writer& w) {
             w.StartObject();
             w.Key("keys");
@@ -75,8 +95,9 @@ accounts_actor spawn_accounts(caf::actor_system& sys, std::unique_ptr<accounts::
             w.EndObject();
           });
         },
-        [&st](rmkey_atom, const std::string& token, const std::string& key_id) -> caf::result<std::string> {
-          if (auto s = st.delete_key(token, key_id); !s) return to_caf(s.err());
+        [=, &st](rmkey_atom, const std::string& token, const std::string& key_id) -> caf::result<std::string> {
+          self->state.tally.count();
+          if (auto s = st.delete_key(token, key_id); !s) return refuse(s.err());
           return json([&](writer& w) {
             w.StartObject();
             w.Key("deleted");
@@ -85,13 +106,15 @@ accounts_actor spawn_accounts(caf::actor_system& sys, std::unique_ptr<accounts::
             w.EndObject();
           });
         },
-        [&st](checkkey_atom, const std::string& key) -> caf::result<caller, bool> {
+        [=, &st](checkkey_atom, const std::string& key) -> caf::result<caller, bool> {
+          self->state.tally.count();
           auto id = st.check_key(key);
-          if (!id) return to_caf(id.err());
+          if (!id) return refuse(id.err());
           return {caller{id->username, id->key_id}, id->admin};
         },
-        [&st](approve_atom, const std::string& user) -> caf::result<std::string> {
-          if (auto s = st.approve(user); !s) return to_caf(s.err());
+        [=, &st](approve_atom, const std::string& user) -> caf::result<std::string> {
+          self->state.tally.count();
+          if (auto s = st.approve(user); !s) return refuse(s.err());
           return json([&](writer& w) {
             w.StartObject();
             kv(w, "username", user);

@@ -607,6 +607,25 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
                 [rp](caf::error& e) mutable { rp->deliver(std::move(e)); });
         return rp->rp;
       },
+      // The volunteer's front describes the worker; this stand-in adds its spot-checks.
+      [=](describe_atom a) -> caf::result<actor_snapshot> {
+        auto rp = owe<actor_snapshot>(self);
+        const auto mine = self->mailbox().size();
+        self->request(V(), 5s, a)
+            .then(
+                [self, rp, mine](actor_snapshot& s) mutable {
+                  auto& c = self->state.sh->counts;
+                  s.text("volunteer", self->state.sh->v.name);
+                  s.number("checked", 1);
+                  s.number("checksPassed", double(c.checked));
+                  s.number("checksUnchecked", double(c.unchecked));
+                  s.number("checksInconclusive", double(c.inconclusive));
+                  s.number("standInMailbox", double(mine));
+                  rp->deliver(std::move(s));
+                },
+                [rp](caf::error& e) mutable { rp->deliver(std::move(e)); });
+        return rp->rp;
+      },
       [=](reserve_atom a, const std::string& model, std::uint64_t bytes) { return self->delegate(V(), a, model, bytes); },
       [=](runcancel_atom a, const std::string& id) {
         caf::anon_send(self->state.verifier, a, id);

@@ -86,6 +86,13 @@ std::string limits_json(const coordinator_config& cfg, const std::vector<worker_
   });
 }
 
+/// A handler's answer, with an error it answers at once kept for describe (the last few).
+template <class... Ts>
+caf::result<Ts...> noted(coordinator_pointer self, caf::result<Ts...> r) {
+  if (r.flag == caf::rt_error) self->state.tally.failed(from_caf(r.err).message);
+  return r;
+}
+
 }  // namespace coord
 
 
@@ -95,14 +102,19 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
     self->state.pool = pool;
     using namespace coord;
     const auto control = cfg.timeouts.control;
-    self->set_down_handler([self](caf::down_msg& dm) { on_worker_lost(self, dm.source); });
-
-
-
+    self->set_down_handler([self](caf::down_msg& dm) {
+      // Only a worker holding something here is watched; the console's listeners and the
+      // generations it describes are monitored too, and only forgotten when they end.
+      if (!self->state.watched.count(dm.source)) return void(drop_listener(self, dm.source));
+      on_worker_lost(self, dm.source);
+    });
+    // Workers joining and leaving, for the console (and the ids that name them there).
+    self->send(pool, subscribe_atom::value, caf::actor_cast<grid_listener>(self));
 
     return {
         // ------------------------------------------------------------ discovery
         [=](versions_atom) -> caf::result<std::string> {
+          self->state.tally.count();
           auto rp = self->make_response_promise<std::string>();
           self->request(self->state.pool, control, workers_atom::value)
               .then(
@@ -154,6 +166,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           return rp;
         },
         [=](recheck_atom, const caller&, const std::string& worker_id) -> caf::result<std::string> {
+          self->state.tally.count();
           // The worker by its id among the pool's members; its checked worker does the checking.
           auto rp = self->make_response_promise<std::string>();
           self->request(self->state.pool, control, members_atom::value)
@@ -172,6 +185,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           return rp;
         },
         [=](status_atom, const caller& who) -> caf::result<std::string> {
+          self->state.tally.count();
           auto rp = self->make_response_promise<std::string>();
           self->request(self->state.pool, control, workers_atom::value)
               .then(
@@ -305,85 +319,119 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
         },
         // ------------------------------------------------------------ models
         [=](inspect_atom, const caller& who, const std::string& source, const std::string& token) -> caf::result<std::string> {
-          return inspect_model(self, who, source, token);
+          self->state.tally.count();
+          return noted(self, inspect_model(self, who, source, token));
         },
         [=](load_atom, const caller& who, load_call& call) -> caf::result<std::string> {
-          return load_model(self, who, call);
+          self->state.tally.count();
+          return noted(self, load_model(self, who, call));
         },
         [=](list_atom, models_atom, const caller& who) -> caf::result<std::string> {
-          return list_models(self, who);
+          self->state.tally.count();
+          return noted(self, list_models(self, who));
         },
         [=](files_atom, const caller& who, const std::string& id) -> caf::result<std::string, std::string, std::string, std::string> {
-          return model_files(self, who, id);
+          self->state.tally.count();
+          return noted(self, model_files(self, who, id));
         },
         [=](delete_atom, models_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
-          return delete_model(self, who, id);
+          self->state.tally.count();
+          return noted(self, delete_model(self, who, id));
         },
         // ------------------------------------------------------------ sessions
         [=](create_atom, sessions_atom, const caller& who, const session_call& call) -> caf::result<std::string> {
-          return open_session(self, who, call);
+          self->state.tally.count();
+          return noted(self, open_session(self, who, call));
         },
         [=](get_atom, sessions_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
-          return describe_session(self, who, id);
+          self->state.tally.count();
+          return noted(self, describe_session(self, who, id));
         },
         [=](delete_atom, sessions_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
-          return close_session(self, who, id);
+          self->state.tally.count();
+          return noted(self, close_session(self, who, id));
         },
         // ------------------------------------------------------------ graphs
         [=](graph_atom, const caller& who, graph_call& call) -> caf::result<run_reply> {
-          return run_graph(self, who, call);
+          self->state.tally.count();
+          return noted(self, run_graph(self, who, call));
         },
         // (tensorId -> model, weight for the caller's loaded weights, as flat triples: the edge
         // rewrites those inputs before routing)
         [=](resolve_atom, const caller& who, const std::vector<std::string>& ids) -> std::vector<std::string> {
+          self->state.tally.count();
           return resolve_weights(self, who, ids);
         },
         [=](create_atom, graphs_atom, const caller& who, compile_call& call) -> caf::result<std::string> {
-          return compile_graph(self, who, call);
+          self->state.tally.count();
+          return noted(self, compile_graph(self, who, call));
         },
         [=](list_atom, graphs_atom, const caller& who) -> caf::result<std::string> {
-          return list_graphs(self, who);
+          self->state.tally.count();
+          return noted(self, list_graphs(self, who));
         },
         [=](delete_atom, graphs_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
-          return delete_graph(self, who, id);
+          self->state.tally.count();
+          return noted(self, delete_graph(self, who, id));
         },
         // ------------------------------------------------------------ generate
         [=](generate_atom, const caller& who, const generate_call& call) -> caf::result<gen_plan> {
-          return plan_generation(self, who, call);
+          self->state.tally.count();
+          return noted(self, plan_generation(self, who, call));
         },
         // ------------------------------------------------------------ checkpoints
         [=](journal_atom, const caller& who, gen_journal& j) {
+          self->state.tally.count();
           journal_generation(self, who, j);
         },
         [=](reportdue_atom, const std::string& sid) {
+          self->state.tally.count();
           report_due(self, sid);
         },
         [=](replan_atom, const caller& who, gen_plan& plan) -> caf::result<gen_plan> {
-          return replan_generation(self, who, plan);
+          self->state.tally.count();
+          return noted(self, replan_generation(self, who, plan));
         },
         [=](checkpt_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
-          return checkpoint_session(self, who, id);
+          self->state.tally.count();
+          return noted(self, checkpoint_session(self, who, id));
         },
         [=](restore_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
-          return restore_session(self, who, id);
+          self->state.tally.count();
+          return noted(self, restore_session(self, who, id));
         },
         // ------------------------------------------------------------ v2 tensors
         [=](create_atom, tensors_atom, const caller& who, tensor_call& t) -> caf::result<std::string> {
-          return upload_tensor(self, who, t);
+          self->state.tally.count();
+          return noted(self, upload_tensor(self, who, t));
         },
         [=](delete_atom, tensors_atom, const caller& who, const std::string& id) -> caf::result<std::string> {
-          return delete_tensor(self, who, id);
+          self->state.tally.count();
+          return noted(self, delete_tensor(self, who, id));
         },
         // ------------------------------------------------------------ cancellation
         [=](cancel_atom, const caf::actor_addr& requester) {
+          self->state.tally.count();
           auto& S = self->state;
           auto it = S.running.find(requester);
           if (it == S.running.end()) return;  // answered already
           caf::anon_send(it->second.first, runcancel_atom::value, it->second.second);
           S.running.erase(it);
         },
+        // ------------------------------------------------------------ the console
+        [=](describe_atom) {
+          self->state.tally.count();
+          return describe_coordinator(self);
+        },
+        [=](actors_atom) -> caf::result<std::vector<actor_snapshot>> {
+          self->state.tally.count();
+          return describe_grid(self);
+        },
+        [=](gridevent_atom, grid_event& e, describable who) { on_grid_event(self, e, std::move(who)); },
+        [=](subscribe_atom, grid_listener l) { add_listener(self, std::move(l)); },
         // ------------------------------------------------------------ metrics
         [=](metrics_atom) -> caf::result<std::uint64_t, std::uint64_t, std::uint64_t, std::vector<worker_status>> {
+          self->state.tally.count();
           auto& S = self->state;
           const std::uint64_t sessions = S.sessions.size(), graphs = S.graphs.size(), models = S.models.size();
           auto rp = self->make_response_promise<std::uint64_t, std::uint64_t, std::uint64_t, std::vector<worker_status>>();

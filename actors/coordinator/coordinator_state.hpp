@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -107,6 +108,15 @@ struct v2_entry : owned {
   std::uint64_t bytes = 0;
 };
 
+/// A load in progress (a client's, or a lost worker's model placed again), for the console.
+struct load_entry {
+  std::string source;
+  std::string account;
+  bool recovery = false;
+  std::uint64_t started_unix_ms = 0;
+  std::shared_ptr<load_progress> progress;  ///< written by the job's thread
+};
+
 struct coordinator_state {
   coordinator_config cfg;
   pool_actor pool;
@@ -121,6 +131,7 @@ struct coordinator_state {
   /// load-response tensorIds: id -> (model, weight name)
   std::map<std::string, std::pair<std::string, std::string>> weight_ids;
   std::map<std::string, int> pending_loads;  ///< per key
+  std::map<std::string, load_entry> loads;   ///< by model id, while they run
   /// Workers holding something here (monitored), and those that have since left the grid.
   std::set<caf::actor_addr> watched, lost;
   /// Lost workers whose models and checkpointed sessions are being placed again; graph and
@@ -135,6 +146,36 @@ struct coordinator_state {
   /// them by (a client that goes away cancels its call there).
   std::map<caf::actor_addr, std::pair<worker_actor, std::string>> running;
   std::uint64_t next_run = 0;
+
+  // ---- the console (actors/coordinator/console.cpp)
+  describe_tally tally;
+  /// The last grid events, numbered; and who hears of new ones (monitored: a listener that
+  /// ends is dropped).
+  event_ring events;
+  std::vector<grid_listener> listeners;
+  /// Every worker in the pool, by its handle's address: its id and its handle (from the
+  /// pool's joined events; dropped with its lost event).
+  std::map<caf::actor_addr, std::pair<std::string, describable>> workers;
+  /// Lost workers' ids, for the recovered event that ends their recovery.
+  std::map<caf::actor_addr, std::string> lost_ids;
+  /// Generations running now (from their started events until ended): the session each
+  /// runs on, and its actor.
+  std::map<std::string, std::pair<std::string, describable>> generations;
+
+  /// Numbers an event, keeps it and tells every listener.
+  void emit(grid_event e) {
+    const grid_event& kept = events.push(std::move(e));
+    for (const auto& l : listeners) caf::anon_send(l, gridevent_atom::value, kept, describable());
+  }
+  /// A worker's id by its handle ("" when the pool has not named it); a pipeline is named
+  /// after its model.
+  std::string worker_id_of(const worker_actor& w) const {
+    if (!w) return {};
+    if (auto it = workers.find(w.address()); it != workers.end()) return it->second.first;
+    for (const auto& [id, m] : models)
+      if (m.pipeline && m.pipeline.address() == w.address()) return "pipeline of " + id;
+    return {};
+  }
 
   /// Monitors a worker once something is placed on it, so its loss is known at once (a
   /// pipeline is an actor here standing in for its parts, which are watched themselves).

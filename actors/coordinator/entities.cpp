@@ -58,6 +58,7 @@ struct session_state {
   std::uint64_t steps = 0;
   entity_timeouts t;
   open_calls<run_reply> runs;
+  describe_tally tally;
 };
 
 struct graph_state {
@@ -68,12 +69,14 @@ struct graph_state {
   entity_timeouts t;
   open_calls<run_reply> runs;
   open_calls<compile_reply> compiles;
+  describe_tally tally;
 };
 
 struct model_state {
   std::string id;
   std::vector<worker_actor> workers;
   entity_timeouts t;
+  describe_tally tally;
 };
 
 }  // namespace
@@ -107,6 +110,7 @@ session_actor spawn_session(caf::actor_system& sys, std::string session_id, work
     return {
         // A call that fails (stopped past its limit included) applies nothing and counts no step.
         [=](run_atom, run_request& r) -> caf::result<run_reply> {
+          self->state.tally.count();
           auto rp = self->make_response_promise<run_reply>();
           const auto call = self->state.runs.open(rp, stop_run(self->state.worker, r.run_id));
           limit_call(r, self->state.t);
@@ -119,11 +123,16 @@ session_actor spawn_session(caf::actor_system& sys, std::string session_id, work
                     rp->deliver(std::move(reply));
                   },
                   [=](caf::error& e) mutable {
-                    if (auto rp = self->state.runs.close(call)) rp->deliver(session_error(self->state.id, e, self->state.t));
+                    if (auto rp = self->state.runs.close(call)) {
+                      auto err = session_error(self->state.id, e, self->state.t);
+                      self->state.tally.failed(from_caf(err).message);
+                      rp->deliver(std::move(err));
+                    }
                   });
           return rp;
         },
         [=](run_atom, run_request& r, graph_actor g) -> caf::result<run_reply> {
+          self->state.tally.count();
           auto rp = self->make_response_promise<run_reply>();
           const auto call = self->state.runs.open(rp, stop_run(self->state.worker, r.run_id));
           limit_call(r, self->state.t);
@@ -137,23 +146,41 @@ session_actor spawn_session(caf::actor_system& sys, std::string session_id, work
                     rp->deliver(std::move(reply));
                   },
                   [=](caf::error& e) mutable {
-                    if (auto rp = self->state.runs.close(call)) rp->deliver(session_error(self->state.id, e, self->state.t));
+                    if (auto rp = self->state.runs.close(call)) {
+                      auto err = session_error(self->state.id, e, self->state.t);
+                      self->state.tally.failed(from_caf(err).message);
+                      rp->deliver(std::move(err));
+                    }
                   });
           return rp;
         },
         [=](info_atom) -> caf::result<session_info, std::uint64_t> {
+          self->state.tally.count();
           auto rp = self->make_response_promise<session_info, std::uint64_t>();
           self->request(self->state.worker, self->state.t.control, sinfo_atom::value, self->state.id)
               .then([=](session_info& info) mutable { rp.deliver(std::move(info), self->state.steps); },
                     [=](caf::error& e) mutable { rp.deliver(session_error(self->state.id, e, self->state.t)); });
           return rp;
         },
+        [=](describe_atom) {
+          auto& S = self->state;
+          S.tally.count();
+          actor_snapshot s;
+          s.kind = "session";
+          s.id = S.id;
+          s.number("steps", double(S.steps));
+          s.number("callsOpen", double(S.runs.calls.size()));
+          S.tally.fill(s, self->mailbox().size());
+          return s;
+        },
         [=](move_atom, worker_actor w, std::uint64_t steps) {
+          self->state.tally.count();
           self->state.worker = std::move(w);
           self->state.steps = steps;
           return true;
         },
         [=](delete_atom) -> caf::result<bool> {
+          self->state.tally.count();
           auto rp = self->make_response_promise<bool>();
           // (what the worker still runs for those calls is dropped with the session there)
           self->state.runs.fail_all(to_caf(errc::not_found, "session " + self->state.id + " was deleted during this call"));
@@ -185,6 +212,7 @@ graph_actor spawn_graph(caf::actor_system& sys, std::string graph_id, std::strin
     };
     return {
         [=](compile_atom, worker_actor w) -> caf::result<compile_reply> {
+          self->state.tally.count();
           if (compiled_on(w)) return self->state.last_compile;  // already planned there
           auto rp = self->make_response_promise<compile_reply>();
           const auto call = self->state.compiles.open(rp);
@@ -203,6 +231,7 @@ graph_actor spawn_graph(caf::actor_system& sys, std::string graph_id, std::strin
           return rp;
         },
         [=](run_atom, run_request& r, worker_actor w) -> caf::result<run_reply> {
+          self->state.tally.count();
           auto rp = self->make_response_promise<run_reply>();
           const auto call = self->state.runs.open(rp, stop_run(w, r.run_id));
           r.graph_id = self->state.id;
@@ -214,9 +243,12 @@ graph_actor spawn_graph(caf::actor_system& sys, std::string graph_id, std::strin
                       if (auto rp = self->state.runs.close(call)) rp->deliver(std::move(reply));
                     },
                     [=](caf::error& e) mutable {
-                      if (auto rp = self->state.runs.close(call))
-                        rp->deliver(e == caf::sec::request_timeout ? graph_timeout_error(self->state.t, "its worker")
-                                                                   : caf::error(e));
+                      if (auto rp = self->state.runs.close(call)) {
+                        auto err =
+                            e == caf::sec::request_timeout ? graph_timeout_error(self->state.t, "its worker") : caf::error(e);
+                        self->state.tally.failed(from_caf(err).message);
+                        rp->deliver(std::move(err));
+                      }
                     });
           };
           if (compiled_on(w)) {
@@ -235,7 +267,25 @@ graph_actor spawn_graph(caf::actor_system& sys, std::string graph_id, std::strin
           }
           return rp;
         },
+        [=](describe_atom) {
+          auto& S = self->state;
+          S.tally.count();
+          actor_snapshot s;
+          s.kind = "graph";
+          s.id = S.id;
+          s.number("steps", double(S.last_compile.steps));
+          s.number("bindings", double(S.last_compile.bindings.size()));
+          std::string names;
+          for (const auto& b : S.last_compile.bindings) names += (names.empty() ? "" : ", ") + b;
+          s.text("bound", names);  // (what each call binds)
+          s.number("compiledOn", double(S.compiled_on.size()));
+          s.number("graphBytes", double(S.graph_json.size()));
+          s.number("callsOpen", double(S.runs.calls.size() + S.compiles.calls.size()));
+          S.tally.fill(s, self->mailbox().size());
+          return s;
+        },
         [=](delete_atom) {
+          self->state.tally.count();
           const std::string gone = "graph " + self->state.id + " was deleted during this call";
           self->state.runs.fail_all(to_caf(errc::not_found, gone));
           self->state.compiles.fail_all(to_caf(errc::not_found, gone));
@@ -256,7 +306,18 @@ model_actor spawn_model(caf::actor_system& sys, std::string model_id, std::vecto
     self->state.workers = workers;
     self->state.t = t;
     return {
+        [=](describe_atom) {
+          auto& S = self->state;
+          S.tally.count();
+          actor_snapshot s;
+          s.kind = "model";
+          s.id = S.id;
+          s.number("holders", double(S.workers.size()));
+          S.tally.fill(s, self->mailbox().size());
+          return s;
+        },
         [=](delete_atom) {
+          self->state.tally.count();
           for (const auto& w : self->state.workers) caf::anon_send(w, dropmodel_atom::value, self->state.id);
           self->quit();
           return true;

@@ -80,6 +80,17 @@ caf::result<std::string> delete_graph(coordinator_pointer self, const caller& wh
 
 // generate.cpp
 caf::result<gen_plan> plan_generation(coordinator_pointer self, const caller& who, const generate_call& call);
+
+// console.cpp: describing the grid and relaying its events (docs/protocol.md, "Describing the grid")
+actor_snapshot describe_coordinator(coordinator_pointer self);
+/// Every long-lived actor's snapshot, the coordinator's first; each asked with a short timeout.
+caf::result<std::vector<actor_snapshot>> describe_grid(coordinator_pointer self);
+/// An event from the pool or a generation: noted in the directory, numbered, passed on.
+void on_grid_event(coordinator_pointer self, grid_event& e, describable who);
+void add_listener(coordinator_pointer self, grid_listener l);
+/// Forgets a console listener or a described generation that ended (monitored, not
+/// watched workers); false when `addr` was neither.
+bool drop_listener(coordinator_pointer self, const caf::actor_addr& addr);
 caf::result<gen_plan> replan_generation(coordinator_pointer self, const caller& who, gen_plan& plan);
 
 // tensors.cpp

@@ -168,7 +168,7 @@ result<std::tuple<loader::load_plan, load_outcome, std::vector<worker_actor>>> p
 }
 
 result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg, const pool_actor& pool,
-                              const load_job_request& req) {
+                              const load_job_request& req, load_progress& progress) {
   const auto t0 = clock_type::now();
   auto ctx = open_source(cfg, req.source, req.token);
   if (!ctx) return std::move(ctx).err();
@@ -231,6 +231,14 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
     if (attempt == attempts) return *refused;
   }
   std::uint64_t transferred = 0, resident = 0;
+  {
+    std::uint64_t total = 0;
+    for (const auto& tp : plan->tensors) total += tp.published_bytes;
+    progress.published_total = total;
+    progress.tensors_total = std::uint32_t(plan->tensors.size());
+    progress.workers = std::uint32_t(std::max<std::size_t>(1, out.part_workers.size()));
+    progress.phase = 1;
+  }
   auto abort_load = [&](error e) -> error {
     // Sent after everything in flight (messages between two actors keep their order), so
     // the workers drop whatever of this model they received, whatever state it was in.
@@ -269,12 +277,15 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
     if (f.what == in_flight::kind::piece) {
       fetcher.release(f.bytes);
       transferred += f.bytes;
+      progress.transferred = transferred;
     } else if (f.what == in_flight::kind::end) {
       const worker_actor& worker = part_of[f.tensor];
       resident += *r;
       for (std::size_t p = 0; p < out.part_workers.size(); ++p)
         if (out.part_workers[p] == worker) out.part_bytes[p] += *r;
       out.tensor_ids.emplace_back(new_id("t_"), ctx->index.tensors[plan->tensors[f.tensor].tensor].entry.name);
+      progress.resident = resident;
+      progress.tensors_done = std::uint32_t(out.tensor_ids.size());
     }
     return ok_status();
   };
@@ -407,11 +418,14 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
 
 }  // namespace
 
-load_job_actor spawn_load_job(caf::actor_system& sys, load_job_config cfg, pool_actor pool) {
-  return sys.spawn<caf::detached>([cfg, pool](load_job_actor::pointer self) -> load_job_actor::behavior_type {
+load_job_actor spawn_load_job(caf::actor_system& sys, load_job_config cfg, pool_actor pool,
+                              std::shared_ptr<load_progress> progress) {
+  if (!progress) progress = std::make_shared<load_progress>();
+  return sys.spawn<caf::detached>([cfg, pool, progress](load_job_actor::pointer self) -> load_job_actor::behavior_type {
     return {
         [=](load_atom, const load_job_request& req) -> caf::result<load_outcome> {
-          auto r = run_load(self->system(), cfg, pool, req);
+          auto r = run_load(self->system(), cfg, pool, req, *progress);
+          progress->phase = 2;
           self->quit();
           if (!r) return to_caf(r.err());
           return std::move(*r);

@@ -9,7 +9,9 @@
 /// most 16 MB, several pieces on their way at once; the coordinator never holds more than
 /// `pieces_held` pieces of weights — fetched, or sent and not yet acknowledged.
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -88,8 +90,22 @@ using load_job_actor = caf::typed_actor<caf::replies_to<load_atom, load_job_requ
                                         /// chat_template.jinja
                                         caf::replies_to<files_atom, std::string, std::string>::with<std::string, std::string, std::string, std::string>>;
 
-/// A job on its own thread; it quits after answering one request.
-load_job_actor spawn_load_job(caf::actor_system& sys, load_job_config cfg, pool_actor pool);
+/// How far a load is: written by its job's thread as the load goes, read by the coordinator
+/// for the console (the job blocks on its model host while it loads and answers no message
+/// until it is done). In-process only: a job runs in the coordinator's process.
+struct load_progress {
+  std::atomic<int> phase{0};  ///< 0: reading the source and placing; 1: transferring; 2: done or failed
+  std::atomic<std::uint32_t> tensors_total{0}, tensors_done{0};
+  std::atomic<std::uint64_t> published_total{0};  ///< bytes to transfer (published)
+  std::atomic<std::uint64_t> transferred{0};      ///< published bytes the workers acknowledged
+  std::atomic<std::uint64_t> resident{0};         ///< resident bytes of the tensors finished
+  std::atomic<std::uint32_t> workers{0};          ///< workers it is placed on
+};
+
+/// A job on its own thread; it quits after answering one request. A load reports its
+/// progress to `progress`, if given.
+load_job_actor spawn_load_job(caf::actor_system& sys, load_job_config cfg, pool_actor pool,
+                              std::shared_ptr<load_progress> progress = nullptr);
 
 /// Announces the job's payload types.
 void add_load_job_types(caf::actor_system_config& cfg);

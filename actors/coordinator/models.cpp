@@ -56,7 +56,9 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
   req.model_id = new_id("m_");
   S.pending_loads[who.key_id]++;
   auto rp = self->make_response_promise<std::string>();
-  auto job = spawn_load_job(self->system(), S.cfg.load, S.pool);
+  auto progress = std::make_shared<load_progress>();
+  S.loads[req.model_id] = load_entry{req.source, who.account, false, unix_ms_now(), progress};
+  auto job = spawn_load_job(self->system(), S.cfg.load, S.pool, progress);
   const auto load_started = std::chrono::steady_clock::now();
   auto seconds_since = [load_started] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - load_started).count();
@@ -68,6 +70,7 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
           [=](load_outcome& out) mutable {
             auto& S = self->state;
             S.pending_loads[who.key_id]--;
+            S.loads.erase(req.model_id);
             const double secs = seconds_since();
             metrics::m().load_duration.with({"ok"}).observe(secs);
             log::line("info", "coordinator", "loaded " + req.model_id,
@@ -91,11 +94,15 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
             m.resident_bytes = out.resident_bytes;
             m.tensors = out.tensor_ids.size();
             for (const auto& [tid, name] : out.tensor_ids) S.weight_ids[tid] = {req.model_id, name};
+            S.emit(grid_event{0, 0, "loaded", "model", req.model_id,
+                              m.parts.empty() ? "on " + m.worker_id
+                                              : "spread over " + std::to_string(m.parts.size()) + " workers"});
             S.models[req.model_id] = std::move(m);
             rp.deliver(std::move(out.reply_json));
           },
           [=](caf::error& e) mutable {
             self->state.pending_loads[who.key_id]--;
+            self->state.loads.erase(req.model_id);
             metrics::m().load_duration.with({"failed"}).observe(seconds_since());
             log::line("warn", "coordinator", "load of " + req.model_id + " failed: " + from_caf(e).message,
                       {{"request_id", who.request_id}, {"model_id", req.model_id}});
@@ -194,6 +201,7 @@ caf::result<std::string> delete_model(coordinator_pointer self, const caller& wh
   for (auto it = S.weight_ids.begin(); it != S.weight_ids.end();)
     it = it->second.first == id ? S.weight_ids.erase(it) : std::next(it);
   S.models.erase(id);
+  S.emit(grid_event{0, 0, "deleted", "model", id, ""});
   return json([&](writer& w) {
     w.StartObject();
     key(w, "deleted"); w.Bool(true);

@@ -1,5 +1,6 @@
 #include "actors/coordinator/pipeline_actor.hpp"
 
+#include <algorithm>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -62,6 +63,7 @@ struct pipeline_state {
   /// deleted (given the error then).
   std::map<int, std::map<std::uint64_t, std::function<void(std::optional<caf::error>)>>> inflight;
   std::uint64_t next_call = 0;
+  describe_tally tally;
 };
 
 using pointer = pipeline_actor::stateful_pointer<pipeline_state>;
@@ -554,30 +556,61 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
     };
 
     return {
+        [=](describe_atom) {
+          auto& S = self->state;
+          S.tally.count();
+          actor_snapshot s;
+          s.kind = "pipeline";
+          s.id = "pipeline of " + S.model_id;
+          s.link("model", S.model_id);
+          std::uint64_t resident = 0;
+          for (std::size_t p = 0; p < S.parts.size(); ++p) {
+            s.link("worker", S.parts[p].worker_id);
+            resident += S.parts[p].resident_bytes;
+            s.text("part" + std::to_string(p), S.parts[p].worker_id + (S.alive[p] ? "" : " (lost)"));
+          }
+          s.number("parts", double(S.parts.size()));
+          s.number("partsLost", double(std::count(S.alive.begin(), S.alive.end(), false)));
+          s.number("residentBytes", double(resident));
+          s.number("sessions", double(S.sessions.size()));
+          s.number("templates", double(S.templates.size()));
+          std::size_t inflight = 0;
+          for (const auto& [_, calls] : S.inflight) inflight += calls.size();
+          s.number("stageCallsInFlight", double(inflight));
+          S.tally.fill(s, self->mailbox().size());
+          return s;
+        },
         [=](status_atom) {
+          self->state.tally.count();
           worker_status s;
           s.worker_id = "pipeline of " + self->state.model_id;
           s.backend = "pipeline";
           return s;
         },
         [=](reserve_atom, const std::string&, std::uint64_t) -> caf::result<bool> {
+          self->state.tally.count();
           return to_caf(errc::invalid, not_here + "its parts' workers hold the memory");
         },
         [=](runcancel_atom, const std::string& run_id) {
+          self->state.tally.count();
           for (std::size_t p = 0; p < self->state.parts.size(); ++p)
             if (self->state.alive[p]) caf::anon_send(self->state.parts[p].worker, runcancel_atom::value, run_id);
         },
         [=](tbegin_atom, const tensor_begin_request&) -> caf::result<bool> {
+          self->state.tally.count();
           return to_caf(errc::invalid, not_here + "its tensors are loaded onto those workers directly");
         },
         [=](tpiece_atom, const tensor_piece&) -> caf::result<std::uint64_t> {
+          self->state.tally.count();
           return to_caf(errc::invalid, not_here + "its tensors are loaded onto those workers directly");
         },
         [=](tend_atom, const std::string&, const std::string&) -> caf::result<std::uint64_t> {
+          self->state.tally.count();
           return to_caf(errc::invalid, not_here + "its tensors are loaded onto those workers directly");
         },
-        [=](tabort_atom, const std::string&) { return true; },
+        [=](tabort_atom, const std::string&) { self->state.tally.count(); return true; },
         [=](dropmodel_atom, const std::string&) {
+          self->state.tally.count();
           auto& S = self->state;
           // Calls in flight are answered before the actor goes (their promises would be
           // dropped unanswered), and their stages stopped on the parts.
@@ -591,6 +624,7 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           return true;
         },
         [=](sopen_atom, const std::string& sid) -> caf::result<bool> {
+          self->state.tally.count();
           auto rp = self->make_response_promise<bool>();
           self->state.sessions[sid];
           all_parts(
@@ -603,23 +637,27 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           return rp;
         },
         [=](sclose_atom, const std::string& sid) {
+          self->state.tally.count();
           for (std::size_t p = 0; p < self->state.parts.size(); ++p)
             if (self->state.alive[p]) caf::anon_send(self->state.parts[p].worker, sclose_atom::value, sid);
           return self->state.sessions.erase(sid) > 0;
         },
         [=](sinfo_atom, const std::string& sid) -> caf::result<session_info> {
+          self->state.tally.count();
           return gather_session<session_info>(self, sid, sinfo_atom::value, self->state.t.control,
                                               [](const std::string& name, const shape_t& shape) {
                                                 return tensor_info{name, shape, "f32", zeros_bytes(shape)};
                                               });
         },
         [=](sdump_atom, const std::string& sid) -> caf::result<session_dump> {
+          self->state.tally.count();
           return gather_session<session_dump>(self, sid, sdump_atom::value, self->state.t.graph,
                                               [](const std::string& name, const shape_t& shape) {
                                                 return tensor_blob{name, shape, "f32", std::string(zeros_bytes(shape), '\0')};
                                               });
         },
         [=](sload_atom, const std::string& sid, session_dump& d) -> caf::result<bool> {
+          self->state.tally.count();
           // Each tensor goes back to the part it lived on; one that lived nowhere yet and is
           // all zeros (caches checkpointed before any pass) stays to be created where first
           // read; any other goes to the first part.
@@ -662,6 +700,7 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           return rp;
         },
         [=](run_atom, run_request& r) -> caf::result<run_reply> {
+          self->state.tally.count();
           auto planned = plan_call(self, r);
           if (!planned) return to_caf(planned.err());
           auto c = *planned;
@@ -705,6 +744,7 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           return c->rp;
         },
         [=](compile_atom, compile_request& r) -> caf::result<compile_reply> {
+          self->state.tally.count();
           auto doc = std::make_shared<rapidjson::Document>();
           doc->Parse(r.graph_json.c_str());
           if (doc->HasParseError() || !doc->IsObject()) return to_caf(errc::invalid, "graph is not a JSON object");
@@ -782,10 +822,12 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           return rp;
         },
         [=](dropgraph_atom, const std::string& id) {
+          self->state.tally.count();
           dropped_stages(self, id);
           return self->state.templates.erase(id) > 0;
         },
         [=](gencheck_atom, const std::string& id, bool sampling, bool verify) -> caf::result<std::int32_t> {
+          self->state.tally.count();
           auto t = self->state.templates.find(id);
           if (t == self->state.templates.end()) return to_caf(errc::not_found, "graph " + id + " is not compiled for this model");
           auto decl = parse_graph(*t->second.doc, true);
@@ -795,19 +837,26 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           return *k;
         },
         [=](genstart_atom, const gen_request&) -> caf::result<bool> {
+          self->state.tally.count();
           return to_caf(errc::invalid, not_here + "its generations run through the coordinator (workerLoop false)");
         },
-        [=](genstep_atom) {},
-        [=](gencancel_atom, const std::string&) {},
+        [=](genstep_atom) { self->state.tally.count();},
+        [=](gencancel_atom, const std::string&) { self->state.tally.count();},
         [=](tput_atom, const tensor_upload&) -> caf::result<bool> {
+          self->state.tally.count();
           return to_caf(errc::invalid, not_here + "it holds no v2 tensors");
         },
-        [=](tdrop_atom, const std::string&) { return false; },
+        [=](tdrop_atom, const std::string&) { self->state.tally.count(); return false; },
         [=](tdigest_atom, const std::string&, const std::string&, const std::string&) -> caf::result<std::string> {
+          self->state.tally.count();
           return to_caf(errc::invalid, not_here + "ask the worker holding the weight");
         },
-        [=](recheck_atom) -> caf::result<std::string> { return to_caf(errc::invalid, not_here + "re-check its parts' workers"); },
+        [=](recheck_atom) -> caf::result<std::string> {
+          self->state.tally.count();
+          return to_caf(errc::invalid, not_here + "re-check its parts' workers");
+        },
         [=](place_atom, std::uint32_t p, worker_actor w) -> caf::result<bool> {
+          self->state.tally.count();
           auto& S = self->state;
           if (p >= S.parts.size()) return to_caf(errc::invalid, "no such part");
           S.parts[p].worker = w;
@@ -827,6 +876,7 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           return rp;
         },
         [=](partlost_atom, std::uint32_t p, bool placing) {
+          self->state.tally.count();
           auto& S = self->state;
           if (p >= S.parts.size()) return;
           S.alive[p] = false;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "actors/errors.hpp"
 
@@ -18,8 +19,28 @@ struct pool_state {
   std::map<caf::actor_addr, std::uint64_t> caps;
   /// Measured end-to-end time of the probe call per worker (moving average), milliseconds.
   std::map<caf::actor_addr, double> measured_ms;
+  /// When each worker last answered the pool (a probe or a status): how stale its numbers
+  /// may be, as the console shows it.
+  std::map<caf::actor_addr, std::chrono::steady_clock::time_point> last_answer;
   bool probing = false;  ///< the periodic re-probe is scheduled
+  /// Each worker's id, as its front last said (named in the joined and lost events).
+  std::map<caf::actor_addr, std::string> ids;
+  /// Who hears of workers joining and leaving (the coordinator); the workers whose joined
+  /// event went out (a listener subscribing later hears of them at once).
+  std::vector<grid_listener> listeners;
+  std::set<caf::actor_addr> announced;
+  describe_tally tally;
 };
+
+/// Tells every listener that worker `id` joined or was lost.
+void announce(pool_state& st, const std::string& what, const std::string& id, const worker_actor& w) {
+  grid_event e;
+  e.what = what;
+  e.kind = "worker";
+  e.id = id;
+  e.at_ms = unix_ms_now();
+  for (const auto& l : st.listeners) caf::anon_send(l, gridevent_atom::value, e, caf::actor_cast<describable>(w));
+}
 
 using pool_pointer = pool_actor::stateful_pointer<pool_state>;
 
@@ -51,6 +72,7 @@ void probe(pool_pointer self, worker_actor w) {
   self->request(w, worker_timeout, run_atom::value, std::move(r))
       .then(
           [self, w, t0](run_reply&) {
+            self->state.last_answer[w.address()] = std::chrono::steady_clock::now();
             const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             auto& m = self->state.measured_ms;
             auto it = m.find(w.address());
@@ -83,12 +105,16 @@ void gather(pool_actor::stateful_pointer<pool_state> self,
                 s.total_bytes = c->second;
                 s.free_bytes = c->second > used ? c->second - used : 0;
               }
+              self->state.ids[w.address()] = s.worker_id;
+              self->state.last_answer[w.address()] = std::chrono::steady_clock::now();
               auto m = self->state.measured_ms.find(w.address());
               s.measured_ms = m == self->state.measured_ms.end() ? 0 : std::round(m->second * 100) / 100;
               acc->emplace_back(w, std::move(s));
               if (--*pending == 0) done(std::move(*acc));
             },
-            [=](caf::error&) {
+            [=](caf::error& e) {
+              self->state.tally.failed("worker " + self->state.ids[w.address()] +
+                                       " did not answer status: " + from_caf(e).message);
               if (--*pending == 0) done(std::move(*acc));
             });
   }
@@ -146,29 +172,84 @@ pool_actor spawn_pool(caf::actor_system& sys) {
   return sys.spawn([](pool_actor::stateful_pointer<pool_state> self) -> pool_actor::behavior_type {
     self->set_down_handler([=](caf::down_msg& dm) {
       auto& ws = self->state.workers;
+      if (auto it = std::find_if(ws.begin(), ws.end(), [&](const worker_actor& w) { return w.address() == dm.source; });
+          it != ws.end()) {
+        auto id = self->state.ids.find(dm.source);
+        announce(self->state, "lost", id == self->state.ids.end() ? std::string("(unnamed)") : id->second, worker_actor());
+      }
+      self->state.ids.erase(dm.source);
+      self->state.announced.erase(dm.source);
       ws.erase(std::remove_if(ws.begin(), ws.end(), [&](const worker_actor& w) { return w.address() == dm.source; }), ws.end());
       self->state.caps.erase(dm.source);
       self->state.measured_ms.erase(dm.source);
+      self->state.last_answer.erase(dm.source);
     });
     return {
+        [=](describe_atom) {
+          auto& st = self->state;
+          st.tally.count();
+          actor_snapshot s;
+          s.kind = "pool";
+          s.id = "pool";
+          for (const auto& w : st.workers) {
+            auto id = st.ids.find(w.address());
+            const std::string name = id == st.ids.end() ? "(unnamed)" : id->second;
+            s.link("worker", name);
+            if (auto m = st.measured_ms.find(w.address()); m != st.measured_ms.end())
+              s.number("measuredMs." + name, std::round(m->second * 100) / 100);
+            if (auto c = st.caps.find(w.address()); c != st.caps.end()) s.number("capBytes." + name, double(c->second));
+            if (auto a = st.last_answer.find(w.address()); a != st.last_answer.end()) {
+              const auto ago = std::chrono::steady_clock::now() - a->second;
+              s.number("lastAnswerAgoMs." + name, double(std::chrono::duration_cast<std::chrono::milliseconds>(ago).count()));
+            }
+          }
+          s.number("workers", double(st.workers.size()));
+          s.number("probeEveryMs", double(std::chrono::duration_cast<std::chrono::milliseconds>(probe_every).count()));
+          s.number("listeners", double(st.listeners.size()));
+          st.tally.fill(s, self->mailbox().size());
+          return s;
+        },
+        [=](subscribe_atom, grid_listener l) {
+          auto& st = self->state;
+          st.tally.count();
+          for (const auto& w : st.workers)
+            if (st.announced.count(w.address()))
+              caf::anon_send(l, gridevent_atom::value, grid_event{0, unix_ms_now(), "joined", "worker", st.ids[w.address()], ""},
+                             caf::actor_cast<describable>(w));
+          st.listeners.push_back(std::move(l));
+        },
         [=](add_atom, worker_actor w, std::uint64_t cap) {
+          self->state.tally.count();
           if (cap > 0) self->state.caps[w.address()] = cap;
           self->send(self, add_atom::value, std::move(w));
         },
         [=](add_atom, worker_actor w) {
+          self->state.tally.count();
           self->monitor(w);
           self->state.workers.push_back(w);
           probe(self, w);
+          // (named once its front says who it is: at once, it never computes)
+          self->request(w, worker_timeout, status_atom::value)
+              .then(
+                  [=](worker_status& s) {
+                    auto& st = self->state;
+                    if (std::find(st.workers.begin(), st.workers.end(), w) == st.workers.end()) return;  // gone already
+                    st.ids[w.address()] = s.worker_id;
+                    if (st.announced.insert(w.address()).second) announce(st, "joined", s.worker_id, w);
+                  },
+                  [](caf::error&) {});
           if (!self->state.probing) {
             self->state.probing = true;
             self->delayed_send(self, probe_every, probe_atom::value);
           }
         },
         [=](probe_atom) {
+          self->state.tally.count();
           for (const auto& w : self->state.workers) probe(self, w);
           self->delayed_send(self, probe_every, probe_atom::value);
         },
         [=](workers_atom) -> caf::result<std::vector<worker_status>> {
+          self->state.tally.count();
           auto rp = self->make_response_promise<std::vector<worker_status>>();
           gather(self, [rp](std::vector<std::pair<worker_actor, worker_status>> all) mutable {
             std::vector<worker_status> out;
@@ -179,6 +260,7 @@ pool_actor spawn_pool(caf::actor_system& sys) {
           return rp;
         },
         [=](members_atom) -> caf::result<std::vector<worker_actor>, std::vector<worker_status>> {
+          self->state.tally.count();
           auto rp = self->make_response_promise<std::vector<worker_actor>, std::vector<worker_status>>();
           gather(self, [rp](std::vector<std::pair<worker_actor, worker_status>> all) mutable {
             std::stable_sort(all.begin(), all.end(),
@@ -194,9 +276,11 @@ pool_actor spawn_pool(caf::actor_system& sys) {
           return rp;
         },
         [=](pick_atom, std::uint64_t bytes) -> caf::result<worker_actor, worker_status> {
+          self->state.tally.count();
           return pick(self, bytes, {});
         },
         [=](pick_atom, std::uint64_t bytes, std::vector<std::string>& needs) -> caf::result<worker_actor, worker_status> {
+          self->state.tally.count();
           return pick(self, bytes, std::move(needs));
         },
     };

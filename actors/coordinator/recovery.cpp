@@ -115,19 +115,31 @@ static void restore_one(coordinator_pointer self, const std::string& sid, std::f
 /// worker with room for one opened without a model) and replays what was called since each
 /// checkpoint; a session whose calls since cannot be replayed is put back at its checkpoint
 /// and its next call says so. Ends the recovery of `addr`.
+/// The grid's `recovered` event for a lost worker whose models and checkpointed sessions
+/// were placed again (as far as they could be).
+static void recovered(coordinator_pointer self, const caf::actor_addr& addr, std::size_t sessions) {
+  auto& S = self->state;
+  std::string id = "(unnamed)";
+  if (auto it = S.lost_ids.find(addr); it != S.lost_ids.end()) id = it->second;
+  S.emit(grid_event{0, 0, "recovered", "worker", id,
+                    "what it held was placed again (" + std::to_string(sessions) + " checkpointed sessions restored)"});
+}
+
 static void restore_sessions(coordinator_pointer self, caf::actor_addr addr) {
   auto& S = self->state;
   std::vector<std::string> ids;
   for (const auto& [sid, e] : S.sessions)
     if (e.worker && e.worker.address() == addr && S.checkpoints.count(sid)) ids.push_back(sid);
   auto pending = std::make_shared<std::size_t>(ids.size());
-  auto finish = [self, addr, pending] {
+  auto finish = [self, addr, pending, n = ids.size()] {
     if (*pending > 0 && --*pending > 0) return;
     self->state.recovering.erase(addr);
+    recovered(self, addr, n);
     release_waiting(self);
   };
   if (ids.empty()) {
     S.recovering.erase(addr);
+    recovered(self, addr, 0);
     return release_waiting(self);
   }
   for (const auto& sid : ids) {
@@ -303,6 +315,7 @@ void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr) {
   auto& S = self->state;
   if (!S.lost.insert(addr).second) return;
   S.recovering.insert(addr);
+  if (auto it = S.workers.find(addr); it != S.workers.end()) S.lost_ids[addr] = it->second.first;
   metrics::m().workers_lost.with().inc();
   log::line("warn", "coordinator", "a worker left the grid: recovering what it held");
   // Calls in flight there will never be answered: send them again once recovered.
@@ -334,10 +347,13 @@ void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr) {
     };
     // The pool drops the dead worker before this request reaches it (its own monitor fired
     // first), so the job places on the workers that are left.
-    auto job = spawn_load_job(self->system(), S.cfg.load, S.pool);
+    auto progress = std::make_shared<load_progress>();
+    S.loads[id] = load_entry{req.source, S.models.at(id).account, true, unix_ms_now(), progress};
+    auto job = spawn_load_job(self->system(), S.cfg.load, S.pool, progress);
     self->request(job, std::chrono::minutes(30), load_atom::value, req)
         .then(
             [=](load_outcome& out) {
+              self->state.loads.erase(id);
               // The workers left may hold it only spread: then every part is recorded, and
               // a pipeline serves it (sessions are restored onto that).
               if (auto m = self->state.models.find(id); m != self->state.models.end()) {
@@ -348,6 +364,7 @@ void on_worker_lost(coordinator_pointer self, const caf::actor_addr& addr) {
               done();
             },
             [=](caf::error&) {
+              self->state.loads.erase(id);
               // Nowhere to put it: the model stays lost and its calls say to load it again.
               if (auto m = self->state.models.find(id); m != self->state.models.end()) m->second.replacing = false;
               metrics::m().recoveries.with({"model", "failed"}).inc();

@@ -61,6 +61,7 @@ caf::result<std::string> open_session(coordinator_pointer self, const caller& wh
               e.actor = spawn_session(self->system(), sid, w, S.cfg.timeouts);
               self->link_to(e.actor);
               S.sessions[sid] = e;
+              S.emit(grid_event{0, 0, "opened", "session", sid, S.worker_id_of(w)});
               rp.deliver(json([&](writer& jw) {
                 jw.StartObject();
                 key(jw, "session");
@@ -133,6 +134,7 @@ caf::result<std::string> close_session(coordinator_pointer self, const caller& w
   caf::anon_send(s->actor, delete_atom::value);
   S.sessions.erase(id);
   S.checkpoints.erase(id);
+  S.emit(grid_event{0, 0, "closed", "session", id, ""});
   return json([&](writer& w) {
     w.StartObject();
     key(w, "deleted"); w.Bool(true);

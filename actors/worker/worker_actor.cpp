@@ -27,6 +27,7 @@ struct front_state {
   std::shared_ptr<worker_shared> shared;
   compute_actor compute;
   load_receiver_actor receiver;
+  describe_tally tally;
 };
 
 using front_pointer = worker_actor::stateful_pointer<front_state>;
@@ -60,6 +61,44 @@ worker_status snapshot(worker_shared& w) {
   // Graph calls handed on and not answered, less the one in progress (unless it compiles).
   const std::size_t running = w.busy.on && w.busy.graph.rfind("compile ", 0) != 0 ? 1 : 0;
   s.queued = std::uint32_t(w.runs.size() - std::min(w.runs.size(), running));
+  return s;
+}
+
+/// The front's snapshot for the console: its status (what the compute side is doing, read
+/// from the shared ledger, so a busy worker answers at once) and its memory ledger.
+actor_snapshot describe_front(front_pointer self) {
+  auto& w = *self->state.shared;
+  const worker_status st = snapshot(w);
+  actor_snapshot s;
+  s.kind = "worker";
+  s.id = st.worker_id;
+  s.text("backend", st.backend);
+  s.text("kernels", st.kernels);
+  s.text("cpu", st.cpu);
+  s.number("threads", st.threads);
+  s.number("totalBytes", double(st.total_bytes));
+  s.number("freeBytes", double(st.free_bytes));
+  {
+    std::lock_guard<std::mutex> lock(w.m);
+    s.number("residentBytes", double(w.held));
+    s.number("loadingBytes", double(w.loading + w.arrived));
+    std::uint64_t reserved = 0;
+    for (const auto& [_, r] : w.reserved) reserved += r;
+    s.number("reservedBytes", double(reserved));
+    s.number("callsInFlight", double(w.runs.size()));
+  }
+  s.number("generations", st.generations);
+  s.number("queued", st.queued);
+  s.number("busy", st.busy_since_ms != 0 ? 1 : 0);
+  if (st.busy_since_ms != 0) {
+    s.number("busyMs", double(st.busy_ms));
+    s.number("busySinceMs", double(st.busy_since_ms));
+    s.text("busyGraph", st.busy_graph);
+    if (!st.busy_session.empty()) s.text("busySession", st.busy_session);
+    s.number("busyStepsDone", st.busy_steps_done);
+    s.number("busySteps", st.busy_steps);
+  }
+  self->state.tally.fill(s, self->mailbox().size());
   return s;
 }
 
@@ -100,8 +139,10 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
     for (auto& [_, e] : shared->runs) e.control->cancel();
   });
   return {
-      [=](status_atom) { return snapshot(*self->state.shared); },
+      [=](status_atom) { self->state.tally.count(); return snapshot(*self->state.shared); },
+      [=](describe_atom) { self->state.tally.count(); return describe_front(self); },
       [=](reserve_atom, const std::string& model, std::uint64_t bytes) -> caf::result<bool> {
+        self->state.tally.count();
         auto& w = *self->state.shared;
         std::lock_guard<std::mutex> lock(w.m);
         auto it = w.reserved.find(model);
@@ -111,13 +152,17 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
           return true;
         }
         const std::uint64_t avail = w.free_locked() + mine;
-        if (bytes > avail)
-          return to_caf(errc::unavailable, "model " + model + " needs " + mb(bytes) + " but worker " + w.cfg.worker_id +
-                                               " has " + mb(avail) + " free");
+        if (bytes > avail) {
+          const std::string why = "model " + model + " needs " + mb(bytes) + " but worker " + w.cfg.worker_id + " has " +
+                                  mb(avail) + " free";
+          self->state.tally.failed(why);
+          return to_caf(errc::unavailable, why);
+        }
         w.reserved[model] = bytes;
         return true;
       },
       [=](runcancel_atom, const std::string& run_id) {
+        self->state.tally.count();
         auto& w = *self->state.shared;
         std::lock_guard<std::mutex> lock(w.m);
         for (auto& [_, e] : w.runs)
@@ -126,25 +171,50 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
         if (w.cancelled_ids.size() > 64) w.cancelled_ids.pop_front();
       },
       // ---- loading: on the receiver's thread, so a load goes on while a graph runs
-      [=](tbegin_atom, tensor_begin_request& r) { return self->delegate(self->state.receiver, tbegin_atom::value, std::move(r)); },
-      [=](tpiece_atom, tensor_piece& p) { return self->delegate(self->state.receiver, tpiece_atom::value, std::move(p)); },
+      [=](tbegin_atom, tensor_begin_request& r) {
+        self->state.tally.count();
+        return self->delegate(self->state.receiver, tbegin_atom::value, std::move(r));
+      },
+      [=](tpiece_atom, tensor_piece& p) {
+        self->state.tally.count();
+        return self->delegate(self->state.receiver, tpiece_atom::value, std::move(p));
+      },
       [=](tend_atom, const std::string& model, const std::string& name) {
+        self->state.tally.count();
         return self->delegate(self->state.receiver, tend_atom::value, model, name);
       },
-      [=](tabort_atom, const std::string& model) { return self->delegate(self->state.receiver, tabort_atom::value, model); },
+      [=](tabort_atom, const std::string& model) {
+        self->state.tally.count();
+        return self->delegate(self->state.receiver, tabort_atom::value, model);
+      },
       [=](dropmodel_atom, const std::string& model) {
+        self->state.tally.count();
         self->send(self->state.receiver, dropmodel_atom::value, model);
         return self->delegate(self->state.compute, dropmodel_atom::value, model);
       },
       // ---- everything else, in the order received, to the compute side
-      [=](sopen_atom, const std::string& sid) { return self->delegate(self->state.compute, sopen_atom::value, sid); },
-      [=](sclose_atom, const std::string& sid) { return self->delegate(self->state.compute, sclose_atom::value, sid); },
-      [=](sinfo_atom, const std::string& sid) { return self->delegate(self->state.compute, sinfo_atom::value, sid); },
-      [=](sdump_atom, const std::string& sid) { return self->delegate(self->state.compute, sdump_atom::value, sid); },
+      [=](sopen_atom, const std::string& sid) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, sopen_atom::value, sid);
+      },
+      [=](sclose_atom, const std::string& sid) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, sclose_atom::value, sid);
+      },
+      [=](sinfo_atom, const std::string& sid) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, sinfo_atom::value, sid);
+      },
+      [=](sdump_atom, const std::string& sid) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, sdump_atom::value, sid);
+      },
       [=](sload_atom, const std::string& sid, session_dump& d) {
+        self->state.tally.count();
         return self->delegate(self->state.compute, sload_atom::value, sid, std::move(d));
       },
       [=](run_atom, run_request& r) {
+        self->state.tally.count();
         // The call's limit counts from now; its control is registered before it is handed on,
         // so a cancel can reach it while it waits and while it runs.
         auto& w = *self->state.shared;
@@ -168,6 +238,7 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
         return caf::result<run_reply>(rp);
       },
       [=](compile_atom, compile_request& r) -> caf::result<compile_reply> {
+        self->state.tally.count();
         std::uint64_t number = 0;
         {
           std::lock_guard<std::mutex> lock(self->state.shared->m);
@@ -179,19 +250,37 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
         parse_then_send(self, compile_atom::value, std::make_shared<compile_request>(std::move(r)), number, true, rp);
         return caf::result<compile_reply>(rp);
       },
-      [=](dropgraph_atom, const std::string& id) { return self->delegate(self->state.compute, dropgraph_atom::value, id); },
+      [=](dropgraph_atom, const std::string& id) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, dropgraph_atom::value, id);
+      },
       [=](gencheck_atom, const std::string& id, bool sampling, bool verify) {
+        self->state.tally.count();
         return self->delegate(self->state.compute, gencheck_atom::value, id, sampling, verify);
       },
-      [=](genstart_atom, gen_request& r) { return self->delegate(self->state.compute, genstart_atom::value, std::move(r)); },
-      [=](genstep_atom) { self->send(self->state.compute, genstep_atom::value); },
-      [=](gencancel_atom, const std::string& id) { self->send(self->state.compute, gencancel_atom::value, id); },
-      [=](tput_atom, tensor_upload& u) { return self->delegate(self->state.compute, tput_atom::value, std::move(u)); },
-      [=](tdrop_atom, const std::string& id) { return self->delegate(self->state.compute, tdrop_atom::value, id); },
+      [=](genstart_atom, gen_request& r) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, genstart_atom::value, std::move(r));
+      },
+      [=](genstep_atom) { self->state.tally.count(); self->send(self->state.compute, genstep_atom::value); },
+      [=](gencancel_atom, const std::string& id) {
+        self->state.tally.count();
+        self->send(self->state.compute, gencancel_atom::value, id);
+      },
+      [=](tput_atom, tensor_upload& u) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, tput_atom::value, std::move(u));
+      },
+      [=](tdrop_atom, const std::string& id) {
+        self->state.tally.count();
+        return self->delegate(self->state.compute, tdrop_atom::value, id);
+      },
       [=](tdigest_atom a, const std::string& model, const std::string& name, const std::string& nonce) {
+        self->state.tally.count();
         return self->delegate(self->state.receiver, a, model, name, nonce);  // (behind the tensor's end)
       },
       [=](recheck_atom) -> caf::result<std::string> {
+        self->state.tally.count();
         return to_caf(errc::invalid, "worker " + self->state.shared->cfg.worker_id +
                                          " is not a volunteer behind spot-checks: nothing to re-check");
       },

@@ -140,6 +140,9 @@ struct chat_state {
   std::string oa_text;                     ///< text handed out (an answer that does not stream)
   std::vector<openai_token> oa_tokens;     ///< … and its tokens
   bool openai() const { return req.api != chat_api::mpakt; }
+  describe_tally tally;
+  /// Tokens of the reply so far, shared with what reports its end when the actor ends.
+  std::shared_ptr<std::size_t> reply_tokens = std::make_shared<std::size_t>(0);
 };
 
 using chat_pointer = caf::stateful_actor<chat_state>*;
@@ -581,6 +584,17 @@ void generate(chat_pointer self) {
             }
             st.decode_started = clock_type::now();
             st.generating = true;
+            // The console hears of the reply's decoding (described while it runs) and, however
+            // the actor ends, of its end.
+            caf::anon_send(st.coordinator, gridevent_atom::value,
+                           grid_event{0, unix_ms_now(), "started", "generation", st.gen_id, st.session_id},
+                           caf::actor_cast<describable>(self));
+            self->attach_functor([coordinator = st.coordinator, id = st.gen_id, tokens = st.reply_tokens] {
+              caf::anon_send(coordinator, gridevent_atom::value,
+                             grid_event{0, unix_ms_now(), "ended", "generation", id,
+                                        "chat reply ended after " + std::to_string(*tokens) + " tokens"},
+                             describable());
+            });
             // The worker runs the loop, or (a model spread over several workers) a loop here.
             st.runner = runner_for(self->system(), st.plan, st.coordinator, st.who);
             if (st.plan.worker_loop) {
@@ -729,10 +743,35 @@ void start_chat(caf::actor_system& sys, coordinator_actor coordinator, std::shar
     st.res->on_disconnect([me] { caf::anon_send(me, cancel_atom::value); });
     resolve_model(self);
     return {
+        [=](describe_atom) {
+          auto& st = self->state;
+          st.tally.count();
+          actor_snapshot s;
+          s.kind = "generation";
+          s.id = st.gen_id;
+          s.link("session", st.session_id);
+          s.link("graph", st.plan.graph_id);
+          const double secs = std::chrono::duration<double>(clock_type::now() - st.decode_started).count();
+          s.number("tokens", double(st.tokens.size()));
+          s.number("maxNewTokens", double(st.plan.max_new));
+          s.number("promptTokens", double(st.prompt.size()));
+          s.number("cachedTokens", double(st.cached));
+          s.number("elapsedMs", std::round(ms_since(st.started)));
+          s.number("tokensPerSecond", secs > 0 ? std::round(double(st.tokens.size()) / secs * 10) / 10 : 0.0);
+          s.number("workerLoop", st.plan.worker_loop ? 1 : 0);
+          s.number("speculative", st.speculative ? 1 : 0);
+          s.text("api", st.req.api == chat_api::mpakt ? "chat" : st.oa.chat ? "openai chat" : "openai completion");
+          s.text("model", st.model_id);
+          s.text("owner", st.who.account);
+          st.tally.fill(s, self->mailbox().size());
+          return s;
+        },
         [=](gentoken_atom, const std::string&, const gen_token& t) {
           auto& st = self->state;
+          st.tally.count();
           if (st.finished) return;
           st.tokens.push_back(t.token);
+          *st.reply_tokens = st.tokens.size();
           metrics::m().tokens_generated.with({"chat"}).inc();
           const std::string delta = st.decoder->push(std::int32_t(t.token));
           if (st.openai()) {
@@ -750,6 +789,8 @@ void start_chat(caf::actor_system& sys, coordinator_actor coordinator, std::shar
         },
         [=](gendone_atom, const std::string&, const gen_done& d) {
           auto& st = self->state;
+          st.tally.count();
+          if (!d.error.empty()) st.tally.failed(d.error);
           if (st.finished) return;
           st.generating = false;
           const std::string rest = st.decoder->finish();
@@ -785,6 +826,7 @@ void start_chat(caf::actor_system& sys, coordinator_actor coordinator, std::shar
         },
         [=](cancel_atom) {
           auto& st = self->state;
+          st.tally.count();
           st.cancelled = true;
           // Before decoding starts, the step in flight sees the flag and stops there.
           if (st.generating) fail(self, error{errc::invalid, "cancelled"});

@@ -40,7 +40,39 @@ struct generation_state {
   bool replanning = false;  ///< the run's worker left; tokens until the next run are stale
   int runs = 0;           ///< runs started (a late answer from an earlier run is ignored)
   std::shared_ptr<void> slot;  ///< one of the key's generations running at once, freed at the end
+  describe_tally tally;
 };
+
+/// The generation as the console shows it: its progress and rate so far.
+actor_snapshot describe_generation(generation_state& st, std::uint64_t mailbox) {
+  actor_snapshot s;
+  s.kind = "generation";
+  s.id = st.id;
+  s.link("session", st.plan.session_id);
+  s.link("graph", st.plan.graph_id);
+  const double secs = std::chrono::duration<double>(clock_type::now() - st.started).count();
+  s.number("tokens", double(st.tokens.size()));
+  s.number("maxNewTokens", double(st.plan.max_new));
+  s.number("elapsedMs", std::round(secs * 1000));
+  s.number("tokensPerSecond", secs > 0 ? std::round(double(st.tokens.size()) / secs * 10) / 10 : 0.0);
+  s.number("startPos", double(st.plan.start_pos));
+  s.number("workerLoop", st.plan.worker_loop ? 1 : 0);
+  s.number("speculative", st.plan.verify_graphs.empty() ? 0 : 1);
+  s.number("runs", double(st.runs));
+  s.number("roundTrips", double(st.round_trips));
+  s.text("owner", st.who.account);
+  s.text("answer", st.plan.stream ? "sse" : "json");
+  if (st.replanning) s.text("waiting", "its worker left the grid: waiting for the session's recovery");
+  st.tally.fill(s, mailbox);
+  return s;
+}
+
+/// Tells the coordinator (the console's event stream) that a generation started or ended.
+void announce(generation_state& st, const std::string& what, std::string detail, describable self) {
+  if (!st.coordinator) return;
+  caf::anon_send(st.coordinator, gridevent_atom::value, grid_event{0, unix_ms_now(), what, "generation", st.id, std::move(detail)},
+                 std::move(self));
+}
 
 /// Tells the coordinator what the current run of a worker-side loop fed its session (journal of
 /// a checkpointed session): its first token, then every token it produced but the last. (The
@@ -102,6 +134,8 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
     st.run_start = plan.start_pos;
     st.id = new_id("g_");
     st.started = clock_type::now();
+    // (the coordinator describes it while it runs, and links it to its session)
+    announce(st, "started", plan.session_id, caf::actor_cast<describable>(self));
 
     auto open_stream = [self] {
       auto& st = self->state;
@@ -121,6 +155,14 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
       m.drafts_accepted.with().inc(double(d.accepted));
       if (d.stopped == "error") m.errors.with({"generation"}).inc();  // (its answer or stream said 200)
       const std::string body = done_json(st, d);
+      if (!d.error.empty()) st.tally.failed(d.error);
+      {
+        const double secs = std::chrono::duration<double>(clock_type::now() - st.started).count();
+        announce(st, "ended",
+                 d.stopped + " after " + std::to_string(st.tokens.size()) + " tokens, " +
+                     fmt_double(secs > 0 ? double(st.tokens.size()) / secs : 0.0) + " tokens/s",
+                 describable());
+      }
       if (st.sse) {
         if (!st.cancelled) {
           st.sse->send("done", body);
@@ -147,6 +189,8 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
       auto& st = self->state;
       const error err = from_caf(e);
       st.finished = true;
+      st.tally.failed(err.message);
+      announce(st, "ended", "error before its first token: " + err.message, describable());
       st.res->respond(response{http_status(err.code), "application/json", error_json(err.message), {}});
       self->quit();
     };
@@ -215,10 +259,21 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
     }
 
     return {
-        [=](gentoken_atom, const std::string&, const gen_token& t) { on_token(t); },
-        [=](gendone_atom, const std::string&, const gen_done& d) { finish(d); },
+        [=](gentoken_atom, const std::string&, const gen_token& t) {
+          self->state.tally.count();
+          on_token(t);
+        },
+        [=](gendone_atom, const std::string&, const gen_done& d) {
+          self->state.tally.count();
+          finish(d);
+        },
+        [=](describe_atom) {
+          self->state.tally.count();
+          return describe_generation(self->state, self->mailbox().size());
+        },
         [=](cancel_atom) {
           auto& st = self->state;
+          st.tally.count();
           st.cancelled = true;
           if (st.plan.worker_loop) caf::anon_send(st.plan.worker, gencancel_atom::value, st.id);
           else caf::anon_send(st.runner, gencancel_atom::value, st.id);

@@ -32,6 +32,8 @@
   X("DELETE", "/api/keys/:keyId", login, on_revoke_key)                              \
   X("POST", "/api/admin/accounts/:name/approve", operator_key, on_approve)           \
   X("POST", "/api/v3/admin/workers/:workerId/check", operator_key, on_check_worker)   \
+  X("GET", "/api/v3/admin/actors", operator_key, on_admin_actors)                    \
+  X("GET", "/api/v3/admin/actors/stream", operator_key, on_admin_actors_stream)      \
   /* v3 (EP-02 … EP-17) */                                                           \
   X("GET", "/api/v3/status", key, on_status)                                         \
   X("GET", "/api/v3/models/inspect", key, on_inspect)                                \

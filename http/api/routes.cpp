@@ -15,6 +15,7 @@
 #include "actors/ids.hpp"
 #include "actors/json_text.hpp"
 #include "http/api/chat.hpp"
+#include "http/api/console.hpp"
 #include "http/api/generate.hpp"
 #include "http/api/graph_calls.hpp"
 #include "http/api/model_graph.hpp"
@@ -369,6 +370,88 @@ void on_random(const call& c) { random_numbers(*c.req, c.res); }
 void on_check_worker(const call& c) {
   // (a volunteer's weights challenged afresh: as long as hashing what it holds takes)
   forward(c.self, c.coord(), std::chrono::minutes(10), c.res, 200, recheck_atom::value, c.who, c.args[0]);
+}
+
+// The console (operators): the grid's picture and its events (http/api/console.hpp).
+
+/// Refuses a query string on a route that takes none, naming what was sent.
+bool no_query(const call& c) {
+  const auto q = parse_query(c.req->query);
+  if (q.empty()) return true;
+  reply_error(c.res, errc::invalid,
+              c.req->method + " " + c.req->path + " takes no query parameters (got \"" + q.front().first + "\")");
+  return false;
+}
+
+/// Asks the coordinator for every actor's snapshot, then the accounts actor for its own (it
+/// answers the edge, not the coordinator), and hands the picture on; `fail` on an error.
+void gather_picture(caf::event_based_actor* self, const std::shared_ptr<context>& ctx,
+                    std::function<void(std::vector<actor_snapshot>)> done, std::function<void(const caf::error&)> fail) {
+  self->request(ctx->actors.coordinator, 10s, actors_atom::value)
+      .then(
+          [self, ctx, done](std::vector<actor_snapshot>& all) {
+            auto picture = std::make_shared<std::vector<actor_snapshot>>(std::move(all));
+            self->request(ctx->actors.accounts, 1500ms, describe_atom::value)
+                .then(
+                    [picture, done](actor_snapshot& a) {
+                      picture->push_back(std::move(a));
+                      done(std::move(*picture));
+                    },
+                    [picture, done](caf::error& e) {
+                      actor_snapshot a;
+                      a.kind = a.id = "accounts";
+                      a.answered = false;
+                      a.errors.push_back(from_caf(e).message);
+                      picture->push_back(std::move(a));
+                      done(std::move(*picture));
+                    });
+          },
+          [fail](caf::error& e) { fail(e); });
+}
+
+void on_admin_actors(const call& c) {
+  if (!no_query(c)) return;
+  auto res = c.res;
+  gather_picture(
+      c.self, c.ctx, [res](std::vector<actor_snapshot> all) { reply_json(res, 200, actors_json(unix_ms_now(), all)); },
+      [res](const caf::error& e) { reply_error(res, from_caf(e)); });
+}
+
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+
+/// GET /api/v3/admin/actors/stream: an actor of its own for as long as the client listens,
+/// subscribed to the coordinator's grid events (sent as `grid` events as they come) and
+/// sending a `snapshot` event every second (the next one is asked for once the last came,
+/// so a slow picture never piles up).
+void on_admin_actors_stream(const call& c) {
+  if (!no_query(c)) return;
+  auto ctx = c.ctx;
+  auto res = c.res;
+  c.ctx->sys->spawn([ctx, res](caf::event_based_actor* self) -> caf::behavior {
+    auto sse = res->start_sse(200);
+    auto me = caf::actor_cast<caf::actor>(self);
+    sse->on_disconnect([me] { caf::anon_send_exit(me, caf::exit_reason::user_shutdown); });
+    caf::anon_send(ctx->actors.coordinator, subscribe_atom::value, caf::actor_cast<grid_listener>(self));
+    self->send(self, tick_atom::value);
+    return {
+        [=](tick_atom) {
+          if (sse->closed()) return self->quit();
+          gather_picture(
+              self, ctx,
+              [self, sse](std::vector<actor_snapshot> all) {
+                if (!sse->send("snapshot", actors_json(unix_ms_now(), all))) return self->quit();
+                self->delayed_send(self, 1s, tick_atom::value);
+              },
+              [self, sse](const caf::error& e) {
+                if (!sse->send("error", error_json(from_caf(e).message))) return self->quit();
+                self->delayed_send(self, 1s, tick_atom::value);
+              });
+        },
+        [=](gridevent_atom, const grid_event& e, const describable&) {
+          if (!sse->send("grid", event_json(e))) self->quit();
+        },
+    };
+  });
 }
 
 // The OpenAI-compatible API (docs/api-reference.md, "OpenAI-compatible API").
