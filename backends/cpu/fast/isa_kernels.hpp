@@ -47,9 +47,11 @@ struct quantized_rows {
   std::int64_t rows = 0, k = 0;
 };
 
-/// y[r, n] = Σ_blocks d_w · s_x · Σ q_w q_x (+ m_w · s_x · Σ q_x for q4) (+ bias[n]).
-struct int_product {
-  quantized_rows x;
+/// y[r, n] = Σ_blocks d_w · s_x · Σ q_w q_x (+ m_w · s_x · Σ q_x for q4) (+ bias[n]), with
+/// the activations quantized as `Rows` says (one form per kind of integer kernel).
+template <class Rows>
+struct integer_product {
+  Rows x;
   const std::uint8_t* w = nullptr;
   std::int64_t w_row_bytes = 0;
   wtype type = wtype::q8;  ///< q8 or q4
@@ -57,6 +59,8 @@ struct int_product {
   float* y = nullptr;
   std::int64_t n = 0;
 };
+
+using int_product = integer_product<quantized_rows>;
 
 /// Scaled dot-product attention over f32 rows (the attention op's fast path): q row t at
 /// position pos_offset + t, key/value row s at position s, query head h reading kv head
@@ -188,16 +192,7 @@ struct int8_plain_rows {
   std::int64_t rows = 0, k = 0;
 };
 
-/// y[r, n] = Σ_blocks d_w · s_x · Σ q_w q_x (+ m_w · s_x · Σ q_x for q4) (+ bias[n]).
-struct int8_lanes_product {
-  int8_plain_rows x;
-  const std::uint8_t* w = nullptr;
-  std::int64_t w_row_bytes = 0;
-  wtype type = wtype::q8;  ///< q8 or q4
-  const float* bias = nullptr;
-  float* y = nullptr;
-  std::int64_t n = 0;
-};
+using int8_lanes_product = integer_product<int8_plain_rows>;
 
 namespace avx2 {
 /// Rows [r_begin, r_end) of x (stride k, a multiple of 32) as int8_plain_rows.
@@ -230,15 +225,7 @@ struct int8_rows {
   const std::uint8_t* lo = nullptr;  ///< rows × pairs × 64: the int16 form's low plane
 };
 
-struct int8_pairs_product {
-  int8_rows x;
-  const std::uint8_t* w = nullptr;
-  std::int64_t w_row_bytes = 0;
-  wtype type = wtype::q8;
-  const float* bias = nullptr;
-  float* y = nullptr;
-  std::int64_t n = 0;
-};
+using int8_pairs_product = integer_product<int8_rows>;
 
 namespace avx512_vnni {
 /// Rows [r_begin, r_end) of x (stride k, a multiple of 32) for int8_pairs_range: int8 per

@@ -114,8 +114,10 @@ bool int16_quantize(const level_kernels& lk, const float_product& f, workspace& 
   return true;
 }
 
-int_product int_args(const float_product& f, const quantized_rows& x) {
-  int_product p;
+/// The integer product of `f` against its activations quantized as `x`.
+template <class Rows>
+integer_product<Rows> int_args(const float_product& f, const Rows& x) {
+  integer_product<Rows> p;
   p.x = x;
   p.w = f.w;
   p.w_row_bytes = f.w_row_bytes;
@@ -358,24 +360,12 @@ bool vnni_quantize(const float_product& a, workspace& ws, int8_rows& out) {
   return true;
 }
 
-int8_pairs_product vnni_args(const float_product& a, const int8_rows& x) {
-  int8_pairs_product p;
-  p.x = x;
-  p.w = a.w;
-  p.w_row_bytes = a.w_row_bytes;
-  p.type = a.type;
-  p.bias = a.bias;
-  p.y = a.y;
-  p.n = a.n;
-  return p;
-}
-
 status product_vnni_int8(const kernel_call& c) {
   const float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
   int8_rows x;
   if (!vnni_quantize(a, *c.scratch, x)) return product<avx512_vnni_kernels>(c);
-  const int8_pairs_product p = vnni_args(a, x);
+  const int8_pairs_product p = int_args(a, x);
   split_columns(a.n, a.rows * a.k * a.n, [&](std::int64_t b, std::int64_t e) { avx512_vnni::int8_pairs_range(p, b, e); });
   return ok_status();
 }
@@ -387,7 +377,7 @@ status products_vnni_int8(std::span<const kernel_call> calls) {
   int8_rows x;
   if (!vnni_quantize(a[0], *calls[0].scratch, x)) return one_by_one(calls, product<avx512_vnni_kernels>);
   int8_pairs_product p[max_group];
-  for (std::size_t i = 0; i < calls.size(); ++i) p[i] = vnni_args(a[i], x);
+  for (std::size_t i = 0; i < calls.size(); ++i) p[i] = int_args(a[i], x);
   split_group_columns(a, calls.size(),
                       [&](std::size_t i, std::int64_t b, std::int64_t e) { avx512_vnni::int8_pairs_range(p[i], b, e); });
   return ok_status();
@@ -420,18 +410,6 @@ bool lanes_quantize(const float_product& a, workspace& ws, int8_plain_rows& out)
   return true;
 }
 
-int8_lanes_product lanes_args(const float_product& a, const int8_plain_rows& x) {
-  int8_lanes_product p;
-  p.x = x;
-  p.w = a.w;
-  p.w_row_bytes = a.w_row_bytes;
-  p.type = a.type;
-  p.bias = a.bias;
-  p.y = a.y;
-  p.n = a.n;
-  return p;
-}
-
 /// Runs f(i, begin, end) over the calls' output columns in whole groups of eight (a product's
 /// last group may be shorter), split over the kernel threads as one product that wide.
 template <class F>
@@ -456,7 +434,7 @@ status product_avx2_lanes(const kernel_call& c) {
   if (a.rows == 0 || a.n == 0) return ok_status();
   int8_plain_rows x;
   if (!lanes_quantize(a, *c.scratch, x)) return product<avx2_kernels>(c);
-  const int8_lanes_product p = lanes_args(a, x);
+  const int8_lanes_product p = int_args(a, x);
   split_lane_groups(&a, 1, [&](std::size_t, std::int64_t b, std::int64_t e) { avx2::int8_lanes_range(p, b, e); });
   return ok_status();
 }
@@ -468,7 +446,7 @@ status products_avx2_lanes(std::span<const kernel_call> calls) {
   int8_plain_rows x;
   if (!lanes_quantize(a[0], *calls[0].scratch, x)) return one_by_one(calls, product<avx2_kernels>);
   int8_lanes_product p[max_group];
-  for (std::size_t i = 0; i < calls.size(); ++i) p[i] = lanes_args(a[i], x);
+  for (std::size_t i = 0; i < calls.size(); ++i) p[i] = int_args(a[i], x);
   split_lane_groups(a, calls.size(), [&](std::size_t i, std::int64_t b, std::int64_t e) { avx2::int8_lanes_range(p[i], b, e); });
   return ok_status();
 }

@@ -29,6 +29,24 @@ inline float bf16_to_float(std::uint16_t h) {
   return f;
 }
 
+/// A block of 32 activations loaded into v, and its largest magnitude; `finite` false when it
+/// holds a NaN or an infinity (its scale is then NaN: the caller takes the float path).
+inline float load_block(const float* p, __m256* v, bool& finite) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 mx = _mm256_setzero_ps();
+  finite = true;
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(p + 8 * i);
+    const __m256 av = _mm256_andnot_ps(sign, v[i]);
+    finite = finite && _mm256_movemask_ps(_mm256_cmp_ps(av, _mm256_set1_ps(3.4028235e38f), _CMP_NLE_UQ)) == 0;
+    mx = _mm256_max_ps(mx, av);
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  return _mm_cvtss_f32(m4);
+}
+
 inline float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -437,24 +455,11 @@ void float_product_range(const float_product& a, i64 n_begin, i64 n_end) {
 
 void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int16_t* q, float* scale, float* sums) {
   const i64 blocks = k / 32;
-  const __m256 sign = _mm256_set1_ps(-0.0f);
   for (i64 r = r_begin; r < r_end; ++r) {
     for (i64 b = 0; b < blocks; ++b) {
-      const float* p = x + r * k + b * 32;
       __m256 v[4];
-      __m256 mx = _mm256_setzero_ps();
-      bool finite = true;
-      for (int i = 0; i < 4; ++i) {
-        v[i] = _mm256_loadu_ps(p + 8 * i);
-        const __m256 av = _mm256_andnot_ps(sign, v[i]);
-        // a NaN or infinity makes the block's scale NaN: the caller then takes the float path
-        finite = finite && _mm256_movemask_ps(_mm256_cmp_ps(av, _mm256_set1_ps(3.4028235e38f), _CMP_NLE_UQ)) == 0;
-        mx = _mm256_max_ps(mx, av);
-      }
-      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-      const float amax = _mm_cvtss_f32(m4);
+      bool finite;
+      const float amax = load_block(x + r * k + b * 32, v, finite);
       const float inv = amax > 0 ? int16_levels / amax : 0.0f;
       const float s = amax / int16_levels;
       scale[r * blocks + b] = finite ? s : __builtin_nanf("");
@@ -479,29 +484,13 @@ void int_product_range(const int_product& a, i64 n_begin, i64 n_end) {
   else int_range<wtype::q4>(with_q4_order(a), n_begin, n_end);
 }
 
-}  // namespace mpakt::cpu_fast::avx2
-
-namespace mpakt::cpu_fast::avx2 {
-
 void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int8_t* q, float* scale, float* sums) {
   const i64 blocks = k / 32;
-  const __m256 sign = _mm256_set1_ps(-0.0f);
   for (i64 r = r_begin; r < r_end; ++r) {
     for (i64 b = 0; b < blocks; ++b) {
-      const float* p = x + r * k + b * 32;
       __m256 v[4];
-      __m256 mx = _mm256_setzero_ps();
-      bool finite = true;
-      for (int i = 0; i < 4; ++i) {
-        v[i] = _mm256_loadu_ps(p + 8 * i);
-        const __m256 av = _mm256_andnot_ps(sign, v[i]);
-        finite = finite && _mm256_movemask_ps(_mm256_cmp_ps(av, _mm256_set1_ps(3.4028235e38f), _CMP_NLE_UQ)) == 0;
-        mx = _mm256_max_ps(mx, av);
-      }
-      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-      const float amax = _mm_cvtss_f32(m4);
+      bool finite;
+      const float amax = load_block(x + r * k + b * 32, v, finite);
       const __m256 iv = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
       const float s = amax / 127.0f;
       scale[r * blocks + b] = finite ? s : __builtin_nanf("");
