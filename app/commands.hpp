@@ -14,5 +14,6 @@ int cmd_serve(const std::vector<std::string>& args);
 int cmd_host(const std::vector<std::string>& args);
 int cmd_admin(const std::vector<std::string>& args);
 int cmd_worker(const std::vector<std::string>& args);
+int cmd_top(const std::vector<std::string>& args);
 
 }  // namespace mpakt::app

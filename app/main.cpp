@@ -24,6 +24,7 @@ void usage(FILE* out) {
       "  demo MODEL_DIR      greedy-decode a story with a local model through the runtime\n"
       "  admin COMMAND       manage accounts and API keys; see `mpakt admin --help`\n"
       "  host DIR --port N   serve a folder of checkpoints in the Hugging Face hub's URL layout\n"
+      "  top --url U --key K the grid's workers, models, sessions and generations in a terminal\n"
       "  help                this text\n",
       out);
 }
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   if (cmd == "host") return mpakt::app::cmd_host(args);
   if (cmd == "admin") return mpakt::app::cmd_admin(args);
   if (cmd == "worker") return mpakt::app::cmd_worker(args);
+  if (cmd == "top") return mpakt::app::cmd_top(args);
   std::fprintf(stderr, "mpakt: unknown command \"%s\"\n\n", cmd.c_str());
   usage(stderr);
   return 2;

@@ -285,6 +285,8 @@ struct client::impl {
     if (range) req.set(bhttp::field::range, "bytes=" + std::to_string(range->first) + "-" + std::to_string(range->last));
     if (!opts.bearer_token.empty() && u.origin() == opts.bearer_origin)
       req.set(bhttp::field::authorization, "Bearer " + opts.bearer_token);
+    if (u.origin() == opts.bearer_origin)
+      for (const auto& [name, value] : opts.origin_headers) req.set(name, value);
 
     // A pooled connection may have been closed by the server since; if the first exchange
     // on it fails that way, reconnect once and send again.

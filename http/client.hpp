@@ -63,6 +63,9 @@ struct client_options {
   /// to another host a redirect leads to (the hub's signed CDN URLs need none).
   std::string bearer_token;
   std::string bearer_origin;
+  /// More request headers for `bearer_origin` only, as the bearer token (an API key's
+  /// x-api-key for mpakt's own API).
+  std::vector<std::pair<std::string, std::string>> origin_headers;
 };
 
 class client {

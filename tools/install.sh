@@ -17,6 +17,8 @@ debs=(
   chromium chromium-driver fonts-liberation
   # test/e2e/test_metrics.py: a real Prometheus server scrapes a running grid's /metrics
   prometheus
+  # test/e2e/test_top.py: mpakt top is driven in a terminal multiplexer and read back
+  tmux
 )
 
 missing=()

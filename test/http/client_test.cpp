@@ -58,7 +58,9 @@ class client_test : public testing::Test {
     };
     if (req.path == "/auth") {
       const auto* a = req.header("authorization");
+      const auto* k = req.header("x-api-key");
       r.body = a ? *a : "-";
+      if (k) r.body += " key " + *k;
       return res->respond(std::move(r));
     }
     if (req.path == "/r/auth-same") return redirect(302, "/auth");
@@ -266,6 +268,18 @@ TEST_F(client_test, the_bearer_token_goes_to_its_origin_only) {
   EXPECT_EQ(elsewhere->body, "-");
   client plain;
   EXPECT_EQ(plain.get(base_ + "/auth")->body, "-");
+}
+
+TEST_F(client_test, origin_headers_go_to_their_origin_only) {
+  client_options o;
+  o.bearer_origin = base_;
+  o.origin_headers = {{"x-api-key", "mpk_secret"}};
+  client c(o);
+  EXPECT_EQ(c.get(base_ + "/auth")->body, "- key mpk_secret");
+  EXPECT_EQ(c.get(base_ + "/r/auth-same")->body, "- key mpk_secret");
+  auto elsewhere = c.get(base_ + "/r/auth-elsewhere");
+  ASSERT_TRUE(elsewhere.ok()) << elsewhere.err().message;
+  EXPECT_EQ(elsewhere->body, "-");
 }
 
 TEST_F(client_test, the_repo_commit_of_a_redirect_is_kept) {
