@@ -40,6 +40,7 @@
     controller: null,        // AbortController of the stream being read
     generation: 0,           // bumped on sign-out, so an old stream's loop stops
     snapshot: null,          // the last `snapshot` event's body
+    previous: null,          // the actors of the one before (a worker missing since left)
     actors: new Map(),       // "kind:id" -> actor of the last snapshot
     gone: new Map(),         // worker id -> {actor, status: lost|recovered, lostAt, recoveredAt, detail}
     events: [],              // grid events seen, oldest first
@@ -158,6 +159,7 @@
     state.key = "";
     state.user = "";
     state.snapshot = null;
+    state.previous = null;
     state.actors = new Map();
     state.gone = new Map();
     state.events = [];
@@ -321,6 +323,9 @@
   function onSnapshot(d) {
     state.snapshot = d;
     state.actors = new Map(d.actors.map((a) => [keyOf(a), a]));
+    // a coordinator that restarted numbers its events from 1 again
+    const last = state.actors.get("coordinator:coordinator")?.state.lastEvent;
+    if (typeof last === "number" && last < state.lastSeq) state.lastSeq = last;
     const now = Date.now();
     // a worker known before and absent now left the grid, whether or not its event was seen
     for (const a of d.actors)
@@ -333,7 +338,11 @@
         if (a.kind === "worker" && !state.actors.has(keyOf(a)) && !state.gone.has(a.id))
           state.gone.set(a.id, { id: a.id, actor: a, status: "lost", lostAt: d.at, seenAt: now, detail: "gone from the picture" });
     // a worker that left is drawn from its last snapshot
-    for (const g of state.gone.values()) g.actor = state.actors.get(`worker:${g.id}`) || g.actor || state.previous?.get(`worker:${g.id}`) || null;
+    for (const g of state.gone.values()) {
+      const now = state.actors.get(`worker:${g.id}`);
+      if (now && now.answered) g.actor = now;
+      else if (!g.actor) g.actor = state.previous?.get(`worker:${g.id}`) || now || null;
+    }
     state.previous = state.actors;
     render();
   }
