@@ -207,21 +207,25 @@ def differences(page, body, status):
         same(f"{w['workerId']} resident", n["resident"], str(actors[("worker", w["workerId"])]["state"]["residentBytes"]))
         if f"{mb(used)} used of {mb(w['totalBytes'])}" not in n["text"]:
             diff.append(f"{w['workerId']}: the text {n['text']!r} does not say {mb(used)} used of {mb(w['totalBytes'])}")
-    # each model under the worker the status lists it on, with its resident bytes
+    # each model under the worker the status lists it on (a spread one under its pipeline),
+    # with its resident bytes
     for w in status["pool"]:
         wx = nodes.get(("worker", w["workerId"]), {}).get("x")
         for m in w["models"]:
-            n = nodes.get(("model", m))
-            if n:
-                same(f"column of model {m}", n["x"], wx)
-                same(f"model {m} resident", n["resident"], str(actors[("model", m)]["state"]["residentBytes"]))
-    # sessions under their worker's column, marked lost as the API says
+            n, a = nodes.get(("model", m)), actors.get(("model", m))
+            if n and a:
+                pipe = nodes.get(("pipeline", f"pipeline of {m}"))
+                same(f"column of model {m}", n["x"], pipe["x"] if pipe else wx)
+                same(f"model {m} resident", n["resident"], str(a["state"]["residentBytes"]))
+    # sessions under their worker's (or pipeline's) column, marked lost as the API says
     for (k, i), a in actors.items():
         if k == "session" and ("session", i) in nodes:
             n = nodes[("session", i)]
             same(f"session {i} lost", n["state"] == "lost", a["state"]["lost"] == 1)
-            if a["state"].get("worker") in {w["workerId"] for w in status["pool"]}:
-                same(f"column of session {i}", n["x"], nodes[("worker", a["state"]["worker"])]["x"])
+            where = a["state"].get("worker", "")
+            where = ("pipeline" if where.startswith("pipeline of ") else "worker", where)
+            if where in nodes:
+                same(f"column of session {i}", n["x"], nodes[where]["x"])
         if ("answered" in a) and (k, i) in nodes:
             same(f"{k} {i} answered", nodes[(k, i)]["answered"], "true" if a["answered"] else "false")
     c = page["counts"]
@@ -435,3 +439,41 @@ def test_the_grid_live_during_a_generation_and_a_volunteer_killed_mid_way(page, 
     assert what.index(("lost", "worker", holder)) < what.index(("ended", "generation", gen["id"])), what
     assert d.find_element(By.CSS_SELECTOR, "[data-testid=stream-status]").get_attribute("data-state") == "live"
     grid["cluster"].server.assert_up()
+
+
+def test_a_spread_model_is_drawn_under_its_pipeline_linked_to_its_parts(start_server, tmp_path_factory, browser, shots):
+    """stories260K spread over two volunteers that cannot hold it alone: the page draws its
+    pipeline with the model and a session under it, a line to each part's worker, and agrees
+    with the API."""
+    c = start_cluster(start_server, tmp_path_factory, "console-page-spread")
+    try:
+        api, key = c.server.api, c.key
+        _, op_key = c.server.account("spread-page-op")
+        assert c.server.admin("grant-admin", "spread-page-op").returncode == 0
+        c.join("w_left", "1000K")
+        c.join("w_right", "1000K")
+        model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
+        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+        d = browser
+        d.get(c.server.base_url + "/console")
+        d.execute_script("localStorage.clear(); sessionStorage.clear();")
+        d.get(c.server.base_url + "/console")
+        by_id(d, "key-input").send_keys(op_key)
+        by_id(d, "key-submit").click()
+        wait_for(d, lambda: any(n["kind"] == "pipeline" for n in read_page(d)["nodes"]), 10, "no pipeline on the page")
+        page, body, _ = agrees_with_the_api(d, {"api": api, "key": key, "op_key": op_key})
+        pipe_id = f"pipeline of {model}"
+        nodes = {(n["kind"], n["id"]): n for n in page["nodes"]}
+        pipe, m, sess = nodes[("pipeline", pipe_id)], nodes[("model", model)], nodes[("session", sid)]
+        assert pipe["x"] == m["x"] == sess["x"] and pipe["y"] < m["y"] < sess["y"], (pipe, m, sess)
+        assert "2 parts · 0 lost" in pipe["text"], pipe["text"]
+        edges = d.execute_script("return [...document.querySelectorAll('#graph path.edge')]"
+                                 ".map(e => [e.dataset.from, e.dataset.to].sort().join(' '))")
+        for w in ("w_left", "w_right"):
+            assert " ".join(sorted([f"pipeline:{pipe_id}", f"worker:{w}"])) in edges, edges
+            assert nodes[("worker", w)]["y"] < pipe["y"]
+        assert page["counts"]["count-pipelines"] == "1"
+        shoot(d, shots, "console-pipeline.png")
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
