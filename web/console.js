@@ -125,6 +125,7 @@
 
   // ------------------------------------------------------------------ accounts and keys
 
+  /** view: auth (no key), connecting, forbidden (not an operator's key) or console. */
   function show(view) {
     el.auth.hidden = view !== "auth";
     el.forbidden.hidden = view !== "forbidden";
@@ -312,9 +313,10 @@
     }
   }
 
+  /** Opens the stream with the kept key; the console shows once the server accepted it. */
   function start() {
     stopStream();
-    show("console");
+    show("connecting");
     readStream();
   }
 
@@ -434,7 +436,8 @@
     }
     if (lost.length || recovering) {
       s = "recovering";
-      text = lost.length ? `Lost: worker ${lost.join(", ")}; placing what it held again` : "Recovering: placing a lost worker's models again";
+      text = lost.length ? `Lost: worker ${lost.join(", ")}; placing what it held again`
+        : "Recovering: placing a lost worker's models again";
     }
     if (!workers.length && s === "healthy") { s = "degraded"; text = "No worker in the pool"; }
     el.health.dataset.state = s;
@@ -510,7 +513,11 @@
         class: "bar-fg", "data-testid": "bar" }, g);
     }
     g.addEventListener("click", () => select(keyOf(a)));
-    g.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); select(keyOf(a)); } });
+    g.addEventListener("keydown", (ev) => {
+      if (ev.key !== "Enter" && ev.key !== " ") return;
+      ev.preventDefault();
+      select(keyOf(a));
+    });
     return { g, x, y, w: NODE_W, h };
   }
 
@@ -587,8 +594,8 @@
         `${mb(used)} used of ${mb(st.totalBytes)}`,
         `${mb(st.residentBytes)} resident · ${mb(st.freeBytes)} free`];
       if (num(st.busy)) lines.push(`busy ${num(st.busyStepsDone)}/${num(st.busySteps)} steps`);
-      const data = { "total-bytes": st.totalBytes ?? "", "free-bytes": st.freeBytes ?? "", "used-bytes": st.totalBytes !== undefined ? used : "",
-        "resident-bytes": st.residentBytes ?? "" };
+      const data = { "total-bytes": st.totalBytes ?? "", "free-bytes": st.freeBytes ?? "",
+        "used-bytes": st.totalBytes !== undefined ? used : "", "resident-bytes": st.residentBytes ?? "" };
       const b = put(w, x, wy, lines, { data, bar: st.totalBytes ? used / st.totalBytes : 0 });
       let y = b.y + b.h + 14;
       const models = byKind("model").filter((m) => m.state.placement === w.id);
@@ -674,7 +681,9 @@
         const [p, q] = from.y <= to.y ? [from, to] : [to, from];
         const x1 = p.x + p.w / 2, y1 = p.y + p.h, x2 = q.x + q.w / 2, y2 = q.y;
         const sameColumn = Math.abs(x1 - x2) < 1;
-        const dpath = sameColumn ? `M${p.x + 4},${p.y + p.h / 2} C${p.x - 14},${p.y + p.h / 2} ${q.x - 14},${q.y + q.h / 2} ${q.x + 4},${q.y + q.h / 2}`
+        // one under the other: a curve along their left edges; else from bottom to top
+        const [ya, yb] = [p.y + p.h / 2, q.y + q.h / 2];
+        const dpath = sameColumn ? `M${p.x + 4},${ya} C${p.x - 14},${ya} ${q.x - 14},${yb} ${q.x + 4},${yb}`
           : `M${x1},${y1} C${x1},${(y1 + y2) / 2} ${x2},${(y1 + y2) / 2} ${x2},${y2}`;
         svg("path", { d: dpath, class: "edge", "data-from": keyOf(a), "data-to": link }, edges);
       }
