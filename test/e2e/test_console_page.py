@@ -5,7 +5,8 @@ operator's shows the server's 403 message; an operator sees the grid live: durin
 generation its workers, memory, models, sessions and the generation equal GET /api/v3/status
 and GET /api/v3/admin/actors; the volunteer holding the model is killed with SIGKILL mid-way and
 the page shows it lost, the model placed again on the other volunteer, then the grid healthy
-again, without a reload.
+again, without a reload. A model spread over two volunteers is drawn under its pipeline, and a
+stream that drops is opened again.
 
 Screenshots of those moments are written to a folder the test prints (MPAKT_CONSOLE_SCREENSHOTS
 names one, e.g. docs/images to refresh the pictures of docs/operating.md).
@@ -441,11 +442,34 @@ def test_the_grid_live_during_a_generation_and_a_volunteer_killed_mid_way(page, 
     grid["cluster"].server.assert_up()
 
 
-def test_a_spread_model_is_drawn_under_its_pipeline_linked_to_its_parts(start_server, tmp_path_factory, browser, shots):
+# Run in the page before its own script: each admin stream the page opens can be cut by the test
+# (window.__streams[i]()), as a dropped connection would end it.
+CUTTABLE_STREAMS = """
+const realFetch = window.fetch;
+window.__streams = [];
+window.fetch = async (...args) => {
+  const res = await realFetch(...args);
+  if (!String(args[0]).endsWith('/api/v3/admin/actors/stream') || !res.ok) return res;
+  const reader = res.body.getReader();
+  let feed;
+  const body = new ReadableStream({
+    start(c) { feed = c; },
+    async pull(c) { const {value, done} = await reader.read(); if (done) c.close(); else c.enqueue(value); },
+    cancel() { reader.cancel(); },
+  });
+  window.__streams.push(() => { feed.error(new TypeError('the connection dropped')); reader.cancel(); });
+  return new Response(body, {status: res.status, headers: res.headers});
+};
+"""
+
+
+def test_a_spread_model_under_its_pipeline_and_a_dropped_stream_opened_again(start_server, tmp_path_factory, browser,
+                                                                             shots):
     """stories260K spread over two volunteers that cannot hold it alone: the page draws its
     pipeline with the model and a session under it, a line to each part's worker, and agrees
-    with the API."""
+    with the API; when its stream drops it says so and opens it again, without a reload."""
     c = start_cluster(start_server, tmp_path_factory, "console-page-spread")
+    script = None
     try:
         api, key = c.server.api, c.key
         _, op_key = c.server.account("spread-page-op")
@@ -457,6 +481,7 @@ def test_a_spread_model_is_drawn_under_its_pipeline_linked_to_its_parts(start_se
         d = browser
         d.get(c.server.base_url + "/console")
         d.execute_script("localStorage.clear(); sessionStorage.clear();")
+        script = d.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": CUTTABLE_STREAMS})["identifier"]
         d.get(c.server.base_url + "/console")
         by_id(d, "key-input").send_keys(op_key)
         by_id(d, "key-submit").click()
@@ -474,6 +499,15 @@ def test_a_spread_model_is_drawn_under_its_pipeline_linked_to_its_parts(start_se
             assert nodes[("worker", w)]["y"] < pipe["y"]
         assert page["counts"]["count-pipelines"] == "1"
         shoot(d, shots, "console-pipeline.png")
+        # the stream drops: the page says so, opens it again and is live, without a reload
+        d.execute_script("window.__notReloaded = true; window.__streams[window.__streams.length - 1]()")
+        wait_for(d, lambda: read_page(d)["stream"] == "reconnecting", 3, "a dropped stream was not noticed")
+        at = read_page(d)["atMs"]
+        wait_for(d, lambda: read_page(d)["stream"] == "live" and read_page(d)["atMs"] > at, 10, "the stream was not opened again")
+        assert d.execute_script("return [window.__notReloaded, window.__streams.length]") == [True, 2]
+        agrees_with_the_api(d, {"api": api, "key": key, "op_key": op_key})
     finally:
+        if script:
+            browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script})
         c.stop_all()
         c.server.process.terminate()
