@@ -16,6 +16,7 @@
   const STALL_MS = 5000;       // no snapshot for this long: the stream is taken as dropped
   const EVENTS_KEPT = 200;     // entries in the event log
   const GONE_KEPT_MS = 10 * 60 * 1000; // how long a worker that left stays drawn
+  const REJOINED_AFTER_MS = 5000;      // (see onSnapshot)
   const KIND_ORDER = ["worker", "model", "session", "generation", "pipeline", "load", "graph", "pool", "coordinator",
     "accounts"];
   const SVG = "http://www.w3.org/2000/svg";
@@ -329,21 +330,25 @@
     const last = state.actors.get("coordinator:coordinator")?.state.lastEvent;
     if (typeof last === "number" && last < state.lastSeq) state.lastSeq = last;
     const now = Date.now();
-    // a worker known before and absent now left the grid, whether or not its event was seen
-    for (const a of d.actors)
-      if (a.kind === "worker" && state.gone.has(a.id) && state.gone.get(a.id).status !== "lost")
-        state.gone.delete(a.id); // (it joined again)
+    // A worker that left is live again with its `joined` event; should that event have been
+    // missed (the stream dropped meanwhile), when it answers a picture taken well after it left
+    // (a picture gathered while it was lost may still hold its answer).
+    for (const a of d.actors) {
+      const g = a.kind === "worker" && a.answered ? state.gone.get(a.id) : null;
+      if (g && d.atMs - Date.parse(g.recoveredAt || g.lostAt) > REJOINED_AFTER_MS) state.gone.delete(a.id);
+    }
     for (const [id, g] of state.gone)
-      if (g.status !== "lost" && now - g.seenAt > GONE_KEPT_MS) state.gone.delete(id);
+      if (now - g.seenAt > GONE_KEPT_MS) state.gone.delete(id);
+    // a worker known before and absent now left the grid, whether or not its event was seen
     if (state.previous)
       for (const a of state.previous.values())
         if (a.kind === "worker" && !state.actors.has(keyOf(a)) && !state.gone.has(a.id))
           state.gone.set(a.id, { id: a.id, actor: a, status: "lost", lostAt: d.at, seenAt: now, detail: "gone from the picture" });
     // a worker that left is drawn from its last snapshot
     for (const g of state.gone.values()) {
-      const now = state.actors.get(`worker:${g.id}`);
-      if (now && now.answered) g.actor = now;
-      else if (!g.actor) g.actor = state.previous?.get(`worker:${g.id}`) || now || null;
+      const cur = state.actors.get(`worker:${g.id}`);
+      if (cur && cur.answered) g.actor = cur;
+      else if (!g.actor) g.actor = state.previous?.get(`worker:${g.id}`) || cur || null;
     }
     state.previous = state.actors;
     render();
