@@ -152,7 +152,11 @@ void static_file(const context& ctx, const request& req, const responder_ptr& re
   }
   std::string rel = req.path == "/" ? "index.html" : req.path.substr(1);
   if (rel.find("..") != std::string::npos) return reply_error(res, errc::not_found, "no such page");
-  const fs::path p = fs::path(ctx.cfg.web_dir) / rel;
+  fs::path p = fs::path(ctx.cfg.web_dir) / rel;
+  // A page is asked for without its extension (/console serves console.html). (The
+  // error_code forms: a name too long for the file system is a missing page, not a throw.)
+  std::error_code ec;
+  if (!p.has_extension() && !fs::is_regular_file(p, ec) && fs::is_regular_file(fs::path(p).concat(".html"), ec)) p.concat(".html");
   std::ifstream f(p, std::ios::binary);
   if (!f || fs::is_directory(p)) return reply_error(res, errc::not_found, "no page at " + req.path);
   std::stringstream ss;
