@@ -120,9 +120,24 @@ void parse_then_send(front_pointer self, Atom atom, std::shared_ptr<Request> req
         .then([rp](Reply& reply) mutable { rp.deliver(std::move(reply)); },
               [self, number, rp](caf::error& e) mutable {
                 self->state.shared->take_parsed(number);  // (never reached the compute side)
+                self->state.tally.failed(from_caf(e).message);
                 rp.deliver(std::move(e));
               });
   });
+}
+
+/// Hands a graph call to the compute side and passes its answer back, keeping an error it
+/// answers for describe (a delegated call's answer would go straight to the caller, unseen).
+template <class Reply, class... Ts>
+caf::result<Reply> via_compute(front_pointer self, Ts&&... xs) {
+  auto rp = self->make_response_promise<Reply>();
+  self->request(self->state.compute, caf::infinite, std::forward<Ts>(xs)...)
+      .then([rp](Reply& reply) mutable { rp.deliver(std::move(reply)); },
+            [self, rp](caf::error& e) mutable {
+              self->state.tally.failed(from_caf(e).message);
+              rp.deliver(std::move(e));
+            });
+  return rp;
 }
 
 worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<worker_shared> shared, compute_actor compute,
@@ -230,7 +245,7 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
           w.runs[number] = worker_shared::run_entry{r.run_id, control, r.timeout_ms, now};
         }
         if (!r.graph_id.empty() || r.graph_json.size() < off_thread_bytes)
-          return caf::result<run_reply>(self->delegate(self->state.compute, run_atom::value, std::move(r), number));
+          return via_compute<run_reply>(self, run_atom::value, std::move(r), number);
         // A big inline graph is parsed here on a helper thread, so the compute side goes on
         // with other calls meanwhile; a cancel or the limit still reach it (registered above).
         auto rp = self->make_response_promise<run_reply>();
@@ -245,7 +260,7 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
           number = ++self->state.shared->next_run;
         }
         if (r.graph_json.size() < off_thread_bytes)
-          return caf::result<compile_reply>(self->delegate(self->state.compute, compile_atom::value, std::move(r), number));
+          return via_compute<compile_reply>(self, compile_atom::value, std::move(r), number);
         auto rp = self->make_response_promise<compile_reply>();
         parse_then_send(self, compile_atom::value, std::make_shared<compile_request>(std::move(r)), number, true, rp);
         return caf::result<compile_reply>(rp);

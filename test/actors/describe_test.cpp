@@ -100,6 +100,21 @@ TEST(describe, AWorkersFrontAnswersWhileItsComputeSideIsHeldUp) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 500ms);  // not behind the held-up call
   EXPECT_EQ(number_of(held, "callsInFlight"), 1.0);
   EXPECT_GT(held.messages, idle.messages);
+  EXPECT_TRUE(held.errors.empty());
+
+  // a call its compute side refuses: the caller hears why, and so does describe
+  run_request bad;
+  bad.graph_id = "g_missing";
+  me->request(w, 10s, run_atom::value, bad).receive([&](run_reply&) { FAIL() << "an unknown graph ran"; },
+                                                    [&](caf::error& e) {
+                                                      EXPECT_NE(from_caf(e).message.find("g_missing"), std::string::npos)
+                                                          << from_caf(e).message;
+                                                    });
+  actor_snapshot after;
+  me->request(w, 5s, describe_atom::value).receive([&](actor_snapshot& s) { after = std::move(s); },
+                                                   [&](caf::error& e) { FAIL() << from_caf(e).message; });
+  ASSERT_EQ(after.errors.size(), 1u);
+  EXPECT_NE(after.errors.front().find("g_missing"), std::string::npos) << after.errors.front();
   caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
 }
 
