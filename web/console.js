@@ -53,45 +53,9 @@
 
   // ------------------------------------------------------------------ HTTP
 
-  class ApiError extends Error {
-    constructor(message, status) {
-      super(message);
-      this.status = status;
-    }
-  }
-
-  async function errorOf(res) {
-    let text = "";
-    try { text = await res.text(); } catch (_) { /* the body could not be read */ }
-    let message = "";
-    try {
-      const j = JSON.parse(text);
-      if (j && typeof j.error === "string") message = j.error;
-    } catch (_) { /* not JSON */ }
-    if (!message) message = text.trim().slice(0, 300) || res.statusText || "no message";
-    return new ApiError(message, res.status);
-  }
-
-  async function api(method, path, { body, key = state.key, token } = {}) {
-    const headers = { Accept: "application/json" };
-    if (token) headers.Authorization = "Bearer " + token;
-    else if (key) headers["x-api-key"] = key;
-    if (body !== undefined) headers["Content-Type"] = "application/json";
-    let res;
-    try {
-      res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-    } catch (e) {
-      throw new ApiError(`cannot reach the server (${e.message || e})`, 0);
-    }
-    if (!res.ok) throw await errorOf(res);
-    const text = await res.text();
-    return text ? JSON.parse(text) : null;
-  }
-
-  function describe(e) {
-    if (e instanceof ApiError) return e.status ? `${e.message} (HTTP ${e.status})` : e.message;
-    return String(e && e.message ? e.message : e);
-  }
+  const { ApiError, errorOf, describe, takeEvents } = window.mpakt;
+  /** One JSON call (common.js), with this page's key unless `key` or `token` is given. */
+  const api = (method, path, opts = {}) => window.mpakt.request(method, path, { key: state.key, ...opts });
 
   function showError(e, context) {
     el.bannerText.textContent = (context ? context + ": " : "") + describe(e);
@@ -215,27 +179,6 @@
     state.controller = null;
   }
 
-  /** Splits server-sent events out of a text buffer; returns [events, rest]. */
-  function takeEvents(buffer) {
-    const events = [];
-    const blocks = buffer.split(/\r\n\r\n|\n\n|\r\r/);
-    const rest = blocks.pop();
-    for (const block of blocks) {
-      let event = "message";
-      const data = [];
-      for (const line of block.split(/\r\n|\n|\r/)) {
-        if (!line || line.startsWith(":")) continue;
-        const colon = line.indexOf(":");
-        const field = colon < 0 ? line : line.slice(0, colon);
-        let value = colon < 0 ? "" : line.slice(colon + 1);
-        if (value.startsWith(" ")) value = value.slice(1);
-        if (field === "event") event = value;
-        else if (field === "data") data.push(value);
-      }
-      if (data.length) events.push({ event, data: data.join("\n") });
-    }
-    return [events, rest];
-  }
 
   /** Reads the stream until sign-out; reconnects (1 s, then up to 5 s apart) when it drops. */
   async function readStream() {
