@@ -24,9 +24,11 @@ CACHE = 128
 DELAY_MS = "40"
 
 
-@pytest.fixture(scope="module")
-def grid(start_server, tmp_path_factory):
-    c = start_cluster(start_server, tmp_path_factory, "console")
+def operator_grid(start_server, tmp_path_factory, name):
+    """A coordinator with two volunteers (each graph call delayed), an operator's key, stories260K
+    on one volunteer, and a session with the first tokens of the prompt fed through a compiled
+    greedy graph. (Also test_top.py's.)"""
+    c = start_cluster(start_server, tmp_path_factory, name)
     server, api, key = c.server, c.server.api, c.key
     _, op_key = server.account("console-operator")
     r = server.admin("grant-admin", "console-operator")
@@ -44,10 +46,16 @@ def grid(start_server, tmp_path_factory):
     for pos, tok in enumerate(prompt[:-1]):
         expect(api.post("/api/v3/graph", {"graphId": greedy, "session": sid, "bind": {"ids": [tok], "pos": pos}}, key=key),
                200)
-    yield {"cluster": c, "api": api, "key": key, "op_key": op_key, "model": model, "holder": on, "session": sid,
-           "graph": greedy, "prompt": prompt}
-    c.stop_all()
-    c.server.process.terminate()
+    return {"cluster": c, "api": api, "key": key, "op_key": op_key, "model": model, "holder": on, "session": sid,
+            "graph": greedy, "prompt": prompt, "url": f"http://127.0.0.1:{server.port}"}
+
+
+@pytest.fixture(scope="module")
+def grid(start_server, tmp_path_factory):
+    g = operator_grid(start_server, tmp_path_factory, "console")
+    yield g
+    g["cluster"].stop_all()
+    g["cluster"].server.process.terminate()
 
 
 def picture(grid):

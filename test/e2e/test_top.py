@@ -15,10 +15,8 @@ import time
 import pytest
 
 from e2e_util import binary, expect
-from test_cluster import GOLDEN, graph_cli, holder, start_cluster
+from test_console import operator_grid
 
-CACHE = 128
-DELAY_MS = "40"  # each graph call on the volunteers waits this long: a generation stays visible
 
 
 def bytes_text(b):
@@ -33,25 +31,10 @@ def bytes_text(b):
 
 @pytest.fixture(scope="module")
 def grid(start_server, tmp_path_factory):
-    c = start_cluster(start_server, tmp_path_factory, "top")
-    server, api, key = c.server, c.server.api, c.key
-    _, op_key = server.account("top-operator")
-    r = server.admin("grant-admin", "top-operator")
-    assert r.returncode == 0, r.stdout + r.stderr
-    c.join("w_a", "1G", "--delay-ms", DELAY_MS)
-    c.join("w_b", "1G", "--delay-ms", DELAY_MS)
-    before = c.status(key)
-    model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
-    on = holder(c.status(key), before)
-    sid = expect(api.post("/api/v3/sessions", {"modelId": model, "label": "top"}, key=key), 200)["session"]["sessionId"]
-    expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", str(CACHE)), session=sid)}, key=key), 200)
-    greedy = expect(api.post("/api/v3/graphs", {"graph": graph_cli("--model-id", model, "--compiled", "--tokens", "1",
-                                                                    "--cache", str(CACHE), "--argmax")}, key=key),
-                    200)["graphId"]
-    yield {"cluster": c, "api": api, "key": key, "op_key": op_key, "model": model, "holder": on, "session": sid,
-           "graph": greedy, "url": f"http://127.0.0.1:{server.port}"}
-    c.stop_all()
-    c.server.process.terminate()
+    g = operator_grid(start_server, tmp_path_factory, "top")
+    yield g
+    g["cluster"].stop_all()
+    g["cluster"].server.process.terminate()
 
 
 def top_once(grid, key):
@@ -145,11 +128,7 @@ def test_in_tmux_it_redraws_a_generation_and_a_lost_volunteer(grid, tmp_path):
         s = wait_screen(lambda s: totals(s)[0] == 2, "the two volunteers")
         agrees_with_status(s, expect(api.get("/api/v3/status", key=key), 200))
         # a generation through the per-call loop (each call delayed): it shows while it runs
-        prompt = GOLDEN["prompt_ids"][:4]
-        sid, g = grid["session"], grid["graph"]
-        for pos, tok in enumerate(prompt[:-1]):
-            expect(api.post("/api/v3/graph", {"graphId": g, "session": sid, "bind": {"ids": [tok], "pos": pos}}, key=key),
-                   200)
+        prompt, sid, g = grid["prompt"], grid["session"], grid["graph"]
         done = {}
 
         def generate():
