@@ -37,7 +37,7 @@ if _missing:
                 allow_module_level=True)
 webdriver = pytest.importorskip("selenium.webdriver", reason="the browser tests need the PyPI package selenium")
 
-from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -127,9 +127,17 @@ def shown(d, ident):
     return by_id(d, ident).is_displayed()
 
 
+def text_of(d, css):
+    """An element's text read in one script call: the details panel and the graph are redrawn
+    every second, so an element Selenium found may be replaced before its text is read."""
+    return d.execute_script("const e = document.querySelector(arguments[0]); return e ? e.textContent.trim() : null;", css)
+
+
 def wait_for(d, what, timeout=10.0, message=""):
     try:
-        return WebDriverWait(d, timeout, poll_frequency=0.05).until(lambda _: what())
+        # (an element replaced by a redraw between finding and reading it: try again)
+        return WebDriverWait(d, timeout, poll_frequency=0.05,
+                             ignored_exceptions=[StaleElementReferenceException]).until(lambda _: what())
     except TimeoutException:
         banner = d.find_elements(By.ID, "error-banner")
         err = banner[0].text if banner and banner[0].is_displayed() else ""
@@ -358,7 +366,7 @@ def test_the_grid_live_during_a_generation_and_a_volunteer_killed_mid_way(page, 
              > int(node["tokens"]), 5, "the generation's token count did not grow")
     # its full snapshot, on a click
     click(d, f"#graph [data-testid=node][data-kind=generation][data-id={gen['id']}]")
-    wait_for(d, lambda: by_id(d, "details-title").text == f"generation {gen['id']}", 3, "no details for the generation")
+    wait_for(d, lambda: text_of(d, "#details-title") == f"generation {gen['id']}", 3, "no details for the generation")
     links = d.execute_script("return [...document.querySelectorAll('[data-testid=details-link]')].map(b => b.textContent)")
     assert sorted(links) == sorted(gen["links"]), (links, gen["links"])
     shoot(d, shots, "console-generation.png")
@@ -379,7 +387,7 @@ def test_the_grid_live_during_a_generation_and_a_volunteer_killed_mid_way(page, 
     filt.clear()
     d.execute_script("arguments[0].dispatchEvent(new Event('input'))", filt)
     click(d, f"#graph [data-testid=node][data-kind=worker][data-id={holder}]")
-    wait_for(d, lambda: by_id(d, "details-title").text == f"worker {holder}", 3, "no details for the worker")
+    wait_for(d, lambda: text_of(d, "#details-title") == f"worker {holder}", 3, "no details for the worker")
     w = next(a for a in body["actors"] if a["kind"] == "worker" and a["id"] == holder)
     st = d.execute_script("return Object.fromEntries([...document.querySelectorAll('[data-testid=details-state] tr')]"
                           ".map(r => [r.dataset.name, r.cells[r.cells.length - 1].textContent]))")
@@ -390,7 +398,7 @@ def test_the_grid_live_during_a_generation_and_a_volunteer_killed_mid_way(page, 
         assert st[k] == str(w["state"][k]), (k, st[k], w["state"][k])
     links = d.execute_script("return [...document.querySelectorAll('[data-testid=details-link]')].map(b => b.textContent)")
     assert f"model:{model}" in links and f"session:{sid}" in links, links
-    assert d.find_element(By.CSS_SELECTOR, "[data-testid=details-answered]").text == "yes"
+    assert text_of(d, "[data-testid=details-answered]") == "yes"
 
     # the volunteer holding the model dies while the generation runs
     assert "done" not in seen and [a for a in api_picture(grid)[0]["actors"] if a["id"] == gen["id"]], seen
@@ -438,7 +446,7 @@ def test_the_grid_live_during_a_generation_and_a_volunteer_killed_mid_way(page, 
     assert what.index(("started", "generation", gen["id"])) < what.index(("lost", "worker", holder)) \
         < what.index(("recovered", "worker", holder)), what
     assert what.index(("lost", "worker", holder)) < what.index(("ended", "generation", gen["id"])), what
-    assert d.find_element(By.CSS_SELECTOR, "[data-testid=stream-status]").get_attribute("data-state") == "live"
+    assert d.execute_script("return document.querySelector('[data-testid=stream-status]').dataset.state") == "live"
     grid["cluster"].server.assert_up()
 
 
