@@ -243,8 +243,20 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
                   [self, first, this_run, fail_before_start, finish](caf::error& e) {
                     auto& st = self->state;
                     if (st.runs != this_run || st.finished) return;  // superseded by a later run
-                    if (first) return fail_before_start(e);
-                    finish(gen_done{"error", from_caf(e).message, st.run_start});
+                    auto fail = [self, first, fail_before_start, finish, e] {
+                      if (first) return fail_before_start(e);
+                      finish(gen_done{"error", from_caf(e).message, self->state.run_start});
+                    };
+                    // A worker leaving the grid may answer the start with an error just before
+                    // its down message arrives: then the down handler goes on elsewhere. Only
+                    // a worker that still answers refused the run.
+                    if (from_caf(e).code != errc::unavailable) return fail();
+                    self->request(st.plan.worker, std::chrono::seconds(2), describe_atom::value)
+                        .then(
+                            [self, this_run, fail](actor_snapshot&) {
+                              if (self->state.runs == this_run && !self->state.finished && !self->state.replanning) fail();
+                            },
+                            [](caf::error&) { /* gone: its down message replans the generation */ });
                   });
       };
       st.round_trips = 0;
