@@ -260,6 +260,10 @@ struct gen_token {
   float logprob = 0;
   std::vector<std::int64_t> top_ids;
   std::vector<float> top_logprobs;
+  /// A speculative generation's drafts proposed and accepted so far in this run (counted up
+  /// to and including the pass that produced this token; 0 when not speculative), so its
+  /// acceptance can be watched live (docs/protocol.md, "Describing the grid").
+  std::uint64_t drafted = 0, accepted = 0;
 };
 
 /// How a generation ended: "stop token", "max tokens", "cancelled" or "error".
@@ -310,7 +314,8 @@ constexpr std::int32_t max_top_logprobs = 20;
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_token& x) {
-  return f(caf::meta::type_name("gen_token"), x.token, x.index, x.pos, x.ms, x.logprob, x.top_ids, x.top_logprobs);
+  return f(caf::meta::type_name("gen_token"), x.token, x.index, x.pos, x.ms, x.logprob, x.top_ids, x.top_logprobs, x.drafted,
+           x.accepted);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gen_done& x) {

@@ -144,6 +144,10 @@ void pass(loop_pointer self) {
               t.index = st.index++;
               t.pos = st.pos;
               t.ms = ms / double(produced.size());
+              if (st.spec) {
+                t.drafted = st.spec->drafted;
+                t.accepted = st.spec->accepted;
+              }
               caf::anon_send(st.req.listener, gentoken_atom::value, st.req.gen_id, std::move(t));
               emitted.push_back(tok);
               st.run_tokens.push_back(tok);

@@ -334,6 +334,10 @@ bool deliver_tokens(compute_pointer self, const std::string& id, const std::vect
     t.index = g.index;
     t.pos = g.pos;
     t.ms = ms / double(produced.size());
+    if (g.spec) {
+      t.drafted = g.spec->drafted;
+      t.accepted = g.spec->accepted;
+    }
     if (g.req.logprobs >= 0) {
       if (i < logits.size()) add_logprobs(t, *logits[i].first, logits[i].second, g.req.logprobs);
       else t.logprob = std::numeric_limits<float>::quiet_NaN();  // (never expected: genstart checked the graph)

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "actors/errors.hpp"
 #include "actors/generate/gen_values.hpp"
@@ -39,6 +40,9 @@ struct generation_state {
   bool reported = false;  ///< the current run's fed tokens went to the coordinator
   bool replanning = false;  ///< the run's worker left; tokens until the next run are stale
   int runs = 0;           ///< runs started (a late answer from an earlier run is ignored)
+  /// Speculation as its tokens report it: drafts proposed and accepted in the current run so
+  /// far, and in the runs before it.
+  std::uint64_t run_drafted = 0, run_accepted = 0, drafted_before = 0, accepted_before = 0;
   std::shared_ptr<void> slot;  ///< one of the key's generations running at once, freed at the end
   describe_tally tally;
 };
@@ -58,6 +62,12 @@ actor_snapshot describe_generation(generation_state& st, std::uint64_t mailbox) 
   s.number("startPos", double(st.plan.start_pos));
   s.number("workerLoop", st.plan.worker_loop ? 1 : 0);
   s.number("speculative", st.plan.verify_graphs.empty() ? 0 : 1);
+  if (!st.plan.verify_graphs.empty()) {
+    const double drafted = double(st.drafted_before + st.run_drafted), accepted = double(st.accepted_before + st.run_accepted);
+    s.number("drafted", drafted);
+    s.number("accepted", accepted);
+    s.number("acceptance", drafted > 0 ? std::round(accepted / drafted * 1000) / 1000 : 0.0);
+  }
   s.number("runs", double(st.runs));
   s.number("roundTrips", double(st.round_trips));
   s.text("owner", st.who.account);
@@ -182,6 +192,8 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
       if (st.finished || st.replanning || t.index != st.tokens.size() - st.run_offset) return;
       t.index += std::uint32_t(st.run_offset);  // a continued generation counts on
       st.tokens.push_back(t.token);
+      st.run_drafted = t.drafted;
+      st.run_accepted = t.accepted;
       metrics::m().tokens_generated.with({st.plan.worker_loop ? "worker_loop" : "per_call"}).inc();
       if (st.sse && !st.cancelled) st.sse->send("token", token_json(t));
     };
@@ -225,6 +237,8 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
                     auto& st = self->state;
                     if (st.finished) return;
                     st.replanning = false;
+                    st.drafted_before += std::exchange(st.run_drafted, 0);
+                    st.accepted_before += std::exchange(st.run_accepted, 0);
                     st.run_offset = st.tokens.size();
                     st.run_first = p.first_id;
                     st.run_start = p.start_pos;

@@ -152,6 +152,48 @@ def test_a_running_generation_is_in_the_picture_with_its_rate(grid):
     assert not [a for (k, _), a in after.items() if k == "generation"]
 
 
+def test_a_speculative_generation_shows_its_acceptance_while_it_runs(grid):
+    """A speculative generation's snapshot counts the drafts proposed and accepted so far, as
+    its passes report them (ISSUE 14: "tokens/s and acceptance of a generation"), and agrees
+    with what the generation answers at its end."""
+    api, key, model = grid["api"], grid["key"], grid["model"]
+    golden, prompt = GOLDEN["greedy_ids"], GOLDEN["prompt_ids"]
+    sid = expect(api.post("/api/v3/sessions", {"modelId": model, "label": "speculative"}, key=key), 200)["session"]["sessionId"]
+    expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", str(CACHE)), session=sid)}, key=key), 200)
+    for pos, tok in enumerate(prompt[:-1]):
+        expect(api.post("/api/v3/graph", {"graphId": grid["graph"], "session": sid, "bind": {"ids": [tok], "pos": pos}},
+                        key=key), 200)
+    verify = expect(api.post("/api/v3/graphs", {"label": "verify5", "graph": graph_cli(
+        "--model-id", model, "--compiled", "--tokens", "5", "--cache", str(CACHE), "--argmax")}, key=key), 200)["graphId"]
+    n = len(golden) - len(prompt)
+    conn = http.client.HTTPConnection("127.0.0.1", grid["cluster"].server.port, timeout=60)
+    # the ordinary loop: each pass is a delayed call on the volunteer, so the picture catches it
+    body = {"graphId": grid["graph"], "sessionId": sid, "ids": [prompt[-1]], "startPos": len(prompt) - 1,
+            "maxNewTokens": n, "workerLoop": False,
+            "speculative": {"graphIds": [verify], "context": golden + prompt, "always": True}}
+    conn.request("POST", "/api/v3/generate", json.dumps(body), {"x-api-key": key})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    events = sse_events(resp)
+    assert next(events)[0] == "token"  # the first pass (a verify pass) has produced its tokens
+    _, actors = picture(grid)
+    gens = [a for (k, _), a in actors.items() if k == "generation"]
+    assert len(gens) == 1, gens
+    live = gens[0]["state"]
+    assert live["speculative"] == 1 and live["tokens"] < n, live
+    # the text repeats what the context holds: drafts are proposed and (greedy) accepted
+    assert 4 <= live["drafted"] and 1 <= live["accepted"] <= live["drafted"], live
+    assert live["acceptance"] == round(live["accepted"] / live["drafted"], 3), live
+    rest = list(events)
+    assert rest[-1][0] == "done", rest[-1]
+    done = rest[-1][1]
+    assert done["tokens"] == golden[len(prompt):], done
+    spec = done["speculation"]
+    assert live["drafted"] <= spec["drafted"] and live["accepted"] <= spec["accepted"], (live, spec)
+    conn.close()
+    expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
+
+
 def test_a_worker_that_cannot_answer_is_listed_without_waiting_for_it(grid):
     """A volunteer stopped (SIGSTOP) cannot answer: the picture comes all the same, within the
     describe timeout, listing it from what the coordinator knows, answered false."""
