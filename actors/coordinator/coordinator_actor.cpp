@@ -162,7 +162,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                       w.EndObject();
                     }));
                   },
-                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+                  [=](caf::error& e) mutable { fail(self, rp, e); });
           return rp;
         },
         [=](recheck_atom, const caller&, const std::string& worker_id) -> caf::result<std::string> {
@@ -176,12 +176,12 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                       if (ss[i].worker_id != worker_id) continue;
                       self->request(ws[i], std::chrono::minutes(10), recheck_atom::value)
                           .then([rp](std::string& report) mutable { rp.deliver(std::move(report)); },
-                                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+                                [self, rp](caf::error& e) mutable { fail(self, rp, std::move(e)); });
                       return;
                     }
-                    rp.deliver(to_caf(errc::not_found, "no worker " + worker_id + " in the pool"));
+                    fail(self, rp, to_caf(errc::not_found, "no worker " + worker_id + " in the pool"));
                   },
-                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+                  [self, rp](caf::error& e) mutable { fail(self, rp, std::move(e)); });
           return rp;
         },
         [=](status_atom, const caller& who) -> caf::result<std::string> {
@@ -314,7 +314,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
                       w.EndObject();
                     }));
                   },
-                  [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+                  [=](caf::error& e) mutable { fail(self, rp, e); });
           return rp;
         },
         // ------------------------------------------------------------ models
@@ -438,7 +438,7 @@ coordinator_actor spawn_coordinator(caf::actor_system& sys, coordinator_config c
           // (the pool asks each worker's front, which answers while its compute side is busy)
           self->request(S.pool, control, workers_atom::value)
               .then([=](std::vector<worker_status>& ws) mutable { rp.deliver(sessions, graphs, models, std::move(ws)); },
-                    [=](caf::error& e) mutable { rp.deliver(std::move(e)); });
+                    [=](caf::error& e) mutable { fail(self, rp, std::move(e)); });
           return rp;
         },
     };

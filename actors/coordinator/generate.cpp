@@ -115,11 +115,11 @@ caf::result<gen_plan> plan_generation(coordinator_pointer self, const caller& wh
                         if (!settle()) return;
                         error err = from_caf(e);
                         if (i > 0) err.message = "verify graph " + id + ": " + err.message;
-                        rp.deliver(to_caf(err));
+                        fail(self, rp, to_caf(err));
                       });
             },
             [=](caf::error& e) mutable {
-              if (settle()) rp.deliver(caf::error(e));
+              if (settle()) fail(self, rp, e);
             });
   };
   in_sequence(graphs->size(), step, [=]() mutable {
@@ -156,7 +156,7 @@ caf::result<gen_plan> replan_generation(coordinator_pointer self, const caller& 
       actors->size(),
       [=](std::size_t i, std::function<void()> next) mutable {
         self->request((*actors)[i], self->state.cfg.timeouts.graph, compile_atom::value, result->worker)
-            .then([next](compile_reply&) { next(); }, [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+            .then([next](compile_reply&) { next(); }, [=](caf::error& e) mutable { fail(self, rp, e); });
       },
       [=]() mutable { rp.deliver(*result); });
   return rp;

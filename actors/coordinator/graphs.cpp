@@ -108,7 +108,7 @@ void run_on(coordinator_pointer self, caf::typed_response_promise<run_reply> rp,
   };
   // Exactly one of: the reply, the error, or the worker's loss settles the call.
   std::function<bool()> settle = [] { return true; };
-  if (w) settle = track_call(self, w.address(), [rp, retry]() mutable { rp.deliver(retry()); });
+  if (w) settle = track_call(self, w.address(), [self, rp, retry]() mutable { fail(self, rp, retry()); });
   auto done = [self, rp, primary, journaled, multi, settle, forget](run_reply& reply) mutable {
     forget();
     if (!settle()) return;
@@ -122,38 +122,38 @@ void run_on(coordinator_pointer self, caf::typed_response_promise<run_reply> rp,
     }
     rp.deliver(std::move(reply));
   };
-  auto fail = [self, rp, w, retry, settle, forget](caf::error& e) mutable {
+  auto failed = [self, rp, w, retry, settle, forget](caf::error& e) mutable {
     forget();
     if (!settle()) return;
     if (actor_gone(e) && w) {
       on_worker_lost(self, w.address());
-      rp.deliver(retry());
+      fail(self, rp, retry());
       return;
     }
     if (e == caf::sec::request_timeout) {
-      rp.deliver(graph_timeout_error(self->state.cfg.timeouts, "its worker"));
+      fail(self, rp, graph_timeout_error(self->state.cfg.timeouts, "its worker"));
       return;
     }
-    rp.deliver(caf::error(e));
+    fail(self, rp, e);
   };
   const auto limit = S.cfg.timeouts.graph + S.cfg.timeouts.answer_grace;
   if (compiled && !primary.empty()) {
     // Through the session's actor, which counts the step and runs on its worker.
     auto it = S.sessions.find(primary);
     self->request(it->second.actor, limit + std::chrono::seconds(5), run_atom::value, std::move(req), *compiled)
-        .then(done, fail);
+        .then(done, failed);
     return;
   }
   if (compiled) {
-    self->request(*compiled, limit + std::chrono::seconds(5), run_atom::value, std::move(req), w).then(done, fail);
+    self->request(*compiled, limit + std::chrono::seconds(5), run_atom::value, std::move(req), w).then(done, failed);
     return;
   }
   if (!primary.empty()) {
     auto it = S.sessions.find(primary);
-    self->request(it->second.actor, limit + std::chrono::seconds(5), run_atom::value, std::move(req)).then(done, fail);
+    self->request(it->second.actor, limit + std::chrono::seconds(5), run_atom::value, std::move(req)).then(done, failed);
     return;
   }
-  self->request(w, limit, run_atom::value, std::move(req)).then(done, fail);
+  self->request(w, limit, run_atom::value, std::move(req)).then(done, failed);
 }
 
 /// The worker to use when a graph names no session or weights: the one with most free
@@ -221,7 +221,7 @@ caf::result<run_reply> run_graph(coordinator_pointer self, const caller& who, gr
     run_on(self, rp, std::move(req), r->worker, std::nullopt, requester);
   } else {
     with_any_worker(self, call.refs.needs, [=](result<worker_actor> w) mutable {
-      if (!w) rp.deliver(to_caf(w.err()));
+      if (!w) fail(self, rp, to_caf(w.err()));
       else run_on(self, rp, std::move(req), *w, std::nullopt, requester);
     });
   }
@@ -284,7 +284,7 @@ caf::result<std::string> compile_graph(coordinator_pointer self, const caller& w
             },
             [=](caf::error& err) mutable {
               caf::anon_send(e.actor, delete_atom::value);
-              rp.deliver(caf::error(err));
+              fail(self, rp, err);
             });
   };
   if (r->worker) {
@@ -293,7 +293,7 @@ caf::result<std::string> compile_graph(coordinator_pointer self, const caller& w
     with_any_worker(self, call.refs.needs, [=](result<worker_actor> w) mutable {
       if (!w) {
         caf::anon_send(e.actor, delete_atom::value);
-        rp.deliver(to_caf(w.err()));
+        fail(self, rp, to_caf(w.err()));
       } else {
         compile(*w);
       }

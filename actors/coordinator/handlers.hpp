@@ -31,11 +31,13 @@ std::string now_iso();
 /// Milliseconds since the Unix epoch as ISO 8601 UTC with milliseconds.
 std::string iso_from_unix_ms(std::uint64_t ms);
 std::string limits_json(const coordinator_config& cfg, const std::vector<worker_status>& ws);
-/// Delivers a JSON text or an error to a promise.
+/// Settles a handler's promise with an error, kept among the coordinator's last errors for
+/// describe (as `noted` keeps those a handler answers at once): a failure that comes back
+/// later, from a worker or a session, is the coordinator's answer too.
 template <class Promise>
-void deliver(Promise& rp, result<std::string> r) {
-  if (r) rp.deliver(std::move(*r));
-  else rp.deliver(to_caf(r.err()));
+void fail(coordinator_pointer self, Promise& rp, caf::error e) {
+  self->state.tally.failed(from_caf(e).message);
+  rp.deliver(std::move(e));
 }
 
 // Routing and running graph calls (graphs.cpp).

@@ -40,7 +40,7 @@ caf::result<std::string> inspect_model(coordinator_pointer self, const caller&, 
   auto job = spawn_load_job(self->system(), self->state.cfg.load, self->state.pool);
   self->request(job, std::chrono::minutes(5), inspect_atom::value, source, token)
       .then([=](std::string& j) mutable { rp.deliver(std::move(j)); },
-            [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+            [=](caf::error& e) mutable { fail(self, rp, e); });
   return rp;
 }
 
@@ -106,7 +106,7 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
             metrics::m().load_duration.with({"failed"}).observe(seconds_since());
             log::line("warn", "coordinator", "load of " + req.model_id + " failed: " + from_caf(e).message,
                       {{"request_id", who.request_id}, {"model_id", req.model_id}});
-            rp.deliver(caf::error(e));
+            fail(self, rp, e);
           });
   return rp;
 }
@@ -170,7 +170,7 @@ caf::result<std::string> list_models(coordinator_pointer self, const caller& who
               w.EndObject();
             }));
           },
-          [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          [=](caf::error& e) mutable { fail(self, rp, e); });
   return rp;
 }
 
@@ -188,7 +188,7 @@ caf::result<std::string, std::string, std::string, std::string> model_files(coor
             if (auto* again = self->state.find(self->state.models, id, who)) again->files = {config, tok, tok_cfg, jinja};
             rp.deliver(std::move(config), std::move(tok), std::move(tok_cfg), std::move(jinja));
           },
-          [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          [=](caf::error& e) mutable { fail(self, rp, e); });
   return rp;
 }
 

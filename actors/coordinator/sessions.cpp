@@ -74,13 +74,13 @@ caf::result<std::string> open_session(coordinator_pointer self, const caller& wh
                 jw.EndObject();
               }));
             },
-            [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+            [=](caf::error& e) mutable { fail(self, rp, e); });
   };
   if (m) {
     open(m->worker);  // a session lives where its model's weights are
   } else {
     with_any_worker(self, {}, [=](result<worker_actor> w) mutable {
-      if (!w) rp.deliver(to_caf(w.err()));
+      if (!w) fail(self, rp, to_caf(w.err()));
       else open(*w);
     });
   }
@@ -123,7 +123,7 @@ caf::result<std::string> describe_session(coordinator_pointer self, const caller
               w.EndObject();
             }));
           },
-          [=](caf::error& e) mutable { rp.deliver(caf::error(e)); });
+          [=](caf::error& e) mutable { fail(self, rp, e); });
   return rp;
 }
 
@@ -203,7 +203,7 @@ caf::result<std::string> checkpoint_session(coordinator_pointer self, const call
               if (c.key_id == who.key_id && sid != id) held += c.dump.bytes;
             const std::uint64_t budget = S.cfg.durable_budget_bytes;
             if (held + info.bytes > budget) {
-              rp.deliver(to_caf(errc::too_large, "checkpoint of session " + id + " needs " + std::to_string(info.bytes) +
+              fail(self, rp, to_caf(errc::too_large, "checkpoint of session " + id + " needs " + std::to_string(info.bytes) +
                                                      " bytes but only " + std::to_string(budget > held ? budget - held : 0) +
                                                      " bytes of this key's durable budget are available"));
               return;
@@ -228,9 +228,9 @@ caf::result<std::string> checkpoint_session(coordinator_pointer self, const call
                         w.EndObject();
                       }));
                     },
-                    [=](caf::error& err) mutable { rp.deliver(caf::error(err)); });
+                    [=](caf::error& err) mutable { fail(self, rp, err); });
           },
-          [=](caf::error& err) mutable { rp.deliver(caf::error(err)); });
+          [=](caf::error& err) mutable { fail(self, rp, err); });
   return rp;
 }
 
@@ -249,7 +249,7 @@ caf::result<std::string> restore_session(coordinator_pointer self, const caller&
   auto place = [=](worker_actor target) mutable {
     put_checkpoint_back(self, id, target, [=](caf::error failed) mutable {
       if (failed) {
-        rp.deliver(failed);
+        fail(self, rp, failed);
         return;
       }
       auto& S = self->state;
@@ -276,7 +276,7 @@ caf::result<std::string> restore_session(coordinator_pointer self, const caller&
   } else {
     self->request(S.pool, control, pick_atom::value, c->second.dump.bytes)
         .then([=](worker_actor& w, worker_status&) mutable { place(w); },
-              [=](caf::error& err) mutable { rp.deliver(caf::error(err)); });
+              [=](caf::error& err) mutable { fail(self, rp, err); });
   }
   return rp;
 }

@@ -84,12 +84,12 @@ caf::result<std::string> upload_tensor(coordinator_pointer self, const caller& w
                     },
                     [=](caf::error& e) mutable {
                       settle();
-                      rp.deliver(caf::error(e));
+                      fail(self, rp, e);
                     });
           },
           [=](caf::error& e) mutable {
             settle();
-            rp.deliver(caf::error(e));
+            fail(self, rp, e);
           });
   return rp;
 }

@@ -194,6 +194,21 @@ def test_a_speculative_generation_shows_its_acceptance_while_it_runs(grid):
     expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
 
 
+def test_errors_a_worker_sends_back_are_among_the_coordinators_last_errors(grid):
+    """An error the coordinator answers only once the worker has replied (here the worker's
+    validation of a product whose widths disagree) is kept in its snapshot like one it answers
+    at once."""
+    api, key, model = grid["api"], grid["key"], grid["model"]
+    graph = {"inputs": [{"name": "x", "shape": [1, 3], "data": [1.0, 2.0, 3.0]},
+                        {"name": "w", "model": model, "weight": "model.layers.0.self_attn.q_proj.weight"}],
+             "steps": [{"op": "matmul", "in": ["x", "w"], "out": "y", "params": {"transB": True}}],
+             "outputs": ["y"]}
+    reply = expect(api.post("/api/v3/graph", {"graph": graph}, key=key), 400, "matmul")
+    _, actors = picture(grid)
+    errors = actors[("coordinator", "coordinator")]["errors"]
+    assert reply["error"] in errors, (reply, errors)
+
+
 def test_a_worker_that_cannot_answer_is_listed_without_waiting_for_it(grid):
     """A volunteer stopped (SIGSTOP) cannot answer: the picture comes all the same, within the
     describe timeout, listing it from what the coordinator knows, answered false."""
