@@ -180,9 +180,17 @@ std::string render(const std::string& url, const picture& p) {
   add("\nGENERATIONS %-23s %-26s %8s %8s\n", "id", "session", "tokens", "tok/s");
   for (const auto* g : gens) {
     const auto sess = g->linked("session");
+    std::string note;
+    if (g->texts.count("waiting")) {
+      note = "  waiting for its session's recovery";
+    } else if (g->num("speculative") > 0) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "  acceptance %.2f of %.0f drafts", g->num("acceptance"), g->num("drafted"));
+      note = buf;
+    }
     add("            %-23s %-26s %5.0f/%-3.0f %8.1f%s\n", fit(g->id, 23).c_str(),
         fit(sess.empty() ? "-" : sess.front(), 26).c_str(), g->num("tokens"), g->num("maxNewTokens"),
-        g->num("tokensPerSecond"), g->texts.count("waiting") ? "  waiting for its session's recovery" : "");
+        g->num("tokensPerSecond"), note.c_str());
   }
 
   if (!loads.empty()) {

@@ -525,7 +525,8 @@
         for (const gen of generationsOf(s.id)) {
           const gs = gen.state;
           const gb = put(gen, x + 12, y, [`${num(gs.tokens)} of ${num(gs.maxNewTokens)} tokens · ${num(gs.tokensPerSecond)} tok/s`,
-            `${(num(gs.elapsedMs) / 1000).toFixed(1)} s · ${gs.answer ?? (gs.workerLoop ? "worker loop" : "")}`],
+            `${(num(gs.elapsedMs) / 1000).toFixed(1)} s · ${gs.answer ?? (gs.workerLoop ? "worker loop" : "")}` +
+              (gs.speculative ? ` · acceptance ${num(gs.acceptance).toFixed(2)}` : "")],
             { data: { tokens: num(gs.tokens) }, bar: gs.maxNewTokens ? num(gs.tokens) / gs.maxNewTokens : 0 });
           y = gb.y + gb.h + 8;
         }

@@ -151,6 +151,19 @@ std::vector<target> targets(coordinator_state& S) {
   return out;
 }
 
+/// Gives each worker's snapshot its heartbeat age: how long ago it last answered the pool
+/// (the pool's probe, every few seconds, or a status call), from the pool's own snapshot.
+void add_heartbeats(std::vector<actor_snapshot>& out) {
+  const auto pool = std::find_if(out.begin(), out.end(), [](const actor_snapshot& s) { return s.kind == "pool"; });
+  if (pool == out.end()) return;
+  for (auto& s : out) {
+    if (s.kind != "worker") continue;
+    const std::string key = "lastAnswerAgoMs." + s.id;
+    for (const auto& [name, v] : pool->numbers)
+      if (name == key) s.number("heartbeatAgeMs", v);
+  }
+}
+
 }  // namespace
 
 actor_snapshot describe_coordinator(coordinator_pointer self) {
@@ -197,7 +210,9 @@ caf::result<std::vector<actor_snapshot>> describe_grid(coordinator_pointer self)
     return rp;
   }
   auto one_done = [pic, rp]() mutable {
-    if (--pic->pending == 0) rp.deliver(std::move(pic->out));
+    if (--pic->pending > 0) return;
+    add_heartbeats(pic->out);
+    rp.deliver(std::move(pic->out));
   };
   for (std::size_t i = 0; i < ts.size(); ++i) {
     auto& t = ts[i];

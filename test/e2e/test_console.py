@@ -95,6 +95,8 @@ def test_the_picture_lists_every_actor_linked_and_agrees_with_status(grid):
     assert set(pool["links"]) == {"worker:w_a", "worker:w_b"}
     for w in ("w_a", "w_b"):  # probed at least once, at most one probe period (5 s) and a call ago
         assert 0 < pool["state"][f"measuredMs.{w}"] and 0 <= pool["state"][f"lastAnswerAgoMs.{w}"] < 6000, pool
+        # and each worker's own snapshot carries that age as its heartbeat
+        assert actors[("worker", w)]["state"]["heartbeatAgeMs"] == pool["state"][f"lastAnswerAgoMs.{w}"]
     # the same workers, with the same memory, as GET /api/v3/status
     workers = {i: a for (k, i), a in actors.items() if k == "worker"}
     assert set(workers) == {w["workerId"] for w in status["pool"]}
