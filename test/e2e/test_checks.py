@@ -275,3 +275,40 @@ def test_weights_beyond_the_verifiers_room_are_not_copied_and_their_passes_go_un
     finally:
         c.stop_all()
         server.process.terminate()
+
+
+def test_a_volunteer_that_lies_now_and_then_is_caught_within_its_checked_passes(start_server, tmp_path_factory):
+    """`--fault corrupt-results:0.25`: a quarter of the liar's answers and drawn tokens are
+    altered, the rest honest. With its first 64 passes all checked (`--verify-first 64`), it is
+    caught among them (it survives 30 checked passes with probability 0.75^30 < 2e-4) and
+    quarantined, and the client's answers and tokens are an undisturbed run's."""
+    cport = free_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--verify-first", "64")
+    c = Cluster(server, cport, tmp_path_factory.mktemp("sometimes"))
+    c.key = server.account("sometimes")[1]
+    try:
+        liar, _ = join_faulty(c, "w_liar", "corrupt-results:0.25")
+        model, where = load_stories(c)
+        assert where == "w_liar"
+        c.join("w_honest")
+        step = compiled_step(c, model)
+        n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+        got = []
+        for _ in range(3):  # each: an allocation, the prompt's steps, a whole generation
+            sid, answers = prefilled_session(c, model, step)
+            got.append((answers, PROMPT + generate(c, step, sid, n)["tokens"]))
+        st = c.wait_for(lambda s: s["quarantined"], "the liar to be quarantined", timeout=30)
+        q = st["quarantined"][0]
+        assert q["workerId"] == "w_liar", q
+        assert "differs from the verifier's" in q["reason"] or "generated token" in q["reason"], q
+        assert liar.proc.wait(timeout=15) == 4
+        assert [w["workerId"] for w in st["pool"]] == ["w_honest"]
+        # what the client got, call for call and token for token, is what the honest volunteer gives
+        sid, honest = prefilled_session(c, model, step)
+        for answers, tokens in got:
+            assert answers == honest
+            assert tokens == GOLDEN["greedy_ids"]
+        server.assert_up()
+    finally:
+        c.stop_all()
+        server.process.terminate()
