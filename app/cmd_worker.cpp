@@ -68,6 +68,9 @@ const char* worker_usage =
     "  --fault corrupt-weights\n"
     "                      a testing aid: change one byte of every weight received (the\n"
     "                      coordinator's weight checks catch it)\n"
+    "  --fault corrupt-weights-later\n"
+    "                      a testing aid: receive weights intact, then change one byte of each\n"
+    "                      right after its first check (an operator's re-check catches it)\n"
     "  --fault malformed-answers\n"
     "                      a testing aid: answer every graph call with text that is not JSON\n"
     "  --delay-ms MS       answer every graph call MS late, like a slow or distant volunteer\n"
@@ -139,12 +142,13 @@ int cmd_worker(const std::vector<std::string>& args) {
       wc.delay_ms = std::atoi(v->c_str());
     } else if (a == "--fault") {
       const std::string prefix = "corrupt-results:";
-      if ((v = value()) && (*v == "corrupt-weights" || *v == "malformed-answers")) {
-        (*v == "corrupt-weights" ? wc.corrupt_weights : wc.malformed_answers) = true;
+      if ((v = value()) && (*v == "corrupt-weights" || *v == "corrupt-weights-later" || *v == "malformed-answers")) {
+        (*v == "corrupt-weights" ? wc.corrupt_weights : *v == "malformed-answers" ? wc.malformed_answers : wc.corrupt_weights_later) = true;
         continue;
       }
       if (!v || v->rfind(prefix, 0) != 0)
-        return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights or malformed-answers");
+        return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights, corrupt-weights-later or "
+                   "malformed-answers");
       char* end = nullptr;
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");

@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <utility>
 
 #include "actors/digest.hpp"
 #include "actors/errors.hpp"
@@ -577,6 +578,16 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
     self->state.owed_now.clear();
     self->quit(caf::exit_reason::user_shutdown);
   });
+  // Ending otherwise (a quarantine ends it at once, its verifier may end): what it still owes
+  // its callers is answered now, never left hanging.
+  self->set_exit_handler([self](caf::exit_msg& m) {
+    auto& sh = *self->state.sh;
+    const auto why = to_caf(errc::unavailable, "volunteer " + sh.v.name +
+                                                   (sh.counts.quarantined ? " was quarantined" : " left the grid"));
+    for (auto& o : self->state.owed_now) o->fail(why);
+    self->state.owed_now.clear();
+    self->quit(m.reason);
+  });
   self->request(st.volunteer(), 30s, status_atom::value).then([self](worker_status& s) {
     self->state.volunteer_kernels = s.kernels;
     self->state.sh->worker_id = s.worker_id;
@@ -744,12 +755,14 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         auto rp = owe<std::string>(self);
         struct tally {
           std::size_t left = 0, agreed = 0, unchecked = 0, differed = 0;
+          bool reported = false;
         };
         auto t = std::make_shared<tally>();
         std::vector<std::pair<std::string, std::string>> weights;
         for (const auto& [model, names] : st.held)
           for (const auto& n : names) weights.emplace_back(model, n);
         auto report = [self, rp, t]() mutable {
+          if (std::exchange(t->reported, true)) return;
           auto& st = self->state;
           rp->deliver(json([&](json_writer& w) {
             w.StartObject();
@@ -759,6 +772,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
             key(w, "agreed"); w.Uint64(t->agreed);
             key(w, "unchecked"); w.Uint64(t->unchecked);
             key(w, "differed"); w.Uint64(t->differed);
+            key(w, "notChecked"); w.Uint64(t->left);
             key(w, "quarantined"); w.Bool(st.sh->counts.quarantined);
             w.EndObject();
           }));
@@ -771,7 +785,10 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         for (const auto& [model, name] : weights)
           challenge(self, model, name, new_nonce(), "", [t, report](int outcome) mutable {
             (outcome == 1 ? t->agreed : outcome == 0 ? t->unchecked : t->differed)++;
-            if (--t->left == 0) report();
+            --t->left;
+            // A weight that differs quarantines the volunteer, which ends this actor: the
+            // report comes at once, with the weights not yet answered counted apart.
+            if (t->left == 0 || outcome < 0) report();
           });
         return rp->rp;
       },

@@ -87,6 +87,10 @@ struct compute_state {
     return std::uniform_real_distribution<double>(0, 1)(fault_rng) < shared->cfg.corrupt_results;
   }
 
+  /// --fault corrupt-weights-later: the weights already altered (each once, after its first
+  /// digest answer).
+  std::set<std::string> altered;
+
   const worker_config& cfg() const { return shared->cfg; }
   std::uint64_t free() const { return shared->free(); }
 
@@ -789,7 +793,12 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
         if (const auto* m = self->state.store.model(model))
           if (auto it = m->find(name); it != m->end()) t = &it->second;
         if (!t) return to_caf(errc::not_found, "weight " + name + " of model " + model + " is not on this worker");
-        return nonce_digest(nonce, std::string_view(reinterpret_cast<const char*>(t->data()), t->nbytes()));
+        std::string digest = nonce_digest(nonce, std::string_view(reinterpret_cast<const char*>(t->data()), t->nbytes()));
+        if (self->state.cfg().corrupt_weights_later && t->nbytes() > 0 && self->state.altered.insert(model + "/" + name).second) {
+          tensor held = *t;  // (a handle on the same bytes)
+          held.data()[held.nbytes() / 2] ^= std::byte{0x40};
+        }
+        return digest;
       },
   };
 }

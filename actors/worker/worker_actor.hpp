@@ -58,6 +58,11 @@ struct worker_config {
   /// receives is changed once the weight is complete — a volunteer whose memory or program
   /// alters what it was sent, for the coordinator's weight checks to catch.
   bool corrupt_weights = false;
+  /// A testing aid (`mpakt worker --fault corrupt-weights-later`): a weight is received intact
+  /// and changes (one byte) right after it answered its first digest challenge — a volunteer
+  /// that passes the checks on arrival and alters its weights afterwards, for an operator's
+  /// re-check to catch.
+  bool corrupt_weights_later = false;
   /// A testing aid (`mpakt worker --fault malformed-answers`): every graph answer is text that
   /// is not an outputs object (deeply nested and unfinished) — a hostile volunteer, for the
   /// coordinator's answer checks to catch.

@@ -188,7 +188,7 @@ def test_an_honest_volunteers_weights_are_checked_as_they_arrive_and_on_request(
     expect(api.post("/api/v3/admin/workers/w_honest/check", {}, key=key), 403)
     report = expect(api.post("/api/v3/admin/workers/w_honest/check", {}, key=op, timeout=60), 200)
     assert report == {"workerId": "w_honest", "volunteer": "dev", "weights": 2 * n, "agreed": 2 * n, "unchecked": 0,
-                      "differed": 0, "quarantined": False}, report
+                      "differed": 0, "notChecked": 0, "quarantined": False}, report
     expect(api.post("/api/v3/admin/workers/w_nobody/check", {}, key=op), 404, "no worker w_nobody")
     assert plain["modelId"] != q8["modelId"]
     assert grid.status(key)["quarantined"] == []
@@ -211,6 +211,35 @@ def test_a_volunteer_that_alters_its_weights_is_quarantined_and_the_model_served
     sid, _ = prefilled_session(grid, model, step)
     n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
     assert PROMPT + generate(grid, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+    grid.server.assert_up()
+
+
+def test_weights_altered_after_their_arrival_check_are_caught_by_an_operators_recheck(grid):
+    """`--fault corrupt-weights-later`: every weight arrives intact and passes its check, then
+    changes. The operator's re-check (POST /api/v3/admin/workers/ID/check) finds it, and the
+    volunteer is quarantined like one caught on arrival; the model is served elsewhere."""
+    sly, _ = join_faulty(grid, "w_sly", "corrupt-weights-later")
+    api, key = grid.server.api, grid.key
+    model, where = load_stories(grid)
+    assert where == "w_sly"
+    n = len(expect(api.get("/api/v3/models/inspect?source=hf:local/stories260K", key=key), 200)["tensors"])
+    st = grid.wait_for(lambda s: s["pool"][0]["checks"]["weightsChecked"] >= n, "every weight to be checked on arrival")
+    assert st["quarantined"] == [] and st["pool"][0]["checks"]["weightsUnchecked"] == 0, st
+    grid.join("w_honest")
+    report = expect(api.post("/api/v3/admin/workers/w_sly/check", {}, key=operator_key(grid), timeout=60), 200)
+    # the first weight answered is found altered: the volunteer is quarantined at once and the
+    # report comes then (it used to be left hanging once the volunteer was ended)
+    assert report["workerId"] == "w_sly" and report["quarantined"] is True, report
+    assert report["differed"] >= 1 and report["agreed"] == 0, report
+    assert report["weights"] + report["notChecked"] == n, report
+    st = grid.wait_for(lambda s: s["quarantined"], "the volunteer to be quarantined", timeout=20)
+    q = st["quarantined"][0]
+    assert q["workerId"] == "w_sly" and "differs from what it was sent" in q["reason"], q
+    assert sly.proc.wait(timeout=15) == 4
+    # its model is placed again on the honest volunteer and decodes as it should
+    step = compiled_step(grid, model)
+    sid, _ = prefilled_session(grid, model, step)
+    assert PROMPT + generate(grid, step, sid, len(GOLDEN["greedy_ids"]) - len(PROMPT))["tokens"] == GOLDEN["greedy_ids"]
     grid.server.assert_up()
 
 
