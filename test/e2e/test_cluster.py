@@ -510,6 +510,52 @@ def test_failed_joins_are_rate_limited_per_address_and_garbage_on_the_port_harms
         server.process.terminate()
 
 
+def test_refused_volunteers_are_sent_no_weight_bytes_by_the_transfer_counters(start_server, tmp_path_factory):
+    """Clients refused at the cluster port (wrong tokens, bytes that are not TLS) while
+    a legitimate volunteer holds and loads models: the coordinator's counters (GET /metrics)
+    account for every weight byte it read as sent to that volunteer alone, count the refusals,
+    and list no other worker."""
+    prometheus_parser = pytest.importorskip("prometheus_client.parser")
+    cport = free_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--metrics-open")
+    c = Cluster(server, cport, tmp_path_factory.mktemp("nobytes"))
+    c.key = server.account("nobytes")[1]
+    api = server.api
+
+    def counters():
+        text = api.get("/metrics").text
+        fams = {f.name: f for f in prometheus_parser.text_string_to_metric_families(text)}
+        total = lambda fam: sum(x.value for x in fams[fam].samples if x.name == fam + "_total") if fam in fams else 0
+        resident = {x.labels["worker"]: x.value for x in fams["mpakt_worker_resident_bytes"].samples} \
+            if "mpakt_worker_resident_bytes" in fams else {}
+        return total("mpakt_load_bytes"), total("mpakt_volunteer_joins_refused"), total("mpakt_volunteer_joins"), resident
+
+    try:
+        rc, out = run_volunteer(c, "--token", "mpv_" + "C" * 43, name="w_before")
+        assert rc == 4 and "invalid volunteer token" in out, out
+        c.join("w_ok")
+        loaded = [expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)]
+        # while it holds a model: a wrong token, and bytes that are not TLS
+        rc, out = run_volunteer(c, "--token", "mpv_" + "D" * 43, name="w_during")
+        assert rc == 4 and "invalid volunteer token" in out, out
+        for payload in (b"\x00" * 64, bytes(range(256)) * 8):
+            with socket.create_connection(("127.0.0.1", cport), timeout=5) as sock:
+                sock.sendall(payload)
+                time.sleep(0.2)
+        loaded.append(expect(api.post("/api/v3/models", {"source": "hf:local/stories260K", "quantize": "q8"}, key=c.key,
+                                      timeout=60), 200))
+        read, refused, admitted, resident = counters()
+        assert read == sum(r["bytesTransferred"] for r in loaded) > 0, (read, loaded)
+        assert all(r["placement"][0]["workerId"] == "w_ok" for r in loaded), loaded
+        assert refused == 2 and admitted == 1, (refused, admitted)
+        assert set(resident) == {"w_ok"} and resident["w_ok"] >= sum(r["residentBytes"] for r in loaded), resident
+        assert c.status(c.key)["workers"] == 1
+        server.assert_up()
+    finally:
+        c.stop_all()
+        server.process.terminate()
+
+
 def test_dev_makes_no_volunteer_token_when_the_cluster_port_is_beyond_loopback(start_server):
     """--dev's ready-made join token is for one machine: a coordinator whose cluster port others
     can reach says so and makes none, so only tokens an operator made let anyone join."""
