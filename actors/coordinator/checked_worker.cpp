@@ -83,7 +83,12 @@ bool output_values_of(const rapidjson::Value& o, std::vector<std::int64_t>& shap
 
 }  // namespace
 
-bool answers_agree(const std::string& a, const std::string& b, bool exact, std::string* why) {
+float path_tolerance(std::string_view resident) {
+  return resident == "q8" || resident == "q4" ? 8e-2f : 1e-3f;
+}
+
+bool answers_agree(const std::string& a, const std::string& b, float tolerance, std::string* why) {
+  const bool exact = tolerance <= 0;
   if (a == b) return true;
   auto say = [&](std::string text) {
     if (why) *why = std::move(text);
@@ -107,13 +112,15 @@ bool answers_agree(const std::string& a, const std::string& b, bool exact, std::
     float scale = 0;
     for (float v : vb)
       if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
-    const float tol = exact ? 0.0f : 0.01f * scale + 1e-5f;
+    const float tol = exact ? 0.0f : tolerance * scale + 1e-5f;
     for (std::size_t i = 0; i < vb.size(); ++i) {
       const bool same = (std::isnan(va[i]) && std::isnan(vb[i])) || va[i] == vb[i] ||
                         (!exact && std::fabs(va[i] - vb[i]) <= tol);
       if (!same)
         return say("output " + name + "[" + std::to_string(i) + "] is " + std::to_string(va[i]) + " where the verifier has " +
-                   std::to_string(vb[i]) + (exact ? " (same kernel path: must be equal)" : ""));
+                   std::to_string(vb[i]) +
+                   (exact ? " (same kernel path: must be equal)"
+                          : " (another kernel path: within " + std::to_string(tol) + ")"));
     }
   }
   return true;
@@ -321,6 +328,25 @@ struct checked_state {
 
   worker_actor volunteer() const { return sh->v.worker; }
   bool exact() const { return !volunteer_kernels.empty() && volunteer_kernels == verifier_kernels; }
+  /// Per model it was sent, the widest path tolerance of its weights' resident dtypes; per
+  /// compiled graph, that of the models its text names.
+  std::map<std::string, float> model_tolerance, graph_tolerance;
+  /// The tolerance of a graph's text: the widest of the models it names (float's when none).
+  float tolerance_of_text(const std::string& graph_json) const {
+    float t = path_tolerance("f32");
+    for (const auto& [model, tol] : model_tolerance)
+      if (graph_json.find(model) != std::string::npos) t = std::max(t, tol);
+    return t;
+  }
+  /// What a pass is compared with: 0 (exactly) on the same kernel path, else its tolerance.
+  float tolerance(const run_request& r) const {
+    if (exact()) return 0;
+    if (r.graph_id.empty()) return tolerance_of_text(r.graph_json);
+    if (auto it = graph_tolerance.find(r.graph_id); it != graph_tolerance.end()) return it->second;
+    float t = path_tolerance("f32");  // (a template compiled before: the widest it could need)
+    for (const auto& [_, tol] : model_tolerance) t = std::max(t, tol);
+    return t;
+  }
   /// Whether the next pass is checked (the first ones always, then a fraction).
   bool choose() {
     const auto n = ++sh->counts.passes;
@@ -421,6 +447,7 @@ void challenge(checked_pointer self, const std::string& model, const std::string
 
 caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
   auto rp = owe<run_reply>(self);
+  const float tolerance = self->state.tolerance(r);
   struct outcome {
     std::optional<run_reply> mine, theirs;
     std::optional<caf::error> their_error;
@@ -428,7 +455,7 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
   };
   auto o = std::make_shared<outcome>();
   const auto sessions = sessions_of(r);
-  auto finish = [self, rp, o, sessions]() mutable {
+  auto finish = [self, rp, o, sessions, tolerance]() mutable {
     if (!o->mine_done || !o->theirs_done) return;
     auto& st = self->state;
     drop_copies(self, sessions);
@@ -445,12 +472,11 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
     // thread when large, as this actor shares the coordinator's scheduler thread.
     const bool heavy = o->mine->outputs_json.size() + o->theirs->outputs_json.size() >= off_thread_bytes &&
                        o->mine->outputs_json != o->theirs->outputs_json;
-    const bool exact = st.exact();
     maybe_off_thread<result<std::string>>(
         self, heavy,
-        [o, exact] {
+        [o, tolerance] {
           std::string why;
-          return answers_agree(o->theirs->outputs_json, o->mine->outputs_json, exact, &why) ? result<std::string>(std::string())
+          return answers_agree(o->theirs->outputs_json, o->mine->outputs_json, tolerance, &why) ? result<std::string>(std::string())
                                                                                              : result<std::string>(why);
         },
         [self, rp, o](result<std::string>& why) mutable {
@@ -644,6 +670,8 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       },
       // ---- loading: the verifier takes a copy while it has room
       [=](tbegin_atom a, tensor_begin_request& r) {
+        auto& tol = self->state.model_tolerance[r.model_id];
+        tol = std::max(tol, path_tolerance(r.resident));
         // The weight's digest as it passes (a fresh nonce first), for the check at its end.
         auto& w = self->state.arriving[{r.model_id, r.name}];
         w.nonce = new_nonce();
@@ -713,10 +741,12 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         return unchecked_run(self, std::move(r));
       },
       [=](compile_atom a, compile_request& r) {
+        self->state.graph_tolerance[r.graph_id] = self->state.tolerance_of_text(r.graph_json);
         self->request(self->state.verifier, caf::infinite, a, r).then([](compile_reply&) {}, [](caf::error&) {});
         return self->delegate(V(), a, std::move(r));
       },
       [=](dropgraph_atom a, const std::string& id) {
+        self->state.graph_tolerance.erase(id);
         caf::anon_send(self->state.verifier, a, id);
         return self->delegate(V(), a, id);
       },

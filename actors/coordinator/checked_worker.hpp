@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actors/protocol.hpp"
@@ -88,9 +89,15 @@ struct checked_volunteer {
 worker_actor spawn_checked_worker(caf::actor_system& sys, checked_volunteer v, verify_config cfg,
                                   std::shared_ptr<quarantine_registry> registry);
 
-/// Whether two graph answers ({"name": {"shape", "data" | "dataB64"}}) agree: exactly, or —
-/// `exact` false, different kernel paths — every value within 1 % of the output's largest
-/// magnitude (plus 1e-5), shapes and names equal. `why` says where they differ.
-bool answers_agree(const std::string& a, const std::string& b, bool exact, std::string* why);
+/// Whether two graph answers ({"name": {"shape", "data" | "dataB64"}}) agree: exactly
+/// (`tolerance` 0: the same kernel path), or every value within `tolerance` times the output's
+/// largest magnitude (plus 1e-5); shapes and names equal. `why` says where they differ.
+bool answers_agree(const std::string& a, const std::string& b, float tolerance, std::string* why);
+
+/// How far apart two kernel paths may put a pass's values, as a fraction of an output's
+/// largest magnitude, for weights held as `resident` (docs/decisions.md, "Spot-checks"):
+/// float weights (f32, bf16, f16) 1e-3; q8 and q4 8e-2, as a product of many rows multiplies
+/// int8 activations on some paths and int16 on others.
+float path_tolerance(std::string_view resident);
 
 }  // namespace mpakt

@@ -7,6 +7,7 @@ its altered)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -341,3 +342,28 @@ def test_a_volunteer_that_lies_now_and_then_is_caught_within_its_checked_passes(
     finally:
         c.stop_all()
         server.process.terminate()
+
+
+def test_an_honest_volunteer_on_another_kernel_path_is_not_quarantined_for_a_q8_prefill(grid, monkeypatch):
+    """A volunteer whose kernels are at the AVX2 level (MPAKT_CPU_LEVEL) against the
+    coordinator's own: its answers are compared within the tolerance of the weights' dtype.
+    A q8 prefill of many rows multiplies int8 activations on one path and int16 on another,
+    which moves the logits by a few percent of their scale: an honest volunteer, not a liar."""
+    monkeypatch.setenv("MPAKT_CPU_LEVEL", "avx2")
+    grid.join("w_avx2")
+    monkeypatch.delenv("MPAKT_CPU_LEVEL")
+    api, key = grid.server.api, grid.key
+    st = grid.status(key)
+    assert st["pool"][0]["kernels"].startswith("avx2 "), st["pool"][0]["kernels"]
+    own = re.search(r"CPU kernels: (\S+)", grid.server.process.output()).group(1)  # (its banner)
+    if own in ("avx2", "scalar"):
+        pytest.skip("the coordinator's kernels are at the AVX2 level too: one path")
+    model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K", "quantize": "q8"}, key=key, timeout=60),
+                   200)["modelId"]
+    ids = [(7 * i + 3) % 500 + 2 for i in range(48)]  # 48 rows: the many-row product
+    g = graph_cli("--model-id", model, "--ids", ",".join(map(str, ids)))
+    for _ in range(3):
+        expect(api.post("/api/v3/graph", {"graph": g}, key=key, timeout=60), 200)
+    st = grid.wait_for(lambda s: s["pool"] and s["pool"][0]["checks"]["passed"] >= 3, "the checks to be counted")
+    checks = st["pool"][0]["checks"]
+    assert checks["exact"] is False and st["quarantined"] == [], (checks, st["quarantined"])
