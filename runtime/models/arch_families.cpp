@@ -145,14 +145,29 @@ status mistral(const config_reader& r, arch_config& c) {
   return every_layer_window(r, c, 4096);
 }
 
-/// Qwen2/Qwen3 windows: only with use_sliding_window, on layer_types' sliding layers (or
-/// layers from max_window_layers on).
-status qwen_windows(const config_reader& r, arch_config& c) {
+/// Where a Qwen config without layer_types puts its windows (each config class's default).
+enum class qwen_window_rule : std::uint8_t {
+  from_max_window_layers,   ///< Qwen2, Qwen3: layers from max_window_layers on
+  alternate_below_max_window,     ///< Qwen2-MoE: layers 0, 2, 4, … below max_window_layers
+  every_layer,              ///< Qwen3-MoE: no layer_types at all, one window on every layer
+};
+
+/// Qwen windows: only with use_sliding_window, on layer_types' sliding layers, else where
+/// the family's config class puts them.
+status qwen_windows(const config_reader& r, arch_config& c, qwen_window_rule rule) {
   if (!r.flag("use_sliding_window", false)) return ok_status();
-  int window = 0, from = 0;
+  int window = 0, below = 0;
   MPAKT_TRY(r.positive({"sliding_window"}, window, 0));
-  MPAKT_TRY(r.positive({"max_window_layers"}, from, c.layers));
-  return read_windows(r, c, window, [&](int i) { return i >= from; });
+  if (rule == qwen_window_rule::every_layer) {
+    // Qwen3MoeAttention passes config.sliding_window to every layer; layer_types and
+    // max_window_layers are not read
+    for (auto& l : c.layer) l.window = window;
+    return ok_status();
+  }
+  MPAKT_TRY(r.positive({"max_window_layers"}, below, c.layers));
+  if (rule == qwen_window_rule::alternate_below_max_window)
+    return read_windows(r, c, window, [&](int i) { return (i + 1) % 2 != 0 && i < below; });
+  return read_windows(r, c, window, [&](int i) { return i >= below; });
 }
 
 /// Qwen2: q/k/v biases always, o_proj none; tied per config.
@@ -161,16 +176,21 @@ status qwen2(const config_reader& r, arch_config& c) {
   c.tied_embeddings = r.flag("tie_word_embeddings", false);
   c.names.o.bias.clear();
   add_biases({&c.names.q, &c.names.k, &c.names.v});  // Qwen2Attention: always, not config-driven
-  return qwen_windows(r, c);
+  return qwen_windows(r, c, qwen_window_rule::from_max_window_layers);
 }
 
-/// Qwen3: per-head RMS q/k norms (one [hd] weight) before rope.
-status qwen3(const config_reader& r, arch_config& c) {
+/// Qwen3 attention: per-head RMS q/k norms (one [hd] weight) before rope.
+status qwen3_attention(const config_reader& r, arch_config& c) {
   MPAKT_TRY(llama(r, c, {}, attention_bias_field));
   c.qk_norm = arch_qk_norm_kind::rms_head;
   c.names.q_norm = "model.layers.{L}.self_attn.q_norm.weight";
   c.names.k_norm = "model.layers.{L}.self_attn.k_norm.weight";
-  return qwen_windows(r, c);
+  return ok_status();
+}
+
+status qwen3(const config_reader& r, arch_config& c) {
+  MPAKT_TRY(qwen3_attention(r, c));
+  return qwen_windows(r, c, qwen_window_rule::from_max_window_layers);
 }
 
 /// MoE placement of Qwen2/Qwen3-MoE: not in mlp_only_layers, every decoder_sparse_step-th.
@@ -217,15 +237,16 @@ status qwen2_moe(const config_reader& r, arch_config& c) {
     c.names.shared_expert_gate = L + "shared_expert_gate.weight";
   }
   MPAKT_TRY(qwen_moe_layers(r, c));
-  return qwen_windows(r, c);
+  return qwen_windows(r, c, qwen_window_rule::alternate_below_max_window);
 }
 
 /// Qwen3-MoE: Qwen3 attention, Qwen-MoE routing, no shared expert.
 status qwen3_moe(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(qwen3(r, c));
+  MPAKT_TRY(qwen3_attention(r, c));
   MPAKT_TRY(softmax_router(r, c, r.flag("norm_topk_prob", false)));
   MPAKT_TRY(r.positive({"moe_intermediate_size"}, c.moe_intermediate));
-  return qwen_moe_layers(r, c);
+  MPAKT_TRY(qwen_moe_layers(r, c));
+  return qwen_windows(r, c, qwen_window_rule::every_layer);
 }
 
 /// Mixtral: every layer MoE, softmax over all experts then renormalised; w1/w3/w2 experts.
@@ -371,6 +392,8 @@ status cohere(const config_reader& r, arch_config& c) {
 
 /// Cohere 2: sliding layers use rope and the window; full layers use no rope at all.
 status cohere2(const config_reader& r, arch_config& c) {
+  // Cohere2Config overwrites head_dim with hidden_size / num_attention_heads, whatever the file says
+  c.head_dim = c.v_head_dim = c.hidden / c.heads;
   MPAKT_TRY(cohere(r, c));
   c.qk_norm = arch_qk_norm_kind::none;
   int window = 0, pattern = 4;
@@ -378,6 +401,19 @@ status cohere2(const config_reader& r, arch_config& c) {
   MPAKT_TRY(r.positive({"sliding_window_pattern"}, pattern, 4));
   MPAKT_TRY(read_windows(r, c, window, [&](int i) { return (i + 1) % pattern != 0; }));
   for (auto& l : c.layer) l.rope.enabled = l.window > 0;
+  return ok_status();
+}
+
+/// Families whose attention splits heads as hidden_size / num_attention_heads and never reads
+/// head_dim (BLOOM, Falcon, GPT-2) ignore it, as transformers does. StableLM and GPT-NeoX
+/// also split heads that way, but their rotary tables are sized from a head_dim when the
+/// config has one: a head_dim unlike the split is refused.
+status head_dim_from_hidden(const config_reader& r, arch_config& c, bool rotary_reads_head_dim) {
+  const int split = c.hidden / c.heads;
+  if (rotary_reads_head_dim && r.has("head_dim") && c.head_dim != split)
+    return invalid("config.json head_dim " + std::to_string(c.head_dim) + " is not hidden_size / num_attention_heads (" +
+                   std::to_string(split) + "): " + c.family + " sizes rope by head_dim but attention by the split");
+  c.head_dim = c.v_head_dim = split;
   return ok_status();
 }
 
@@ -427,6 +463,7 @@ status phi(const config_reader& r, arch_config& c) {
 
 /// GPT-2: learned positions, Conv1D [in, out] weights, no rope.
 status gpt2(const config_reader& r, arch_config& c) {
+  MPAKT_TRY(head_dim_from_hidden(r, c, false));
   layernorm_family(r, c, "layer_norm_epsilon");
   auto act = read_activation(r, "activation_function", "gelu_new");
   if (!act) return std::move(act).err();
@@ -459,6 +496,7 @@ status gpt2(const config_reader& r, arch_config& c) {
 
 /// GPT-NeoX / Pythia: per-head fused qkv, partial rope, two-norm parallel residual.
 status gpt_neox(const config_reader& r, arch_config& c) {
+  MPAKT_TRY(head_dim_from_hidden(r, c, true));
   layernorm_family(r, c, "layer_norm_eps");
   auto act = read_activation(r, "hidden_act", "gelu");
   if (!act) return std::move(act).err();
@@ -539,6 +577,7 @@ status codegen(const config_reader& r, arch_config& c) {
 
 /// StableLM: LayerNorms with bias, partial rope, optional per-head q/k LayerNorms.
 status stablelm(const config_reader& r, arch_config& c) {
+  MPAKT_TRY(head_dim_from_hidden(r, c, true));
   rope_defaults d;
   d.partial_factor = 0.25;
   d.honour_partial = true;
@@ -568,6 +607,7 @@ status stablelm(const config_reader& r, arch_config& c) {
 
 /// Falcon: the classic multi-query layout or new_decoder_architecture's grouped one.
 status falcon(const config_reader& r, arch_config& c) {
+  MPAKT_TRY(head_dim_from_hidden(r, c, false));
   layernorm_family(r, c, "layer_norm_epsilon");
   if (r.flag("alibi", false))
     return invalid("config.json alibi true is not supported for falcon: its ALiBi term is built in bf16 and scaled with the scores");
@@ -590,6 +630,10 @@ status falcon(const config_reader& r, arch_config& c) {
   n.up = proj("mlp.dense_h_to_4h");
   n.down = proj("mlp.dense_4h_to_h");
   if (new_arch) {
+    // FalconDecoderLayer has no path for this: it builds the sequential norms and then reads
+    // ln_attn (two norms) or a never-set MLP input (one norm)
+    if (!r.flag("parallel_attn", true))
+      return invalid("config.json parallel_attn false with new_decoder_architecture is not supported: transformers cannot run it");
     MPAKT_TRY(r.positive({"num_kv_heads", "n_head_kv"}, c.kv_heads, c.heads));
     if (c.heads % c.kv_heads != 0) return invalid("config.json num_kv_heads must divide num_attention_heads");
     c.qkv_layout = arch_qkv_layout::grouped;
@@ -624,6 +668,7 @@ status falcon(const config_reader& r, arch_config& c) {
 
 /// BLOOM: ALiBi, a LayerNorm after the embedding, per-head fused qkv.
 status bloom(const config_reader& r, arch_config& c) {
+  MPAKT_TRY(head_dim_from_hidden(r, c, false));
   layernorm_family(r, c, "layer_norm_epsilon");
   if (r.flag("apply_residual_connection_post_layernorm", false))
     return invalid("config.json apply_residual_connection_post_layernorm true is not supported for bloom");
@@ -681,7 +726,8 @@ status mpt(const config_reader& r, arch_config& c) {
 status lfm2(const config_reader& r, arch_config& c) {
   MPAKT_TRY(llama_family(r, c, {}, no_bias_fields));
   c.norm_eps = r.number("norm_eps", 1e-5);
-  c.tied_embeddings = r.flag("tie_word_embeddings", true);
+  // Lfm2Config takes the released checkpoints' tie_embedding in place of tie_word_embeddings
+  c.tied_embeddings = r.flag("tie_embedding", r.flag("tie_word_embeddings", true));
   if (r.flag("conv_bias", false)) return invalid("config.json conv_bias true is not supported: short_conv has no bias inputs");
   MPAKT_TRY(r.positive({"conv_L_cache"}, c.conv_kernel, 3));
   if (c.conv_kernel < 2) return invalid("config.json conv_L_cache must be at least 2");
@@ -689,8 +735,10 @@ status lfm2(const config_reader& r, arch_config& c) {
   if (!types) return std::move(types).err();
   auto full = r.ints("full_attn_idxs");
   if (!full) return std::move(full).err();
-  if (types->empty() && full->empty()) return invalid("config.json lfm2 needs layer_types or full_attn_idxs");
   if (!types->empty() && int(types->size()) != c.layers) return invalid("config.json layer_types does not list every layer");
+  // Lfm2Config: without layer_types, full_attn_idxs lists the attention layers; without
+  // either, every layer is attention
+  const bool all_attention = types->empty() && !r.has("full_attn_idxs");
   for (int i = 0; i < c.layers; ++i) {
     bool attention;
     if (!types->empty()) {
@@ -698,7 +746,7 @@ status lfm2(const config_reader& r, arch_config& c) {
       if (t != "conv" && t != "full_attention") return invalid("config.json layer_types[" + std::to_string(i) + "] '" + t + "' is not an lfm2 layer kind");
       attention = t == "full_attention";
     } else {
-      attention = std::find(full->begin(), full->end(), i) != full->end();
+      attention = all_attention || std::find(full->begin(), full->end(), i) != full->end();
     }
     if (!attention) {
       c.layer[std::size_t(i)].mixer = arch_mixer_kind::short_conv;

@@ -410,6 +410,17 @@ std::string fixture_with(const std::string& family, const std::string& key, cons
   return b.GetString();
 }
 
+/// A fixture's config without the top-level `key`.
+std::string fixture_without(const std::string& family, const std::string& key) {
+  rapidjson::Document d;
+  d.Parse(test::read_file(arch_dir + "/" + family + "/config.json").c_str());
+  d.RemoveMember(key.c_str());
+  rapidjson::StringBuffer b;
+  rapidjson::Writer<rapidjson::StringBuffer> w(b);
+  d.Accept(w);
+  return b.GetString();
+}
+
 // The audit of each family's config reader against what transformers 5 reads (issue:
 // hardening): bias switches a family's code ignores are ignored here too (expecting tensors the
 // checkpoint cannot have would refuse a good model); the ones it reads are honoured.
@@ -487,6 +498,68 @@ TEST(ArchConfig, FalconClassicLayoutRefusesFewerKvHeadsThanHeads) {
       fixture_with("falcon", "multi_query", "false").replace(0, 1, "{\"num_kv_heads\": 2, "));
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.err().message.find("num_kv_heads"), std::string::npos) << c.err().message;
+}
+
+TEST(ArchConfig, FalconNewArchitectureRefusesSequentialBlocks) {
+  // transformers' FalconDecoderLayer fails on this combination; nothing to reproduce
+  auto c = models::parse_arch_config(fixture_with("falcon_new", "parallel_attn", "false"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.err().message.find("parallel_attn"), std::string::npos) << c.err().message;
+}
+
+/// Attention windows of every layer.
+std::vector<int> windows_of(const models::arch_config& c) {
+  std::vector<int> w;
+  for (const auto& l : c.layer) w.push_back(l.window);
+  return w;
+}
+
+// A Qwen-MoE config saved without layer_types gets the windows its own config class would
+// have written: qwen2_moe_sparse's layer_types are what Qwen2MoeConfig derived from
+// use_sliding_window and max_window_layers (even layers below it), so dropping them must not
+// move a window. Qwen3-MoE reads no layer_types at all: its window is on every layer.
+TEST(ArchConfig, QwenMoeWindowsFollowEachConfigClassWithoutLayerTypes) {
+  auto written = models::parse_arch_config(test::read_file(arch_dir + "/qwen2_moe_sparse/config.json"));
+  ASSERT_TRUE(written.ok()) << written.err().message;
+  EXPECT_EQ(windows_of(*written), (std::vector<int>{5, 0, 5, 0}));
+  auto derived = models::parse_arch_config(fixture_without("qwen2_moe_sparse", "layer_types"));
+  ASSERT_TRUE(derived.ok()) << derived.err().message;
+  EXPECT_EQ(windows_of(*derived), windows_of(*written));
+  auto q3 = models::parse_arch_config(
+      fixture_with("qwen3_moe_sliding", "layer_types", "[\"full_attention\", \"full_attention\"]"));
+  ASSERT_TRUE(q3.ok()) << q3.err().message;
+  EXPECT_EQ(windows_of(*q3), (std::vector<int>{5, 5}));
+}
+
+TEST(ArchConfig, Lfm2ReadsTieEmbeddingAndDefaultsToEveryLayerAttention) {
+  // the released LFM2 configs spell the switch tie_embedding
+  auto untied = models::parse_arch_config(
+      fixture_without("lfm2_attn_first", "tie_word_embeddings").replace(0, 1, "{\"tie_embedding\": false, "));
+  ASSERT_TRUE(untied.ok()) << untied.err().message;
+  EXPECT_EQ(untied->names.lm_head.weight, "lm_head.weight");
+  // neither layer_types nor full_attn_idxs: Lfm2Config makes every layer attention
+  auto all = models::parse_arch_config(fixture_without("lfm2", "layer_types"));
+  ASSERT_TRUE(all.ok()) << all.err().message;
+  EXPECT_FALSE(all->recurrent_state);
+  for (const auto& l : all->layer) EXPECT_EQ(l.mixer, models::arch_mixer_kind::attention);
+}
+
+// head_dim in a config.json is read only by families whose attention reads it.
+TEST(ArchConfig, HeadDimCountsOnlyWhereTransformersReadsIt) {
+  auto cohere2 = models::parse_arch_config(fixture_with("cohere2", "head_dim", "16"));  // Cohere2Config overwrites it
+  ASSERT_TRUE(cohere2.ok()) << cohere2.err().message;
+  EXPECT_EQ(cohere2->head_dim, 8);
+  for (const char* family : {"bloom", "gpt2", "falcon_new"}) {
+    auto c = models::parse_arch_config(fixture_with(family, "head_dim", "4"));
+    ASSERT_TRUE(c.ok()) << family << ": " << c.err().message;
+    EXPECT_EQ(c->head_dim, c->hidden / c->heads) << family;
+  }
+  // StableLM and GPT-NeoX size their rotary tables by it but split heads by hidden / heads
+  for (const char* family : {"stablelm", "gpt_neox"}) {
+    auto c = models::parse_arch_config(fixture_with(family, "head_dim", "4"));
+    ASSERT_FALSE(c.ok()) << family;
+    EXPECT_NE(c.err().message.find("head_dim 4"), std::string::npos) << c.err().message;
+  }
 }
 
 TEST(ArchConfig, CacheGraphAllocatesStateForEveryLayerKind) {
