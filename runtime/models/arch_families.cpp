@@ -139,6 +139,20 @@ status every_layer_window(const config_reader& r, arch_config& c, std::optional<
   return ok_status();
 }
 
+/// A setting that null turns off (0) and whose absence means the config class's default: the
+/// class default fills only a missing key, so the two cases differ (Gemma 2's softcaps).
+double number_or_default(const config_reader& r, const char* key, double absent) {
+  return r.has_key(key) ? r.number(key, 0) : absent;
+}
+
+/// sliding_window read the same way (null: no window; absent: the class default).
+status window_or_default(const config_reader& r, int& window, int absent) {
+  window = absent;
+  if (!r.has_key("sliding_window")) return ok_status();
+  window = 0;
+  return r.positive({"sliding_window"}, window, 0);
+}
+
 /// Mistral: Llama plus a window on every layer.
 status mistral(const config_reader& r, arch_config& c) {
   MPAKT_TRY(llama(r, c, {}, no_bias_fields));  // MistralAttention and MistralMLP have no biases
@@ -227,7 +241,7 @@ status qwen2_moe(const config_reader& r, arch_config& c) {
   MPAKT_TRY(softmax_router(r, c, r.flag("norm_topk_prob", false)));
   MPAKT_TRY(r.positive({"moe_intermediate_size"}, c.moe_intermediate));
   int shared = 0;
-  MPAKT_TRY(r.positive({"shared_expert_intermediate_size"}, shared, 0));
+  MPAKT_TRY(r.positive({"shared_expert_intermediate_size"}, shared, 5632));  // Qwen2MoeConfig's default
   if (shared > 0) {
     c.moe.shared = c.moe.shared_gated = true;
     const std::string L = "model.layers.{L}.mlp.";
@@ -251,7 +265,10 @@ status qwen3_moe(const config_reader& r, arch_config& c) {
 
 /// Mixtral: every layer MoE, softmax over all experts then renormalised; w1/w3/w2 experts.
 status mixtral(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(llama(r, c, {}, no_bias_fields));
+  rope_defaults d;
+  d.theta = 1e6;  // MixtralConfig's defaults: theta 1e6, eps 1e-5
+  MPAKT_TRY(llama(r, c, d, no_bias_fields));
+  c.norm_eps = r.number("rms_norm_eps", 1e-5);
   MPAKT_TRY(softmax_router(r, c, true));
   const std::string L = "model.layers.{L}.block_sparse_moe.";
   c.names.router = L + "gate.weight";
@@ -266,6 +283,7 @@ status mixtral(const config_reader& r, arch_config& c) {
 /// OLMoE: q/k RMSNorm over the whole projection width, every layer MoE.
 status olmoe(const config_reader& r, arch_config& c) {
   MPAKT_TRY(llama(r, c, {}, attention_bias_field));
+  c.norm_eps = r.number("rms_norm_eps", 1e-5);  // OlmoeConfig's default
   if (r.has("clip_qkv")) return invalid("config.json clip_qkv is not supported (no clamp step is built)");
   c.qk_norm = arch_qk_norm_kind::rms_full;
   c.names.q_norm = "model.layers.{L}.self_attn.q_norm.weight";
@@ -282,7 +300,7 @@ status granite(const config_reader& r, arch_config& c) {
   c.embed_scale = r.number("embedding_multiplier", 1);
   c.residual_scale = r.number("residual_multiplier", 1);
   c.logit_scale = 1.0 / r.number("logits_scaling", 1);
-  const double attn = r.number("attention_multiplier", 1.0 / std::sqrt(double(c.head_dim)));
+  const double attn = r.number("attention_multiplier", 1);  // GraniteConfig's default, not 1/sqrt(hd)
   for (auto& l : c.layer) l.attn_scale = attn;
   return ok_status();
 }
@@ -293,8 +311,10 @@ status glm(const config_reader& r, arch_config& c) {
   d.partial_factor = 0.5;
   d.honour_partial = true;
   d.interleaved = true;
-  MPAKT_TRY(llama(r, c, d, attention_bias_field));
-  c.names.o.bias.clear();  // GlmAttention: q/k/v follow attention_bias, o_proj never has one
+  MPAKT_TRY(llama(r, c, d, no_bias_fields));
+  c.norm_eps = r.number("rms_norm_eps", 1.5625e-07);  // GlmConfig's default
+  // GlmAttention: q/k/v follow attention_bias (true by default), o_proj never has one
+  if (r.flag("attention_bias", true)) add_biases({&c.names.q, &c.names.k, &c.names.v});
   c.names.gate_up.weight = "model.layers.{L}.mlp.gate_up_proj.weight";
   c.names.gate.weight = c.names.up.weight = "";
   return ok_status();
@@ -305,6 +325,7 @@ status phi3(const config_reader& r, arch_config& c) {
   rope_defaults d;
   d.honour_partial = true;
   MPAKT_TRY(llama(r, c, d, no_bias_fields));
+  c.norm_eps = r.number("rms_norm_eps", 1e-5);  // Phi3Config's default
   c.qkv_layout = arch_qkv_layout::blocked;
   c.names.qkv.weight = "model.layers.{L}.self_attn.qkv_proj.weight";
   c.names.q.weight = c.names.k.weight = c.names.v.weight = "";
@@ -340,11 +361,13 @@ status gemma2_common(const config_reader& r, arch_config& c, int default_pattern
   c.names.post_attn_norm.weight = L + "post_attention_layernorm.weight";
   c.names.mlp_norm.weight = L + "pre_feedforward_layernorm.weight";
   c.names.post_mlp_norm.weight = L + "post_feedforward_layernorm.weight";
-  const double scalar = r.number("query_pre_attn_scalar", c.head_dim);
+  // the config classes' defaults: query_pre_attn_scalar 256, window 4096; Gemma 2 caps the
+  // logits at 30 unless the file says null
+  const double scalar = r.number("query_pre_attn_scalar", 256);
   for (auto& l : c.layer) l.attn_scale = 1.0 / std::sqrt(scalar);
-  c.final_softcap = r.number("final_logit_softcapping", 0);
+  c.final_softcap = number_or_default(r, "final_logit_softcapping", c.family == "gemma2" ? 30 : 0);
   int window = 0;
-  MPAKT_TRY(r.positive({"sliding_window"}, window, 0));
+  MPAKT_TRY(window_or_default(r, window, 4096));
   int pattern = default_pattern;
   MPAKT_TRY(r.positive({"sliding_window_pattern", "_sliding_window_pattern"}, pattern, default_pattern));
   return read_windows(r, c, window, [&](int i) { return (i + 1) % pattern != 0; });
@@ -353,7 +376,7 @@ status gemma2_common(const config_reader& r, arch_config& c, int default_pattern
 /// Gemma 2: attention score softcap on top of the common Gemma 2/3 structure.
 status gemma2(const config_reader& r, arch_config& c) {
   MPAKT_TRY(gemma2_common(r, c, 2));
-  c.attn_softcap = r.number("attn_logit_softcapping", 0);
+  c.attn_softcap = number_or_default(r, "attn_logit_softcapping", 50);  // Gemma2Config's default
   return ok_status();
 }
 
@@ -375,13 +398,14 @@ status gemma3_text(const config_reader& r, arch_config& c) {
 status cohere(const config_reader& r, arch_config& c) {
   rope_defaults d;
   d.interleaved = true;
+  if (c.family == "cohere") d.theta = 5e5;  // CohereConfig's default (Cohere2Config's is 1e4)
   MPAKT_TRY(llama_family(r, c, d));
   c.tied_embeddings = r.flag("tie_word_embeddings", true);
   c.norm = arch_norm_kind::layer;
   c.norm_eps = r.number("layer_norm_eps", 1e-5);
   c.block = arch_block_kind::parallel;
   c.names.mlp_norm.weight.clear();
-  c.logit_scale = r.number("logit_scale", 1);
+  c.logit_scale = r.number("logit_scale", 0.0625);  // both config classes' default
   if (r.flag("use_qk_norm", false)) {
     c.qk_norm = arch_qk_norm_kind::layer_head;
     c.names.q_norm = "model.layers.{L}.self_attn.q_norm.weight";
@@ -397,7 +421,7 @@ status cohere2(const config_reader& r, arch_config& c) {
   MPAKT_TRY(cohere(r, c));
   c.qk_norm = arch_qk_norm_kind::none;
   int window = 0, pattern = 4;
-  MPAKT_TRY(r.positive({"sliding_window"}, window, 0));
+  MPAKT_TRY(window_or_default(r, window, 4096));
   MPAKT_TRY(r.positive({"sliding_window_pattern"}, pattern, 4));
   MPAKT_TRY(read_windows(r, c, window, [&](int i) { return (i + 1) % pattern != 0; }));
   for (auto& l : c.layer) l.rope.enabled = l.window > 0;
@@ -536,7 +560,9 @@ status gptj_common(const config_reader& r, arch_config& c) {
   arch_rope rope;
   rope.theta = 10000;  // hard-wired in create_sinusoidal_positions
   rope.interleaved = true;
-  MPAKT_TRY(r.positive({"rotary_dim"}, rope.rotary_dim, c.head_dim));
+  // absent: the config classes' 64; null: the sinusoid table is hidden_size wide and rotates
+  // whole heads, which fits only a one-head model (refused below otherwise)
+  MPAKT_TRY(r.positive({"rotary_dim"}, rope.rotary_dim, r.has_key("rotary_dim") ? c.hidden : 64));
   if (rope.rotary_dim > c.head_dim || rope.rotary_dim % 2 != 0)
     return invalid("config.json rotary_dim must be even and at most the head width");
   set_rope(c, rope);
@@ -724,7 +750,9 @@ status mpt(const config_reader& r, arch_config& c) {
 
 /// LFM2: short-conv and attention layers (layer_types or full_attn_idxs); final embedding_norm.
 status lfm2(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(llama_family(r, c, {}, no_bias_fields));
+  rope_defaults d;
+  d.theta = 1e6;  // Lfm2Config's default
+  MPAKT_TRY(llama_family(r, c, d, no_bias_fields));
   c.norm_eps = r.number("norm_eps", 1e-5);
   // Lfm2Config takes the released checkpoints' tie_embedding in place of tie_word_embeddings
   c.tied_embeddings = r.flag("tie_embedding", r.flag("tie_word_embeddings", true));
@@ -805,7 +833,9 @@ status deepseek(const config_reader& r, arch_config& c, bool v3) {
     l.attn_scale = scale;
   }
   int first_dense = 0, freq = 1;
-  MPAKT_TRY(r.positive({"first_k_dense_replace"}, first_dense, 0));
+  // DeepseekV3Config's defaults differ from V2's: 3 dense layers, scale 2.5, 8 groups keeping 4,
+  // one shared expert (V2: two)
+  MPAKT_TRY(r.positive({"first_k_dense_replace"}, first_dense, v3 ? 3 : 0));
   MPAKT_TRY(r.positive({"moe_layer_freq"}, freq, 1));
   if (freq != 1) return invalid("config.json moe_layer_freq other than 1 is not supported");
   MPAKT_TRY(r.positive({"n_routed_experts", "num_local_experts", "num_experts"}, c.moe.experts, 0));
@@ -814,7 +844,7 @@ status deepseek(const config_reader& r, arch_config& c, bool v3) {
     MPAKT_TRY(r.positive({"moe_intermediate_size"}, c.moe_intermediate));
     for (int i = first_dense; i < c.layers; ++i) c.layer[std::size_t(i)].moe = true;
   }
-  c.moe.scale = r.number("routed_scaling_factor", 1);
+  c.moe.scale = r.number("routed_scaling_factor", v3 ? 2.5 : 1);
   const std::string method = r.text_or("topk_method", v3 ? "noaux_tc" : "greedy");
   if (v3) {
     if (method != "noaux_tc") return invalid("config.json topk_method '" + method + "' is not supported for deepseek_v3");
@@ -826,8 +856,8 @@ status deepseek(const config_reader& r, arch_config& c, bool v3) {
     return invalid("config.json topk_method '" + method + "' is not supported for deepseek_v2");
   }
   if (v3 || method == "group_limited_greedy") {
-    MPAKT_TRY(r.positive({"n_group"}, c.moe.n_group, 1));
-    MPAKT_TRY(r.positive({"topk_group"}, c.moe.topk_group, 1));
+    MPAKT_TRY(r.positive({"n_group"}, c.moe.n_group, v3 ? 8 : 1));
+    MPAKT_TRY(r.positive({"topk_group"}, c.moe.topk_group, v3 ? 4 : 1));
     if (c.moe.experts % c.moe.n_group != 0) return invalid("config.json n_group must divide n_routed_experts");
   }
   const std::string L = "model.layers.{L}.";
@@ -837,7 +867,7 @@ status deepseek(const config_reader& r, arch_config& c, bool v3) {
   n.expert_up = L + "mlp.experts.{E}.up_proj.weight";
   n.expert_down = L + "mlp.experts.{E}.down_proj.weight";
   int shared = 0;
-  MPAKT_TRY(r.positive({"n_shared_experts"}, shared, 0));
+  MPAKT_TRY(r.positive({"n_shared_experts"}, shared, v3 ? 1 : 2));
   if (shared > 0) {
     c.moe.shared = true;
     n.shared_gate.weight = L + "mlp.shared_experts.gate_proj.weight";

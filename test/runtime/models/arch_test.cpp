@@ -562,6 +562,42 @@ TEST(ArchConfig, HeadDimCountsOnlyWhereTransformersReadsIt) {
   }
 }
 
+/// A fixture's config without `key`, parsed (which must succeed).
+models::arch_config parsed_without(const std::string& family, const std::string& key) {
+  auto c = models::parse_arch_config(fixture_without(family, key));
+  EXPECT_TRUE(c.ok()) << family << " without " << key << ": " << (c.ok() ? "" : c.err().message);
+  return c.ok() ? *c : models::arch_config{};
+}
+
+// A key missing from config.json means the config class's default in transformers 5.24 (the
+// dataclass default, e.g. Gemma2Config.final_logit_softcapping = 30.0), which is not always the
+// value a neighbouring family would suggest; null, where allowed, means "none".
+TEST(ArchConfig, AbsentFieldsTakeTheConfigClassDefaults) {
+  EXPECT_EQ(parsed_without("gemma2", "final_logit_softcapping").final_softcap, 30);
+  EXPECT_EQ(parsed_without("gemma2", "attn_logit_softcapping").attn_softcap, 50);
+  auto capped_off = models::parse_arch_config(fixture_with("gemma2", "final_logit_softcapping", "null"));
+  ASSERT_TRUE(capped_off.ok()) << capped_off.err().message;
+  EXPECT_EQ(capped_off->final_softcap, 0);
+  EXPECT_DOUBLE_EQ(parsed_without("gemma3", "query_pre_attn_scalar").layer[0].attn_scale, 1.0 / 16);
+  EXPECT_EQ(parsed_without("gemma3", "sliding_window").layer[0].window, 4096);
+  EXPECT_EQ(parsed_without("cohere2", "sliding_window").layer[0].window, 4096);
+  EXPECT_EQ(parsed_without("cohere", "logit_scale").logit_scale, 0.0625);
+  EXPECT_EQ(parsed_without("cohere", "rope_parameters").layer[0].rope.theta, 5e5);
+  EXPECT_EQ(parsed_without("lfm2", "rope_parameters").layer[1].rope.theta, 1e6);
+  EXPECT_EQ(parsed_without("mixtral", "rope_parameters").layer[0].rope.theta, 1e6);
+  for (const char* family : {"mixtral", "phi3", "olmoe"}) EXPECT_EQ(parsed_without(family, "rms_norm_eps").norm_eps, 1e-5) << family;
+  EXPECT_EQ(parsed_without("glm", "rms_norm_eps").norm_eps, 1.5625e-07);
+  EXPECT_FALSE(parsed_without("glm", "attention_bias").names.q.bias.empty());
+  EXPECT_EQ(parsed_without("granite", "attention_multiplier").layer[0].attn_scale, 1);
+  EXPECT_TRUE(parsed_without("qwen2_moe", "shared_expert_intermediate_size").moe.shared);
+  EXPECT_TRUE(parsed_without("deepseek_v2_lite", "n_shared_experts").moe.shared);
+  EXPECT_EQ(parsed_without("deepseek_v3", "routed_scaling_factor").moe.scale, 2.5);
+  // GPT-J's rotary_dim defaults to 64, wider than the fixture's 12-wide heads: refused
+  auto gptj = models::parse_arch_config(fixture_without("gptj", "rotary_dim"));
+  ASSERT_FALSE(gptj.ok());
+  EXPECT_NE(gptj.err().message.find("rotary_dim"), std::string::npos) << gptj.err().message;
+}
+
 TEST(ArchConfig, CacheGraphAllocatesStateForEveryLayerKind) {
   auto c = models::parse_arch_config(test::read_file(arch_dir + "/lfm2/config.json"));
   ASSERT_TRUE(c.ok()) << c.err().message;
