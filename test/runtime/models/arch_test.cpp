@@ -598,6 +598,18 @@ TEST(ArchConfig, AbsentFieldsTakeTheConfigClassDefaults) {
   EXPECT_NE(gptj.err().message.find("rotary_dim"), std::string::npos) << gptj.err().message;
 }
 
+// BLOOM's and Falcon's configs take a legacy n_embed (bigscience/bloom has one) over hidden_size.
+TEST(ArchConfig, BloomAndFalconReadNEmbed) {
+  for (const char* family : {"bloom", "falcon"}) {
+    auto c = models::parse_arch_config(fixture_with(family, "hidden_size", "64").replace(0, 1, "{\"n_embed\": 48, "));
+    ASSERT_TRUE(c.ok()) << family << ": " << c.err().message;
+    EXPECT_EQ(c->hidden, 48) << family;
+  }
+  auto llama = models::parse_arch_config(with_field("n_embed", "48"));  // read by those two only
+  ASSERT_TRUE(llama.ok()) << llama.err().message;
+  EXPECT_EQ(llama->hidden, 32);
+}
+
 TEST(ArchConfig, CacheGraphAllocatesStateForEveryLayerKind) {
   auto c = models::parse_arch_config(test::read_file(arch_dir + "/lfm2/config.json"));
   ASSERT_TRUE(c.ok()) << c.err().message;
