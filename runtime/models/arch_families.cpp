@@ -809,7 +809,8 @@ status deepseek(const config_reader& r, arch_config& c, bool v3) {
   c.tied_embeddings = r.flag("tie_word_embeddings", false);
   if (r.flag("attention_bias", false)) return invalid("config.json attention_bias true is not supported for " + c.family);
   auto& m = c.mla;
-  MPAKT_TRY(r.positive({"q_lora_rank"}, m.q_lora_rank, 0));
+  // null: a plain q_proj (V2-Lite); absent: the config classes' 1536
+  MPAKT_TRY(r.positive({"q_lora_rank"}, m.q_lora_rank, r.has_key("q_lora_rank") ? 0 : 1536));
   MPAKT_TRY(r.positive({"kv_lora_rank"}, m.kv_lora_rank));
   MPAKT_TRY(r.positive({"qk_nope_head_dim"}, m.nope_dim));
   MPAKT_TRY(r.positive({"qk_rope_head_dim"}, m.rope_dim));

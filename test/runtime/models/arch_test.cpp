@@ -592,6 +592,7 @@ TEST(ArchConfig, AbsentFieldsTakeTheConfigClassDefaults) {
   EXPECT_TRUE(parsed_without("qwen2_moe", "shared_expert_intermediate_size").moe.shared);
   EXPECT_TRUE(parsed_without("deepseek_v2_lite", "n_shared_experts").moe.shared);
   EXPECT_EQ(parsed_without("deepseek_v3", "routed_scaling_factor").moe.scale, 2.5);
+  EXPECT_EQ(parsed_without("deepseek_v2_lite", "q_lora_rank").mla.q_lora_rank, 1536);  // its file says null
   // GPT-J's rotary_dim defaults to 64, wider than the fixture's 12-wide heads: refused
   auto gptj = models::parse_arch_config(fixture_without("gptj", "rotary_dim"));
   ASSERT_FALSE(gptj.ok());
