@@ -585,7 +585,8 @@ TEST(ArchConfig, AbsentFieldsTakeTheConfigClassDefaults) {
   EXPECT_EQ(parsed_without("cohere", "rope_parameters").layer[0].rope.theta, 5e5);
   EXPECT_EQ(parsed_without("lfm2", "rope_parameters").layer[1].rope.theta, 1e6);
   EXPECT_EQ(parsed_without("mixtral", "rope_parameters").layer[0].rope.theta, 1e6);
-  for (const char* family : {"mixtral", "phi3", "olmoe"}) EXPECT_EQ(parsed_without(family, "rms_norm_eps").norm_eps, 1e-5) << family;
+  for (const char* family : {"mixtral", "phi3", "olmoe"})
+    EXPECT_EQ(parsed_without(family, "rms_norm_eps").norm_eps, 1e-5) << family;
   EXPECT_EQ(parsed_without("glm", "rms_norm_eps").norm_eps, 1.5625e-07);
   EXPECT_FALSE(parsed_without("glm", "attention_bias").names.q.bias.empty());
   EXPECT_EQ(parsed_without("granite", "attention_multiplier").layer[0].attn_scale, 1);
