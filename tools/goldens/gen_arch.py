@@ -864,18 +864,25 @@ def np_inv_freq(rp, head_dim, max_pos, seq_len):
         ramp = np.clip((np.arange(dim // 2) - low) / (high - low), 0, 1)
         extrap = 1 - ramp
         inv = (inv / f) * (1 - extrap) + inv * extrap
+    elif t == "dynamic":
+        # the base grows once a pass reaches past max_position_embeddings (seq_len: that pass's length)
+        if seq_len > max_pos:
+            f = rp["factor"]
+            base = theta * ((f * seq_len / max_pos) - (f - 1)) ** (dim / (dim - 2))
+            inv = 1.0 / base ** expo
     elif t != "default":
         raise NotImplementedError(t)
     return inv, att
 
 
 def np_rope(x, nheads, hd, pos, inv, att, interleaved=False, start=0):
-    """rotate channels [start, start+2*len(inv)) of every head of x [T, nheads*hd]."""
+    """rotate channels [start, start+2*len(inv)) of every head of x [T, nheads*hd]; inv [r/2], or
+    [T, r/2] when each row has its own frequencies."""
     np = NP.np
     T = x.shape[0]
     x = x.reshape(T, nheads, hd).copy()
-    r = 2 * len(inv)
-    ang = pos[:, None] * inv[None, :]  # [T, r/2]
+    r = 2 * inv.shape[-1]
+    ang = pos[:, None] * (inv if inv.ndim == 2 else inv[None, :])  # [T, r/2]
     c, s = (np.cos(ang) * att)[:, None, :], (np.sin(ang) * att)[:, None, :]
     seg = x[:, :, start:start + r]
     if interleaved:
@@ -1251,6 +1258,8 @@ def np_forward(fam, cfg, W, ids):
                 k = NP.ln(k.reshape(T, nkv, hd), W[p + "self_attn.k_norm.weight"], None, eps).reshape(T, -1)
             if not (mt == "cohere2" and lt == "full_attention"):
                 inv, att = np_inv_freq(rpl, hd, cfg["max_position_embeddings"], T)
+                if rpl.get("rope_type") == "dynamic":  # cached decode: row t was roped in a pass of t+1
+                    inv = np.stack([np_inv_freq(rpl, hd, cfg["max_position_embeddings"], t + 1)[0] for t in range(T)])
                 q, k = np_rope(q, nh, hd, pos, inv, att, interleaved), np_rope(k, nkv, hd, pos, inv, att, interleaved)
             a = np_attention(q, k, v, nh, nkv, hd, scale=scale, window=window, softcap=cfg.get("attn_logit_softcapping") if mt == "gemma2" else None)
             a = NP.lin(a, W, p + "self_attn.o_proj")
