@@ -119,7 +119,12 @@ result<std::pair<arch_rope, arch_rope>> read_gemma3_ropes(const config_reader& r
 
 /// The standard dimensions, under their usual keys and the older aliases.
 status read_dims(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(r.positive({"hidden_size", "n_embd", "d_model"}, c.hidden));
+  // BLOOM and Falcon take a legacy n_embed over hidden_size (their configs' __post_init__)
+  if ((c.family == "bloom" || c.family == "falcon") && r.has("n_embed")) {
+    MPAKT_TRY(r.positive({"n_embed"}, c.hidden));
+  } else {
+    MPAKT_TRY(r.positive({"hidden_size", "n_embd", "d_model"}, c.hidden));
+  }
   MPAKT_TRY(r.positive({"num_hidden_layers", "n_layer", "n_layers"}, c.layers));
   MPAKT_TRY(r.positive({"num_attention_heads", "n_head", "n_heads"}, c.heads));
   MPAKT_TRY(r.positive({"vocab_size"}, c.vocab));

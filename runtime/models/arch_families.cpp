@@ -139,20 +139,49 @@ status every_layer_window(const config_reader& r, arch_config& c, std::optional<
   return ok_status();
 }
 
+/// A setting that null turns off (0) and whose absence means the config class's default: the
+/// class default fills only a missing key, so the two cases differ (Gemma 2's softcaps).
+double number_or_default(const config_reader& r, const char* key, double absent) {
+  return r.has_key(key) ? r.number(key, 0) : absent;
+}
+
+/// sliding_window read the same way (null: no window; absent: the class default).
+status window_or_default(const config_reader& r, int& window, int absent) {
+  window = absent;
+  if (!r.has_key("sliding_window")) return ok_status();
+  window = 0;
+  return r.positive({"sliding_window"}, window, 0);
+}
+
 /// Mistral: Llama plus a window on every layer.
 status mistral(const config_reader& r, arch_config& c) {
   MPAKT_TRY(llama(r, c, {}, no_bias_fields));  // MistralAttention and MistralMLP have no biases
   return every_layer_window(r, c, 4096);
 }
 
-/// Qwen2/Qwen3 windows: only with use_sliding_window, on layer_types' sliding layers (or
-/// layers from max_window_layers on).
-status qwen_windows(const config_reader& r, arch_config& c) {
+/// Where a Qwen config without layer_types puts its windows (each config class's default).
+enum class qwen_window_rule : std::uint8_t {
+  from_max_window_layers,   ///< Qwen2, Qwen3: layers from max_window_layers on
+  alternate_below_max_window,     ///< Qwen2-MoE: layers 0, 2, 4, … below max_window_layers
+  every_layer,              ///< Qwen3-MoE: no layer_types at all, one window on every layer
+};
+
+/// Qwen windows: only with use_sliding_window, on layer_types' sliding layers, else where
+/// the family's config class puts them.
+status qwen_windows(const config_reader& r, arch_config& c, qwen_window_rule rule) {
   if (!r.flag("use_sliding_window", false)) return ok_status();
-  int window = 0, from = 0;
+  int window = 0, below = 0;
   MPAKT_TRY(r.positive({"sliding_window"}, window, 0));
-  MPAKT_TRY(r.positive({"max_window_layers"}, from, c.layers));
-  return read_windows(r, c, window, [&](int i) { return i >= from; });
+  if (rule == qwen_window_rule::every_layer) {
+    // Qwen3MoeAttention passes config.sliding_window to every layer; layer_types and
+    // max_window_layers are not read
+    for (auto& l : c.layer) l.window = window;
+    return ok_status();
+  }
+  MPAKT_TRY(r.positive({"max_window_layers"}, below, c.layers));
+  if (rule == qwen_window_rule::alternate_below_max_window)
+    return read_windows(r, c, window, [&](int i) { return (i + 1) % 2 != 0 && i < below; });
+  return read_windows(r, c, window, [&](int i) { return i >= below; });
 }
 
 /// Qwen2: q/k/v biases always, o_proj none; tied per config.
@@ -161,16 +190,21 @@ status qwen2(const config_reader& r, arch_config& c) {
   c.tied_embeddings = r.flag("tie_word_embeddings", false);
   c.names.o.bias.clear();
   add_biases({&c.names.q, &c.names.k, &c.names.v});  // Qwen2Attention: always, not config-driven
-  return qwen_windows(r, c);
+  return qwen_windows(r, c, qwen_window_rule::from_max_window_layers);
 }
 
-/// Qwen3: per-head RMS q/k norms (one [hd] weight) before rope.
-status qwen3(const config_reader& r, arch_config& c) {
+/// Qwen3 attention: per-head RMS q/k norms (one [hd] weight) before rope.
+status qwen3_attention(const config_reader& r, arch_config& c) {
   MPAKT_TRY(llama(r, c, {}, attention_bias_field));
   c.qk_norm = arch_qk_norm_kind::rms_head;
   c.names.q_norm = "model.layers.{L}.self_attn.q_norm.weight";
   c.names.k_norm = "model.layers.{L}.self_attn.k_norm.weight";
-  return qwen_windows(r, c);
+  return ok_status();
+}
+
+status qwen3(const config_reader& r, arch_config& c) {
+  MPAKT_TRY(qwen3_attention(r, c));
+  return qwen_windows(r, c, qwen_window_rule::from_max_window_layers);
 }
 
 /// MoE placement of Qwen2/Qwen3-MoE: not in mlp_only_layers, every decoder_sparse_step-th.
@@ -207,7 +241,7 @@ status qwen2_moe(const config_reader& r, arch_config& c) {
   MPAKT_TRY(softmax_router(r, c, r.flag("norm_topk_prob", false)));
   MPAKT_TRY(r.positive({"moe_intermediate_size"}, c.moe_intermediate));
   int shared = 0;
-  MPAKT_TRY(r.positive({"shared_expert_intermediate_size"}, shared, 0));
+  MPAKT_TRY(r.positive({"shared_expert_intermediate_size"}, shared, 5632));  // Qwen2MoeConfig's default
   if (shared > 0) {
     c.moe.shared = c.moe.shared_gated = true;
     const std::string L = "model.layers.{L}.mlp.";
@@ -217,20 +251,24 @@ status qwen2_moe(const config_reader& r, arch_config& c) {
     c.names.shared_expert_gate = L + "shared_expert_gate.weight";
   }
   MPAKT_TRY(qwen_moe_layers(r, c));
-  return qwen_windows(r, c);
+  return qwen_windows(r, c, qwen_window_rule::alternate_below_max_window);
 }
 
 /// Qwen3-MoE: Qwen3 attention, Qwen-MoE routing, no shared expert.
 status qwen3_moe(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(qwen3(r, c));
+  MPAKT_TRY(qwen3_attention(r, c));
   MPAKT_TRY(softmax_router(r, c, r.flag("norm_topk_prob", false)));
   MPAKT_TRY(r.positive({"moe_intermediate_size"}, c.moe_intermediate));
-  return qwen_moe_layers(r, c);
+  MPAKT_TRY(qwen_moe_layers(r, c));
+  return qwen_windows(r, c, qwen_window_rule::every_layer);
 }
 
 /// Mixtral: every layer MoE, softmax over all experts then renormalised; w1/w3/w2 experts.
 status mixtral(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(llama(r, c, {}, no_bias_fields));
+  rope_defaults d;
+  d.theta = 1e6;  // MixtralConfig's defaults: theta 1e6, eps 1e-5
+  MPAKT_TRY(llama(r, c, d, no_bias_fields));
+  c.norm_eps = r.number("rms_norm_eps", 1e-5);
   MPAKT_TRY(softmax_router(r, c, true));
   const std::string L = "model.layers.{L}.block_sparse_moe.";
   c.names.router = L + "gate.weight";
@@ -245,6 +283,7 @@ status mixtral(const config_reader& r, arch_config& c) {
 /// OLMoE: q/k RMSNorm over the whole projection width, every layer MoE.
 status olmoe(const config_reader& r, arch_config& c) {
   MPAKT_TRY(llama(r, c, {}, attention_bias_field));
+  c.norm_eps = r.number("rms_norm_eps", 1e-5);  // OlmoeConfig's default
   if (r.has("clip_qkv")) return invalid("config.json clip_qkv is not supported (no clamp step is built)");
   c.qk_norm = arch_qk_norm_kind::rms_full;
   c.names.q_norm = "model.layers.{L}.self_attn.q_norm.weight";
@@ -261,7 +300,7 @@ status granite(const config_reader& r, arch_config& c) {
   c.embed_scale = r.number("embedding_multiplier", 1);
   c.residual_scale = r.number("residual_multiplier", 1);
   c.logit_scale = 1.0 / r.number("logits_scaling", 1);
-  const double attn = r.number("attention_multiplier", 1.0 / std::sqrt(double(c.head_dim)));
+  const double attn = r.number("attention_multiplier", 1);  // GraniteConfig's default, not 1/sqrt(hd)
   for (auto& l : c.layer) l.attn_scale = attn;
   return ok_status();
 }
@@ -272,8 +311,10 @@ status glm(const config_reader& r, arch_config& c) {
   d.partial_factor = 0.5;
   d.honour_partial = true;
   d.interleaved = true;
-  MPAKT_TRY(llama(r, c, d, attention_bias_field));
-  c.names.o.bias.clear();  // GlmAttention: q/k/v follow attention_bias, o_proj never has one
+  MPAKT_TRY(llama(r, c, d, no_bias_fields));
+  c.norm_eps = r.number("rms_norm_eps", 1.5625e-07);  // GlmConfig's default
+  // GlmAttention: q/k/v follow attention_bias (true by default), o_proj never has one
+  if (r.flag("attention_bias", true)) add_biases({&c.names.q, &c.names.k, &c.names.v});
   c.names.gate_up.weight = "model.layers.{L}.mlp.gate_up_proj.weight";
   c.names.gate.weight = c.names.up.weight = "";
   return ok_status();
@@ -284,6 +325,7 @@ status phi3(const config_reader& r, arch_config& c) {
   rope_defaults d;
   d.honour_partial = true;
   MPAKT_TRY(llama(r, c, d, no_bias_fields));
+  c.norm_eps = r.number("rms_norm_eps", 1e-5);  // Phi3Config's default
   c.qkv_layout = arch_qkv_layout::blocked;
   c.names.qkv.weight = "model.layers.{L}.self_attn.qkv_proj.weight";
   c.names.q.weight = c.names.k.weight = c.names.v.weight = "";
@@ -319,11 +361,13 @@ status gemma2_common(const config_reader& r, arch_config& c, int default_pattern
   c.names.post_attn_norm.weight = L + "post_attention_layernorm.weight";
   c.names.mlp_norm.weight = L + "pre_feedforward_layernorm.weight";
   c.names.post_mlp_norm.weight = L + "post_feedforward_layernorm.weight";
-  const double scalar = r.number("query_pre_attn_scalar", c.head_dim);
+  // the config classes' defaults: query_pre_attn_scalar 256, window 4096; Gemma 2 caps the
+  // logits at 30 unless the file says null
+  const double scalar = r.number("query_pre_attn_scalar", 256);
   for (auto& l : c.layer) l.attn_scale = 1.0 / std::sqrt(scalar);
-  c.final_softcap = r.number("final_logit_softcapping", 0);
+  c.final_softcap = number_or_default(r, "final_logit_softcapping", c.family == "gemma2" ? 30 : 0);
   int window = 0;
-  MPAKT_TRY(r.positive({"sliding_window"}, window, 0));
+  MPAKT_TRY(window_or_default(r, window, 4096));
   int pattern = default_pattern;
   MPAKT_TRY(r.positive({"sliding_window_pattern", "_sliding_window_pattern"}, pattern, default_pattern));
   return read_windows(r, c, window, [&](int i) { return (i + 1) % pattern != 0; });
@@ -332,7 +376,7 @@ status gemma2_common(const config_reader& r, arch_config& c, int default_pattern
 /// Gemma 2: attention score softcap on top of the common Gemma 2/3 structure.
 status gemma2(const config_reader& r, arch_config& c) {
   MPAKT_TRY(gemma2_common(r, c, 2));
-  c.attn_softcap = r.number("attn_logit_softcapping", 0);
+  c.attn_softcap = number_or_default(r, "attn_logit_softcapping", 50);  // Gemma2Config's default
   return ok_status();
 }
 
@@ -354,13 +398,14 @@ status gemma3_text(const config_reader& r, arch_config& c) {
 status cohere(const config_reader& r, arch_config& c) {
   rope_defaults d;
   d.interleaved = true;
+  if (c.family == "cohere") d.theta = 5e5;  // CohereConfig's default (Cohere2Config's is 1e4)
   MPAKT_TRY(llama_family(r, c, d));
   c.tied_embeddings = r.flag("tie_word_embeddings", true);
   c.norm = arch_norm_kind::layer;
   c.norm_eps = r.number("layer_norm_eps", 1e-5);
   c.block = arch_block_kind::parallel;
   c.names.mlp_norm.weight.clear();
-  c.logit_scale = r.number("logit_scale", 1);
+  c.logit_scale = r.number("logit_scale", 0.0625);  // both config classes' default
   if (r.flag("use_qk_norm", false)) {
     c.qk_norm = arch_qk_norm_kind::layer_head;
     c.names.q_norm = "model.layers.{L}.self_attn.q_norm.weight";
@@ -371,13 +416,28 @@ status cohere(const config_reader& r, arch_config& c) {
 
 /// Cohere 2: sliding layers use rope and the window; full layers use no rope at all.
 status cohere2(const config_reader& r, arch_config& c) {
+  // Cohere2Config overwrites head_dim with hidden_size / num_attention_heads, whatever the file says
+  c.head_dim = c.v_head_dim = c.hidden / c.heads;
   MPAKT_TRY(cohere(r, c));
   c.qk_norm = arch_qk_norm_kind::none;
   int window = 0, pattern = 4;
-  MPAKT_TRY(r.positive({"sliding_window"}, window, 0));
+  MPAKT_TRY(window_or_default(r, window, 4096));
   MPAKT_TRY(r.positive({"sliding_window_pattern"}, pattern, 4));
   MPAKT_TRY(read_windows(r, c, window, [&](int i) { return (i + 1) % pattern != 0; }));
   for (auto& l : c.layer) l.rope.enabled = l.window > 0;
+  return ok_status();
+}
+
+/// Families whose attention splits heads as hidden_size / num_attention_heads and never reads
+/// head_dim (BLOOM, Falcon, GPT-2) ignore it, as transformers does. StableLM and GPT-NeoX
+/// also split heads that way, but their rotary tables are sized from a head_dim when the
+/// config has one: a head_dim unlike the split is refused.
+status head_dim_from_hidden(const config_reader& r, arch_config& c, bool rotary_reads_head_dim) {
+  const int split = c.hidden / c.heads;
+  if (rotary_reads_head_dim && r.has("head_dim") && c.head_dim != split)
+    return invalid("config.json head_dim " + std::to_string(c.head_dim) + " is not hidden_size / num_attention_heads (" +
+                   std::to_string(split) + "): " + c.family + " sizes rope by head_dim but attention by the split");
+  c.head_dim = c.v_head_dim = split;
   return ok_status();
 }
 
@@ -427,6 +487,7 @@ status phi(const config_reader& r, arch_config& c) {
 
 /// GPT-2: learned positions, Conv1D [in, out] weights, no rope.
 status gpt2(const config_reader& r, arch_config& c) {
+  MPAKT_TRY(head_dim_from_hidden(r, c, false));
   layernorm_family(r, c, "layer_norm_epsilon");
   auto act = read_activation(r, "activation_function", "gelu_new");
   if (!act) return std::move(act).err();
@@ -459,6 +520,7 @@ status gpt2(const config_reader& r, arch_config& c) {
 
 /// GPT-NeoX / Pythia: per-head fused qkv, partial rope, two-norm parallel residual.
 status gpt_neox(const config_reader& r, arch_config& c) {
+  MPAKT_TRY(head_dim_from_hidden(r, c, true));
   layernorm_family(r, c, "layer_norm_eps");
   auto act = read_activation(r, "hidden_act", "gelu");
   if (!act) return std::move(act).err();
@@ -498,7 +560,9 @@ status gptj_common(const config_reader& r, arch_config& c) {
   arch_rope rope;
   rope.theta = 10000;  // hard-wired in create_sinusoidal_positions
   rope.interleaved = true;
-  MPAKT_TRY(r.positive({"rotary_dim"}, rope.rotary_dim, c.head_dim));
+  // absent: the config classes' 64; null: the sinusoid table is hidden_size wide and rotates
+  // whole heads, which fits only a one-head model (refused below otherwise)
+  MPAKT_TRY(r.positive({"rotary_dim"}, rope.rotary_dim, r.has_key("rotary_dim") ? c.hidden : 64));
   if (rope.rotary_dim > c.head_dim || rope.rotary_dim % 2 != 0)
     return invalid("config.json rotary_dim must be even and at most the head width");
   set_rope(c, rope);
@@ -539,6 +603,7 @@ status codegen(const config_reader& r, arch_config& c) {
 
 /// StableLM: LayerNorms with bias, partial rope, optional per-head q/k LayerNorms.
 status stablelm(const config_reader& r, arch_config& c) {
+  MPAKT_TRY(head_dim_from_hidden(r, c, true));
   rope_defaults d;
   d.partial_factor = 0.25;
   d.honour_partial = true;
@@ -568,6 +633,7 @@ status stablelm(const config_reader& r, arch_config& c) {
 
 /// Falcon: the classic multi-query layout or new_decoder_architecture's grouped one.
 status falcon(const config_reader& r, arch_config& c) {
+  MPAKT_TRY(head_dim_from_hidden(r, c, false));
   layernorm_family(r, c, "layer_norm_epsilon");
   if (r.flag("alibi", false))
     return invalid("config.json alibi true is not supported for falcon: its ALiBi term is built in bf16 and scaled with the scores");
@@ -590,6 +656,10 @@ status falcon(const config_reader& r, arch_config& c) {
   n.up = proj("mlp.dense_h_to_4h");
   n.down = proj("mlp.dense_4h_to_h");
   if (new_arch) {
+    // FalconDecoderLayer has no path for this: it builds the sequential norms and then reads
+    // ln_attn (two norms) or a never-set MLP input (one norm)
+    if (!r.flag("parallel_attn", true))
+      return invalid("config.json parallel_attn false with new_decoder_architecture is not supported: transformers cannot run it");
     MPAKT_TRY(r.positive({"num_kv_heads", "n_head_kv"}, c.kv_heads, c.heads));
     if (c.heads % c.kv_heads != 0) return invalid("config.json num_kv_heads must divide num_attention_heads");
     c.qkv_layout = arch_qkv_layout::grouped;
@@ -624,6 +694,7 @@ status falcon(const config_reader& r, arch_config& c) {
 
 /// BLOOM: ALiBi, a LayerNorm after the embedding, per-head fused qkv.
 status bloom(const config_reader& r, arch_config& c) {
+  MPAKT_TRY(head_dim_from_hidden(r, c, false));
   layernorm_family(r, c, "layer_norm_epsilon");
   if (r.flag("apply_residual_connection_post_layernorm", false))
     return invalid("config.json apply_residual_connection_post_layernorm true is not supported for bloom");
@@ -679,9 +750,12 @@ status mpt(const config_reader& r, arch_config& c) {
 
 /// LFM2: short-conv and attention layers (layer_types or full_attn_idxs); final embedding_norm.
 status lfm2(const config_reader& r, arch_config& c) {
-  MPAKT_TRY(llama_family(r, c, {}, no_bias_fields));
+  rope_defaults d;
+  d.theta = 1e6;  // Lfm2Config's default
+  MPAKT_TRY(llama_family(r, c, d, no_bias_fields));
   c.norm_eps = r.number("norm_eps", 1e-5);
-  c.tied_embeddings = r.flag("tie_word_embeddings", true);
+  // Lfm2Config takes the released checkpoints' tie_embedding in place of tie_word_embeddings
+  c.tied_embeddings = r.flag("tie_embedding", r.flag("tie_word_embeddings", true));
   if (r.flag("conv_bias", false)) return invalid("config.json conv_bias true is not supported: short_conv has no bias inputs");
   MPAKT_TRY(r.positive({"conv_L_cache"}, c.conv_kernel, 3));
   if (c.conv_kernel < 2) return invalid("config.json conv_L_cache must be at least 2");
@@ -689,8 +763,10 @@ status lfm2(const config_reader& r, arch_config& c) {
   if (!types) return std::move(types).err();
   auto full = r.ints("full_attn_idxs");
   if (!full) return std::move(full).err();
-  if (types->empty() && full->empty()) return invalid("config.json lfm2 needs layer_types or full_attn_idxs");
   if (!types->empty() && int(types->size()) != c.layers) return invalid("config.json layer_types does not list every layer");
+  // Lfm2Config: without layer_types, full_attn_idxs lists the attention layers; without
+  // either, every layer is attention
+  const bool all_attention = types->empty() && !r.has("full_attn_idxs");
   for (int i = 0; i < c.layers; ++i) {
     bool attention;
     if (!types->empty()) {
@@ -698,7 +774,7 @@ status lfm2(const config_reader& r, arch_config& c) {
       if (t != "conv" && t != "full_attention") return invalid("config.json layer_types[" + std::to_string(i) + "] '" + t + "' is not an lfm2 layer kind");
       attention = t == "full_attention";
     } else {
-      attention = std::find(full->begin(), full->end(), i) != full->end();
+      attention = all_attention || std::find(full->begin(), full->end(), i) != full->end();
     }
     if (!attention) {
       c.layer[std::size_t(i)].mixer = arch_mixer_kind::short_conv;
@@ -733,7 +809,8 @@ status deepseek(const config_reader& r, arch_config& c, bool v3) {
   c.tied_embeddings = r.flag("tie_word_embeddings", false);
   if (r.flag("attention_bias", false)) return invalid("config.json attention_bias true is not supported for " + c.family);
   auto& m = c.mla;
-  MPAKT_TRY(r.positive({"q_lora_rank"}, m.q_lora_rank, 0));
+  // null: a plain q_proj (V2-Lite); absent: the config classes' 1536
+  MPAKT_TRY(r.positive({"q_lora_rank"}, m.q_lora_rank, r.has_key("q_lora_rank") ? 0 : 1536));
   MPAKT_TRY(r.positive({"kv_lora_rank"}, m.kv_lora_rank));
   MPAKT_TRY(r.positive({"qk_nope_head_dim"}, m.nope_dim));
   MPAKT_TRY(r.positive({"qk_rope_head_dim"}, m.rope_dim));
@@ -757,7 +834,9 @@ status deepseek(const config_reader& r, arch_config& c, bool v3) {
     l.attn_scale = scale;
   }
   int first_dense = 0, freq = 1;
-  MPAKT_TRY(r.positive({"first_k_dense_replace"}, first_dense, 0));
+  // DeepseekV3Config's defaults differ from V2's: 3 dense layers, scale 2.5, 8 groups keeping 4,
+  // one shared expert (V2: two)
+  MPAKT_TRY(r.positive({"first_k_dense_replace"}, first_dense, v3 ? 3 : 0));
   MPAKT_TRY(r.positive({"moe_layer_freq"}, freq, 1));
   if (freq != 1) return invalid("config.json moe_layer_freq other than 1 is not supported");
   MPAKT_TRY(r.positive({"n_routed_experts", "num_local_experts", "num_experts"}, c.moe.experts, 0));
@@ -766,7 +845,7 @@ status deepseek(const config_reader& r, arch_config& c, bool v3) {
     MPAKT_TRY(r.positive({"moe_intermediate_size"}, c.moe_intermediate));
     for (int i = first_dense; i < c.layers; ++i) c.layer[std::size_t(i)].moe = true;
   }
-  c.moe.scale = r.number("routed_scaling_factor", 1);
+  c.moe.scale = r.number("routed_scaling_factor", v3 ? 2.5 : 1);
   const std::string method = r.text_or("topk_method", v3 ? "noaux_tc" : "greedy");
   if (v3) {
     if (method != "noaux_tc") return invalid("config.json topk_method '" + method + "' is not supported for deepseek_v3");
@@ -778,8 +857,8 @@ status deepseek(const config_reader& r, arch_config& c, bool v3) {
     return invalid("config.json topk_method '" + method + "' is not supported for deepseek_v2");
   }
   if (v3 || method == "group_limited_greedy") {
-    MPAKT_TRY(r.positive({"n_group"}, c.moe.n_group, 1));
-    MPAKT_TRY(r.positive({"topk_group"}, c.moe.topk_group, 1));
+    MPAKT_TRY(r.positive({"n_group"}, c.moe.n_group, v3 ? 8 : 1));
+    MPAKT_TRY(r.positive({"topk_group"}, c.moe.topk_group, v3 ? 4 : 1));
     if (c.moe.experts % c.moe.n_group != 0) return invalid("config.json n_group must divide n_routed_experts");
   }
   const std::string L = "model.layers.{L}.";
@@ -789,7 +868,7 @@ status deepseek(const config_reader& r, arch_config& c, bool v3) {
   n.expert_up = L + "mlp.experts.{E}.up_proj.weight";
   n.expert_down = L + "mlp.experts.{E}.down_proj.weight";
   int shared = 0;
-  MPAKT_TRY(r.positive({"n_shared_experts"}, shared, 0));
+  MPAKT_TRY(r.positive({"n_shared_experts"}, shared, v3 ? 1 : 2));
   if (shared > 0) {
     c.moe.shared = true;
     n.shared_gate.weight = L + "mlp.shared_experts.gate_proj.weight";

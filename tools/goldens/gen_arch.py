@@ -449,6 +449,120 @@ family("deepseek_v2_mlp_bias", "DeepseekV2Config", "DeepseekV2ForCausalLM",
                                                       for k, v in sd.items()}})
 
 
+def _head_from(embed):
+    """An untied lm_head replaced by the embedding table: proof that the head's own weight is read."""
+    return lambda sd: {k: (sd[embed] if k == "lm_head.weight" else v) for k, v in sd.items()}
+
+
+# A second round of the audit: a config unlike its family's first fixture for every family that had one
+# fixture only, each switching options that the first leaves at their defaults.
+family("bloom_untied", "BloomConfig", "BloomForCausalLM",
+       "tie_word_embeddings false (its own lm_head.weight), 8 heads (power-of-two ALiBi slopes), layer_norm_epsilon 1e-3",
+       ablate={"lm_head = word_embeddings": _head_from("transformer.word_embeddings.weight")},
+       vocab_size=V, hidden_size=H, n_layer=L, n_head=8, layer_norm_epsilon=1e-3, tie_word_embeddings=False,
+       bos_token_id=1, eos_token_id=2, hidden_dropout=0.0, attention_dropout=0.0)
+
+family("gpt2_layer_scale", "GPT2Config", "GPT2LMHeadModel",
+       "scale_attn_weights false with scale_attn_by_inverse_layer_idx (scores / (layer+1)), reorder_and_upcast_attn, n_inner null (4*n_embd), relu, untied lm_head",
+       ablate={"scale_attn_by_inverse_layer_idx false": {"scale_attn_by_inverse_layer_idx": False},
+               "scale_attn_weights true": {"scale_attn_weights": True},
+               "activation gelu_new": {"activation_function": "gelu_new"}},
+       vocab_size=V, n_positions=64, n_embd=H, n_layer=L, n_head=NH, n_inner=None, activation_function="relu",
+       scale_attn_weights=False, scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True,
+       tie_word_embeddings=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
+       bos_token_id=1, eos_token_id=2)
+
+family("gpt_neox_sequential", "GPTNeoXConfig", "GPTNeoXForCausalLM",
+       "use_parallel_residual false (sequential block), attention_bias false, full rotary with theta 5e4, tanh gelu, tied embed_out",
+       ablate={"use_parallel_residual true": {"use_parallel_residual": True},
+               "hidden_act relu": {"hidden_act": "relu"}},
+       vocab_size=V, hidden_size=H, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,
+       max_position_embeddings=128, layer_norm_eps=1e-5, hidden_act="gelu_new", use_parallel_residual=False,
+       attention_bias=False, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+       rope_parameters=rope(rope_theta=50000.0, partial_rotary_factor=1.0))
+
+family("stablelm_parallel", "StableLmConfig", "StableLmForCausalLM",
+       "use_parallel_residual true (attention and MLP off input_layernorm, no post_attention_layernorm), no qk norm, no qkv bias, partial_rotary_factor 0.25 of head_dim 16, exact gelu, tied",
+       ablate={"hidden_act silu": {"hidden_act": "silu"},
+               "full rotary": {"rope_parameters": rope(partial_rotary_factor=1.0)}},
+       vocab_size=V, hidden_size=H, intermediate_size=I, num_hidden_layers=L, num_attention_heads=2,
+       num_key_value_heads=1, max_position_embeddings=128, layer_norm_eps=1e-5, use_qkv_bias=False,
+       qk_layernorm=False, use_parallel_residual=True, hidden_act="gelu", tie_word_embeddings=True,
+       bos_token_id=1, eos_token_id=2, rope_parameters=rope(partial_rotary_factor=0.25))
+
+family("glm_no_bias", "GlmConfig", "GlmForCausalLM",
+       "attention_bias false, partial_rotary_factor 0.25 (4 of head_dim 16), hidden_act gelu_new on the fused gate, tied",
+       ablate={"hidden_act silu": {"hidden_act": "silu"},
+               "partial_rotary_factor 0.5": {"rope_parameters": rope(partial_rotary_factor=0.5)}},
+       vocab_size=V, hidden_size=H, intermediate_size=I, num_hidden_layers=L, num_attention_heads=NH,
+       num_key_value_heads=KV, head_dim=16, max_position_embeddings=128, rms_norm_eps=1e-5,
+       attention_bias=False, hidden_act="gelu_new", tie_word_embeddings=True, pad_token_id=0, eos_token_id=2,
+       bos_token_id=1, rope_parameters=rope(partial_rotary_factor=0.25))
+
+family("lfm2_attn_first", "Lfm2Config", "Lfm2ForCausalLM",
+       "4 layers attention, conv, conv, attention; conv_L_cache 4; block_auto_adjust_ff_dim false (intermediate_size 48 as written); untied lm_head",
+       vocab_size=V, hidden_size=H, intermediate_size=48, num_hidden_layers=4, num_attention_heads=NH,
+       num_key_value_heads=KV, max_position_embeddings=128, norm_eps=1e-5, conv_L_cache=4,
+       block_auto_adjust_ff_dim=False, layer_types=["full_attention", "conv", "conv", "full_attention"],
+       tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2, rope_parameters=rope(),
+       ablate={"lm_head = embed_tokens": _head_from("model.embed_tokens.weight")})
+
+family("gemma3_softcap", "Gemma3TextConfig", "Gemma3ForCausalLM",
+       "3 layers full/sliding(4)/full, final_logit_softcapping 15 (applied), attn_logit_softcapping 2 (stored, not applied by transformers), attention_bias, query_pre_attn_scalar 32, local rope theta 5e4 and global 1e6 both default, exact gelu",
+       **dict(gemma_base, num_hidden_layers=3), hidden_activation="gelu", query_pre_attn_scalar=32,
+       sliding_window=4, attention_bias=True, final_logit_softcapping=15.0, attn_logit_softcapping=2.0,
+       layer_types=["full_attention", "sliding_attention", "full_attention"],
+       rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 50000.0},
+                        "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
+       ablate={"final softcap None": {"final_logit_softcapping": None}, "sliding_window 4096": {"sliding_window": 4096},
+               "hidden_activation silu": {"hidden_activation": "silu"}})
+
+family("cohere2_full_first", "Cohere2Config", "Cohere2ForCausalLM",
+       "3 layers full (no rope)/sliding(4)/sliding, attention_bias, logit_scale 0.25, untied lm_head",
+       post=_cohere_post,
+       ablate={"sliding_window 4096": {"sliding_window": 4096}, "logit_scale 1": {"logit_scale": 1.0}},
+       vocab_size=V, hidden_size=H, intermediate_size=I, num_hidden_layers=3, num_attention_heads=NH,
+       num_key_value_heads=KV, max_position_embeddings=128, layer_norm_eps=1e-5, logit_scale=0.25,
+       sliding_window=4, attention_bias=True, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+       pad_token_id=0, layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+       rope_parameters=rope())
+
+family("qwen2_moe_sparse", "Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+       "4 layers: decoder_sparse_step 2 and mlp_only_layers [3] leave only layer 1 sparse; norm_topk_prob true; qkv_bias false; use_sliding_window with max_window_layers 3 (window 5 on layers 0 and 2); tied",
+       **dict(llama_base, num_hidden_layers=4, intermediate_size=48), moe_intermediate_size=24,
+       shared_expert_intermediate_size=16, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+       decoder_sparse_step=2, mlp_only_layers=[3], qkv_bias=False, tie_word_embeddings=True,
+       use_sliding_window=True, sliding_window=5, max_window_layers=3, rope_parameters=rope(),
+       ablate={"norm_topk_prob false": {"norm_topk_prob": False}, "sliding_window 4096": {"sliding_window": 4096}})
+
+family("falcon_new_one_ln", "FalconConfig", "FalconForCausalLM",
+       "new_decoder_architecture with num_ln_in_parallel_attn 1 (one input_layernorm feeds attention and MLP), one kv head, bias true, relu, untied lm_head",
+       vocab_size=V, hidden_size=H, num_hidden_layers=L, num_attention_heads=NH, num_kv_heads=1,
+       layer_norm_epsilon=1e-5, new_decoder_architecture=True, num_ln_in_parallel_attn=1, parallel_attn=True,
+       bias=True, alibi=False, ffn_hidden_size=48, activation="relu", tie_word_embeddings=False,
+       bos_token_id=1, eos_token_id=2, rope_parameters=rope(),
+       ablate={"activation gelu": {"activation": "gelu"},
+               "lm_head = word_embeddings": _head_from("transformer.word_embeddings.weight")})
+
+family("deepseek_v2_lite_shared2", "DeepseekV2Config", "DeepseekV2ForCausalLM",
+       "first_k_dense_replace 0 (every layer MoE), n_shared_experts 2 (shared width 2*moe_intermediate_size), routed_scaling_factor 2, norm_topk_prob true (not read by DeepseekV2: weights stay un-normalised), nope 12 + rope 4, v_head_dim 8, kv_lora_rank 8, tied",
+       vocab_size=V, hidden_size=H, intermediate_size=I, moe_intermediate_size=16, num_hidden_layers=L,
+       num_attention_heads=NH, num_key_value_heads=NH, max_position_embeddings=128, rms_norm_eps=1e-6,
+       q_lora_rank=None, kv_lora_rank=8, qk_nope_head_dim=12, qk_rope_head_dim=4, v_head_dim=8,
+       n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=2, first_k_dense_replace=0,
+       topk_method="greedy", norm_topk_prob=True, routed_scaling_factor=2.0, n_group=1, topk_group=1,
+       tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, rope_parameters=rope(),
+       ablate={"routed_scaling_factor 1": {"routed_scaling_factor": 1.0}})
+
+# Qwen3-MoE has no layer_types: with use_sliding_window its one sliding_window applies to every layer
+# (max_window_layers is not read), unlike Qwen2/Qwen3.
+family("qwen3_moe_sliding", "Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+       "use_sliding_window with sliding_window 5 on every layer (max_window_layers 28 is not read), norm_topk_prob false",
+       **dict(llama_base, intermediate_size=64), head_dim=16, moe_intermediate_size=24, num_experts=4,
+       num_experts_per_tok=2, norm_topk_prob=False, decoder_sparse_step=1, use_sliding_window=True,
+       sliding_window=5, max_window_layers=28, rope_parameters=rope(),
+       ablate={"use_sliding_window false": {"use_sliding_window": False}})
+
 # ----------------------------------------------------------------------------------------------
 # build, reinit, run
 # ----------------------------------------------------------------------------------------------
@@ -688,6 +802,21 @@ class NP:
         return 0.5 * x * (1.0 + np.vectorize(erf)(x / math.sqrt(2.0)))
 
     @staticmethod
+    def act(name):
+        """hidden_act / activation_function name -> function (the names the fixtures use)."""
+        if name in ("silu", "swish"):
+            return NP.silu
+        if name in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
+            return NP.gelu_tanh
+        if name in ("gelu", "gelu_python"):
+            return NP.gelu_exact
+        if name == "quick_gelu":
+            return lambda x: x / (1.0 + NP.np.exp(-1.702 * x))
+        if name == "relu":
+            return lambda x: NP.np.maximum(x, 0.0)
+        raise NotImplementedError(name)
+
+    @staticmethod
     def softmax(x):
         np = NP.np
         e = np.exp(x - x.max(-1, keepdims=True))
@@ -735,18 +864,25 @@ def np_inv_freq(rp, head_dim, max_pos, seq_len):
         ramp = np.clip((np.arange(dim // 2) - low) / (high - low), 0, 1)
         extrap = 1 - ramp
         inv = (inv / f) * (1 - extrap) + inv * extrap
+    elif t == "dynamic":
+        # the base grows once a pass reaches past max_position_embeddings (seq_len: that pass's length)
+        if seq_len > max_pos:
+            f = rp["factor"]
+            base = theta * ((f * seq_len / max_pos) - (f - 1)) ** (dim / (dim - 2))
+            inv = 1.0 / base ** expo
     elif t != "default":
         raise NotImplementedError(t)
     return inv, att
 
 
 def np_rope(x, nheads, hd, pos, inv, att, interleaved=False, start=0):
-    """rotate channels [start, start+2*len(inv)) of every head of x [T, nheads*hd]."""
+    """rotate channels [start, start+2*len(inv)) of every head of x [T, nheads*hd]; inv [r/2], or
+    [T, r/2] when each row has its own frequencies."""
     np = NP.np
     T = x.shape[0]
     x = x.reshape(T, nheads, hd).copy()
-    r = 2 * len(inv)
-    ang = pos[:, None] * inv[None, :]  # [T, r/2]
+    r = 2 * inv.shape[-1]
+    ang = pos[:, None] * (inv if inv.ndim == 2 else inv[None, :])  # [T, r/2]
     c, s = (np.cos(ang) * att)[:, None, :], (np.sin(ang) * att)[:, None, :]
     seg = x[:, :, start:start + r]
     if interleaved:
@@ -849,15 +985,19 @@ def np_forward(fam, cfg, W, ids):
     # ---------------- GPT-2 ----------------
     if mt == "gpt2":
         x = W["transformer.wte.weight"][ids] + W["transformer.wpe.weight"][:T]
+        act = NP.act(cfg["activation_function"])
         for i in range(L):
             p = f"transformer.h.{i}."
             h = NP.ln(x, W[p + "ln_1.weight"], W[p + "ln_1.bias"], cfg["layer_norm_epsilon"])
             qkv = h @ W[p + "attn.c_attn.weight"] + W[p + "attn.c_attn.bias"]  # Conv1D: [in, out]
             q, k, v = np.split(qkv, 3, axis=-1)
-            a = np_attention(q, k, v, nh, nh, hd)
+            sc = hd ** -0.5 if cfg.get("scale_attn_weights", True) else 1.0
+            if cfg.get("scale_attn_by_inverse_layer_idx"):
+                sc /= i + 1
+            a = np_attention(q, k, v, nh, nh, hd, scale=sc)
             x = x + a @ W[p + "attn.c_proj.weight"] + W[p + "attn.c_proj.bias"]
             h = NP.ln(x, W[p + "ln_2.weight"], W[p + "ln_2.bias"], cfg["layer_norm_epsilon"])
-            m = NP.gelu_tanh(h @ W[p + "mlp.c_fc.weight"] + W[p + "mlp.c_fc.bias"])
+            m = act(h @ W[p + "mlp.c_fc.weight"] + W[p + "mlp.c_fc.bias"])
             x = x + m @ W[p + "mlp.c_proj.weight"] + W[p + "mlp.c_proj.bias"]
         x = NP.ln(x, W["transformer.ln_f.weight"], W["transformer.ln_f.bias"], cfg["layer_norm_epsilon"])
         return lm_head(x, "transformer.wte.weight")
@@ -866,6 +1006,7 @@ def np_forward(fam, cfg, W, ids):
     if mt == "gpt_neox":
         inv, att = np_inv_freq(rp, hd, cfg["max_position_embeddings"], T)
         eps = cfg["layer_norm_eps"]
+        act = NP.act(cfg["hidden_act"])
         x = W["gpt_neox.embed_in.weight"][ids]
         for i in range(L):
             p = f"gpt_neox.layers.{i}."
@@ -876,13 +1017,13 @@ def np_forward(fam, cfg, W, ids):
             a = NP.lin(np_attention(q, k, v, nh, nh, hd), W, p + "attention.dense")
             if cfg["use_parallel_residual"]:
                 m = NP.ln(x, W[p + "post_attention_layernorm.weight"], W[p + "post_attention_layernorm.bias"], eps)
-                x = x + a + NP.lin(NP.gelu_exact(NP.lin(m, W, p + "mlp.dense_h_to_4h")), W, p + "mlp.dense_4h_to_h")
+                x = x + a + NP.lin(act(NP.lin(m, W, p + "mlp.dense_h_to_4h")), W, p + "mlp.dense_4h_to_h")
             else:
                 x = x + a
                 m = NP.ln(x, W[p + "post_attention_layernorm.weight"], W[p + "post_attention_layernorm.bias"], eps)
-                x = x + NP.lin(NP.gelu_exact(NP.lin(m, W, p + "mlp.dense_h_to_4h")), W, p + "mlp.dense_4h_to_h")
+                x = x + NP.lin(act(NP.lin(m, W, p + "mlp.dense_h_to_4h")), W, p + "mlp.dense_4h_to_h")
         x = NP.ln(x, W["gpt_neox.final_layer_norm.weight"], W["gpt_neox.final_layer_norm.bias"], eps)
-        return x @ W["embed_out.weight"].T
+        return x @ W.get("embed_out.weight", W["gpt_neox.embed_in.weight"]).T  # tied: only embed_in is stored
 
     # ---------------- GPT-J / CodeGen ----------------
     if mt in ("gptj", "codegen"):
@@ -914,10 +1055,13 @@ def np_forward(fam, cfg, W, ids):
             p = f"transformer.h.{i}."
             qkv = None
             if cfg["new_decoder_architecture"]:
-                ha = NP.ln(x, W[p + "ln_attn.weight"], W[p + "ln_attn.bias"], eps)
-                hm = NP.ln(x, W[p + "ln_mlp.weight"], W[p + "ln_mlp.bias"], eps)
+                if cfg.get("num_ln_in_parallel_attn") == 1:  # one input_layernorm feeds both
+                    ha = hm = NP.ln(x, W[p + "input_layernorm.weight"], W[p + "input_layernorm.bias"], eps)
+                else:
+                    ha = NP.ln(x, W[p + "ln_attn.weight"], W[p + "ln_attn.bias"], eps)
+                    hm = NP.ln(x, W[p + "ln_mlp.weight"], W[p + "ln_mlp.bias"], eps)
                 g = cfg["num_kv_heads"]
-                qkv = (ha @ W[p + "self_attention.query_key_value.weight"].T).reshape(T, g, nh // g + 2, hd)
+                qkv = NP.lin(ha, W, p + "self_attention.query_key_value").reshape(T, g, nh // g + 2, hd)
                 q = qkv[:, :, :-2].reshape(T, nh * hd)
                 k, v = qkv[:, :, -2].reshape(T, g * hd), qkv[:, :, -1].reshape(T, g * hd)
                 kvh = g
@@ -927,8 +1071,8 @@ def np_forward(fam, cfg, W, ids):
                 q, k, v = qkv[:, :nh].reshape(T, nh * hd), qkv[:, nh], qkv[:, nh + 1]
                 kvh = 1
             q, k = np_rope(q, nh, hd, pos, inv, att), np_rope(k, kvh, hd, pos, inv, att)
-            a = np_attention(q, k, v, nh, kvh, hd) @ W[p + "self_attention.dense.weight"].T
-            m = NP.gelu_exact(hm @ W[p + "mlp.dense_h_to_4h.weight"].T) @ W[p + "mlp.dense_4h_to_h.weight"].T
+            a = NP.lin(np_attention(q, k, v, nh, kvh, hd), W, p + "self_attention.dense")
+            m = NP.lin(NP.act(cfg["activation"])(NP.lin(hm, W, p + "mlp.dense_h_to_4h")), W, p + "mlp.dense_4h_to_h")
             x = x + a + m
         x = NP.ln(x, W["transformer.ln_f.weight"], W["transformer.ln_f.bias"], eps)
         return lm_head(x, "transformer.word_embeddings.weight")
@@ -978,7 +1122,7 @@ def np_forward(fam, cfg, W, ids):
             q, k, v = (NP.lin(h, W, p + f"self_attn.{n}_proj") for n in "qkv")
             q, k = np_rope(q, nh, hd, pos, inv, att), np_rope(k, nkv, hd, pos, inv, att)
             a = NP.lin(np_attention(q, k, v, nh, nkv, hd), W, p + "self_attn.dense")
-            m = NP.lin(NP.gelu_tanh(NP.lin(h, W, p + "mlp.fc1")), W, p + "mlp.fc2")
+            m = NP.lin(NP.act(cfg["hidden_act"])(NP.lin(h, W, p + "mlp.fc1")), W, p + "mlp.fc2")
             x = x + a + m
         x = NP.ln(x, W["model.final_layernorm.weight"], W["model.final_layernorm.bias"], eps)
         return lm_head(x, "model.embed_tokens.weight")
@@ -1025,7 +1169,8 @@ def np_forward(fam, cfg, W, ids):
                 k = np.concatenate([NP.ln(k[:, j * hd:(j + 1) * hd], W[p + f"self_attn.k_layernorm.norms.{j}.weight"], None, eps) for j in range(nkv)], -1)
             q, k = np_rope(q, nh, hd, pos, inv, att), np_rope(k, nkv, hd, pos, inv, att)
             a = np_attention(q, k, v, nh, nkv, hd) @ W[p + "self_attn.o_proj.weight"].T
-            mlp = lambda z: (NP.silu(z @ W[p + "mlp.gate_proj.weight"].T) * (z @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
+            act = NP.act(cfg["hidden_act"])
+            mlp = lambda z: (act(z @ W[p + "mlp.gate_proj.weight"].T) * (z @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
             if cfg["use_parallel_residual"]:
                 x = x + a + mlp(h)
             else:
@@ -1051,12 +1196,19 @@ def np_forward(fam, cfg, W, ids):
         x = x * cfg["embedding_multiplier"]
     layer_types = cfg.get("layer_types") or ["full_attention"] * L
     window_all = cfg.get("sliding_window") if mt in ("mistral", "phi3") else None
+    if mt == "qwen3_moe" and cfg.get("use_sliding_window"):  # no layer_types: every layer
+        window_all = cfg["sliding_window"]
     scale = None
     if "query_pre_attn_scalar" in cfg:
         scale = cfg["query_pre_attn_scalar"] ** -0.5
     if mt == "granite":
         scale = cfg["attention_multiplier"]
     interleaved = cohere or mt == "glm"
+    if gemma:  # Gemma 1 reads hidden_act (a legacy "gelu" meaning the tanh form), Gemma 2/3 hidden_activation
+        name = cfg["hidden_act"] if mt == "gemma" else cfg["hidden_activation"]
+        mlp_act = NP.act("gelu_pytorch_tanh" if name == "gelu" and mt == "gemma" else name)
+    else:
+        mlp_act = NP.act(cfg.get("hidden_act", "silu"))
     for i in range(L):
         p = f"model.layers.{i}."
         lt = layer_types[i]
@@ -1106,6 +1258,8 @@ def np_forward(fam, cfg, W, ids):
                 k = NP.ln(k.reshape(T, nkv, hd), W[p + "self_attn.k_norm.weight"], None, eps).reshape(T, -1)
             if not (mt == "cohere2" and lt == "full_attention"):
                 inv, att = np_inv_freq(rpl, hd, cfg["max_position_embeddings"], T)
+                if rpl.get("rope_type") == "dynamic":  # cached decode: row t was roped in a pass of t+1
+                    inv = np.stack([np_inv_freq(rpl, hd, cfg["max_position_embeddings"], t + 1)[0] for t in range(T)])
                 q, k = np_rope(q, nh, hd, pos, inv, att, interleaved), np_rope(k, nkv, hd, pos, inv, att, interleaved)
             a = np_attention(q, k, v, nh, nkv, hd, scale=scale, window=window, softcap=cfg.get("attn_logit_softcapping") if mt == "gemma2" else None)
             a = NP.lin(a, W, p + "self_attn.o_proj")
@@ -1114,9 +1268,8 @@ def np_forward(fam, cfg, W, ids):
             if (pre + "gate_up_proj.weight") in W:  # Phi-3 / GLM: rows [gate | up]
                 g, u = np.split(z @ W[pre + "gate_up_proj.weight"].T, 2, axis=-1)
             else:
-                g, u = z @ W[pre + "gate_proj.weight"].T, z @ W[pre + "up_proj.weight"].T
-            act = NP.gelu_tanh if gemma else NP.silu
-            return (act(g) * u) @ W[pre + "down_proj.weight"].T
+                g, u = NP.lin(z, W, pre + "gate_proj"), NP.lin(z, W, pre + "up_proj")
+            return NP.lin(mlp_act(g) * u, W, pre + "down_proj")
 
         def ffn(z):
             if mt == "mixtral":
@@ -1125,6 +1278,9 @@ def np_forward(fam, cfg, W, ids):
                               lambda e: (f"{pre}experts.{e}.w1.weight", f"{pre}experts.{e}.w3.weight", f"{pre}experts.{e}.w2.weight"),
                               normalize=True)
             moe_lay = lambda e: (f"{p}mlp.experts.{e}.gate_proj.weight", f"{p}mlp.experts.{e}.up_proj.weight", f"{p}mlp.experts.{e}.down_proj.weight")
+            if mt in ("qwen2_moe", "qwen3_moe") and (i in (cfg.get("mlp_only_layers") or [])
+                                                      or (i + 1) % cfg.get("decoder_sparse_step", 1) != 0):
+                return dense_mlp(z)
             if mt in ("qwen2_moe", "qwen3_moe", "olmoe"):
                 E = cfg.get("num_experts") or cfg["num_local_experts"]  # Qwen3-MoE 5.x writes num_local_experts
                 y = np_moe(z, W, p + "mlp.", p + "mlp.gate.weight", E, cfg["num_experts_per_tok"], moe_lay,

@@ -410,6 +410,17 @@ std::string fixture_with(const std::string& family, const std::string& key, cons
   return b.GetString();
 }
 
+/// A fixture's config without the top-level `key`.
+std::string fixture_without(const std::string& family, const std::string& key) {
+  rapidjson::Document d;
+  d.Parse(test::read_file(arch_dir + "/" + family + "/config.json").c_str());
+  d.RemoveMember(key.c_str());
+  rapidjson::StringBuffer b;
+  rapidjson::Writer<rapidjson::StringBuffer> w(b);
+  d.Accept(w);
+  return b.GetString();
+}
+
 // The audit of each family's config reader against what transformers 5 reads (issue:
 // hardening): bias switches a family's code ignores are ignored here too (expecting tensors the
 // checkpoint cannot have would refuse a good model); the ones it reads are honoured.
@@ -487,6 +498,118 @@ TEST(ArchConfig, FalconClassicLayoutRefusesFewerKvHeadsThanHeads) {
       fixture_with("falcon", "multi_query", "false").replace(0, 1, "{\"num_kv_heads\": 2, "));
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.err().message.find("num_kv_heads"), std::string::npos) << c.err().message;
+}
+
+TEST(ArchConfig, FalconNewArchitectureRefusesSequentialBlocks) {
+  // transformers' FalconDecoderLayer fails on this combination; nothing to reproduce
+  auto c = models::parse_arch_config(fixture_with("falcon_new", "parallel_attn", "false"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.err().message.find("parallel_attn"), std::string::npos) << c.err().message;
+}
+
+/// Attention windows of every layer.
+std::vector<int> windows_of(const models::arch_config& c) {
+  std::vector<int> w;
+  for (const auto& l : c.layer) w.push_back(l.window);
+  return w;
+}
+
+// A Qwen-MoE config saved without layer_types gets the windows its own config class would
+// have written: qwen2_moe_sparse's layer_types are what Qwen2MoeConfig derived from
+// use_sliding_window and max_window_layers (even layers below it), so dropping them must not
+// move a window. Qwen3-MoE reads no layer_types at all: its window is on every layer.
+TEST(ArchConfig, QwenMoeWindowsFollowEachConfigClassWithoutLayerTypes) {
+  auto written = models::parse_arch_config(test::read_file(arch_dir + "/qwen2_moe_sparse/config.json"));
+  ASSERT_TRUE(written.ok()) << written.err().message;
+  EXPECT_EQ(windows_of(*written), (std::vector<int>{5, 0, 5, 0}));
+  auto derived = models::parse_arch_config(fixture_without("qwen2_moe_sparse", "layer_types"));
+  ASSERT_TRUE(derived.ok()) << derived.err().message;
+  EXPECT_EQ(windows_of(*derived), windows_of(*written));
+  auto q3 = models::parse_arch_config(
+      fixture_with("qwen3_moe_sliding", "layer_types", "[\"full_attention\", \"full_attention\"]"));
+  ASSERT_TRUE(q3.ok()) << q3.err().message;
+  EXPECT_EQ(windows_of(*q3), (std::vector<int>{5, 5}));
+}
+
+TEST(ArchConfig, Lfm2ReadsTieEmbeddingAndDefaultsToEveryLayerAttention) {
+  // the released LFM2 configs spell the switch tie_embedding
+  auto untied = models::parse_arch_config(
+      fixture_without("lfm2_attn_first", "tie_word_embeddings").replace(0, 1, "{\"tie_embedding\": false, "));
+  ASSERT_TRUE(untied.ok()) << untied.err().message;
+  EXPECT_EQ(untied->names.lm_head.weight, "lm_head.weight");
+  // neither layer_types nor full_attn_idxs: Lfm2Config makes every layer attention
+  auto all = models::parse_arch_config(fixture_without("lfm2", "layer_types"));
+  ASSERT_TRUE(all.ok()) << all.err().message;
+  EXPECT_FALSE(all->recurrent_state);
+  for (const auto& l : all->layer) EXPECT_EQ(l.mixer, models::arch_mixer_kind::attention);
+}
+
+// head_dim in a config.json is read only by families whose attention reads it.
+TEST(ArchConfig, HeadDimCountsOnlyWhereTransformersReadsIt) {
+  auto cohere2 = models::parse_arch_config(fixture_with("cohere2", "head_dim", "16"));  // Cohere2Config overwrites it
+  ASSERT_TRUE(cohere2.ok()) << cohere2.err().message;
+  EXPECT_EQ(cohere2->head_dim, 8);
+  for (const char* family : {"bloom", "gpt2", "falcon_new"}) {
+    auto c = models::parse_arch_config(fixture_with(family, "head_dim", "4"));
+    ASSERT_TRUE(c.ok()) << family << ": " << c.err().message;
+    EXPECT_EQ(c->head_dim, c->hidden / c->heads) << family;
+  }
+  // StableLM and GPT-NeoX size their rotary tables by it but split heads by hidden / heads
+  for (const char* family : {"stablelm", "gpt_neox"}) {
+    auto c = models::parse_arch_config(fixture_with(family, "head_dim", "4"));
+    ASSERT_FALSE(c.ok()) << family;
+    EXPECT_NE(c.err().message.find("head_dim 4"), std::string::npos) << c.err().message;
+  }
+}
+
+/// A fixture's config without `key`, parsed (which must succeed).
+models::arch_config parsed_without(const std::string& family, const std::string& key) {
+  auto c = models::parse_arch_config(fixture_without(family, key));
+  EXPECT_TRUE(c.ok()) << family << " without " << key << ": " << (c.ok() ? "" : c.err().message);
+  return c.ok() ? *c : models::arch_config{};
+}
+
+// A key missing from config.json means the config class's default in transformers 5.24 (the
+// dataclass default, e.g. Gemma2Config.final_logit_softcapping = 30.0), which is not always the
+// value a neighbouring family would suggest; null, where allowed, means "none".
+TEST(ArchConfig, AbsentFieldsTakeTheConfigClassDefaults) {
+  EXPECT_EQ(parsed_without("gemma2", "final_logit_softcapping").final_softcap, 30);
+  EXPECT_EQ(parsed_without("gemma2", "attn_logit_softcapping").attn_softcap, 50);
+  auto capped_off = models::parse_arch_config(fixture_with("gemma2", "final_logit_softcapping", "null"));
+  ASSERT_TRUE(capped_off.ok()) << capped_off.err().message;
+  EXPECT_EQ(capped_off->final_softcap, 0);
+  EXPECT_DOUBLE_EQ(parsed_without("gemma3", "query_pre_attn_scalar").layer[0].attn_scale, 1.0 / 16);
+  EXPECT_EQ(parsed_without("gemma3", "sliding_window").layer[0].window, 4096);
+  EXPECT_EQ(parsed_without("cohere2", "sliding_window").layer[0].window, 4096);
+  EXPECT_EQ(parsed_without("cohere", "logit_scale").logit_scale, 0.0625);
+  EXPECT_EQ(parsed_without("cohere", "rope_parameters").layer[0].rope.theta, 5e5);
+  EXPECT_EQ(parsed_without("lfm2", "rope_parameters").layer[1].rope.theta, 1e6);
+  EXPECT_EQ(parsed_without("mixtral", "rope_parameters").layer[0].rope.theta, 1e6);
+  for (const char* family : {"mixtral", "phi3", "olmoe"})
+    EXPECT_EQ(parsed_without(family, "rms_norm_eps").norm_eps, 1e-5) << family;
+  EXPECT_EQ(parsed_without("glm", "rms_norm_eps").norm_eps, 1.5625e-07);
+  EXPECT_FALSE(parsed_without("glm", "attention_bias").names.q.bias.empty());
+  EXPECT_EQ(parsed_without("granite", "attention_multiplier").layer[0].attn_scale, 1);
+  EXPECT_TRUE(parsed_without("qwen2_moe", "shared_expert_intermediate_size").moe.shared);
+  EXPECT_TRUE(parsed_without("deepseek_v2_lite", "n_shared_experts").moe.shared);
+  EXPECT_EQ(parsed_without("deepseek_v3", "routed_scaling_factor").moe.scale, 2.5);
+  EXPECT_EQ(parsed_without("deepseek_v2_lite", "q_lora_rank").mla.q_lora_rank, 1536);  // its file says null
+  // GPT-J's rotary_dim defaults to 64, wider than the fixture's 12-wide heads: refused
+  auto gptj = models::parse_arch_config(fixture_without("gptj", "rotary_dim"));
+  ASSERT_FALSE(gptj.ok());
+  EXPECT_NE(gptj.err().message.find("rotary_dim"), std::string::npos) << gptj.err().message;
+}
+
+// BLOOM's and Falcon's configs take a legacy n_embed (bigscience/bloom has one) over hidden_size.
+TEST(ArchConfig, BloomAndFalconReadNEmbed) {
+  for (const char* family : {"bloom", "falcon"}) {
+    auto c = models::parse_arch_config(fixture_with(family, "hidden_size", "64").replace(0, 1, "{\"n_embed\": 48, "));
+    ASSERT_TRUE(c.ok()) << family << ": " << c.err().message;
+    EXPECT_EQ(c->hidden, 48) << family;
+  }
+  auto llama = models::parse_arch_config(with_field("n_embed", "48"));  // read by those two only
+  ASSERT_TRUE(llama.ok()) << llama.err().message;
+  EXPECT_EQ(llama->hidden, 32);
 }
 
 TEST(ArchConfig, CacheGraphAllocatesStateForEveryLayerKind) {
