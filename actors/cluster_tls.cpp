@@ -17,6 +17,8 @@
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
 
 #include <cctype>
 #include <filesystem>
@@ -305,6 +307,36 @@ result<std::string> fetch_certificate(const std::string& host, std::uint16_t por
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   return make_error(errc::unavailable, why);
+}
+
+status check_issued_for(const std::string& peer_pem, const std::string& ca_pem, const std::string& host) {
+  auto peer = parse_pem(peer_pem);
+  if (!peer) return make_error(errc::unauthorized, "the certificate the cluster port presents: " + peer.err().message);
+  std::unique_ptr<X509_STORE, deleter<X509_STORE, X509_STORE_free>> store(X509_STORE_new());
+  if (!store) return make_error(errc::internal, ssl_error("cannot set up certificate checks"));
+  bio_ptr b(BIO_new_mem_buf(ca_pem.data(), int(ca_pem.size())));
+  int cas = 0;
+  while (b) {
+    x509_ptr ca(PEM_read_bio_X509(b.get(), nullptr, nullptr, nullptr));
+    if (!ca) break;
+    if (X509_STORE_add_cert(store.get(), ca.get()) == 1) ++cas;
+  }
+  ERR_clear_error();  // (the end of the file reads as an error)
+  if (cas == 0) return invalid("--ca holds no PEM certificate");
+  std::unique_ptr<X509_STORE_CTX, deleter<X509_STORE_CTX, X509_STORE_CTX_free>> ctx(X509_STORE_CTX_new());
+  if (!ctx || X509_STORE_CTX_init(ctx.get(), store.get(), peer->get(), nullptr) != 1)
+    return make_error(errc::internal, ssl_error("cannot set up certificate checks"));
+  if (X509_verify_cert(ctx.get()) != 1)
+    return make_error(errc::unauthorized, std::string("the cluster port's certificate is not issued by a CA of --ca (") +
+                                              X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx.get())) + ")");
+  // An address literal is matched against the certificate's IP entries, a name against its DNS ones.
+  const int named = X509_check_ip_asc(peer->get(), host.c_str(), 0) == 1 ||
+                    X509_check_host(peer->get(), host.data(), host.size(), X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS, nullptr) == 1;
+  ERR_clear_error();
+  if (!named)
+    return make_error(errc::unauthorized, "the cluster port's certificate is issued by a CA of --ca but not for " + host +
+                                              ": join by a name (or address) it was issued for");
+  return ok_status();
 }
 
 void configure_link(caf::actor_system_config& cfg, const link_files& files) {

@@ -55,6 +55,13 @@ result<std::string> fingerprint_of(const std::string& pem);
 /// digits; refused naming what is wrong.
 result<std::string> normalize_fingerprint(const std::string& text);
 
+/// Whether `peer_pem` (what the port presented) is issued, directly or through the chain it
+/// came with, by one of the CA certificates in `ca_pem`, is valid now, and names `host` (a
+/// DNS name matched against its subject alternative names, or an IP address literal against
+/// its IP entries): what a volunteer joining with `--ca` checks before anything of its own
+/// travels. The error says which of these failed.
+status check_issued_for(const std::string& peer_pem, const std::string& ca_pem, const std::string& host);
+
 /// Connects to the TLS server at host:port (presenting the link certificate), and returns
 /// the certificate it presents, as PEM — unverified: the caller checks its fingerprint.
 /// Retries a refused or unreachable connection until `patience` has passed.

@@ -452,15 +452,18 @@ def openssl(*args, cwd):
 
 
 def test_a_volunteer_may_trust_a_ca_for_a_coordinator_certificate_it_issued(start_server, tmp_path_factory):
-    """`mpakt serve --cluster-cert/--cluster-key` with a certificate from the operator's CA;
-    a volunteer with `--ca` of that CA joins, one trusting another CA does not."""
+    """`mpakt serve --cluster-cert/--cluster-key` with a certificate from the operator's CA,
+    issued for coordinator.grid.test and 127.0.0.1: a volunteer with `--ca` of that CA joins
+    127.0.0.1; one trusting another CA does not, nor one joining by a name the certificate was
+    not issued for (localhost), which exits 5 saying so before anything of its own travels."""
     d = tmp_path_factory.mktemp("grid-ca")
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
     openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "30", "-subj", "/CN=test grid CA", cwd=d)
     openssl("req", "-x509", *ec, "-keyout", "other.key", "-out", "other.pem", "-days", "30", "-subj", "/CN=other CA", cwd=d)
     openssl("req", *ec, "-keyout", "coord.key", "-out", "coord.csr", "-subj", "/CN=coordinator.grid.test", cwd=d)
+    (d / "san.ext").write_text("subjectAltName=DNS:coordinator.grid.test,IP:127.0.0.1\n")
     openssl("x509", "-req", "-in", "coord.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "coord.pem",
-            "-days", "30", cwd=d)
+            "-days", "30", "-extfile", "san.ext", cwd=d)
     cport = free_port()
     server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--cluster-cert", str(d / "coord.pem"),
                           "--cluster-key", str(d / "coord.key"))
@@ -470,7 +473,12 @@ def test_a_volunteer_may_trust_a_ca_for_a_coordinator_certificate_it_issued(star
         der = ssl.PEM_cert_to_DER_cert((d / "coord.pem").read_text())
         assert server.coordinator_fingerprint() == hashlib.sha256(der).hexdigest()
         rc, out = run_volunteer(c, "--token", c.token, link=["--ca", str(d / "other.pem")], timeout=60)
-        assert rc != 0 and "joined" not in out, out
+        assert rc == 5 and "not issued by a CA of --ca" in out and "joined" not in out, out
+        named = subprocess.run([str(binary()), "worker", "--join", f"localhost:{cport}", "--id", "w_name", "--memory", "256M",
+                                "--threads", "1", "--token", c.token, "--ca", str(d / "ca.pem")], capture_output=True,
+                               text=True, timeout=60)
+        out = named.stdout + named.stderr
+        assert named.returncode == 5 and "not for localhost" in out and "joined" not in out, out
         assert c.status(c.key)["workers"] == 0
         proc = Process("mpakt worker w_ca", [binary(), "worker", "--join", f"127.0.0.1:{cport}", "--id", "w_ca", "--memory",
                                              "512M", "--threads", "1", "--token", c.token, "--ca", str(d / "ca.pem")],
