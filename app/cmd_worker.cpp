@@ -71,6 +71,9 @@ const char* worker_usage =
     "  --fault corrupt-weights-later\n"
     "                      a testing aid: receive weights intact, then change one byte of each\n"
     "                      right after its first check (an operator's re-check catches it)\n"
+    "  --fault corrupt-caches\n"
+    "                      a testing aid: answer graph calls right but change a value of the\n"
+    "                      session's caches after each (the spot-checks compare sessions too)\n"
     "  --fault malformed-answers\n"
     "                      a testing aid: answer every graph call with text that is not JSON\n"
     "  --delay-ms MS       answer every graph call MS late, like a slow or distant volunteer\n"
@@ -142,13 +145,17 @@ int cmd_worker(const std::vector<std::string>& args) {
       wc.delay_ms = std::atoi(v->c_str());
     } else if (a == "--fault") {
       const std::string prefix = "corrupt-results:";
-      if ((v = value()) && (*v == "corrupt-weights" || *v == "corrupt-weights-later" || *v == "malformed-answers")) {
-        (*v == "corrupt-weights" ? wc.corrupt_weights : *v == "malformed-answers" ? wc.malformed_answers : wc.corrupt_weights_later) = true;
+      if ((v = value()) && (*v == "corrupt-weights" || *v == "corrupt-weights-later" || *v == "corrupt-caches" ||
+                            *v == "malformed-answers")) {
+        (*v == "corrupt-weights"         ? wc.corrupt_weights
+         : *v == "corrupt-weights-later" ? wc.corrupt_weights_later
+         : *v == "corrupt-caches"        ? wc.corrupt_caches
+                                         : wc.malformed_answers) = true;
         continue;
       }
       if (!v || v->rfind(prefix, 0) != 0)
-        return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights, corrupt-weights-later or "
-                   "malformed-answers");
+        return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights, corrupt-weights-later, "
+                   "corrupt-caches or malformed-answers");
       char* end = nullptr;
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <random>
@@ -82,6 +83,39 @@ bool output_values_of(const rapidjson::Value& o, std::vector<std::int64_t>& shap
 }
 
 }  // namespace
+
+bool sessions_agree(const session_dump& a, const session_dump& b, float tolerance, std::string* why) {
+  auto say = [&](std::string text) {
+    if (why) *why = std::move(text);
+    return false;
+  };
+  if (a.tensors.size() != b.tensors.size()) return say("it holds another set of tensors");
+  std::map<std::string_view, const tensor_blob*> theirs;
+  for (const auto& t : a.tensors) theirs[t.name] = &t;
+  for (const auto& mine : b.tensors) {
+    auto it = theirs.find(mine.name);
+    if (it == theirs.end()) return say("tensor " + mine.name + " is missing");
+    const tensor_blob& t = *it->second;
+    if (t.shape != mine.shape || t.dtype != mine.dtype || t.bytes.size() != mine.bytes.size())
+      return say("tensor " + mine.name + " has another shape or dtype");
+    if (t.bytes == mine.bytes) continue;
+    if (tolerance <= 0 || mine.dtype != "f32" || mine.bytes.size() % 4 != 0)
+      return say("tensor " + mine.name + " differs" + (tolerance <= 0 ? " (same kernel path: must be equal)" : ""));
+    const std::size_t n = mine.bytes.size() / 4;
+    std::vector<float> va(n), vb(n);
+    std::memcpy(va.data(), t.bytes.data(), n * 4);
+    std::memcpy(vb.data(), mine.bytes.data(), n * 4);
+    float scale = 0;
+    for (float v : vb)
+      if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
+    const float tol = tolerance * scale + 1e-5f;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!((std::isnan(va[i]) && std::isnan(vb[i])) || va[i] == vb[i] || std::fabs(va[i] - vb[i]) <= tol))
+        return say("tensor " + mine.name + "[" + std::to_string(i) + "] is " + std::to_string(va[i]) + " where the verifier has " +
+                   std::to_string(vb[i]));
+  }
+  return true;
+}
 
 float path_tolerance(std::string_view resident) {
   return resident == "q8" || resident == "q4" ? 8e-2f : 1e-3f;
@@ -445,6 +479,73 @@ void challenge(checked_pointer self, const std::string& model, const std::string
           });
 }
 
+/// After a checked pass: asks the volunteer and the verifier for `sessions` as the pass left
+/// them (now, so the volunteer's dumps come before anything sent later), and returns what to
+/// call once the answers were compared: when they agreed, the sessions must agree too — a
+/// volunteer could answer right and keep wrong caches, which only later answers would show —
+/// else the volunteer is quarantined; then the verifier's copies go.
+std::function<void(bool)> compare_sessions_after(checked_pointer self, std::vector<std::string> sessions, float tolerance) {
+  struct pair_of_dumps {
+    std::optional<session_dump> theirs, mine;
+    int left = 2;
+  };
+  struct state_t {
+    std::vector<pair_of_dumps> dumps;
+    std::size_t left = 0;  ///< dumps not yet answered
+    bool failed = false, compare = false, decided = false;
+  };
+  auto p = std::make_shared<state_t>();
+  p->dumps.resize(sessions.size());
+  p->left = 2 * sessions.size();
+  auto settle = [self, p, sessions, tolerance]() {
+    if (p->left > 0 || !p->decided) return;
+    auto& st = self->state;
+    if (p->compare && !p->failed && !st.sh->counts.quarantined) {
+      std::size_t bytes = 0;
+      for (const auto& d : p->dumps) bytes += d.theirs->bytes + d.mine->bytes;
+      maybe_off_thread<result<std::string>>(
+          self, bytes >= off_thread_bytes,
+          [p, sessions, tolerance] {
+            for (std::size_t k = 0; k < sessions.size(); ++k) {
+              std::string why;
+              if (!sessions_agree(*p->dumps[k].theirs, *p->dumps[k].mine, tolerance, &why))
+                return result<std::string>("session " + sessions[k] + " after the pass: " + why);
+            }
+            return result<std::string>(std::string());
+          },
+          [self](result<std::string>& why) {
+            if (!why || !why->empty())
+              quarantine(self, self->state.sh,
+                         "a graph call answered right but left its session unlike the verifier's: " +
+                             (why ? *why : why.err().message));
+          });
+    }
+    drop_copies(self, sessions);
+  };
+  for (std::size_t k = 0; k < sessions.size(); ++k) {
+    for (bool volunteer : {true, false}) {
+      const worker_actor& from = volunteer ? self->state.volunteer() : self->state.verifier;
+      self->request(from, caf::infinite, sdump_atom::value, sessions[k])
+          .then(
+              [p, k, volunteer, settle](session_dump& d) {
+                (volunteer ? p->dumps[k].theirs : p->dumps[k].mine) = std::move(d);
+                --p->left;
+                settle();
+              },
+              [p, settle](caf::error&) {
+                p->failed = true;  // (not comparable: left unjudged)
+                --p->left;
+                settle();
+              });
+    }
+  }
+  return [p, settle](bool answers_agreed) {
+    p->compare = answers_agreed;
+    p->decided = true;
+    settle();
+  };
+}
+
 caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
   auto rp = owe<run_reply>(self);
   const float tolerance = self->state.tolerance(r);
@@ -458,7 +559,7 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
   auto finish = [self, rp, o, sessions, tolerance]() mutable {
     if (!o->mine_done || !o->theirs_done) return;
     auto& st = self->state;
-    drop_copies(self, sessions);
+    if (o->their_error || !o->mine) drop_copies(self, sessions);
     if (o->their_error) {
       rp->deliver(*o->their_error);
       return;
@@ -468,6 +569,9 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
       rp->deliver(std::move(*o->theirs));
       return;
     }
+    // The sessions as the pass left them on both, asked for now: ahead, in the volunteer's
+    // mailbox, of any call the answer below lets its client make.
+    auto after = compare_sessions_after(self, sessions, tolerance);
     // Equal text agrees at once; otherwise the answers are read as numbers — on a helper
     // thread when large, as this actor shares the coordinator's scheduler thread.
     const bool heavy = o->mine->outputs_json.size() + o->theirs->outputs_json.size() >= off_thread_bytes &&
@@ -479,11 +583,13 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
           return answers_agree(o->theirs->outputs_json, o->mine->outputs_json, tolerance, &why) ? result<std::string>(std::string())
                                                                                              : result<std::string>(why);
         },
-        [self, rp, o](result<std::string>& why) mutable {
+        [self, rp, o, after](result<std::string>& why) mutable {
           auto& st = self->state;
-          if (why && why->empty()) st.sh->counts.checked++;
+          const bool agreed = why && why->empty();
+          if (agreed) st.sh->counts.checked++;
           else quarantine(self, st.sh, "a graph call's answer differs from the verifier's: " + (why ? *why : why.err().message));
           rp->deliver(std::move(*o->mine));  // the verified answer
+          after(agreed);
         });
   };
   auto on_verifier = [self, o, finish, r](bool copied) mutable {

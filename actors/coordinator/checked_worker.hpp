@@ -94,6 +94,12 @@ worker_actor spawn_checked_worker(caf::actor_system& sys, checked_volunteer v, v
 /// largest magnitude (plus 1e-5); shapes and names equal. `why` says where they differ.
 bool answers_agree(const std::string& a, const std::string& b, float tolerance, std::string* why);
 
+/// Whether two dumps of a session (the volunteer's `a`, the verifier's `b`) agree after a
+/// pass: the same tensors, shapes and dtypes, and bytes equal — or, `tolerance` > 0 (another
+/// kernel path), f32 values within `tolerance` times the tensor's largest magnitude (plus
+/// 1e-5). `why` names the first tensor (and value) that differs.
+bool sessions_agree(const session_dump& a, const session_dump& b, float tolerance, std::string* why);
+
 /// How far apart two kernel paths may put a pass's values, as a fraction of an output's
 /// largest magnitude, for weights held as `resident` (docs/decisions.md, "Spot-checks"):
 /// float weights (f32, bf16, f16) 1e-3; q8 and q4 8e-2, as a product of many rows multiplies

@@ -91,6 +91,16 @@ struct compute_state {
   /// digest answer).
   std::set<std::string> altered;
 
+  /// --fault corrupt-caches: one value of the session's first f32 tensor changed after a call.
+  void corrupt_session(const std::string& id) {
+    if (!cfg().corrupt_caches || id.empty()) return;
+    for (auto& [_, t] : store.session(id))
+      if (t.type() == dtype::f32 && t.numel() > 0) {
+        t.f32()[0] += 1.0f;
+        return;
+      }
+  }
+
   const worker_config& cfg() const { return shared->cfg; }
   std::uint64_t free() const { return shared->free(); }
 
@@ -641,7 +651,9 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
             if (control.stopped != run_control::stop::none) return stopped(st, entry, control, e.graph->step_count());
             return to_caf(s.err());
           }
-          return answer_run(self, *e.graph, r.outputs.empty() ? e.outputs : r.outputs, r.base64);
+          auto answer = answer_run(self, *e.graph, r.outputs.empty() ? e.outputs : r.outputs, r.base64);
+          st.corrupt_session(primary);
+          return answer;
         }
         auto decl = parsed ? std::move(*parsed) : parse_graph_text(r.graph_json, false);
         if (!decl) return to_caf(decl.err());
@@ -660,7 +672,9 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
         }
         if (!retain.empty())
           if (auto s = st.store.apply_retain(**g, primary, retain); !s) return to_caf(s.err());
-        return answer_run(self, **g, outputs, r.base64);
+        auto answer = answer_run(self, **g, outputs, r.base64);
+        st.corrupt_session(primary);
+        return answer;
       },
       [=](compile_atom, compile_request& r, std::uint64_t number) -> caf::result<compile_reply> {
         turn on_turn(self->state);

@@ -63,6 +63,10 @@ struct worker_config {
   /// that passes the checks on arrival and alters its weights afterwards, for an operator's
   /// re-check to catch.
   bool corrupt_weights_later = false;
+  /// A testing aid (`mpakt worker --fault corrupt-caches`): after each graph call in a session,
+  /// one value of the session's first f32 tensor is changed while the answer stays right — a
+  /// volunteer that keeps wrong caches, for the spot-checks' session comparison to catch.
+  bool corrupt_caches = false;
   /// A testing aid (`mpakt worker --fault malformed-answers`): every graph answer is text that
   /// is not an outputs object (deeply nested and unfinished) — a hostile volunteer, for the
   /// coordinator's answer checks to catch.

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -149,6 +150,38 @@ TEST(checked_worker, CallersHearAtOnceWhenTheVolunteerGoes) {
   leaves.join();
   EXPECT_NE(outcome.find("hostA left the grid"), std::string::npos) << outcome;
   EXPECT_LT(waited, 10s);
+}
+
+
+TEST(checked_worker, SessionsAgreeTensorByTensor) {
+  auto f32 = [](std::vector<float> v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  };
+  session_dump verifier;
+  verifier.tensors = {{"k0", {2, 2}, "f32", f32({1, 2, 3, 100})}, {"ids", {1}, "i32", std::string("\x05\0\0\0", 4)}};
+  session_dump same = verifier;
+  std::reverse(same.tensors.begin(), same.tensors.end());  // (order does not matter)
+  std::string why;
+  EXPECT_TRUE(sessions_agree(same, verifier, 0, &why)) << why;
+  // one value changed: never on the same kernel path; within the tolerance of the scale on another
+  session_dump nudged = verifier;
+  nudged.tensors[0].bytes = f32({1, 2.05f, 3, 100});
+  EXPECT_FALSE(sessions_agree(nudged, verifier, 0, &why));
+  EXPECT_NE(why.find("k0"), std::string::npos) << why;
+  EXPECT_TRUE(sessions_agree(nudged, verifier, path_tolerance("bf16"), &why)) << why;
+  nudged.tensors[0].bytes = f32({1, 2.5f, 3, 100});
+  EXPECT_FALSE(sessions_agree(nudged, verifier, path_tolerance("bf16"), &why));
+  EXPECT_NE(why.find("k0[1]"), std::string::npos) << why;
+  // tensors that are not f32 must be equal whatever the path; missing or reshaped ones never agree
+  session_dump other_id = verifier;
+  other_id.tensors[1].bytes = std::string("\x06\0\0\0", 4);
+  EXPECT_FALSE(sessions_agree(other_id, verifier, path_tolerance("q8"), &why));
+  session_dump missing = verifier;
+  missing.tensors.pop_back();
+  EXPECT_FALSE(sessions_agree(missing, verifier, path_tolerance("q8"), &why));
+  session_dump reshaped = verifier;
+  reshaped.tensors[0].shape = {4, 1};
+  EXPECT_FALSE(sessions_agree(reshaped, verifier, path_tolerance("q8"), &why));
 }
 
 }  // namespace

@@ -367,3 +367,30 @@ def test_an_honest_volunteer_on_another_kernel_path_is_not_quarantined_for_a_q8_
     st = grid.wait_for(lambda s: s["pool"] and s["pool"][0]["checks"]["passed"] >= 3, "the checks to be counted")
     checks = st["pool"][0]["checks"]
     assert checks["exact"] is False and st["quarantined"] == [], (checks, st["quarantined"])
+
+
+def test_a_volunteer_that_answers_right_but_keeps_wrong_caches_is_caught(grid):
+    """`--fault corrupt-caches`: every answer is right, but after each call a value of the
+    session's caches is changed (later answers would go wrong only positions later). A checked
+    pass compares the sessions it wrote as the volunteer and the verifier hold them, so the
+    first one — the allocation of the caches — catches it. The session, never checkpointed, is
+    lost with the volunteer and says so; the model decodes as it should elsewhere."""
+    sly, _ = join_faulty(grid, "w_caches", "corrupt-caches")
+    model, where = load_stories(grid)
+    assert where == "w_caches"
+    grid.join("w_honest")
+    api, key = grid.server.api, grid.key
+    sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+    expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key), 200)
+    st = grid.wait_for(lambda s: s["quarantined"], "the volunteer to be quarantined", timeout=20)
+    q = st["quarantined"][0]
+    assert q["workerId"] == "w_caches", q
+    assert "left its session unlike the verifier's" in q["reason"] and sid in q["reason"], q
+    assert sly.proc.wait(timeout=15) == 4
+    step = compiled_step(grid, model)
+    expect(api.post("/api/v3/graph", {"graphId": step, "session": sid, "bind": {"ids": [PROMPT[0]], "pos": 0}}, key=key),
+           503, "prefill it again")
+    sid, _ = prefilled_session(grid, model, step)
+    n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+    assert PROMPT + generate(grid, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+    grid.server.assert_up()
