@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from e2e_util import STORIES_DIR, expect, free_port
-from test_cluster import Cluster, graph_cli, run_volunteer
+from e2e_util import STORIES_DIR, expect
+from test_cluster import graph_cli, run_volunteer, start_cluster
 
 GOLDEN = json.loads((STORIES_DIR / "goldens" / "stories260K_once_upon.json").read_text())
 PROMPT = GOLDEN["prompt_ids"]
@@ -22,13 +22,10 @@ PROMPT = GOLDEN["prompt_ids"]
 @pytest.fixture
 def grid(start_server, tmp_path_factory):
     """A coordinator with no worker of its own; volunteers join per test."""
-    cport = free_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
-    c = Cluster(server, cport, tmp_path_factory.mktemp("checks"))
-    c.key = server.account("checker")[1]
+    c = start_cluster(start_server, tmp_path_factory, "checker")
     yield c
     c.stop_all()
-    server.process.terminate()
+    c.server.process.terminate()
 
 
 def join_faulty(c, name, fault):
@@ -42,11 +39,6 @@ def join_faulty(c, name, fault):
         return c.join(name, "1G", "--fault", fault), token
     finally:
         c.token = saved
-
-
-def join_liar(c, name="w_liar"):
-    """A volunteer that lies always."""
-    return join_faulty(c, name, "corrupt-results:1")
 
 
 def compiled_step(c, model):
@@ -99,12 +91,19 @@ def test_an_honest_volunteer_passes_its_first_checks_bit_for_bit(grid):
     assert st["quarantined"] == []
 
 
+def holding_stories(c, name, fault):
+    """A volunteer with `fault` holding stories260K, and an honest volunteer beside it: its
+    process, its token and the model."""
+    proc, token = join_faulty(c, name, fault)
+    model, where = load_stories(c)
+    assert where == name
+    c.join("w_honest")
+    return proc, token, model
+
+
 def liar_holding_stories(grid):
     """A liar holding stories260K, an honest volunteer beside it, and a compiled step."""
-    liar, token = join_liar(grid)
-    model, where = load_stories(grid)
-    assert where == "w_liar"
-    grid.join("w_honest")
+    liar, token, model = holding_stories(grid, "w_liar", "corrupt-results:1")
     return liar, token, model, compiled_step(grid, model)
 
 
@@ -249,16 +248,11 @@ def test_a_volunteer_answering_malformed_outputs_is_quarantined_and_the_client_g
     """Even a pass not chosen for a check is read before its text reaches a client: an answer that
     is no outputs object (here nested 100,000 deep and unfinished) fails the call with a clear
     503 and quarantines the volunteer; the server stays up and the work goes on elsewhere."""
-    cport = free_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--verify-first", "0",
-                          "--verify-fraction", "0.000001")
-    c = Cluster(server, cport, tmp_path_factory.mktemp("malformed"))
-    c.key = server.account("malformed")[1]
+    c = start_cluster(start_server, tmp_path_factory, "malformed",
+                      options=("--verify-first", "0", "--verify-fraction", "0.000001"))
+    server = c.server
     try:
-        bad, _ = join_faulty(c, "w_bad", "malformed-answers")
-        model, where = load_stories(c)
-        assert where == "w_bad"
-        c.join("w_honest")
+        bad, _, model = holding_stories(c, "w_bad", "malformed-answers")
         api, key = server.api, c.key
         step = compiled_step(c, model)
         sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
@@ -286,10 +280,8 @@ def test_weights_beyond_the_verifiers_room_are_not_copied_and_their_passes_go_un
     """--verify-memory bounds the verifiers' copies for all volunteers together: a model that
     does not fit is not copied, passes on it are counted as unchecked (never as a mismatch),
     weights kept as published are still checked as they arrive, and decoding is undisturbed."""
-    cport = free_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--verify-memory", "64K")
-    c = Cluster(server, cport, tmp_path_factory.mktemp("budget"))
-    c.key = server.account("budget")[1]
+    c = start_cluster(start_server, tmp_path_factory, "budget", options=("--verify-memory", "64K"))
+    server = c.server
     try:
         c.join("w_honest")
         model, _ = load_stories(c)
@@ -312,15 +304,10 @@ def test_a_volunteer_that_lies_now_and_then_is_caught_within_its_checked_passes(
     altered, the rest honest. With its first 64 passes all checked (`--verify-first 64`), it is
     caught among them (it survives 30 checked passes with probability 0.75^30 < 2e-4) and
     quarantined, and the client's answers and tokens are an undisturbed run's."""
-    cport = free_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--verify-first", "64")
-    c = Cluster(server, cport, tmp_path_factory.mktemp("sometimes"))
-    c.key = server.account("sometimes")[1]
+    c = start_cluster(start_server, tmp_path_factory, "sometimes", options=("--verify-first", "64"))
+    server = c.server
     try:
-        liar, _ = join_faulty(c, "w_liar", "corrupt-results:0.25")
-        model, where = load_stories(c)
-        assert where == "w_liar"
-        c.join("w_honest")
+        liar, _, model = holding_stories(c, "w_liar", "corrupt-results:0.25")
         step = compiled_step(c, model)
         n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
         got = []
@@ -375,10 +362,7 @@ def test_a_volunteer_that_answers_right_but_keeps_wrong_caches_is_caught(grid):
     pass compares the sessions it wrote as the volunteer and the verifier hold them, so the
     first one — the allocation of the caches — catches it. The session, never checkpointed, is
     lost with the volunteer and says so; the model decodes as it should elsewhere."""
-    sly, _ = join_faulty(grid, "w_caches", "corrupt-caches")
-    model, where = load_stories(grid)
-    assert where == "w_caches"
-    grid.join("w_honest")
+    sly, _, model = holding_stories(grid, "w_caches", "corrupt-caches")
     api, key = grid.server.api, grid.key
     sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
     expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key), 200)

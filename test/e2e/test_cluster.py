@@ -67,10 +67,11 @@ class Cluster:
             time.sleep(0.1)
 
 
-def start_cluster(start_server, tmp_path_factory, name, cls=Cluster):
-    """A coordinator with no worker of its own, accepting volunteers, and an account on it."""
+def start_cluster(start_server, tmp_path_factory, name, cls=Cluster, options=()):
+    """A coordinator with no worker of its own (and `options`), accepting volunteers, and an
+    account on it."""
     cport = free_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), *options)
     assert f"mpakt worker --join 127.0.0.1:{cport}" in server.process.output()
     c = cls(server, cport, tmp_path_factory.mktemp(name))
     c.key = server.account(name)[1]
