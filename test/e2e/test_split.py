@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import signal
 import threading
 import time
 
@@ -275,6 +276,48 @@ def test_an_unsaved_session_on_a_lost_part_says_to_prefill_again(spread):
         tok = feed(spread, fresh, t, pos)
     assert tok == GOLDEN["greedy_ids"][len(prompt)]
     spread.server.assert_up()
+
+
+def test_a_call_stopped_after_its_first_stage_leaves_the_session_marked_partly_written(start_server, tmp_path_factory):
+    """--graph-timeout-ms on a spread model: a call whose second stage does not finish in time
+    (its worker stopped with SIGSTOP, then let go before the link's heartbeat gives up on it)
+    answers 504 after the first stage wrote its layers' caches; the session says from then on
+    that its caches are partly written (decisions.md, "What a stopped run leaves"), and a new
+    session decodes as it should."""
+    c = start_cluster(start_server, tmp_path_factory, "partly", Spread, options=("--graph-timeout-ms", "400"))
+    api, key = c.server.api, c.key
+    try:
+        for name in ("w_1", "w_2", "w_3"):
+            c.join(name, SMALL)
+        c.model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)["modelId"]
+        c.step = expect(api.post("/api/v3/graphs", {"graph": graph_cli("--model-id", c.model, "--compiled", "--tokens", "1",
+                                                                       "--cache", "64", "--argmax")}, key=key),
+                        200)["graphId"]
+        prompt = GOLDEN["prompt_ids"]
+        sid = new_session(c)
+        feed(c, sid, prompt[0], 0)
+        second = c.holders(c.model)[1]  # (the first stage runs on holders[0])
+        proc = c.workers[second].proc
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            r = api.post("/api/v3/graph", {"graphId": c.step, "session": sid, "bind": {"ids": [prompt[1]], "pos": 1}},
+                         key=key, timeout=30)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        expect(r, 504, "--graph-timeout-ms")
+        assert len(c.status(key)["pool"]) == 3  # (let go in time: not taken for lost)
+        r = api.post("/api/v3/graph", {"graphId": c.step, "session": sid, "bind": {"ids": [prompt[1]], "pos": 1}},
+                     key=key, timeout=30)
+        expect(r, 409, sid, "partly written", "prefill it again")
+        fresh = new_session(c)
+        tok = None
+        for pos, t in enumerate(prompt):
+            tok = feed(c, fresh, t, pos)
+        assert tok == GOLDEN["greedy_ids"][len(prompt)]
+        c.server.assert_up()
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
 
 
 def test_chat_with_a_model_spread_over_two_workers_equals_transformers(start_server, tmp_path_factory):
