@@ -4,10 +4,9 @@
 "use strict";
 
 (() => {
-  const KEY_ITEM = "mpakt.key";
-  const USER_ITEM = "mpakt.user";
+  // where the key, its user and the grant of a key this page made (sessionStorage only) are kept
+  const ITEMS = { key: "mpakt.key", user: "mpakt.user", grant: "mpakt.grant" };
   const MODEL_ITEM = "mpakt.model";
-  const GRANT_ITEM = "mpakt.grant"; // {token, keyId} of a key this page made; sessionStorage only
 
   const $ = (id) => document.getElementById(id);
   const el = {
@@ -28,8 +27,8 @@
   };
 
   const state = {
-    key: localStorage.getItem(KEY_ITEM) || "",
-    user: localStorage.getItem(USER_ITEM) || "",
+    key: localStorage.getItem(ITEMS.key) || "",
+    user: localStorage.getItem(ITEMS.user) || "",
     models: [],
     formats: new Map(),       // modelId -> chat format seen in a `model` event ("plain" or "chat_template")
     conversation: [],         // [{role, content}], resent whole every turn
@@ -92,9 +91,7 @@
   function keepKey(key, user, grant) {
     state.key = key;
     state.user = user || "";
-    localStorage.setItem(KEY_ITEM, key);
-    if (user) localStorage.setItem(USER_ITEM, user); else localStorage.removeItem(USER_ITEM);
-    if (grant) sessionStorage.setItem(GRANT_ITEM, JSON.stringify(grant)); else sessionStorage.removeItem(GRANT_ITEM);
+    window.mpakt.storeKey(ITEMS, key, user, grant);
     clearError();
     showSignedIn();
     refreshModels();
@@ -107,10 +104,9 @@
     const username = el.loginUser.value.trim();
     busy(submit, true);
     try {
-      const { token } = await api("POST", "/api/accounts/login", { body: { username, password: el.loginPass.value }, key: "" });
-      const made = await api("POST", "/api/keys", { body: { label: "chat page" }, token });
+      const signed = await window.mpakt.signIn(username, el.loginPass.value, "chat page");
       el.loginPass.value = "";
-      keepKey(made.key, username, { token, keyId: made.keyId });
+      keepKey(signed.key, signed.user, signed.grant);
     } catch (e) {
       showError(e, "Sign in failed");
     } finally {
@@ -160,14 +156,7 @@
   el.signOut.addEventListener("click", () => {
     if (state.controller) state.controller.abort();
     // A key this page made is revoked too, while its login token is still at hand.
-    try {
-      const grant = JSON.parse(sessionStorage.getItem(GRANT_ITEM) || "null");
-      if (grant && grant.token && grant.keyId)
-        api("DELETE", "/api/keys/" + encodeURIComponent(grant.keyId), { token: grant.token }).catch(() => {});
-    } catch (_) { /* nothing to revoke */ }
-    sessionStorage.removeItem(GRANT_ITEM);
-    localStorage.removeItem(KEY_ITEM);
-    localStorage.removeItem(USER_ITEM);
+    window.mpakt.dropKey(ITEMS);
     state.key = "";
     state.user = "";
     state.models = [];

@@ -74,5 +74,35 @@ window.mpakt = (() => {
     return [events, rest];
   }
 
-  return { ApiError, errorOf, networkError, request, describe, takeEvents };
+  // ---- a page's key: signed in for, kept for the next visit, and forgotten (items: the
+  // storage names the page keeps its key, user and grant under)
+
+  /** Signs in and makes a key labelled `label` for this page: {key, user, grant}. */
+  async function signIn(username, password, label) {
+    const { token } = await request("POST", "/api/accounts/login", { body: { username, password }, key: "" });
+    const made = await request("POST", "/api/keys", { body: { label }, token });
+    return { key: made.key, user: username, grant: { token, keyId: made.keyId } };
+  }
+
+  /** Keeps a key, who it belongs to (or ""), and the login that made it (or null: a pasted
+   *  key) — the grant in sessionStorage only. */
+  function storeKey(items, key, user, grant) {
+    localStorage.setItem(items.key, key);
+    if (user) localStorage.setItem(items.user, user); else localStorage.removeItem(items.user);
+    if (grant) sessionStorage.setItem(items.grant, JSON.stringify(grant)); else sessionStorage.removeItem(items.grant);
+  }
+
+  /** Forgets the kept key; one this page made is revoked too, while its login token is at hand. */
+  function dropKey(items) {
+    try {
+      const grant = JSON.parse(sessionStorage.getItem(items.grant) || "null");
+      if (grant && grant.token && grant.keyId)
+        request("DELETE", "/api/keys/" + encodeURIComponent(grant.keyId), { token: grant.token }).catch(() => {});
+    } catch (_) { /* nothing to revoke */ }
+    sessionStorage.removeItem(items.grant);
+    localStorage.removeItem(items.key);
+    localStorage.removeItem(items.user);
+  }
+
+  return { ApiError, errorOf, networkError, request, describe, takeEvents, signIn, storeKey, dropKey };
 })();

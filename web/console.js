@@ -9,9 +9,8 @@
 "use strict";
 
 (() => {
-  const KEY_ITEM = "mpakt.consoleKey";
-  const USER_ITEM = "mpakt.consoleUser";
-  const GRANT_ITEM = "mpakt.consoleGrant"; // {token, keyId} of a key this page made; sessionStorage only
+  // where the key, its user and the grant of a key this page made (sessionStorage only) are kept
+  const ITEMS = { key: "mpakt.consoleKey", user: "mpakt.consoleUser", grant: "mpakt.consoleGrant" };
   const STREAM = "/api/v3/admin/actors/stream";
   const STALL_MS = 5000;       // no snapshot for this long: the stream is taken as dropped
   const EVENTS_KEPT = 200;     // entries in the event log
@@ -36,8 +35,8 @@
   };
 
   const state = {
-    key: localStorage.getItem(KEY_ITEM) || "",
-    user: localStorage.getItem(USER_ITEM) || "",
+    key: localStorage.getItem(ITEMS.key) || "",
+    user: localStorage.getItem(ITEMS.user) || "",
     controller: null,        // AbortController of the stream being read
     generation: 0,           // bumped on sign-out, so an old stream's loop stops
     snapshot: null,          // the last `snapshot` event's body
@@ -105,23 +104,14 @@
   function keepKey(key, user, grant) {
     state.key = key;
     state.user = user || "";
-    localStorage.setItem(KEY_ITEM, key);
-    if (user) localStorage.setItem(USER_ITEM, user); else localStorage.removeItem(USER_ITEM);
-    if (grant) sessionStorage.setItem(GRANT_ITEM, JSON.stringify(grant)); else sessionStorage.removeItem(GRANT_ITEM);
+    window.mpakt.storeKey(ITEMS, key, user, grant);
     clearError();
     start();
   }
 
   function forget() {
     stopStream();
-    try {
-      const grant = JSON.parse(sessionStorage.getItem(GRANT_ITEM) || "null");
-      if (grant && grant.token && grant.keyId)
-        api("DELETE", "/api/keys/" + encodeURIComponent(grant.keyId), { token: grant.token }).catch(() => {});
-    } catch (_) { /* nothing to revoke */ }
-    sessionStorage.removeItem(GRANT_ITEM);
-    localStorage.removeItem(KEY_ITEM);
-    localStorage.removeItem(USER_ITEM);
+    window.mpakt.dropKey(ITEMS);
     state.key = "";
     state.user = "";
     state.snapshot = null;
@@ -143,10 +133,9 @@
     const username = el.loginUser.value.trim();
     submit.disabled = true;
     try {
-      const { token } = await api("POST", "/api/accounts/login", { body: { username, password: el.loginPass.value }, key: "" });
-      const made = await api("POST", "/api/keys", { body: { label: "console page" }, token });
+      const signed = await window.mpakt.signIn(username, el.loginPass.value, "console page");
       el.loginPass.value = "";
-      keepKey(made.key, username, { token, keyId: made.keyId });
+      keepKey(signed.key, signed.user, signed.grant);
     } catch (e) {
       showError(e, "Sign in failed");
     } finally {
@@ -252,7 +241,7 @@
     } else {
       show("auth");
       showError(e, "This key does not work");
-      localStorage.removeItem(KEY_ITEM);
+      localStorage.removeItem(ITEMS.key);
       state.key = "";
     }
   }
