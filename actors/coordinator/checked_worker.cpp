@@ -473,6 +473,10 @@ void challenge(checked_pointer self, const std::string& model, const std::string
                 .then([compare, got](std::string& want) { compare(want, got); }, [done](caf::error&) { done(0); });
           },
           [self, model, name, done](caf::error& e) {
+            // A model deleted (or its load ended) while the challenge was on its way left the
+            // volunteer first: the weight is rightly gone, and nothing is judged.
+            const auto held = self->state.held.find(model);
+            if (held == self->state.held.end() || !held->second.count(name)) return done(0);
             // A weight the volunteer says it does not hold, right after it took it, is a wrong answer too.
             quarantine(self, self->state.sh, "weight " + name + " of model " + model + " could not be checked: " + from_caf(e).message);
             done(-1);
