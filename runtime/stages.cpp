@@ -108,8 +108,9 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
   const graph_decl& d = *parsed;
   if (d.sessions.size() > 1)
     return invalid("a graph listing several sessions cannot run on a model spread over several workers");
-  const auto& inputs_json = graph["inputs"];
-  const auto& steps_json = graph["steps"];
+  // (either member may be absent: each is read only for the entries parse_graph found in it)
+  const auto inputs_json = graph.FindMember("inputs");
+  const auto steps_json = graph.FindMember("steps");
 
   std::map<std::string, std::size_t> input_of;  // input name -> index
   for (std::size_t i = 0; i < d.inputs.size(); ++i) input_of[d.inputs[i].name] = i;
@@ -223,7 +224,7 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
     }
     stage_of[i] = plan.stages.size() - 1;
     plan.value_stage[d.steps[i].out] = stage_of[i];
-    plan.stages.back().step_texts.push_back(text_of(steps_json[rapidjson::SizeType(i)]));
+    plan.stages.back().step_texts.push_back(text_of(steps_json->value[rapidjson::SizeType(i)]));
     plan.stages.back().step_index.push_back(i);
   }
   if (plan.stages.empty()) {
@@ -234,7 +235,7 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
   std::vector<std::set<std::string>> has_input(plan.stages.size());
   auto add_input = [&](std::size_t st, const std::string& name) {
     if (has_input[st].insert(name).second)
-      plan.stages[st].input_texts.push_back(text_of(inputs_json[rapidjson::SizeType(input_of.at(name))]));
+      plan.stages[st].input_texts.push_back(text_of(inputs_json->value[rapidjson::SizeType(input_of.at(name))]));
   };
   auto add_cross = [&](std::size_t from, std::size_t to, const std::string& name) {
     auto& snd = plan.stages[from].sends;

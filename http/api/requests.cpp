@@ -66,7 +66,8 @@ result<decoded_graph> decode_graph(rapidjson::Document& body, rapidjson::Value& 
   r.has_session = decl->session.has_value();
   r.session = decl->session.value_or("");
   r.sessions = decl->sessions;
-  auto& inputs = graph["inputs"];
+  // (a graph may have no inputs member: then decl->inputs is empty and it is never read)
+  const auto inputs = graph.FindMember("inputs");
   for (std::size_t i = 0; i < decl->inputs.size(); ++i) {
     auto& in = decl->inputs[i];
     if (version == 2 && in.kind != input_kind::data && in.kind != input_kind::tensor_id)
@@ -74,7 +75,7 @@ result<decoded_graph> decode_graph(rapidjson::Document& body, rapidjson::Value& 
                      "): API v2 inputs carry data or a tensorId; model and session inputs need /api/v3/graph");
     if (in.kind == input_kind::tensor_id) {
       if (auto a = aliases.find(in.tensor_id); a != aliases.end()) {
-        auto& obj = inputs[rapidjson::SizeType(i)];
+        auto& obj = inputs->value[rapidjson::SizeType(i)];
         auto& alloc = body.GetAllocator();
         obj.RemoveMember("tensorId");
         obj.AddMember("model", rapidjson::Value(a->second.first.c_str(), alloc), alloc);
