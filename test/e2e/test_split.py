@@ -78,6 +78,16 @@ def feed(c, sid, tok, pos):
     return int(expect(r, 200)["outputs"]["tok"]["data"][0])
 
 
+def assert_a_new_session_decodes(c):
+    """A new session fed the prompt predicts the golden next token."""
+    prompt = GOLDEN["prompt_ids"]
+    fresh = new_session(c)
+    tok = None
+    for pos, t in enumerate(prompt):
+        tok = feed(c, fresh, t, pos)
+    assert tok == GOLDEN["greedy_ids"][len(prompt)]
+
+
 def test_the_load_spreads_the_model_layer_by_layer_and_shows_where(spread):
     loaded = spread.loaded
     placement = loaded["placement"]
@@ -270,11 +280,7 @@ def test_an_unsaved_session_on_a_lost_part_says_to_prefill_again(spread):
                  key=key, timeout=60)
     expect(r, 503, sid, "prefill")
     # the model itself is whole again: a new session decodes the golden tokens
-    fresh = new_session(spread)
-    tok = None
-    for pos, t in enumerate(prompt):
-        tok = feed(spread, fresh, t, pos)
-    assert tok == GOLDEN["greedy_ids"][len(prompt)]
+    assert_a_new_session_decodes(spread)
     spread.server.assert_up()
 
 
@@ -309,11 +315,7 @@ def test_a_call_stopped_after_its_first_stage_leaves_the_session_marked_partly_w
         r = api.post("/api/v3/graph", {"graphId": c.step, "session": sid, "bind": {"ids": [prompt[1]], "pos": 1}},
                      key=key, timeout=30)
         expect(r, 409, sid, "partly written", "prefill it again")
-        fresh = new_session(c)
-        tok = None
-        for pos, t in enumerate(prompt):
-            tok = feed(c, fresh, t, pos)
-        assert tok == GOLDEN["greedy_ids"][len(prompt)]
+        assert_a_new_session_decodes(c)
         c.server.assert_up()
     finally:
         c.stop_all()
