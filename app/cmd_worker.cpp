@@ -209,13 +209,18 @@ int cmd_worker(const std::vector<std::string>& args) {
     }
   } cleanup{link_dir};
   std::string trusted;
+  if (!ca_file.empty()) {
+    std::ifstream in(ca_file, std::ios::binary);
+    if (!in) { std::fprintf(stderr, "mpakt worker: cannot read --ca %s\n", ca_file.c_str()); return 2; }
+    trusted.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // What the port presents, checked before anything of ours travels (actors/cluster_tls.hpp).
+  auto pem = tls::fetch_certificate(where->first, where->second, std::chrono::milliseconds(patience_ms));
+  if (!pem) {
+    std::fprintf(stderr, "mpakt worker: %s\n", pem.err().message.c_str());
+    return pem.err().code == errc::unauthorized ? exit_untrusted : 1;
+  }
   if (!pinned.empty()) {
-    // What the port presents, checked before anything of ours travels (actors/cluster_tls.hpp).
-    auto pem = tls::fetch_certificate(where->first, where->second, std::chrono::milliseconds(patience_ms));
-    if (!pem) {
-      std::fprintf(stderr, "mpakt worker: %s\n", pem.err().message.c_str());
-      return pem.err().code == errc::unauthorized ? exit_untrusted : 1;
-    }
     auto fp = tls::fingerprint_of(*pem);
     if (!fp || *fp != pinned) {
       std::fprintf(stderr,
@@ -225,21 +230,10 @@ int cmd_worker(const std::vector<std::string>& args) {
       return exit_untrusted;
     }
     trusted = std::move(*pem);
-  } else {
-    std::ifstream in(ca_file, std::ios::binary);
-    if (!in) { std::fprintf(stderr, "mpakt worker: cannot read --ca %s\n", ca_file.c_str()); return 2; }
-    trusted.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    // The link CAF makes checks the chain only: the name it was issued for is checked here,
-    // on what the port presents, before anything of ours travels.
-    auto pem = tls::fetch_certificate(where->first, where->second, std::chrono::milliseconds(patience_ms));
-    if (!pem) {
-      std::fprintf(stderr, "mpakt worker: %s\n", pem.err().message.c_str());
-      return pem.err().code == errc::unauthorized ? exit_untrusted : 1;
-    }
-    if (auto ok = tls::check_issued_for(*pem, trusted, where->first); !ok) {
-      std::fprintf(stderr, "mpakt worker: %s: refusing to join\n", ok.err().message.c_str());
-      return ok.err().code == errc::invalid ? 2 : exit_untrusted;
-    }
+  } else if (auto ok = tls::check_issued_for(*pem, trusted, where->first); !ok) {
+    // (the link CAF makes checks the chain only: the name it was issued for is checked here)
+    std::fprintf(stderr, "mpakt worker: %s: refusing to join\n", ok.err().message.c_str());
+    return ok.err().code == errc::invalid ? 2 : exit_untrusted;
   }
   auto files = tls::volunteer_files(link_dir, trusted);
   if (!files) { std::fprintf(stderr, "mpakt worker: %s\n", files.err().message.c_str()); return 1; }

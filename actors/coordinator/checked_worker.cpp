@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <span>
 #include <utility>
 
 #include "actors/digest.hpp"
@@ -82,6 +83,28 @@ bool output_values_of(const rapidjson::Value& o, std::vector<std::int64_t>& shap
   return true;
 }
 
+/// Where the volunteer's values `theirs` first differ from the verifier's `mine` (as long):
+/// "NAME[i] is X where the verifier has Y (…)", or empty when they agree — exactly when
+/// `tolerance` ≤ 0 (the same kernel path), else within `tolerance` times the largest finite
+/// magnitude of `mine` (plus 1e-5); NaN agrees with NaN.
+std::string first_difference(const std::string& name, std::span<const float> theirs, std::span<const float> mine,
+                             float tolerance) {
+  const bool exact = tolerance <= 0;
+  float scale = 0;
+  for (float v : mine)
+    if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
+  const float tol = exact ? 0.0f : tolerance * scale + 1e-5f;
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    const bool same = (std::isnan(theirs[i]) && std::isnan(mine[i])) || theirs[i] == mine[i] ||
+                      (!exact && std::fabs(theirs[i] - mine[i]) <= tol);
+    if (!same)
+      return name + "[" + std::to_string(i) + "] is " + std::to_string(theirs[i]) + " where the verifier has " +
+             std::to_string(mine[i]) +
+             (exact ? " (same kernel path: must be equal)" : " (another kernel path: within " + std::to_string(tol) + ")");
+  }
+  return {};
+}
+
 }  // namespace
 
 bool sessions_agree(const session_dump& a, const session_dump& b, float tolerance, std::string* why) {
@@ -105,14 +128,7 @@ bool sessions_agree(const session_dump& a, const session_dump& b, float toleranc
     std::vector<float> va(n), vb(n);
     std::memcpy(va.data(), t.bytes.data(), n * 4);
     std::memcpy(vb.data(), mine.bytes.data(), n * 4);
-    float scale = 0;
-    for (float v : vb)
-      if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
-    const float tol = tolerance * scale + 1e-5f;
-    for (std::size_t i = 0; i < n; ++i)
-      if (!((std::isnan(va[i]) && std::isnan(vb[i])) || va[i] == vb[i] || std::fabs(va[i] - vb[i]) <= tol))
-        return say("tensor " + mine.name + "[" + std::to_string(i) + "] is " + std::to_string(va[i]) + " where the verifier has " +
-                   std::to_string(vb[i]));
+    if (auto d = first_difference(mine.name, va, vb, tolerance); !d.empty()) return say("tensor " + d);
   }
   return true;
 }
@@ -122,7 +138,6 @@ float path_tolerance(std::string_view resident) {
 }
 
 bool answers_agree(const std::string& a, const std::string& b, float tolerance, std::string* why) {
-  const bool exact = tolerance <= 0;
   if (a == b) return true;
   auto say = [&](std::string text) {
     if (why) *why = std::move(text);
@@ -143,19 +158,7 @@ bool answers_agree(const std::string& a, const std::string& b, float tolerance, 
     std::vector<float> va, vb;
     if (!output_values_of(other->value, sa, va) || !output_values_of(it->value, sb, vb)) return say("output " + name + " is unreadable");
     if (sa != sb || va.size() != vb.size()) return say("output " + name + " has another shape");
-    float scale = 0;
-    for (float v : vb)
-      if (std::isfinite(v)) scale = std::max(scale, std::fabs(v));
-    const float tol = exact ? 0.0f : tolerance * scale + 1e-5f;
-    for (std::size_t i = 0; i < vb.size(); ++i) {
-      const bool same = (std::isnan(va[i]) && std::isnan(vb[i])) || va[i] == vb[i] ||
-                        (!exact && std::fabs(va[i] - vb[i]) <= tol);
-      if (!same)
-        return say("output " + name + "[" + std::to_string(i) + "] is " + std::to_string(va[i]) + " where the verifier has " +
-                   std::to_string(vb[i]) +
-                   (exact ? " (same kernel path: must be equal)"
-                          : " (another kernel path: within " + std::to_string(tol) + ")"));
-    }
+    if (auto d = first_difference(name, va, vb, tolerance); !d.empty()) return say("output " + d);
   }
   return true;
 }
@@ -491,7 +494,6 @@ void challenge(checked_pointer self, const std::string& model, const std::string
 std::function<void(bool)> compare_sessions_after(checked_pointer self, std::vector<std::string> sessions, float tolerance) {
   struct pair_of_dumps {
     std::optional<session_dump> theirs, mine;
-    int left = 2;
   };
   struct state_t {
     std::vector<pair_of_dumps> dumps;
