@@ -74,6 +74,8 @@ const char* worker_usage =
     "  --fault corrupt-caches\n"
     "                      a testing aid: answer graph calls right but change a value of the\n"
     "                      session's caches after each (the spot-checks compare sessions too)\n"
+    "  --fault corrupt-generation-caches\n"
+    "                      a testing aid: the same after each worker-side generation only\n"
     "  --fault malformed-answers\n"
     "                      a testing aid: answer every graph call with text that is not JSON\n"
     "  --delay-ms MS       answer every graph call MS late, like a slow or distant volunteer\n"
@@ -146,16 +148,17 @@ int cmd_worker(const std::vector<std::string>& args) {
     } else if (a == "--fault") {
       const std::string prefix = "corrupt-results:";
       if ((v = value()) && (*v == "corrupt-weights" || *v == "corrupt-weights-later" || *v == "corrupt-caches" ||
-                            *v == "malformed-answers")) {
-        (*v == "corrupt-weights"         ? wc.corrupt_weights
-         : *v == "corrupt-weights-later" ? wc.corrupt_weights_later
-         : *v == "corrupt-caches"        ? wc.corrupt_caches
-                                         : wc.malformed_answers) = true;
+                            *v == "corrupt-generation-caches" || *v == "malformed-answers")) {
+        (*v == "corrupt-weights"             ? wc.corrupt_weights
+         : *v == "corrupt-weights-later"     ? wc.corrupt_weights_later
+         : *v == "corrupt-caches"            ? wc.corrupt_caches
+         : *v == "corrupt-generation-caches" ? wc.corrupt_generation_caches
+                                             : wc.malformed_answers) = true;
         continue;
       }
       if (!v || v->rfind(prefix, 0) != 0)
         return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights, corrupt-weights-later, "
-                   "corrupt-caches or malformed-answers");
+                   "corrupt-caches, corrupt-generation-caches or malformed-answers");
       char* end = nullptr;
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");

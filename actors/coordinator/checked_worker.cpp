@@ -218,20 +218,33 @@ struct comparer_state {
   std::size_t compared = 0;
   bool stopped = false;  ///< a mismatch was found (or tokens parted): comparing ends
   bool done_mine = false, done_theirs = false;
+  /// The verifier's end, held on the same path until the volunteer's came: the client may go
+  /// on with the session only once the volunteer was asked for its copy.
+  std::optional<gen_done> mine_done;
+  /// The session as both loops left it (asked for as each ended), compared when every token agreed.
+  float tolerance = 0;
+  std::string session;
+  std::optional<session_dump> their_dump, my_dump;
+  bool asked_theirs = false, asked_mine = false, dump_failed = false, judging = false;
+  worker_actor verifier_worker;
+  std::function<void()> end_if_done;  ///< ends the comparer once everything it waits for came
 };
 
 using comparer_actor = gen_listener::extend<caf::reacts_to<caf::atom_constant<caf::atom("absent")>>>;
 
 comparer_actor::behavior_type comparer(comparer_actor::stateful_pointer<comparer_state> self, std::shared_ptr<verify_shared> sh,
                                        worker_actor verifier, std::string session, gen_listener listener, std::string id,
-                                       bool exact) {
+                                       float tolerance) {
   auto& st = self->state;
   st.sh = std::move(sh);
   // (the verifier's copy of the session goes with this actor, however it ends)
-  self->attach_functor([v = std::move(verifier), s = std::move(session)] { caf::anon_send(v, sclose_atom::value, s); });
+  self->attach_functor([v = verifier, s = session] { caf::anon_send(v, sclose_atom::value, s); });
   st.listener = std::move(listener);
   st.id = std::move(id);
-  st.exact = exact;
+  st.exact = tolerance <= 0;
+  st.tolerance = tolerance;
+  st.session = std::move(session);
+  st.verifier_worker = std::move(verifier);
   // (it ends with the checked worker, whose verifier and volunteer send no more)
   if (auto checked = caf::actor_cast<caf::actor>(st.sh->self)) self->monitor(checked);
   self->set_down_handler([self](caf::down_msg&) { self->quit(); });
@@ -246,17 +259,62 @@ comparer_actor::behavior_type comparer(comparer_actor::stateful_pointer<comparer
         quarantine(self, st.sh,
                    "generated token " + std::to_string(i) + " was " + std::to_string(st.theirs[i]) + " where the verifier drew " +
                        std::to_string(st.mine[i]) + " (same kernel path: must be equal)");
+        // The verifier's end, held for the session comparison this makes moot, goes out as
+        // it would have on arrival: every token the client has is a verified one.
+        if (st.mine_done) self->send(st.listener, gendone_atom::value, st.id, *std::exchange(st.mine_done, std::nullopt));
       } else {
         st.sh->counts.inconclusive++;
       }
     }
   };
-  auto maybe_end = [self] {
+  // Asks one side for the session as its loop left it; the volunteer's is asked for before its
+  // end (or the verifier's, on the same path) goes to the client, so no later call of the
+  // client's reaches the volunteer first.
+  auto ask_dump = [self](bool volunteer, std::function<void()> then) {
     auto& st = self->state;
-    if (!(st.done_mine || !st.verifier) || !st.done_theirs) return;
-    if (st.verifier && !st.stopped) st.sh->counts.checked++;
+    (volunteer ? st.asked_theirs : st.asked_mine) = true;
+    self->request(volunteer ? st.sh->v.worker : st.verifier_worker, caf::infinite, sdump_atom::value, st.session)
+        .then(
+            [self, volunteer, then](session_dump& d) {
+              (volunteer ? self->state.their_dump : self->state.my_dump) = std::move(d);
+              then();
+            },
+            [self, then](caf::error&) {
+              self->state.dump_failed = true;  // (not comparable: judged by its tokens alone)
+              then();
+            });
+  };
+  st.end_if_done = [self, ask_dump] {
+    auto& st = self->state;
+    if (!(st.done_mine || !st.verifier) || !st.done_theirs || st.judging) return;
+    const bool agreed = st.verifier && !st.stopped;
+    // Every token agreed: the sessions must too — a volunteer could draw the right tokens and
+    // keep wrong caches, which only later calls would show.
+    if (agreed && st.mine == st.theirs && st.asked_theirs && !st.dump_failed) {
+      if (!st.asked_mine) return ask_dump(false, [self] { self->state.end_if_done(); });
+      if (!st.their_dump || !st.my_dump) return;
+      st.judging = true;
+      const std::size_t bytes = st.their_dump->bytes + st.my_dump->bytes;
+      maybe_off_thread<result<std::string>>(
+          self, bytes >= off_thread_bytes,
+          [theirs = std::move(*st.their_dump), mine = std::move(*st.my_dump), tolerance = st.tolerance] {
+            std::string why;
+            return result<std::string>(sessions_agree(theirs, mine, tolerance, &why) ? std::string() : why);
+          },
+          [self](result<std::string>& why) {
+            auto& st = self->state;
+            if (why && why->empty()) st.sh->counts.checked++;
+            else if (why && !st.sh->counts.quarantined)
+              quarantine(self, st.sh, "a generation drew the verifier's tokens but left session " + st.session +
+                                          " unlike the verifier's: " + *why);
+            self->quit();  // (a comparison that could not run judges nothing)
+          });
+      return;
+    }
+    if (agreed) st.sh->counts.checked++;
     self->quit();
   };
+  auto end_if_done = [self] { self->state.end_if_done(); };
   return {
       // The client sees the verifier's tokens when both run the same kernel path; else (and
       // when the verifier could not start) the volunteer's, which its session goes on from.
@@ -275,11 +333,19 @@ comparer_actor::behavior_type comparer(comparer_actor::stateful_pointer<comparer
         auto& st = self->state;
         if (st.sh->counts.quarantined) return self->quit();
         const bool volunteer = from != st.id;
-        if (volunteer && st.verifier && st.exact) st.withheld_done = d;
-        else if (volunteer || (st.verifier && st.exact)) self->send(st.listener, gendone_atom::value, st.id, d);
         (volunteer ? st.done_theirs : st.done_mine) = true;
         compare();
-        maybe_end();
+        if (volunteer && st.verifier && !st.stopped) ask_dump(true, end_if_done);
+        if (volunteer && st.verifier && st.exact) {
+          st.withheld_done = d;
+          if (st.mine_done) self->send(st.listener, gendone_atom::value, st.id, *std::exchange(st.mine_done, std::nullopt));
+        } else if (volunteer) {
+          self->send(st.listener, gendone_atom::value, st.id, d);
+        } else if (st.verifier && st.exact) {
+          if (st.done_theirs) self->send(st.listener, gendone_atom::value, st.id, d);
+          else st.mine_done = d;
+        }
+        end_if_done();
       },
       [=](caf::atom_constant<caf::atom("absent")>) {
         // The verifier could not start: the volunteer's stream goes through unchecked.
@@ -292,7 +358,7 @@ comparer_actor::behavior_type comparer(comparer_actor::stateful_pointer<comparer
           if (st.withheld_done) self->send(st.listener, gendone_atom::value, st.id, *st.withheld_done);
         }
         st.withheld.clear();
-        maybe_end();
+        end_if_done();
       },
   };
 }
@@ -379,7 +445,12 @@ struct checked_state {
   float tolerance(const run_request& r) const {
     if (exact()) return 0;
     if (r.graph_id.empty()) return tolerance_of_text(r.graph_json);
-    if (auto it = graph_tolerance.find(r.graph_id); it != graph_tolerance.end()) return it->second;
+    return tolerance_of_graph(r.graph_id);
+  }
+  /// The same for a compiled template (a generation's).
+  float tolerance_of_graph(const std::string& graph_id) const {
+    if (exact()) return 0;
+    if (auto it = graph_tolerance.find(graph_id); it != graph_tolerance.end()) return it->second;
     float t = path_tolerance("f32");  // (a template compiled before: the widest it could need)
     for (const auto& [_, tol] : model_tolerance) t = std::max(t, tol);
     return t;
@@ -663,7 +734,7 @@ caf::result<run_reply> unchecked_run(checked_pointer self, run_request r) {
 caf::result<bool> checked_generation(checked_pointer self, gen_request r) {
   auto& st = self->state;
   auto rp = owe<bool>(self);
-  auto cmp = self->home_system().spawn(comparer, st.sh, st.verifier, r.session, r.listener, r.gen_id, st.exact());
+  auto cmp = self->home_system().spawn(comparer, st.sh, st.verifier, r.session, r.listener, r.gen_id, st.tolerance_of_graph(r.graph_id));
   if (st.checked_gens.size() >= 4096) st.checked_gens.clear();  // (ended long ago: a late cancel reaches the volunteer only)
   st.checked_gens.insert(r.gen_id);
   gen_request theirs = r;

@@ -91,9 +91,10 @@ struct compute_state {
   /// digest answer).
   std::set<std::string> altered;
 
-  /// --fault corrupt-caches: one value of the session's first f32 tensor changed after a call.
-  void corrupt_session(const std::string& id) {
-    if (!cfg().corrupt_caches || id.empty()) return;
+  /// --fault corrupt-caches / corrupt-generation-caches: one value of the session's first f32
+  /// tensor changed after a graph call / a worker-side generation.
+  void corrupt_session(const std::string& id, bool generation = false) {
+    if (!(generation ? cfg().corrupt_generation_caches : cfg().corrupt_caches) || id.empty()) return;
     for (auto& [_, t] : store.session(id))
       if (t.type() == dtype::f32 && t.numel() > 0) {
         t.f32()[0] += 1.0f;
@@ -270,6 +271,7 @@ void finish_generation(compute_pointer self, const std::string& id, std::string 
   gen_done d = with_counters(gen_done{std::move(stopped), std::move(err), g.pos}, g.spec.get());
   d.batched = g.batched;
   d.batched_verifies = g.batched_verifies;
+  self->state.corrupt_session(g.req.session, true);  // (--fault corrupt-generation-caches)
   self->send(g.req.listener, gendone_atom::value, id, std::move(d));
   gens.erase(it);
 }

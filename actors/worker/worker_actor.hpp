@@ -67,6 +67,10 @@ struct worker_config {
   /// one value of the session's first f32 tensor is changed while the answer stays right — a
   /// volunteer that keeps wrong caches, for the spot-checks' session comparison to catch.
   bool corrupt_caches = false;
+  /// A testing aid (`mpakt worker --fault corrupt-generation-caches`): the same, after each
+  /// worker-side generation only (its tokens stay right) — for the comparison of a checked
+  /// generation's session.
+  bool corrupt_generation_caches = false;
   /// A testing aid (`mpakt worker --fault malformed-answers`): every graph answer is text that
   /// is not an outputs object (deeply nested and unfinished) — a hostile volunteer, for the
   /// coordinator's answer checks to catch.

@@ -223,10 +223,16 @@ void start_generation(caf::actor_system& sys, gen_plan plan, std::shared_ptr<res
         self->set_down_handler([self, finish, run](caf::down_msg& dm) {
           auto& st = self->state;
           if (st.finished || dm.source != st.plan.worker.address()) return;
+          const std::size_t got = st.tokens.size();
+          // Every token was already here (only the end was missing): the generation is over.
+          const std::int64_t at = st.run_start + std::int64_t(got - st.run_offset);
+          if (got > st.run_offset && std::find(st.plan.stop_ids.begin(), st.plan.stop_ids.end(), st.tokens.back()) !=
+                                         st.plan.stop_ids.end())
+            return finish(gen_done{"stop token", "", at});
+          if (got - st.run_offset >= st.plan.max_new) return finish(gen_done{"max tokens", "", at});
           st.replanning = true;  // (what the run goes on from is what came before this)
           report_fed(st);
           gen_plan next = st.plan;
-          const std::size_t got = st.tokens.size();
           next.first_id = got > 0 ? st.tokens.back() : st.run_first;
           next.start_pos = st.run_start + std::int64_t(got - st.run_offset);
           next.max_new = st.plan.max_new - std::uint32_t(got - st.run_offset);

@@ -380,6 +380,46 @@ def test_a_volunteer_that_answers_right_but_keeps_wrong_caches_is_caught(grid):
     grid.server.assert_up()
 
 
+def test_a_generation_that_draws_right_tokens_but_leaves_wrong_caches_is_caught(grid):
+    """`--fault corrupt-generation-caches`: graph calls are honest, and a worker-side
+    generation draws the right tokens but leaves a value of the session's caches changed. A
+    checked generation compares the session as both loops left it once every token agreed, so
+    it is caught there: the client had the right tokens and the volunteer is quarantined. (On
+    the previous build only the tokens were compared and it went unseen.)"""
+    sly, _, model = holding_stories(grid, "w_gen_caches", "corrupt-generation-caches")
+    step = compiled_step(grid, model)
+    sid, _ = prefilled_session(grid, model, step)
+    assert grid.status(grid.key)["quarantined"] == []  # (its graph calls were checked and honest)
+    n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+    r = generate(grid, step, sid, n)
+    assert r["ok"] is True and r["workerLoop"] is True and PROMPT + r["tokens"] == GOLDEN["greedy_ids"], r
+    st = grid.wait_for(lambda s: s["quarantined"], "the volunteer to be quarantined", timeout=20)
+    q = st["quarantined"][0]
+    assert q["workerId"] == "w_gen_caches", q
+    assert "a generation drew the verifier's tokens but left session" in q["reason"] and sid in q["reason"], q
+    assert sly.proc.wait(timeout=15) == 4
+    # the session was checkpointed before its prompt: restored elsewhere, it decodes as it should
+    sid2, _ = prefilled_session(grid, model, step)
+    assert PROMPT + generate(grid, step, sid2, n)["tokens"] == GOLDEN["greedy_ids"]
+    grid.server.assert_up()
+
+
+def test_an_honest_volunteers_checked_generation_leaves_it_in_the_pool(grid):
+    """The same comparison on an honest volunteer: its generations are checked, sessions and
+    all, and nothing is quarantined; the checks are counted."""
+    grid.join("w_honest")
+    model, where = load_stories(grid)
+    step = compiled_step(grid, model)
+    sid, _ = prefilled_session(grid, model, step)
+    n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+    for _ in range(2):
+        assert PROMPT + generate(grid, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+    time.sleep(0.5)  # (the session comparison answers after the client's end)
+    st = grid.status(grid.key)
+    assert st["quarantined"] == [] and [w["workerId"] for w in st["pool"]] == ["w_honest"], st
+    grid.server.assert_up()
+
+
 def test_a_model_deleted_while_its_weights_are_challenged_quarantines_nobody(grid, slow_model):
     """A load answers once the volunteer holds every weight; the checks of the last weights may
     still be on their way when the client deletes the model, and the volunteer then rightly no
