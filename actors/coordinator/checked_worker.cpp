@@ -1,4 +1,5 @@
 #include "actors/coordinator/checked_worker.hpp"
+#include "actors/coordinator/product_check.hpp"
 
 #include <rapidjson/document.h>
 
@@ -404,6 +405,12 @@ struct checked_state {
   std::string verifier_kernels;
   std::string volunteer_kernels;
   std::set<std::string> unshadowed;  ///< models whose weights the verifier does not hold
+  /// Models too large for the verifiers' room: their output head alone is copied, and checked
+  /// passes redo one product (product_check.hpp).
+  std::set<std::string> partial;
+  std::set<std::pair<std::string, std::string>> skipped;  ///< (model, weight) of those not copied
+  std::map<std::string, std::set<std::string>> copied;    ///< weights the verifier holds, by model
+  std::map<std::string, std::string> graph_text;          ///< compiled templates, by id
   /// Bytes taken from the budget, by model (shared with the functor that gives them back when
   /// this actor ends, after its state is gone).
   std::shared_ptr<std::map<std::string, std::uint64_t>> charged = std::make_shared<std::map<std::string, std::uint64_t>>();
@@ -418,7 +425,30 @@ struct checked_state {
   void forget(const std::string& model) {
     unshadowed.erase(model);
     held.erase(model);
+    partial.erase(model);
+    copied.erase(model);
+    std::erase_if(skipped, [&](const auto& k) { return k.first == model; });
     release(model);
+  }
+  /// Whether the verifier takes (model, name) as it arrives.
+  bool copying(const std::string& model, const std::string& name) const {
+    return !unshadowed.count(model) && !skipped.count({model, name});
+  }
+  /// A product of `r` the verifier can redo, when a model it names is held in part.
+  std::optional<product_probe> probe_for(const run_request& r) const {
+    if (partial.empty()) return std::nullopt;
+    const std::string* text = &r.graph_json;
+    if (!r.graph_id.empty()) {
+      auto it = graph_text.find(r.graph_id);
+      if (it == graph_text.end()) return std::nullopt;
+      text = &it->second;
+    }
+    auto found = products_to_probe(*text, [this](const std::string& model, const std::string& weight) {
+      auto it = copied.find(model);
+      return partial.count(model) && it != copied.end() && it->second.count(weight);
+    });
+    if (found.empty()) return std::nullopt;
+    return found.back();  // (the last: the output head, nearest the answers)
   }
   void release(const std::string& model) {
     auto it = charged->find(model);
@@ -702,6 +732,110 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
   return rp->rp;
 }
 
+/// A checked pass of a model the verifier holds in part: the volunteer is asked for the
+/// activation entering product `p` and the product too, the verifier multiplies the same
+/// activation by its copy of the weight, and the products (and any token an argmax drew from
+/// it) must agree. The caller gets the volunteer's answer without the extra values; a
+/// mismatch quarantines the volunteer and the call fails (there is no verified answer to give).
+caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_probe p) {
+  auto rp = owe<run_reply>(self);
+  auto& st = self->state;
+  const float tolerance = st.tolerance(r);
+  const std::string& text = r.graph_id.empty() ? r.graph_json : st.graph_text[r.graph_id];
+  std::vector<std::string> asked = r.graph_id.empty() || r.outputs.empty() ? declared_outputs(text) : r.outputs;
+  std::vector<std::string> extra;
+  for (const auto& n : {p.x, p.out})
+    if (std::find(asked.begin(), asked.end(), n) == asked.end()) extra.push_back(n);
+  if (r.graph_id.empty()) {
+    auto more = with_outputs(r.graph_json, extra);
+    if (!more) return caf::result<run_reply>(self->delegate(st.volunteer(), run_atom::value, std::move(r)));
+    r.graph_json = std::move(*more);
+  } else {
+    r.outputs = asked;
+    r.outputs.insert(r.outputs.end(), extra.begin(), extra.end());
+  }
+  struct outcome {
+    run_reply theirs;
+    std::vector<std::int64_t> shape;  ///< the product's
+    std::string probe;                ///< the graph the verifier runs
+    std::string why;                  ///< the volunteer's answer unreadable: why
+  };
+  self->request(st.volunteer(), caf::infinite, run_atom::value, std::move(r))
+      .then(
+          [self, rp, p, extra, tolerance](run_reply& x) mutable {
+            auto o = std::make_shared<outcome>();
+            o->theirs = std::move(x);
+            // (the answer is untrusted text, read on a helper thread when large)
+            maybe_off_thread<status>(
+                self, o->theirs.outputs_json.size() >= off_thread_bytes,
+                [o, p, extra]() -> status {
+                  std::vector<std::int64_t> xs;
+                  std::vector<float> xv;
+                  if (!output_of(o->theirs.outputs_json, p.x, xs, xv) || xs.empty())
+                    return status(invalid("the activation " + p.x + " it was asked for is missing or unreadable"));
+                  std::vector<float> yv;
+                  if (!output_of(o->theirs.outputs_json, p.out, o->shape, yv))
+                    return status(invalid("the product " + p.out + " it was asked for is missing or unreadable"));
+                  o->probe = probe_graph(p, xs, xv);
+                  return status{};
+                },
+                [self, rp, o, p, extra, tolerance](status& readable) mutable {
+                  auto& st = self->state;
+                  if (!readable) {
+                    quarantine(self, st.sh, "a checked graph call's answer lacks what it was asked for: " + readable.err().message);
+                    return rp->deliver(to_caf(errc::unavailable, "the volunteer running this call answered malformed outputs and "
+                                                                 "was quarantined; send the call again"));
+                  }
+                  run_request mine;
+                  mine.graph_json = std::move(o->probe);
+                  mine.base64 = true;
+                  self->request(st.verifier, caf::infinite, run_atom::value, std::move(mine))
+                      .then(
+                          [self, rp, o, p, extra, tolerance](run_reply& y) mutable {
+                            auto why = std::make_shared<std::string>();
+                            maybe_off_thread<status>(
+                                self, o->theirs.outputs_json.size() + y.outputs_json.size() >= off_thread_bytes,
+                                [o, p, extra, tolerance, why, verified = std::move(y.outputs_json)]() -> status {
+                                  std::vector<std::int64_t> ys;
+                                  std::vector<float> yv;
+                                  if (!output_of(verified, "y", ys, yv)) return status(invalid("the verifier's product is unreadable"));
+                                  *why = probe_difference(p, o->theirs.outputs_json, yv, o->shape, tolerance, first_difference);
+                                  if (!why->empty() || extra.empty()) return status{};
+                                  auto stripped = without_outputs(o->theirs.outputs_json, extra);
+                                  if (!stripped) return status(stripped.err());
+                                  o->theirs.outputs_json = std::move(*stripped);
+                                  return status{};
+                                },
+                                [self, rp, o, why](status& done) mutable {
+                                  auto& st = self->state;
+                                  if (!done) {  // (the verifier's side failed: judged nothing)
+                                    st.sh->counts.unchecked++;
+                                    return rp->deliver(to_caf(errc::internal, "checking the answer failed: " + done.err().message));
+                                  }
+                                  if (why->empty()) {
+                                    st.sh->counts.checked++;
+                                    return rp->deliver(std::move(o->theirs));
+                                  }
+                                  quarantine(self, st.sh, "a graph call's " + *why);
+                                  rp->deliver(to_caf(errc::unavailable, "the volunteer running this call answered wrongly and was "
+                                                                       "quarantined; send the call again"));
+                                });
+                          },
+                          [self, rp, o, extra](caf::error&) mutable {
+                            // (the verifier could not redo it: unchecked, the answer as asked for)
+                            self->state.sh->counts.unchecked++;
+                            auto stripped = extra.empty() ? result<std::string>(o->theirs.outputs_json)
+                                                          : without_outputs(o->theirs.outputs_json, extra);
+                            if (!stripped) return rp->deliver(to_caf(stripped.err()));
+                            o->theirs.outputs_json = std::move(*stripped);
+                            rp->deliver(std::move(o->theirs));
+                          });
+                });
+          },
+          [rp](caf::error& e) mutable { rp->deliver(std::move(e)); });
+  return rp->rp;
+}
+
 /// A pass not chosen for a check: the volunteer's answer as it is — once it reads as an outputs
 /// object (its text reaches the client inside the reply; the depth-limited parser, on a helper
 /// thread when large). An answer that does not quarantines the volunteer; the call fails.
@@ -846,7 +980,13 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
                 [rp](caf::error& e) mutable { rp->deliver(std::move(e)); });
         return rp->rp;
       },
-      [=](reserve_atom a, const std::string& model, std::uint64_t bytes) { return self->delegate(V(), a, model, bytes); },
+      [=](reserve_atom a, const std::string& model, std::uint64_t bytes) {
+        // A model larger than the verifiers' room has its output head copied, no more.
+        auto& st = self->state;
+        const std::uint64_t room = st.sh->cfg.budget ? st.sh->cfg.budget->free() : st.sh->cfg.memory;
+        if (bytes > room) st.partial.insert(model);
+        return self->delegate(V(), a, model, bytes);
+      },
       [=](runcancel_atom a, const std::string& id) {
         caf::anon_send(self->state.verifier, a, id);
         self->send(V(), a, id);
@@ -864,9 +1004,16 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         for (auto& c : published) c = char(std::tolower(static_cast<unsigned char>(c)));
         w.same_bytes = published == r.resident;
         auto& budget = self->state.sh->cfg.budget;
-        if (shadowed(r.model_id) && budget && !budget->take(r.published_bytes)) self->state.unshadow(r.model_id);
-        else if (shadowed(r.model_id) && budget) (*self->state.charged)[r.model_id] += r.published_bytes;
-        if (shadowed(r.model_id)) {
+        if (self->state.partial.count(r.model_id) && shadowed(r.model_id)) {
+          // (held in part: its head if it fits, nothing else)
+          if (!is_head_weight(r.name) || (budget && !budget->take(r.published_bytes))) self->state.skipped.insert({r.model_id, r.name});
+          else if (budget) (*self->state.charged)[r.model_id] += r.published_bytes;
+        } else if (shadowed(r.model_id) && budget && !budget->take(r.published_bytes)) {
+          self->state.unshadow(r.model_id);
+        } else if (shadowed(r.model_id) && budget) {
+          (*self->state.charged)[r.model_id] += r.published_bytes;
+        }
+        if (self->state.copying(r.model_id, r.name)) {
           self->request(self->state.verifier, caf::infinite, a, r)
               .then([](bool) {}, [self, model = r.model_id](caf::error&) { self->state.unshadow(model); });
         }
@@ -874,13 +1021,15 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       },
       [=](tpiece_atom a, tensor_piece& p) {
         if (auto it = self->state.arriving.find({p.model_id, p.name}); it != self->state.arriving.end()) it->second.sha->add(p.bytes);
-        if (shadowed(p.model_id)) self->request(self->state.verifier, caf::infinite, a, p).then([](std::uint64_t) {}, [](caf::error&) {});
+        if (self->state.copying(p.model_id, p.name))
+          self->request(self->state.verifier, caf::infinite, a, p).then([](std::uint64_t) {}, [](caf::error&) {});
         return self->delegate(V(), a, std::move(p));
       },
       [=](tend_atom a, const std::string& model, const std::string& name) {
-        if (shadowed(model))
+        if (self->state.copying(model, name))
           self->request(self->state.verifier, caf::infinite, a, model, name)
-              .then([](std::uint64_t) {}, [self, model](caf::error&) { self->state.unshadow(model); });
+              .then([self, model, name](std::uint64_t) { self->state.copied[model].insert(name); },
+                    [self, model](caf::error&) { self->state.unshadow(model); });
         // Then a challenge (behind the end in the volunteer's mailbox): the weight it now holds
         // must hash as what passed through here, or as the verifier's copy when converted.
         if (auto it = self->state.arriving.find({model, name}); it != self->state.arriving.end()) {
@@ -920,16 +1069,19 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       [=](run_atom a, run_request& r) -> caf::result<run_reply> {
         // (the pool's probe calls time the link; they are neither counted nor checked)
         if (r.run_id == probe_run_id) return caf::result<run_reply>(self->delegate(V(), a, std::move(r)));
-        if (self->state.choose()) return checked_run(self, std::move(r));
-        return unchecked_run(self, std::move(r));
+        if (!self->state.choose()) return unchecked_run(self, std::move(r));
+        if (auto probe = self->state.probe_for(r)) return probed_run(self, std::move(r), std::move(*probe));
+        return checked_run(self, std::move(r));
       },
       [=](compile_atom a, compile_request& r) {
         self->state.graph_tolerance[r.graph_id] = self->state.tolerance_of_text(r.graph_json);
+        self->state.graph_text[r.graph_id] = r.graph_json;
         self->request(self->state.verifier, caf::infinite, a, r).then([](compile_reply&) {}, [](caf::error&) {});
         return self->delegate(V(), a, std::move(r));
       },
       [=](dropgraph_atom a, const std::string& id) {
         self->state.graph_tolerance.erase(id);
+        self->state.graph_text.erase(id);
         caf::anon_send(self->state.verifier, a, id);
         return self->delegate(V(), a, id);
       },

@@ -24,6 +24,7 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -44,6 +45,7 @@ class verify_budget {
   bool take(std::uint64_t n);
   void give(std::uint64_t n);
   std::uint64_t used() const { return used_.load(); }
+  std::uint64_t free() const { return total_ - std::min(total_, used_.load()); }
 
  private:
   const std::uint64_t total_;

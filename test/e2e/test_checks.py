@@ -299,6 +299,71 @@ def test_weights_beyond_the_verifiers_room_are_not_copied_and_their_passes_go_un
         server.process.terminate()
 
 
+def test_a_model_beyond_the_verifiers_room_is_checked_on_its_output_head(start_server, tmp_path_factory, monkeypatch):
+    """With room for stories260K's token embedding (128 KiB, also its output head: tied) but not
+    the whole model (about 1 MB), the verifier keeps the head alone, and a checked pass redoes
+    one product: the volunteer is asked for the activation entering the head and the logits
+    besides its answer, and the verifier's product must match (here on another kernel path,
+    AVX2, within the tolerance), as must the token argmax drew from it. The caller's answers
+    carry what it asked for only; a worker-side generation cannot be redone and is unchecked."""
+    c = start_cluster(start_server, tmp_path_factory, "head", options=("--verify-memory", "256K"))
+    server = c.server
+    try:
+        monkeypatch.setenv("MPAKT_CPU_LEVEL", "avx2")
+        c.join("w_honest")
+        monkeypatch.delenv("MPAKT_CPU_LEVEL")
+        model, _ = load_stories(c)
+        step = compiled_step(c, model)
+        sid, answers = prefilled_session(c, model, step)
+        assert all(set(a) == {"tok"} for a in answers), answers[0].keys()
+        n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+        assert PROMPT + generate(c, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+        # the allocation (no weight) re-run whole; each prompt step probed on the head
+        st = c.wait_for(lambda s: s["pool"][0]["checks"]["passed"] >= len(PROMPT), "the probed passes to be counted")
+        checks = st["pool"][0]["checks"]
+        assert st["quarantined"] == [] and checks["unchecked"] >= 1, checks  # (the generation)
+        # an inline graph's outputs come back as asked too
+        g = graph_cli("--model-id", model, "--ids", ",".join(map(str, PROMPT)))
+        r = expect(server.api.post("/api/v3/graph", {"graph": g}, key=c.key, timeout=60), 200)
+        assert set(r["outputs"]) == set(g["outputs"]), r["outputs"].keys()
+        server.assert_up()
+    finally:
+        c.stop_all()
+        server.process.terminate()
+
+
+def test_a_liar_holding_a_model_beyond_the_verifiers_room_is_caught_on_its_output_head(start_server, tmp_path_factory):
+    """The same room, and a liar (`--fault corrupt-results:1`, every answer's first value
+    altered): its first probed pass shows a token that is not the argmax of the verifier's
+    product. It is quarantined, the call fails with a clear error (there is no verified whole
+    answer to give), and a new session decodes as it should elsewhere. On the
+    previous build such passes went unchecked and the lies reached the client."""
+    c = start_cluster(start_server, tmp_path_factory, "headliar", options=("--verify-memory", "256K"))
+    server = c.server
+    try:
+        liar, _, model = holding_stories(c, "w_liar", "corrupt-results:1")
+        step = compiled_step(c, model)
+        api, key = server.api, c.key
+        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+        expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key), 200)
+        r = api.post("/api/v3/graph", {"graphId": step, "session": sid, "bind": {"ids": [PROMPT[0]], "pos": 0}}, key=key,
+                     timeout=60)
+        # (with the reason, or, when the coordinator has already seen the volunteer go, as any
+        # call on a session whose worker left the grid)
+        assert r.status == 503 and ("answered wrongly and was quarantined" in r.text or "left the grid" in r.text), r
+        st = c.wait_for(lambda s: s["quarantined"], "the liar to be quarantined", timeout=20)
+        q = st["quarantined"][0]
+        assert q["workerId"] == "w_liar" and "where the verifier's product has its maximum at" in q["reason"], q
+        assert liar.proc.wait(timeout=15) == 4
+        sid2, _ = prefilled_session(c, model, step)
+        n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+        assert PROMPT + generate(c, step, sid2, n)["tokens"] == GOLDEN["greedy_ids"]
+        server.assert_up()
+    finally:
+        c.stop_all()
+        server.process.terminate()
+
+
 def test_a_volunteer_that_lies_now_and_then_is_caught_within_its_checked_passes(start_server, tmp_path_factory):
     """`--fault corrupt-results:0.25`: a quarter of the liar's answers and drawn tokens are
     altered, the rest honest. With its first 64 passes all checked (`--verify-first 64`), it is
