@@ -37,6 +37,24 @@ void add_protocol_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<load_call>("load_call");
   cfg.add_message_type<session_call>("session_call");
   cfg.add_message_type<generate_call>("generate_call");
+  // replies to the HTTP edge (actors/replies.hpp)
+  cfg.add_message_type<versions_reply>("versions_reply");
+  cfg.add_message_type<status_reply>("status_reply");
+  cfg.add_message_type<recheck_reply>("recheck_reply");
+  cfg.add_message_type<deleted_reply>("deleted_reply");
+  cfg.add_message_type<inspect_model_reply>("inspect_model_reply");
+  cfg.add_message_type<load_model_reply>("load_model_reply");
+  cfg.add_message_type<list_models_reply>("list_models_reply");
+  cfg.add_message_type<open_session_reply>("open_session_reply");
+  cfg.add_message_type<session_state_reply>("session_state_reply");
+  cfg.add_message_type<checkpoint_reply>("checkpoint_reply");
+  cfg.add_message_type<compile_graph_reply>("compile_graph_reply");
+  cfg.add_message_type<list_graphs_reply>("list_graphs_reply");
+  cfg.add_message_type<upload_tensor_reply>("upload_tensor_reply");
+  cfg.add_message_type<account_reply>("account_reply");
+  cfg.add_message_type<login_reply>("login_reply");
+  cfg.add_message_type<key_reply>("key_reply");
+  cfg.add_message_type<keys_reply>("keys_reply");
   cfg.add_message_type<worker_actor>("worker_actor");
   cfg.add_message_type<actor_snapshot>("actor_snapshot");
   cfg.add_message_type<std::vector<actor_snapshot>>("std::vector<actor_snapshot>");

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "actors/describe.hpp"
+#include "actors/replies.hpp"
 #include "actors/requests.hpp"
 
 namespace mpakt {
@@ -375,16 +376,18 @@ using worker_actor = caf::typed_actor<
     /// 64 hex digits (a challenge only a holder of those bytes can answer)
     caf::replies_to<tdigest_atom, std::string, std::string, std::string>::with<std::string>,
     /// A volunteer's checked worker: re-checks the weights it holds against its verifier and
-    /// answers a JSON report; any other worker refuses (errc::invalid).
-    caf::replies_to<recheck_atom>::with<std::string>,
+    /// answers the tally (rendered at the HTTP edge); any other worker refuses (errc::invalid).
+    caf::replies_to<recheck_atom>::with<recheck_reply>,
     /// what it is, whom it talks to, its counters (actors/describe.hpp)
     caf::replies_to<describe_atom>::with<actor_snapshot>>;
 
 // ---------------------------------------------------------------- coordinator side
 //
 // The HTTP routes (http/api) check the key with the accounts actor, then send one of the
-// messages below to the coordinator with the caller's identity. Replies are the API's JSON
-// response bodies; failures are caf::errors carrying errc and the message.
+// messages below to the coordinator with the caller's identity. Replies are typed
+// (actors/replies.hpp: one struct per endpoint's answer, or run_reply), written as JSON
+// response bodies by the edge (http/api/render.hpp); failures are caf::errors carrying errc
+// and the message.
 
 using add_atom = caf::atom_constant<caf::atom("add")>;
 using pick_atom = caf::atom_constant<caf::atom("pick")>;
@@ -544,27 +547,27 @@ using model_actor = caf::typed_actor<caf::replies_to<delete_atom>::with<bool>,
 using coordinator_actor = caf::typed_actor<
     /// what it is, whom it talks to, its counters (actors/describe.hpp)
     caf::replies_to<describe_atom>::with<actor_snapshot>,
-    caf::replies_to<versions_atom>::with<std::string>,
-    caf::replies_to<status_atom, caller>::with<std::string>,
+    caf::replies_to<versions_atom>::with<versions_reply>,
+    caf::replies_to<status_atom, caller>::with<status_reply>,
     /// POST /api/v3/admin/workers/:workerId/check (operators): a volunteer's weights re-checked
-    caf::replies_to<recheck_atom, caller, std::string>::with<std::string>,
-    caf::replies_to<inspect_atom, caller, std::string, std::string>::with<std::string>,  // source, token
-    caf::replies_to<load_atom, caller, load_call>::with<std::string>,
-    caf::replies_to<list_atom, models_atom, caller>::with<std::string>,
-    caf::replies_to<delete_atom, models_atom, caller, std::string>::with<std::string>,
-    caf::replies_to<create_atom, sessions_atom, caller, session_call>::with<std::string>,
-    caf::replies_to<get_atom, sessions_atom, caller, std::string>::with<std::string>,
-    caf::replies_to<delete_atom, sessions_atom, caller, std::string>::with<std::string>,
+    caf::replies_to<recheck_atom, caller, std::string>::with<recheck_reply>,
+    caf::replies_to<inspect_atom, caller, std::string, std::string>::with<inspect_model_reply>,  // source, token
+    caf::replies_to<load_atom, caller, load_call>::with<load_model_reply>,
+    caf::replies_to<list_atom, models_atom, caller>::with<list_models_reply>,
+    caf::replies_to<delete_atom, models_atom, caller, std::string>::with<deleted_reply>,
+    caf::replies_to<create_atom, sessions_atom, caller, session_call>::with<open_session_reply>,
+    caf::replies_to<get_atom, sessions_atom, caller, std::string>::with<session_state_reply>,
+    caf::replies_to<delete_atom, sessions_atom, caller, std::string>::with<deleted_reply>,
     /// a graph call, decoded at the edge (actors/requests.hpp); errc::retry when its worker
     /// left the grid mid-call (send it again: it then waits for the recovery)
     caf::replies_to<graph_atom, caller, graph_call>::with<run_reply>,
     /// tensorIds -> the caller's loaded weights they name, as (tensorId, model, weight) triples
     caf::replies_to<resolve_atom, caller, std::vector<std::string>>::with<std::vector<std::string>>,
-    caf::replies_to<create_atom, graphs_atom, caller, compile_call>::with<std::string>,
-    caf::replies_to<list_atom, graphs_atom, caller>::with<std::string>,
-    caf::replies_to<delete_atom, graphs_atom, caller, std::string>::with<std::string>,
-    caf::replies_to<create_atom, tensors_atom, caller, tensor_call>::with<std::string>,   // v2 upload
-    caf::replies_to<delete_atom, tensors_atom, caller, std::string>::with<std::string>,
+    caf::replies_to<create_atom, graphs_atom, caller, compile_call>::with<compile_graph_reply>,
+    caf::replies_to<list_atom, graphs_atom, caller>::with<list_graphs_reply>,
+    caf::replies_to<delete_atom, graphs_atom, caller, std::string>::with<deleted_reply>,
+    caf::replies_to<create_atom, tensors_atom, caller, tensor_call>::with<upload_tensor_reply>,   // v2 upload
+    caf::replies_to<delete_atom, tensors_atom, caller, std::string>::with<deleted_reply>,
     caf::replies_to<generate_atom, caller, generate_call>::with<gen_plan>,
     /// a generation's fed tokens (journal of a checkpointed session)
     caf::reacts_to<journal_atom, caller, gen_journal>,
@@ -576,8 +579,8 @@ using coordinator_actor = caf::typed_actor<
     /// model id -> its config.json, tokenizer.json, tokenizer_config.json, chat_template.jinja
     /// (chat; read once)
     caf::replies_to<files_atom, caller, std::string>::with<std::string, std::string, std::string, std::string>,
-    caf::replies_to<checkpt_atom, caller, std::string>::with<std::string>,   // session id
-    caf::replies_to<restore_atom, caller, std::string>::with<std::string>,
+    caf::replies_to<checkpt_atom, caller, std::string>::with<checkpoint_reply>,   // session id
+    caf::replies_to<restore_atom, caller, std::string>::with<checkpoint_reply>,
     /// the HTTP request actor that sent a graph call: its client went away, so the call is
     /// stopped on its worker (it applies nothing)
     caf::reacts_to<cancel_atom, caf::actor_addr>,
@@ -602,18 +605,19 @@ using rmkey_atom = caf::atom_constant<caf::atom("rmkey")>;
 using checkkey_atom = caf::atom_constant<caf::atom("checkkey")>;
 using approve_atom = caf::atom_constant<caf::atom("approve")>;
 
-/// Accounts and keys (SQLite under --data-dir). Replies are JSON bodies; check replies the
-/// key's owner and whether the account is an operator.
+/// Accounts and keys (SQLite under --data-dir). Replies are typed (actors/replies.hpp),
+/// rendered at the HTTP edge; check replies the key's owner and whether the account is an
+/// operator.
 using accounts_actor = caf::typed_actor<
     /// what it is, whom it talks to, its counters (actors/describe.hpp)
     caf::replies_to<describe_atom>::with<actor_snapshot>,
-    caf::replies_to<signup_atom, std::string, std::string>::with<std::string>,  // username, password
-    caf::replies_to<login_atom, std::string, std::string>::with<std::string>,   // username, password
-    caf::replies_to<mkkey_atom, std::string, std::string>::with<std::string>,   // token, label
-    caf::replies_to<keys_atom, std::string>::with<std::string>,                 // token
-    caf::replies_to<rmkey_atom, std::string, std::string>::with<std::string>,   // token, key id
+    caf::replies_to<signup_atom, std::string, std::string>::with<account_reply>,  // username, password
+    caf::replies_to<login_atom, std::string, std::string>::with<login_reply>,   // username, password
+    caf::replies_to<mkkey_atom, std::string, std::string>::with<key_reply>,   // token, label
+    caf::replies_to<keys_atom, std::string>::with<keys_reply>,                 // token
+    caf::replies_to<rmkey_atom, std::string, std::string>::with<deleted_reply>,   // token, key id
     caf::replies_to<checkkey_atom, std::string>::with<caller, bool>,            // key -> caller, admin
-    caf::replies_to<approve_atom, std::string>::with<std::string>>;             // username
+    caf::replies_to<approve_atom, std::string>::with<account_reply>>;             // username
 
 /// Announces every payload type to CAF (call on every node's actor_system_config).
 void add_protocol_types(caf::actor_system_config& cfg);

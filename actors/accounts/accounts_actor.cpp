@@ -1,26 +1,13 @@
 #include "actors/accounts/accounts_actor.hpp"
 
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
 #include "actors/errors.hpp"
-#include "actors/json_text.hpp"
 
 namespace mpakt {
 
 namespace {
 
-using writer = json_writer;
-
-void write_key(writer& w, const accounts::key_info& k) {
-  w.StartObject();
-  if (!k.key.empty()) kv(w, "key", k.key);
-  kv(w, "keyId", k.key_id);
-  kv(w, "label", k.label);
-  kv(w, "createdAt", k.created_at);
-  if (!k.last_used_at.empty()) kv(w, "lastUsedAt", k.last_used_at);
-  kv(w, "state", k.state);
-  w.EndObject();
+key_reply reply_of(const accounts::key_info& k) {
+  return key_reply{k.key, k.key_id, k.label, k.created_at, k.last_used_at, k.state};
 }
 
 struct accounts_state {
@@ -53,58 +40,36 @@ accounts_actor spawn_accounts(caf::actor_system& sys, std::unique_ptr<accounts::
           self->state.tally.fill(s, self->mailbox().size());
           return s;
         },
-        [=, &st](signup_atom, const std::string& user, const std::string& password) -> caf::result<std::string> {
+        [=, &st](signup_atom, const std::string& user, const std::string& password) -> caf::result<account_reply> {
           self->state.tally.count();
           auto a = st.sign_up(user, password, self->state.cfg.approve_sign_ups);
           if (!a) return refuse(a.err());
-          return json([&](writer& w) {
-            w.StartObject();
-            kv(w, "username", a->username);
-            kv(w, "status", a->status);
-            kv(w, "createdAt", a->created_at);
-            w.EndObject();
-          });
+          return account_reply{a->username, a->status, a->created_at};
         },
-        [=, &st](login_atom, const std::string& user, const std::string& password) -> caf::result<std::string> {
+        [=, &st](login_atom, const std::string& user, const std::string& password) -> caf::result<login_reply> {
           self->state.tally.count();
           auto token = st.login(user, password);
           if (!token) return refuse(token.err());
-          return json([&](writer& w) {
-            w.StartObject();
-            kv(w, "token", *token);
-            kv(w, "username", user);
-            w.EndObject();
-          });
+          return login_reply{*token, user};
         },
-        [=, &st](mkkey_atom, const std::string& token, const std::string& label) -> caf::result<std::string> {
+        [=, &st](mkkey_atom, const std::string& token, const std::string& label) -> caf::result<key_reply> {
           self->state.tally.count();
           auto k = st.create_key(token, label);
           if (!k) return refuse(k.err());
-          return json([&](writer& w) { write_key(w, *k); });
+          return reply_of(*k);
         },
-        [=, &st](keys_atom, const std::string& token) -> caf::result<std::string> {
+        [=, &st](keys_atom, const std::string& token) -> caf::result<keys_reply> {
           self->state.tally.count();
           auto ks = st.list_keys(token);
           if (!ks) return refuse(ks.err());
-          return json([&](writer& w) {
-            w.StartObject();
-            w.Key("keys");
-            w.StartArray();
-            for (const auto& k : *ks) write_key(w, k);
-            w.EndArray();
-            w.EndObject();
-          });
+          keys_reply r;
+          for (const auto& k : *ks) r.keys.push_back(reply_of(k));
+          return r;
         },
-        [=, &st](rmkey_atom, const std::string& token, const std::string& key_id) -> caf::result<std::string> {
+        [=, &st](rmkey_atom, const std::string& token, const std::string& key_id) -> caf::result<deleted_reply> {
           self->state.tally.count();
           if (auto s = st.delete_key(token, key_id); !s) return refuse(s.err());
-          return json([&](writer& w) {
-            w.StartObject();
-            w.Key("deleted");
-            w.Bool(true);
-            kv(w, "keyId", key_id);
-            w.EndObject();
-          });
+          return deleted_reply{"key", key_id};
         },
         [=, &st](checkkey_atom, const std::string& key) -> caf::result<caller, bool> {
           self->state.tally.count();
@@ -112,15 +77,10 @@ accounts_actor spawn_accounts(caf::actor_system& sys, std::unique_ptr<accounts::
           if (!id) return refuse(id.err());
           return {caller{id->username, id->key_id}, id->admin};
         },
-        [=, &st](approve_atom, const std::string& user) -> caf::result<std::string> {
+        [=, &st](approve_atom, const std::string& user) -> caf::result<account_reply> {
           self->state.tally.count();
           if (auto s = st.approve(user); !s) return refuse(s.err());
-          return json([&](writer& w) {
-            w.StartObject();
-            kv(w, "username", user);
-            kv(w, "status", "approved");
-            w.EndObject();
-          });
+          return account_reply{user, "approved", ""};
         },
     };
   });

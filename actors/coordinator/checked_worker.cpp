@@ -18,7 +18,6 @@
 
 #include "actors/digest.hpp"
 #include "actors/errors.hpp"
-#include "actors/json_text.hpp"
 #include "actors/off_thread.hpp"
 #include "actors/ids.hpp"
 #include "actors/worker/worker_actor.hpp"
@@ -1114,10 +1113,10 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       [=](tdigest_atom a, const std::string& model, const std::string& name, const std::string& nonce) {
         return self->delegate(V(), a, model, name, nonce);
       },
-      [=](recheck_atom) -> caf::result<std::string> {
+      [=](recheck_atom) -> caf::result<recheck_reply> {
         // Every weight the volunteer holds, challenged afresh against the verifier's copy.
         auto& st = self->state;
-        auto rp = owe<std::string>(self);
+        auto rp = owe<recheck_reply>(self);
         struct tally {
           std::size_t left = 0, agreed = 0, unchecked = 0, differed = 0;
           bool reported = false;
@@ -1129,18 +1128,8 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         auto report = [self, rp, t]() mutable {
           if (std::exchange(t->reported, true)) return;
           auto& st = self->state;
-          rp->deliver(json([&](json_writer& w) {
-            w.StartObject();
-            kv(w, "workerId", st.sh->worker_id);
-            kv(w, "volunteer", st.sh->v.name);
-            key(w, "weights"); w.Uint64(t->agreed + t->unchecked + t->differed);
-            key(w, "agreed"); w.Uint64(t->agreed);
-            key(w, "unchecked"); w.Uint64(t->unchecked);
-            key(w, "differed"); w.Uint64(t->differed);
-            key(w, "notChecked"); w.Uint64(t->left);
-            key(w, "quarantined"); w.Bool(st.sh->counts.quarantined);
-            w.EndObject();
-          }));
+          rp->deliver(recheck_reply{st.sh->worker_id, st.sh->v.name, t->agreed, t->unchecked, t->differed, t->left,
+                                    st.sh->counts.quarantined.load()});
         };
         if (weights.empty()) {
           report();

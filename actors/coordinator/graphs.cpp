@@ -23,7 +23,6 @@
 #include "actors/loader/source.hpp"
 #include "actors/sequence.hpp"
 #include "actors/generate/gen_values.hpp"
-#include "actors/json_text.hpp"
 #include "actors/ids.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/graph.hpp"
@@ -240,7 +239,7 @@ std::vector<std::string> resolve_weights(coordinator_pointer self, const caller&
   return out;
 }
 
-caf::result<std::string> compile_graph(coordinator_pointer self, const caller& who, compile_call& call) {
+caf::result<compile_graph_reply> compile_graph(coordinator_pointer self, const caller& who, compile_call& call) {
   auto& S = self->state;
   if (S.count_for_key(S.graphs, who.key_id) >= S.cfg.max_graphs_per_key)
     return to_caf(errc::limit, "this key already holds " + std::to_string(S.cfg.max_graphs_per_key) +
@@ -258,7 +257,7 @@ caf::result<std::string> compile_graph(coordinator_pointer self, const caller& w
   e.models = r->models;
   e.actor = spawn_graph(self->system(), gid, std::move(call.graph_json), S.cfg.timeouts);
   self->link_to(e.actor);
-  auto rp = self->make_response_promise<std::string>();
+  auto rp = self->make_response_promise<compile_graph_reply>();
   auto compile = [=](worker_actor w) mutable {
     self->request(e.actor, S.cfg.timeouts.graph + std::chrono::seconds(5), compile_atom::value, w)
         .then(
@@ -268,19 +267,7 @@ caf::result<std::string> compile_graph(coordinator_pointer self, const caller& w
               g.steps = c.steps;
               g.bindings = c.bindings;
               self->state.graphs[gid] = g;
-              rp.deliver(json([&](writer& jw) {
-                jw.StartObject();
-                key(jw, "graphId"); str(jw, gid);
-                if (!g.label.empty()) { key(jw, "label"); str(jw, g.label); }
-                key(jw, "steps"); jw.Uint(g.steps);
-                key(jw, "bindings"); strings(jw, g.bindings);
-                key(jw, "bodyBytes"); jw.Uint64(g.body_bytes);
-                key(jw, "perCallBytes"); jw.Uint64(g.per_call_bytes);
-                key(jw, "savedPerCall");
-                jw.Int64(std::int64_t(g.body_bytes) - std::int64_t(g.per_call_bytes));
-                key(jw, "features"); strings(jw, c.features);
-                jw.EndObject();
-              }));
+              rp.deliver(compile_graph_reply{gid, g.label, g.steps, g.bindings, g.body_bytes, g.per_call_bytes, c.features});
             },
             [=](caf::error& err) mutable {
               caf::anon_send(e.actor, delete_atom::value);
@@ -302,41 +289,21 @@ caf::result<std::string> compile_graph(coordinator_pointer self, const caller& w
   return rp;
 }
 
-caf::result<std::string> list_graphs(coordinator_pointer self, const caller& who) {
-  auto& S = self->state;
-  return json([&](writer& w) {
-    w.StartObject();
-    key(w, "graphs");
-    w.StartArray();
-    for (const auto& [id, g] : S.graphs) {
-      if (g.account != who.account) continue;
-      w.StartObject();
-      key(w, "graphId"); str(w, id);
-      key(w, "label"); str(w, g.label);
-      key(w, "steps"); w.Uint(g.steps);
-      key(w, "bindings"); strings(w, g.bindings);
-      key(w, "bodyBytes"); w.Uint64(g.body_bytes);
-      key(w, "perCallBytes"); w.Uint64(g.per_call_bytes);
-      key(w, "createdAt"); str(w, g.created_at);
-      w.EndObject();
-    }
-    w.EndArray();
-    w.EndObject();
-  });
+caf::result<list_graphs_reply> list_graphs(coordinator_pointer self, const caller& who) {
+  list_graphs_reply r;
+  for (const auto& [id, g] : self->state.graphs)
+    if (g.account == who.account)
+      r.graphs.push_back(graph_view{id, g.label, g.steps, g.bindings, g.body_bytes, g.per_call_bytes, g.created_at});
+  return r;
 }
 
-caf::result<std::string> delete_graph(coordinator_pointer self, const caller& who, const std::string& id) {
+caf::result<deleted_reply> delete_graph(coordinator_pointer self, const caller& who, const std::string& id) {
   auto& S = self->state;
   auto* g = S.find(S.graphs, id, who);
   if (!g) return to_caf(errc::not_found, "graph " + id + " does not exist");
   caf::anon_send(g->actor, delete_atom::value);
   S.graphs.erase(id);
-  return json([&](writer& w) {
-    w.StartObject();
-    key(w, "deleted"); w.Bool(true);
-    key(w, "graphId"); str(w, id);
-    w.EndObject();
-  });
+  return deleted_reply{"graph", id};
 }
 
 }  // namespace mpakt::coord

@@ -4,7 +4,8 @@
 /// generate.cpp and tensors.cpp (v2). coordinator_actor.cpp holds the behavior table that
 /// hands each message to them, discovery, metrics and cancellation. Each handler takes the
 /// coordinator actor (it runs in it, on its state: coordinator_state.hpp) and the message's
-/// values, and answers as the message's reply type says (actors/protocol.hpp).
+/// values, and answers as the message's reply type says (actors/protocol.hpp): a typed reply
+/// (actors/replies.hpp), which the HTTP edge writes as JSON.
 
 #include <rapidjson/document.h>
 
@@ -18,19 +19,15 @@
 #include "actors/coordinator/coordinator_actor.hpp"
 #include "actors/coordinator/coordinator_state.hpp"
 #include "actors/errors.hpp"
-#include "actors/json_text.hpp"
 #include "actors/requests.hpp"
 #include "runtime/status.hpp"
 
 namespace mpakt::coord {
 
-using writer = json_writer;
-
 // Shared by the handlers (coordinator_actor.cpp).
 std::string now_iso();
-/// Milliseconds since the Unix epoch as ISO 8601 UTC with milliseconds.
-std::string iso_from_unix_ms(std::uint64_t ms);
-std::string limits_json(const coordinator_config& cfg, const std::vector<worker_status>& ws);
+/// What the workers `ws` allow a caller, with the coordinator's own limits.
+grid_limits limits_of(const coordinator_config& cfg, const std::vector<worker_status>& ws);
 /// Settles a handler's promise with an error, kept among the coordinator's last errors for
 /// describe (as `noted` keeps those a handler answers at once): a failure that comes back
 /// later, from a worker or a session, is the coordinator's answer too.
@@ -58,27 +55,27 @@ void run_on(coordinator_pointer self, caf::typed_response_promise<run_reply> rp,
 void with_any_worker(coordinator_pointer self, std::vector<std::string> needs, std::function<void(result<worker_actor>)> k);
 
 // models.cpp
-caf::result<std::string> inspect_model(coordinator_pointer self, const caller& who, const std::string& source, const std::string& token);
-caf::result<std::string> load_model(coordinator_pointer self, const caller& who, load_call& call);
-caf::result<std::string> list_models(coordinator_pointer self, const caller& who);
+caf::result<inspect_model_reply> inspect_model(coordinator_pointer self, const caller& who, const std::string& source, const std::string& token);
+caf::result<load_model_reply> load_model(coordinator_pointer self, const caller& who, load_call& call);
+caf::result<list_models_reply> list_models(coordinator_pointer self, const caller& who);
 caf::result<std::string, std::string, std::string, std::string> model_files(coordinator_pointer self, const caller& who, const std::string& id);
-caf::result<std::string> delete_model(coordinator_pointer self, const caller& who, const std::string& id);
+caf::result<deleted_reply> delete_model(coordinator_pointer self, const caller& who, const std::string& id);
 
 // sessions.cpp
-caf::result<std::string> open_session(coordinator_pointer self, const caller& who, const session_call& call);
-caf::result<std::string> describe_session(coordinator_pointer self, const caller& who, const std::string& id);
-caf::result<std::string> close_session(coordinator_pointer self, const caller& who, const std::string& id);
+caf::result<open_session_reply> open_session(coordinator_pointer self, const caller& who, const session_call& call);
+caf::result<session_state_reply> describe_session(coordinator_pointer self, const caller& who, const std::string& id);
+caf::result<deleted_reply> close_session(coordinator_pointer self, const caller& who, const std::string& id);
 void journal_generation(coordinator_pointer self, const caller& who, gen_journal& j);
 void report_due(coordinator_pointer self, const std::string& sid);
-caf::result<std::string> checkpoint_session(coordinator_pointer self, const caller& who, const std::string& id);
-caf::result<std::string> restore_session(coordinator_pointer self, const caller& who, const std::string& id);
+caf::result<checkpoint_reply> checkpoint_session(coordinator_pointer self, const caller& who, const std::string& id);
+caf::result<checkpoint_reply> restore_session(coordinator_pointer self, const caller& who, const std::string& id);
 
 // graphs.cpp
 caf::result<run_reply> run_graph(coordinator_pointer self, const caller& who, graph_call& call);
 std::vector<std::string> resolve_weights(coordinator_pointer self, const caller& who, const std::vector<std::string>& ids);
-caf::result<std::string> compile_graph(coordinator_pointer self, const caller& who, compile_call& call);
-caf::result<std::string> list_graphs(coordinator_pointer self, const caller& who);
-caf::result<std::string> delete_graph(coordinator_pointer self, const caller& who, const std::string& id);
+caf::result<compile_graph_reply> compile_graph(coordinator_pointer self, const caller& who, compile_call& call);
+caf::result<list_graphs_reply> list_graphs(coordinator_pointer self, const caller& who);
+caf::result<deleted_reply> delete_graph(coordinator_pointer self, const caller& who, const std::string& id);
 
 // generate.cpp
 caf::result<gen_plan> plan_generation(coordinator_pointer self, const caller& who, const generate_call& call);
@@ -96,7 +93,7 @@ bool drop_listener(coordinator_pointer self, const caf::actor_addr& addr);
 caf::result<gen_plan> replan_generation(coordinator_pointer self, const caller& who, gen_plan& plan);
 
 // tensors.cpp
-caf::result<std::string> upload_tensor(coordinator_pointer self, const caller& who, tensor_call& t);
-caf::result<std::string> delete_tensor(coordinator_pointer self, const caller& who, const std::string& id);
+caf::result<upload_tensor_reply> upload_tensor(coordinator_pointer self, const caller& who, tensor_call& t);
+caf::result<deleted_reply> delete_tensor(coordinator_pointer self, const caller& who, const std::string& id);
 
 }  // namespace mpakt::coord

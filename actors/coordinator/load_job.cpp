@@ -1,7 +1,5 @@
 #include "actors/coordinator/load_job.hpp"
 
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
 
 #include <algorithm>
 #include <cmath>
@@ -340,79 +338,30 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
   out.resident_bytes = resident;
   metrics::m().load_bytes.with().inc(double(transferred));
 
-  rapidjson::StringBuffer buf;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
-  w.StartObject();
-  w.Key("modelId");
-  w.String(req.model_id.c_str());
-  w.Key("source");
-  w.String(req.source.c_str());
   out.commit = ctx->reader->repo_commit();
+  auto& r = out.reply;
+  r.model_id = req.model_id;
+  r.source = req.source;
   if (ctx->source.kind == loader::source_kind::hub) {
-    w.Key("revision");
-    w.String(ctx->source.revision.c_str());
-    w.Key("commit");
-    if (out.commit.empty()) w.Null();
-    else w.String(out.commit.c_str());
+    r.hub = true;
+    r.revision = ctx->source.revision;
+    r.commit = out.commit;
   }
-  w.Key("tensors");
-  w.StartArray();
-  for (const auto& [id, name] : out.tensor_ids) {
-    w.StartObject();
-    w.Key("name");
-    w.String(name.c_str());
-    w.Key("tensorId");
-    w.String(id.c_str());
-    w.EndObject();
-  }
-  w.EndArray();
-  w.Key("bytesTransferred");
-  w.Uint64(transferred);
-  w.Key("throughputMBs");
-  w.Double(std::round(transferred / 1e6 / std::max(secs, 1e-6) * 10) / 10);
-  w.Key("storedOnCoordinator");
-  w.Uint(0);
-  w.Key("quantize");
-  w.String(out.quantize.c_str());
-  w.Key("residentBytes");
-  w.Uint64(resident);
+  for (const auto& [id, name] : out.tensor_ids) r.tensors.push_back(weight_id{name, id});
+  r.bytes_transferred = transferred;
+  r.throughput_mbs = std::round(transferred / 1e6 / std::max(secs, 1e-6) * 10) / 10;
+  r.quantize = out.quantize;
+  r.resident_bytes = resident;
   // The most weight bytes the coordinator held at once — fetched, or sent to a worker and not
   // yet acknowledged: a few pieces, whatever the model's size (LOAD-19).
-  w.Key("coordinatorPeakBytes");
-  w.Uint64(peak_held);
-  w.Key("elapsedMs");
-  w.Uint64(std::uint64_t(secs * 1000));
+  r.coordinator_peak_bytes = peak_held;
+  r.elapsed_ms = std::uint64_t(secs * 1000);
   // Where it went: one worker, or each worker's share of a spread model (its layers in order).
-  w.Key("placement");
-  w.StartArray();
-  if (out.part_workers.empty()) {
-    w.StartObject();
-    w.Key("workerId");
-    w.String(out.worker_id.c_str());
-    w.Key("tensors");
-    w.Uint64(out.tensor_ids.size());
-    w.Key("residentBytes");
-    w.Uint64(resident);
-    w.EndObject();
-  } else {
-    for (std::size_t p = 0; p < out.part_workers.size(); ++p) {
-      w.StartObject();
-      w.Key("workerId");
-      w.String(out.part_ids[p].c_str());
-      w.Key("tensors");
-      w.Uint64(out.part_tensors[p].size());
-      w.Key("residentBytes");
-      w.Uint64(out.part_bytes[p]);
-      w.Key("layers");
-      w.StartArray();
-      for (const auto& g : layer_groups(out.part_tensors[p])) w.String(g.c_str());
-      w.EndArray();
-      w.EndObject();
-    }
-  }
-  w.EndArray();
-  w.EndObject();
-  out.reply_json.assign(buf.GetString(), buf.GetSize());
+  r.spread = !out.part_workers.empty();
+  if (!r.spread) r.placement.push_back(placement_view{out.worker_id, out.tensor_ids.size(), resident, {}});
+  for (std::size_t p = 0; p < out.part_workers.size(); ++p)
+    r.placement.push_back(
+        placement_view{out.part_ids[p], out.part_tensors[p].size(), out.part_bytes[p], layer_groups(out.part_tensors[p])});
   return out;
 }
 
@@ -430,11 +379,11 @@ load_job_actor spawn_load_job(caf::actor_system& sys, load_job_config cfg, pool_
           if (!r) return to_caf(r.err());
           return std::move(*r);
         },
-        [=](inspect_atom, const std::string& source, const std::string& token) -> caf::result<std::string> {
+        [=](inspect_atom, const std::string& source, const std::string& token) -> caf::result<inspect_model_reply> {
           auto ctx = open_source(cfg, source, token);
           self->quit();
           if (!ctx) return to_caf(ctx.err());
-          return loader::inspect_json(ctx->index);
+          return loader::inspect_reply_of(ctx->index);
         },
         [=](files_atom, const std::string& source, const std::string& token)
             -> caf::result<std::string, std::string, std::string, std::string> {

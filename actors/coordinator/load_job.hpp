@@ -54,7 +54,7 @@ struct load_job_request : load_call {
 
 /// What a finished load tells the coordinator.
 struct load_outcome {
-  std::string reply_json;                                  ///< the response body
+  load_model_reply reply;                                  ///< the answer to the client
   std::vector<std::pair<std::string, std::string>> tensor_ids;  ///< tensorId -> name
   std::string source;
   std::string quantize;
@@ -80,12 +80,12 @@ typename Inspector::result_type inspect(Inspector& f, load_job_request& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_outcome& x) {
-  return f(caf::meta::type_name("load_outcome"), x.reply_json, x.tensor_ids, x.source, x.quantize, x.published_bytes,
+  return f(caf::meta::type_name("load_outcome"), x.reply, x.tensor_ids, x.source, x.quantize, x.published_bytes,
            x.resident_bytes, x.worker, x.worker_id, x.part_workers, x.part_ids, x.part_tensors, x.part_bytes, x.commit);
 }
 
 using load_job_actor = caf::typed_actor<caf::replies_to<load_atom, load_job_request>::with<load_outcome>,
-                                        caf::replies_to<inspect_atom, std::string, std::string>::with<std::string>,
+                                        caf::replies_to<inspect_atom, std::string, std::string>::with<inspect_model_reply>,
                                         /// source (and token) -> config.json, tokenizer.json, tokenizer_config.json,
                                         /// chat_template.jinja
                                         caf::replies_to<files_atom, std::string, std::string>::with<std::string, std::string, std::string, std::string>>;

@@ -21,7 +21,6 @@
 #include "actors/loader/source.hpp"
 #include "actors/sequence.hpp"
 #include "actors/generate/gen_values.hpp"
-#include "actors/json_text.hpp"
 #include "actors/ids.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/graph.hpp"
@@ -34,17 +33,17 @@ namespace mpakt::coord {
 
 using namespace std::chrono_literals;
 
-caf::result<std::string> inspect_model(coordinator_pointer self, const caller&, const std::string& source, const std::string& token) {
+caf::result<inspect_model_reply> inspect_model(coordinator_pointer self, const caller&, const std::string& source, const std::string& token) {
   if (source.empty()) return to_caf(errc::invalid, "inspect needs a source query parameter, e.g. ?source=hf:Org/Model");
-  auto rp = self->make_response_promise<std::string>();
+  auto rp = self->make_response_promise<inspect_model_reply>();
   auto job = spawn_load_job(self->system(), self->state.cfg.load, self->state.pool);
   self->request(job, std::chrono::minutes(5), inspect_atom::value, source, token)
-      .then([=](std::string& j) mutable { rp.deliver(std::move(j)); },
+      .then([=](inspect_model_reply& r) mutable { rp.deliver(std::move(r)); },
             [=](caf::error& e) mutable { fail(self, rp, e); });
   return rp;
 }
 
-caf::result<std::string> load_model(coordinator_pointer self, const caller& who, load_call& call) {
+caf::result<load_model_reply> load_model(coordinator_pointer self, const caller& who, load_call& call) {
   auto& S = self->state;
   if (call.source.empty()) return to_caf(errc::invalid, "load request needs a source, e.g. \"hf:Org/Model\"");
   load_job_request req;
@@ -55,7 +54,7 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
                                    " models, the limit; delete one first");
   req.model_id = new_id("m_");
   S.pending_loads[who.key_id]++;
-  auto rp = self->make_response_promise<std::string>();
+  auto rp = self->make_response_promise<load_model_reply>();
   auto progress = std::make_shared<load_progress>();
   S.loads[req.model_id] = load_entry{req.source, who.account, false, unix_ms_now(), progress};
   auto job = spawn_load_job(self->system(), S.cfg.load, S.pool, progress);
@@ -98,7 +97,7 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
                               m.parts.empty() ? "on " + m.worker_id
                                               : "spread over " + std::to_string(m.parts.size()) + " workers"});
             S.models[req.model_id] = std::move(m);
-            rp.deliver(std::move(out.reply_json));
+            rp.deliver(std::move(out.reply));
           },
           [=](caf::error& e) mutable {
             self->state.pending_loads[who.key_id]--;
@@ -111,64 +110,34 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
   return rp;
 }
 
-caf::result<std::string> list_models(coordinator_pointer self, const caller& who) {
+caf::result<list_models_reply> list_models(coordinator_pointer self, const caller& who) {
   const auto control = self->state.cfg.timeouts.control;
-  auto rp = self->make_response_promise<std::string>();
+  auto rp = self->make_response_promise<list_models_reply>();
   self->request(self->state.pool, control, workers_atom::value)
       .then(
           [=](std::vector<worker_status>& ws) mutable {
             auto& S = self->state;
-            std::uint64_t free = 0, total = 0;
-            for (const auto& s : ws) { free += s.free_bytes; total += s.total_bytes; }
-            rp.deliver(json([&](writer& w) {
-              w.StartObject();
-              key(w, "models");
-              w.StartArray();
-              for (const auto& [id, m] : S.models) {
-                if (m.account != who.account) continue;
-                w.StartObject();
-                key(w, "modelId"); str(w, id);
-                key(w, "source"); str(w, m.source);
-                key(w, "commit");
-                if (m.commit.empty()) w.Null();
-                else str(w, m.commit);
-                key(w, "tensors"); w.Uint64(m.tensors);
-                key(w, "bytesTransferred"); w.Uint64(m.published_bytes);
-                key(w, "residentBytes"); w.Uint64(m.resident_bytes);
-                key(w, "quantize"); str(w, m.quantize);
-                key(w, "whole"); w.Bool(m.whole);
-                key(w, "placement");
-                w.StartArray();
-                if (!m.parts.empty()) {
-                  for (const auto& part : m.parts) {
-                    if (S.is_lost(part.worker)) continue;
-                    w.StartObject();
-                    key(w, "workerId"); str(w, part.worker_id);
-                    key(w, "tensors"); w.Uint64(part.tensors.size());
-                    key(w, "residentBytes"); w.Uint64(part.resident_bytes);
-                    w.EndObject();
-                  }
-                } else if (!S.is_lost(m.worker)) {
-                  w.StartObject();
-                  key(w, "workerId"); str(w, m.worker_id);
-                  key(w, "tensors"); w.Uint64(m.tensors);
-                  key(w, "residentBytes"); w.Uint64(m.resident_bytes);
-                  w.EndObject();
-                }
-                w.EndArray();
-                key(w, "createdAt"); str(w, m.created_at);
-                w.EndObject();
+            list_models_reply r;
+            r.workers = ws.size();
+            for (const auto& s : ws) {
+              r.free_bytes += s.free_bytes;
+              r.total_bytes += s.total_bytes;
+            }
+            for (const auto& [id, m] : S.models) {
+              if (m.account != who.account) continue;
+              model_view v{id, m.source, m.commit, m.tensors, m.published_bytes, m.resident_bytes, m.quantize, m.whole,
+                           {}, m.created_at};
+              // where it is now: a lost worker's share is left out
+              if (!m.parts.empty()) {
+                for (const auto& part : m.parts)
+                  if (!S.is_lost(part.worker))
+                    v.placement.push_back(placement_view{part.worker_id, part.tensors.size(), part.resident_bytes, {}});
+              } else if (!S.is_lost(m.worker)) {
+                v.placement.push_back(placement_view{m.worker_id, m.tensors, m.resident_bytes, {}});
               }
-              w.EndArray();
-              key(w, "capacity");
-              w.StartObject();
-              key(w, "workers"); w.Uint64(ws.size());
-              key(w, "freeBytes"); w.Uint64(free);
-              key(w, "totalBytes"); w.Uint64(total);
-              key(w, "byteUnits"); str(w, "resident");
-              w.EndObject();
-              w.EndObject();
-            }));
+              r.models.push_back(std::move(v));
+            }
+            rp.deliver(std::move(r));
           },
           [=](caf::error& e) mutable { fail(self, rp, e); });
   return rp;
@@ -192,7 +161,7 @@ caf::result<std::string, std::string, std::string, std::string> model_files(coor
   return rp;
 }
 
-caf::result<std::string> delete_model(coordinator_pointer self, const caller& who, const std::string& id) {
+caf::result<deleted_reply> delete_model(coordinator_pointer self, const caller& who, const std::string& id) {
   auto& S = self->state;
   auto* m = S.find(S.models, id, who);
   if (!m) return to_caf(errc::not_found, "model " + id + " does not exist");
@@ -202,12 +171,7 @@ caf::result<std::string> delete_model(coordinator_pointer self, const caller& wh
     it = it->second.first == id ? S.weight_ids.erase(it) : std::next(it);
   S.models.erase(id);
   S.emit(grid_event{0, 0, "deleted", "model", id, ""});
-  return json([&](writer& w) {
-    w.StartObject();
-    key(w, "deleted"); w.Bool(true);
-    key(w, "modelId"); str(w, id);
-    w.EndObject();
-  });
+  return deleted_reply{"model", id};
 }
 
 }  // namespace mpakt::coord

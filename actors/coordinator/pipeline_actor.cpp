@@ -851,7 +851,7 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           self->state.tally.count();
           return to_caf(errc::invalid, not_here + "ask the worker holding the weight");
         },
-        [=](recheck_atom) -> caf::result<std::string> {
+        [=](recheck_atom) -> caf::result<recheck_reply> {
           self->state.tally.count();
           return to_caf(errc::invalid, not_here + "re-check its parts' workers");
         },

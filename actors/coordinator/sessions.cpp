@@ -21,7 +21,6 @@
 #include "actors/loader/source.hpp"
 #include "actors/sequence.hpp"
 #include "actors/generate/gen_values.hpp"
-#include "actors/json_text.hpp"
 #include "actors/ids.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/graph.hpp"
@@ -34,7 +33,7 @@ namespace mpakt::coord {
 
 using namespace std::chrono_literals;
 
-caf::result<std::string> open_session(coordinator_pointer self, const caller& who, const session_call& call) {
+caf::result<open_session_reply> open_session(coordinator_pointer self, const caller& who, const session_call& call) {
   const auto control = self->state.cfg.timeouts.control;
   auto& S = self->state;
   const std::string model_id = call.model_id, label = call.label;  // (copies: the answer comes later)
@@ -43,7 +42,7 @@ caf::result<std::string> open_session(coordinator_pointer self, const caller& wh
                                    " sessions, the limit; delete one first");
   auto* m = model_id.empty() ? nullptr : S.find(S.models, model_id, who);
   if (!model_id.empty() && !m) return to_caf(errc::not_found, "model " + model_id + " does not exist");
-  auto rp = self->make_response_promise<std::string>();
+  auto rp = self->make_response_promise<open_session_reply>();
   auto open = [=](worker_actor w) mutable {
     const std::string sid = new_id("s_");
     self->request(w, control, sopen_atom::value, sid)
@@ -62,17 +61,7 @@ caf::result<std::string> open_session(coordinator_pointer self, const caller& wh
               self->link_to(e.actor);
               S.sessions[sid] = e;
               S.emit(grid_event{0, 0, "opened", "session", sid, S.worker_id_of(w)});
-              rp.deliver(json([&](writer& jw) {
-                jw.StartObject();
-                key(jw, "session");
-                jw.StartObject();
-                key(jw, "sessionId"); str(jw, sid);
-                if (!e.model_id.empty()) { key(jw, "modelId"); str(jw, e.model_id); }
-                if (!e.label.empty()) { key(jw, "label"); str(jw, e.label); }
-                key(jw, "createdAt"); str(jw, e.created_at);
-                jw.EndObject();
-                jw.EndObject();
-              }));
+              rp.deliver(open_session_reply{sid, e.model_id, e.label, e.created_at});
             },
             [=](caf::error& e) mutable { fail(self, rp, e); });
   };
@@ -87,47 +76,27 @@ caf::result<std::string> open_session(coordinator_pointer self, const caller& wh
   return rp;
 }
 
-caf::result<std::string> describe_session(coordinator_pointer self, const caller& who, const std::string& id) {
+caf::result<session_state_reply> describe_session(coordinator_pointer self, const caller& who, const std::string& id) {
   const auto control = self->state.cfg.timeouts.control;
   auto& S = self->state;
   auto* s = S.find(S.sessions, id, who);
   if (!s) return to_caf(errc::not_found, "session " + id + " does not exist");
   if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + id));
-  auto rp = self->make_response_promise<std::string>();
+  auto rp = self->make_response_promise<session_state_reply>();
   const session_entry e = *s;
   self->request(s->actor, control, info_atom::value)
       .then(
           [=](session_info& info, std::uint64_t steps) mutable {
-            rp.deliver(json([&](writer& w) {
-              w.StartObject();
-              key(w, "sessionId"); str(w, id);
-              if (!e.model_id.empty()) { key(w, "modelId"); str(w, e.model_id); }
-              if (!e.label.empty()) { key(w, "label"); str(w, e.label); }
-              key(w, "createdAt"); str(w, e.created_at);
-              key(w, "tensors");
-              w.StartArray();
-              for (const auto& t : info.tensors) {
-                w.StartObject();
-                key(w, "name"); str(w, t.name);
-                key(w, "shape");
-                w.StartArray();
-                for (auto d : t.shape) w.Int64(d);
-                w.EndArray();
-                key(w, "dtype"); str(w, t.dtype);
-                key(w, "bytes"); w.Uint64(t.bytes);
-                w.EndObject();
-              }
-              w.EndArray();
-              key(w, "bytes"); w.Uint64(info.bytes);
-              key(w, "steps"); w.Uint64(steps);
-              w.EndObject();
-            }));
+            session_state_reply r{id, e.model_id, e.label, e.created_at, {}, info.bytes, steps};
+            for (auto& t : info.tensors)
+              r.tensors.push_back(session_tensor{std::move(t.name), std::move(t.shape), std::move(t.dtype), t.bytes});
+            rp.deliver(std::move(r));
           },
           [=](caf::error& e) mutable { fail(self, rp, e); });
   return rp;
 }
 
-caf::result<std::string> close_session(coordinator_pointer self, const caller& who, const std::string& id) {
+caf::result<deleted_reply> close_session(coordinator_pointer self, const caller& who, const std::string& id) {
   auto& S = self->state;
   auto* s = S.find(S.sessions, id, who);
   if (!s) return to_caf(errc::not_found, "session " + id + " does not exist");
@@ -135,12 +104,7 @@ caf::result<std::string> close_session(coordinator_pointer self, const caller& w
   S.sessions.erase(id);
   S.checkpoints.erase(id);
   S.emit(grid_event{0, 0, "closed", "session", id, ""});
-  return json([&](writer& w) {
-    w.StartObject();
-    key(w, "deleted"); w.Bool(true);
-    key(w, "sessionId"); str(w, id);
-    w.EndObject();
-  });
+  return deleted_reply{"session", id};
 }
 
 void journal_generation(coordinator_pointer self, const caller& who, gen_journal& j) {
@@ -185,13 +149,13 @@ void report_due(coordinator_pointer self, const std::string& sid) {
   after();
 }
 
-caf::result<std::string> checkpoint_session(coordinator_pointer self, const caller& who, const std::string& id) {
+caf::result<checkpoint_reply> checkpoint_session(coordinator_pointer self, const caller& who, const std::string& id) {
   const auto control = self->state.cfg.timeouts.control;
   auto& S = self->state;
   auto* s = S.find(S.sessions, id, who);
   if (!s) return to_caf(errc::not_found, "session " + id + " does not exist");
   if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + id));
-  auto rp = self->make_response_promise<std::string>();
+  auto rp = self->make_response_promise<checkpoint_reply>();
   const session_entry e = *s;
   // The durable budget is checked before anything is fetched (CKP-06).
   self->request(e.actor, control, info_atom::value)
@@ -219,14 +183,7 @@ caf::result<std::string> checkpoint_session(coordinator_pointer self, const call
                         it->second.journal.clear();  // replay starts from this checkpoint
                         it->second.journal_broken.clear();
                       }
-                      rp.deliver(json([&](writer& w) {
-                        w.StartObject();
-                        key(w, "sessionId"); str(w, id);
-                        key(w, "tensors"); w.Uint64(n);
-                        key(w, "bytes"); w.Uint64(bytes);
-                        key(w, "step"); w.Uint64(steps);
-                        w.EndObject();
-                      }));
+                      rp.deliver(checkpoint_reply{id, n, bytes, steps});
                     },
                     [=](caf::error& err) mutable { fail(self, rp, err); });
           },
@@ -234,7 +191,7 @@ caf::result<std::string> checkpoint_session(coordinator_pointer self, const call
   return rp;
 }
 
-caf::result<std::string> restore_session(coordinator_pointer self, const caller& who, const std::string& id) {
+caf::result<checkpoint_reply> restore_session(coordinator_pointer self, const caller& who, const std::string& id) {
   const auto control = self->state.cfg.timeouts.control;
   auto& S = self->state;
   auto* s = S.find(S.sessions, id, who);
@@ -242,7 +199,7 @@ caf::result<std::string> restore_session(coordinator_pointer self, const caller&
   auto c = S.checkpoints.find(id);
   if (c == S.checkpoints.end())
     return to_caf(errc::conflict, "session " + id + " has no checkpoint; POST /api/v3/sessions/" + id + "/checkpoint first");
-  auto rp = self->make_response_promise<std::string>();
+  auto rp = self->make_response_promise<checkpoint_reply>();
   const worker_actor old = s->worker;
   // Any worker with room; a session that must stay with its model's weights goes
   // back where they are.
@@ -260,14 +217,7 @@ caf::result<std::string> restore_session(coordinator_pointer self, const caller&
       it->second.journal_broken.clear();
       it->second.restored_note.clear();
       const auto& d = ck->second.dump;
-      rp.deliver(json([&](writer& w) {
-        w.StartObject();
-        key(w, "sessionId"); str(w, id);
-        key(w, "tensors"); w.Uint64(d.tensors.size());
-        key(w, "bytes"); w.Uint64(d.bytes);
-        key(w, "step"); w.Uint64(ck->second.steps);
-        w.EndObject();
-      }));
+      rp.deliver(checkpoint_reply{id, d.tensors.size(), d.bytes, ck->second.steps});
     });
   };
   auto* m = s->model_id.empty() ? nullptr : S.find(S.models, s->model_id, who);

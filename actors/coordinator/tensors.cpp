@@ -21,7 +21,6 @@
 #include "actors/loader/source.hpp"
 #include "actors/sequence.hpp"
 #include "actors/generate/gen_values.hpp"
-#include "actors/json_text.hpp"
 #include "actors/ids.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/graph.hpp"
@@ -34,7 +33,7 @@ namespace mpakt::coord {
 
 using namespace std::chrono_literals;
 
-caf::result<std::string> upload_tensor(coordinator_pointer self, const caller& who, tensor_call& t) {
+caf::result<upload_tensor_reply> upload_tensor(coordinator_pointer self, const caller& who, tensor_call& t) {
   const auto control = self->state.cfg.timeouts.control;
   auto& S = self->state;
   const std::uint64_t bytes = t.data.size() * 4;
@@ -45,7 +44,7 @@ caf::result<std::string> upload_tensor(coordinator_pointer self, const caller& w
     return to_caf(errc::too_large, "tensor of " + std::to_string(bytes) + " bytes would exceed this key's v2 upload quota (" +
                                        std::to_string(S.cfg.v2_quota_bytes - std::min(used, S.cfg.v2_quota_bytes)) +
                                        " of " + std::to_string(S.cfg.v2_quota_bytes) + " bytes left)");
-  auto rp = self->make_response_promise<std::string>();
+  auto rp = self->make_response_promise<upload_tensor_reply>();
   const std::string tid = new_id("t_");
   // (held once: the handlers below share it, and the values move on to the worker)
   auto up = std::make_shared<tensor_upload>(tensor_upload{tid, t.shape, std::move(t.data)});
@@ -71,16 +70,7 @@ caf::result<std::string> upload_tensor(coordinator_pointer self, const caller& w
                       self->state.watch(self, w);
                       e.bytes = bytes;
                       self->state.tensors[tid] = e;
-                      rp.deliver(json([&](writer& jw) {
-                        jw.StartObject();
-                        key(jw, "tensorId"); str(jw, tid);
-                        key(jw, "shape");
-                        jw.StartArray();
-                        for (auto x : shape) jw.Int64(x);
-                        jw.EndArray();
-                        key(jw, "bytes"); jw.Uint64(bytes);
-                        jw.EndObject();
-                      }));
+                      rp.deliver(upload_tensor_reply{tid, shape, bytes});
                     },
                     [=](caf::error& e) mutable {
                       settle();
@@ -94,18 +84,13 @@ caf::result<std::string> upload_tensor(coordinator_pointer self, const caller& w
   return rp;
 }
 
-caf::result<std::string> delete_tensor(coordinator_pointer self, const caller& who, const std::string& id) {
+caf::result<deleted_reply> delete_tensor(coordinator_pointer self, const caller& who, const std::string& id) {
   auto& S = self->state;
   auto* t = S.find(S.tensors, id, who);
   if (!t) return to_caf(errc::not_found, "tensor " + id + " does not exist");
   caf::anon_send(t->worker, tdrop_atom::value, id);
   S.tensors.erase(id);
-  return json([&](writer& w) {
-    w.StartObject();
-    key(w, "deleted"); w.Bool(true);
-    key(w, "tensorId"); str(w, id);
-    w.EndObject();
-  });
+  return deleted_reply{"tensor", id};
 }
 
 }  // namespace mpakt::coord

@@ -1,8 +1,6 @@
 #include "actors/loader/inspect.hpp"
 
 #include <rapidjson/document.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
 
 #include <algorithm>
 #include <set>
@@ -163,47 +161,16 @@ result<model_index> inspect_source(const model_source& src, byte_reader& reader)
                  (absent.size() > 1 ? " exists" : " does not exist"));
 }
 
-std::string inspect_json(const model_index& idx) {
-  rapidjson::StringBuffer sb;
-  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-  w.StartObject();
-  w.Key("count");
-  w.Uint64(idx.count());
-  w.Key("totalBytes");
-  w.Uint64(idx.total_bytes);
-  w.Key("dtypes");
-  w.StartObject();
-  for (const auto& [name, n] : idx.dtypes) {
-    w.Key(name.c_str(), rapidjson::SizeType(name.size()));
-    w.Uint64(n);
-  }
-  w.EndObject();
-  w.Key("tensors");
-  w.StartArray();
-  for (const auto& t : idx.tensors) {
-    w.StartObject();
-    w.Key("name");
-    w.String(t.name().c_str(), rapidjson::SizeType(t.name().size()));
-    w.Key("shape");
-    w.StartArray();
-    for (auto d : t.entry.shape) w.Int64(d);
-    w.EndArray();
-    w.Key("dtype");
-    const std::string dt = published_dtype_name(t.entry.file_dtype);
-    w.String(dt.c_str(), rapidjson::SizeType(dt.size()));
-    w.Key("bytes");
-    w.Uint64(t.bytes());
-    w.EndObject();
-  }
-  w.EndArray();
-  w.Key("sharded");
-  w.Bool(idx.sharded);
-  w.Key("shards");
-  w.StartArray();
-  for (const auto& s : idx.shards) w.String(s.c_str(), rapidjson::SizeType(s.size()));
-  w.EndArray();
-  w.EndObject();
-  return std::string(sb.GetString(), sb.GetSize());
+inspect_model_reply inspect_reply_of(const model_index& idx) {
+  inspect_model_reply r;
+  r.total_bytes = idx.total_bytes;
+  for (const auto& [name, n] : idx.dtypes) r.dtypes.push_back(dtype_count{name, n});
+  r.tensors.reserve(idx.tensors.size());
+  for (const auto& t : idx.tensors)
+    r.tensors.push_back(inspect_tensor{t.name(), t.entry.shape, published_dtype_name(t.entry.file_dtype), t.bytes()});
+  r.sharded = idx.sharded;
+  r.shards = idx.shards;
+  return r;
 }
 
 }  // namespace mpakt::loader

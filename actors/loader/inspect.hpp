@@ -5,7 +5,7 @@
 /// and only a header longer than that costs a second request for the rest. A sharded
 /// checkpoint costs the index JSON plus one header read per shard (Z-03). No weight byte is
 /// read. The result, `model_index`, is what selection, quantize planning and streaming work
-/// from; `inspect_json` renders the API's inspect answer.
+/// from; `inspect_reply_of` is the API's inspect answer (written as JSON at the HTTP edge).
 ///
 /// Figures are published (stored) bytes: inspect reads only headers, and what a tensor will
 /// occupy on a worker depends on the load's quantize mode and the pool (see quantize_plan.hpp;
@@ -22,6 +22,7 @@
 
 #include "actors/loader/reader.hpp"
 #include "actors/loader/source.hpp"
+#include "actors/replies.hpp"
 #include "runtime/safetensors.hpp"
 
 namespace mpakt::loader {
@@ -78,8 +79,8 @@ result<std::pair<st_header, std::optional<std::uint64_t>>> read_header(byte_read
 /// source (an HTTP reader for remote sources, a local one otherwise).
 result<model_index> inspect_source(const model_source& src, byte_reader& reader);
 
-/// The inspect answer: {"count", "totalBytes", "dtypes": {...}, "tensors": [{"name", "shape",
-/// "dtype", "bytes"}], "sharded", "shards"} (INS-04..06; shards is a list of file names).
-std::string inspect_json(const model_index& index);
+/// The inspect answer: total bytes, a count per dtype, every tensor's name, shape, dtype and
+/// bytes, and the shards' file names (INS-04..06).
+inspect_model_reply inspect_reply_of(const model_index& index);
 
 }  // namespace mpakt::loader

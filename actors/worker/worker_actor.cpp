@@ -294,7 +294,7 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
         self->state.tally.count();
         return self->delegate(self->state.receiver, a, model, name, nonce);  // (behind the tensor's end)
       },
-      [=](recheck_atom) -> caf::result<std::string> {
+      [=](recheck_atom) -> caf::result<recheck_reply> {
         self->state.tally.count();
         return to_caf(errc::invalid, "worker " + self->state.shared->cfg.worker_id +
                                          " is not a volunteer behind spot-checks: nothing to re-check");

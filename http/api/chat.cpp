@@ -1,6 +1,5 @@
 #include "http/api/chat.hpp"
 
-#include <rapidjson/document.h>
 
 #include <chrono>
 #include <cmath>
@@ -160,7 +159,7 @@ std::string graphs_key(const chat_state& st) { return st.who.account + "/" + st.
 /// Deletes a session (fire and forget).
 void delete_session(chat_pointer self, const std::string& id) {
   self->request(self->state.coordinator, 30s, delete_atom::value, sessions_atom::value, self->state.who, id)
-      .then([](std::string&) {}, [](caf::error&) {});
+      .then([](deleted_reply&) {}, [](caf::error&) {});
 }
 
 /// Deletes the conversation's session.
@@ -230,18 +229,15 @@ void send_event(chat_pointer self, const char* event, const std::string& data) {
   if (st.sse && !st.cancelled && !st.openai()) st.sse->send(event, data);
 }
 
-/// Runs a coordinator call with a JSON body and hands the reply's JSON to `next`.
-template <class Next, class... Ts>
-void call_json(chat_pointer self, std::chrono::milliseconds timeout, Next next, Ts&&... xs) {
+/// Runs a coordinator call and hands its typed reply (actors/replies.hpp) to `next`.
+template <class Reply, class Next, class... Ts>
+void call_coordinator(chat_pointer self, std::chrono::milliseconds timeout, Next next, Ts&&... xs) {
   self->request(self->state.coordinator, timeout, std::forward<Ts>(xs)...)
       .then(
-          [self, next](std::string& body) {
+          [self, next](Reply& r) {
             if (self->state.finished) return;
             if (self->state.cancelled) return fail(self, error{errc::invalid, "cancelled"});
-            rapidjson::Document d;
-            d.Parse(body.c_str());
-            if (d.HasParseError()) return fail(self, error{errc::internal, "the coordinator answered with invalid JSON"});
-            next(d);
+            next(r);
           },
           on_error(self));
 }
@@ -290,15 +286,14 @@ void create_session(chat_pointer self, bool may_evict);
 
 void resolve_model(chat_pointer self) {
   auto& st = self->state;
-  call_json(self, 30s, [self](rapidjson::Document& d) {
+  call_coordinator<list_models_reply>(self, 30s, [self](list_models_reply& list) {
     auto& st = self->state;
-    const std::string& want = st.req.model_id.empty() ? st.req.source : st.req.model_id;
-    const char* by = st.req.model_id.empty() ? "source" : "modelId";
-    for (const auto& m : d["models"].GetArray())
+    const bool by_source = st.req.model_id.empty();
+    for (const auto& m : list.models)
       // a source is reused only where the account loaded all of it (not a few layers)
-      if (want == m[by].GetString() && (!st.req.model_id.empty() || m["whole"].GetBool())) {
-        st.model_id = m["modelId"].GetString();
-        st.quantize = m["quantize"].GetString();
+      if (by_source ? st.req.source == m.source && m.whole : st.req.model_id == m.model_id) {
+        st.model_id = m.model_id;
+        st.quantize = m.quantize;
         return prepare_model(self);
       }
     if (!st.req.model_id.empty()) return fail(self, error{errc::not_found, "model " + st.req.model_id + " does not exist"});
@@ -310,10 +305,10 @@ void resolve_model(chat_pointer self) {
     load_call load;
     load.source = st.req.source;
     load.quantize = "auto";
-    call_json(self, std::chrono::hours(2), [self](rapidjson::Document& loaded) {
+    call_coordinator<load_model_reply>(self, std::chrono::hours(2), [self](load_model_reply& loaded) {
       auto& st = self->state;
-      st.model_id = loaded["modelId"].GetString();
-      if (loaded.HasMember("quantize") && loaded["quantize"].IsString()) st.quantize = loaded["quantize"].GetString();
+      st.model_id = loaded.model_id;
+      st.quantize = loaded.quantize;
       st.loaded_now = true;
       prepare_model(self);
     }, load_atom::value, st.who, std::move(load));
@@ -376,15 +371,13 @@ void compile_chain(chat_pointer self, std::shared_ptr<std::vector<std::string>> 
   const std::string label = (i == 0 ? "chat decode" : "chat verify " + std::to_string(tokens)) + " " + st.model_id;
   const std::string body = "{\"label\":" + json_string(label) + ",\"graph\":" + chat_graph(st, tokens) + "}";
   send_compile_call(self, st.coordinator, st.who, std::make_shared<const std::string>(body), 5min,
-                    [self, done, then](result<std::string> reply) {
+                    [self, done, then](result<compile_graph_reply> reply) {
                       if (!reply) {
                         for (const auto& id : *done)
                           caf::anon_send(self->state.coordinator, delete_atom::value, graphs_atom::value, self->state.who, id);
                         return fail(self, reply.err());
                       }
-                      rapidjson::Document d;
-                      d.Parse(reply->c_str());
-                      done->push_back(d["graphId"].GetString());
+                      done->push_back(reply->graph_id);
                       if (self->state.finished) return;
                       if (self->state.cancelled) return fail(self, error{errc::invalid, "cancelled"});
                       compile_chain(self, done, then);
@@ -475,12 +468,9 @@ void create_session(chat_pointer self, bool may_evict) {
   auto& st = self->state;
   self->request(st.coordinator, 30s, create_atom::value, sessions_atom::value, st.who, session_call{st.model_id, "chat"})
       .then(
-          [self](std::string& reply) {
+          [self](open_session_reply& reply) {
             auto& st = self->state;
-            rapidjson::Document d;
-            d.Parse(reply.c_str());
-            if (d.HasParseError()) return fail(self, error{errc::internal, "the coordinator answered with invalid JSON"});
-            st.session_id = d["session"]["sessionId"].GetString();  // (first: an end below deletes it)
+            st.session_id = reply.session_id;  // (first: an end below deletes it)
             if (st.finished) return drop_session(self);
             if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
             std::string alloc = models::arch_cache_graph(st.model->config, st.model->context, true);

@@ -71,22 +71,22 @@ void send_graph_call(caf::event_based_actor* self, coordinator_actor coord, call
 }
 
 void send_compile_call(caf::event_based_actor* self, coordinator_actor coord, caller who, std::shared_ptr<const std::string> body,
-                       std::chrono::milliseconds timeout, std::function<void(result<std::string>)> done) {
+                       std::chrono::milliseconds timeout, std::function<void(result<compile_graph_reply>)> done) {
   auto decode = [](const std::string& text, const weight_aliases& a) { return decode_compile_call(text, a); };
   decode_resolved<compile_call>(self, coord, who, body, decode, [=](result<compile_call>& call) {
     if (!call) return done(std::move(call).err());
     self->request(coord, timeout, create_atom::value, graphs_atom::value, who, std::move(*call))
-        .then([done](std::string& r) { done(std::move(r)); }, [done](caf::error& e) { done(from_caf(e)); });
+        .then([done](compile_graph_reply& r) { done(std::move(r)); }, [done](caf::error& e) { done(from_caf(e)); });
   });
 }
 
 void send_tensor_upload(caf::event_based_actor* self, coordinator_actor coord, caller who, std::shared_ptr<const std::string> body,
-                        std::chrono::milliseconds timeout, std::function<void(result<std::string>)> done) {
+                        std::chrono::milliseconds timeout, std::function<void(result<upload_tensor_reply>)> done) {
   maybe_off_thread<result<tensor_call>>(self, body->size() >= off_thread_bytes, [body] { return decode_tensor_upload(*body); },
                                         [=](result<tensor_call>& t) {
     if (!t) return done(std::move(t).err());
     self->request(coord, timeout, create_atom::value, tensors_atom::value, who, std::move(*t))
-        .then([done](std::string& r) { done(std::move(r)); }, [done](caf::error& e) { done(from_caf(e)); });
+        .then([done](upload_tensor_reply& r) { done(std::move(r)); }, [done](caf::error& e) { done(from_caf(e)); });
   });
 }
 

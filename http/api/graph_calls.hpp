@@ -31,14 +31,14 @@ void send_graph_call(caf::event_based_actor* self, coordinator_actor coord, call
                      std::shared_ptr<const std::string> body, std::int32_t version, std::chrono::milliseconds timeout,
                      std::function<void(result<run_reply>)> done);
 
-/// POST /api/v3/graphs on behalf of `self`: the coordinator's JSON answer or the error.
+/// POST /api/v3/graphs on behalf of `self`: the coordinator's answer or the error.
 void send_compile_call(caf::event_based_actor* self, coordinator_actor coord, caller who,
                        std::shared_ptr<const std::string> body, std::chrono::milliseconds timeout,
-                       std::function<void(result<std::string>)> done);
+                       std::function<void(result<compile_graph_reply>)> done);
 
-/// POST /api/v2/tensors on behalf of `self`: the coordinator's JSON answer or the error.
+/// POST /api/v2/tensors on behalf of `self`: the coordinator's answer or the error.
 void send_tensor_upload(caf::event_based_actor* self, coordinator_actor coord, caller who,
                         std::shared_ptr<const std::string> body, std::chrono::milliseconds timeout,
-                        std::function<void(result<std::string>)> done);
+                        std::function<void(result<upload_tensor_reply>)> done);
 
 }  // namespace mpakt::http

@@ -20,6 +20,7 @@
 #include "http/api/graph_calls.hpp"
 #include "http/api/model_graph.hpp"
 #include "http/api/openai.hpp"
+#include "http/api/render.hpp"
 #include "http/api/request_log.hpp"
 #include "http/api/requests.hpp"
 #include "http/api/route_table.hpp"
@@ -46,6 +47,10 @@ struct context {
 
 using responder_ptr = std::shared_ptr<responder>;
 
+/// An inspect answer of this many tensors or more (some 100 bytes of JSON each) is written on
+/// a helper thread, as a large graph reply is.
+constexpr std::size_t inspect_off_thread_tensors = off_thread_bytes / 100;
+
 void reply_json(const responder_ptr& res, int status, std::string body) {
   res->respond(response{status, "application/json", std::move(body), {}});
 }
@@ -54,12 +59,12 @@ void reply_error(const responder_ptr& res, const error& e) { reply_json(res, htt
 void reply_error(const responder_ptr& res, errc code, const std::string& msg) { reply_error(res, error{code, msg}); }
 
 /// Sends one request to a coordinator-side actor on behalf of an HTTP request and answers
-/// with its JSON reply (or its error).
-template <class Handle, class... Ts>
+/// with its typed reply written as JSON (http/api/render.hpp), or its error.
+template <class Reply, class Handle, class... Ts>
 void forward(caf::event_based_actor* self, const Handle& h, std::chrono::milliseconds timeout, responder_ptr res,
              int ok_status, Ts&&... xs) {
   self->request(h, timeout, std::forward<Ts>(xs)...)
-      .then([res, ok_status](std::string& body) { reply_json(res, ok_status, std::move(body)); },
+      .then([res, ok_status](Reply& r) { reply_json(res, ok_status, render(r)); },
             [res](caf::error& e) { reply_error(res, from_caf(e)); });
 }
 
@@ -70,11 +75,12 @@ std::shared_ptr<const std::string> shared_body(const std::shared_ptr<const reque
   return std::shared_ptr<const std::string>(req, &req->body);
 }
 
-/// Answers with a coordinator's JSON answer or its error.
-std::function<void(result<std::string>)> json_answer(const responder_ptr& res) {
-  return [res](result<std::string> r) {
+/// Answers with a coordinator's typed answer written as JSON, or its error.
+template <class Reply>
+std::function<void(result<Reply>)> json_answer(const responder_ptr& res) {
+  return [res](result<Reply> r) {
     if (!r) return reply_error(res, r.err());
-    reply_json(res, 200, std::move(*r));
+    reply_json(res, 200, render(*r));
   };
 }
 
@@ -221,7 +227,7 @@ void forward_graph(const call& c, std::int32_t version) {
 
 // Handlers, in the order of the table below.
 
-void on_versions(const call& c) { forward(c.self, c.coord(), 30s, c.res, 200, versions_atom::value); }
+void on_versions(const call& c) { forward<versions_reply>(c.self, c.coord(), 30s, c.res, 200, versions_atom::value); }
 void on_ops(const call& c) { reply_json(c.res, 200, schema::instance().ops_document()); }
 void on_llms_txt(const call& c) {
   c.res->respond(response{200, "text/plain; charset=utf-8", c.req->method == "HEAD" ? "" : c.ctx->cfg.llms_txt, {}});
@@ -235,7 +241,7 @@ void on_credentials(const call& c, bool login) {
   if (!user) return reply_error(c.res, user.err());
   auto pass = body_string(*d, "password");
   if (!pass) return reply_error(c.res, pass.err());
-  if (!login) return forward(c.self, c.accounts(), 60s, c.res, 201, signup_atom::value, *user, *pass);
+  if (!login) return forward<account_reply>(c.self, c.accounts(), 60s, c.res, 201, signup_atom::value, *user, *pass);
   // Guessing passwords: past the failed-login limit for this username or this address, the
   // attempt is refused before the password is checked (docs/operators.md, "Abuse limits").
   const std::string address = c.req->remote.substr(0, c.req->remote.rfind(':'));
@@ -252,7 +258,7 @@ void on_credentials(const call& c, bool login) {
   }
   auto res = c.res;
   c.self->request(c.accounts(), 60s, login_atom::value, *user, *pass)
-      .then([res](std::string& body) { reply_json(res, 200, std::move(body)); },
+      .then([res](login_reply& r) { reply_json(res, 200, render(r)); },
             [res, logins, name = *user, address](caf::error& e) {
               const error err = from_caf(e);
               if (err.code == errc::unauthorized) logins->failed(name, address);
@@ -273,19 +279,38 @@ void on_make_key(const call& c) {
       label = *l;
     }
   }
-  forward(c.self, c.accounts(), 30s, c.res, 201, mkkey_atom::value, c.token, label);
+  forward<key_reply>(c.self, c.accounts(), 30s, c.res, 201, mkkey_atom::value, c.token, label);
 }
-void on_list_keys(const call& c) { forward(c.self, c.accounts(), 30s, c.res, 200, keys_atom::value, c.token); }
-void on_revoke_key(const call& c) { forward(c.self, c.accounts(), 30s, c.res, 200, rmkey_atom::value, c.token, c.args[0]); }
-void on_approve(const call& c) { forward(c.self, c.accounts(), 30s, c.res, 200, approve_atom::value, c.args[0]); }
+void on_list_keys(const call& c) {
+  forward<keys_reply>(c.self, c.accounts(), 30s, c.res, 200, keys_atom::value, c.token);
+}
+void on_revoke_key(const call& c) {
+  forward<deleted_reply>(c.self, c.accounts(), 30s, c.res, 200, rmkey_atom::value, c.token, c.args[0]);
+}
+void on_approve(const call& c) {
+  forward<account_reply>(c.self, c.accounts(), 30s, c.res, 200, approve_atom::value, c.args[0]);
+}
 
-void on_status(const call& c) { forward(c.self, c.coord(), 30s, c.res, 200, status_atom::value, c.who); }
+void on_status(const call& c) { forward<status_reply>(c.self, c.coord(), 30s, c.res, 200, status_atom::value, c.who); }
 void on_inspect(const call& c) {
   // (a gated repository's token: the query's `token`, or the x-hf-token header)
   std::string token = query_param(*c.req, "token").value_or("");
   if (const std::string* h = c.req->header("x-hf-token"); token.empty() && h) token = *h;
-  forward(c.self, c.coord(), c.timeout(), c.res, 200, inspect_atom::value, c.who, query_param(*c.req, "source").value_or(""),
-          token);
+  // (a checkpoint of many thousands of tensors is written as JSON on a helper thread)
+  auto self = c.self;
+  auto res = c.res;
+  self->request(c.coord(), c.timeout(), inspect_atom::value, c.who, query_param(*c.req, "source").value_or(""), token)
+      .then(
+          [self, res](inspect_model_reply& r) {
+            auto reply = std::make_shared<inspect_model_reply>(std::move(r));
+            maybe_off_thread<result<std::string>>(self, reply->tensors.size() >= inspect_off_thread_tensors,
+                                                  [reply] { return result<std::string>(render(*reply)); },
+                                                  [res](result<std::string>& body) {
+                                                    if (!body) return reply_error(res, body.err());
+                                                    reply_json(res, 200, std::move(*body));
+                                                  });
+          },
+          [res](caf::error& e) { reply_error(res, from_caf(e)); });
 }
 void on_load(const call& c) {
   auto call = decode_load_call(c.body());
@@ -293,12 +318,14 @@ void on_load(const call& c) {
   // A load takes as long as the transfer; the load job bounds each piece instead.
   auto res = c.res;
   c.self->request(c.coord(), caf::infinite, load_atom::value, c.who, std::move(*call))
-      .then([res](std::string& body) { reply_json(res, 200, std::move(body)); },
+      .then([res](load_model_reply& r) { reply_json(res, 200, render(r)); },
             [res](caf::error& e) { reply_error(res, from_caf(e)); });
 }
-void on_list_models(const call& c) { forward(c.self, c.coord(), 30s, c.res, 200, list_atom::value, models_atom::value, c.who); }
+void on_list_models(const call& c) {
+  forward<list_models_reply>(c.self, c.coord(), 30s, c.res, 200, list_atom::value, models_atom::value, c.who);
+}
 void on_delete_model(const call& c) {
-  forward(c.self, c.coord(), 30s, c.res, 200, delete_atom::value, models_atom::value, c.who, c.args[0]);
+  forward<deleted_reply>(c.self, c.coord(), 30s, c.res, 200, delete_atom::value, models_atom::value, c.who, c.args[0]);
 }
 void on_model_graph(const call& c) {
   auto req = c.req;
@@ -316,21 +343,28 @@ void on_model_graph(const call& c) {
 void on_open_session(const call& c) {
   auto call = decode_session_call(c.body());
   if (!call) return reply_error(c.res, call.err());
-  forward(c.self, c.coord(), 30s, c.res, 200, create_atom::value, sessions_atom::value, c.who, std::move(*call));
+  forward<open_session_reply>(c.self, c.coord(), 30s, c.res, 200, create_atom::value, sessions_atom::value, c.who,
+                              std::move(*call));
 }
 void on_get_session(const call& c) {
-  forward(c.self, c.coord(), 30s, c.res, 200, get_atom::value, sessions_atom::value, c.who, c.args[0]);
+  forward<session_state_reply>(c.self, c.coord(), 30s, c.res, 200, get_atom::value, sessions_atom::value, c.who, c.args[0]);
 }
 void on_close_session(const call& c) {
-  forward(c.self, c.coord(), 30s, c.res, 200, delete_atom::value, sessions_atom::value, c.who, c.args[0]);
+  forward<deleted_reply>(c.self, c.coord(), 30s, c.res, 200, delete_atom::value, sessions_atom::value, c.who, c.args[0]);
 }
-void on_checkpoint(const call& c) { forward(c.self, c.coord(), c.timeout(), c.res, 200, checkpt_atom::value, c.who, c.args[0]); }
-void on_restore(const call& c) { forward(c.self, c.coord(), c.timeout(), c.res, 200, restore_atom::value, c.who, c.args[0]); }
+void on_checkpoint(const call& c) {
+  forward<checkpoint_reply>(c.self, c.coord(), c.timeout(), c.res, 200, checkpt_atom::value, c.who, c.args[0]);
+}
+void on_restore(const call& c) {
+  forward<checkpoint_reply>(c.self, c.coord(), c.timeout(), c.res, 200, restore_atom::value, c.who, c.args[0]);
+}
 void on_graph_v3(const call& c) { forward_graph(c, 3); }
-void on_compile(const call& c) { send_compile_call(c.self, c.coord(), c.who, shared_body(c.req), c.timeout(), json_answer(c.res)); }
-void on_list_graphs(const call& c) { forward(c.self, c.coord(), 30s, c.res, 200, list_atom::value, graphs_atom::value, c.who); }
+void on_compile(const call& c) {
+  send_compile_call(c.self, c.coord(), c.who, shared_body(c.req), c.timeout(), json_answer<compile_graph_reply>(c.res));
+}
+void on_list_graphs(const call& c) { forward<list_graphs_reply>(c.self, c.coord(), 30s, c.res, 200, list_atom::value, graphs_atom::value, c.who); }
 void on_delete_graph(const call& c) {
-  forward(c.self, c.coord(), 30s, c.res, 200, delete_atom::value, graphs_atom::value, c.who, c.args[0]);
+  forward<deleted_reply>(c.self, c.coord(), 30s, c.res, 200, delete_atom::value, graphs_atom::value, c.who, c.args[0]);
 }
 /// A slot among the generations the caller's key may run at once, or null after answering 429.
 std::shared_ptr<void> generation_slot(const std::shared_ptr<context>& ctx, const caller& who, const responder_ptr& res) {
@@ -373,7 +407,7 @@ void on_generate(const call& c) {
 void on_random(const call& c) { random_numbers(*c.req, c.res); }
 void on_check_worker(const call& c) {
   // (a volunteer's weights challenged afresh: as long as hashing what it holds takes)
-  forward(c.self, c.coord(), std::chrono::minutes(10), c.res, 200, recheck_atom::value, c.who, c.args[0]);
+  forward<recheck_reply>(c.self, c.coord(), std::chrono::minutes(10), c.res, 200, recheck_atom::value, c.who, c.args[0]);
 }
 
 // The console (operators): the grid's picture and its events (http/api/console.hpp).
@@ -487,24 +521,20 @@ void openai_models(const call& c, std::optional<std::string> one) {
   auto res = c.res;
   c.self->request(c.coord(), 30s, list_atom::value, models_atom::value, c.who)
       .then(
-          [res, one](std::string& body) {
-            rapidjson::Document d;
-            d.Parse(body.c_str(), body.size());
-            if (d.HasParseError() || !d.HasMember("models")) return reply_error(res, errc::internal, "the model list is unreadable");
+          [res, one](list_models_reply& list) {
             const auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-            auto entry = [&](json_writer& w, const rapidjson::Value& m) {
+            auto entry = [&](json_writer& w, const model_view& m) {
               w.StartObject();
-              kv(w, "id", m["modelId"].GetString());
+              kv(w, "id", m.model_id);
               kv(w, "object", "model");
               key(w, "created"); w.Int64(now);
               kv(w, "owned_by", "mpakt");
-              kv(w, "source", m["source"].GetString());
+              kv(w, "source", m.source);
               w.EndObject();
             };
             if (one) {
-              for (const auto& m : d["models"].GetArray())
-                if (*one == m["modelId"].GetString() || *one == m["source"].GetString())
-                  return reply_json(res, 200, json([&](json_writer& w) { entry(w, m); }));
+              for (const auto& m : list.models)
+                if (*one == m.model_id || *one == m.source) return reply_json(res, 200, json([&](json_writer& w) { entry(w, m); }));
               return reply_json(res, 404, openai_error_json(404, "The model '" + *one + "' does not exist", "model"));
             }
             reply_json(res, 200, json([&](json_writer& w) {
@@ -512,7 +542,7 @@ void openai_models(const call& c, std::optional<std::string> one) {
               kv(w, "object", "list");
               key(w, "data");
               w.StartArray();
-              for (const auto& m : d["models"].GetArray()) entry(w, m);
+              for (const auto& m : list.models) entry(w, m);
               w.EndArray();
               w.EndObject();
             }));
@@ -522,10 +552,10 @@ void openai_models(const call& c, std::optional<std::string> one) {
 void on_openai_models(const call& c) { openai_models(c, std::nullopt); }
 void on_openai_model(const call& c) { openai_models(c, c.args[0]); }
 void on_upload_tensor(const call& c) {
-  send_tensor_upload(c.self, c.coord(), c.who, shared_body(c.req), c.timeout(), json_answer(c.res));
+  send_tensor_upload(c.self, c.coord(), c.who, shared_body(c.req), c.timeout(), json_answer<upload_tensor_reply>(c.res));
 }
 void on_delete_tensor(const call& c) {
-  forward(c.self, c.coord(), c.timeout(), c.res, 200, delete_atom::value, tensors_atom::value, c.who, c.args[0]);
+  forward<deleted_reply>(c.self, c.coord(), c.timeout(), c.res, 200, delete_atom::value, tensors_atom::value, c.who, c.args[0]);
 }
 void on_graph_v2(const call& c) { forward_graph(c, 2); }
 

@@ -276,7 +276,7 @@ TEST_F(LoaderHost, ShardedModelThroughItsIndex) {
             (std::vector<std::string>{"model-00000-of-00002.safetensors", "model-00001-of-00002.safetensors"}));
   ASSERT_EQ(idx->count(), 3u);
   EXPECT_EQ(idx->files[1].location, host_->endpoint() + "/org/sharded/resolve/main/model-00001-of-00002.safetensors");
-  EXPECT_NE(inspect_json(*idx).find("\"sharded\":true"), std::string::npos);
+  EXPECT_TRUE(inspect_reply_of(*idx).sharded);
 
   // Named outright, the index costs one request fewer.
   auto r2 = make_http_reader();
