@@ -808,8 +808,12 @@ void executable_graph::clear_overrides() {
 
 status executable_graph::override_step_param(std::size_t step, std::string_view op, std::string_view param, double value) {
   if (!std::isfinite(value)) return invalid(std::string(param) + " must be a finite number");
-  for (auto& st : p_->steps)
-    if (std::size_t(st.index) == step) return st.def->name == op ? set_step_param(st, param, value, p_->overridden) : status{};
+  // (steps are planned in graph order: found by their index without a walk over the graph,
+  // which a batched pass of eight conversations does for every sampling setting of each)
+  auto it = std::lower_bound(p_->steps.begin(), p_->steps.end(), step,
+                             [](const planned_step& st, std::size_t i) { return std::size_t(st.index) < i; });
+  if (it != p_->steps.end() && std::size_t(it->index) == step)
+    return it->def->name == op ? set_step_param(*it, param, value, p_->overridden) : status{};
   return invalid("the graph has no step " + std::to_string(step));
 }
 

@@ -556,6 +556,34 @@ TEST(FastSimpleOps, AddSubMulAreTheReferencesBits) {
   }
 }
 
+/// argmax picks the reference's index on every level: the first of tied maxima, the first NaN
+/// of a row that has one, 0 for a row of −inf; rows split over threads (a batched pass's
+/// logits) and widths that are not whole vectors.
+TEST(FastSimpleOps, ArgmaxPicksTheReferencesIndex) {
+  threads_guard tg;
+  for (std::int64_t cols : {1, 5, 16, 17, 100, 49152}) {
+    tensor x = random_f32({8, cols}, unsigned(cols), 3.0f);
+    float* v = x.f32();
+    if (cols >= 17) {
+      v[cols + 3] = v[cols + 16] = 50.0f;              // row 1: a tie across vectors
+      v[2 * cols + 9] = NAN, v[2 * cols + 12] = 60.0f;  // row 2: a NaN before a larger value
+      for (std::int64_t j = 0; j < cols; ++j) v[3 * cols + j] = -INFINITY;  // row 3: all −inf
+      v[4 * cols + cols - 1] = INFINITY;               // row 4: +inf in the tail
+      v[5 * cols + 2] = -0.0f, v[5 * cols + 4] = 0.0f;  // row 5: zeros of both signs ...
+      for (std::int64_t j = 0; j < cols; ++j)
+        if (j != 2 && j != 4) v[5 * cols + j] = -1.0f;  // ... as its maximum
+    }
+    for (int threads : {1, 2}) {
+      cpu_fast::set_kernel_threads(threads);
+      for (const auto& lk : test::fast_kernels_on_this_cpu("argmax")) {
+        SCOPED_TRACE(lk.level + " cols " + std::to_string(cols) + " threads " + std::to_string(threads));
+        EXPECT_EQ(run_values("argmax", "{}", {x}, lk.fn), run_values("argmax", "{}", {x}));
+      }
+    }
+  }
+  EXPECT_FALSE(test::fast_kernels_on_this_cpu("argmax").empty() && cpu_isa::best() >= cpu_isa::level::avx2);
+}
+
 /// The rope kernel keeps its cos/sin table between steps: a table must never outlive the
 /// positions or frequencies it was made for. Two rope steps with other bases, and calls at
 /// other positions, all equal the reference kernel's bits.

@@ -156,6 +156,8 @@ void int8_product_range(const amx_int_product& a, std::int64_t nb_begin, std::in
 ///    arithmetic rounded once (a sum, difference or product of two floats rounds the same).
 ///  - rmsnorm_rows: groups [g_begin, g_end) of `group` values normalised by their root mean
 ///    square, times gamma + offset.
+///  - argmax_rows: rows [r_begin, r_end) of `cols` values: the index of each row's first
+///    maximum (of its first NaN, when it has one), as the reference picks it.
 ///  - float_product_range, int_product_range: output columns [n_begin, n_end).
 ///  - quantize_rows: rows [r_begin, r_end) of x (row stride k, a multiple of 32) into q,
 ///    scale and (when not null) sums.
@@ -172,6 +174,7 @@ void int8_product_range(const amx_int_product& a, std::int64_t nb_begin, std::in
                     std::int64_t begin, std::int64_t end);                                                            \
   void rmsnorm_rows(const float* x, const float* gamma, float* out, std::int64_t group, std::int64_t g_begin,         \
                     std::int64_t g_end, double eps, float weight_offset);                                             \
+  void argmax_rows(const float* x, float* out, std::int64_t cols, std::int64_t r_begin, std::int64_t r_end);          \
   void float_product_range(const float_product& a, std::int64_t n_begin, std::int64_t n_end);                         \
   void quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, std::int16_t* q,       \
                      float* scale, float* sums);                                                                      \

@@ -1,5 +1,5 @@
-/// Fast CPU kernels of the small ops on every decoder's path — swiglu, silu, rmsnorm, and
-/// add/sub/mul (the same bits as the reference) — with
+/// Fast CPU kernels of the small ops on every decoder's path — swiglu, silu, rmsnorm,
+/// add/sub/mul (the same bits as the reference) and argmax (the same index) — with
 /// exp and the row sums in f32 vectors (simple_impl.inc, one translation unit per level)
 /// instead of the reference's double arithmetic, split over the kernel threads when large
 /// (prefill). Agree with the reference to a few f32 ulps (test/backends/fast_kernels_test.cpp).
@@ -85,6 +85,18 @@ status binary_kernel(const kernel_call& c) {
   return ok_status();
 }
 
+using argmax_fn = void (*)(const float*, float*, std::int64_t, std::int64_t, std::int64_t);
+
+/// argmax over the last axis, rows split over the threads when the row set is large (a batched
+/// pass's logits).
+template <argmax_fn F>
+status argmax_kernel(const kernel_call& c) {
+  const tensor& x = *c.inputs[0];
+  const std::int64_t cols = x.cols(), rows = cols > 0 ? x.numel() / cols : 0;
+  split(rows, x.numel(), 1, [&](std::int64_t b, std::int64_t e) { F(x.f32(), c.output->f32(), cols, b, e); });
+  return ok_status();
+}
+
 bool all_f32(std::span<const tensor_desc> inputs, const op_params&) {
   for (const auto& in : inputs)
     if (in.type != dtype::f32) return false;
@@ -107,6 +119,8 @@ void add_simple_kernels(std::vector<cpu_kernel>& out) {
   out.push_back({"sub", binary_kernel<avx2::binary_range, 1>, all_f32, "avx2", level::avx2});
   out.push_back({"mul", binary_kernel<avx512::binary_range, 2>, all_f32, "avx512", level::avx512});
   out.push_back({"mul", binary_kernel<avx2::binary_range, 2>, all_f32, "avx2", level::avx2});
+  out.push_back({"argmax", argmax_kernel<avx512::argmax_rows>, all_f32, "avx512", level::avx512});
+  out.push_back({"argmax", argmax_kernel<avx2::argmax_rows>, all_f32, "avx2", level::avx2});
 }
 
 }  // namespace mpakt::cpu_fast
