@@ -735,7 +735,8 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
 /// activation entering product `p` and the product too, the verifier multiplies the same
 /// activation by its copy of the weight, and the products (and any token an argmax drew from
 /// it) must agree. The caller gets the volunteer's answer without the extra values; a
-/// mismatch quarantines the volunteer and the call fails (there is no verified answer to give).
+/// mismatch quarantines the volunteer, and the call is answered from the verifier's product
+/// when all it asked for is that product or tokens drawn from it, else it fails.
 caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_probe p) {
   auto rp = owe<run_reply>(self);
   auto& st = self->state;
@@ -757,11 +758,12 @@ caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_p
     run_reply theirs;
     std::vector<std::int64_t> shape;  ///< the product's
     std::string probe;                ///< the graph the verifier runs
-    std::string why;                  ///< the volunteer's answer unreadable: why
+    std::optional<std::string> verified;  ///< on a mismatch: the caller's answer from the verifier's product
   };
+  const bool base64 = r.base64;
   self->request(st.volunteer(), caf::infinite, run_atom::value, std::move(r))
       .then(
-          [self, rp, p, extra, tolerance](run_reply& x) mutable {
+          [self, rp, p, extra, tolerance, asked, base64](run_reply& x) mutable {
             auto o = std::make_shared<outcome>();
             o->theirs = std::move(x);
             // (the answer is untrusted text, read on a helper thread when large)
@@ -778,7 +780,7 @@ caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_p
                   o->probe = probe_graph(p, xs, xv);
                   return status{};
                 },
-                [self, rp, o, p, extra, tolerance](status& readable) mutable {
+                [self, rp, o, p, extra, tolerance, asked, base64](status& readable) mutable {
                   auto& st = self->state;
                   if (!readable) {
                     quarantine(self, st.sh, "a checked graph call's answer lacks what it was asked for: " + readable.err().message);
@@ -790,15 +792,16 @@ caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_p
                   mine.base64 = true;
                   self->request(st.verifier, caf::infinite, run_atom::value, std::move(mine))
                       .then(
-                          [self, rp, o, p, extra, tolerance](run_reply& y) mutable {
+                          [self, rp, o, p, extra, tolerance, asked, base64](run_reply& y) mutable {
                             auto why = std::make_shared<std::string>();
                             maybe_off_thread<status>(
                                 self, o->theirs.outputs_json.size() + y.outputs_json.size() >= off_thread_bytes,
-                                [o, p, extra, tolerance, why, verified = std::move(y.outputs_json)]() -> status {
+                                [o, p, extra, tolerance, asked, base64, why, verified = std::move(y.outputs_json)]() -> status {
                                   std::vector<std::int64_t> ys;
                                   std::vector<float> yv;
                                   if (!output_of(verified, "y", ys, yv)) return status(invalid("the verifier's product is unreadable"));
                                   *why = probe_difference(p, o->theirs.outputs_json, yv, o->shape, tolerance, first_difference);
+                                  if (!why->empty()) o->verified = verified_answer(p, asked, yv, ys, base64);
                                   if (!why->empty() || extra.empty()) return status{};
                                   auto stripped = without_outputs(o->theirs.outputs_json, extra);
                                   if (!stripped) return status(stripped.err());
@@ -816,6 +819,10 @@ caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_p
                                     return rp->deliver(std::move(o->theirs));
                                   }
                                   quarantine(self, st.sh, "a graph call's " + *why);
+                                  if (o->verified) {  // (every output asked for is the product or drawn from it)
+                                    o->theirs.outputs_json = std::move(*o->verified);
+                                    return rp->deliver(std::move(o->theirs));
+                                  }
                                   rp->deliver(to_caf(errc::unavailable, "the volunteer running this call answered wrongly and was "
                                                                        "quarantined; send the call again"));
                                 });

@@ -10,10 +10,21 @@
 #include "actors/json_text.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/json.hpp"
+#include "runtime/outputs.hpp"
 
 namespace mpakt {
 
 namespace {
+
+/// The index argmax picks in a row: its first maximum, or its first NaN.
+std::size_t row_argmax(const float* row, std::size_t n) {
+  std::size_t best = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (std::isnan(row[i])) return i;
+    if (row[i] > row[best]) best = i;
+  }
+  return best;
+}
 
 bool ends_with(const std::string& s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -212,14 +223,7 @@ std::string probe_difference(const product_probe& p, const std::string& their_an
   if (tokens.size() != rows) return "output " + p.argmax_out + " has another shape";
   for (std::size_t r = 0; r < rows; ++r) {
     const float* row = mine.data() + r * n;
-    std::size_t best = 0;  // (as the argmax op: the first maximum, or the first NaN)
-    for (std::size_t i = 0; i < n; ++i) {
-      if (std::isnan(row[i])) {
-        best = i;
-        break;
-      }
-      if (row[i] > row[best]) best = i;
-    }
+    const std::size_t best = row_argmax(row, n);
     const float tok = tokens[r];
     const bool in_range = tok >= 0 && tok < float(n) && std::floor(tok) == tok;
     bool fine = in_range && std::size_t(tok) == best;
@@ -234,6 +238,30 @@ std::string probe_difference(const product_probe& p, const std::string& their_an
              "has its maximum at " + std::to_string(best);
   }
   return {};
+}
+
+std::optional<std::string> verified_answer(const product_probe& p, const std::vector<std::string>& asked,
+                                           std::span<const float> mine, const std::vector<std::int64_t>& shape, bool base64) {
+  if (shape.empty() || shape.back() <= 0) return std::nullopt;
+  for (const auto& n : asked)
+    if (n != p.out && (p.argmax_out.empty() || n != p.argmax_out)) return std::nullopt;
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buf);
+  w.StartObject();
+  for (const auto& n : asked) {
+    if (n == p.out) {
+      write_output(w, n, shape_t(shape.begin(), shape.end()), mine, base64);
+      continue;
+    }
+    const std::size_t cols = std::size_t(shape.back()), rows = mine.size() / cols;
+    std::vector<float> tokens(rows);
+    for (std::size_t r = 0; r < rows; ++r) tokens[r] = float(row_argmax(mine.data() + r * cols, cols));
+    shape_t token_shape(shape.begin(), shape.end() - 1);  // (argmax drops the last axis; a vector gives [1])
+    if (token_shape.empty()) token_shape = {1};
+    write_output(w, n, token_shape, tokens, base64);
+  }
+  w.EndObject();
+  return std::string(buf.GetString(), buf.GetSize());
 }
 
 }  // namespace mpakt

@@ -67,4 +67,10 @@ std::string probe_difference(const product_probe& p, const std::string& their_an
                              const std::function<std::string(const std::string&, std::span<const float>, std::span<const float>,
                                                              float)>& first_difference);
 
+/// The caller's answer made from the verifier's product `mine` alone, when every output it
+/// asked for (`asked`) is the product itself or the tokens an argmax drew from it — a
+/// quarantined volunteer's call then still gets the verified answer; nullopt otherwise.
+std::optional<std::string> verified_answer(const product_probe& p, const std::vector<std::string>& asked,
+                                           std::span<const float> mine, const std::vector<std::int64_t>& shape, bool base64);
+
 }  // namespace mpakt

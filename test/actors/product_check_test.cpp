@@ -136,5 +136,20 @@ TEST(product_check, ProductsAndTheTokensDrawnFromThemMustAgree) {
             "");
 }
 
+TEST(product_check, AVerifiedAnswerIsMadeOnlyFromTheProductAndTokensDrawnFromIt) {
+  const auto p = products_to_probe(graph, head_only).at(0);
+  const std::vector<float> mine{1.0f, 5.0f, 4.0f, 9.0f, 0.0f, 7.0f};
+  auto a = verified_answer(p, {"tok"}, mine, {2, 3}, false);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(*a, R"({"tok":{"shape":[2],"data":[1,0]}})");
+  auto b = verified_answer(p, {"logits", "tok"}, mine, {1, 6}, false);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(*b, R"({"logits":{"shape":[1,6],"data":[1,5,4,9,0,7]},"tok":{"shape":[1],"data":[3]}})");
+  auto c = verified_answer(p, {"tok"}, mine, {6}, true);  // (a vector's argmax is one value, shape [1])
+  ASSERT_TRUE(c);
+  EXPECT_NE(c->find(R"("shape":[1],"dataB64")"), std::string::npos);
+  EXPECT_FALSE(verified_answer(p, {"tok", "n"}, mine, {2, 3}, false));  // (n is not the product's)
+}
+
 }  // namespace
 }  // namespace mpakt
