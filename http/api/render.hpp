@@ -9,9 +9,27 @@
 
 #include <string>
 
+#include "actors/json_text.hpp"
 #include "actors/replies.hpp"
 
 namespace mpakt::http {
+
+/// A tensor as inspect and a session's description list it: {name, shape, dtype, bytes}.
+template <class Tensor>
+void tensor_entry(json_writer& w, const Tensor& t) {
+  w.StartObject();
+  key(w, "name");
+  str(w, t.name);
+  key(w, "shape");
+  w.StartArray();
+  for (auto d : t.shape) w.Int64(d);
+  w.EndArray();
+  key(w, "dtype");
+  str(w, t.dtype);
+  key(w, "bytes");
+  w.Uint64(t.bytes);
+  w.EndObject();
+}
 
 // the grid (render_grid.cpp)
 std::string render(const versions_reply& r);

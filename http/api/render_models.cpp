@@ -40,17 +40,7 @@ std::string render(const inspect_model_reply& r) {
     w.EndObject();
     key(w, "tensors");
     w.StartArray();
-    for (const auto& t : r.tensors) {
-      w.StartObject();
-      key(w, "name"); str(w, t.name);
-      key(w, "shape");
-      w.StartArray();
-      for (auto d : t.shape) w.Int64(d);
-      w.EndArray();
-      key(w, "dtype"); str(w, t.dtype);
-      key(w, "bytes"); w.Uint64(t.bytes);
-      w.EndObject();
-    }
+    for (const auto& t : r.tensors) tensor_entry(w, t);
     w.EndArray();
     key(w, "sharded"); w.Bool(r.sharded);
     key(w, "shards"); strings(w, r.shards);

@@ -29,17 +29,7 @@ std::string render(const session_state_reply& r) {
     key(w, "createdAt"); str(w, r.created_at);
     key(w, "tensors");
     w.StartArray();
-    for (const auto& t : r.tensors) {
-      w.StartObject();
-      key(w, "name"); str(w, t.name);
-      key(w, "shape");
-      w.StartArray();
-      for (auto d : t.shape) w.Int64(d);
-      w.EndArray();
-      key(w, "dtype"); str(w, t.dtype);
-      key(w, "bytes"); w.Uint64(t.bytes);
-      w.EndObject();
-    }
+    for (const auto& t : r.tensors) tensor_entry(w, t);
     w.EndArray();
     key(w, "bytes"); w.Uint64(r.bytes);
     key(w, "steps"); w.Uint64(r.steps);
