@@ -72,6 +72,7 @@ std::string limits_json(const coordinator_config& cfg, const std::vector<worker_
     key(w, "workers"); w.Uint64(ws.size());
     key(w, "quantizeOnLoad"); w.Bool(quantize && !ws.empty());
     key(w, "defaultQuantize"); str(w, cfg.load.default_quantize);
+    key(w, "defaultKvDtype"); str(w, cfg.load.default_kv_dtype);
     key(w, "pieceBytes"); w.Uint64(16'000'000);
     key(w, "modelsPerKey"); w.Int(cfg.max_models_per_key);
     key(w, "sessionsPerKey"); w.Int(cfg.max_sessions_per_key);

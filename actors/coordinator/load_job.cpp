@@ -374,6 +374,8 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
   w.Uint(0);
   w.Key("quantize");
   w.String(out.quantize.c_str());
+  w.Key("kvDtype");
+  w.String((req.kv_dtype.empty() ? cfg.default_kv_dtype : req.kv_dtype).c_str());
   w.Key("residentBytes");
   w.Uint64(resident);
   // The most weight bytes the coordinator held at once — fetched, or sent to a worker and not

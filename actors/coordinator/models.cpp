@@ -87,6 +87,7 @@ caf::result<std::string> load_model(coordinator_pointer self, const caller& who,
             place_model(self, req.model_id, m, out);
             m.source = out.source;
             m.quantize = out.quantize;
+            m.kv_dtype = req.kv_dtype.empty() ? S.cfg.load.default_kv_dtype : req.kv_dtype;
             m.commit = out.commit;
             m.token = req.token;
             m.whole = req.include.empty() && req.exclude.empty() && req.names.empty();
@@ -136,6 +137,7 @@ caf::result<std::string> list_models(coordinator_pointer self, const caller& who
                 key(w, "bytesTransferred"); w.Uint64(m.published_bytes);
                 key(w, "residentBytes"); w.Uint64(m.resident_bytes);
                 key(w, "quantize"); str(w, m.quantize);
+                key(w, "kvDtype"); str(w, m.kv_dtype);
                 key(w, "whole"); w.Bool(m.whole);
                 key(w, "placement");
                 w.StartArray();
