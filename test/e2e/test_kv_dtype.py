@@ -35,10 +35,10 @@ def models(server, key):
     return out
 
 
-def chat(server, key, model_id):
+def chat(server, key, model_id, speculative=False, max_tokens=8):
     case = GOLDEN["cases"][0]
-    body = {"model": model_id, "messages": [{"role": "user", "content": case["prompt"]}], "maxTokens": 8,
-            "temperature": 0, "speculative": False, "stream": False}
+    body = {"model": model_id, "messages": [{"role": "user", "content": case["prompt"]}], "maxTokens": max_tokens,
+            "temperature": 0, "speculative": speculative, "stream": False}
     return expect(server.api.post("/api/v3/chat", body, key=key, timeout=120), 200)
 
 
@@ -90,6 +90,13 @@ def test_chat_decodes_on_half_caches_close_to_f32(server, key, models):
     # bf16 keeps 8 significant bits: stories260K's logits (up to about 20) move by about 0.1
     assert 0 < diff < 0.25, diff
     assert (half.argmax(axis=-1) == full.argmax(axis=-1)).mean() >= 0.9
+
+
+def test_speculative_decoding_on_half_caches_gives_plain_decodings_tokens(server, key, models):
+    """SPC: verify passes read and write bf16 caches exactly as plain steps do."""
+    plain = chat(server, key, models["bf16"], speculative=False, max_tokens=40)
+    spec = chat(server, key, models["bf16"], speculative=True, max_tokens=40)
+    assert spec["text"] == plain["text"] and spec["speculation"] is not None
 
 
 def test_checkpoint_and_restore_keep_half_caches(server, key, models):
