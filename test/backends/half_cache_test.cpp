@@ -2,7 +2,8 @@
 // them, on the reference kernel and every fast attention level this CPU has, against
 // test/fixtures/kv_cache.json (numpy's float16 and ml_dtypes' bfloat16 rounding, float64
 // attention over the rounded keys and values; tools/goldens/gen_kv_cache.py). Then the graph
-// side: zeros' server-only dtype, and one compiled template serving caches of every width.
+// side: zeros' server-only dtype (OP-ZEROS-01 stays the catalogue's), cache_write in place
+// (OP-CW-02, SES-09) and one compiled template serving caches of every width.
 
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>

@@ -1,8 +1,9 @@
 """KV caches held at half width through real processes: stories260K loaded with
 `kvDtype: "bf16"` beside a default (f32) copy; the chat decodes on bf16 caches, its session
 holds them at half the bytes, a prefill on that session gives logits within bf16's rounding
-of the f32 copy's, and a checkpoint of it restores its bf16 rows exactly (CKP-*, SES-01/02,
-CHAT-*). A bad kvDtype is refused naming the field (LOAD-*)."""
+of the f32 copy's, and a checkpoint of it restores its bf16 rows exactly (CKP-01, CKP-03;
+SES-01/02 listing, OP-ATTN-19 cache rows hidden by posOffset). The op catalogue keeps zeros'
+parameters (VER-19, OP-ZEROS-01), and a bad kvDtype is refused naming the field."""
 from __future__ import annotations
 
 import json
