@@ -136,6 +136,9 @@ struct run_request {
   /// past it the worker stops the run between steps, applies nothing and answers
   /// errc::timeout saying whether it ran at all. 0 = no limit.
   std::uint64_t timeout_ms = 0;
+  /// An inline graph the server built itself: its steps may name server-only parameters
+  /// (build_options::server_params). Never set for a client's graph.
+  bool server_params = false;
 };
 
 struct run_reply {
@@ -212,7 +215,7 @@ typename Inspector::result_type inspect(Inspector& f, tensor_piece& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_request& x) {
   return f(caf::meta::type_name("run_request"), x.graph_json, x.graph_id, x.bind_json, x.session, x.sessions, x.outputs,
-           x.base64, x.overrides, x.run_id, x.timeout_ms);
+           x.base64, x.overrides, x.run_id, x.timeout_ms, x.server_params);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_reply& x) {

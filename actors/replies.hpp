@@ -24,6 +24,7 @@ struct grid_limits {
   std::uint64_t free_bytes = 0;
   std::uint64_t workers = 0;
   std::string default_quantize;
+  std::string default_kv_dtype = "f32";
   std::int32_t models_per_key = 0, sessions_per_key = 0, graphs_per_key = 0;
   std::int64_t graph_timeout_ms = 0;
   std::uint64_t v2_quota_bytes = 0;
@@ -143,6 +144,7 @@ struct load_model_reply {
   std::uint64_t bytes_transferred = 0;
   double throughput_mbs = 0;  ///< rounded to a tenth
   std::string quantize;
+  std::string kv_dtype = "f32";  ///< the KV caches of the sessions the server opens on it
   std::uint64_t resident_bytes = 0;
   std::uint64_t coordinator_peak_bytes = 0;
   std::uint64_t elapsed_ms = 0;
@@ -162,6 +164,7 @@ struct model_view {
   bool whole = false;
   std::vector<placement_view> placement;  ///< where it is now (a lost worker's share left out)
   std::string created_at;
+  std::string kv_dtype = "f32";
 };
 
 /// GET /api/v3/models: the caller's models and the grid's capacity.
@@ -276,7 +279,7 @@ struct keys_reply {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, grid_limits& x) {
   return f(caf::meta::type_name("grid_limits"), x.packed_weights, x.quantize_on_load, x.max_tensor_bytes, x.free_bytes,
-           x.workers, x.default_quantize, x.models_per_key, x.sessions_per_key, x.graphs_per_key, x.graph_timeout_ms,
+           x.workers, x.default_quantize, x.default_kv_dtype, x.models_per_key, x.sessions_per_key, x.graphs_per_key, x.graph_timeout_ms,
            x.v2_quota_bytes);
 }
 template <class Inspector>
@@ -331,13 +334,13 @@ typename Inspector::result_type inspect(Inspector& f, weight_id& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_model_reply& x) {
   return f(caf::meta::type_name("load_model_reply"), x.model_id, x.source, x.hub, x.revision, x.commit, x.tensors,
-           x.bytes_transferred, x.throughput_mbs, x.quantize, x.resident_bytes, x.coordinator_peak_bytes, x.elapsed_ms,
+           x.bytes_transferred, x.throughput_mbs, x.quantize, x.kv_dtype, x.resident_bytes, x.coordinator_peak_bytes, x.elapsed_ms,
            x.spread, x.placement);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, model_view& x) {
   return f(caf::meta::type_name("model_view"), x.model_id, x.source, x.commit, x.tensors, x.bytes_transferred,
-           x.resident_bytes, x.quantize, x.whole, x.placement, x.created_at);
+           x.resident_bytes, x.quantize, x.whole, x.placement, x.created_at, x.kv_dtype);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, list_models_reply& x) {

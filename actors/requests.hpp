@@ -42,6 +42,9 @@ struct graph_call {
   std::vector<std::string> sessions;  ///< the top-level sessions list
   std::string graph_json;             ///< inline: the graph object, as the worker parses it
   graph_refs refs;                    ///< inline: what the coordinator routes by
+  /// Built by the server itself (chat's cache allocation), never decoded from a client's
+  /// body: its steps may name server-only parameters (zeros' dtype).
+  bool server_params = false;
 };
 
 /// POST /api/v3/graphs: a template to compile.
@@ -64,6 +67,9 @@ struct load_call {
   std::string source;
   std::vector<std::string> include, exclude, names;
   std::string quantize;  ///< empty: the operator's default
+  /// How sessions the server opens on this model store their KV caches: "f32", "bf16" or
+  /// "f16" (checked at the edge); empty: the operator's default (`serve --kv-dtype`).
+  std::string kv_dtype;
   std::string token;     ///< the caller's own hub token (never logged or stored)
 };
 
@@ -105,7 +111,7 @@ typename Inspector::result_type inspect(Inspector& f, graph_refs& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, graph_call& x) {
   return f(caf::meta::type_name("graph_call"), x.version, x.base64, x.graph_id, x.bind_json, x.session, x.sessions,
-           x.graph_json, x.refs);
+           x.graph_json, x.refs, x.server_params);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, compile_call& x) {
@@ -117,7 +123,7 @@ typename Inspector::result_type inspect(Inspector& f, tensor_call& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, load_call& x) {
-  return f(caf::meta::type_name("load_call"), x.source, x.include, x.exclude, x.names, x.quantize, x.token);
+  return f(caf::meta::type_name("load_call"), x.source, x.include, x.exclude, x.names, x.quantize, x.token, x.kv_dtype);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, generate_call& x) {

@@ -46,7 +46,7 @@ bool loopback_address(const std::string& address) {
 
 const char* serve_usage =
     "usage: mpakt serve --port N --data-dir DIR [--dev] [--hf-endpoint URL] [--hf-token-file FILE] [--workers N]\n"
-    "                   [--default-quantize none|q8|q4|auto] [--address ADDR]\n"
+    "                   [--default-quantize none|q8|q4|auto] [--kv-dtype f32|bf16|f16] [--address ADDR]\n"
     "                   [--worker-memory SIZE] [--graph-timeout-ms MS] [--body-limit SIZE]\n"
     "                   [--durable-budget SIZE] [--v2-quota SIZE] [--threads N] [--web DIR]\n"
     "                   [--cluster-port N]\n"
@@ -173,6 +173,9 @@ int cmd_serve(const std::vector<std::string>& args) {
       if (!(v = value()) || (*v != "none" && *v != "q8" && *v != "q4" && *v != "auto"))
         return bad("--default-quantize takes none, q8, q4 or auto");
       ccfg.load.default_quantize = *v;
+    } else if (a == "--kv-dtype") {
+      if (!(v = value()) || (*v != "f32" && *v != "bf16" && *v != "f16")) return bad("--kv-dtype takes f32, bf16 or f16");
+      ccfg.load.default_kv_dtype = *v;
     } else if (a == "--worker-memory") {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s || *s == 0) return bad("--worker-memory takes a size such as 8G or 512M");

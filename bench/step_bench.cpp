@@ -3,7 +3,10 @@
 // of every op kind, beside the read bandwidth measured in the same run.
 //
 //   mpakt_step_bench MODEL_DIR [--quantize none|q8|q4] [--tokens N] [--prefill T]
-//                    [--threads N] [--repeats R] [--profile]
+//                    [--threads N] [--repeats R] [--profile] [--kv-dtype f32|bf16|f16]
+//
+// --kv-dtype holds the KV caches as a model loaded with that kvDtype does (a long --prefill
+// makes decode read mostly cache: the comparison of docs/performance.md, "KV caches").
 //
 // It is the tool for working on kernels: no HTTP, no actors, so what it reports is the
 // executor and the kernels. The whole-stack comparison with the peer is bench/README.md's.
@@ -125,7 +128,7 @@ struct op_times {
 int usage() {
   std::fputs(
       "usage: mpakt_step_bench MODEL_DIR [--quantize none|q8|q4] [--tokens N] [--prefill T] [--threads N]\n"
-      "                        [--repeats R] [--profile] [--isa NAME]\n",
+      "                        [--repeats R] [--profile] [--isa NAME] [--kv-dtype f32|bf16|f16]\n",
       stderr);
   return 2;
 }
@@ -134,7 +137,7 @@ int usage() {
 
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
-  std::string dir = argv[1], quant = "none", isa_name;
+  std::string dir = argv[1], quant = "none", isa_name, kv_name = "f32";
   int tokens = 128, prefill = 128, threads = 1, repeats = 3;
   bool profile = false;
   for (int i = 2; i < argc; ++i) {
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
     else if (a == "--repeats") repeats = std::atoi(next().c_str());
     else if (a == "--profile") profile = true;
     else if (a == "--isa") isa_name = next();
+    else if (a == "--kv-dtype") kv_name = next();
     else return usage();
   }
   if (!isa_name.empty()) {
@@ -155,6 +159,8 @@ int main(int argc, char** argv) {
   }
   cpu_fast::set_kernel_threads(threads);
   if (quant != "none" && quant != "q8" && quant != "q4") return usage();
+  if (kv_name != "f32" && kv_name != "bf16" && kv_name != "f16") return usage();
+  const dtype kv_type = *dtype_from_name(kv_name);
 
   auto cfg = models::parse_arch_config(app::slurp(dir + "/config.json"));
   if (!cfg) return std::fprintf(stderr, "%s\n", cfg.err().message.c_str()), 1;
@@ -167,7 +173,8 @@ int main(int argc, char** argv) {
   const double bw1 = read_bandwidth(1), bwn = threads > 1 ? read_bandwidth(threads) : bw1;
   std::printf("kernels: %s; threads %d; read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d)\n",
               cpu_isa::describe().c_str(), threads, bw1 / 1e9, bwn / 1e9, threads);
-  std::printf("model %s, quantize %s: %.1f MB resident\n", dir.c_str(), quant.c_str(), double(resident) / 1e6);
+  std::printf("model %s, quantize %s: %.1f MB resident; KV caches %s\n", dir.c_str(), quant.c_str(), double(resident) / 1e6,
+              kv_name.c_str());
 
   tensor_store store;
   store.put_model("m", std::move(*weights));
@@ -177,12 +184,13 @@ int main(int argc, char** argv) {
   std::vector<int> prompt(static_cast<std::size_t>(prefill));
   for (auto& id : prompt) id = int(rng() % std::uint32_t(cfg->vocab));
 
-  auto build = [&](const std::string& json, bool compiled) -> std::unique_ptr<executable_graph> {
+  auto build = [&](const std::string& json, bool compiled, bool server = false) -> std::unique_ptr<executable_graph> {
     auto decl = parse_graph_text(json, compiled);
     if (!decl) return std::fprintf(stderr, "%s\n", decl.err().message.c_str()), nullptr;
     tensor_store::source src(store, std::vector<std::string>{"s"});
     build_options bo;
     bo.compiled = compiled;
+    bo.server_params = server;  // the cache allocation's dtype
     auto g = executable_graph::build(std::move(*decl), src, be, bo);
     if (!g) return std::fprintf(stderr, "%s\n", g.err().message.c_str()), nullptr;
     return std::move(*g);
@@ -197,9 +205,10 @@ int main(int argc, char** argv) {
 
   store.session("s");
   {
-    auto decl = parse_graph_text(models::arch_cache_graph(*cfg, rows), false);
+    const std::string alloc = models::arch_cache_graph(*cfg, rows, false, kv_type);
+    auto decl = parse_graph_text(alloc, false);
     auto retain = decl->retain;
-    auto g = build(models::arch_cache_graph(*cfg, rows), false);
+    auto g = build(alloc, false, true);
     if (!g || !run(*g, retain)) return 1;
   }
   models::arch_graph_options o;
@@ -246,7 +255,7 @@ int main(int argc, char** argv) {
   const double pre_best = pre_s.front(), dec_best = dec_s.front();  // the least disturbed run
   // Bytes a decode step reads: every weight once (the tied table serves the head too) plus
   // the KV rows at the mean position.
-  const double kv = 2.0 * cfg->layers * (prefill + tokens / 2.0) * cfg->kv_heads * cfg->head_dim * 4;
+  const double kv = 2.0 * cfg->layers * (prefill + tokens / 2.0) * cfg->kv_heads * cfg->head_dim * (kv_type == dtype::f32 ? 4 : 2);
   const double per_token = double(resident) + kv;
   const double tps = tokens / dec_med;
   std::printf("prefill %d tokens: %.1f ms = %.1f tokens/s (best %.1f)\n", prefill, pre_med * 1e3, prefill / pre_med,

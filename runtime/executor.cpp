@@ -29,6 +29,10 @@ struct slot {
   int alias_of = -1;     ///< in-place output: the slot whose tensor it is
   int view_of = -1;      ///< view output: the slot whose bytes it shows
   bool taken = false;    ///< handed out by take(): reallocate before the next write
+  /// A compiled template's session input read only where bf16 and f16 serve as well as f32
+  /// (op_def::half_inputs: a KV cache written and attended over): the session's tensor may
+  /// be any of the three, so one template serves caches of every width.
+  bool any_half = false;
 };
 
 struct widen_task {
@@ -141,6 +145,9 @@ bool input_may_be_packed(const op_def& d, std::size_t i) {
   if (d.packed_from >= 0 && i >= std::size_t(d.packed_from)) return true;
   return i < 32 && (d.packed_inputs >> i) & 1u;
 }
+
+bool input_may_be_half(const op_def& d, std::size_t i) { return i < 32 && (d.half_inputs >> i) & 1u; }
+bool is_half(dtype t) { return t == dtype::bf16 || t == dtype::f16; }
 
 }  // namespace
 
@@ -390,6 +397,7 @@ result<std::unique_ptr<executable_graph>> executable_graph::build(graph_decl gra
           if (!in.has_shape)
             return invalid(at + ": a session input in a compiled graph needs its shape ({name, session, shape})");
           s.desc = {dtype::f32, in.shape};
+          s.any_half = true;  // until a step reads it where only f32 serves
           MPAKT_TRY(size_ok(s.desc, at + ": shape"));
         }
         p->session_slots.push_back(int(p->slots.size()));
@@ -428,6 +436,9 @@ result<std::unique_ptr<executable_graph>> executable_graph::build(graph_decl gra
     param_map full = sd.params;
     for (const auto& [name, value] : sd.params.items()) {
       const param_spec* ps = spec->param(name);
+      const bool server_param = opts.server_params && std::find(def->server_params.begin(), def->server_params.end(),
+                                                                 std::string_view(name)) != def->server_params.end();
+      if (!ps && server_param) continue;  // typed by the op's parse
       if (!ps) {
         std::string known;
         for (const auto& n : param_names) known += (known.empty() ? "" : ", ") + n;
@@ -504,7 +515,14 @@ result<std::unique_ptr<executable_graph>> executable_graph::build(graph_decl gra
         return invalid(pre + "input \"" + name + "\" is not defined" + suggestion(name, known));
       }
       int sid = it->second;
-      if (p->slots[std::size_t(sid)].desc.type != dtype::f32 && !input_may_be_packed(*def, j)) {
+      {
+        // a compiled session input (through in-place outputs) read where only f32 serves
+        int root = sid;
+        while (p->slots[std::size_t(root)].alias_of >= 0) root = p->slots[std::size_t(root)].alias_of;
+        if (!input_may_be_half(*def, j)) p->slots[std::size_t(root)].any_half = false;
+      }
+      const dtype in_type = p->slots[std::size_t(sid)].desc.type;
+      if (in_type != dtype::f32 && !input_may_be_packed(*def, j) && !(is_half(in_type) && input_may_be_half(*def, j))) {
         slot w;
         w.name = p->slots[std::size_t(sid)].name + "#f32";
         w.kind = slot_kind::widened;
@@ -582,6 +600,14 @@ result<std::unique_ptr<executable_graph>> executable_graph::build(graph_decl gra
   for (const auto& [sess_name, value] : graph.retain)
     if (!p->by_name.count(value))
       return invalid("retain." + sess_name + ": \"" + value + "\" is not a value of this graph");
+  // A value returned or retained is read as its dtype says: its session input keeps f32.
+  auto keep_f32 = [&](const std::string& name) {
+    int root = p->by_name[name];
+    while (p->slots[std::size_t(root)].alias_of >= 0) root = p->slots[std::size_t(root)].alias_of;
+    p->slots[std::size_t(root)].any_half = false;
+  };
+  for (const auto& name : graph.outputs) keep_f32(name);
+  for (const auto& [sess_name, value] : graph.retain) keep_f32(value);
 
   // Kernel argument arrays point into the slot deque, which no longer grows.
   for (auto& st : p->steps)
@@ -645,7 +671,8 @@ status executable_graph::impl::resolve_sessions(tensor_source& src) {
       return invalid(at + ": of " + std::to_string(in.of) + " is past the " + std::to_string(count) + " session(s) given");
     auto t = src.session_tensor(in.of, in.session_name);
     if (!t) return make_error(t.err().code, at + ": " + t.err().message);
-    if (t->shape() != s.desc.shape || t->type() != s.desc.type)
+    const bool type_ok = t->type() == s.desc.type || (s.any_half && is_half(t->type()));
+    if (t->shape() != s.desc.shape || !type_ok)
       return invalid(at + ": session tensor " + in.session_name + " is " + std::string(dtype_name(t->type())) + " " +
                      shape_str(t->shape()) + " but the graph expects " + std::string(dtype_name(s.desc.type)) + " " +
                      shape_str(s.desc.shape));

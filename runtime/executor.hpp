@@ -54,6 +54,9 @@ struct build_options {
   /// Ops the executing worker does not offer (an older volunteer); a step using one is
   /// refused, naming it.
   std::vector<std::string> missing_ops;
+  /// A graph the server built itself (chat's cache allocation): its steps may name the
+  /// server-only parameters of op_def::server_params. Never set for a client's graph.
+  bool server_params = false;
 };
 
 /// How a run may be stopped from outside: a deadline, and a flag any thread may set (the

@@ -114,6 +114,15 @@ struct op_def {
   std::uint32_t packed_inputs = 0;
   /// Like packed_inputs, for every input from this index on (moe's experts); -1 = none.
   int packed_from = -1;
+  /// Bit i set: input i may arrive as bf16 or f16 (a KV cache stored at half width, read or
+  /// written in place; q8/q4 are still widened). Its kernels take the dtype from the tensor
+  /// at run time, so a compiled template's session input there may hold any of f32, bf16
+  /// and f16 (executable_graph::build).
+  std::uint32_t half_inputs = 0;
+  /// Parameters beyond the op catalogue's that only graphs the server builds itself may
+  /// name (build_options::server_params); a client's graph naming one is refused as an
+  /// unknown parameter, so /api/ops stays the spec's. zeros: dtype.
+  std::span<const std::string_view> server_params;
 };
 
 /// Every op_def, sorted by name. Defined in runtime/ops/registry.cpp from the family lists.

@@ -147,6 +147,9 @@ result<stage_plan> split_graph(const rapidjson::Value& graph, const stage_placem
     for (std::size_t i = 0; i < d.steps.size(); ++i) {
       const auto& s = d.steps[i];
       if (s.op != "zeros" || !s.in.empty() || !s.binds.empty() || read.count(s.out)) continue;
+      // a half-width KV cache (the server's dtype) is made at once by a stage, and moved to
+      // the part that reads it as any session tensor is: deferred zeros are made f32
+      if (s.params.has("dtype")) continue;
       const param_value* shape = s.params.find("shape");
       if (!shape || shape->k != param_value::kind::array) continue;
       shape_t dims;

@@ -49,6 +49,7 @@ grid_limits limits_of(const coordinator_config& cfg, const std::vector<worker_st
   }
   l.workers = ws.size();
   l.default_quantize = cfg.load.default_quantize;
+  l.default_kv_dtype = cfg.load.default_kv_dtype;
   l.models_per_key = cfg.max_models_per_key;
   l.sessions_per_key = cfg.max_sessions_per_key;
   l.graphs_per_key = cfg.max_graphs_per_key;

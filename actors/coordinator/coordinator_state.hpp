@@ -31,6 +31,7 @@ struct model_entry : owned {
   worker_actor worker;
   std::string source;
   std::string quantize;
+  std::string kv_dtype = "f32";  ///< KV caches of the sessions the server opens on it (chat)
   /// The hub commit the load read (empty when the host did not say): re-fetched from it.
   std::string commit;
   /// The caller's own hub token, if the load had one: held in memory to fetch a lost

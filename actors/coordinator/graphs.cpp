@@ -213,6 +213,7 @@ caf::result<run_reply> run_graph(coordinator_pointer self, const caller& who, gr
   if (!r) return to_caf(r.err());
   if (r->wait) return wait();
   req.graph_json = std::move(call.graph_json);
+  req.server_params = call.server_params;
   // (before the promise, which takes the sender over)
   const auto requester = caf::actor_cast<caf::actor_addr>(self->current_sender());
   auto rp = self->make_response_promise<run_reply>();

@@ -351,6 +351,7 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
   r.bytes_transferred = transferred;
   r.throughput_mbs = std::round(transferred / 1e6 / std::max(secs, 1e-6) * 10) / 10;
   r.quantize = out.quantize;
+  r.kv_dtype = req.kv_dtype.empty() ? cfg.default_kv_dtype : req.kv_dtype;
   r.resident_bytes = resident;
   // The most weight bytes the coordinator held at once — fetched, or sent to a worker and not
   // yet acknowledged: a few pieces, whatever the model's size (LOAD-19).

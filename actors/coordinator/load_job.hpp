@@ -33,6 +33,9 @@ struct load_job_config {
   /// fetch from inside its own network.
   bool allow_private_sources = false;
   std::string default_quantize = "none";
+  /// KV caches of the sessions the server opens on a model loaded without kvDtype
+  /// (`serve --kv-dtype`): f32, bf16 or f16.
+  std::string default_kv_dtype = "f32";
   bool verify_tls = true;
   std::chrono::milliseconds worker_timeout{60 * 1000};
   /// Range requests a load keeps in flight to its model host (one connection each).

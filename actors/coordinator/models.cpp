@@ -86,6 +86,7 @@ caf::result<load_model_reply> load_model(coordinator_pointer self, const caller&
             place_model(self, req.model_id, m, out);
             m.source = out.source;
             m.quantize = out.quantize;
+            m.kv_dtype = req.kv_dtype.empty() ? S.cfg.load.default_kv_dtype : req.kv_dtype;
             m.commit = out.commit;
             m.token = req.token;
             m.whole = req.include.empty() && req.exclude.empty() && req.names.empty();
@@ -126,7 +127,7 @@ caf::result<list_models_reply> list_models(coordinator_pointer self, const calle
             for (const auto& [id, m] : S.models) {
               if (m.account != who.account) continue;
               model_view v{id, m.source, m.commit, m.tensors, m.published_bytes, m.resident_bytes, m.quantize, m.whole,
-                           {}, m.created_at};
+                           {}, m.created_at, m.kv_dtype};
               // where it is now: a lost worker's share is left out
               if (!m.parts.empty()) {
                 for (const auto& part : m.parts)

@@ -121,6 +121,7 @@ struct call {
   std::string run_id;
   std::uint64_t timeout_ms = 0;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  bool server_params = false;  ///< an inline graph the server built (run_request::server_params)
   bool settled = false;  ///< answered (or failed by a lost part); later replies are dropped
   void fail(caf::error e) {
     if (settled) return;
@@ -182,6 +183,7 @@ result<run_request> stage_request(pointer self, const std::shared_ptr<call>& c, 
   }
   if (c->graph_id.empty()) {
     r.graph_json = s.graph_json(c->carried);
+    r.server_params = c->server_params;
     return r;
   }
   auto t = self->state.templates.find(c->graph_id);
@@ -446,6 +448,7 @@ result<std::shared_ptr<call>> plan_call(pointer self, const run_request& r) {
   auto c = std::make_shared<call>();
   c->sid = r.session.empty() && !r.sessions.empty() ? r.sessions.front() : r.session;
   c->base64 = r.base64;
+  c->server_params = r.server_params;
   const stage_placement where = placement(self, c->sid);
   if (r.graph_id.empty()) {
     auto parsed = parse_json_object(r.graph_json, "graph");

@@ -105,9 +105,10 @@ struct compute_state {
   const worker_config& cfg() const { return shared->cfg; }
   std::uint64_t free() const { return shared->free(); }
 
-  build_options options(bool compiled) const {
+  build_options options(bool compiled, bool server_params = false) const {
     build_options o;
     o.compiled = compiled;
+    o.server_params = server_params;
     o.max_tensor_bytes = std::int64_t(cfg().memory_bytes);
     o.features = shared->features;
     o.missing_ops = cfg().lacks;
@@ -666,7 +667,7 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
         const std::size_t steps = decl->steps.size();
         st.last_call = "an inline graph of " + std::to_string(steps) + " steps" + (primary.empty() ? "" : " in session " + primary);
         auto busy = st.busy_with("inline", primary, std::uint32_t(steps));
-        auto g = executable_graph::build(std::move(*decl), src, *st.backend, st.options(false));
+        auto g = executable_graph::build(std::move(*decl), src, *st.backend, st.options(false, r.server_params));
         if (!g) return to_caf(g.err());
         if (auto s = (*g)->run(src, &control); !s) {
           if (control.stopped != run_control::stop::none) return stopped(st, entry, control, steps);

@@ -114,6 +114,7 @@ struct chat_state {
   std::shared_ptr<sse_stream> sse;
 
   std::string model_id, quantize = "none", session_id, gen_id;
+  dtype kv_dtype = dtype::f32;  ///< the model's KV caches (its load's kvDtype)
   bool loaded_now = false;
   std::shared_ptr<const chat_model> model;
   chat_graphs graphs;
@@ -243,22 +244,28 @@ void call_coordinator(chat_pointer self, std::chrono::milliseconds timeout, Next
 }
 
 /// Runs a graph call (a JSON body, decoded as the API decodes it) and then `next`, or
-/// `on_fail` with its error (by default the chat fails with it).
+/// `on_fail` with its error (by default the chat fails with it). `server_made`: a graph the
+/// chat built naming server-only parameters (send_graph_call).
 template <class Next, class OnFail>
-void call_graph(chat_pointer self, std::string body, Next next, OnFail on_fail) {
+void call_graph(chat_pointer self, std::string body, Next next, OnFail on_fail, bool server_made = false) {
   auto& st = self->state;
-  send_graph_call(self, st.coordinator, st.who, std::make_shared<const std::string>(std::move(body)), 3, 5min,
-                  [self, next, on_fail](result<run_reply> r) {
-                    if (self->state.finished) return;
-                    if (self->state.cancelled) return fail(self, error{errc::invalid, "cancelled"});
-                    if (!r) return on_fail(r.err());
-                    next();
-                  });
+  send_graph_call(
+      self, st.coordinator, st.who, std::make_shared<const std::string>(std::move(body)), 3, 5min,
+      [self, next, on_fail](result<run_reply> r) {
+        if (self->state.finished) return;
+        if (self->state.cancelled) return fail(self, error{errc::invalid, "cancelled"});
+        if (!r) return on_fail(r.err());
+        next();
+      },
+      server_made);
 }
 template <class Next>
 void call_graph(chat_pointer self, std::string body, Next next) {
   call_graph(self, std::move(body), next, [self](const error& e) { fail(self, e); });
 }
+
+/// A model's kvDtype, as its load answer or the model list says it (f32 when unknown).
+dtype kv_dtype_of(const std::string& name) { return dtype_from_name(name).value_or(dtype::f32); }
 
 void resolve_model(chat_pointer self);
 void openai_emit(chat_pointer self, reply_text::part part, const char* finish);
@@ -294,6 +301,7 @@ void resolve_model(chat_pointer self) {
       if (by_source ? st.req.source == m.source && m.whole : st.req.model_id == m.model_id) {
         st.model_id = m.model_id;
         st.quantize = m.quantize;
+        st.kv_dtype = kv_dtype_of(m.kv_dtype);
         return prepare_model(self);
       }
     if (!st.req.model_id.empty()) return fail(self, error{errc::not_found, "model " + st.req.model_id + " does not exist"});
@@ -309,6 +317,7 @@ void resolve_model(chat_pointer self) {
       auto& st = self->state;
       st.model_id = loaded.model_id;
       st.quantize = loaded.quantize;
+      st.kv_dtype = kv_dtype_of(loaded.kv_dtype);
       st.loaded_now = true;
       prepare_model(self);
     }, load_atom::value, st.who, std::move(load));
@@ -443,6 +452,7 @@ void open_session(chat_pointer self) {
     kv(w, "modelId", st.model_id);
     key(w, "loaded"); w.Bool(st.loaded_now);
     kv(w, "quantize", st.quantize);
+    kv(w, "kvDtype", std::string(dtype_name(st.kv_dtype)));
     kv(w, "format", std::string(st.model->format.format_name()));
     key(w, "promptTokens"); w.Uint64(st.prompt.size());
     key(w, "context"); w.Int(context);
@@ -473,9 +483,12 @@ void create_session(chat_pointer self, bool may_evict) {
             st.session_id = reply.session_id;  // (first: an end below deletes it)
             if (st.finished) return drop_session(self);
             if (st.cancelled) return fail(self, error{errc::invalid, "cancelled"});
-            std::string alloc = models::arch_cache_graph(st.model->config, st.model->context, true);
+            // the KV caches at the model's kvDtype: zeros' server-only dtype, so the call is
+            // marked as the server's own
+            std::string alloc = models::arch_cache_graph(st.model->config, st.model->context, true, st.kv_dtype);
             alloc.insert(1, "\"session\":" + json_string(st.session_id) + ",");
-            call_graph(self, "{\"graph\":" + alloc + "}", [self] { prefill(self); });
+            call_graph(self, "{\"graph\":" + alloc + "}", [self] { prefill(self); }, [self](const error& e) { fail(self, e); },
+                       true);
           },
           [self, may_evict](caf::error& e) {
             auto& st = self->state;
@@ -619,6 +632,11 @@ std::string done_json(const chat_state& st, const gen_done& d) {
     kv(w, "finishReason", reason);
     kv(w, "text", st.text);
     kv(w, "quantize", st.quantize);
+    kv(w, "kvDtype", std::string(dtype_name(st.kv_dtype)));
+    // the session the prefix cache keeps (keep_session): an ordinary session of the account,
+    // which may read it, checkpoint it or delete it (the cache then forgets the conversation)
+    if (d.stopped != "error" && !st.cancelled && st.model && st.model->can_speculate && st.req.cache)
+      kv(w, "sessionId", st.session_id);
     key(w, "usage"); w.StartObject();
     key(w, "promptTokens"); w.Uint64(st.prompt.size());
     key(w, "completionTokens"); w.Uint64(st.tokens.size());

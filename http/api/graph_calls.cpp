@@ -35,17 +35,18 @@ void decode_resolved(caf::event_based_actor* self, const coordinator_actor& coor
 
 void graph_attempt(caf::event_based_actor* self, coordinator_actor coord, caller who, std::shared_ptr<const std::string> body,
                    std::int32_t version, std::chrono::milliseconds timeout, std::function<void(result<run_reply>)> done,
-                   int retries_left) {
+                   int retries_left, bool server_made) {
   auto decode = [version](const std::string& text, const weight_aliases& a) { return decode_graph_call(text, version, a); };
   decode_resolved<graph_call>(self, coord, who, body, decode,
                               [=](result<graph_call>& call) {
     if (!call) return done(std::move(call).err());
+    call->server_params = server_made;
     self->request(coord, timeout, graph_atom::value, who, std::move(*call))
         .then([done](run_reply& r) { done(std::move(r)); },
               [=](caf::error& e) {
                 auto err = from_caf(e);
                 if (err.code == errc::retry && retries_left > 0)
-                  return graph_attempt(self, coord, who, body, version, timeout, done, retries_left - 1);
+                  return graph_attempt(self, coord, who, body, version, timeout, done, retries_left - 1, server_made);
                 done(std::move(err));
               });
   });
@@ -66,8 +67,9 @@ std::string graph_reply_json(const run_reply& r) {
 }
 
 void send_graph_call(caf::event_based_actor* self, coordinator_actor coord, caller who, std::shared_ptr<const std::string> body,
-                     std::int32_t version, std::chrono::milliseconds timeout, std::function<void(result<run_reply>)> done) {
-  graph_attempt(self, std::move(coord), std::move(who), std::move(body), version, timeout, std::move(done), 3);
+                     std::int32_t version, std::chrono::milliseconds timeout, std::function<void(result<run_reply>)> done,
+                     bool server_made) {
+  graph_attempt(self, std::move(coord), std::move(who), std::move(body), version, timeout, std::move(done), 3, server_made);
 }
 
 void send_compile_call(caf::event_based_actor* self, coordinator_actor coord, caller who, std::shared_ptr<const std::string> body,

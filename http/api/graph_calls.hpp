@@ -26,10 +26,12 @@ std::string graph_reply_json(const run_reply& r);
 
 /// POST /api/v3/graph or /api/v2/graph on behalf of `self`: decodes `body`, sends it, and
 /// calls `done` with the reply or the error. A call whose worker left the grid mid-run is
-/// sent again (decoded again from `body`), up to three times.
+/// sent again (decoded again from `body`), up to three times. `server_made`: the server built
+/// the graph itself (chat's cache allocation), so it may name server-only parameters; never
+/// for a body a client sent.
 void send_graph_call(caf::event_based_actor* self, coordinator_actor coord, caller who,
                      std::shared_ptr<const std::string> body, std::int32_t version, std::chrono::milliseconds timeout,
-                     std::function<void(result<run_reply>)> done);
+                     std::function<void(result<run_reply>)> done, bool server_made = false);
 
 /// POST /api/v3/graphs on behalf of `self`: the coordinator's answer or the error.
 void send_compile_call(caf::event_based_actor* self, coordinator_actor coord, caller who,

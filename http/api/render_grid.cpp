@@ -28,6 +28,7 @@ void write_limits(json_writer& w, const grid_limits& l) {
   key(w, "workers"); w.Uint64(l.workers);
   key(w, "quantizeOnLoad"); w.Bool(l.quantize_on_load);
   key(w, "defaultQuantize"); str(w, l.default_quantize);
+  key(w, "defaultKvDtype"); str(w, l.default_kv_dtype);
   key(w, "pieceBytes"); w.Uint64(16'000'000);
   key(w, "modelsPerKey"); w.Int(l.models_per_key);
   key(w, "sessionsPerKey"); w.Int(l.sessions_per_key);

@@ -70,6 +70,7 @@ std::string render(const load_model_reply& r) {
     key(w, "throughputMBs"); w.Double(r.throughput_mbs);
     key(w, "storedOnCoordinator"); w.Uint(0);
     key(w, "quantize"); str(w, r.quantize);
+    key(w, "kvDtype"); str(w, r.kv_dtype);
     key(w, "residentBytes"); w.Uint64(r.resident_bytes);
     // the most weight bytes the coordinator held at once (LOAD-19)
     key(w, "coordinatorPeakBytes"); w.Uint64(r.coordinator_peak_bytes);
@@ -97,6 +98,7 @@ std::string render(const list_models_reply& r) {
       key(w, "bytesTransferred"); w.Uint64(m.bytes_transferred);
       key(w, "residentBytes"); w.Uint64(m.resident_bytes);
       key(w, "quantize"); str(w, m.quantize);
+      key(w, "kvDtype"); str(w, m.kv_dtype);
       key(w, "whole"); w.Bool(m.whole);
       key(w, "placement");
       w.StartArray();

@@ -208,7 +208,7 @@ result<tensor_call> decode_tensor_upload(std::string_view body) {
 result<load_call> decode_load_call(std::string_view body) {
   auto d = parse_json_object(body, "request body");
   if (!d) return std::move(d).err();
-  MPAKT_TRY(check_fields(*d, {"source", "include", "exclude", "names", "quantize", "token"}, "load request"));
+  MPAKT_TRY(check_fields(*d, {"source", "include", "exclude", "names", "quantize", "token", "kvDtype"}, "load request"));
   load_call c;
   auto src = opt_string(*d, "source", "load request");
   if (!src) return std::move(src).err();
@@ -219,11 +219,13 @@ result<load_call> decode_load_call(std::string_view body) {
     if (!v) return std::move(v).err();
     *out = std::move(*v);
   }
-  for (auto [k, out] : {std::pair{"quantize", &c.quantize}, {"token", &c.token}}) {
+  for (auto [k, out] : {std::pair{"quantize", &c.quantize}, {"token", &c.token}, {"kvDtype", &c.kv_dtype}}) {
     auto v = opt_string(*d, k, "load request");
     if (!v) return std::move(v).err();
     *out = std::move(*v);
   }
+  if (!c.kv_dtype.empty() && c.kv_dtype != "f32" && c.kv_dtype != "bf16" && c.kv_dtype != "f16")
+    return invalid("load request kvDtype must be \"f32\", \"bf16\" or \"f16\", not \"" + c.kv_dtype + "\"");
   return c;
 }
 

@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/dtype.hpp"
 #include "runtime/status.hpp"
 
 namespace mpakt::models {
@@ -230,7 +231,10 @@ struct arch_graph_options {
 std::string arch_graph(const arch_config& c, const arch_graph_options& o);
 
 /// A graph allocating, with zeros, every session tensor the passes use (KV caches per
-/// attention layer, conv states, and "hist" when `history`), and retaining them.
-std::string arch_cache_graph(const arch_config& c, int cache_rows, bool history = false);
+/// attention layer, conv states, and "hist" when `history`), and retaining them. A `kv` of
+/// bf16 or f16 allocates the KV caches at half width through zeros' server-only `dtype`
+/// parameter (the graph must then be built with build_options::server_params); conv states
+/// and the history stay f32. The pass graphs are the same for every cache width.
+std::string arch_cache_graph(const arch_config& c, int cache_rows, bool history = false, dtype kv = dtype::f32);
 
 }  // namespace mpakt::models

@@ -575,17 +575,22 @@ std::string decoder::build() {
 
 std::string arch_graph(const arch_config& c, const arch_graph_options& o) { return decoder(c, o).build(); }
 
-std::string arch_cache_graph(const arch_config& c, int cache_rows, bool history) {
+std::string arch_cache_graph(const arch_config& c, int cache_rows, bool history, dtype kv) {
   rapidjson::StringBuffer b;
   json_writer wr(b);
-  std::vector<std::pair<std::string, std::pair<long long, long long>>> tensors;
+  struct alloc {
+    std::string name;
+    std::pair<long long, long long> shape;
+    bool kv = false;
+  };
+  std::vector<alloc> tensors;
   for (int l = 0; l < c.layers; ++l) {
     const std::string s = std::to_string(l);
     if (c.layer[std::size_t(l)].mixer == arch_mixer_kind::short_conv) {
       tensors.push_back({"conv" + s, {c.conv_kernel - 1, c.hidden}});
     } else {
-      tensors.push_back({"k" + s, {cache_rows, (long long)c.kv_heads * c.head_dim}});
-      tensors.push_back({"v" + s, {cache_rows, (long long)c.kv_heads * c.v_head_dim}});
+      tensors.push_back({"k" + s, {cache_rows, (long long)c.kv_heads * c.head_dim}, true});
+      tensors.push_back({"v" + s, {cache_rows, (long long)c.kv_heads * c.v_head_dim}, true});
     }
   }
   if (history) tensors.push_back({"hist", {cache_rows, 1}});
@@ -593,20 +598,21 @@ std::string arch_cache_graph(const arch_config& c, int cache_rows, bool history)
   wr.Key("inputs"); wr.StartArray(); wr.EndArray();
   wr.Key("steps");
   wr.StartArray();
-  for (const auto& [name, shape] : tensors) {
+  for (const auto& t : tensors) {
     wr.StartObject();
     wr.Key("op"); wr.String("zeros");
     wr.Key("in"); wr.StartArray(); wr.EndArray();
-    wr.Key("out"); wr.String(name.c_str());
+    wr.Key("out"); wr.String(t.name.c_str());
     wr.Key("params"); wr.StartObject();
-    wr.Key("shape"); wr.StartArray(); wr.Int64(shape.first); wr.Int64(shape.second); wr.EndArray();
+    wr.Key("shape"); wr.StartArray(); wr.Int64(t.shape.first); wr.Int64(t.shape.second); wr.EndArray();
+    if (t.kv && kv != dtype::f32) { wr.Key("dtype"); wr.String(std::string(dtype_name(kv)).c_str()); }
     wr.EndObject();
     wr.EndObject();
   }
   wr.EndArray();
   wr.Key("retain");
   wr.StartObject();
-  for (const auto& [name, shape] : tensors) { wr.Key(name.c_str()); wr.String(name.c_str()); }
+  for (const auto& t : tensors) { wr.Key(t.name.c_str()); wr.String(t.name.c_str()); }
   wr.EndObject();
   wr.EndObject();
   return std::string(b.GetString(), b.GetSize());

@@ -202,6 +202,7 @@ void add_attention_ops(std::vector<op_def>& out) {
   d.bindable = &bind_attention;
   d.check = &check_attention;
   d.features = &attention_features;
+  d.half_inputs = (1u << 1) | (1u << 2);  // k and v: KV caches stored as bf16/f16
   out.push_back(d);
 }
 

@@ -169,14 +169,23 @@ result<std::unique_ptr<op_params>> parse_zeros(const param_map& pm) {
   auto s = parse_shape(pm, false);
   if (!s) return std::move(s).err();
   p->shape = std::move(*s);
+  if (pm.has("dtype")) {
+    const std::string name = pm.string("dtype", "");
+    const auto t = dtype_from_name(name);
+    if (!t || !(*t == dtype::f32 || *t == dtype::bf16 || *t == dtype::f16))
+      return invalid("parameter dtype must be f32, bf16 or f16, not \"" + name + "\"");
+    p->type = *t;
+  }
   return std::unique_ptr<op_params>(std::move(p));
 }
 
 result<tensor_desc> infer_zeros(const shape_query& q) {
-  const shape_t& shape = static_cast<const zeros_params&>(q.params).shape;
-  if (shape_numel(shape) < 0) return invalid("parameter shape " + shape_str(shape) + " is too large");
-  return tensor_desc{dtype::f32, shape};
+  const auto& p = static_cast<const zeros_params&>(q.params);
+  if (shape_numel(p.shape) < 0) return invalid("parameter shape " + shape_str(p.shape) + " is too large");
+  return tensor_desc{p.type, p.shape};
 }
+
+constexpr std::string_view zeros_server_params[] = {"dtype"};
 
 // ---- cache_write ----
 
@@ -210,7 +219,7 @@ result<tensor_desc> infer_cache_write(const shape_query& q) {
   if (p.offset + double(rows) > double(cache.shape[0]))
     return invalid("parameter offset is " + num_str(p.offset) + " but " + std::to_string(rows) +
                    " rows written from there run past the cache's " + std::to_string(cache.shape[0]) + " rows");
-  return tensor_desc{dtype::f32, cache.shape};
+  return tensor_desc{cache.type, cache.shape};
 }
 
 /// The rows a call overwrites: the values' rows from offset (a stopped run restores them).
@@ -261,6 +270,7 @@ void add_layout_ops(std::vector<op_def>& out) {
   zeros.parse = parse_zeros;
   zeros.infer = infer_zeros;
   zeros.features = no_features;
+  zeros.server_params = zeros_server_params;
   out.push_back(zeros);
 
   op_def cw;
@@ -272,6 +282,7 @@ void add_layout_ops(std::vector<op_def>& out) {
   cw.features = no_features;
   cw.aliases_input = 0;
   cw.written_rows = cache_write_rows;
+  cw.half_inputs = 1u << 0;  // a bf16/f16 cache: the values are rounded into it
   out.push_back(cw);
 }
 

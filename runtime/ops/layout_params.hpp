@@ -14,9 +14,11 @@ struct reshape_params final : op_params {
   shape_t shape;
 };
 
-/// zeros: the shape to create.
+/// zeros: the shape to create, and its dtype: f32, or bf16/f16 for a KV cache stored at
+/// half width (`dtype` is a server-only parameter: op_def::server_params).
 struct zeros_params final : op_params {
   shape_t shape;
+  dtype type = dtype::f32;
 };
 
 /// slice / concat axis as written: 0, -1, or a non-negative index that must name the

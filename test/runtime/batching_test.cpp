@@ -38,7 +38,9 @@ struct batching : ::testing::Test {
     ASSERT_TRUE(decl.ok()) << decl.err().message;
     auto retain = decl->retain;
     tensor_store::source src(store, {session});
-    auto g = executable_graph::build(std::move(*decl), src, backend);
+    build_options opts;
+    opts.server_params = true;  // the cache allocation may name the KV caches' dtype
+    auto g = executable_graph::build(std::move(*decl), src, backend, opts);
     ASSERT_TRUE(g.ok()) << g.err().message;
     ASSERT_TRUE((*g)->run(src).ok());
     ASSERT_TRUE(store.apply_retain(**g, session, retain).ok());
@@ -47,7 +49,7 @@ struct batching : ::testing::Test {
   /// Zeroed caches, then the prompt prefilled, in a fresh session.
   void prefill(const std::string& session, const std::vector<int>& prompt) {
     store.session(session);
-    run_inline(models::arch_cache_graph(config, cache_rows), session);
+    run_inline(models::arch_cache_graph(config, cache_rows, false, kv), session);
     models::arch_graph_options o;
     o.model_id = "m_s";
     o.tokens = int(prompt.size());
@@ -97,6 +99,7 @@ struct batching : ::testing::Test {
   models::arch_config config;
   tensor_store store;
   cpu_backend backend;
+  dtype kv = dtype::f32;  ///< how prefill allocates the KV caches
 };
 
 int count_op(const graph_decl& d, const std::string& op) {
@@ -193,6 +196,14 @@ void decode_and_compare(batching& f, bool sample) {
 TEST_F(batching, GreedyTokensAndCachesEqualEachSessionAlone) { decode_and_compare(*this, false); }
 
 TEST_F(batching, SampledTokensWithPerSessionSettingsEqualEachSessionAlone) { decode_and_compare(*this, true); }
+
+/// KV caches held as bf16 (a model's kvDtype): the same template, batched, still gives each
+/// conversation its own tokens and cache rows bit for bit.
+TEST_F(batching, HalfWidthCachesBatchAsTheyRunAlone) {
+  kv = dtype::bf16;
+  decode_and_compare(*this, false);
+  ASSERT_EQ(store.session("b0")["k0"].type(), dtype::bf16);
+}
 
 /// A compiled template serves one generation after another: settings a call does not give are
 /// the template's own again, never the previous caller's (a topK of 1 must not stay behind).

@@ -80,7 +80,9 @@ struct spread : ::testing::Test {
     auto outputs = decl->outputs;
     store.session(session);
     tensor_store::source src(store, {session});
-    auto g = executable_graph::build(std::move(*decl), src, backend);
+    build_options opts;
+    opts.server_params = true;  // as a worker running the server's own allocation (zeros' dtype)
+    auto g = executable_graph::build(std::move(*decl), src, backend, opts);
     EXPECT_TRUE(g.ok()) << g.err().message;
     if (!g.ok()) return {};
     auto st = (*g)->run(src);
@@ -321,6 +323,28 @@ TEST_F(spread, PrefillAndDecodeStagesGiveTheWholeModelsNumbersBitForBit) {
     const auto* held = workers[session_where.at(name)].find_session("s");
     ASSERT_TRUE(held && held->count(name)) << name;
     const tensor& u = held->at(name);
+    ASSERT_EQ(t.nbytes(), u.nbytes());
+    EXPECT_EQ(std::memcmp(t.data(), u.data(), t.nbytes()), 0) << "cache " << name << " differs";
+  }
+}
+
+/// bf16 KV caches (a model's kvDtype) are made at once by a stage rather than deferred (a
+/// deferred cache is made as f32 zeros), moved to the part reading them, and the split
+/// prefill gives the whole model's logits and caches bit for bit.
+TEST_F(spread, HalfWidthCachesAreMadeAtOnceAndMovedWhereRead) {
+  const std::vector<int> prompt = {1, 403, 407, 261, 378};
+  const std::string alloc = models::arch_cache_graph(config, cache_rows, false, dtype::bf16);
+  run_on(whole, alloc, "s");
+  run_split(alloc, "s");
+  EXPECT_TRUE(zeros.empty()) << "a half-width cache must not be deferred";
+  EXPECT_EQ(session_where.size(), 10u);
+  auto ref = run_on(whole, prefill_json(prompt), "s");
+  auto got = run_split(prefill_json(prompt), "s");
+  ASSERT_TRUE(got.count("logits"));
+  expect_identical(got["logits"], ref["logits"], "prefill logits");
+  for (const auto& [name, t] : *whole.find_session("s")) {
+    const tensor& u = workers[session_where.at(name)].session("s").at(name);
+    ASSERT_EQ(u.type(), dtype::bf16) << name;
     ASSERT_EQ(t.nbytes(), u.nbytes());
     EXPECT_EQ(std::memcmp(t.data(), u.data(), t.nbytes()), 0) << "cache " << name << " differs";
   }

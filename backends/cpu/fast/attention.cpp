@@ -9,8 +9,9 @@
 /// Either way a row gets the same bits, whatever the pass or the thread count: a verify pass
 /// or a batched step decides exactly as a one-token step would.
 ///
-/// Claims attention with f32 inputs whose head widths are multiples of 16 (at most 256 for
-/// q/k and 512 for v); the reference kernel covers the rest. Agrees with the reference
+/// Claims attention with f32 inputs — k and v may both be bf16 or both f16 (KV caches at
+/// half width, widened in registers) — whose head widths are multiples of 16 (at most 256
+/// for q/k and 512 for v); the reference kernel covers the rest. Agrees with the reference
 /// (which accumulates in double) to f32 rounding.
 
 #include <algorithm>
@@ -53,10 +54,21 @@ status attention_kernel(const kernel_call& call) {
   const tensor* bias = call.inputs.size() > 3 ? call.inputs[3] : nullptr;
   tensor& out = *call.output;
 
+  // k and v: f32, or a bf16/f16 cache (the dtype read from the tensors: a compiled
+  // template serves caches of every width)
+  if (k.type() != v.type())
+    return invalid("inputs k and v are " + std::string(dtype_name(k.type())) + " and " + std::string(dtype_name(v.type())) +
+                   "; a cache's keys and values share one dtype");
   attention_args a;
+  switch (k.type()) {
+    case dtype::f32: a.kv = attention_args::kv_type::f32; break;
+    case dtype::bf16: a.kv = attention_args::kv_type::bf16; break;
+    case dtype::f16: a.kv = attention_args::kv_type::f16; break;
+    default: return invalid("input k is " + std::string(dtype_name(k.type())) + "; attention reads f32, bf16 or f16 keys");
+  }
   a.q = q.f32();
-  a.k = k.f32();
-  a.v = v.f32();
+  a.k = k.data();
+  a.v = v.data();
   a.out = out.f32();
   a.q_stride = q.cols();
   a.k_stride = k.cols();
@@ -130,8 +142,11 @@ status attention_kernel(const kernel_call& call) {
 
 bool accepts_attention(std::span<const tensor_desc> inputs, const op_params& params) {
   const auto& p = static_cast<const ops::attention_params&>(params);
-  for (const auto& in : inputs)
-    if (in.type != dtype::f32) return false;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const bool half_ok = (i == 1 || i == 2) && (inputs[i].type == dtype::bf16 || inputs[i].type == dtype::f16);
+    if (inputs[i].type != dtype::f32 && !half_ok) return false;
+  }
+  if (inputs[1].type != inputs[2].type) return false;
   return p.head_dim % 16 == 0 && p.v_head_dim % 16 == 0 && p.head_dim > 0 && p.head_dim <= 256 && p.v_head_dim > 0 &&
          p.v_head_dim <= 512;
 }

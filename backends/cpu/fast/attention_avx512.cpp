@@ -1,5 +1,7 @@
 /// The attention kernel (attention_impl.inc) for avx512: 16 floats per vector.
 
+#include <immintrin.h>
+
 #include <cstdint>
 
 #include "backends/cpu/fast/isa_kernels.hpp"

@@ -67,13 +67,17 @@ using int_product = integer_product<quantized_rows>;
 /// h / (heads / kv_heads). Scores: scale·q·k, then softcap (when > 0), ALiBi slope·(s − pos)
 /// (when slopes), bias[(h,) t, s] (when bias); visibility as the reference kernel's.
 struct attention_args {
+  /// How k and v are stored: f32, or 16-bit (a KV cache at half width) widened in registers
+  /// — f16 through F16C, bf16 by a shift — so the arithmetic is the f32 path's.
+  enum class kv_type : int { f32, bf16, f16 };
   const float* q = nullptr;
-  const float* k = nullptr;
-  const float* v = nullptr;
+  const void* k = nullptr;  ///< kv_type elements
+  const void* v = nullptr;
+  kv_type kv = kv_type::f32;  ///< k and v alike
   const float* bias = nullptr;   ///< [T, S] or [heads, T, S]
   const float* slopes = nullptr;  ///< one per head, or nullptr
   float* out = nullptr;
-  std::int64_t q_stride = 0, k_stride = 0, v_stride = 0, out_stride = 0;  ///< row strides (floats)
+  std::int64_t q_stride = 0, k_stride = 0, v_stride = 0, out_stride = 0;  ///< row strides (elements)
   std::int64_t bias_head_stride = 0;  ///< T·S for a per-head bias, else 0
   std::int64_t rows = 0, keys = 0;
   int heads = 0, kv_heads = 0, head_dim = 0, v_head_dim = 0;

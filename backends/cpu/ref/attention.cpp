@@ -14,10 +14,12 @@
 // (sliding_window_bidirectional_overlay). Only visible keys are read, so a preallocated
 // cache longer than posOffset + T works through causality. A score of -inf counts as
 // masked. Softmax runs online in one pass over the visible keys, accumulated in double; a
-// row that sees no key outputs zeros.
+// row that sees no key outputs zeros. k and v may be bf16 or f16 (KV caches stored at half
+// width): each element is widened exactly, then used as the f32 value it stands for.
 
 #include "backends/cpu/ref/families.hpp"
 #include "backends/cpu/ref/scratch_doubles.hpp"
+#include "runtime/dtype.hpp"
 #include "runtime/ops/attention_params.hpp"
 
 #include <algorithm>
@@ -46,11 +48,24 @@ key_range visible_keys(const ops::attention_params& p, std::int64_t pos, std::in
   return r;
 }
 
+/// Element i of a k or v row of dtype f32, bf16 or f16.
+struct kv_reader {
+  const std::byte* base = nullptr;
+  dtype type = dtype::f32;
+  double at(std::int64_t i) const {
+    switch (type) {
+      case dtype::bf16: return double(bf16_to_f32(reinterpret_cast<const std::uint16_t*>(base)[i]));
+      case dtype::f16: return double(f16_to_f32(reinterpret_cast<const std::uint16_t*>(base)[i]));
+      default: return double(reinterpret_cast<const float*>(base)[i]);
+    }
+  }
+};
+
 /// One (row, head): online softmax of the visible scores, weights applied to v rows.
 struct head_job {
   const float* q;           ///< headDim values
-  const float* k;           ///< key s, this kv head, at k + s * k_stride
-  const float* v;           ///< value s, this kv head, at v + s * v_stride
+  kv_reader k;              ///< key s, this kv head, at element s * k_stride
+  kv_reader v;              ///< value s, this kv head, at element s * v_stride
   std::int64_t k_stride, v_stride;
   const float* bias;        ///< bias[s] for this row and head, or nullptr
   double slope;             ///< ALiBi slope (0 = none)
@@ -63,9 +78,9 @@ void attend(const ops::attention_params& p, const head_job& j, key_range r, doub
   double m = -std::numeric_limits<double>::infinity(), l = 0;
   std::fill(acc, acc + dv, 0.0);
   for (std::int64_t s = r.first; s <= r.last; ++s) {
-    const float* ks = j.k + s * j.k_stride;
+    const std::int64_t ks = s * j.k_stride;
     double dot = 0;
-    for (std::int64_t i = 0; i < dk; ++i) dot += double(j.q[i]) * double(ks[i]);
+    for (std::int64_t i = 0; i < dk; ++i) dot += double(j.q[i]) * j.k.at(ks + i);
     double score = scale * dot;
     if (p.has_softcap) score = p.softcap * std::tanh(score / p.softcap);
     score += j.slope * double(s - j.pos);
@@ -79,8 +94,8 @@ void attend(const ops::attention_params& p, const head_job& j, key_range r, doub
     }
     const double w = std::exp(score - m);
     l += w;
-    const float* vs = j.v + s * j.v_stride;
-    for (std::int64_t i = 0; i < dv; ++i) acc[i] += w * double(vs[i]);
+    const std::int64_t vs = s * j.v_stride;
+    for (std::int64_t i = 0; i < dv; ++i) acc[i] += w * j.v.at(vs + i);
   }
   for (std::int64_t i = 0; i < dv; ++i) out[i] = l > 0 ? float(acc[i] / l) : 0.0f;
 }
@@ -96,6 +111,11 @@ status attention_kernel(const kernel_call& call) {
   const std::int64_t group = p.heads / p.kv_heads;
   const bool bias_per_head = bias && bias->shape().size() == 3;
   const auto offset = static_cast<std::int64_t>(p.pos_offset);
+  for (const tensor* kv : {&k, &v})
+    if (kv->type() != dtype::f32 && kv->type() != dtype::bf16 && kv->type() != dtype::f16)
+      return invalid(std::string("input ") + (kv == &k ? "k" : "v") + " is " + std::string(dtype_name(kv->type())) +
+                     "; attention reads f32, bf16 or f16 keys and values");
+  const std::size_t k_elem = k.type() == dtype::f32 ? 4 : 2, v_elem = v.type() == dtype::f32 ? 4 : 2;
 
   float* slopes = call.scratch->floats(std::size_t(p.heads), 0);
   ops::alibi_slopes(p, slopes);
@@ -108,8 +128,8 @@ status attention_kernel(const kernel_call& call) {
       const std::int64_t kvh = h / group;
       head_job j{};
       j.q = q.f32() + t * q.cols() + h * p.head_dim;
-      j.k = k.f32() + kvh * p.head_dim;
-      j.v = v.f32() + kvh * p.v_head_dim;
+      j.k = {k.data() + std::size_t(kvh * p.head_dim) * k_elem, k.type()};
+      j.v = {v.data() + std::size_t(kvh * p.v_head_dim) * v_elem, v.type()};
       j.k_stride = k.cols();
       j.v_stride = v.cols();
       j.bias = bias ? bias->f32() + ((bias_per_head ? h * rows : 0) + t) * keys : nullptr;

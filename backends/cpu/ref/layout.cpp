@@ -79,7 +79,9 @@ status zeros_k(const kernel_call& c) {
 }
 
 /// Writes values into rows [offset, offset + rows) of the cache. The output is the cache
-/// itself (aliases_input = 0); when given a separate buffer, the cache is copied first.
+/// itself (aliases_input = 0); when given a separate buffer, the cache is copied first. A
+/// bf16/f16 cache (its dtype read from the tensor: a compiled template serves any) gets the
+/// values rounded to nearest even.
 status cache_write_k(const kernel_call& c) {
   const tensor& cache = *c.inputs[0];
   const tensor& values = *c.inputs[1];
@@ -91,8 +93,18 @@ status cache_write_k(const kernel_call& c) {
     return invalid("parameter offset is " + std::to_string(offset) + " but " + std::to_string(rows) +
                    " rows written from there run past the cache's " + std::to_string(max_rows) + " rows");
   if (!out.same_storage(cache)) std::memcpy(out.data(), cache.data(), cache.nbytes());
-  std::memcpy(out.f32() + offset * width, values.f32(), std::size_t(rows * width) * sizeof(float));
-  return ok_status();
+  switch (out.type()) {
+    case dtype::f32:
+      std::memcpy(out.f32() + offset * width, values.f32(), std::size_t(rows * width) * sizeof(float));
+      return ok_status();
+    case dtype::bf16:
+    case dtype::f16:
+      // each value rounded to nearest even, as torch's .to(torch.bfloat16 / torch.float16)
+      quantize_row(out.type(), values.f32(), out.data() + offset * width * 2, rows * width);
+      return ok_status();
+    default:
+      return invalid("input cache is " + std::string(dtype_name(out.type())) + "; a cache is f32, bf16 or f16");
+  }
 }
 
 }  // namespace

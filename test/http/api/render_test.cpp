@@ -35,7 +35,7 @@ TEST(Render, LoadShowsRevisionAndLayersOnlyWhereTheyApply) {
   r.elapsed_ms = 3;
   r.placement = {{"w1", 1, 8, {"0-3"}}};
   EXPECT_EQ(render(r), R"({"modelId":"m_1","source":"local:x","tensors":[{"name":"w","tensorId":"t_1"}],)"
-                       R"("bytesTransferred":8,"throughputMBs":0.5,"storedOnCoordinator":0,"quantize":"none",)"
+                       R"("bytesTransferred":8,"throughputMBs":0.5,"storedOnCoordinator":0,"quantize":"none","kvDtype":"f32",)"
                        R"("residentBytes":8,"coordinatorPeakBytes":8,"elapsedMs":3,)"
                        R"("placement":[{"workerId":"w1","tensors":1,"residentBytes":8}]})");
   r.hub = true;
@@ -53,7 +53,7 @@ TEST(Render, ModelListWithCapacity) {
   r.free_bytes = 5;
   r.total_bytes = 17;
   EXPECT_EQ(render(r), R"({"models":[{"modelId":"m_1","source":"hf:o/m","commit":null,"tensors":2,"bytesTransferred":10,)"
-                       R"("residentBytes":12,"quantize":"q8","whole":true,)"
+                       R"("residentBytes":12,"quantize":"q8","kvDtype":"f32","whole":true,)"
                        R"("placement":[{"workerId":"w1","tensors":2,"residentBytes":12}],"createdAt":"2026-01-01T00:00:00Z"}],)"
                        R"("capacity":{"workers":1,"freeBytes":5,"totalBytes":17,"byteUnits":"resident"}})");
 }
