@@ -350,7 +350,8 @@ def test_a_liar_holding_a_model_beyond_the_verifiers_room_is_caught_on_its_outpu
         expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key), 200)  # (restored elsewhere after)
         got = expect(api.post("/api/v3/graph", {"graphId": step, "session": sid, "bind": {"ids": [PROMPT[0]], "pos": 0}},
                               key=key, timeout=60), 200)["outputs"]
-        st = c.wait_for(lambda s: s["quarantined"], "the liar to be quarantined", timeout=20)
+        st = c.wait_for(lambda s: s["quarantined"] and [w["workerId"] for w in s["pool"]] == ["w_honest"],
+                        "the liar to be quarantined and gone", timeout=20)
         q = st["quarantined"][0]
         assert q["workerId"] == "w_liar" and "where the verifier's product has its maximum at" in q["reason"], q
         assert liar.proc.wait(timeout=15) == 4
@@ -458,12 +459,13 @@ def test_a_generation_that_draws_right_tokens_but_leaves_wrong_caches_is_caught(
     n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
     r = generate(grid, step, sid, n)
     assert r["ok"] is True and r["workerLoop"] is True and PROMPT + r["tokens"] == GOLDEN["greedy_ids"], r
-    st = grid.wait_for(lambda s: s["quarantined"], "the volunteer to be quarantined", timeout=20)
+    st = grid.wait_for(lambda s: s["quarantined"] and [w["workerId"] for w in s["pool"]] == ["w_honest"],
+                       "the volunteer to be quarantined and gone", timeout=20)
     q = st["quarantined"][0]
     assert q["workerId"] == "w_gen_caches", q
     assert "a generation drew the verifier's tokens but left session" in q["reason"] and sid in q["reason"], q
     assert sly.proc.wait(timeout=15) == 4
-    # the session was checkpointed before its prompt: restored elsewhere, it decodes as it should
+    # the model, placed again on the honest volunteer, decodes as it should
     sid2, _ = prefilled_session(grid, model, step)
     assert PROMPT + generate(grid, step, sid2, n)["tokens"] == GOLDEN["greedy_ids"]
     grid.server.assert_up()
