@@ -96,6 +96,9 @@ struct worker_status {
 
 /// The run id of the pool's probe calls (timed, never spot-checked).
 inline constexpr const char* probe_run_id = "pool-probe";
+/// The run id of a spot-check's repeat of a generation's step (checked_worker.cpp): always
+/// checked, never counted as a pass of its own.
+inline constexpr const char* rerun_run_id = "spot-check-rerun";
 
 /// Starts receiving one tensor of a model. `file_dtype` is the published safetensors dtype
 /// ("BF16", "F64", ...); `resident` the dtype the worker keeps ("bf16", "q8", ...).

@@ -76,6 +76,8 @@ const char* worker_usage =
     "                      session's caches after each (the spot-checks compare sessions too)\n"
     "  --fault corrupt-generation-caches\n"
     "                      a testing aid: the same after each worker-side generation only\n"
+    "  --fault corrupt-generation-tokens\n"
+    "                      a testing aid: alter every token of worker-side generations only\n"
     "  --fault malformed-answers\n"
     "                      a testing aid: answer every graph call with text that is not JSON\n"
     "  --delay-ms MS       answer every graph call MS late, like a slow or distant volunteer\n"
@@ -148,17 +150,19 @@ int cmd_worker(const std::vector<std::string>& args) {
     } else if (a == "--fault") {
       const std::string prefix = "corrupt-results:";
       if ((v = value()) && (*v == "corrupt-weights" || *v == "corrupt-weights-later" || *v == "corrupt-caches" ||
-                            *v == "corrupt-generation-caches" || *v == "malformed-answers")) {
+                            *v == "corrupt-generation-caches" || *v == "corrupt-generation-tokens" ||
+                            *v == "malformed-answers")) {
         (*v == "corrupt-weights"             ? wc.corrupt_weights
          : *v == "corrupt-weights-later"     ? wc.corrupt_weights_later
          : *v == "corrupt-caches"            ? wc.corrupt_caches
          : *v == "corrupt-generation-caches" ? wc.corrupt_generation_caches
+         : *v == "corrupt-generation-tokens" ? wc.corrupt_generation_tokens
                                              : wc.malformed_answers) = true;
         continue;
       }
       if (!v || v->rfind(prefix, 0) != 0)
         return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights, corrupt-weights-later, "
-                   "corrupt-caches, corrupt-generation-caches or malformed-answers");
+                   "corrupt-caches, corrupt-generation-caches, corrupt-generation-tokens or malformed-answers");
       char* end = nullptr;
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");

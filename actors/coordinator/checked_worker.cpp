@@ -20,6 +20,7 @@
 #include "actors/errors.hpp"
 #include "actors/off_thread.hpp"
 #include "actors/ids.hpp"
+#include "actors/generate/gen_values.hpp"
 #include "actors/worker/worker_actor.hpp"
 #include "backends/cpu/isa.hpp"
 #include "runtime/graph.hpp"
@@ -900,6 +901,80 @@ caf::result<bool> checked_generation(checked_pointer self, gen_request r) {
   return rp->rp;
 }
 
+// ---- a checked generation of a model held in part: one of its steps done again, probed
+
+/// Passes the volunteer's tokens through, and when its loop ends — before its end goes on, so
+/// that the request reaches the volunteer ahead of the client's next call — has one of its
+/// steps, drawn at random, done again as a graph call through the checked worker, which
+/// probes the output head's product (probed_run). With an argmax template the token that call
+/// draws must be the one the loop sent. Doing a step again writes the same cache row with the
+/// same bits (a row's arithmetic does not depend on the pass it is in).
+struct rerun_state {
+  std::shared_ptr<verify_shared> sh;
+  gen_request req;  ///< (its listener: the client's)
+  std::vector<gen_token> tokens;
+};
+using rerun_actor = gen_listener;
+
+rerun_actor::behavior_type rerun_checker(rerun_actor::stateful_pointer<rerun_state> self, std::shared_ptr<verify_shared> sh,
+                                         worker_actor checked, gen_request req, product_probe probe) {
+  self->state.sh = std::move(sh);
+  self->state.req = std::move(req);
+  if (auto c = caf::actor_cast<caf::actor>(checked)) self->monitor(c);
+  self->set_down_handler([self](caf::down_msg&) { self->quit(); });
+  return {
+      [=](gentoken_atom a, const std::string&, const gen_token& t) {
+        auto& st = self->state;
+        st.tokens.push_back(t);
+        self->send(st.req.listener, a, st.req.gen_id, t);
+      },
+      [=](gendone_atom a, const std::string&, const gen_done& d) {
+        auto& st = self->state;
+        if (st.tokens.empty() || !d.error.empty() || st.sh->counts.quarantined) {
+          if (!st.sh->counts.quarantined) st.sh->counts.unchecked++;
+          self->send(st.req.listener, a, st.req.gen_id, d);
+          return self->quit();
+        }
+        std::mt19937_64 rng(std::random_device{}());
+        const std::size_t k = std::uniform_int_distribution<std::size_t>(0, st.tokens.size() - 1)(rng);
+        const std::int64_t fed = k == 0 ? st.req.first_id : st.tokens[k - 1].token;
+        const gen_call call = make_gen_call(st.req.bindings, {fed}, st.tokens[k].pos, st.req.sampling);
+        run_request r;
+        r.graph_id = st.req.graph_id;
+        r.bind_json = call.bind_json;
+        r.overrides = call.overrides;
+        r.session = st.req.session;
+        r.run_id = rerun_run_id;
+        const std::int64_t sent = st.tokens[k].token;
+        self->request(checked, caf::infinite, run_atom::value, std::move(r))
+            .then(
+                [self, probe, k, sent](run_reply& x) {
+                  auto& st = self->state;
+                  std::vector<std::int64_t> shape;
+                  std::vector<float> drawn;
+                  if (!probe.argmax_out.empty() && output_of(x.outputs_json, probe.argmax_out, shape, drawn) && drawn.size() == 1 &&
+                      std::int64_t(drawn[0]) != sent && !st.sh->counts.quarantined)
+                    quarantine(self, st.sh,
+                               "generated token " + std::to_string(k) + " was " + std::to_string(sent) + " where the same step, done " +
+                                   "again and checked on the output head, draws " + std::to_string(std::int64_t(drawn[0])));
+                  self->quit();
+                },
+                [self](caf::error&) { self->quit(); });  // (the probed call judged it, or could not run)
+        self->send(st.req.listener, a, st.req.gen_id, d);  // (after the request: see above)
+      },
+  };
+}
+
+caf::result<bool> rerun_checked_generation(checked_pointer self, gen_request r) {
+  auto& st = self->state;
+  run_request step;
+  step.graph_id = r.graph_id;
+  auto probe = st.probe_for(step);
+  auto checker = self->home_system().spawn(rerun_checker, st.sh, caf::actor_cast<worker_actor>(self), r, *probe);
+  r.listener = caf::actor_cast<gen_listener>(checker);
+  return caf::result<bool>(self->delegate(st.volunteer(), genstart_atom::value, std::move(r)));
+}
+
 worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_ptr<verify_shared> sh) {
   auto& st = self->state;
   st.sh = std::move(sh);
@@ -1075,6 +1150,10 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       [=](run_atom a, run_request& r) -> caf::result<run_reply> {
         // (the pool's probe calls time the link; they are neither counted nor checked)
         if (r.run_id == probe_run_id) return caf::result<run_reply>(self->delegate(V(), a, std::move(r)));
+        if (r.run_id == rerun_run_id) {  // (a generation's step done again: always probed, not a pass)
+          if (auto probe = self->state.probe_for(r)) return probed_run(self, std::move(r), std::move(*probe));
+          return unchecked_run(self, std::move(r));
+        }
         if (!self->state.choose()) return unchecked_run(self, std::move(r));
         if (auto probe = self->state.probe_for(r)) return probed_run(self, std::move(r), std::move(*probe));
         return checked_run(self, std::move(r));
@@ -1096,6 +1175,9 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       },
       [=](genstart_atom a, gen_request& r) -> caf::result<bool> {
         if (!self->state.choose()) return caf::result<bool>(self->delegate(V(), a, std::move(r)));
+        run_request step;
+        step.graph_id = r.graph_id;
+        if (self->state.probe_for(step)) return rerun_checked_generation(self, std::move(r));
         return checked_generation(self, std::move(r));
       },
       [=](genstep_atom a) { self->send(V(), a); },

@@ -345,7 +345,8 @@ bool deliver_tokens(compute_pointer self, const std::string& id, const std::vect
   auto& g = self->state.generations.at(id);
   for (std::size_t i = 0; i < produced.size(); ++i) {
     std::int64_t tok = produced[i];
-    if (self->state.corrupt_now()) tok = tok > 0 ? tok - 1 : 1;  // (--fault: a lie, fed on as drawn)
+    if (self->state.corrupt_now() || self->state.cfg().corrupt_generation_tokens)
+      tok = tok > 0 ? tok - 1 : 1;  // (--fault: a lie, fed on as drawn)
     gen_token t;
     t.token = tok;
     t.index = g.index;

@@ -71,6 +71,9 @@ struct worker_config {
   /// worker-side generation only (its tokens stay right) — for the comparison of a checked
   /// generation's session.
   bool corrupt_generation_caches = false;
+  /// A testing aid (`mpakt worker --fault corrupt-generation-tokens`): every token of a
+  /// worker-side generation altered (and fed on), graph calls answered right.
+  bool corrupt_generation_tokens = false;
   /// A testing aid (`mpakt worker --fault malformed-answers`): every graph answer is text that
   /// is not an outputs object (deeply nested and unfinished) — a hostile volunteer, for the
   /// coordinator's answer checks to catch.

@@ -305,7 +305,8 @@ def test_a_model_beyond_the_verifiers_room_is_checked_on_its_output_head(start_s
     one product: the volunteer is asked for the activation entering the head and the logits
     besides its answer, and the verifier's product must match (here on another kernel path,
     AVX2, within the tolerance), as must the token argmax drew from it. The caller's answers
-    carry what it asked for only; a worker-side generation cannot be redone and is unchecked."""
+    carry what it asked for only. A worker-side generation is checked once it ends, on one of
+    its steps done again as a probed graph call."""
     c = start_cluster(start_server, tmp_path_factory, "head", options=("--verify-memory", "256K"))
     server = c.server
     try:
@@ -319,9 +320,11 @@ def test_a_model_beyond_the_verifiers_room_is_checked_on_its_output_head(start_s
         n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
         assert PROMPT + generate(c, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
         # the allocation (no weight) re-run whole; each prompt step probed on the head
-        st = c.wait_for(lambda s: s["pool"][0]["checks"]["passed"] >= len(PROMPT), "the probed passes to be counted")
+        # (the allocation re-run whole; each prompt step probed on the head; the generation by
+        # one of its steps done again and probed)
+        st = c.wait_for(lambda s: s["pool"][0]["checks"]["passed"] >= len(PROMPT) + 1, "the probed passes to be counted")
         checks = st["pool"][0]["checks"]
-        assert st["quarantined"] == [] and checks["unchecked"] >= 1, checks  # (the generation)
+        assert st["quarantined"] == [] and checks["unchecked"] == 0, checks
         # an inline graph's outputs come back as asked too
         g = graph_cli("--model-id", model, "--ids", ",".join(map(str, PROMPT)))
         r = expect(server.api.post("/api/v3/graph", {"graph": g}, key=c.key, timeout=60), 200)
@@ -358,6 +361,37 @@ def test_a_liar_holding_a_model_beyond_the_verifiers_room_is_caught_on_its_outpu
         sid2, honest = prefilled_session(c, model, step)
         assert got == honest[0], (got, honest[0])
         n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+        assert PROMPT + generate(c, step, sid2, n)["tokens"] == GOLDEN["greedy_ids"]
+        server.assert_up()
+    finally:
+        c.stop_all()
+        server.process.terminate()
+
+
+def test_a_liar_in_its_generations_on_a_model_beyond_the_verifiers_room_is_caught_after_one(start_server,
+                                                                                            tmp_path_factory):
+    """`--fault corrupt-generation-tokens`: graph calls answered right, every token of a
+    worker-side generation altered. With the verifier holding only the head, the generation is
+    checked when it ends: one of its steps is done again as a probed graph call, which draws
+    another token than the loop sent, and the volunteer is quarantined. (The client has seen
+    that generation's tokens: the check comes after it; the whole-model check of a smaller
+    model streams the verifier's tokens instead.) On the previous build it was never caught."""
+    c = start_cluster(start_server, tmp_path_factory, "genliar", options=("--verify-memory", "256K"))
+    server = c.server
+    try:
+        liar, _, model = holding_stories(c, "w_liar", "corrupt-generation-tokens")
+        step = compiled_step(c, model)
+        sid, _ = prefilled_session(c, model, step)
+        assert c.status(c.key)["quarantined"] == []  # (its graph calls were probed and honest)
+        n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+        r = generate(c, step, sid, n)
+        assert r["workerLoop"] is True and PROMPT + r["tokens"] != GOLDEN["greedy_ids"], r  # (the lie went out)
+        st = c.wait_for(lambda s: s["quarantined"] and [w["workerId"] for w in s["pool"]] == ["w_honest"],
+                        "the liar to be quarantined and gone", timeout=20)
+        q = st["quarantined"][0]
+        assert q["workerId"] == "w_liar" and "the same step, done again and checked on the output head" in q["reason"], q
+        assert liar.proc.wait(timeout=15) == 4
+        sid2, _ = prefilled_session(c, model, step)
         assert PROMPT + generate(c, step, sid2, n)["tokens"] == GOLDEN["greedy_ids"]
         server.assert_up()
     finally:
