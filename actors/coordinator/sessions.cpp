@@ -63,7 +63,15 @@ caf::result<open_session_reply> open_session(coordinator_pointer self, const cal
               S.emit(grid_event{0, 0, "opened", "session", sid, S.worker_id_of(w)});
               rp.deliver(open_session_reply{sid, e.model_id, e.label, e.created_at});
             },
-            [=](caf::error& e) mutable { fail(self, rp, e); });
+            [=](caf::error& e) mutable {
+              // The model's worker left the grid as the session was asked for: the model is
+              // being placed again (or is lost), which says more than "a worker went away".
+              if (!model_id.empty() && actor_gone(e))
+                return fail(self, rp,
+                            to_caf(errc::unavailable, "model " + model_id + " lost its worker just now and is being placed "
+                                                      "again where it can be; open the session again in a moment"));
+              fail(self, rp, e);
+            });
   };
   if (m) {
     open(m->worker);  // a session lives where its model's weights are

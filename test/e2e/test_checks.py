@@ -52,6 +52,17 @@ def load_stories(c):
     return r["modelId"], r["placement"][0]["workerId"]
 
 
+def placed_on(c, model, worker, timeout=30):
+    """Waits until `model` is placed on `worker` alone (after its worker was lost)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ms = [m for m in expect(c.server.api.get("/api/v3/models", key=c.key), 200)["models"] if m["modelId"] == model]
+        if ms and [p["workerId"] for p in ms[0]["placement"]] == [worker]:
+            return
+        assert time.monotonic() < deadline, f"model {model} was not placed on {worker}: {ms}"
+        time.sleep(0.1)
+
+
 def prefilled_session(c, model, step):
     """A session with caches, the prompt but its last token fed by `step` (compiled, one
     token), checkpointed; returns it and the step's answers."""
@@ -120,6 +131,7 @@ def test_a_lying_volunteer_is_caught_in_a_graph_call_and_no_client_sees_the_lie(
     assert liar.proc.wait(timeout=15) == 4
     assert "disconnected this volunteer" in liar.output()
     # every answer the client got equals an undisturbed run's (the same calls on the honest volunteer)
+    placed_on(grid, model, "w_honest")
     sid2, honest = prefilled_session(grid, model, step)
     assert answers == honest
     n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
@@ -237,6 +249,7 @@ def test_weights_altered_after_their_arrival_check_are_caught_by_an_operators_re
     assert q["workerId"] == "w_sly" and "differs from what it was sent" in q["reason"], q
     assert sly.proc.wait(timeout=15) == 4
     # its model is placed again on the honest volunteer and decodes as it should
+    placed_on(grid, model, "w_honest")
     step = compiled_step(grid, model)
     sid, _ = prefilled_session(grid, model, step)
     assert PROMPT + generate(grid, step, sid, len(GOLDEN["greedy_ids"]) - len(PROMPT))["tokens"] == GOLDEN["greedy_ids"]
@@ -358,6 +371,7 @@ def test_a_liar_holding_a_model_beyond_the_verifiers_room_is_caught_on_its_outpu
         q = st["quarantined"][0]
         assert q["workerId"] == "w_liar" and "where the verifier's product has its maximum at" in q["reason"], q
         assert liar.proc.wait(timeout=15) == 4
+        placed_on(c, model, "w_honest")
         sid2, honest = prefilled_session(c, model, step)
         assert got == honest[0], (got, honest[0])
         n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
@@ -391,6 +405,7 @@ def test_a_liar_in_its_generations_on_a_model_beyond_the_verifiers_room_is_caugh
         q = st["quarantined"][0]
         assert q["workerId"] == "w_liar" and "the same step, done again and checked on the output head" in q["reason"], q
         assert liar.proc.wait(timeout=15) == 4
+        placed_on(c, model, "w_honest")
         sid2, _ = prefilled_session(c, model, step)
         assert PROMPT + generate(c, step, sid2, n)["tokens"] == GOLDEN["greedy_ids"]
         server.assert_up()
@@ -421,6 +436,7 @@ def test_a_volunteer_that_lies_now_and_then_is_caught_within_its_checked_passes(
         assert liar.proc.wait(timeout=15) == 4
         assert [w["workerId"] for w in st["pool"]] == ["w_honest"]
         # what the client got, call for call and token for token, is what the honest volunteer gives
+        placed_on(c, model, "w_honest")
         sid, honest = prefilled_session(c, model, step)
         for answers, tokens in got:
             assert answers == honest
@@ -471,6 +487,7 @@ def test_a_volunteer_that_answers_right_but_keeps_wrong_caches_is_caught(grid):
     assert q["workerId"] == "w_caches", q
     assert "left its session unlike the verifier's" in q["reason"] and sid in q["reason"], q
     assert sly.proc.wait(timeout=15) == 4
+    placed_on(grid, model, "w_honest")
     step = compiled_step(grid, model)
     expect(api.post("/api/v3/graph", {"graphId": step, "session": sid, "bind": {"ids": [PROMPT[0]], "pos": 0}}, key=key),
            503, "prefill it again")
@@ -500,6 +517,7 @@ def test_a_generation_that_draws_right_tokens_but_leaves_wrong_caches_is_caught(
     assert "a generation drew the verifier's tokens but left session" in q["reason"] and sid in q["reason"], q
     assert sly.proc.wait(timeout=15) == 4
     # the model, placed again on the honest volunteer, decodes as it should
+    placed_on(grid, model, "w_honest")
     sid2, _ = prefilled_session(grid, model, step)
     assert PROMPT + generate(grid, step, sid2, n)["tokens"] == GOLDEN["greedy_ids"]
     grid.server.assert_up()
