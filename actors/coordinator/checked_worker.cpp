@@ -66,24 +66,6 @@ void verify_budget::give(std::uint64_t n) {
 
 namespace {
 
-/// The values of one output ({"shape", "data" | "dataB64"}), as floats; false when unreadable.
-bool output_values_of(const rapidjson::Value& o, std::vector<std::int64_t>& shape, std::vector<float>& values) {
-  if (!o.IsObject()) return false;
-  auto sh = o.FindMember("shape");
-  if (sh == o.MemberEnd() || !sh->value.IsArray()) return false;
-  for (const auto& d : sh->value.GetArray()) shape.push_back(d.IsInt64() ? d.GetInt64() : -1);
-  if (auto b = o.FindMember("dataB64"); b != o.MemberEnd() && b->value.IsString()) {
-    auto decoded = decode_f32_base64(std::string_view(b->value.GetString(), b->value.GetStringLength()));
-    if (!decoded) return false;
-    values = std::move(*decoded);
-    return true;
-  }
-  auto data = o.FindMember("data");
-  if (data == o.MemberEnd() || !data->value.IsArray()) return false;
-  for (const auto& v : data->value.GetArray()) values.push_back(v.IsNumber() ? float(v.GetDouble()) : std::nanf(""));
-  return true;
-}
-
 /// Where the volunteer's values `theirs` first differ from the verifier's `mine` (as long):
 /// "NAME[i] is X where the verifier has Y (…)", or empty when they agree — exactly when
 /// `tolerance` ≤ 0 (the same kernel path), else within `tolerance` times the largest finite
@@ -757,9 +739,14 @@ caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_p
   }
   struct outcome {
     run_reply theirs;
+    rapidjson::Document answer;       ///< the volunteer's, parsed once
     std::vector<std::int64_t> shape;  ///< the product's
     std::string probe;                ///< the graph the verifier runs
     std::optional<std::string> verified;  ///< on a mismatch: the caller's answer from the verifier's product
+    /// The answer as the caller asked for it: without the extra values.
+    void strip(const std::vector<std::string>& extra) {
+      if (!extra.empty()) theirs.outputs_json = without_outputs(answer, extra);
+    }
   };
   const bool base64 = r.base64;
   self->request(st.volunteer(), caf::infinite, run_atom::value, std::move(r))
@@ -767,16 +754,20 @@ caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_p
           [self, rp, p, extra, tolerance, asked, base64](run_reply& x) mutable {
             auto o = std::make_shared<outcome>();
             o->theirs = std::move(x);
-            // (the answer is untrusted text, read on a helper thread when large)
+            // (the answer is untrusted text, read once with the depth-limited parser, on a
+            // helper thread when large)
             maybe_off_thread<status>(
                 self, o->theirs.outputs_json.size() >= off_thread_bytes,
-                [o, p, extra]() -> status {
+                [o, p]() -> status {
+                  auto doc = parse_json_object(o->theirs.outputs_json, "the volunteer's answer");
+                  if (!doc) return status(doc.err());
+                  o->answer = std::move(*doc);
                   std::vector<std::int64_t> xs;
                   std::vector<float> xv;
-                  if (!output_of(o->theirs.outputs_json, p.x, xs, xv) || xs.empty())
+                  if (!output_of(o->answer, p.x, xs, xv) || xs.empty())
                     return status(invalid("the activation " + p.x + " it was asked for is missing or unreadable"));
                   std::vector<float> yv;
-                  if (!output_of(o->theirs.outputs_json, p.out, o->shape, yv))
+                  if (!output_of(o->answer, p.out, o->shape, yv))
                     return status(invalid("the product " + p.out + " it was asked for is missing or unreadable"));
                   o->probe = probe_graph(p, xs, xv);
                   return status{};
@@ -801,12 +792,9 @@ caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_p
                                   std::vector<std::int64_t> ys;
                                   std::vector<float> yv;
                                   if (!output_of(verified, "y", ys, yv)) return status(invalid("the verifier's product is unreadable"));
-                                  *why = probe_difference(p, o->theirs.outputs_json, yv, o->shape, tolerance, first_difference);
+                                  *why = probe_difference(p, o->answer, yv, o->shape, tolerance, first_difference);
                                   if (!why->empty()) o->verified = verified_answer(p, asked, yv, ys, base64);
-                                  if (!why->empty() || extra.empty()) return status{};
-                                  auto stripped = without_outputs(o->theirs.outputs_json, extra);
-                                  if (!stripped) return status(stripped.err());
-                                  o->theirs.outputs_json = std::move(*stripped);
+                                  else o->strip(extra);
                                   return status{};
                                 },
                                 [self, rp, o, why](status& done) mutable {
@@ -831,10 +819,7 @@ caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_p
                           [self, rp, o, extra](caf::error&) mutable {
                             // (the verifier could not redo it: unchecked, the answer as asked for)
                             self->state.sh->counts.unchecked++;
-                            auto stripped = extra.empty() ? result<std::string>(o->theirs.outputs_json)
-                                                          : without_outputs(o->theirs.outputs_json, extra);
-                            if (!stripped) return rp->deliver(to_caf(stripped.err()));
-                            o->theirs.outputs_json = std::move(*stripped);
+                            o->strip(extra);
                             rp->deliver(std::move(o->theirs));
                           });
                 });

@@ -135,38 +135,51 @@ result<std::string> with_outputs(const std::string& graph_json, const std::vecto
   return text_of(d);
 }
 
+std::string without_outputs(rapidjson::Document& answer, const std::vector<std::string>& names) {
+  for (const auto& n : names) answer.RemoveMember(rapidjson::StringRef(n.c_str(), rapidjson::SizeType(n.size())));
+  return text_of(answer);
+}
+
 result<std::string> without_outputs(const std::string& outputs_json, const std::vector<std::string>& names) {
   auto doc = parse_json_object(outputs_json, "an answer");
   if (!doc) return std::move(doc).err();
-  for (const auto& n : names) doc->RemoveMember(rapidjson::StringRef(n.c_str(), rapidjson::SizeType(n.size())));
-  return text_of(*doc);
+  return without_outputs(*doc, names);
+}
+
+bool output_values_of(const rapidjson::Value& o, std::vector<std::int64_t>& shape, std::vector<float>& values) {
+  if (!o.IsObject()) return false;
+  auto sh = o.FindMember("shape");
+  if (sh == o.MemberEnd() || !sh->value.IsArray()) return false;
+  for (const auto& d : sh->value.GetArray()) shape.push_back(d.IsInt64() ? d.GetInt64() : -1);
+  if (auto b = o.FindMember("dataB64"); b != o.MemberEnd() && b->value.IsString()) {
+    auto decoded = decode_f32_base64(std::string_view(b->value.GetString(), b->value.GetStringLength()));
+    if (!decoded) return false;
+    values = std::move(*decoded);
+    return true;
+  }
+  auto data = o.FindMember("data");
+  if (data == o.MemberEnd() || !data->value.IsArray()) return false;
+  for (const auto& v : data->value.GetArray()) values.push_back(v.IsNumber() ? float(v.GetDouble()) : std::nanf(""));
+  return true;
+}
+
+bool output_of(const rapidjson::Value& answer, const std::string& name, std::vector<std::int64_t>& shape,
+               std::vector<float>& values) {
+  if (!answer.IsObject()) return false;
+  auto it = answer.FindMember(rapidjson::StringRef(name.c_str(), rapidjson::SizeType(name.size())));
+  if (it == answer.MemberEnd() || !output_values_of(it->value, shape, values)) return false;
+  std::int64_t n = 1;
+  for (auto d : shape) {
+    if (d < 0) return false;
+    n *= d;
+  }
+  return std::int64_t(values.size()) == n;
 }
 
 bool output_of(const std::string& outputs_json, const std::string& name, std::vector<std::int64_t>& shape,
                std::vector<float>& values) {
   auto doc = parse_json_object(outputs_json, "an answer");
-  if (!doc) return false;
-  auto it = doc->FindMember(rapidjson::StringRef(name.c_str(), rapidjson::SizeType(name.size())));
-  if (it == doc->MemberEnd() || !it->value.IsObject()) return false;
-  const auto& o = it->value;
-  auto sh = o.FindMember("shape");
-  if (sh == o.MemberEnd() || !sh->value.IsArray()) return false;
-  std::int64_t n = 1;
-  for (const auto& d : sh->value.GetArray()) {
-    if (!d.IsInt64() || d.GetInt64() < 0) return false;
-    shape.push_back(d.GetInt64());
-    n *= d.GetInt64();
-  }
-  if (auto b = o.FindMember("dataB64"); b != o.MemberEnd() && b->value.IsString()) {
-    auto decoded = decode_f32_base64(std::string_view(b->value.GetString(), b->value.GetStringLength()));
-    if (!decoded) return false;
-    values = std::move(*decoded);
-  } else {
-    auto data = o.FindMember("data");
-    if (data == o.MemberEnd() || !data->value.IsArray()) return false;
-    for (const auto& v : data->value.GetArray()) values.push_back(v.IsNumber() ? float(v.GetDouble()) : std::nanf(""));
-  }
-  return std::int64_t(values.size()) == n;
+  return doc && output_of(*doc, name, shape, values);
 }
 
 std::string probe_graph(const product_probe& p, const std::vector<std::int64_t>& shape, std::span<const float> x) {
@@ -206,7 +219,7 @@ std::string probe_graph(const product_probe& p, const std::vector<std::int64_t>&
   });
 }
 
-std::string probe_difference(const product_probe& p, const std::string& their_answer, std::span<const float> mine,
+std::string probe_difference(const product_probe& p, const rapidjson::Value& their_answer, std::span<const float> mine,
                              const std::vector<std::int64_t>& shape, float tolerance,
                              const std::function<std::string(const std::string&, std::span<const float>, std::span<const float>,
                                                              float)>& first_difference) {

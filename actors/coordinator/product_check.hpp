@@ -13,6 +13,8 @@
 ///
 /// These are pure functions of graph and answer texts; the checked worker drives them.
 
+#include <rapidjson/document.h>
+
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -48,10 +50,19 @@ std::vector<std::string> declared_outputs(const std::string& graph_json);
 /// `graph_json` with `names` added to its outputs (those it already declares are not repeated).
 result<std::string> with_outputs(const std::string& graph_json, const std::vector<std::string>& names);
 
-/// An answer's outputs object without the members `names`.
+/// An answer's outputs object without the members `names`, written back as text (`answer`,
+/// parsed once by the caller, loses them).
+std::string without_outputs(rapidjson::Document& answer, const std::vector<std::string>& names);
 result<std::string> without_outputs(const std::string& outputs_json, const std::vector<std::string>& names);
 
-/// One output of an answer: its shape and values (false when absent or unreadable).
+/// The values of one output object ({"shape", "data" | "dataB64"}) as floats, its shape as
+/// written (a dimension that is no integer reads as -1); false when unreadable.
+bool output_values_of(const rapidjson::Value& o, std::vector<std::int64_t>& shape, std::vector<float>& values);
+
+/// One output of an answer (an outputs object, or its text): its shape and values — false
+/// when absent, unreadable, or its values do not fill its shape.
+bool output_of(const rapidjson::Value& answer, const std::string& name, std::vector<std::int64_t>& shape,
+               std::vector<float>& values);
 bool output_of(const std::string& outputs_json, const std::string& name, std::vector<std::int64_t>& shape,
                std::vector<float>& values);
 
@@ -62,7 +73,7 @@ std::string probe_graph(const product_probe& p, const std::vector<std::int64_t>&
 /// the volunteer answered under `p.argmax_out` (when any) are the argmax of `mine`'s rows
 /// (on another kernel path: a row's chosen value within the tolerance of its maximum). Empty
 /// when they agree, else what differs.
-std::string probe_difference(const product_probe& p, const std::string& their_answer, std::span<const float> mine,
+std::string probe_difference(const product_probe& p, const rapidjson::Value& their_answer, std::span<const float> mine,
                              const std::vector<std::int64_t>& shape, float tolerance,
                              const std::function<std::string(const std::string&, std::span<const float>, std::span<const float>,
                                                              float)>& first_difference);

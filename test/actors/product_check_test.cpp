@@ -117,8 +117,14 @@ TEST(product_check, ProductsAndTheTokensDrawnFromThemMustAgree) {
   const auto p = products_to_probe(graph, head_only).at(0);
   const std::vector<float> mine{1.0f, 5.0f, 4.99f, -2.0f, 0.0f, 7.0f};  // two rows of 3
   const std::vector<std::int64_t> shape{2, 3};
-  auto answer = [](std::string logits, std::string toks) {
-    return R"({"tok":{"shape":[2],"data":[)" + toks + R"(]},"logits":{"shape":[2,3],"data":[)" + logits + "]}}";
+  auto parsed = [](const std::string& text) -> rapidjson::Document {
+    auto d = parse_json_object(text, "answer");
+    rapidjson::Document out;
+    out.Swap(*d);
+    return out;
+  };
+  auto answer = [&](std::string logits, std::string toks) {
+    return parsed(R"({"tok":{"shape":[2],"data":[)" + toks + R"(]},"logits":{"shape":[2,3],"data":[)" + logits + "]}}");
   };
   EXPECT_EQ(probe_difference(p, answer("1,5,4.99,-2,0,7", "1,2"), mine, shape, 0, diff), "");
   EXPECT_EQ(probe_difference(p, answer("1,5,4.99,-2,0,7.5", "1,2"), mine, shape, 0, diff), "product logits[5]");
@@ -130,8 +136,8 @@ TEST(product_check, ProductsAndTheTokensDrawnFromThemMustAgree) {
   EXPECT_EQ(probe_difference(p, answer("1,5,4.99,-2,0,7", "2,2"), mine, shape, 0.01f, diff), "");
   EXPECT_NE(probe_difference(p, answer("1,5,4.99,-2,0,7", "0,2"), mine, shape, 0.01f, diff), "");
   // what it was asked for must be there, in the product's shape
-  EXPECT_NE(probe_difference(p, R"({"tok":{"shape":[2],"data":[1,2]}})", mine, shape, 0, diff), "");
-  EXPECT_NE(probe_difference(p, R"({"tok":{"shape":[2],"data":[1,2]},"logits":{"shape":[6],"data":[1,5,4.99,-2,0,7]}})", mine,
+  EXPECT_NE(probe_difference(p, parsed(R"({"tok":{"shape":[2],"data":[1,2]}})"), mine, shape, 0, diff), "");
+  EXPECT_NE(probe_difference(p, parsed(R"({"tok":{"shape":[2],"data":[1,2]},"logits":{"shape":[6],"data":[1,5,4.99,-2,0,7]}})"), mine,
                              shape, 0, diff),
             "");
 }
