@@ -125,6 +125,12 @@ SHAPES = {
 DTYPES = {"bf16": ("none", "BF16"), "q8": ("q8", "Q8_0"), "q4": ("q4", "Q4_0")}
 
 AMX_OFF_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+# `--isa avx2`: the peer built for AVX2 machines (no AVX-512, no AMX) and mpakt's kernels held at
+# the avx2 level (MPAKT_CPU_LEVEL), so an AVX-512 machine shows both engines' portable paths —
+# the code most volunteers' CPUs run — side by side. The memory system stays this machine's.
+AVX2_CMAKE = ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+              "-DGGML_BMI2=ON", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX512_BF16=OFF",
+              "-DGGML_AVX_VNNI=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
 
 
 def log(*a):
@@ -236,7 +242,7 @@ class Peer:
             sorted(sd.glob("llama_cpp_python-*.tar.gz"), key=_version_key)
         return got[-1]
 
-    def setup(self, smoke_ggufs_fn):
+    def setup(self, smoke_ggufs_fn, isa="native"):
         tgz = self.sdist()
         self.version = ".".join(map(str, _version_key(tgz)))
         self.dir = self.cache / self.version
@@ -258,6 +264,24 @@ class Peer:
             (self.venv / ".ready").write_text("ok\n")
         self.info.update({"version": self.version, "sdist": str(tgz), "src": str(self.src),
                           "ggml_version": self._ggml_version()})
+        if isa == "avx512":
+            self.build("noamx")
+            self.variant = "noamx"
+            self.notes.append("llama.cpp built native with AMX off; mpakt held at its avx512_bf16 kernel level "
+                              "(MPAKT_CPU_LEVEL=avx512_bf16): an AVX-512 machine without AMX")
+            self.info.update({"variant": self.variant})
+            self.bindir = self.dir / f"build-{self.variant}" / "bin"
+            self.bench, self.quantize = self.bindir / "llama-bench", self.bindir / "llama-quantize"
+            return
+        if isa == "avx2":
+            self.build("avx2")
+            self.variant = "avx2"
+            self.notes.append("llama.cpp built for AVX2 (GGML_NATIVE=OFF, AVX2/FMA/F16C/BMI2 on, AVX-512 and "
+                              "AMX off); mpakt held at its avx2 kernel level (MPAKT_CPU_LEVEL=avx2)")
+            self.info.update({"variant": self.variant})
+            self.bindir = self.dir / f"build-{self.variant}" / "bin"
+            self.bench, self.quantize = self.bindir / "llama-bench", self.bindir / "llama-quantize"
+            return
         cpu_key = hashlib.sha256(" ".join(cpu_info()["flags"]).encode()).hexdigest()[:12]
         verdict_path = self.dir / f"amx-verdict-{cpu_key}.json"
         verdict = json.loads(verdict_path.read_text()) if verdict_path.is_file() else None
@@ -297,8 +321,9 @@ class Peer:
         log(f"peer: building llama-bench and llama-quantize ({variant}) into {bdir} (several minutes)…")
         t = time.perf_counter()
         gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-        flags = [] if variant == "amx" else [f"-DCMAKE_C_FLAGS={AMX_OFF_FLAGS}", f"-DCMAKE_CXX_FLAGS={AMX_OFF_FLAGS}"]
-        run(["cmake", "-S", self.src, "-B", bdir, *gen, "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
+        flags = {"amx": ["-DGGML_NATIVE=ON"], "avx2": AVX2_CMAKE}.get(
+            variant, ["-DGGML_NATIVE=ON", f"-DCMAKE_C_FLAGS={AMX_OFF_FLAGS}", f"-DCMAKE_CXX_FLAGS={AMX_OFF_FLAGS}"])
+        run(["cmake", "-S", self.src, "-B", bdir, *gen, "-DCMAKE_BUILD_TYPE=Release",
              "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
              "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_APP=OFF", "-DGGML_CCACHE=OFF",
              *flags], timeout=1800)
@@ -580,6 +605,10 @@ def main():
                     help="where the peer, its GGUF files and the checkpoints live (default ~/.cache/mpakt-peer)")
     ap.add_argument("--peer-version", default=None, help="llama-cpp-python version to use (default: newest cached)")
     ap.add_argument("--refresh-peer", action="store_true", help="ask PyPI for the newest llama-cpp-python")
+    ap.add_argument("--isa", choices=["native", "avx2", "avx512"], default="native",
+                    help="avx2: both engines on their AVX2 paths (the peer built for AVX2, mpakt's kernels "
+                         "held at the avx2 level) — what an AVX2-only volunteer runs; avx512: both without "
+                         "AMX (the peer's AMX-off build, mpakt at avx512_bf16) — an AVX-512 machine without tiles")
     ap.add_argument("--reprint", metavar="JSON", help="print the table of an earlier run's JSON and exit")
     args = ap.parse_args()
     if args.reprint:
@@ -632,7 +661,10 @@ def main():
         paths = p.make_ggufs(s, st_dirs[s], p.dir / "build-amx" / "bin" / "llama-quantize")
         return paths
 
-    peer.setup(smoke_ggufs)
+    peer.setup(smoke_ggufs, args.isa)
+    results["isa"] = args.isa
+    if args.isa != "native":  # inherited by the mpakt servers started below
+        os.environ["MPAKT_CPU_LEVEL"] = {"avx2": "avx2", "avx512": "avx512_bf16"}[args.isa]
     ggufs = {}
     for s in shapes:
         log(f"GGUF files {s}…")

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <map>
 #include <string>
@@ -221,6 +222,44 @@ TEST(FastMatmul, ManyRowIntegerProductsAgreeWithinTheirInt8Bound) {
               for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], bounds[i]) << "at " << i;
             }
     }
+}
+
+/// VNNI's many-row product (sixteen columns in the lanes, vpdpbusd) computes AVX2's lanes
+/// kernel's integers and applies the scales in the same order: the same bits, so a prefill
+/// gives the same caches on either kind of machine without tiles.
+TEST(FastMatmul, VnniLanesGiveTheBitsOfAvx2Lanes) {
+  if (cpu_isa::best() < cpu_isa::level::avx512_vnni) GTEST_SKIP() << "no VNNI here";
+  unsigned seed = 900;
+  for (auto t : {cpu_fast::wtype::q8, cpu_fast::wtype::q4})
+    for (std::int64_t rows : {1, 7, 8, 33, 45})
+      for (std::int64_t k : {32, 96, 576})
+        for (std::int64_t n : {5, 16, 17, 40}) {
+          SCOPED_TRACE(std::string(t == cpu_fast::wtype::q8 ? "q8" : "q4") + " rows " + std::to_string(rows) + " K " +
+                       std::to_string(k) + " N " + std::to_string(n));
+          const tensor x = random_f32({rows, k}, ++seed, 2.0f);
+          const tensor w = *convert_tensor(random_f32({n, k}, ++seed, 0.5f), t == cpu_fast::wtype::q8 ? dtype::q8 : dtype::q4);
+          const tensor bias = random_f32({n}, ++seed);
+          const std::int64_t blocks = k / 32;
+          std::vector<std::int8_t> q(std::size_t(rows * k));
+          std::vector<float> scale(std::size_t(rows * blocks)), sums(scale.size());
+          cpu_fast::avx2::int8_quantize_rows(x.f32(), k, 0, rows, q.data(), scale.data(), sums.data());
+          cpu_fast::int8_lanes_product p;
+          p.x = cpu_fast::int8_plain_rows{q.data(), scale.data(), sums.data(), rows, k};
+          p.w = reinterpret_cast<const std::uint8_t*>(w.data());
+          p.w_row_bytes = std::int64_t(w.nbytes()) / n;
+          p.type = t;
+          p.bias = bias.f32();
+          p.n = n;
+          std::vector<float> a(std::size_t(rows * n), -1.0f), b(a.size(), -2.0f);
+          p.y = a.data();
+          cpu_fast::avx2::int8_lanes_range(p, 0, n);
+          p.y = b.data();
+          // in two column ranges, as threads would split it (a group of sixteen, then the rest)
+          const std::int64_t cut = n > 16 ? 16 : n;
+          cpu_fast::avx512_vnni::int8_lanes_range(p, 0, cut);
+          if (cut < n) cpu_fast::avx512_vnni::int8_lanes_range(p, cut, n);
+          for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(std::bit_cast<std::uint32_t>(a[i]), std::bit_cast<std::uint32_t>(b[i])) << "at " << i << ": " << a[i] << " vs " << b[i];
+        }
 }
 
 TEST(FastMatmul, AmxActivationPackingMatchesItsOneValueAtATimeForm) {

@@ -215,37 +215,34 @@ MPAKT_VECTOR_LEVEL_API
 
 #undef MPAKT_VECTOR_LEVEL_API
 
-/// Activations quantized for the VNNI pair products, per row as pairs of blocks of 64 bytes
-/// (q8: values in natural order as vpdpbusd's unsigned operand; q4: [even values b0, even b1,
-/// odd b0, odd b1], the signed operand) and per pair 16 lanes of scales and (q4) of Σq·scale / 8
-/// laid out to match. Two forms:
-/// - int8 (`lo` null; int8_quantize_rows): one plane, max|x|/127 per block — the AMX path's
-///   numbers, for the many-row products;
-/// - int16 as two int8 planes (`lo` set; int16_split_quantize_rows): q = 256·hi + lo with
-///   max|x|/int16_levels per block, two vpdpbusd per pair — int16 precision at nearly int8's cost,
-///   for decode and batches (q8: hi + 128 and lo in [0, 255] unsigned; q4: hi and lo signed).
+/// Activations quantized for the VNNI pair products (decode, batches, verify passes), per row
+/// as pairs of blocks of 64 bytes (q8: values in natural order as vpdpbusd's unsigned operand;
+/// q4: [even values b0, even b1, odd b0, odd b1], the signed operand) and per pair 16 lanes of
+/// scales and (q4) of Σq·scale / 8 laid out to match: int16 (max|x|/int16_levels per block) as
+/// two int8 planes, q = 256·hi + lo, two vpdpbusd per pair — int16 precision at nearly int8's
+/// cost (q8: hi + 128 and lo in [0, 255] unsigned; q4: hi and lo signed).
 struct int8_rows {
-  const std::uint8_t* q = nullptr;   ///< rows × pairs × 64 (the high plane of the int16 form)
+  const std::uint8_t* q = nullptr;   ///< rows × pairs × 64: the high plane
   const float* scale = nullptr;      ///< rows × pairs × 16
   const float* sums = nullptr;       ///< rows × pairs × 16 (q4)
   std::int64_t rows = 0, k = 0;
-  const std::uint8_t* lo = nullptr;  ///< rows × pairs × 64: the int16 form's low plane
+  const std::uint8_t* lo = nullptr;  ///< rows × pairs × 64: the low plane
 };
 
 using int8_pairs_product = integer_product<int8_rows>;
 
 namespace avx512_vnni {
-/// Rows [r_begin, r_end) of x (stride k, a multiple of 32) for int8_pairs_range: int8 per
-/// block of 32 with the AMX path's scales (max|x|/127, nearest even); NaN scale for a block
-/// holding NaN or ±∞. q gets rows·ceil(k/64)·64 bytes, scale and sums rows·ceil(k/64)·16.
-void int8_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, wtype type,
-                        std::uint8_t* q, float* scale, float* sums);
-/// As int8_quantize_rows, in the two-plane int16 form (the int16 kernels' exact values):
-/// hi and lo each get rows·ceil(k/64)·64 bytes.
+/// Rows [r_begin, r_end) of x (stride k, a multiple of 32) for int8_pairs_range, in the
+/// two-plane int16 form (the int16 kernels' exact values); NaN scale for a block holding NaN
+/// or ±∞. hi and lo each get rows·ceil(k/64)·64 bytes, scale and sums rows·ceil(k/64)·16.
 void int16_split_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, wtype type,
                                std::uint8_t* hi, std::uint8_t* lo, float* scale, float* sums);
-/// Output columns [n_begin, n_end), for either form of the activations.
+/// Output columns [n_begin, n_end).
 void int8_pairs_range(const int8_pairs_product& a, std::int64_t n_begin, std::int64_t n_end);
+/// Output columns [n_begin, n_end) of a many-row product with int8_plain_rows activations
+/// (avx2::int8_quantize_rows), sixteen weight rows at a time with one output per lane: the
+/// bits of avx2::int8_lanes_range, in vpdpbusd.
+void int8_lanes_range(const int8_lanes_product& a, std::int64_t n_begin, std::int64_t n_end);
 }  // namespace avx512_vnni
 
 }  // namespace mpakt::cpu_fast

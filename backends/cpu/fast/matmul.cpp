@@ -329,28 +329,26 @@ bool accepts_amx(std::span<const tensor_desc> inputs, const op_params& params) {
   return k > 0 && k % 32 == 0 && rows >= amx_min_rows && inputs[1].shape[0] >= 16;
 }
 
-/// A q8/q4 product on a CPU with VNNI, below the AMX tiles' rows or without them, in vpdpbusd
-/// with a pair of blocks per instruction. Decode and batches (fewer rows than amx_min_rows):
-/// the activations at int16 precision as two int8 planes (the int16 kernel's precision, each
-/// row computed alone: the same bits in any batch), per pair of blocks about half the
-/// instructions of the int16 kernel, so q4 and q8 decode are held by the weights' bytes rather
-/// than by the instructions. Many rows (prefill without AMX): int8 activations, the AMX path's
-/// numbers. A row holding NaN or ±∞ takes the int16 kernel's path.
+/// A q8/q4 product on a CPU with VNNI, below the AMX tiles' rows (decode, batches, verify
+/// passes), in vpdpbusd with a pair of blocks per instruction: the activations at int16
+/// precision as two int8 planes (the int16 kernel's precision, each row computed alone: the
+/// same bits in any batch), per pair of blocks about half the instructions of the int16
+/// kernel, so q4 and q8 decode are held by the weights' bytes rather than by the instructions.
+/// Many rows take product_vnni_lanes (registered ahead). A row holding NaN or ±∞ takes the
+/// int16 kernel's path.
 /// The activations of `a` quantized for the VNNI pair kernels, in the scratch; false when a
 /// row is not finite.
 bool vnni_quantize(const float_product& a, workspace& ws, int8_rows& out) {
   const std::int64_t pairs = (a.k / 32 + 1) / 2;
-  const bool split = a.rows < amx_min_rows;
   const std::size_t plane = std::size_t(a.rows * pairs * 64);
-  auto* q = reinterpret_cast<std::uint8_t*>(ws.ints((split ? 2 * plane : plane) / 4, 7));
-  std::uint8_t* lo = split ? q + plane : nullptr;
+  auto* q = reinterpret_cast<std::uint8_t*>(ws.ints(2 * plane / 4, 7));
+  std::uint8_t* lo = q + plane;
   float* scale = ws.floats(std::size_t(a.rows * pairs * 16), 7);
   float* sums = a.type == wtype::q4 ? ws.floats(std::size_t(a.rows * pairs * 16), 8) : nullptr;
   const int threads = kernel_threads();
   const int qparts = int(std::min<std::int64_t>(threads, a.rows));
   auto quantize = [&](std::int64_t b, std::int64_t e) {
-    if (split) avx512_vnni::int16_split_quantize_rows(a.x, a.k, b, e, a.type, q, lo, scale, sums);
-    else avx512_vnni::int8_quantize_rows(a.x, a.k, b, e, a.type, q, scale, sums);
+    avx512_vnni::int16_split_quantize_rows(a.x, a.k, b, e, a.type, q, lo, scale, sums);
   };
   if (qparts <= 1) quantize(0, a.rows);
   else parallel_for(qparts, [&](int p) { quantize(a.rows * p / qparts, a.rows * (p + 1) / qparts); });
@@ -410,19 +408,21 @@ bool lanes_quantize(const float_product& a, workspace& ws, int8_plain_rows& out)
   return true;
 }
 
-/// Runs f(i, begin, end) over the calls' output columns in whole groups of eight (a product's
-/// last group may be shorter), split over the kernel threads as one product that wide.
+/// Runs f(i, begin, end) over the calls' output columns in whole groups of `width` (a
+/// product's last group may be shorter), split over the kernel threads as one product that wide.
 template <class F>
-void split_lane_groups(const float_product* a, std::size_t count, F&& f) {
+void split_lane_groups(const float_product* a, std::size_t count, std::int64_t width, F&& f) {
   std::int64_t offs[max_group + 1] = {0};
-  for (std::size_t i = 0; i < count; ++i) offs[i + 1] = offs[i] + (a[i].n + 7) / 8;
+  for (std::size_t i = 0; i < count; ++i) offs[i + 1] = offs[i] + (a[i].n + width - 1) / width;
   const std::int64_t groups = offs[count];
   const int threads = kernel_threads();
-  const int parts = threads <= 1 ? 1 : int(std::clamp<std::int64_t>(groups / 8, std::min<std::int64_t>(threads, groups), 4 * threads));
+  const std::int64_t min_groups = 64 / width;  // at least 64 columns to a part
+  const int parts =
+      threads <= 1 ? 1 : int(std::clamp<std::int64_t>(groups / min_groups, std::min<std::int64_t>(threads, groups), 4 * threads));
   auto run = [&](std::int64_t gb, std::int64_t ge) {
     for (std::size_t i = 0; i < count; ++i) {
       const std::int64_t lo = std::max(gb, offs[i]), hi = std::min(ge, offs[i + 1]);
-      if (lo < hi) f(i, (lo - offs[i]) * 8, std::min(a[i].n, (hi - offs[i]) * 8));
+      if (lo < hi) f(i, (lo - offs[i]) * width, std::min(a[i].n, (hi - offs[i]) * width));
     }
   };
   if (parts <= 1) return run(0, groups);
@@ -435,7 +435,7 @@ status product_avx2_lanes(const kernel_call& c) {
   int8_plain_rows x;
   if (!lanes_quantize(a, *c.scratch, x)) return product<avx2_kernels>(c);
   const int8_lanes_product p = int_args(a, x);
-  split_lane_groups(&a, 1, [&](std::size_t, std::int64_t b, std::int64_t e) { avx2::int8_lanes_range(p, b, e); });
+  split_lane_groups(&a, 1, 8, [&](std::size_t, std::int64_t b, std::int64_t e) { avx2::int8_lanes_range(p, b, e); });
   return ok_status();
 }
 
@@ -447,7 +447,7 @@ status products_avx2_lanes(std::span<const kernel_call> calls) {
   if (!lanes_quantize(a[0], *calls[0].scratch, x)) return one_by_one(calls, product<avx2_kernels>);
   int8_lanes_product p[max_group];
   for (std::size_t i = 0; i < calls.size(); ++i) p[i] = int_args(a[i], x);
-  split_lane_groups(a, calls.size(), [&](std::size_t i, std::int64_t b, std::int64_t e) { avx2::int8_lanes_range(p[i], b, e); });
+  split_lane_groups(a, calls.size(), 8, [&](std::size_t i, std::int64_t b, std::int64_t e) { avx2::int8_lanes_range(p[i], b, e); });
   return ok_status();
 }
 
@@ -458,6 +458,32 @@ bool accepts_avx2_lanes(std::span<const tensor_desc> inputs, const op_params& pa
   const std::int64_t k = inputs[0].shape.back();
   const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
   return k > 0 && k % 32 == 0 && rows >= amx_min_rows;
+}
+
+/// A q8/q4 product with many rows (prefill) on a CPU with VNNI and no AMX tiles: AVX2's lanes
+/// at sixteen columns, in vpdpbusd (avx512_vnni::int8_lanes_range) — the same activations and
+/// bits as AVX2's; a row holding NaN or ±∞ takes the int16 kernels' path.
+status product_vnni_lanes(const kernel_call& c) {
+  const float_product a = args_of(c);
+  if (a.rows == 0 || a.n == 0) return ok_status();
+  int8_plain_rows x;
+  if (!lanes_quantize(a, *c.scratch, x)) return product<avx512_vnni_kernels>(c);
+  const int8_lanes_product p = int_args(a, x);
+  split_lane_groups(&a, 1, 16, [&](std::size_t, std::int64_t b, std::int64_t e) { avx512_vnni::int8_lanes_range(p, b, e); });
+  return ok_status();
+}
+
+/// product_vnni_lanes for several calls at once, the activations quantized once for all.
+status products_vnni_lanes(std::span<const kernel_call> calls) {
+  float_product a[max_group];
+  if (!same_input(calls, a) || a[0].rows == 0) return one_by_one(calls, product_vnni_lanes);
+  int8_plain_rows x;
+  if (!lanes_quantize(a[0], *calls[0].scratch, x)) return one_by_one(calls, product<avx512_vnni_kernels>);
+  int8_lanes_product p[max_group];
+  for (std::size_t i = 0; i < calls.size(); ++i) p[i] = int_args(a[i], x);
+  split_lane_groups(a, calls.size(), 16,
+                    [&](std::size_t i, std::int64_t b, std::int64_t e) { avx512_vnni::int8_lanes_range(p[i], b, e); });
+  return ok_status();
 }
 
 status product_scalar(const kernel_call& c) {
@@ -483,6 +509,8 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
   };
   for (const char* op : {"matmul", "linear"}) {
     out.push_back({op, product_amx, accepts_amx, "amx", level::amx});
+    // many rows without tiles: sixteen columns in the lanes (accepts_avx2_lanes: q8/q4 from 33 rows)
+    out.push_back({op, product_vnni_lanes, accepts_avx2_lanes, "avx512_vnni", level::avx512_vnni, products_vnni_lanes});
     out.push_back({op, product_vnni_int8, accepts_vnni_int8, "avx512_vnni", level::avx512_vnni, products_vnni_int8});
     for (const auto& e : levels) {
       // AVX2's many-row q8/q4 products, ahead of its general kernel (AVX-512 machines take

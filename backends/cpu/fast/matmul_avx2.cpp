@@ -297,24 +297,7 @@ int_product with_q4_order(const int_product& a) {
 /// tiles scale every column's sums on their own; the weights' unpacking is shared by every row.
 constexpr int lane_cols = 8;
 
-/// Rows 0–7 of `v` (eight int32 each) transposed: v[j] becomes element j of every row.
-inline void transpose8(__m256i* v) {
-  __m256i t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
-    t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
-  }
-  for (int h = 0; h < 8; h += 4) {
-    u[h] = _mm256_unpacklo_epi64(t[h], t[h + 2]);
-    u[h + 1] = _mm256_unpackhi_epi64(t[h], t[h + 2]);
-    u[h + 2] = _mm256_unpacklo_epi64(t[h + 1], t[h + 3]);
-    u[h + 3] = _mm256_unpackhi_epi64(t[h + 1], t[h + 3]);
-  }
-  for (int j = 0; j < 4; ++j) {
-    v[j] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x20);
-    v[j + 4] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x31);
-  }
-}
+#include "backends/cpu/fast/transpose8.inc"
 
 /// Weight rows [n0, n0 + nc) (nc ≤ 8; missing rows are zero) laid out for lanes_rows: per
 /// block, 8 registers (q4: nibbles; q8: magnitudes, then 8 more holding the signed values)

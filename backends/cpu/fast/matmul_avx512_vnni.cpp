@@ -11,16 +11,16 @@
 #pragma GCC diagnostic pop
 
 #include <cstdint>
+#include <vector>
 
 #include "backends/cpu/fast/isa_kernels.hpp"
 
 // ------------------------------------------------------------------ pairs of blocks
 //
 // A pair of weight blocks meets the activations in one vpdpbusd (u8 × s8 → s32, 64
-// products). The activations come in two forms (int8_rows): int8 per row and block of 32 —
-// the AMX path's numbers — for prefill on a CPU with VNNI but no AMX tiles (Zen 4/5, Ice
-// Lake); or int16 split into two int8 planes, one vpdpbusd each joined by a shift, for decode
-// and batches on any VNNI CPU. q8: the weights are the signed operand and the activations,
+// products). The activations (int8_rows) are int16 split into two int8 planes, one vpdpbusd
+// each joined by a shift, for decode and batches on any VNNI CPU (many rows take the lanes
+// kernel below, or AMX's tiles). q8: the weights are the signed operand and the activations,
 // offset by 128, the unsigned one (the offset's share, 128·Σw, is one more vpdpbusd per weight
 // pair, shared by every row). q4: the nibbles are the unsigned operand, laid out [low nibbles
 // b0, low b1, high b0, high b1] in 16-byte lanes, and the activations arrive in that layout.
@@ -87,9 +87,9 @@ inline wpair load_pair(const std::uint8_t* b0, bool single) {
   return w;
 }
 
-/// S: the two-plane int16 form of the activations (int8_rows), two vpdpbusd per pair:
+/// The two-plane int16 form of the activations (int8_rows), two vpdpbusd per pair:
 /// 256·(hi's dot) + (lo's dot).
-template <wtype T, bool S, int RT, int NT>
+template <wtype T, int RT, int NT>
 void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) {
   const i64 blocks = x.k / 32, pairs = (blocks + 1) / 2;
   __m512 acc[RT][NT], acc_m[RT][NT];
@@ -121,8 +121,7 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) 
     for (int i = 0; i < RT; ++i) {
       const i64 r = r0 + i;
       const __m512i xq = _mm512_loadu_si512(x.q + r * pairs * 64 + p * 64);
-      __m512i xl;
-      if constexpr (S) xl = _mm512_loadu_si512(x.lo + r * pairs * 64 + p * 64);
+      const __m512i xl = _mm512_loadu_si512(x.lo + r * pairs * 64 + p * 64);
       const __m512 xs = _mm512_loadu_ps(x.scale + (r * pairs + p) * 16);
       __m512 xm;
       if constexpr (T == wtype::q4) xm = _mm512_loadu_ps(x.sums + (r * pairs + p) * 16);
@@ -131,10 +130,10 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) 
         __m512i dot;
         if constexpr (T == wtype::q8) {
           dot = _mm512_dpbusd_epi32(w[j].neg_corr, xq, w[j].q);  // (hi + 128)·q − 128·Σq
-          if constexpr (S) dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8), xl, w[j].q);
+          dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8), xl, w[j].q);
         } else {
           dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j].q, xq);
-          if constexpr (S) dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8), w[j].q, xl);
+          dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8), w[j].q, xl);
           acc_m[i][j] = _mm512_fmadd_ps(w[j].m, xm, acc_m[i][j]);
         }
         acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w[j].d, xs), acc[i][j]);
@@ -151,13 +150,13 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) 
     }
 }
 
-template <wtype T, bool S, int NT, int RT>
+template <wtype T, int NT, int RT>
 void pair_tile_rows(const int8_rows& x, const int8_pairs_product& a, int rt, i64 r0, i64 n0) {
-  if (rt == RT) pair_tile<T, S, RT, NT>(x, a, r0, n0);
-  else if constexpr (RT > 1) pair_tile_rows<T, S, NT, RT - 1>(x, a, rt, r0, n0);
+  if (rt == RT) pair_tile<T, RT, NT>(x, a, r0, n0);
+  else if constexpr (RT > 1) pair_tile_rows<T, NT, RT - 1>(x, a, rt, r0, n0);
 }
 
-template <wtype T, bool S>
+template <wtype T>
 void pair_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
   constexpr int RT = 4;
   for (i64 n0 = n_begin; n0 < n_end; n0 += 4) {
@@ -165,9 +164,9 @@ void pair_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
     for (i64 r0 = 0; r0 < a.x.rows; r0 += RT) {
       const int rt = int(min_i64(RT, a.x.rows - r0));
       if (four) {
-        pair_tile_rows<T, S, 4, RT>(a.x, a, rt, r0, n0);
+        pair_tile_rows<T, 4, RT>(a.x, a, rt, r0, n0);
       } else {
-        for (i64 n = n0; n < n_end; ++n) pair_tile_rows<T, S, 1, RT>(a.x, a, rt, r0, n);
+        for (i64 n = n0; n < n_end; ++n) pair_tile_rows<T, 1, RT>(a.x, a, rt, r0, n);
       }
     }
   }
@@ -179,11 +178,10 @@ namespace {
 
 inline void store16(std::uint8_t* at, __m128i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(at), v); }
 
-/// Rows [r_begin, r_end) quantized per block of 32 in the pair layouts of int8_rows: int8
-/// (S false: max|x|/127, the AMX path's numbers to the bit, saturating) or the two-plane int16
-/// form (S true: max|x|/int16_levels; q8: q = 256·h + l with l in [0, 255], hi stored as h +
-/// 128; q4: h = (q + 128) >> 8 and l in [−128, 127], both signed). Nearest even throughout.
-template <bool S>
+/// Rows [r_begin, r_end) quantized per block of 32 in the pair layouts of int8_rows, in the
+/// two-plane int16 form: max|x|/int16_levels; q8: q = 256·h + l with l in [0, 255], hi
+/// stored as h + 128; q4: h = (q + 128) >> 8 and l in [−128, 127], both signed. Nearest even
+/// throughout.
 void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, std::uint8_t* hi, std::uint8_t* lo,
                     float* scale, float* sums) {
   const i64 blocks = k / 32, pairs = (blocks + 1) / 2;
@@ -191,16 +189,16 @@ void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, s
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512i c128 = _mm512_set1_epi32(128);
-  constexpr float levels = S ? int16_levels : 127.0f;
+  constexpr float levels = int16_levels;
   for (i64 r = r_begin; r < r_end; ++r) {
     std::uint8_t* hr = hi + r * pairs * 64;
-    std::uint8_t* lr = S ? lo + r * pairs * 64 : nullptr;
+    std::uint8_t* lr = lo + r * pairs * 64;
     float* sr = scale + r * pairs * 16;
     float* mr = sums ? sums + r * pairs * 16 : nullptr;
     for (i64 p = 0; p < pairs; ++p) {
       // a lone last block's partner: zero values and scales, so its lanes add nothing
       _mm512_storeu_si512(hr + p * 64, _mm512_setzero_si512());
-      if (S) _mm512_storeu_si512(lr + p * 64, _mm512_setzero_si512());
+      _mm512_storeu_si512(lr + p * 64, _mm512_setzero_si512());
       _mm512_storeu_ps(sr + p * 16, _mm512_setzero_ps());
       if (mr) _mm512_storeu_ps(mr + p * 16, _mm512_setzero_ps());
     }
@@ -215,31 +213,20 @@ void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, s
       const i64 p = b / 2, second = b % 2;
       std::uint8_t* h = hr + p * 64;
       if (type == wtype::q8) {
-        if constexpr (S) {
-          const __m512i mask = _mm512_set1_epi32(0xff);
-          store16(h + second * 32, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(i0, 8), c128)));
-          store16(h + second * 32 + 16, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(i1, 8), c128)));
-          store16(lr + p * 64 + second * 32, _mm512_cvtepi32_epi8(_mm512_and_si512(i0, mask)));
-          store16(lr + p * 64 + second * 32 + 16, _mm512_cvtepi32_epi8(_mm512_and_si512(i1, mask)));
-        } else {  // offset by 128 to be vpdpbusd's unsigned operand
-          const __m128i off = _mm_set1_epi8(char(0x80));
-          store16(h + second * 32, _mm_xor_si128(_mm512_cvtsepi32_epi8(i0), off));
-          store16(h + second * 32 + 16, _mm_xor_si128(_mm512_cvtsepi32_epi8(i1), off));
-        }
+        const __m512i mask = _mm512_set1_epi32(0xff);
+        store16(h + second * 32, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(i0, 8), c128)));
+        store16(h + second * 32 + 16, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(i1, 8), c128)));
+        store16(lr + p * 64 + second * 32, _mm512_cvtepi32_epi8(_mm512_and_si512(i0, mask)));
+        store16(lr + p * 64 + second * 32 + 16, _mm512_cvtepi32_epi8(_mm512_and_si512(i1, mask)));
         for (int l = 0; l < 8; ++l) sr[p * 16 + second * 8 + l] = s;
         continue;
       }
       const __m512i e = _mm512_permutex2var_epi32(i0, even, i1), o = _mm512_permutex2var_epi32(i0, odd, i1);
-      if constexpr (S) {
-        const __m512i he = _mm512_srai_epi32(_mm512_add_epi32(e, c128), 8), ho = _mm512_srai_epi32(_mm512_add_epi32(o, c128), 8);
-        store16(h + second * 16, _mm512_cvtepi32_epi8(he));
-        store16(h + 32 + second * 16, _mm512_cvtepi32_epi8(ho));
-        store16(lr + p * 64 + second * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(e, _mm512_slli_epi32(he, 8))));
-        store16(lr + p * 64 + 32 + second * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(o, _mm512_slli_epi32(ho, 8))));
-      } else {
-        store16(h + second * 16, _mm512_cvtsepi32_epi8(e));
-        store16(h + 32 + second * 16, _mm512_cvtsepi32_epi8(o));
-      }
+      const __m512i he = _mm512_srai_epi32(_mm512_add_epi32(e, c128), 8), ho = _mm512_srai_epi32(_mm512_add_epi32(o, c128), 8);
+      store16(h + second * 16, _mm512_cvtepi32_epi8(he));
+      store16(h + 32 + second * 16, _mm512_cvtepi32_epi8(ho));
+      store16(lr + p * 64 + second * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(e, _mm512_slli_epi32(he, 8))));
+      store16(lr + p * 64 + 32 + second * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(o, _mm512_slli_epi32(ho, 8))));
       const float sum = s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
       for (int l = 0; l < 4; ++l) {
         sr[p * 16 + second * 4 + l] = s;
@@ -253,20 +240,160 @@ void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, s
 
 }  // namespace
 
-void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, std::uint8_t* q, float* scale,
-                        float* sums) {
-  quantize_pairs<false>(x, k, r_begin, r_end, type, q, nullptr, scale, sums);
-}
-
 void int16_split_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, std::uint8_t* hi,
                                std::uint8_t* lo, float* scale, float* sums) {
-  quantize_pairs<true>(x, k, r_begin, r_end, type, hi, lo, scale, sums);
+  quantize_pairs(x, k, r_begin, r_end, type, hi, lo, scale, sums);
 }
 
 void int8_pairs_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
-  const bool split = a.x.lo != nullptr;
-  if (a.type == wtype::q8) split ? pair_range<wtype::q8, true>(a, n_begin, n_end) : pair_range<wtype::q8, false>(a, n_begin, n_end);
-  else split ? pair_range<wtype::q4, true>(a, n_begin, n_end) : pair_range<wtype::q4, false>(a, n_begin, n_end);
+  if (a.type == wtype::q8) pair_range<wtype::q8>(a, n_begin, n_end);
+  else pair_range<wtype::q4>(a, n_begin, n_end);
+}
+
+
+// ------------------------------------------------------------------ many rows: sixteen columns in the lanes
+//
+// A product with many rows (prefill on a CPU with VNNI but no AMX tiles) meets int8
+// activations (int8_plain_rows, natural order: AVX2's many-row numbers) sixteen weight rows at
+// a time, one output column per lane — AVX2's lanes at twice the width, in vpdpbusd. Once per
+// call and sixteen rows, their blocks are laid out in a buffer of the thread as unsigned bytes
+// (q4: the nibbles; q8: the value + 128) so that register j of a block holds values
+// 4j..4j+3 of each of the sixteen; an activation row's four int8 values are broadcast as the
+// signed operand. q8's offset adds 128·Σx per row and block, taken off before the sum starts.
+// A block's integer sums then sit in the lanes of sixteen outputs and are scaled for all of
+// them in one multiply-add, in the order AVX2's lanes use: the same bits as that kernel.
+
+namespace {
+
+#include "backends/cpu/fast/transpose8.inc"
+
+constexpr int lane16 = 16;
+
+/// Weight rows [n0, n0 + nc) (nc ≤ 16; missing rows zero, with zero scales) as described
+/// above: per block eight registers, and the rows' scales (q4: and offsets) as 16 floats.
+template <wtype T>
+void pack16(const int8_lanes_product& a, i64 n0, int nc, __m512i* wv, float* d, float* m) {
+  constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes;
+  const i64 blocks = a.x.k / 32;
+  const __m128i nib = _mm_set1_epi8(0x0f);
+  const __m256i offset = _mm256_set1_epi8(char(0x80));
+  for (i64 b = 0; b < blocks; ++b) {
+    __m256i col[lane16];
+    for (int c = 0; c < lane16; ++c) {
+      if (c >= nc) {
+        col[c] = _mm256_setzero_si256();
+        d[b * lane16 + c] = 0.0f;
+        if constexpr (T == wtype::q4) m[b * lane16 + c] = 0.0f;
+        continue;
+      }
+      const std::uint8_t* blk = a.w + (n0 + c) * a.w_row_bytes + b * bb;
+      d[b * lane16 + c] = _cvtsh_ss(std::uint16_t(u16_at(blk)));
+      if constexpr (T == wtype::q4) {
+        m[b * lane16 + c] = _cvtsh_ss(std::uint16_t(u16_at(blk + 2)));
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
+        const __m128i lo = _mm_and_si128(raw, nib), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), nib);
+        col[c] = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));  // values in order
+      } else {
+        col[c] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), offset);
+      }
+    }
+    transpose8(col);
+    transpose8(col + 8);
+    for (int j = 0; j < 8; ++j) _mm512_storeu_si512(wv + b * 8 + j, _mm512_inserti64x4(_mm512_castsi256_si512(col[j]), col[8 + j], 1));
+  }
+}
+
+/// Activation rows [r0, r0 + RT) against the sixteen packed weight rows from n0 (nc real).
+/// `xsum` (q8): Σ of each row's int8 values per block.
+template <wtype T, int RT>
+void lanes16_rows(const int8_lanes_product& a, const __m512i* wv, const float* d, const float* m, const std::int32_t* xsum,
+                  i64 r0, i64 n0, int nc) {
+  const i64 k = a.x.k, blocks = k / 32;
+  __m512 acc[RT];
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i) acc[i] = _mm512_setzero_ps();
+  for (i64 b = 0; b < blocks; ++b) {
+    __m512i s[RT];
+    const std::int8_t* xb = a.x.q + r0 * k + b * 32;
+#pragma GCC unroll 16
+    for (int i = 0; i < RT; ++i)
+      s[i] = T == wtype::q8 ? _mm512_set1_epi32(-128 * xsum[(r0 + i) * blocks + b]) : _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const __m512i w = _mm512_loadu_si512(wv + b * 8 + j);
+#pragma GCC unroll 16
+      for (int i = 0; i < RT; ++i) {
+        std::int32_t four;
+        __builtin_memcpy(&four, xb + i * k + 4 * j, 4);
+        s[i] = _mm512_dpbusd_epi32(s[i], w, _mm512_set1_epi32(four));
+      }
+    }
+    const __m512 dv = _mm512_loadu_ps(d + b * lane16);
+#pragma GCC unroll 16
+    for (int i = 0; i < RT; ++i) {
+      const i64 r = r0 + i;
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i]), _mm512_mul_ps(dv, _mm512_set1_ps(a.x.scale[r * blocks + b])), acc[i]);
+      if constexpr (T == wtype::q4)
+        acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(m + b * lane16), _mm512_set1_ps(a.x.sums[r * blocks + b]), acc[i]);
+    }
+  }
+  const __mmask16 keep = __mmask16((1u << nc) - 1u);
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i) {
+    float* out = a.y + (r0 + i) * a.n + n0;
+    __m512 v = acc[i];
+    if (a.bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(keep, a.bias + n0));
+    _mm512_mask_storeu_ps(out, keep, v);
+  }
+}
+
+template <wtype T, int RT>
+void lanes16_tail(const int8_lanes_product& a, const __m512i* wv, const float* d, const float* m, const std::int32_t* xsum,
+                  int rt, i64 r0, i64 n0, int nc) {
+  if (rt == RT) lanes16_rows<T, RT>(a, wv, d, m, xsum, r0, n0, nc);
+  else if constexpr (RT > 1) lanes16_tail<T, RT - 1>(a, wv, d, m, xsum, rt, r0, n0, nc);
+}
+
+template <wtype T>
+void lanes16_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
+  constexpr int RT = 8;
+  const i64 blocks = a.x.k / 32;
+  thread_local std::vector<std::int32_t> wbytes;  // blocks × 8 registers of 16 int32
+  thread_local std::vector<float> dbuf, mbuf;
+  thread_local std::vector<std::int32_t> sbuf;
+  if (wbytes.size() < std::size_t(blocks * 8 * 16)) wbytes.resize(std::size_t(blocks * 8 * 16));
+  auto* wv = reinterpret_cast<__m512i*>(wbytes.data());
+  if (dbuf.size() < std::size_t(blocks * lane16)) {
+    dbuf.resize(std::size_t(blocks * lane16));
+    mbuf.resize(std::size_t(blocks * lane16));
+  }
+  if constexpr (T == wtype::q8) {
+    // Σx per row and block, for the offset of the weights' bytes
+    if (sbuf.size() < std::size_t(a.x.rows * blocks)) sbuf.resize(std::size_t(a.x.rows * blocks));
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (i64 rb = 0; rb < a.x.rows * blocks; ++rb) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x.q + rb * 32));
+      const __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, v), ones16);
+      __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+      h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+      h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+      sbuf[std::size_t(rb)] = _mm_cvtsi128_si32(h);
+    }
+  }
+  for (i64 n0 = n_begin; n0 < n_end; n0 += lane16) {
+    const int nc = int(min_i64(lane16, n_end - n0));
+    pack16<T>(a, n0, nc, wv, dbuf.data(), mbuf.data());
+    i64 r0 = 0;
+    for (; r0 + RT <= a.x.rows; r0 += RT) lanes16_rows<T, RT>(a, wv, dbuf.data(), mbuf.data(), sbuf.data(), r0, n0, nc);
+    if (r0 < a.x.rows) lanes16_tail<T, RT - 1>(a, wv, dbuf.data(), mbuf.data(), sbuf.data(), int(a.x.rows - r0), r0, n0, nc);
+  }
+}
+
+}  // namespace
+
+void int8_lanes_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
+  if (a.type == wtype::q8) lanes16_range<wtype::q8>(a, n_begin, n_end);
+  else lanes16_range<wtype::q4>(a, n_begin, n_end);
 }
 
 }  // namespace mpakt::cpu_fast::avx512_vnni
