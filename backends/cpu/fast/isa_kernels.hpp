@@ -163,6 +163,9 @@ void int8_product_range(const amx_int_product& a, std::int64_t nb_begin, std::in
 ///  - argmax_rows: rows [r_begin, r_end) of `cols` values: the index of each row's first
 ///    maximum (of its first NaN, when it has one), as the reference picks it.
 ///  - float_product_range, int_product_range: output columns [n_begin, n_end).
+///  - float_lanes_range: output columns [n_begin, n_end) of a float product with many rows
+///    (prefill), as a blocked product with the columns in the lanes (other bits than
+///    float_product_range: only products of more rows than a batched step are given to it).
 ///  - quantize_rows: rows [r_begin, r_end) of x (row stride k, a multiple of 32) into q,
 ///    scale and (when not null) sums.
 #define MPAKT_VECTOR_LEVEL_API                                                                                         \
@@ -180,6 +183,7 @@ void int8_product_range(const amx_int_product& a, std::int64_t nb_begin, std::in
                     std::int64_t g_end, double eps, float weight_offset);                                             \
   void argmax_rows(const float* x, float* out, std::int64_t cols, std::int64_t r_begin, std::int64_t r_end);          \
   void float_product_range(const float_product& a, std::int64_t n_begin, std::int64_t n_end);                         \
+  void float_lanes_range(const float_product& a, std::int64_t n_begin, std::int64_t n_end);                           \
   void quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, std::int16_t* q,       \
                      float* scale, float* sums);                                                                      \
   void int_product_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);

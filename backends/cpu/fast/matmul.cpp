@@ -417,8 +417,11 @@ void split_lane_groups(const float_product* a, std::size_t count, std::int64_t w
   const std::int64_t groups = offs[count];
   const int threads = kernel_threads();
   const std::int64_t min_groups = 64 / width;  // at least 64 columns to a part
-  const int parts =
-      threads <= 1 ? 1 : int(std::clamp<std::int64_t>(groups / min_groups, std::min<std::int64_t>(threads, groups), 4 * threads));
+  std::int64_t macs = 0;
+  for (std::size_t i = 0; i < count; ++i) macs += a[i].rows * a[i].k * a[i].n;
+  // (alone, a long product still runs in parts, so a stopped run can skip the rest)
+  const int parts = threads <= 1 ? int(std::clamp<std::int64_t>(macs / interruptible_macs + 1, 1, groups))
+                                 : int(std::clamp<std::int64_t>(groups / min_groups, std::min<std::int64_t>(threads, groups), 4 * threads));
   auto run = [&](std::int64_t gb, std::int64_t ge) {
     for (std::size_t i = 0; i < count; ++i) {
       const std::int64_t lo = std::max(gb, offs[i]), hi = std::min(ge, offs[i + 1]);
@@ -486,6 +489,36 @@ status products_vnni_lanes(std::span<const kernel_call> calls) {
   return ok_status();
 }
 
+/// A float product (f32, bf16 or f16 weights) with many rows — prefill; fewer rows keep the
+/// tiles, so a batched step or a verify pass gives each row its bits alone — as a blocked
+/// product with the columns in the lanes (float_lanes_range: panels of Width weight rows
+/// widened once per call). Non-finite activations propagate as in any multiply-add.
+template <void (*Range)(const float_product&, std::int64_t, std::int64_t), std::int64_t Width>
+status product_float_lanes(const kernel_call& c) {
+  const float_product a = args_of(c);
+  if (a.rows == 0 || a.n == 0) return ok_status();
+  split_lane_groups(&a, 1, Width, [&](std::size_t, std::int64_t b, std::int64_t e) { Range(a, b, e); });
+  return ok_status();
+}
+
+/// product_float_lanes for several calls of the same activations, as one product that wide.
+template <void (*Range)(const float_product&, std::int64_t, std::int64_t), std::int64_t Width>
+status products_float_lanes(std::span<const kernel_call> calls) {
+  float_product a[max_group];
+  if (!same_input(calls, a) || a[0].rows == 0) return one_by_one(calls, product_float_lanes<Range, Width>);
+  split_lane_groups(a, calls.size(), Width, [&](std::size_t i, std::int64_t b, std::int64_t e) { Range(a[i], b, e); });
+  return ok_status();
+}
+
+bool accepts_float_lanes(std::span<const tensor_desc> inputs, const op_params& params) {
+  if (!accepts_trans_b(inputs, params)) return false;
+  const dtype t = inputs[1].type;
+  if (t != dtype::f32 && t != dtype::bf16 && t != dtype::f16) return false;
+  const std::int64_t k = inputs[0].shape.back();
+  const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
+  return k > 0 && rows >= amx_min_rows;
+}
+
 status product_scalar(const kernel_call& c) {
   const float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
@@ -509,6 +542,11 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
   };
   for (const char* op : {"matmul", "linear"}) {
     out.push_back({op, product_amx, accepts_amx, "amx", level::amx});
+    // many rows of float weights (what AMX does not take): blocked products, columns in the lanes
+    out.push_back({op, product_float_lanes<avx512::float_lanes_range, 32>, accepts_float_lanes, "avx512", level::avx512,
+                   products_float_lanes<avx512::float_lanes_range, 32>});
+    out.push_back({op, product_float_lanes<avx2::float_lanes_range, 16>, accepts_float_lanes, "avx2", level::avx2,
+                   products_float_lanes<avx2::float_lanes_range, 16>});
     // many rows without tiles: sixteen columns in the lanes (accepts_avx2_lanes: q8/q4 from 33 rows)
     out.push_back({op, product_vnni_lanes, accepts_avx2_lanes, "avx512_vnni", level::avx512_vnni, products_vnni_lanes});
     out.push_back({op, product_vnni_int8, accepts_vnni_int8, "avx512_vnni", level::avx512_vnni, products_vnni_int8});

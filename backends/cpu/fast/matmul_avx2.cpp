@@ -425,7 +425,135 @@ void lanes_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
   }
 }
 
+// ------------------------------------------------------------------ many rows of float weights: columns in the lanes
+
+/// As the AVX-512 level's panels (matmul_avx512.cpp): a float product with many rows (prefill)
+/// widens 16 weight rows at a time to f32 once per call, k-major in a buffer of the thread,
+/// and broadcasts each activation value against them; each output adds its products in order
+/// of k in runs of `lane_run`, the runs' sums added in order (kept in memory between runs:
+/// sixteen registers hold the run's 12 sums). The same additions as AVX-512's: the same bits.
+constexpr int panel_cols = 16;
+constexpr i64 lane_run = 64;
+
+/// Values [k0, k0 + 8) of a weight row as eight f32.
+template <wtype T>
+inline __m256i widen8(const std::uint8_t* row, i64 k0) {
+  constexpr i64 elem = T == wtype::f32 ? 4 : 2;
+  if constexpr (T == wtype::f32) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k0 * elem));
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k0 * elem));
+  if constexpr (T == wtype::bf16) return _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+  return _mm256_castps_si256(_mm256_cvtph_ps(h));
+}
+
+/// Values [k0, k0 + count) (count < 8) of a weight row as eight f32, the rest zero.
+template <wtype T>
+inline __m256i widen8_part(const std::uint8_t* row, i64 k0, i64 count) {
+  constexpr i64 elem = T == wtype::f32 ? 4 : 2;
+  alignas(32) std::uint8_t tmp[32] = {};
+  __builtin_memcpy(tmp, row + k0 * elem, std::size_t(count * elem));
+  return widen8<T>(tmp, 0);
+}
+
+/// Weight rows [n0, n0 + nc) (nc ≤ 16; missing ones zero) as a k-major panel of 16 columns.
+template <wtype T>
+void pack_panel(const float_product& a, i64 n0, int nc, float* panel) {
+  constexpr i64 elem = T == wtype::f32 ? 4 : 2, pack_ahead = 512;
+  const i64 k = a.k, whole = k / 8 * 8;
+  const std::uint8_t* rows[panel_cols];
+  for (int c = 0; c < panel_cols; ++c) rows[c] = c < nc ? a.w + (n0 + c) * a.w_row_bytes : nullptr;
+  // eight values of k at a time across all the columns, so each panel row is written whole
+  for (i64 k0 = 0; k0 < k; k0 += 8) {
+    const i64 count = min_i64(8, k - k0);
+    const bool line = (k0 * elem) % 64 == 0;
+    for (int g = 0; g < panel_cols / 8; ++g) {
+      __m256i v[8];
+      for (int c = 0; c < 8; ++c) {
+        const std::uint8_t* row = rows[g * 8 + c];
+        if (!row) {
+          v[c] = _mm256_setzero_si256();
+          continue;
+        }
+        // each of the rows is a stream of its own: ask for its lines ahead
+        if (line) _mm_prefetch(reinterpret_cast<const char*>(row + k0 * elem + pack_ahead), _MM_HINT_T0);
+        v[c] = k0 < whole ? widen8<T>(row, k0) : widen8_part<T>(row, k0, count);
+      }
+      transpose8(v);  // v[j]: value k0 + j of the eight rows
+      for (i64 j = 0; j < count; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel + (k0 + j) * panel_cols + g * 8), v[j]);
+    }
+  }
+}
+
+/// One run of the panel, k in [c0, c1), for activation rows [r0, r0 + RT): their sums over
+/// the run are added to `tot` (rows × 16, the runs so far; the first run sets it).
+template <int RT>
+void panel_run(const float_product& a, const float* panel, float* tot, i64 r0, i64 c0, i64 c1) {
+  const i64 k = a.k;
+  const float* xr = a.x + r0 * k;
+  __m256 acc[RT][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  for (i64 kk = c0; kk < c1; ++kk) {
+    const __m256 w0 = _mm256_loadu_ps(panel + kk * panel_cols), w1 = _mm256_loadu_ps(panel + kk * panel_cols + 8);
+#pragma GCC unroll 16
+    for (int i = 0; i < RT; ++i) {
+      const __m256 xb = _mm256_broadcast_ss(xr + i * k + kk);
+      acc[i][0] = _mm256_fmadd_ps(xb, w0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(xb, w1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i) {
+    float* t = tot + (r0 + i) * panel_cols;
+    if (c0 == 0) {
+      _mm256_storeu_ps(t, acc[i][0]);
+      _mm256_storeu_ps(t + 8, acc[i][1]);
+    } else {
+      _mm256_storeu_ps(t, _mm256_add_ps(_mm256_loadu_ps(t), acc[i][0]));
+      _mm256_storeu_ps(t + 8, _mm256_add_ps(_mm256_loadu_ps(t + 8), acc[i][1]));
+    }
+  }
+}
+
+template <int RT>
+void panel_run_tail(const float_product& a, const float* panel, float* tot, int rt, i64 r0, i64 c0, i64 c1) {
+  if (rt == RT) panel_run<RT>(a, panel, tot, r0, c0, c1);
+  else if constexpr (RT > 1) panel_run_tail<RT - 1>(a, panel, tot, rt, r0, c0, c1);
+}
+
+template <wtype T>
+void panel_range(const float_product& a, i64 n_begin, i64 n_end) {
+  constexpr int RT = 6;
+  thread_local std::vector<float> buf, tot;
+  if (buf.size() < std::size_t(a.k * panel_cols)) buf.resize(std::size_t(a.k * panel_cols));
+  if (tot.size() < std::size_t(a.rows * panel_cols)) tot.resize(std::size_t(a.rows * panel_cols));
+  for (i64 n0 = n_begin; n0 < n_end; n0 += panel_cols) {
+    const int nc = int(min_i64(panel_cols, n_end - n0));
+    pack_panel<T>(a, n0, nc, buf.data());
+    // run by run, every row tile: a run of the panel (4 KB) stays in L1 while all rows use it
+    for (i64 c0 = 0; c0 < a.k; c0 += lane_run) {
+      const i64 c1 = min_i64(a.k, c0 + lane_run);
+      i64 r0 = 0;
+      for (; r0 + RT <= a.rows; r0 += RT) panel_run<RT>(a, buf.data(), tot.data(), r0, c0, c1);
+      if (r0 < a.rows) panel_run_tail<RT - 1>(a, buf.data(), tot.data(), int(a.rows - r0), r0, c0, c1);
+    }
+    for (i64 r = 0; r < a.rows; ++r) {
+      float* out = a.y + r * a.n + n0;
+      const float* t = tot.data() + r * panel_cols;
+      for (int c = 0; c < nc; ++c) out[c] = a.bias ? t[c] + a.bias[n0 + c] : t[c];
+    }
+  }
+}
+
 }  // namespace
+
+void float_lanes_range(const float_product& a, i64 n_begin, i64 n_end) {
+  switch (a.type) {
+    case wtype::f32: return panel_range<wtype::f32>(a, n_begin, n_end);
+    case wtype::bf16: return panel_range<wtype::bf16>(a, n_begin, n_end);
+    case wtype::f16: return panel_range<wtype::f16>(a, n_begin, n_end);
+    default: return;
+  }
+}
 
 void float_product_range(const float_product& a, i64 n_begin, i64 n_end) {
   switch (a.type) {

@@ -15,6 +15,7 @@
 #pragma GCC diagnostic pop
 
 #include <cstdint>
+#include <vector>
 
 #include "backends/cpu/fast/isa_kernels.hpp"
 
@@ -216,7 +217,147 @@ void float_range(const float_product& a, i64 n_begin, i64 n_end) {
   for (; n0 < n_end; ++n0) float_columns<T, 1>(a, n0);
 }
 
+// ------------------------------------------------------------------ many rows: columns in the lanes
+
+/// A product of float weights with many rows (prefill: more than a batched step or a verify
+/// pass stacks, which keep the tiles above and their bits) runs as a blocked matrix product:
+/// 32 weight rows at a time are widened to f32 once per call and laid out k-major in a buffer
+/// of the thread (a panel: value k of the 32 rows side by side, two registers), and each
+/// activation value is broadcast against it, so every multiply-add serves 32 outputs and no
+/// sum crosses lanes. Each output adds its products in order of k, in runs of `lane_run`
+/// values whose sums are then added in order, so a long row's rounding grows with the run
+/// and the number of runs rather than with k.
+constexpr int panel_cols = 32;
+constexpr i64 lane_run = 64;
+
+#include "backends/cpu/fast/transpose8.inc"
+
+/// Values [k0, k0 + 8) of a weight row as eight f32.
+template <wtype T>
+inline __m256i widen8(const std::uint8_t* row, i64 k0) {
+  if constexpr (T == wtype::f32) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const float*>(row) + k0));
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const std::uint16_t*>(row) + k0));
+  if constexpr (T == wtype::bf16) return _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+  return _mm256_castps_si256(_mm256_cvtph_ps(h));
+}
+
+/// Values [k0, k0 + count) (count < 8) of a weight row as eight f32, the rest zero.
+template <wtype T>
+inline __m256i widen8_part(const std::uint8_t* row, i64 k0, i64 count) {
+  const auto m = static_cast<__mmask8>((1u << count) - 1);
+  if constexpr (T == wtype::f32) return _mm256_castps_si256(_mm256_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + k0));
+  const __m128i h = _mm_maskz_loadu_epi16(m, reinterpret_cast<const std::uint16_t*>(row) + k0);
+  if constexpr (T == wtype::bf16) return _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+  return _mm256_castps_si256(_mm256_cvtph_ps(h));
+}
+
+/// Weight rows [n0, n0 + nc) (nc ≤ 32; missing ones zero) as a k-major panel of 32 columns.
+template <wtype T>
+void pack_panel(const float_product& a, i64 n0, int nc, float* panel) {
+  constexpr i64 elem = T == wtype::f32 ? 4 : 2, pack_ahead = 512;
+  const i64 k = a.k, whole = k / 8 * 8;
+  const std::uint8_t* rows[panel_cols];
+  for (int c = 0; c < panel_cols; ++c) rows[c] = c < nc ? a.w + (n0 + c) * a.w_row_bytes : nullptr;
+  // eight values of k at a time across all the columns, so each panel row is written whole
+  for (i64 k0 = 0; k0 < k; k0 += 8) {
+    const i64 count = min_i64(8, k - k0);
+    const bool line = (k0 * elem) % 64 == 0;
+    for (int g = 0; g < panel_cols / 8; ++g) {
+      __m256i v[8];
+      for (int c = 0; c < 8; ++c) {
+        const std::uint8_t* row = rows[g * 8 + c];
+        if (!row) {
+          v[c] = _mm256_setzero_si256();
+          continue;
+        }
+        // each of the rows is a stream of its own: ask for its lines ahead
+        if (line) _mm_prefetch(reinterpret_cast<const char*>(row + k0 * elem + pack_ahead), _MM_HINT_T0);
+        v[c] = k0 < whole ? widen8<T>(row, k0) : widen8_part<T>(row, k0, count);
+      }
+      transpose8(v);  // v[j]: value k0 + j of the eight rows
+      for (i64 j = 0; j < count; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel + (k0 + j) * panel_cols + g * 8), v[j]);
+    }
+  }
+}
+
+template <int RT>
+void panel_run(const float_product& a, const float* panel, float* tot, i64 r0, i64 c0, i64 c1) {
+  const i64 k = a.k;
+  const float* xr = a.x + r0 * k;
+  __m512 acc[RT][2];
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (i64 kk = c0; kk < c1; ++kk) {
+    const __m512 w0 = _mm512_loadu_ps(panel + kk * panel_cols), w1 = _mm512_loadu_ps(panel + kk * panel_cols + 16);
+#pragma GCC unroll 16
+    for (int i = 0; i < RT; ++i) {
+      const __m512 xb = _mm512_set1_ps(xr[i * k + kk]);
+      acc[i][0] = _mm512_fmadd_ps(xb, w0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(xb, w1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i) {
+    float* t = tot + (r0 + i) * panel_cols;
+    if (c0 == 0) {
+      _mm512_store_ps(t, acc[i][0]);
+      _mm512_store_ps(t + 16, acc[i][1]);
+    } else {
+      _mm512_store_ps(t, _mm512_add_ps(_mm512_load_ps(t), acc[i][0]));
+      _mm512_store_ps(t + 16, _mm512_add_ps(_mm512_load_ps(t + 16), acc[i][1]));
+    }
+  }
+}
+
+template <int RT>
+void panel_run_tail(const float_product& a, const float* panel, float* tot, int rt, i64 r0, i64 c0, i64 c1) {
+  if (rt == RT) panel_run<RT>(a, panel, tot, r0, c0, c1);
+  else if constexpr (RT > 1) panel_run_tail<RT - 1>(a, panel, tot, rt, r0, c0, c1);
+}
+
+template <wtype T>
+void panel_range(const float_product& a, i64 n_begin, i64 n_end) {
+  constexpr int RT = 12;
+  thread_local std::vector<float> buf, sums;
+  if (buf.size() < std::size_t(a.k * panel_cols)) buf.resize(std::size_t(a.k * panel_cols));
+  if (sums.size() < std::size_t(a.rows * panel_cols + 16)) sums.resize(std::size_t(a.rows * panel_cols + 16));
+  // (64-byte aligned rows of the sums)
+  float* tot = sums.data() + (16 - (reinterpret_cast<std::uintptr_t>(sums.data()) / 4) % 16) % 16;
+  for (i64 n0 = n_begin; n0 < n_end; n0 += panel_cols) {
+    const int nc = int(min_i64(panel_cols, n_end - n0));
+    pack_panel<T>(a, n0, nc, buf.data());
+    // run by run, every row tile: a run of the panel (8 KB) stays in L1 while all rows use it
+    for (i64 c0 = 0; c0 < a.k; c0 += lane_run) {
+      const i64 c1 = min_i64(a.k, c0 + lane_run);
+      i64 r0 = 0;
+      for (; r0 + RT <= a.rows; r0 += RT) panel_run<RT>(a, buf.data(), tot, r0, c0, c1);
+      if (r0 < a.rows) panel_run_tail<RT - 1>(a, buf.data(), tot, int(a.rows - r0), r0, c0, c1);
+    }
+    const auto m0 = static_cast<__mmask16>(nc >= 16 ? 0xffff : (1u << nc) - 1);
+    const auto m1 = static_cast<__mmask16>(nc >= 32 ? 0xffff : nc > 16 ? (1u << (nc - 16)) - 1 : 0);
+    for (i64 r = 0; r < a.rows; ++r) {
+      float* out = a.y + r * a.n + n0;
+      __m512 v0 = _mm512_load_ps(tot + r * panel_cols), v1 = _mm512_load_ps(tot + r * panel_cols + 16);
+      if (a.bias) {
+        v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, a.bias + n0));
+        v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, a.bias + n0 + 16));
+      }
+      _mm512_mask_storeu_ps(out, m0, v0);
+      _mm512_mask_storeu_ps(out + 16, m1, v1);
+    }
+  }
+}
+
 }  // namespace
+
+void float_lanes_range(const float_product& a, i64 n_begin, i64 n_end) {
+  switch (a.type) {
+    case wtype::f32: return panel_range<wtype::f32>(a, n_begin, n_end);
+    case wtype::bf16: return panel_range<wtype::bf16>(a, n_begin, n_end);
+    case wtype::f16: return panel_range<wtype::f16>(a, n_begin, n_end);
+    default: return;
+  }
+}
 
 void float_product_range(const float_product& a, i64 n_begin, i64 n_end) {
   switch (a.type) {
