@@ -174,10 +174,11 @@ inline void load_w(const std::uint8_t* blk, __m256i& lo, __m256i& hi) {
     lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
     hi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
   } else {
-    const __m128i nib = _mm_set1_epi8(0x0f);
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4));
-    lo = _mm256_cvtepu8_epi16(_mm_and_si128(raw, nib));
-    hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), nib));
+    // each byte widened once: its low nibble is the low four bits of the int16, its high
+    // nibble what a shift by four leaves (the upper byte is zero)
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4)));
+    lo = _mm256_and_si256(b, _mm256_set1_epi16(0x0f));
+    hi = _mm256_srli_epi16(b, 4);
   }
 }
 
