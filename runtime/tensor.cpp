@@ -45,7 +45,11 @@ struct unmap {
 };
 }  // namespace
 
-result<tensor> tensor::make(dtype t, shape_t shape) {
+result<tensor> tensor::make(dtype t, shape_t shape) { return allocate(t, std::move(shape), true); }
+
+result<tensor> tensor::make_for_writing(dtype t, shape_t shape) { return allocate(t, std::move(shape), false); }
+
+result<tensor> tensor::allocate(dtype t, shape_t shape, bool zeroed) {
   const std::int64_t n = shape_numel(shape);
   if (n < 0) return make_error(errc::too_large, "shape " + shape_str(shape) + " is not a valid size");
   if (is_quantized(t) && (shape.empty() || shape.back() % quant_block != 0))
@@ -62,7 +66,8 @@ result<tensor> tensor::make(dtype t, shape_t shape) {
   } else {
     void* p = std::aligned_alloc(64, alloc);
     if (!p) return make_error(errc::too_large, "cannot allocate " + std::to_string(*bytes) + " bytes for " + shape_str(shape));
-    std::memset(p, 0, alloc);
+    if (zeroed) std::memset(p, 0, alloc);
+    else std::memset(static_cast<char*>(p) + *bytes, 0, alloc - *bytes);
     storage = std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), aligned_free{});
   }
   tensor out;

@@ -42,6 +42,10 @@ class tensor {
   /// Allocates zeroed storage. Fails (errc::too_large) when the size overflows or the
   /// allocation fails, so a hostile shape never aborts the process.
   static result<tensor> make(dtype t, shape_t shape);
+  /// As make, for a caller that writes every byte before anything reads the tensor (a
+  /// weight built from its published bytes): the storage is not cleared first (only the
+  /// padding after the last byte is).
+  static result<tensor> make_for_writing(dtype t, shape_t shape);
   /// Wraps existing storage (e.g. a slice or reshape view); offset in bytes.
   static tensor view(const tensor& base, dtype t, shape_t shape, std::size_t byte_offset);
 
@@ -80,6 +84,7 @@ class tensor {
   bool same_storage(const tensor& o) const { return storage_ == o.storage_ && offset_ == o.offset_; }
 
  private:
+  static result<tensor> allocate(dtype t, shape_t shape, bool zeroed);
   dtype type_ = dtype::f32;
   shape_t shape_;
   std::int64_t numel_ = 0;
