@@ -264,20 +264,14 @@ class Peer:
             (self.venv / ".ready").write_text("ok\n")
         self.info.update({"version": self.version, "sdist": str(tgz), "src": str(self.src),
                           "ggml_version": self._ggml_version()})
-        if isa == "avx512":
-            self.build("noamx")
-            self.variant = "noamx"
-            self.notes.append("llama.cpp built native with AMX off; mpakt held at its avx512_bf16 kernel level "
-                              "(MPAKT_CPU_LEVEL=avx512_bf16): an AVX-512 machine without AMX")
-            self.info.update({"variant": self.variant})
-            self.bindir = self.dir / f"build-{self.variant}" / "bin"
-            self.bench, self.quantize = self.bindir / "llama-bench", self.bindir / "llama-quantize"
-            return
-        if isa == "avx2":
-            self.build("avx2")
-            self.variant = "avx2"
-            self.notes.append("llama.cpp built for AVX2 (GGML_NATIVE=OFF, AVX2/FMA/F16C/BMI2 on, AVX-512 and "
-                              "AMX off); mpakt held at its avx2 kernel level (MPAKT_CPU_LEVEL=avx2)")
+        held = {"avx512": ("noamx", "llama.cpp built native with AMX off; mpakt held at its avx512_bf16 kernel "
+                                    "level (MPAKT_CPU_LEVEL=avx512_bf16): an AVX-512 machine without AMX"),
+                "avx2": ("avx2", "llama.cpp built for AVX2 (GGML_NATIVE=OFF, AVX2/FMA/F16C/BMI2 on, AVX-512 and "
+                                 "AMX off); mpakt held at its avx2 kernel level (MPAKT_CPU_LEVEL=avx2)")}
+        if isa in held:
+            self.variant, note = held[isa]
+            self.build(self.variant)
+            self.notes.append(note)
             self.info.update({"variant": self.variant})
             self.bindir = self.dir / f"build-{self.variant}" / "bin"
             self.bench, self.quantize = self.bindir / "llama-bench", self.bindir / "llama-quantize"

@@ -436,53 +436,7 @@ void lanes_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
 constexpr int panel_cols = 16;
 constexpr i64 lane_run = 64;
 
-/// Values [k0, k0 + 8) of a weight row as eight f32.
-template <wtype T>
-inline __m256i widen8(const std::uint8_t* row, i64 k0) {
-  constexpr i64 elem = T == wtype::f32 ? 4 : 2;
-  if constexpr (T == wtype::f32) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k0 * elem));
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k0 * elem));
-  if constexpr (T == wtype::bf16) return _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
-  return _mm256_castps_si256(_mm256_cvtph_ps(h));
-}
-
-/// Values [k0, k0 + count) (count < 8) of a weight row as eight f32, the rest zero.
-template <wtype T>
-inline __m256i widen8_part(const std::uint8_t* row, i64 k0, i64 count) {
-  constexpr i64 elem = T == wtype::f32 ? 4 : 2;
-  alignas(32) std::uint8_t tmp[32] = {};
-  __builtin_memcpy(tmp, row + k0 * elem, std::size_t(count * elem));
-  return widen8<T>(tmp, 0);
-}
-
-/// Weight rows [n0, n0 + nc) (nc ≤ 16; missing ones zero) as a k-major panel of 16 columns.
-template <wtype T>
-void pack_panel(const float_product& a, i64 n0, int nc, float* panel) {
-  constexpr i64 elem = T == wtype::f32 ? 4 : 2, pack_ahead = 512;
-  const i64 k = a.k, whole = k / 8 * 8;
-  const std::uint8_t* rows[panel_cols];
-  for (int c = 0; c < panel_cols; ++c) rows[c] = c < nc ? a.w + (n0 + c) * a.w_row_bytes : nullptr;
-  // eight values of k at a time across all the columns, so each panel row is written whole
-  for (i64 k0 = 0; k0 < k; k0 += 8) {
-    const i64 count = min_i64(8, k - k0);
-    const bool line = (k0 * elem) % 64 == 0;
-    for (int g = 0; g < panel_cols / 8; ++g) {
-      __m256i v[8];
-      for (int c = 0; c < 8; ++c) {
-        const std::uint8_t* row = rows[g * 8 + c];
-        if (!row) {
-          v[c] = _mm256_setzero_si256();
-          continue;
-        }
-        // each of the rows is a stream of its own: ask for its lines ahead
-        if (line) _mm_prefetch(reinterpret_cast<const char*>(row + k0 * elem + pack_ahead), _MM_HINT_T0);
-        v[c] = k0 < whole ? widen8<T>(row, k0) : widen8_part<T>(row, k0, count);
-      }
-      transpose8(v);  // v[j]: value k0 + j of the eight rows
-      for (i64 j = 0; j < count; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(panel + (k0 + j) * panel_cols + g * 8), v[j]);
-    }
-  }
-}
+#include "backends/cpu/fast/panel_pack.inc"
 
 /// One run of the panel, k in [c0, c1), for activation rows [r0, r0 + RT): their sums over
 /// the run are added to `tot` (rows × 16, the runs so far; the first run sets it).
