@@ -8,7 +8,7 @@
 /// converted once per call to bf16 and laid out as AMX wants (pairs of k side by side, rows
 /// of x across: pack_activations). To keep the f32 activations' precision, each is split in
 /// two bf16 halves, x = hi + lo (lo = the rounding error of hi, itself rounded), and both
-/// are multiplied in: |x − hi − lo| ≤ 2⁻¹⁸·|x|, where one bf16 would leave 2⁻⁹. Each C tile
+/// are multiplied in: |x − hi − lo| ≤ 2⁻¹⁶·|x|, where one bf16 would leave 2⁻⁸. Each C tile
 /// (16 weight rows × 16 activation rows, f32) is stored once at the end and written
 /// transposed into y.
 ///
