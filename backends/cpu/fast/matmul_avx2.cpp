@@ -436,11 +436,8 @@ void lanes_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
 constexpr int panel_cols = 16;
 constexpr i64 lane_run = 64;
 
-#include "backends/cpu/fast/panel_pack.inc"
+#include "backends/cpu/fast/panels.inc"
 
-/// One run of the panel (packed from kb), k in [c0, c1), for activation rows [r0, r0 + RT):
-/// their sums over the run are added to `tot` (the block's rows from rb × 16, the runs so
-/// far; the first run sets it).
 template <int RT>
 void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i64 rb, i64 r0, i64 c0, i64 c1) {
   const i64 k = a.k;
@@ -471,41 +468,19 @@ void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i
   }
 }
 
-template <int RT>
-void panel_run_tail(const float_product& a, const float* panel, i64 kb, float* tot, i64 rb, int rt, i64 r0, i64 c0, i64 c1) {
-  if (rt == RT) panel_run<RT>(a, panel, kb, tot, rb, r0, c0, c1);
-  else if constexpr (RT > 1) panel_run_tail<RT - 1>(a, panel, kb, tot, rb, rt, r0, c0, c1);
-}
-
 template <wtype T>
 void panel_range(const float_product& a, i64 n_begin, i64 n_end) {
-  constexpr int RT = 6;
   thread_local std::vector<float> buf, tot;
   const i64 kmax = min_i64(a.k, panel_k), rmax = min_i64(a.rows, panel_row_block);
   if (buf.size() < std::size_t(kmax * panel_cols)) buf.resize(std::size_t(kmax * panel_cols));
   if (tot.size() < std::size_t(rmax * panel_cols)) tot.resize(std::size_t(rmax * panel_cols));
-  for (i64 rb = 0; rb < a.rows; rb += panel_row_block) {
-    const i64 re = min_i64(a.rows, rb + panel_row_block);
-    for (i64 n0 = n_begin; n0 < n_end; n0 += panel_cols) {
-      const int nc = int(min_i64(panel_cols, n_end - n0));
-      for (i64 kb = 0; kb < a.k; kb += panel_k) {
-        const i64 ke = min_i64(a.k, kb + panel_k);
-        pack_panel<T>(a, n0, nc, kb, ke, buf.data());
-        // run by run, every row tile: a run of the panel (4 KB) stays in L1 while all rows use it
-        for (i64 c0 = kb; c0 < ke; c0 += lane_run) {
-          const i64 c1 = min_i64(ke, c0 + lane_run);
-          i64 r0 = rb;
-          for (; r0 + RT <= re; r0 += RT) panel_run<RT>(a, buf.data(), kb, tot.data(), rb, r0, c0, c1);
-          if (r0 < re) panel_run_tail<RT - 1>(a, buf.data(), kb, tot.data(), rb, int(re - r0), r0, c0, c1);
-        }
-      }
-      for (i64 r = rb; r < re; ++r) {
-        float* out = a.y + r * a.n + n0;
-        const float* t = tot.data() + (r - rb) * panel_cols;
-        for (int c = 0; c < nc; ++c) out[c] = a.bias ? t[c] + a.bias[n0 + c] : t[c];
-      }
+  panel_blocks<T, 6>(a, n_begin, n_end, buf.data(), tot.data(), [&](i64 rb, i64 re, i64 n0, int nc) {
+    for (i64 r = rb; r < re; ++r) {
+      float* out = a.y + r * a.n + n0;
+      const float* t = tot.data() + (r - rb) * panel_cols;
+      for (int c = 0; c < nc; ++c) out[c] = a.bias ? t[c] + a.bias[n0 + c] : t[c];
     }
-  }
+  });
 }
 
 }  // namespace

@@ -232,11 +232,8 @@ constexpr i64 lane_run = 64;
 
 #include "backends/cpu/fast/transpose8.inc"
 
-#include "backends/cpu/fast/panel_pack.inc"
+#include "backends/cpu/fast/panels.inc"
 
-/// One run of the panel (packed from kb), k in [c0, c1), for activation rows [r0, r0 + RT):
-/// their sums over the run are added to `tot` (the block's rows from rb × 32, the runs so
-/// far; the first run sets it).
 template <int RT>
 void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i64 rb, i64 r0, i64 c0, i64 c1) {
   const i64 k = a.k;
@@ -267,51 +264,29 @@ void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i
   }
 }
 
-template <int RT>
-void panel_run_tail(const float_product& a, const float* panel, i64 kb, float* tot, i64 rb, int rt, i64 r0, i64 c0, i64 c1) {
-  if (rt == RT) panel_run<RT>(a, panel, kb, tot, rb, r0, c0, c1);
-  else if constexpr (RT > 1) panel_run_tail<RT - 1>(a, panel, kb, tot, rb, rt, r0, c0, c1);
-}
-
 template <wtype T>
 void panel_range(const float_product& a, i64 n_begin, i64 n_end) {
-  constexpr int RT = 12;
   thread_local std::vector<float> buf, sums;
   const i64 kmax = min_i64(a.k, panel_k), rmax = min_i64(a.rows, panel_row_block);
   if (buf.size() < std::size_t(kmax * panel_cols)) buf.resize(std::size_t(kmax * panel_cols));
   if (sums.size() < std::size_t(rmax * panel_cols + 16)) sums.resize(std::size_t(rmax * panel_cols + 16));
   // (64-byte aligned rows of the sums)
   float* tot = sums.data() + (16 - (reinterpret_cast<std::uintptr_t>(sums.data()) / 4) % 16) % 16;
-  for (i64 rb = 0; rb < a.rows; rb += panel_row_block) {
-    const i64 re = min_i64(a.rows, rb + panel_row_block);
-    for (i64 n0 = n_begin; n0 < n_end; n0 += panel_cols) {
-      const int nc = int(min_i64(panel_cols, n_end - n0));
-      for (i64 kb = 0; kb < a.k; kb += panel_k) {
-        const i64 ke = min_i64(a.k, kb + panel_k);
-        pack_panel<T>(a, n0, nc, kb, ke, buf.data());
-        // run by run, every row tile: a run of the panel (8 KB) stays in L1 while all rows use it
-        for (i64 c0 = kb; c0 < ke; c0 += lane_run) {
-          const i64 c1 = min_i64(ke, c0 + lane_run);
-          i64 r0 = rb;
-          for (; r0 + RT <= re; r0 += RT) panel_run<RT>(a, buf.data(), kb, tot, rb, r0, c0, c1);
-          if (r0 < re) panel_run_tail<RT - 1>(a, buf.data(), kb, tot, rb, int(re - r0), r0, c0, c1);
-        }
+  panel_blocks<T, 12>(a, n_begin, n_end, buf.data(), tot, [&](i64 rb, i64 re, i64 n0, int nc) {
+    const auto m0 = static_cast<__mmask16>(nc >= 16 ? 0xffff : (1u << nc) - 1);
+    const auto m1 = static_cast<__mmask16>(nc >= 32 ? 0xffff : nc > 16 ? (1u << (nc - 16)) - 1 : 0);
+    for (i64 r = rb; r < re; ++r) {
+      float* out = a.y + r * a.n + n0;
+      const float* t = tot + (r - rb) * panel_cols;
+      __m512 v0 = _mm512_load_ps(t), v1 = _mm512_load_ps(t + 16);
+      if (a.bias) {
+        v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, a.bias + n0));
+        v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, a.bias + n0 + 16));
       }
-      const auto m0 = static_cast<__mmask16>(nc >= 16 ? 0xffff : (1u << nc) - 1);
-      const auto m1 = static_cast<__mmask16>(nc >= 32 ? 0xffff : nc > 16 ? (1u << (nc - 16)) - 1 : 0);
-      for (i64 r = rb; r < re; ++r) {
-        float* out = a.y + r * a.n + n0;
-        const float* t = tot + (r - rb) * panel_cols;
-        __m512 v0 = _mm512_load_ps(t), v1 = _mm512_load_ps(t + 16);
-        if (a.bias) {
-          v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, a.bias + n0));
-          v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, a.bias + n0 + 16));
-        }
-        _mm512_mask_storeu_ps(out, m0, v0);
-        _mm512_mask_storeu_ps(out + 16, m1, v1);
-      }
+      _mm512_mask_storeu_ps(out, m0, v0);
+      _mm512_mask_storeu_ps(out + 16, m1, v1);
     }
-  }
+  });
 }
 
 }  // namespace
