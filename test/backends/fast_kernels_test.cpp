@@ -290,9 +290,10 @@ TEST(FastMatmul, VnniLanesGiveTheBitsOfAvx2Lanes) {
           const std::int64_t blocks = k / 32;
           std::vector<std::int8_t> q(std::size_t(rows * k));
           std::vector<float> scale(std::size_t(rows * blocks)), sums(scale.size());
-          cpu_fast::avx2::int8_quantize_rows(x.f32(), k, 0, rows, q.data(), scale.data(), sums.data());
+          std::vector<std::int32_t> qsums(scale.size());
+          cpu_fast::avx2::int8_quantize_rows(x.f32(), k, 0, rows, q.data(), scale.data(), sums.data(), qsums.data());
           cpu_fast::int8_lanes_product p;
-          p.x = cpu_fast::int8_plain_rows{q.data(), scale.data(), sums.data(), rows, k};
+          p.x = cpu_fast::int8_plain_rows{q.data(), scale.data(), sums.data(), rows, k, qsums.data()};
           p.w = reinterpret_cast<const std::uint8_t*>(w.data());
           p.w_row_bytes = std::int64_t(w.nbytes()) / n;
           p.type = t;

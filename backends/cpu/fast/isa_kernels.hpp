@@ -201,14 +201,16 @@ struct int8_plain_rows {
   const float* scale = nullptr;    ///< rows × k/32
   const float* sums = nullptr;     ///< rows × k/32 (q4)
   std::int64_t rows = 0, k = 0;
+  const std::int32_t* qsums = nullptr;  ///< rows × k/32: Σq per block (VNNI's q8 lanes)
 };
 
 using int8_lanes_product = integer_product<int8_plain_rows>;
 
 namespace avx2 {
-/// Rows [r_begin, r_end) of x (stride k, a multiple of 32) as int8_plain_rows.
+/// Rows [r_begin, r_end) of x (stride k, a multiple of 32) as int8_plain_rows (`sums`, `qsums`
+/// filled when not null).
 void int8_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, std::int8_t* q,
-                        float* scale, float* sums);
+                        float* scale, float* sums, std::int32_t* qsums = nullptr);
 /// Output columns [n_begin, n_end), eight weight rows at a time with one output per lane.
 void int8_lanes_range(const int8_lanes_product& a, std::int64_t n_begin, std::int64_t n_end);
 }  // namespace avx2
@@ -244,7 +246,7 @@ void int16_split_quantize_rows(const float* x, std::int64_t k, std::int64_t r_be
 /// Output columns [n_begin, n_end).
 void int8_pairs_range(const int8_pairs_product& a, std::int64_t n_begin, std::int64_t n_end);
 /// Output columns [n_begin, n_end) of a many-row product with int8_plain_rows activations
-/// (avx2::int8_quantize_rows), sixteen weight rows at a time with one output per lane: the
+/// (avx2::int8_quantize_rows; q8 needs their `qsums`), sixteen weight rows at a time with one output per lane: the
 /// bits of avx2::int8_lanes_range, in vpdpbusd.
 void int8_lanes_range(const int8_lanes_product& a, std::int64_t n_begin, std::int64_t n_end);
 }  // namespace avx512_vnni

@@ -334,7 +334,7 @@ bool accepts_amx(std::span<const tensor_desc> inputs, const op_params& params) {
 /// precision as two int8 planes (the int16 kernel's precision, each row computed alone: the
 /// same bits in any batch), per pair of blocks about half the instructions of the int16
 /// kernel, so q4 and q8 decode are held by the weights' bytes rather than by the instructions.
-/// Many rows take product_vnni_lanes (registered ahead). A row holding NaN or ±∞ takes the
+/// Many rows take the sixteen-column lanes (product_int8_lanes, registered ahead). A row holding NaN or ±∞ takes the
 /// int16 kernel's path.
 /// The activations of `a` quantized for the VNNI pair kernels, in the scratch; false when a
 /// row is not finite.
@@ -388,23 +388,26 @@ bool accepts_vnni_int8(std::span<const tensor_desc> inputs, const op_params& par
   return (t == dtype::q8 || t == dtype::q4) && k > 0 && k % 32 == 0;
 }
 
-/// A q8/q4 product with many rows (prefill) on a CPU with AVX2 and no wider integer path:
-/// int8 activations (the many-row numbers of AMX and VNNI) against eight weight rows at a
-/// time, one output per lane (avx2::int8_lanes_range); fewer rows keep the int16 kernel, so a
-/// batched decode or verify pass gives each row its bits alone. A row holding NaN or ±∞ takes
-/// the int16 kernel's path (and its float fallback).
-bool lanes_quantize(const float_product& a, workspace& ws, int8_plain_rows& out) {
+/// A q8/q4 product with many rows (prefill) where nothing wider serves: int8 activations (the
+/// many-row numbers of AMX) against several weight rows at a time, one output per lane — eight
+/// on AVX2 (avx2::int8_lanes_range), sixteen on VNNI without tiles (avx512_vnni's, the same
+/// bits); fewer rows keep the int16 kernels, so a batched decode or verify pass gives each row
+/// its bits alone. A row holding NaN or ±∞ takes the int16 kernels' path (and its float
+/// fallback). The activations of `a` quantized once per call, in the scratch; `qsums` when the
+/// kernel wants each block's Σq (VNNI's q8); false when a row is not finite.
+bool lanes_quantize(const float_product& a, workspace& ws, bool qsums, int8_plain_rows& out) {
   const std::int64_t blocks = a.k / 32;
   auto* q = reinterpret_cast<std::int8_t*>(ws.ints(std::size_t((a.rows * a.k + 3) / 4), 7));
   float* scale = ws.floats(std::size_t(a.rows * blocks), 7);
   float* sums = a.type == wtype::q4 ? ws.floats(std::size_t(a.rows * blocks), 8) : nullptr;
+  std::int32_t* qs = qsums && a.type == wtype::q8 ? ws.ints(std::size_t(a.rows * blocks), 8) : nullptr;
   const int qparts = int(std::min<std::int64_t>(kernel_threads(), a.rows / 8 + 1));
-  auto quantize = [&](std::int64_t b, std::int64_t e) { avx2::int8_quantize_rows(a.x, a.k, b, e, q, scale, sums); };
+  auto quantize = [&](std::int64_t b, std::int64_t e) { avx2::int8_quantize_rows(a.x, a.k, b, e, q, scale, sums, qs); };
   if (qparts <= 1) quantize(0, a.rows);
   else parallel_for(qparts, [&](int p) { quantize(a.rows * p / qparts, a.rows * (p + 1) / qparts); });
   for (std::int64_t i = 0; i < a.rows * blocks; ++i)
     if (std::isnan(scale[i])) return false;
-  out = int8_plain_rows{q, scale, sums, a.rows, a.k};
+  out = int8_plain_rows{q, scale, sums, a.rows, a.k, qs};
   return true;
 }
 
@@ -432,61 +435,41 @@ void split_lane_groups(const float_product* a, std::size_t count, std::int64_t w
   parallel_for(parts, [&](int p) { run(groups * p / parts, groups * (p + 1) / parts); });
 }
 
-status product_avx2_lanes(const kernel_call& c) {
+/// A many-row q8/q4 product on a level's lanes kernel (Range, Width columns per group, QSums:
+/// it reads each block's Σq; LK's kernels for rows that are not finite).
+template <void (*Range)(const int8_lanes_product&, std::int64_t, std::int64_t), std::int64_t Width, bool QSums,
+          const level_kernels& LK>
+status product_int8_lanes(const kernel_call& c) {
   const float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
   int8_plain_rows x;
-  if (!lanes_quantize(a, *c.scratch, x)) return product<avx2_kernels>(c);
+  if (!lanes_quantize(a, *c.scratch, QSums, x)) return product<LK>(c);
   const int8_lanes_product p = int_args(a, x);
-  split_lane_groups(&a, 1, 8, [&](std::size_t, std::int64_t b, std::int64_t e) { avx2::int8_lanes_range(p, b, e); });
+  split_lane_groups(&a, 1, Width, [&](std::size_t, std::int64_t b, std::int64_t e) { Range(p, b, e); });
   return ok_status();
 }
 
-/// product_avx2_lanes for several calls at once, the activations quantized once for all.
-status products_avx2_lanes(std::span<const kernel_call> calls) {
+/// product_int8_lanes for several calls at once, the activations quantized once for all.
+template <void (*Range)(const int8_lanes_product&, std::int64_t, std::int64_t), std::int64_t Width, bool QSums,
+          const level_kernels& LK>
+status products_int8_lanes(std::span<const kernel_call> calls) {
   float_product a[max_group];
-  if (!same_input(calls, a) || a[0].rows == 0) return one_by_one(calls, product_avx2_lanes);
+  if (!same_input(calls, a) || a[0].rows == 0) return one_by_one(calls, product_int8_lanes<Range, Width, QSums, LK>);
   int8_plain_rows x;
-  if (!lanes_quantize(a[0], *calls[0].scratch, x)) return one_by_one(calls, product<avx2_kernels>);
+  if (!lanes_quantize(a[0], *calls[0].scratch, QSums, x)) return one_by_one(calls, product<LK>);
   int8_lanes_product p[max_group];
   for (std::size_t i = 0; i < calls.size(); ++i) p[i] = int_args(a[i], x);
-  split_lane_groups(a, calls.size(), 8, [&](std::size_t i, std::int64_t b, std::int64_t e) { avx2::int8_lanes_range(p[i], b, e); });
+  split_lane_groups(a, calls.size(), Width, [&](std::size_t i, std::int64_t b, std::int64_t e) { Range(p[i], b, e); });
   return ok_status();
 }
 
-bool accepts_avx2_lanes(std::span<const tensor_desc> inputs, const op_params& params) {
+bool accepts_int8_lanes(std::span<const tensor_desc> inputs, const op_params& params) {
   if (!accepts_trans_b(inputs, params)) return false;
   const dtype t = inputs[1].type;
   if (t != dtype::q8 && t != dtype::q4) return false;
   const std::int64_t k = inputs[0].shape.back();
   const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
   return k > 0 && k % 32 == 0 && rows >= amx_min_rows;
-}
-
-/// A q8/q4 product with many rows (prefill) on a CPU with VNNI and no AMX tiles: AVX2's lanes
-/// at sixteen columns, in vpdpbusd (avx512_vnni::int8_lanes_range) — the same activations and
-/// bits as AVX2's; a row holding NaN or ±∞ takes the int16 kernels' path.
-status product_vnni_lanes(const kernel_call& c) {
-  const float_product a = args_of(c);
-  if (a.rows == 0 || a.n == 0) return ok_status();
-  int8_plain_rows x;
-  if (!lanes_quantize(a, *c.scratch, x)) return product<avx512_vnni_kernels>(c);
-  const int8_lanes_product p = int_args(a, x);
-  split_lane_groups(&a, 1, 16, [&](std::size_t, std::int64_t b, std::int64_t e) { avx512_vnni::int8_lanes_range(p, b, e); });
-  return ok_status();
-}
-
-/// product_vnni_lanes for several calls at once, the activations quantized once for all.
-status products_vnni_lanes(std::span<const kernel_call> calls) {
-  float_product a[max_group];
-  if (!same_input(calls, a) || a[0].rows == 0) return one_by_one(calls, product_vnni_lanes);
-  int8_plain_rows x;
-  if (!lanes_quantize(a[0], *calls[0].scratch, x)) return one_by_one(calls, product<avx512_vnni_kernels>);
-  int8_lanes_product p[max_group];
-  for (std::size_t i = 0; i < calls.size(); ++i) p[i] = int_args(a[i], x);
-  split_lane_groups(a, calls.size(), 16,
-                    [&](std::size_t i, std::int64_t b, std::int64_t e) { avx512_vnni::int8_lanes_range(p[i], b, e); });
-  return ok_status();
 }
 
 /// A float product (f32, bf16 or f16 weights) with many rows — prefill; fewer rows keep the
@@ -547,13 +530,16 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
                    products_float_lanes<avx512::float_lanes_range, 32>});
     out.push_back({op, product_float_lanes<avx2::float_lanes_range, 16>, accepts_float_lanes, "avx2", level::avx2,
                    products_float_lanes<avx2::float_lanes_range, 16>});
-    // many rows without tiles: sixteen columns in the lanes (accepts_avx2_lanes: q8/q4 from 33 rows)
-    out.push_back({op, product_vnni_lanes, accepts_avx2_lanes, "avx512_vnni", level::avx512_vnni, products_vnni_lanes});
+    // many rows without tiles: sixteen columns in the lanes (accepts_int8_lanes: q8/q4 from 33 rows)
+    out.push_back({op, product_int8_lanes<avx512_vnni::int8_lanes_range, 16, true, avx512_vnni_kernels>, accepts_int8_lanes,
+                   "avx512_vnni", level::avx512_vnni, products_int8_lanes<avx512_vnni::int8_lanes_range, 16, true, avx512_vnni_kernels>});
     out.push_back({op, product_vnni_int8, accepts_vnni_int8, "avx512_vnni", level::avx512_vnni, products_vnni_int8});
     for (const auto& e : levels) {
       // AVX2's many-row q8/q4 products, ahead of its general kernel (AVX-512 machines take
       // their own kernels, registered before)
-      if (e.min == level::avx2) out.push_back({op, product_avx2_lanes, accepts_avx2_lanes, "avx2", level::avx2, products_avx2_lanes});
+      if (e.min == level::avx2)
+        out.push_back({op, product_int8_lanes<avx2::int8_lanes_range, 8, false, avx2_kernels>, accepts_int8_lanes, "avx2",
+                       level::avx2, products_int8_lanes<avx2::int8_lanes_range, 8, false, avx2_kernels>});
       out.push_back({op, e.fn, accepts_trans_b, cpu_isa::level_name(e.min), e.min, e.group});
     }
   }

@@ -470,14 +470,11 @@ void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i
 
 template <wtype T>
 void panel_range(const float_product& a, i64 n_begin, i64 n_end) {
-  thread_local std::vector<float> buf, tot;
-  const i64 kmax = min_i64(a.k, panel_k), rmax = min_i64(a.rows, panel_row_block);
-  if (buf.size() < std::size_t(kmax * panel_cols)) buf.resize(std::size_t(kmax * panel_cols));
-  if (tot.size() < std::size_t(rmax * panel_cols)) tot.resize(std::size_t(rmax * panel_cols));
-  panel_blocks<T, 6>(a, n_begin, n_end, buf.data(), tot.data(), [&](i64 rb, i64 re, i64 n0, int nc) {
+  const panel_scratch s = thread_panels(a);
+  panel_blocks<T, 6>(a, n_begin, n_end, s.panel, s.tot, [&](i64 rb, i64 re, i64 n0, int nc) {
     for (i64 r = rb; r < re; ++r) {
       float* out = a.y + r * a.n + n0;
-      const float* t = tot.data() + (r - rb) * panel_cols;
+      const float* t = s.tot + (r - rb) * panel_cols;
       for (int c = 0; c < nc; ++c) out[c] = a.bias ? t[c] + a.bias[n0 + c] : t[c];
     }
   });
@@ -534,7 +531,8 @@ void int_product_range(const int_product& a, i64 n_begin, i64 n_end) {
   else int_range<wtype::q4>(with_q4_order(a), n_begin, n_end);
 }
 
-void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int8_t* q, float* scale, float* sums) {
+void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int8_t* q, float* scale, float* sums,
+                        std::int32_t* qsums) {
   const i64 blocks = k / 32;
   for (i64 r = r_begin; r < r_end; ++r) {
     for (i64 b = 0; b < blocks; ++b) {
@@ -551,12 +549,15 @@ void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int8
       const __m256i w16a = _mm256_packs_epi32(iq[0], iq[1]), w16b = _mm256_packs_epi32(iq[2], iq[3]);
       const __m256i w8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w16a, w16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + r * k + b * 32), w8);
-      if (sums) {
+      if (sums || qsums) {
+        // (iq holds the stored int8 values: |x|·127/max|x| rounds to at most 127)
         const __m256i t = _mm256_add_epi32(_mm256_add_epi32(iq[0], iq[1]), _mm256_add_epi32(iq[2], iq[3]));
         __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-        sums[r * blocks + b] = s * float(_mm_cvtsi128_si32(h));
+        const std::int32_t total = _mm_cvtsi128_si32(h);
+        if (sums) sums[r * blocks + b] = s * float(total);
+        if (qsums) qsums[r * blocks + b] = total;
       }
     }
   }

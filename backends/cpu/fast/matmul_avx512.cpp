@@ -255,30 +255,25 @@ void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i
   for (int i = 0; i < RT; ++i) {
     float* t = tot + (r0 + i - rb) * panel_cols;
     if (c0 == 0) {
-      _mm512_store_ps(t, acc[i][0]);
-      _mm512_store_ps(t + 16, acc[i][1]);
+      _mm512_storeu_ps(t, acc[i][0]);
+      _mm512_storeu_ps(t + 16, acc[i][1]);
     } else {
-      _mm512_store_ps(t, _mm512_add_ps(_mm512_load_ps(t), acc[i][0]));
-      _mm512_store_ps(t + 16, _mm512_add_ps(_mm512_load_ps(t + 16), acc[i][1]));
+      _mm512_storeu_ps(t, _mm512_add_ps(_mm512_loadu_ps(t), acc[i][0]));
+      _mm512_storeu_ps(t + 16, _mm512_add_ps(_mm512_loadu_ps(t + 16), acc[i][1]));
     }
   }
 }
 
 template <wtype T>
 void panel_range(const float_product& a, i64 n_begin, i64 n_end) {
-  thread_local std::vector<float> buf, sums;
-  const i64 kmax = min_i64(a.k, panel_k), rmax = min_i64(a.rows, panel_row_block);
-  if (buf.size() < std::size_t(kmax * panel_cols)) buf.resize(std::size_t(kmax * panel_cols));
-  if (sums.size() < std::size_t(rmax * panel_cols + 16)) sums.resize(std::size_t(rmax * panel_cols + 16));
-  // (64-byte aligned rows of the sums)
-  float* tot = sums.data() + (16 - (reinterpret_cast<std::uintptr_t>(sums.data()) / 4) % 16) % 16;
-  panel_blocks<T, 12>(a, n_begin, n_end, buf.data(), tot, [&](i64 rb, i64 re, i64 n0, int nc) {
+  const panel_scratch s = thread_panels(a);
+  panel_blocks<T, 12>(a, n_begin, n_end, s.panel, s.tot, [&](i64 rb, i64 re, i64 n0, int nc) {
     const auto m0 = static_cast<__mmask16>(nc >= 16 ? 0xffff : (1u << nc) - 1);
     const auto m1 = static_cast<__mmask16>(nc >= 32 ? 0xffff : nc > 16 ? (1u << (nc - 16)) - 1 : 0);
     for (i64 r = rb; r < re; ++r) {
       float* out = a.y + r * a.n + n0;
-      const float* t = tot + (r - rb) * panel_cols;
-      __m512 v0 = _mm512_load_ps(t), v1 = _mm512_load_ps(t + 16);
+      const float* t = s.tot + (r - rb) * panel_cols;
+      __m512 v0 = _mm512_loadu_ps(t), v1 = _mm512_loadu_ps(t + 16);
       if (a.bias) {
         v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, a.bias + n0));
         v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, a.bias + n0 + 16));

@@ -250,7 +250,6 @@ void int8_pairs_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
   else pair_range<wtype::q4>(a, n_begin, n_end);
 }
 
-
 // ------------------------------------------------------------------ many rows: sixteen columns in the lanes
 //
 // A product with many rows (prefill on a CPU with VNNI but no AMX tiles) meets int8
@@ -303,11 +302,10 @@ void pack16(const int8_lanes_product& a, i64 n0, int nc, __m512i* wv, float* d, 
   }
 }
 
-/// Activation rows [r0, r0 + RT) against the sixteen packed weight rows from n0 (nc real).
-/// `xsum` (q8): Σ of each row's int8 values per block.
+/// Activation rows [r0, r0 + RT) against the sixteen packed weight rows from n0 (nc real);
+/// q8 takes each row's Σx per block from the activations' `qsums`.
 template <wtype T, int RT>
-void lanes16_rows(const int8_lanes_product& a, const __m512i* wv, const float* d, const float* m, const std::int32_t* xsum,
-                  i64 r0, i64 n0, int nc) {
+void lanes16_rows(const int8_lanes_product& a, const __m512i* wv, const float* d, const float* m, i64 r0, i64 n0, int nc) {
   const i64 k = a.x.k, blocks = k / 32;
   __m512 acc[RT];
 #pragma GCC unroll 16
@@ -317,7 +315,7 @@ void lanes16_rows(const int8_lanes_product& a, const __m512i* wv, const float* d
     const std::int8_t* xb = a.x.q + r0 * k + b * 32;
 #pragma GCC unroll 16
     for (int i = 0; i < RT; ++i)
-      s[i] = T == wtype::q8 ? _mm512_set1_epi32(-128 * xsum[(r0 + i) * blocks + b]) : _mm512_setzero_si512();
+      s[i] = T == wtype::q8 ? _mm512_set1_epi32(-128 * a.x.qsums[(r0 + i) * blocks + b]) : _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       const __m512i w = _mm512_loadu_si512(wv + b * 8 + j);
@@ -348,10 +346,10 @@ void lanes16_rows(const int8_lanes_product& a, const __m512i* wv, const float* d
 }
 
 template <wtype T, int RT>
-void lanes16_tail(const int8_lanes_product& a, const __m512i* wv, const float* d, const float* m, const std::int32_t* xsum,
-                  int rt, i64 r0, i64 n0, int nc) {
-  if (rt == RT) lanes16_rows<T, RT>(a, wv, d, m, xsum, r0, n0, nc);
-  else if constexpr (RT > 1) lanes16_tail<T, RT - 1>(a, wv, d, m, xsum, rt, r0, n0, nc);
+void lanes16_tail(const int8_lanes_product& a, const __m512i* wv, const float* d, const float* m, int rt, i64 r0, i64 n0,
+                  int nc) {
+  if (rt == RT) lanes16_rows<T, RT>(a, wv, d, m, r0, n0, nc);
+  else if constexpr (RT > 1) lanes16_tail<T, RT - 1>(a, wv, d, m, rt, r0, n0, nc);
 }
 
 template <wtype T>
@@ -360,32 +358,18 @@ void lanes16_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
   const i64 blocks = a.x.k / 32;
   thread_local std::vector<std::int32_t> wbytes;  // blocks × 8 registers of 16 int32
   thread_local std::vector<float> dbuf, mbuf;
-  thread_local std::vector<std::int32_t> sbuf;
   if (wbytes.size() < std::size_t(blocks * 8 * 16)) wbytes.resize(std::size_t(blocks * 8 * 16));
   auto* wv = reinterpret_cast<__m512i*>(wbytes.data());
   if (dbuf.size() < std::size_t(blocks * lane16)) {
     dbuf.resize(std::size_t(blocks * lane16));
     mbuf.resize(std::size_t(blocks * lane16));
   }
-  if constexpr (T == wtype::q8) {
-    // Σx per row and block, for the offset of the weights' bytes
-    if (sbuf.size() < std::size_t(a.x.rows * blocks)) sbuf.resize(std::size_t(a.x.rows * blocks));
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    for (i64 rb = 0; rb < a.x.rows * blocks; ++rb) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x.q + rb * 32));
-      const __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, v), ones16);
-      __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-      h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
-      h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
-      sbuf[std::size_t(rb)] = _mm_cvtsi128_si32(h);
-    }
-  }
   for (i64 n0 = n_begin; n0 < n_end; n0 += lane16) {
     const int nc = int(min_i64(lane16, n_end - n0));
     pack16<T>(a, n0, nc, wv, dbuf.data(), mbuf.data());
     i64 r0 = 0;
-    for (; r0 + RT <= a.x.rows; r0 += RT) lanes16_rows<T, RT>(a, wv, dbuf.data(), mbuf.data(), sbuf.data(), r0, n0, nc);
-    if (r0 < a.x.rows) lanes16_tail<T, RT - 1>(a, wv, dbuf.data(), mbuf.data(), sbuf.data(), int(a.x.rows - r0), r0, n0, nc);
+    for (; r0 + RT <= a.x.rows; r0 += RT) lanes16_rows<T, RT>(a, wv, dbuf.data(), mbuf.data(), r0, n0, nc);
+    if (r0 < a.x.rows) lanes16_tail<T, RT - 1>(a, wv, dbuf.data(), mbuf.data(), int(a.x.rows - r0), r0, n0, nc);
   }
 }
 
