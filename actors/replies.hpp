@@ -41,6 +41,7 @@ struct versions_reply {
 struct worker_view {
   std::string worker_id;
   std::string backend;
+  std::string backend_note;  ///< why an `--backend auto` worker is on the CPU; empty otherwise
   std::uint64_t free_bytes = 0, total_bytes = 0, max_tensor_bytes = 0;
   std::vector<std::string> features;
   std::uint32_t generations = 0;

@@ -20,6 +20,7 @@
 #include "actors/worker/worker_actor.hpp"
 #include "actors/cluster.hpp"
 #include "actors/cluster_tls.hpp"
+#include "app/backend_choice.hpp"
 #include "app/commands.hpp"
 #include "app/process.hpp"
 #include "app/sizes.hpp"
@@ -49,7 +50,7 @@ const char* serve_usage =
     "                   [--default-quantize none|q8|q4|auto] [--kv-dtype f32|bf16|f16] [--address ADDR]\n"
     "                   [--worker-memory SIZE] [--graph-timeout-ms MS] [--body-limit SIZE]\n"
     "                   [--durable-budget SIZE] [--v2-quota SIZE] [--threads N] [--web DIR]\n"
-    "                   [--cluster-port N]\n"
+    "                   [--cluster-port N] [--backend cpu|cuda|auto]\n"
     "                   [--allow-local DIR]... [--allow-private-sources]\n"
     "                   [--max-connections N] [--max-connections-per-address N]\n"
     "                   [--header-timeout-ms MS] [--body-timeout-ms MS] [--generations-per-key N]\n"
@@ -57,7 +58,12 @@ const char* serve_usage =
     "                   [--join-failures-per-address N] [--log-format json|text] [--metrics-open]\n"
     "\n"
     "Runs the coordinator: the v3 HTTP API, accounts (SQLite in DIR) and the actors, with\n"
-    "N embedded CPU workers (default 1; 0 = only remote volunteers).\n"
+    "N embedded workers (default 1; 0 = only remote volunteers).\n"
+    "  --backend B         what the embedded workers compute on (default cpu): cuda (the GPU, or\n"
+    "                      nothing: without a usable one serve says why and exits with status 6;\n"
+    "                      with several GPUs the workers take turns over them) or auto (the GPU\n"
+    "                      where one is usable, else the CPU, saying why in the banner and the\n"
+    "                      pool's status)\n"
     "  --dev               approve sign-ups at once (a one-person machine)\n"
     "  --hf-endpoint URL   where hf: sources resolve (default https://huggingface.co, or\n"
     "                      $MPAKT_HF_ENDPOINT); point it at `mpakt host` for offline grids.\n"
@@ -110,6 +116,7 @@ const char* serve_usage =
 int cmd_serve(const std::vector<std::string>& args) {
   std::string data_dir, address = "127.0.0.1", web_dir;
   int port = -1, workers = 1, cluster_port = -1;
+  backend_kind backend_asked = backend_kind::cpu;
   std::string cluster_cert, cluster_key;
   // Kernel threads per worker: by default the machine's cores (the embedded worker is the
   // only heavy computation; CAF's scheduler and the HTTP thread mostly wait).
@@ -151,6 +158,11 @@ int cmd_serve(const std::vector<std::string>& args) {
       while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
       if (token.empty()) return bad(("--hf-token-file: " + *v + " holds no token").c_str());
       ccfg.load.hf_token = token;
+    }
+    else if (a == "--backend") {
+      auto k = (v = value()) ? parse_backend_kind(*v) : std::nullopt;
+      if (!k) return bad("--backend takes cpu, cuda or auto");
+      backend_asked = *k;
     }
     else if (a == "--workers") { if (!(v = value())) return bad("--workers needs a number"); workers = std::atoi(v->c_str()); }
     else if (a == "--web") { if (!(v = value())) return bad("--web needs a folder"); web_dir = *v; }
@@ -236,6 +248,18 @@ int cmd_serve(const std::vector<std::string>& args) {
   if (port < 0 || port > 65535) { std::fprintf(stderr, "mpakt serve: --port N is required\n\n%s", serve_usage); return 2; }
   if (data_dir.empty()) { std::fprintf(stderr, "mpakt serve: --data-dir DIR is required\n\n%s", serve_usage); return 2; }
   if (workers < 0) { std::fprintf(stderr, "mpakt serve: --workers must be 0 or more\n"); return 2; }
+  // What the embedded workers compute on, opened before anything starts: a GPU asked for and
+  // not there ends the program here, saying why.
+  std::vector<chosen_backend> backends_chosen;
+  for (int i = 0; i < workers; ++i) {
+    auto c = choose_backend(backend_asked, i);
+    if (!c) {
+      std::fprintf(stderr, "mpakt serve: --backend cuda: %s; not starting (--backend auto would compute on the CPU)\n",
+                   c.err().message.c_str());
+      return exit_no_cuda;
+    }
+    backends_chosen.push_back(std::move(*c));
+  }
   std::error_code ec;
   std::filesystem::create_directories(data_dir, ec);
   if (ec) { std::fprintf(stderr, "mpakt serve: cannot create %s: %s\n", data_dir.c_str(), ec.message().c_str()); return 1; }
@@ -276,6 +300,8 @@ int cmd_serve(const std::vector<std::string>& args) {
       worker_config wc;
       wc.worker_id = "w_local" + std::to_string(i);
       wc.memory_bytes = worker_memory;
+      wc.device = backends_chosen[std::size_t(i)].device;
+      wc.backend_note = backends_chosen[std::size_t(i)].note;
       local_workers.push_back(spawn_worker(*sys, wc));
       caf::anon_send(pool, add_atom::value, local_workers.back());
     }
@@ -342,6 +368,8 @@ int cmd_serve(const std::vector<std::string>& args) {
     const std::string base = "http://" + address + ":" + std::to_string((*server)->port());
     std::printf("mpakt serve: listening on %s (%d embedded worker%s, data in %s%s)\n", base.c_str(), workers,
                 workers == 1 ? "" : "s", data_dir.c_str(), dev ? ", dev mode: sign-ups approved at once" : "");
+    for (int i = 0; i < workers; ++i)
+      std::printf("  worker w_local%d computes on: %s\n", i, backends_chosen[std::size_t(i)].describe().c_str());
     std::printf("  models resolve hf: sources at %s\n", ccfg.load.hf_endpoint.c_str());
     std::printf("  CPU kernels: %s, %d thread%s (%s)\n", cpu_isa::describe().c_str(), threads, threads == 1 ? "" : "s",
                 cpu_isa::detected().model.c_str());

@@ -20,9 +20,7 @@
 #include "actors/errors.hpp"
 #include "actors/coordinator/load_job.hpp"
 #include "actors/worker/worker_actor.hpp"
-#if defined(MPAKT_HAS_CUDA)
-#include "backends/cuda/cuda_backend.hpp"
-#endif
+#include "app/backend_choice.hpp"
 #include "app/commands.hpp"
 #include "app/process.hpp"
 #include "app/sizes.hpp"
@@ -37,12 +35,10 @@ const char* worker_usage =
     "usage: mpakt worker --join HOST:PORT --token TOKEN (--coordinator-fingerprint HEX | --ca FILE)\n"
     "                    [--id NAME] [--memory SIZE] [--threads N]\n"
     "                    [--join-timeout-ms MS] [--legacy] [--reference] [--without OPS]\n"
-    "                    [--delay-ms MS] [--cpu] [--fault WHAT]\n"
+    "                    [--delay-ms MS] [--backend cpu|cuda|auto] [--fault WHAT]\n"
     "\n"
     "Runs a volunteer: a worker that joins the coordinator started with\n"
-    "`mpakt serve --cluster-port PORT` and holds weights and sessions for the grid. It computes\n"
-    "on the GPU where this build has CUDA and a usable GPU exists (steps the GPU path lacks run\n"
-    "on the CPU reference kernels), else on the CPU.\n"
+    "`mpakt serve --cluster-port PORT` and holds weights and sessions for the grid.\n"
     "  --token TOKEN       the join token the operator gave (`mpakt admin volunteer-token`),\n"
     "                      or $MPAKT_VOLUNTEER_TOKEN; without a valid one the coordinator refuses\n"
     "                      the volunteer and it exits with status 4 (3: the coordinator went away)\n"
@@ -60,7 +56,12 @@ const char* worker_usage =
     "  --reference         run only the reference kernels\n"
     "  --without OPS       ops or features (comma-separated) to leave out, like an older volunteer;\n"
     "                      graphs using them are never given to it\n"
-    "  --cpu               compute on the CPU even where a GPU exists\n"
+    "  --backend B         what it computes on: cpu; cuda (the GPU, or nothing: without a usable\n"
+    "                      one it says why and exits with status 6); auto (the default: the GPU\n"
+    "                      where this build has CUDA and a usable GPU exists, else the CPU, saying\n"
+    "                      why in its banner and in the pool's status). On the GPU, steps its\n"
+    "                      kernels lack run on the CPU reference kernels\n"
+    "  --cpu               the same as --backend cpu\n"
     "  --fault corrupt-results:P\n"
     "                      a testing aid: change one value of a fraction P of its graph answers\n"
     "                      and replace a fraction P of the tokens its decode loops draw, like a\n"
@@ -92,20 +93,6 @@ constexpr int exit_coordinator_gone = 3;
 constexpr int exit_refused = 4;
 constexpr int exit_untrusted = 5;  ///< the coordinator's certificate is not the one pinned, or no TLS
 
-/// The GPU backend when this build has CUDA and a usable GPU exists; errc::not_found when
-/// there is none (the CPU then serves), another error when opening it failed.
-result<std::shared_ptr<backend>> choose_gpu() {
-#if defined(MPAKT_HAS_CUDA)
-  if (cuda_device_count() == 0) return make_error(errc::not_found, "no usable GPU");
-  auto b = cuda_backend::create();
-  if (!b) return std::move(b).err();
-  std::fprintf(stderr, "mpakt worker: computing on GPU %d (%s)\n", (*b)->device(), (*b)->device_name().c_str());
-  return std::shared_ptr<backend>(std::move(*b));
-#else
-  return make_error(errc::not_found, "this build has no CUDA backend");
-#endif
-}
-
 }  // namespace
 
 int cmd_worker(const std::vector<std::string>& args) {
@@ -115,7 +102,7 @@ int cmd_worker(const std::vector<std::string>& args) {
   int threads = std::max(1u, std::thread::hardware_concurrency());
   if (const char* t = std::getenv("MPAKT_THREADS"); t && std::atoi(t) > 0) threads = std::atoi(t);
   long patience_ms = 30000;
-  bool force_cpu = false;
+  backend_kind backend_asked = backend_kind::automatic;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
@@ -167,7 +154,12 @@ int cmd_worker(const std::vector<std::string>& args) {
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");
       wc.corrupt_results = p;
-    } else if (a == "--cpu") force_cpu = true;
+    } else if (a == "--cpu") backend_asked = backend_kind::cpu;
+    else if (a == "--backend") {
+      auto k = (v = value()) ? parse_backend_kind(*v) : std::nullopt;
+      if (!k) return bad("--backend takes cpu, cuda or auto");
+      backend_asked = *k;
+    }
     else if (a == "--legacy") wc.legacy = true;
     else if (a == "--reference") wc.reference_only = true;
     else if (a == "--without") {
@@ -193,11 +185,21 @@ int cmd_worker(const std::vector<std::string>& args) {
   }
   wc.worker_id = id;
   cpu_fast::set_kernel_threads(threads);
-  if (!force_cpu && !wc.reference_only) {
-    auto gpu = choose_gpu();
-    if (gpu) wc.device = std::move(*gpu);
-    else if (gpu.err().code != errc::not_found) std::fprintf(stderr, "mpakt worker: %s; computing on the CPU\n", gpu.err().message.c_str());
+  if (wc.reference_only) {
+    if (backend_asked == backend_kind::cuda) {
+      std::fprintf(stderr, "mpakt worker: --reference runs the CPU reference kernels: it cannot go with --backend cuda\n");
+      return 2;
+    }
+    backend_asked = backend_kind::cpu;
   }
+  auto chosen = choose_backend(backend_asked);
+  if (!chosen) {
+    std::fprintf(stderr, "mpakt worker: --backend cuda: %s; not starting (--backend auto would compute on the CPU)\n",
+                 chosen.err().message.c_str());
+    return exit_no_cuda;
+  }
+  wc.device = chosen->device;
+  wc.backend_note = chosen->note;
 
   if (pinned.empty() == ca_file.empty()) {
     std::fprintf(stderr, "mpakt worker: give the coordinator's certificate fingerprint (--coordinator-fingerprint HEX, "
@@ -288,10 +290,9 @@ int cmd_worker(const std::vector<std::string>& args) {
       });
       return {[](caf::exit_msg&) {}};
     });
-    std::printf("mpakt worker: %s joined %s as volunteer %s (%s offered, %s, %d kernel threads)\n", id.c_str(), join.c_str(),
-                admitted_as.c_str(),
-                (std::to_string(wc.memory_bytes >> 20) + " MiB").c_str(), wc.device ? std::string(wc.device->name()).c_str() : "cpu",
-                threads);
+    std::printf("mpakt worker: %s joined %s as volunteer %s (%s offered, %d kernel threads)\n", id.c_str(), join.c_str(),
+                admitted_as.c_str(), (std::to_string(wc.memory_bytes >> 20) + " MiB").c_str(), threads);
+    std::printf("  computes on: %s\n", chosen->describe().c_str());
     std::printf("  CPU kernels: %s (%s)\n", cpu_isa::describe().c_str(), cpu_isa::detected().model.c_str());
     std::fflush(stdout);
     int sig = 0;

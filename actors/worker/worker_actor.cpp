@@ -37,6 +37,7 @@ worker_status snapshot(worker_shared& w) {
   worker_status s;
   s.worker_id = w.cfg.worker_id;
   s.backend = w.backend_name;
+  s.backend_note = w.cfg.backend_note;
   s.total_bytes = w.cfg.memory_bytes;
   s.features = w.features;
   s.lacks = w.cfg.lacks;
@@ -73,6 +74,7 @@ actor_snapshot describe_front(front_pointer self) {
   s.kind = "worker";
   s.id = st.worker_id;
   s.text("backend", st.backend);
+  if (!st.backend_note.empty()) s.text("backendNote", st.backend_note);
   s.text("kernels", st.kernels);
   s.text("cpu", st.cpu);
   s.number("threads", st.threads);

@@ -49,6 +49,9 @@ struct worker_config {
   /// a usable GPU exists), which falls back to the CPU reference kernels for any step its
   /// device path lacks; null = the CPU backend.
   std::shared_ptr<backend> device;
+  /// Why it computes on the CPU when it was started with `--backend auto` (app/backend_choice.hpp);
+  /// reported in its status. Empty otherwise.
+  std::string backend_note;
   /// A testing aid (`mpakt worker --fault corrupt-results:P`): this fraction of its graph
   /// answers gets one output value changed, and this fraction of the tokens its decode loops
   /// draw is replaced (and fed on as if drawn) — a volunteer that lies, for the coordinator's

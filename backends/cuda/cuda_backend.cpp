@@ -8,21 +8,29 @@
 
 namespace mpakt {
 
-int cuda_device_count() {
+result<int> cuda_probe() {
   int n = 0;
   // Without a driver (or a GPU) this fails with e.g. cudaErrorInsufficientDriver or
   // cudaErrorNoDevice: that means no device, not a fault.
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();  // clear the error so later runtime calls do not report it
-    return 0;
+    return make_error(errc::unavailable, std::string("no usable CUDA device: ") + cudaGetErrorString(e) + " (" +
+                                             cudaGetErrorName(e) + ")");
   }
+  if (n == 0) return make_error(errc::unavailable, "no usable CUDA device: the driver reports none");
   return n;
 }
 
+int cuda_device_count() {
+  auto n = cuda_probe();
+  return n ? *n : 0;
+}
+
 result<std::unique_ptr<cuda_backend>> cuda_backend::create(config cfg) {
-  const int count = cuda_device_count();
-  if (count == 0) return make_error(errc::unavailable, "no CUDA device (no GPU, or no usable driver)");
+  auto probed = cuda_probe();
+  if (!probed) return std::move(probed).err();
+  const int count = *probed;
   if (cfg.device < 0 || cfg.device >= count)
     return make_error(errc::unavailable, "no CUDA device " + std::to_string(cfg.device) + " (found " +
                                              std::to_string(count) + ")");

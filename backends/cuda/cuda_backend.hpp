@@ -40,6 +40,10 @@ namespace mpakt {
 
 /// Number of usable CUDA devices; 0 when there is no driver or no GPU (never fails).
 int cuda_device_count();
+/// The same, or why there is none: errc::unavailable with CUDA's own words, e.g. "no usable
+/// CUDA device: CUDA driver version is insufficient for CUDA runtime version
+/// (cudaErrorInsufficientDriver)", for a worker asked for CUDA to print before it exits.
+result<int> cuda_probe();
 
 namespace cuda {
 class device_context;

@@ -46,6 +46,10 @@ void write_worker(json_writer& w, const worker_view& s) {
   w.StartObject();
   key(w, "workerId"); str(w, s.worker_id);
   key(w, "backend"); str(w, s.backend);
+  // why a worker left to choose (`--backend auto`) computes on the CPU; null otherwise
+  key(w, "backendNote");
+  if (s.backend_note.empty()) w.Null();
+  else str(w, s.backend_note);
   key(w, "freeBytes"); w.Uint64(s.free_bytes);
   key(w, "totalBytes"); w.Uint64(s.total_bytes);
   key(w, "packedWeights"); w.Bool(s.packed_weights);

@@ -390,7 +390,18 @@ TEST(CudaNoDevice, CreateIsUnavailable) {
   auto be = cuda_backend::create();
   ASSERT_FALSE(be.ok());
   EXPECT_EQ(be.err().code, errc::unavailable);
-  EXPECT_NE(be.err().message.find("no CUDA device"), std::string::npos) << be.err().message;
+  EXPECT_NE(be.err().message.find("no usable CUDA device: "), std::string::npos) << be.err().message;
+}
+
+TEST(CudaNoDevice, ProbeSaysWhyInCudasWords) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  auto n = cuda_probe();
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.err().code, errc::unavailable);
+  // CUDA's error name in parentheses (cudaErrorNoDevice, cudaErrorInsufficientDriver, ...),
+  // or the driver's plain "none".
+  const auto& m = n.err().message;
+  EXPECT_TRUE(m.find("(cudaError") != std::string::npos || m.find("reports none") != std::string::npos) << m;
 }
 
 TEST(CudaNoDevice, KernelWithoutABackendIsAnError) {

@@ -288,8 +288,8 @@ def test_a_volunteer_with_a_gpu_reports_cuda_and_decodes_the_golden_tokens(start
     server = c.server
     try:
         proc = c.join("w_gpu", "2G")
-        if "cuda" not in proc.output():
-            pytest.skip("this build has no CUDA backend")
+        if "computes on: cuda" not in proc.output():
+            pytest.skip("no usable GPU here (or a build without CUDA)")
         s = c.status(c.key)
         assert s["backends"].get("cuda") == 1 and s["pool"][0]["backend"] == "cuda"
         model = expect(server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60),
@@ -297,6 +297,66 @@ def test_a_volunteer_with_a_gpu_reports_cuda_and_decodes_the_golden_tokens(start
         decode_golden(server.api, c.key, model)
         c.join("w_cpu", "2G", "--cpu")
         assert c.status(c.key)["backends"]["cpu"] == 1
+    finally:
+        c.stop_all()
+
+
+def test_backend_asked_for_is_the_backend_given_or_the_program_says_why(start_server, tmp_path_factory):
+    """`--backend cuda` computes on the GPU or not at all: without a usable one (no GPU, no
+    driver, or a build without CUDA) the volunteer and `mpakt serve` exit with status 6 naming
+    why, in CUDA's words. `auto` (a volunteer's default) falls back to the CPU and says so in its
+    banner and in the pool's status (backendNote); `cpu` is the CPU with no note. Where a GPU is
+    usable, cuda and auto both count under backends.cuda."""
+    c = start_cluster(start_server, tmp_path_factory, "backends")
+    try:
+        probe = subprocess.Popen([str(binary()), "worker", "--join", f"127.0.0.1:{c.port}", "--id", "w_cuda", "--memory",
+                                  "256M", "--threads", "1", "--token", c.token, *c.server.link_args(), "--backend", "cuda"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            rc = probe.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            rc = None  # joined: it runs until stopped
+        if rc is None:
+            # a usable GPU: the volunteer computes there, and auto takes it too
+            probe.send_signal(signal.SIGTERM)
+            probe.wait(timeout=10)
+            auto = c.join("w_auto", "256M")
+            assert "computes on: cuda (GPU " in auto.output()
+            s = c.status(c.key)
+            entry = next(w for w in s["pool"] if w["workerId"] == "w_auto")
+            assert entry["backend"] == "cuda" and entry["backendNote"] is None
+            return
+        out = probe.stdout.read()
+        assert rc == 6, out
+        assert "--backend cuda: no usable CUDA device: " in out or "has no CUDA backend" in out, out
+        assert "not starting" in out and "w_cuda" not in [w["workerId"] for w in c.status(c.key)["pool"]]
+        reason = out.split("--backend cuda: ", 1)[1].split("; not starting", 1)[0]
+
+        auto = c.join("w_auto", "256M")  # (no --backend: auto)
+        assert f"computes on: cpu (auto: {reason})" in auto.output()
+        c.join("w_cpu", "256M", "--backend", "cpu")
+        s = c.status(c.key)
+        notes = {w["workerId"]: (w["backend"], w["backendNote"]) for w in s["pool"]}
+        assert notes == {"w_auto": ("cpu", "auto: " + reason), "w_cpu": ("cpu", None)}, notes
+        assert s["backends"]["cpu"] == 2 and s["backends"].get("cuda", 0) == 0
+
+        bad = subprocess.run([str(binary()), "worker", "--join", f"127.0.0.1:{c.port}", "--backend", "gpu"],
+                             capture_output=True, text=True, timeout=10)
+        assert bad.returncode == 2 and "--backend takes cpu, cuda or auto" in bad.stderr
+
+        # mpakt serve: the same choice for its embedded workers (default cpu)
+        served = subprocess.run([str(binary()), "serve", "--port", "0", "--data-dir", str(tmp_path_factory.mktemp("s6")),
+                                 "--backend", "cuda"], capture_output=True, text=True, timeout=30)
+        assert served.returncode == 6 and f"--backend cuda: {reason}; not starting" in served.stderr, served.stderr
+        auto_server = start_server("--dev", "--workers", "2", "--backend", "auto")
+        banner = auto_server.process.output()
+        assert f"worker w_local0 computes on: cpu (auto: {reason})" in banner
+        assert f"worker w_local1 computes on: cpu (auto: {reason})" in banner
+        key = auto_server.account("backends")[1]
+        pool = expect(auto_server.api.get("/api/v3/status", key=key), 200)["pool"]
+        assert sorted((w["workerId"], w["backendNote"]) for w in pool) == [("w_local0", "auto: " + reason),
+                                                                           ("w_local1", "auto: " + reason)]
+        auto_server.process.terminate()
     finally:
         c.stop_all()
 
