@@ -145,6 +145,12 @@ struct run_request {
   /// An inline graph the server built itself: its steps may name server-only parameters
   /// (build_options::server_params). Never set for a client's graph.
   bool server_params = false;
+  /// The call promises no row the bits it gets alone (runtime/row_bits.hpp): a plain graph
+  /// call listing at most one session (a prompt's prefill, the chat's). Its products of 16 to
+  /// 32 rows may take the many-row kernels. False for every pass of a generation (plain,
+  /// verify or batched) and for graphs listing several sessions (SES-20); kept in a session's
+  /// journal, so a replay computes the same bits.
+  bool free_rows = false;
 };
 
 struct run_reply {
@@ -221,7 +227,7 @@ typename Inspector::result_type inspect(Inspector& f, tensor_piece& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_request& x) {
   return f(caf::meta::type_name("run_request"), x.graph_json, x.graph_id, x.bind_json, x.session, x.sessions, x.outputs,
-           x.base64, x.overrides, x.run_id, x.timeout_ms, x.server_params);
+           x.base64, x.overrides, x.run_id, x.timeout_ms, x.server_params, x.free_rows);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_reply& x) {

@@ -749,9 +749,10 @@ caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_p
     }
   };
   const bool base64 = r.base64;
+  const bool free_rows = r.free_rows;  // (the probe's product takes the kernels the call's did)
   self->request(st.volunteer(), caf::infinite, run_atom::value, std::move(r))
       .then(
-          [self, rp, p, extra, tolerance, asked, base64](run_reply& x) mutable {
+          [self, rp, p, extra, tolerance, asked, base64, free_rows](run_reply& x) mutable {
             auto o = std::make_shared<outcome>();
             o->theirs = std::move(x);
             // (the answer is untrusted text, read once with the depth-limited parser, on a
@@ -772,7 +773,7 @@ caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_p
                   o->probe = probe_graph(p, xs, xv);
                   return status{};
                 },
-                [self, rp, o, p, extra, tolerance, asked, base64](status& readable) mutable {
+                [self, rp, o, p, extra, tolerance, asked, base64, free_rows](status& readable) mutable {
                   auto& st = self->state;
                   if (!readable) {
                     quarantine(self, st.sh, "a checked graph call's answer lacks what it was asked for: " + readable.err().message);
@@ -782,6 +783,7 @@ caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_p
                   run_request mine;
                   mine.graph_json = std::move(o->probe);
                   mine.base64 = true;
+                  mine.free_rows = free_rows;
                   self->request(st.verifier, caf::infinite, run_atom::value, std::move(mine))
                       .then(
                           [self, rp, o, p, extra, tolerance, asked, base64](run_reply& y) mutable {

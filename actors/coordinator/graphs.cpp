@@ -177,6 +177,8 @@ caf::result<run_reply> run_graph(coordinator_pointer self, const caller& who, gr
   req.base64 = call.base64;
   req.session = call.session;
   req.sessions = call.sessions;
+  // A plain call promises no row its bits alone unless it lists several sessions (SES-20).
+  req.free_rows = call.sessions.size() <= 1;
   // The promise is made only after the synchronous checks: an error returned once a
   // promise exists would never reach the caller.
   if (!call.graph_id.empty()) {

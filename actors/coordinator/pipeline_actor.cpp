@@ -122,6 +122,7 @@ struct call {
   std::uint64_t timeout_ms = 0;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   bool server_params = false;  ///< an inline graph the server built (run_request::server_params)
+  bool free_rows = false;      ///< run_request::free_rows, for every stage
   bool settled = false;  ///< answered (or failed by a lost part); later replies are dropped
   void fail(caf::error e) {
     if (settled) return;
@@ -177,6 +178,7 @@ result<run_request> stage_request(pointer self, const std::shared_ptr<call>& c, 
   r.session = c->sid;
   r.base64 = true;
   r.run_id = c->run_id;
+  r.free_rows = c->free_rows;
   if (c->timeout_ms > 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c->deadline - std::chrono::steady_clock::now());
     r.timeout_ms = std::uint64_t(std::max<std::int64_t>(1, left.count()));
@@ -449,6 +451,7 @@ result<std::shared_ptr<call>> plan_call(pointer self, const run_request& r) {
   c->sid = r.session.empty() && !r.sessions.empty() ? r.sessions.front() : r.session;
   c->base64 = r.base64;
   c->server_params = r.server_params;
+  c->free_rows = r.free_rows;
   const stage_placement where = placement(self, c->sid);
   if (r.graph_id.empty()) {
     auto parsed = parse_json_object(r.graph_json, "graph");

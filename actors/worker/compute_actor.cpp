@@ -29,6 +29,7 @@
 #include "runtime/json.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/outputs.hpp"
+#include "runtime/row_bits.hpp"
 #include "runtime/tensor_store.hpp"
 
 namespace mpakt {
@@ -643,6 +644,8 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
           if (!st.store.find_session(s)) return to_caf(errc::not_found, "session " + s + " is not on this worker");
         tensor_store::source src(st.store, r.session, r.sessions);
         const std::string primary = r.session.empty() && !r.sessions.empty() ? r.sessions.front() : r.session;
+        // (a graph listing several sessions keeps each row's bits alone whatever the caller said: SES-20)
+        const free_rows_scope rows(r.free_rows && r.sessions.size() <= 1);
         auto* progress = &st.shared->progress;
         control.on_step = [progress](std::size_t done) { progress->store(std::uint32_t(done), std::memory_order_relaxed); };
         if (!r.graph_id.empty()) {

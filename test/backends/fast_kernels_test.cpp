@@ -15,6 +15,7 @@
 #include "backends/cpu/fast/isa_kernels.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/row_bits.hpp"
 #include "runtime/tensor_store.hpp"
 #include "test/support/levels.hpp"
 #include "test/support/op_checks.hpp"
@@ -497,6 +498,72 @@ TEST(FastMatmul, ARowIsTheSameBitsAloneOrStacked) {
         }
       }
     }
+}
+
+/// A plain graph call lets a product of 16 to 32 rows take the many-row kernels
+/// (runtime/row_bits.hpp); everything else — batched passes, verify passes, graphs of several
+/// sessions — keeps each row's bits alone. At every level this CPU has, with the kernel the
+/// backend picks: by default each row of a 16-, 24- or 32-row product is the bits of that row
+/// alone; in a free_rows_scope, where the level has a many-row kernel that takes the dtype from
+/// that many rows (AMX: bf16, q8, q4 from 16; VNNI's and AVX2's lanes: q4 from 16, q8 from 24),
+/// the rows are the bits those rows get in a 40-row product (the many-row kernels), elsewhere
+/// still their bits alone. Grouped products (q, k and v) follow the same rule.
+TEST(FastMatmul, ShortProductsKeepEachRowsBitsUnlessTheCallFreesThem) {
+  threads_guard tg;
+  test::level_guard lg;
+  cpu_backend be;
+  const std::int64_t k = 576, n = 200;
+  const tensor x40 = random_f32({40, k}, 61);
+  const tensor w32 = random_f32({n, k}, 62, 0.1f);
+  const std::string params_text = R"({"transB": true})";
+  auto params = find_op_def("matmul")->parse(*parse_params_text(params_text));
+  ASSERT_TRUE(params.ok());
+  auto rows_of = [&](std::int64_t first, std::int64_t count) {
+    return test::t32({count, k}, std::vector<float>(x40.f32() + first * k, x40.f32() + (first + count) * k));
+  };
+  auto picked = [&](const tensor& x, const tensor& w) {
+    const std::vector<tensor_desc> d{x.desc(), w.desc()};
+    return be.kernel("matmul", d, **params);
+  };
+  int freed = 0;
+  for (auto l : cpu_isa::supported_levels()) {
+    ASSERT_TRUE(cpu_isa::set_level(l));
+    for (dtype t : {dtype::bf16, dtype::q8, dtype::q4}) {
+      const tensor w = *convert_tensor(w32, t);
+      const auto many = run_values("matmul", params_text, {x40, w}, picked(x40, w));
+      for (std::int64_t rows : {16, 24, 32}) {
+        using L = cpu_isa::level;
+        const bool amx = l >= L::amx, lanes = l == L::avx2 || l >= L::avx512_vnni;
+        const bool takes_many = amx || (lanes && ((t == dtype::q4 && rows >= 16) || (t == dtype::q8 && rows >= 24)));
+        const tensor x = rows_of(0, rows);
+        for (int threads : {1, 2}) {
+          cpu_fast::set_kernel_threads(threads);
+          SCOPED_TRACE(std::string(cpu_isa::level_name(l)) + " " + std::string(dtype_name(t)) + " rows " +
+                       std::to_string(rows) + " threads " + std::to_string(threads));
+          const auto kept = run_values("matmul", params_text, {x, w}, picked(x, w));
+          for (std::int64_t r : {std::int64_t(0), rows / 2, rows - 1}) {
+            const tensor one = rows_of(r, 1);
+            EXPECT_EQ(run_values("matmul", params_text, {one, w}, picked(one, w)),
+                      std::vector<float>(kept.begin() + r * n, kept.begin() + (r + 1) * n))
+                << "row " << r << " is not its bits alone";
+          }
+          std::vector<float> loose;
+          {
+            const free_rows_scope plain_call(true);
+            loose = run_values("matmul", params_text, {x, w}, picked(x, w));
+          }
+          if (takes_many) {
+            EXPECT_EQ(loose, std::vector<float>(many.begin(), many.begin() + rows * n));
+            EXPECT_NE(loose, kept) << "the many-row kernel gave the rows their bits alone: the test shows nothing";
+            ++freed;
+          } else {
+            EXPECT_EQ(loose, kept);
+          }
+        }
+      }
+    }
+  }
+  if (cpu_isa::best() >= cpu_isa::level::avx2) EXPECT_GT(freed, 0);
 }
 
 /// Several products of the same activations run as one call (a layer's q, k and v; gate and

@@ -182,14 +182,18 @@ TEST(FastMatmul, ClaimsTransBOnly) {
       continue;
     }
     if (!k.accepts(in, p)) {
-      // a many-row kernel (prefill): more than 32 rows only, and only its weight types —
-      // float ones (the blocked float products) or quantized ones (AMX also takes bf16)
+      // a many-row kernel (prefill): only its weight types — float ones (the blocked float
+      // products) or quantized ones (AMX also takes bf16) — and more than 32 rows, or from 16
+      // rows for the AMX tiles and the integer lanes (which, below 33 rows, run a call's rows
+      // on the vector kernels unless it frees them: runtime/row_bits.hpp); never 15
       SCOPED_TRACE(k.variant);
       std::vector<tensor_desc> many_f16 = {{dtype::f32, {33, 64}}, {dtype::f16, {32, 64}}};
       const bool floats = k.accepts(many_f16, p);
       EXPECT_NE(floats, k.accepts(many, p));
       auto& mine = floats ? many_f16 : many;
       mine[0].shape = {32, 64};
+      EXPECT_EQ(k.accepts(mine, p), !floats);
+      mine[0].shape = {15, 64};
       EXPECT_FALSE(k.accepts(mine, p));
       continue;
     }

@@ -71,3 +71,46 @@ def test_a_worker_held_to_the_portable_level_decodes_the_golden_tokens(start_ser
     want = stories_golden["greedy_ids"][len(stories_golden["prompt_ids"]):]
     assert tokens["portable"] == want
     assert tokens["best"] == want
+
+
+def test_a_plain_call_may_take_the_many_row_kernels_and_several_sessions_keep_each_rows_bits(server):
+    """A plain graph call promises no row the bits it gets alone, so its products of 16 to 32
+    rows may take the many-row kernels (a short prompt's prefill; runtime/row_bits.hpp); a
+    graph listing several sessions keeps every row's bits alone (SES-20): each of its rows is
+    exactly what a one-row call gives. Where this CPU's level has a many-row kernel for q4 from
+    16 rows (AMX, VNNI or AVX2 lanes) the plain call's rows are its bits (int8 activations),
+    within the quantisation's reach of the one-row values; elsewhere the same bits."""
+    import base64
+    import random
+    import struct
+
+    _, key = server.account("rowbits")
+    api = server.api
+    model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K", "quantize": "q4"}, key=key, timeout=60),
+                   200)["modelId"]
+    sessions = [expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+                for _ in range(2)]
+    rng = random.Random(7)
+    rows, k = 24, 64
+    x = [[rng.uniform(-1, 1) for _ in range(k)] for _ in range(rows)]
+
+    def product(xs, **extra):
+        graph = {"inputs": [{"name": "x", "shape": [len(xs), k], "data": [v for row in xs for v in row]},
+                            {"name": "w", "model": model, "weight": "model.layers.0.mlp.gate_proj.weight"}],
+                 "steps": [{"op": "matmul", "in": ["x", "w"], "out": "y", "params": {"transB": True}}],
+                 "outputs": ["y"], **extra}
+        out = expect(api.post("/api/v3/graph", {"graph": graph, "encoding": "base64"}, key=key), 200)["outputs"]["y"]
+        raw = base64.b64decode(out["dataB64"])
+        return list(struct.unpack(f"<{len(raw) // 4}f", raw))
+
+    alone = [v for row in x for v in product([row])]
+    several = product(x, sessions=sessions)
+    assert several == alone  # bit for bit: SES-20
+    plain = product(x)
+    level = pool_entry(server, key)["kernels"].split(" ")[0]
+    if level in ("amx", "avx512_bf16", "avx512_vnni", "avx2"):
+        assert plain != alone, f"{level}: the plain call's rows kept their bits alone"
+        scale = max(abs(v) for v in alone)
+        assert max(abs(a - b) for a, b in zip(plain, alone)) <= 0.02 * scale
+    else:
+        assert plain == alone

@@ -30,6 +30,7 @@
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
 #include "runtime/ops/matmul_params.hpp"
+#include "runtime/row_bits.hpp"
 
 namespace mpakt::cpu_fast {
 
@@ -237,10 +238,26 @@ status products(std::span<const kernel_call> calls) {
   return ok_status();
 }
 
-/// Rows from which a bf16, q8 or q4 product goes to the AMX tiles: more than a batched decode
-/// step (16 conversations) or a verify pass stacks, so those give each row exactly the bits it
-/// gets alone (the vector kernels compute every row the same way); prefill gets the tiles.
+/// Rows from which a product always goes to a many-row kernel (AMX tiles, the lanes, the
+/// panels): more than a batched decode step (16 conversations) or a verify pass stacks, so
+/// those give each row exactly the bits it gets alone (the vector kernels compute every row
+/// the same way); prefill gets the many-row kernels.
 constexpr std::int64_t amx_min_rows = 33;
+/// Fewer rows go there too when the graph lets rows take the many-row bits (runtime/row_bits.hpp:
+/// a plain graph call, such as a short prompt's prefill) and the many-row kernel is the faster
+/// from this many rows: measured on a 2-vCPU Xeon, AMX tiles from 16 rows (bf16, q8, q4) at
+/// about 1.5 times the vector kernels' speed and twice it at 32; the lanes from 16 rows for q4
+/// and 24 for q8 (their q8 at 16 rows is no faster on VNNI and slower on AVX2). Float panels
+/// are slower than the vector kernels up to 32 rows and keep amx_min_rows.
+constexpr std::int64_t amx_free_min_rows = 16;
+constexpr std::int64_t lanes_free_min_rows(wtype t) { return t == wtype::q4 ? 16 : 24; }
+
+/// Whether a product of `rows` rows runs on the vector kernels, each row with its bits alone,
+/// rather than on a many-row kernel that claimed it (between its free and its always minimum).
+inline bool keep_rows_alone(std::int64_t rows) { return rows < amx_min_rows && !rows_free(); }
+
+status product_vnni_int8(const kernel_call& c);
+status products_vnni_int8(std::span<const kernel_call> calls);
 
 /// Whole blocks of 16 weight rows [0, n_blocks) over the kernel threads, in pairs of blocks,
 /// a few parts per thread.
@@ -299,6 +316,8 @@ status product_amx_int(const kernel_call& c, const float_product& a) {
 status product_amx(const kernel_call& c) {
   const float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
+  if (keep_rows_alone(a.rows))  // what claims fewer rows on an AMX machine
+    return a.type == wtype::q8 || a.type == wtype::q4 ? product_vnni_int8(c) : product<avx512_vnni_kernels>(c);
   if (a.type == wtype::q8 || a.type == wtype::q4) return product_amx_int(c, a);
   const std::int64_t halves = amx::packed_halves(a.rows, a.k);
   auto* hi = reinterpret_cast<std::uint16_t*>(c.scratch->ints(std::size_t((halves + 1) / 2), 4));
@@ -326,7 +345,16 @@ bool accepts_amx(std::span<const tensor_desc> inputs, const op_params& params) {
   if (t != dtype::bf16 && t != dtype::q8 && t != dtype::q4) return false;
   const std::int64_t k = inputs[0].shape.back();
   const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
-  return k > 0 && k % 32 == 0 && rows >= amx_min_rows && inputs[1].shape[0] >= 16;
+  return k > 0 && k % 32 == 0 && rows >= amx_free_min_rows && inputs[1].shape[0] >= 16;
+}
+
+/// product_amx for several calls of the same activations: as one group on the vector kernels
+/// when rows keep their bits alone (a batched pass of 16 to 32 rows), else one by one.
+status products_amx(std::span<const kernel_call> calls) {
+  float_product a[max_group];
+  if (same_input(calls, a) && keep_rows_alone(a[0].rows))
+    return a[0].type == wtype::q8 || a[0].type == wtype::q4 ? products_vnni_int8(calls) : products<avx512_vnni_kernels>(calls);
+  return one_by_one(calls, product_amx);
 }
 
 /// A q8/q4 product on a CPU with VNNI, below the AMX tiles' rows (decode, batches, verify
@@ -437,11 +465,14 @@ void split_lane_groups(const float_product* a, std::size_t count, std::int64_t w
 
 /// A many-row q8/q4 product on a level's lanes kernel (Range, Width columns per group, QSums:
 /// it reads each block's Σq; LK's kernels for rows that are not finite).
+/// Alone, Together: the kernels that claim fewer rows at this level (rows keeping their bits
+/// alone below amx_min_rows).
 template <void (*Range)(const int8_lanes_product&, std::int64_t, std::int64_t), std::int64_t Width, bool QSums,
-          const level_kernels& LK>
+          const level_kernels& LK, kernel_fn Alone, group_kernel_fn Together>
 status product_int8_lanes(const kernel_call& c) {
   const float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
+  if (keep_rows_alone(a.rows)) return Alone(c);
   int8_plain_rows x;
   if (!lanes_quantize(a, *c.scratch, QSums, x)) return product<LK>(c);
   const int8_lanes_product p = int_args(a, x);
@@ -451,10 +482,12 @@ status product_int8_lanes(const kernel_call& c) {
 
 /// product_int8_lanes for several calls at once, the activations quantized once for all.
 template <void (*Range)(const int8_lanes_product&, std::int64_t, std::int64_t), std::int64_t Width, bool QSums,
-          const level_kernels& LK>
+          const level_kernels& LK, kernel_fn Alone, group_kernel_fn Together>
 status products_int8_lanes(std::span<const kernel_call> calls) {
   float_product a[max_group];
-  if (!same_input(calls, a) || a[0].rows == 0) return one_by_one(calls, product_int8_lanes<Range, Width, QSums, LK>);
+  if (!same_input(calls, a) || a[0].rows == 0)
+    return one_by_one(calls, product_int8_lanes<Range, Width, QSums, LK, Alone, Together>);
+  if (keep_rows_alone(a[0].rows)) return Together(calls);
   int8_plain_rows x;
   if (!lanes_quantize(a[0], *calls[0].scratch, QSums, x)) return one_by_one(calls, product<LK>);
   int8_lanes_product p[max_group];
@@ -469,7 +502,7 @@ bool accepts_int8_lanes(std::span<const tensor_desc> inputs, const op_params& pa
   if (t != dtype::q8 && t != dtype::q4) return false;
   const std::int64_t k = inputs[0].shape.back();
   const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
-  return k > 0 && k % 32 == 0 && rows >= amx_min_rows;
+  return k > 0 && k % 32 == 0 && rows >= lanes_free_min_rows(t == dtype::q4 ? wtype::q4 : wtype::q8);
 }
 
 /// A float product (f32, bf16 or f16 weights) with many rows — prefill; fewer rows keep the
@@ -524,22 +557,30 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
       {product_scalar, level::scalar, nullptr},
   };
   for (const char* op : {"matmul", "linear"}) {
-    out.push_back({op, product_amx, accepts_amx, "amx", level::amx});
+    out.push_back({op, product_amx, accepts_amx, "amx", level::amx, products_amx});
     // many rows of float weights (what AMX does not take): blocked products, columns in the lanes
     out.push_back({op, product_float_lanes<avx512::float_lanes_range, 32>, accepts_float_lanes, "avx512", level::avx512,
                    products_float_lanes<avx512::float_lanes_range, 32>});
     out.push_back({op, product_float_lanes<avx2::float_lanes_range, 16>, accepts_float_lanes, "avx2", level::avx2,
                    products_float_lanes<avx2::float_lanes_range, 16>});
     // many rows without tiles: sixteen columns in the lanes (accepts_int8_lanes: q8/q4 from 33 rows)
-    out.push_back({op, product_int8_lanes<avx512_vnni::int8_lanes_range, 16, true, avx512_vnni_kernels>, accepts_int8_lanes,
-                   "avx512_vnni", level::avx512_vnni, products_int8_lanes<avx512_vnni::int8_lanes_range, 16, true, avx512_vnni_kernels>});
+    out.push_back({op,
+                   product_int8_lanes<avx512_vnni::int8_lanes_range, 16, true, avx512_vnni_kernels, product_vnni_int8,
+                                      products_vnni_int8>,
+                   accepts_int8_lanes, "avx512_vnni", level::avx512_vnni,
+                   products_int8_lanes<avx512_vnni::int8_lanes_range, 16, true, avx512_vnni_kernels, product_vnni_int8,
+                                       products_vnni_int8>});
     out.push_back({op, product_vnni_int8, accepts_vnni_int8, "avx512_vnni", level::avx512_vnni, products_vnni_int8});
     for (const auto& e : levels) {
       // AVX2's many-row q8/q4 products, ahead of its general kernel (AVX-512 machines take
       // their own kernels, registered before)
       if (e.min == level::avx2)
-        out.push_back({op, product_int8_lanes<avx2::int8_lanes_range, 8, false, avx2_kernels>, accepts_int8_lanes, "avx2",
-                       level::avx2, products_int8_lanes<avx2::int8_lanes_range, 8, false, avx2_kernels>});
+        out.push_back({op,
+                       product_int8_lanes<avx2::int8_lanes_range, 8, false, avx2_kernels, product<avx2_kernels>,
+                                          products<avx2_kernels>>,
+                       accepts_int8_lanes, "avx2", level::avx2,
+                       products_int8_lanes<avx2::int8_lanes_range, 8, false, avx2_kernels, product<avx2_kernels>,
+                                           products<avx2_kernels>>});
       out.push_back({op, e.fn, accepts_trans_b, cpu_isa::level_name(e.min), e.min, e.group});
     }
   }
