@@ -38,7 +38,7 @@ else
   gen=()
   command -v ninja >/dev/null && gen=(-G Ninja)
   cmake -S "$root" -B "$build" "${gen[@]}" -DMPAKT_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
-    -DCMAKE_CUDA_ARCHITECTURES=90 2>&1 | tee "$logs/configure.log"
+    -DMPAKT_CUDA_ARCHS=90 2>&1 | tee "$logs/configure.log"
   echo "== build"
   start=$(date +%s)
   cmake --build "$build" --target mpakt_cuda_tests -j"$(nproc)" 2>&1 | tee "$logs/build.log"
