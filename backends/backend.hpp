@@ -29,6 +29,9 @@ class backend {
   virtual group_kernel_fn group_kernel(kernel_fn single) const { return nullptr; }
   /// Every feature name (e.g. "attention.window") this backend implements.
   virtual std::vector<std::string> features() const = 0;
+  /// Called on the thread that is about to run this backend's kernels (a worker's graph run or
+  /// generation pass): a device backend makes its device the one they use there. CPU: nothing.
+  virtual void activate() const {}
 };
 
 }  // namespace mpakt

@@ -503,11 +503,16 @@ bool run_batched_pass(compute_pointer self, const std::string& graph_id,
 
 namespace {
 
-/// Every message handler begins with one: weights that arrived join the store first, and what
-/// the front reports is brought up to date after.
+/// Every message handler begins with one: weights that arrived join the store first, the
+/// backend's device becomes the one this thread's kernels use (backend::activate: an actor's
+/// messages may run on different scheduler threads), and what the front reports is brought up
+/// to date after.
 struct turn {
   compute_state& st;
-  explicit turn(compute_state& s) : st(s) { st.adopt_arrivals(); }
+  explicit turn(compute_state& s) : st(s) {
+    st.adopt_arrivals();
+    if (st.backend) st.backend->activate();
+  }
   ~turn() { st.publish(); }
   turn(const turn&) = delete;
   turn& operator=(const turn&) = delete;

@@ -165,7 +165,15 @@ std::mutex current_mu;
 std::vector<std::weak_ptr<device_context>> current_stack;
 }  // namespace
 
+namespace {
+/// The context the calling thread's worker made current for its runs (activate()).
+thread_local std::weak_ptr<device_context> thread_current;
+}  // namespace
+
+void set_thread_context(const std::shared_ptr<device_context>& ctx) { thread_current = ctx; }
+
 std::shared_ptr<device_context> current_context() {
+  if (auto ctx = thread_current.lock()) return ctx;
   std::lock_guard lk(current_mu);
   while (!current_stack.empty()) {
     if (auto ctx = current_stack.back().lock()) return ctx;

@@ -125,10 +125,12 @@ class device_context {
   std::vector<device_buffer> slots_;
 };
 
-/// The context CUDA kernels run on (cuda_backend.hpp explains why it is process-wide): the
-/// live context most recently made current, or nullptr when no cuda_backend is alive.
-/// Safe from any thread.
+/// The context CUDA kernels run on: the one the calling thread's worker activated for its run
+/// (set_thread_context), else the live context most recently made current process-wide, or
+/// nullptr when no cuda_backend is alive (cuda_backend.hpp). Safe from any thread.
 std::shared_ptr<device_context> current_context();
+/// Makes `ctx` the calling thread's context until another is set (held weakly).
+void set_thread_context(const std::shared_ptr<device_context>& ctx);
 /// Makes `ctx` current. Held weakly, so a context never outlives its backend; when it goes,
 /// the live context made current before it is current again.
 void set_current_context(const std::shared_ptr<device_context>& ctx);

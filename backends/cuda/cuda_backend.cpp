@@ -58,6 +58,8 @@ std::vector<std::string> cuda_backend::features() const {
 
 void cuda_backend::make_current() const { cuda::set_current_context(ctx_); }
 
+void cuda_backend::activate() const { cuda::set_thread_context(ctx_); }
+
 int cuda_backend::device() const { return ctx_->device(); }
 
 const std::string& cuda_backend::device_name() const { return ctx_->name(); }

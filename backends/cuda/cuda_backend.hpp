@@ -16,12 +16,14 @@
 ///
 /// Handles: each cuda_backend owns one device context (a CUDA stream, a cuBLAS handle and
 /// growing device scratch buffers, all RAII). kernel_fn is a plain function pointer that
-/// cannot carry the backend, so the kernels use the *process-wide current context*: that of
-/// the live cuda_backend most recently created or made current (make_current()); when it is
-/// destroyed, the one current before it is current again. It is process-wide rather than
-/// per-thread on purpose: a worker actor may plan a graph on one scheduler thread and run it
-/// on another, so a thread_local set at planning time would not be seen at run time. Kernel
-/// calls lock the context, so two threads never use its stream or cuBLAS handle at once.
+/// cannot carry the backend, so the kernels find their context through the running thread: a
+/// worker calls activate() on the thread that is about to run a graph (a worker actor may
+/// plan a graph on one scheduler thread and run it on another, so it is set per run, not at
+/// planning), and the kernels that run there use that context — each embedded GPU worker its
+/// own device and stream. A thread that activated none uses the process-wide current context:
+/// that of the live cuda_backend most recently created or made current (make_current()); when
+/// it is destroyed, the one current before it is current again. Kernel calls lock the
+/// context, so two threads never use its stream or cuBLAS handle at once.
 ///
 /// Thread-safety: as for every backend, one worker thread at a time; kernel calls are
 /// serialised on the context's mutex in any case. Lifecycle: create() → (kernels run) →
@@ -77,6 +79,10 @@ class cuda_backend final : public backend {
 
   /// Makes this backend's context the one CUDA kernels run on (see the header comment).
   void make_current() const;
+  /// Makes it the context of the kernels the calling thread runs (see the header comment).
+  void activate() const override;
+  /// Its device context (stream, cuBLAS handle, scratch): what activate() makes current.
+  const std::shared_ptr<cuda::device_context>& context() const { return ctx_; }
   /// Device ordinal and name, e.g. "NVIDIA H200", for status reports.
   int device() const;
   const std::string& device_name() const;

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cuda/context.hpp"
 #include "backends/cuda/ops/registry.hpp"
 #include "runtime/graph.hpp"
 #include "test/support/op_runner.hpp"
@@ -339,6 +340,25 @@ TEST_F(CudaBackend, AnotherBackendComesAndGoes) {
   }
   for (const auto& c : cuda_cases())
     if (c.label == "rmsnorm") check_case(c);
+}
+
+TEST_F(CudaBackend, EachThreadRunsOnTheContextItsWorkerActivated) {
+  // Two workers' backends (as `mpakt serve --backend cuda --workers 2` makes): the one created
+  // last is current process-wide, yet a thread that activated the other runs there.
+  auto first = cuda_backend::create();
+  ASSERT_TRUE(first.ok()) << first.err().message;
+  auto second = cuda_backend::create();
+  ASSERT_TRUE(second.ok()) << second.err().message;
+  EXPECT_EQ(cuda::current_context(), (*second)->context());
+  std::thread([&] {
+    (*first)->activate();
+    EXPECT_EQ(cuda::current_context(), (*first)->context());
+    for (const auto& c : cuda_cases())
+      if (c.label == "rmsnorm") check_case(c);
+    (*second)->activate();
+    EXPECT_EQ(cuda::current_context(), (*second)->context());
+  }).join();
+  EXPECT_EQ(cuda::current_context(), (*second)->context());  // (the test's thread activated none)
 }
 
 TEST_F(CudaBackend, NoSuchDeviceIsUnavailable) {
