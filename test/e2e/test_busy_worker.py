@@ -368,6 +368,23 @@ def during_big_call(server, key, n, mode, probe):
     return out, waits
 
 
+def probe_durations(server, offset):
+    """Seconds the server took over each GET of /api/v3/status or a session that it logged after
+    byte `offset` of its log (one JSON object per line)."""
+    with open(server.process.log_path, "rb") as f:
+        f.seek(offset)
+        lines = f.read().decode("utf-8", "replace").splitlines()
+    out = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("method") == "GET" and entry.get("route") in ("/api/v3/status", "/api/v3/sessions/:sessionId"):
+            out.append(float(entry["duration_ms"]) / 1000)
+    return out
+
+
 def test_a_large_graph_body_holds_up_no_one(patient):
     """A graph call of about 213 MB (40 M values as base64 in, and out again) is decoded, and its
     answer rendered, at the edge on a thread of its own; the coordinator only routes the typed
@@ -382,9 +399,16 @@ def test_a_large_graph_body_holds_up_no_one(patient):
         expect(api.get("/api/v3/status", key=other, timeout=WORK_S), 200)
         expect(api.get("/api/v3/sessions/s_000000000000000000000000", key=other, timeout=WORK_S), 404)
 
+    logged_from = patient.process.log_size()
     out, waits = during_big_call(patient, key, n, "base64", probe)
     assert len(waits) >= 5, f"the big call took {out['elapsed']:.1f} s; only {len(waits)} probes ran meanwhile"
-    assert max(waits) < PROMPT_S, f"a status + session lookup waited {max(waits):.2f} s during the big call ({out['elapsed']:.1f} s)"
+    # The server's own time for each probe (its request log: from the request read to the answer
+    # sent) is what a coordinator busy with the body would lengthen; the client's wall time also
+    # holds the machine's scheduling of this test's processes, so it is bounded more loosely.
+    served = probe_durations(patient, logged_from)
+    assert len(served) >= 2 * len(waits) - 2, (len(served), len(waits))
+    assert max(served) < PROMPT_S, f"the server took {max(served):.2f} s over a status or session lookup during the big call"
+    assert max(waits) < 3 * PROMPT_S, f"a status + session lookup waited {max(waits):.2f} s during the big call ({out['elapsed']:.1f} s)"
 
 
 @pytest.mark.parametrize("mode", ["parse", "render"])
