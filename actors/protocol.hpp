@@ -59,6 +59,9 @@ struct worker_status {
   /// Why a worker started with `--backend auto` computes on the CPU (no usable GPU, and CUDA's
   /// words for why); empty otherwise.
   std::string backend_note;
+  /// Ops its backend always leaves to the CPU reference kernels (backend::host_ops): a GPU
+  /// worker's declared fallbacks; empty for a CPU worker.
+  std::vector<std::string> host_ops;
   std::uint64_t total_bytes = 0;    ///< memory the worker offers the grid
   std::uint64_t free_bytes = 0;     ///< total minus what it holds
   std::vector<std::string> features;
@@ -213,7 +216,7 @@ typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
            x.packed_weights, x.can_quantize, x.max_tensor_bytes, x.generations, x.lacks, x.measured_ms, x.kernels,
            x.cpu, x.threads, x.busy_since_ms, x.busy_ms, x.busy_graph, x.busy_session, x.busy_steps_done, x.busy_steps,
            x.queued, x.checked, x.checks_passed, x.checks_unchecked, x.checks_inconclusive, x.checks_first_left,
-           x.checks_exact, x.weights_checked, x.weights_unchecked, x.backend_note);
+           x.checks_exact, x.weights_checked, x.weights_unchecked, x.backend_note, x.host_ops);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_begin_request& x) {

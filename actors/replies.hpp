@@ -42,6 +42,7 @@ struct worker_view {
   std::string worker_id;
   std::string backend;
   std::string backend_note;  ///< why an `--backend auto` worker is on the CPU; empty otherwise
+  std::vector<std::string> host_ops;  ///< ops its backend leaves to the CPU (a GPU worker's fallbacks)
   std::uint64_t free_bytes = 0, total_bytes = 0, max_tensor_bytes = 0;
   std::vector<std::string> features;
   std::uint32_t generations = 0;

@@ -29,6 +29,10 @@ class backend {
   virtual group_kernel_fn group_kernel(kernel_fn single) const { return nullptr; }
   /// Every feature name (e.g. "attention.window") this backend implements.
   virtual std::vector<std::string> features() const = 0;
+  /// Ops whose steps this backend always leaves to the CPU reference kernels: a device
+  /// backend's declared fallbacks, reported in the pool's status (`hostOps`). Steps of other
+  /// ops may still fall back for a dtype or size its kernels do not take. CPU: none.
+  virtual std::vector<std::string> host_ops() const { return {}; }
   /// Called on the thread that is about to run this backend's kernels (a worker's graph run or
   /// generation pass): a device backend makes its device the one they use there. CPU: nothing.
   virtual void activate() const {}

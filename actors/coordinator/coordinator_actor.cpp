@@ -65,6 +65,7 @@ worker_view view_of(coordinator_state& S, const worker_status& s, const caller& 
   v.worker_id = s.worker_id;
   v.backend = s.backend;
   v.backend_note = s.backend_note;
+  v.host_ops = s.host_ops;
   v.free_bytes = s.free_bytes;
   v.total_bytes = s.total_bytes;
   v.max_tensor_bytes = s.max_tensor_bytes;

@@ -38,6 +38,7 @@ worker_status snapshot(worker_shared& w) {
   s.worker_id = w.cfg.worker_id;
   s.backend = w.backend_name;
   s.backend_note = w.cfg.backend_note;
+  s.host_ops = w.host_ops;
   s.total_bytes = w.cfg.memory_bytes;
   s.features = w.features;
   s.lacks = w.cfg.lacks;
@@ -311,6 +312,7 @@ worker_actor spawn_worker(caf::actor_system& sys, worker_config cfg) {
   if (!be) be = std::make_shared<cpu_backend>(cpu_backend::config{cfg.reference_only});
   auto shared = std::make_shared<worker_shared>(cfg);
   shared->backend_name = std::string(be->name());
+  shared->host_ops = be->host_ops();
   for (auto& f : be->features())
     if (std::find(cfg.lacks.begin(), cfg.lacks.end(), f) == cfg.lacks.end()) shared->features.push_back(f);
   auto compute = spawn_compute(sys, shared, std::move(be));

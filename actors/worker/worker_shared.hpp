@@ -34,6 +34,7 @@ struct worker_shared {
   const worker_config cfg;
   std::vector<std::string> features;  ///< the backend's, less those it leaves out (set once at spawn)
   std::string backend_name;           ///< set once at spawn
+  std::vector<std::string> host_ops;  ///< the backend's declared fallbacks (set once at spawn)
 
   std::mutex m;
 

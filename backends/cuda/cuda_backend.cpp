@@ -56,6 +56,8 @@ std::vector<std::string> cuda_backend::features() const {
   return schema::instance().feature_names();
 }
 
+std::vector<std::string> cuda_backend::host_ops() const { return cuda::host_ops(); }
+
 void cuda_backend::make_current() const { cuda::set_current_context(ctx_); }
 
 void cuda_backend::activate() const { cuda::set_thread_context(ctx_); }

@@ -76,6 +76,8 @@ class cuda_backend final : public backend {
   /// Every schema feature: steps the GPU does not handle fall back to the CPU reference,
   /// which implements them all.
   std::vector<std::string> features() const override;
+  /// The ops with no CUDA kernel (cuda::host_ops): their steps run on the CPU reference.
+  std::vector<std::string> host_ops() const override;
 
   /// Makes this backend's context the one CUDA kernels run on (see the header comment).
   void make_current() const;

@@ -50,6 +50,8 @@ void write_worker(json_writer& w, const worker_view& s) {
   key(w, "backendNote");
   if (s.backend_note.empty()) w.Null();
   else str(w, s.backend_note);
+  // the ops whose steps its backend always runs on the CPU reference kernels (a GPU worker's)
+  key(w, "hostOps"); strings(w, s.host_ops);
   key(w, "freeBytes"); w.Uint64(s.free_bytes);
   key(w, "totalBytes"); w.Uint64(s.total_bytes);
   key(w, "packedWeights"); w.Bool(s.packed_weights);

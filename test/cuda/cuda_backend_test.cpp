@@ -6,7 +6,9 @@
 #include <functional>
 #include <limits>
 #include <ostream>
+#include <algorithm>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "backends/cuda/context.hpp"
 #include "backends/cuda/ops/registry.hpp"
 #include "runtime/graph.hpp"
+#include "runtime/schema.hpp"
 #include "test/support/op_runner.hpp"
 
 // Every CUDA kernel against the CPU reference kernel (cpu_backend::reference) on random
@@ -396,6 +399,24 @@ TEST(CudaKernelSelection, OpsWithoutCudaKernelsFallBackToTheCpu) {
   EXPECT_EQ(selected("relu", "{}", {x}), nullptr);
   EXPECT_EQ(selected("layernorm", "{}", {x, {dtype::f32, {8}}, {dtype::f32, {8}}}), nullptr);
   EXPECT_EQ(cuda::select_kernel("no_such_op", {}, no_params{}), nullptr);
+}
+
+// The ops a GPU worker declares it runs on the CPU (pool[].hostOps): exactly the catalogue's
+// ops with no CUDA kernel, each once, sorted.
+TEST(CudaKernelSelection, HostOpsAreTheCataloguesOpsWithoutACudaKernel) {
+  const auto host = cuda::host_ops();
+  EXPECT_TRUE(std::is_sorted(host.begin(), host.end()));
+  std::set<std::string> with_kernel;
+  for (const auto& k : cuda::cuda_kernels()) with_kernel.insert(std::string(k.op));
+  std::set<std::string> all(host.begin(), host.end());
+  EXPECT_EQ(all.size(), host.size());
+  for (const auto& op : host) EXPECT_EQ(with_kernel.count(op), 0u) << op;
+  all.insert(with_kernel.begin(), with_kernel.end());
+  std::set<std::string> catalogue;
+  for (const auto& op : schema::instance().ops()) catalogue.insert(op.name);
+  EXPECT_EQ(all, catalogue);
+  EXPECT_NE(std::find(host.begin(), host.end(), "attention"), host.end());
+  EXPECT_EQ(std::find(host.begin(), host.end(), "matmul"), host.end());
 }
 
 TEST(CudaKernelSelection, DimensionsPastCublasRangeFallBackToTheCpu) {

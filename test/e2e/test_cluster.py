@@ -292,6 +292,9 @@ def test_a_volunteer_with_a_gpu_reports_cuda_and_decodes_the_golden_tokens(start
             pytest.skip("no usable GPU here (or a build without CUDA)")
         s = c.status(c.key)
         assert s["backends"].get("cuda") == 1 and s["pool"][0]["backend"] == "cuda"
+        # what it leaves to the CPU is declared: ops of the catalogue, attention among them today
+        host_ops = s["pool"][0]["hostOps"]
+        assert host_ops == sorted(host_ops) and set(host_ops) < set(o["op"] for o in expect(server.api.get("/api/ops"), 200)["ops"])
         model = expect(server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60),
                        200)["modelId"]
         decode_golden(server.api, c.key, model)
@@ -338,6 +341,7 @@ def test_backend_asked_for_is_the_backend_given_or_the_program_says_why(start_se
         s = c.status(c.key)
         notes = {w["workerId"]: (w["backend"], w["backendNote"]) for w in s["pool"]}
         assert notes == {"w_auto": ("cpu", "auto: " + reason), "w_cpu": ("cpu", None)}, notes
+        assert all(w["hostOps"] == [] for w in s["pool"])  # a CPU worker runs every op itself
         assert s["backends"]["cpu"] == 2 and s["backends"].get("cuda", 0) == 0
 
         bad = subprocess.run([str(binary()), "worker", "--join", f"127.0.0.1:{c.port}", "--backend", "gpu"],

@@ -1,5 +1,10 @@
 #include "backends/cuda/ops/registry.hpp"
 
+#include <algorithm>
+#include <string>
+
+#include "runtime/schema.hpp"
+
 namespace mpakt::cuda {
 
 std::span<const cuda_kernel> cuda_kernels() {
@@ -24,6 +29,16 @@ kernel_fn select_kernel(std::string_view op, std::span<const tensor_desc> inputs
     return k.fn;
   }
   return nullptr;
+}
+
+std::vector<std::string> host_ops() {
+  std::vector<std::string> out;
+  for (const auto& op : schema::instance().ops()) {
+    const bool has = std::any_of(cuda_kernels().begin(), cuda_kernels().end(), [&](const cuda_kernel& k) { return k.op == op.name; });
+    if (!has) out.push_back(std::string(op.name));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace mpakt::cuda

@@ -28,6 +28,10 @@ std::span<const cuda_kernel> cuda_kernels();
 /// cuda_backend::kernel answers. Needs no device, so tests check it anywhere.
 kernel_fn select_kernel(std::string_view op, std::span<const tensor_desc> inputs, const op_params& params);
 
+/// The catalogue's ops with no CUDA kernel at all, sorted: every step of them runs on the CPU
+/// reference kernels (cuda_backend::host_ops). Needs no device.
+std::vector<std::string> host_ops();
+
 void add_elementwise_kernels(std::vector<cuda_kernel>& out);  // add sub mul scale silu gelu swiglu
 void add_norm_kernels(std::vector<cuda_kernel>& out);         // rmsnorm softmax
 void add_rope_kernels(std::vector<cuda_kernel>& out);         // rope
