@@ -563,7 +563,8 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
                    products_float_lanes<avx512::float_lanes_range, 32>});
     out.push_back({op, product_float_lanes<avx2::float_lanes_range, 16>, accepts_float_lanes, "avx2", level::avx2,
                    products_float_lanes<avx2::float_lanes_range, 16>});
-    // many rows without tiles: sixteen columns in the lanes (accepts_int8_lanes: q8/q4 from 33 rows)
+    // many rows without tiles: sixteen columns in the lanes (accepts_int8_lanes: q4 from 16 rows,
+    // q8 from 24; below 33 only in a call whose rows are free, else the pairs below take them)
     out.push_back({op,
                    product_int8_lanes<avx512_vnni::int8_lanes_range, 16, true, avx512_vnni_kernels, product_vnni_int8,
                                       products_vnni_int8>,
