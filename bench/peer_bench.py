@@ -159,7 +159,7 @@ def cpu_info():
 
 
 def hf_tensors(cfg):
-    """[(name, shape)] in HF naming (Llama, plus q/k norms for qwen3; no lm_head: tied)."""
+    """[(name, shape)] in HF naming (Llama, plus q/k norms for qwen3; lm_head unless tied)."""
     h, L, inter, v = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"], cfg["vocab_size"]
     hd = cfg["head_dim"]
     q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
@@ -174,17 +174,30 @@ def hf_tensors(cfg):
         out += [(p + "post_attention_layernorm.weight", [h]), (p + "mlp.gate_proj.weight", [inter, h]),
                 (p + "mlp.up_proj.weight", [inter, h]), (p + "mlp.down_proj.weight", [h, inter])]
     out.append(("model.norm.weight", [h]))
+    if not cfg.get("tie_word_embeddings", False):
+        out.append(("lm_head.weight", [v, h]))
     return out
 
 
-def write_checkpoint(d: Path, cfg, seed=0, std=0.02):
+def numpy_bf16(seed):
+    """The default `fill` of write_checkpoint: bf16 bytes of a tensor, normal*std (norms 1)."""
+    rng = np.random.default_rng(seed)
+
+    def fill(shape, std):
+        a = np.ones(shape, dtype=np.float32) if len(shape) == 1 else rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+        return to_bf16(a).tobytes()
+    return fill
+
+
+def write_checkpoint(d: Path, cfg, seed=0, std=0.02, fill=None):
     """config.json + model.safetensors (bf16: matrices normal*std, norms 1), written under a
-    temporary name and renamed, so an interrupted run leaves no half file behind."""
+    temporary name and renamed, so an interrupted run leaves no half file behind. `fill(shape,
+    std)` gives a tensor's bytes (default: numpy, seeded)."""
     st = d / "model.safetensors"
     if st.is_file() and (d / "config.json").is_file():
         return st
     d.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
+    fill = fill or numpy_bf16(seed)
     tensors = hf_tensors(cfg)
     header, off = {}, 0
     for name, shape in tensors:
@@ -198,11 +211,7 @@ def write_checkpoint(d: Path, cfg, seed=0, std=0.02):
     with open(tmp, "wb") as f:
         f.write(len(text).to_bytes(8, "little") + text)
         for name, shape in tensors:
-            if len(shape) == 1:
-                a = np.ones(shape, dtype=np.float32)
-            else:
-                a = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
-            f.write(to_bf16(a).tobytes())
+            f.write(fill(shape, std))
     (d / "config.json").write_text(json.dumps(cfg, indent=1))
     tmp.rename(st)
     log(f"  wrote {st} ({off / 1e6:.0f} MB) in {time.perf_counter() - t:.0f} s")

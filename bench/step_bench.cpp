@@ -4,6 +4,13 @@
 //
 //   mpakt_step_bench MODEL_DIR [--quantize none|q8|q4] [--tokens N] [--prefill T]
 //                    [--threads N] [--repeats R] [--profile] [--kv-dtype f32|bf16|f16]
+//                    [--backend cpu|cuda] [--roofline-gbs G] [--peak-tflops P]
+//
+// --backend cuda runs the steps on the GPU (a build with the CUDA backend; steps it lacks run
+// on the CPU reference, as a GPU worker's do). Its decode roofline is then the device's read
+// bandwidth, --roofline-gbs (e.g. 4800 for an H200's HBM), not the CPU probe's; prefill is
+// also reported in TFLOP/s (2 × the product weights' elements × tokens), against --peak-tflops
+// when given.
 //
 // The prefill runs as a worker runs a client's plain graph call: its rows need not keep the
 // bits each gets alone (runtime/row_bits.hpp), so prompts of 16 to 32 tokens may take the
@@ -33,6 +40,9 @@
 #include "backends/cpu/isa.hpp"
 #include "runtime/models/arch.hpp"
 #include "runtime/row_bits.hpp"
+#if defined(MPAKT_HAS_CUDA)
+#include "backends/cuda/cuda_backend.hpp"
+#endif
 #include "runtime/tensor_builder.hpp"
 #include "runtime/tensor_store.hpp"
 
@@ -133,7 +143,8 @@ struct op_times {
 int usage() {
   std::fputs(
       "usage: mpakt_step_bench MODEL_DIR [--quantize none|q8|q4] [--tokens N] [--prefill T] [--threads N]\n"
-      "                        [--repeats R] [--profile] [--isa NAME] [--kv-dtype f32|bf16|f16]\n",
+      "                        [--repeats R] [--profile] [--isa NAME] [--kv-dtype f32|bf16|f16]\n"
+      "                        [--backend cpu|cuda] [--roofline-gbs G] [--peak-tflops P]\n",
       stderr);
   return 2;
 }
@@ -145,6 +156,8 @@ int main(int argc, char** argv) {
   std::string dir = argv[1], quant = "none", isa_name, kv_name = "f32";
   int tokens = 128, prefill = 128, threads = 1, repeats = 3;
   bool profile = false;
+  std::string backend_name = "cpu";
+  double roofline_gbs = 0, peak_tflops = 0;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -156,6 +169,9 @@ int main(int argc, char** argv) {
     else if (a == "--profile") profile = true;
     else if (a == "--isa") isa_name = next();
     else if (a == "--kv-dtype") kv_name = next();
+    else if (a == "--backend") backend_name = next();
+    else if (a == "--roofline-gbs") roofline_gbs = std::atof(next().c_str());
+    else if (a == "--peak-tflops") peak_tflops = std::atof(next().c_str());
     else return usage();
   }
   if (!isa_name.empty()) {
@@ -163,6 +179,21 @@ int main(int argc, char** argv) {
     if (!level || !cpu_isa::set_level(*level)) return std::fprintf(stderr, "unknown or unsupported --isa %s\n", isa_name.c_str()), 2;
   }
   cpu_fast::set_kernel_threads(threads);
+  std::shared_ptr<backend> device;
+  if (backend_name == "cuda") {
+#if defined(MPAKT_HAS_CUDA)
+    auto gpu = cuda_backend::create();
+    if (!gpu) return std::fprintf(stderr, "--backend cuda: %s\n", gpu.err().message.c_str()), 6;
+    std::printf("backend cuda: GPU %d (%s); ops left to the CPU: %zu\n", (*gpu)->device(), (*gpu)->device_name().c_str(),
+                (*gpu)->host_ops().size());
+    (*gpu)->activate();
+    device = std::move(*gpu);
+#else
+    return std::fprintf(stderr, "--backend cuda: this build has no CUDA backend\n"), 6;
+#endif
+  } else if (backend_name != "cpu") {
+    return usage();
+  }
   if (quant != "none" && quant != "q8" && quant != "q4") return usage();
   if (kv_name != "f32" && kv_name != "bf16" && kv_name != "f16") return usage();
   const dtype kv_type = *dtype_from_name(kv_name);
@@ -181,9 +212,19 @@ int main(int argc, char** argv) {
   std::printf("model %s, quantize %s: %.1f MB resident; KV caches %s\n", dir.c_str(), quant.c_str(), double(resident) / 1e6,
               kv_name.c_str());
 
+  // A prefill's product FLOPs: 2 per weight element per row for the layers' matrices, and the
+  // head (lm_head, or the tied table) once: the graph sends only the last row through it.
+  double product_elems = 0, head_elems = 0;
+  for (auto& [name, t] : *weights) {
+    if (t.shape().size() != 2) continue;
+    if (name.find("lm_head") != std::string::npos) head_elems = double(t.numel());
+    else if (name.find("embed") != std::string::npos) head_elems = std::max(head_elems, double(t.numel()) * (cfg->tied_embeddings ? 1 : 0));
+    else product_elems += double(t.numel());
+  }
   tensor_store store;
   store.put_model("m", std::move(*weights));
-  cpu_backend be;
+  cpu_backend cpu_be;
+  backend& be = device ? *device : static_cast<backend&>(cpu_be);
   const int rows = prefill + tokens + 8;
   std::mt19937 rng(1);
   std::vector<int> prompt(static_cast<std::size_t>(prefill));
@@ -268,9 +309,20 @@ int main(int argc, char** argv) {
   const double tps = tokens / dec_med;
   std::printf("prefill %d tokens: %.1f ms = %.1f tokens/s (best %.1f)\n", prefill, pre_med * 1e3, prefill / pre_med,
               prefill / pre_best);
-  std::printf("decode %d tokens: %.2f ms/token = %.1f tokens/s (best %.1f); %.1f MB/token; %.2f of the %d-thread roofline (%.1f tok/s)\n",
-              tokens, dec_med / tokens * 1e3, tps, tokens / dec_best, per_token / 1e6, tps * per_token / bwn, threads,
-              bwn / per_token);
+  const double tflops = 2.0 * (product_elems * prefill + head_elems) / pre_best / 1e12;
+  if (device || peak_tflops > 0)
+    std::printf("prefill (best): %.2f TFLOP/s in products%s\n", tflops,
+                peak_tflops > 0 ? (", " + std::to_string(tflops / peak_tflops).substr(0, 5) + " of " +
+                                   std::to_string(int(peak_tflops)) + " TFLOP/s")
+                                      .c_str()
+                                : "");
+  // The roofline: the device's bandwidth when given, else the CPU probe's of these threads.
+  const double bw = roofline_gbs > 0 ? roofline_gbs * 1e9 : bwn;
+  const std::string of = roofline_gbs > 0 ? "the " + std::to_string(int(roofline_gbs)) + " GB/s"
+                                          : "the " + std::to_string(threads) + "-thread";
+  std::printf("decode %d tokens: %.2f ms/token = %.1f tokens/s (best %.1f); %.1f MB/token; %.2f of %s roofline (%.1f tok/s)\n",
+              tokens, dec_med / tokens * 1e3, tps, tokens / dec_best, per_token / 1e6, tps * per_token / bw, of.c_str(),
+              bw / per_token);
   if (profile) {
     // CPU time of the executing thread: with --threads 1, the speed a quiet core would give
     std::printf("kernel CPU time (this thread): prefill %.1f tokens/s, decode %.1f tokens/s\n",

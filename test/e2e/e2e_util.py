@@ -19,7 +19,9 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
-SHARED_DIR = REPO_ROOT.parent / "shared"
+# ../shared beside the checkout; MPAKT_SHARED_DIR where it lies elsewhere (a GPU machine's copy of
+# the device pack: backends/cuda/run_device_checks.sh)
+SHARED_DIR = Path(os.environ.get("MPAKT_SHARED_DIR") or REPO_ROOT.parent / "shared")
 CLIENTS_DIR = REPO_ROOT / "clients"
 STORIES_DIR = SHARED_DIR / "models" / "stories260K"
 
