@@ -46,6 +46,8 @@ struct planned_step {
   std::unique_ptr<op_params> params;
   std::vector<int> in_slots;
   std::vector<tensor*> in_ptrs;
+  /// kernel_call::immutable_inputs: the inputs that are weights, v2 tensors or their widened copies.
+  std::uint32_t immutable_inputs = 0;
   int out_slot = -1;
   kernel_fn fn = nullptr;
   /// The backend's kernel for running this step with its neighbours (backend::group_kernel).
@@ -609,9 +611,19 @@ result<std::unique_ptr<executable_graph>> executable_graph::build(graph_decl gra
   for (const auto& name : graph.outputs) keep_f32(name);
   for (const auto& [sess_name, value] : graph.retain) keep_f32(value);
 
-  // Kernel argument arrays point into the slot deque, which no longer grows.
+  // Kernel argument arrays point into the slot deque, which no longer grows. Weights, v2
+  // tensors and their copies widened once per plan never change while the plan lives.
   for (auto& st : p->steps)
-    for (int sid : st.in_slots) st.in_ptrs.push_back(&p->slots[std::size_t(sid)].t);
+    for (std::size_t j = 0; j < st.in_slots.size(); ++j) {
+      const int sid = st.in_slots[j];
+      const slot& s = p->slots[std::size_t(sid)];
+      st.in_ptrs.push_back(&p->slots[std::size_t(sid)].t);
+      const bool widened_per_call = std::any_of(st.per_call_widen.begin(), st.per_call_widen.end(),
+                                                [&](const widen_task& w) { return w.to == sid; });
+      const bool immutable = s.kind == slot_kind::weight || s.kind == slot_kind::tensor_id ||
+                             (s.kind == slot_kind::widened && !widened_per_call);
+      if (immutable && j < 32) st.immutable_inputs |= 1u << j;
+    }
 
   std::sort(features.begin(), features.end());
   features.erase(std::unique(features.begin(), features.end()), features.end());
@@ -745,7 +757,8 @@ status executable_graph::run(tensor_source& source, run_control* control) {
       for (std::size_t g = 0; g < n; ++g) {
         auto& m = p_->steps[si + g];
         if (auto r = p_->ready_output(m); !r) return fail(r.err());
-        calls[g] = kernel_call{m.params.get(), m.in_ptrs, &p_->slots[std::size_t(m.out_slot)].t, &p_->ws};
+        calls[g] = kernel_call{m.params.get(), m.in_ptrs, &p_->slots[std::size_t(m.out_slot)].t, &p_->ws,
+                               m.immutable_inputs};
       }
       const double t0 = p_->profile ? thread_cpu_ns() : 0.0;
       const auto wall0 = std::chrono::steady_clock::now();
@@ -780,7 +793,7 @@ status executable_graph::run(tensor_source& source, run_control* control) {
     if (auto r = p_->ready_output(st); !r) return fail(r.err());
     slot& out = p_->slots[std::size_t(st.out_slot)];
     if (st.def->aliases_input >= 0 || st.def->writes_input >= 0) p_->remember_writes(st);
-    kernel_call call{st.params.get(), st.in_ptrs, &out.t, &p_->ws};
+    kernel_call call{st.params.get(), st.in_ptrs, &out.t, &p_->ws, st.immutable_inputs};
     const double t0 = p_->profile ? thread_cpu_ns() : 0.0;
     const auto wall0 = std::chrono::steady_clock::now();
     auto s = st.fn(call);

@@ -57,6 +57,10 @@ struct kernel_call {
   std::span<tensor* const> inputs;
   tensor* output = nullptr;
   workspace* scratch = nullptr;
+  /// Bit i set: input i is a model weight (or the plan's widened copy of one), whose bytes
+  /// never change while its storage lives — a device backend may keep a copy of it there
+  /// across calls instead of copying it in each time.
+  std::uint32_t immutable_inputs = 0;
 };
 
 /// A kernel: runs one op. Returns an error for value problems only known at run time

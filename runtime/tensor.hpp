@@ -82,6 +82,9 @@ class tensor {
   }
   /// True when both handles alias the same bytes.
   bool same_storage(const tensor& o) const { return storage_ == o.storage_ && offset_ == o.offset_; }
+  /// Watches the storage without keeping it: expired once every handle to it is gone (a copy
+  /// of the bytes elsewhere — a device's — knows then that its original is no more).
+  std::weak_ptr<const std::byte[]> storage_watch() const { return storage_; }
 
  private:
   static result<tensor> allocate(dtype t, shape_t shape, bool zeroed);

@@ -139,6 +139,7 @@ device_context::~device_context() {
   (void)cudaSetDevice(device_);
   if (stream_.get()) (void)cudaStreamSynchronize(stream_.get());
   slots_.clear();
+  weights_.clear();
 }
 
 result<void*> device_context::scratch(int slot, std::size_t bytes, std::string_view where) {

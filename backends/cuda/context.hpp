@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/resident_cache.hpp"
 #include "runtime/status.hpp"
 
 namespace mpakt::cuda {
@@ -114,6 +115,10 @@ class device_context {
   /// memory.
   result<void*> scratch(int slot, std::size_t bytes, std::string_view where);
 
+  /// The device's copies of the weights kernels have read (kernel_call::immutable_inputs),
+  /// made once each and kept while their host tensors live. Caller holds mutex().
+  resident_cache<device_buffer>& weights() { return weights_; }
+
  private:
   device_context() = default;
   int device_ = 0;
@@ -123,6 +128,7 @@ class device_context {
   stream_handle stream_;
   cublas_handle blas_;
   std::vector<device_buffer> slots_;
+  resident_cache<device_buffer> weights_;
 };
 
 /// The context CUDA kernels run on: the one the calling thread's worker activated for its run

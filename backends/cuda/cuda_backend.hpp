@@ -10,9 +10,10 @@
 /// step with inputs a CUDA kernel does not handle (a q8/q4 weight, a dimension past cuBLAS's
 /// int range), `kernel()` returns nullptr and the executor runs the CPU reference kernel.
 ///
-/// Tensors are host memory today (runtime/tensor.hpp), so every CUDA kernel copies its
-/// inputs to the device, runs, and copies the output back: correct, and slow for weights.
-/// Device-resident tensors come later.
+/// Tensors are host memory (runtime/tensor.hpp), so a CUDA kernel copies its inputs to the
+/// device, runs, and copies the output back — except the inputs a call marks immutable (model
+/// weights: kernel_call::immutable_inputs), which the device keeps after their first use
+/// (device_context::weights). Device-resident activations and caches come later.
 ///
 /// Handles: each cuda_backend owns one device context (a CUDA stream, a cuBLAS handle and
 /// growing device scratch buffers, all RAII). kernel_fn is a plain function pointer that

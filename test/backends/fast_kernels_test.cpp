@@ -563,7 +563,9 @@ TEST(FastMatmul, ShortProductsKeepEachRowsBitsUnlessTheCallFreesThem) {
       }
     }
   }
-  if (cpu_isa::best() >= cpu_isa::level::avx2) EXPECT_GT(freed, 0);
+  if (cpu_isa::best() >= cpu_isa::level::avx2) {
+    EXPECT_GT(freed, 0);
+  }
 }
 
 /// Several products of the same activations run as one call (a layer's q, k and v; gate and

@@ -364,6 +364,40 @@ TEST_F(CudaBackend, EachThreadRunsOnTheContextItsWorkerActivated) {
   EXPECT_EQ(cuda::current_context(), (*second)->context());  // (the test's thread activated none)
 }
 
+kernel_fn selected(const std::string& op, const std::string& params, const std::vector<tensor_desc>& in);
+
+TEST_F(CudaBackend, AWeightIsCopiedToTheDeviceOnceAndReadThereAfter) {
+  // (issue: CUDA workers, residency) A call marking its weight immutable (as the executor does
+  // for model weights) reads the device's kept copy: one copy for three calls, the right
+  // numbers each time; another weight, wherever it lands, gets its own copy.
+  auto ctx = cuda::current_context();
+  ASSERT_NE(ctx, nullptr);
+  auto stats = [&] {
+    std::lock_guard lk(ctx->mutex());
+    return std::pair{ctx->weights().uploads(), ctx->weights().hits()};
+  };
+  const tensor x = random_tensor({3, 64}, 91);
+  auto check_weight = [&](const tensor& w) {
+    const auto want = run_op("matmul", R"({"transB": true})", {x, w});
+    ASSERT_TRUE(want.ok());
+    kernel_fn fn = selected("matmul", R"({"transB": true})", {x.desc(), w.desc()});
+    ASSERT_NE(fn, nullptr);
+    for (int i = 0; i < 3; ++i) {
+      auto got = run_op("matmul", R"({"transB": true})", {x, w}, fn, 0b10);
+      ASSERT_TRUE(got.ok()) << got.err().message;
+      for (std::int64_t j = 0; j < want->numel(); ++j)
+        ASSERT_NEAR(got->f32()[j], want->f32()[j], 1e-4f * (1 + std::fabs(want->f32()[j]))) << "call " << i << " at " << j;
+    }
+  };
+  const auto before = stats();
+  check_weight(*convert_tensor(random_tensor({48, 64}, 92), dtype::bf16));
+  auto after = stats();
+  EXPECT_EQ(after.first, before.first + 1);
+  EXPECT_EQ(after.second, before.second + 2);
+  check_weight(*convert_tensor(random_tensor({48, 64}, 93), dtype::bf16));
+  EXPECT_EQ(stats().first, before.first + 2);
+}
+
 TEST_F(CudaBackend, NoSuchDeviceIsUnavailable) {
   auto be = cuda_backend::create({.device = cuda_device_count()});
   ASSERT_FALSE(be.ok());

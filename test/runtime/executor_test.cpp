@@ -245,3 +245,64 @@ TEST_F(executor_stop, a_long_product_stops_inside_its_kernel) {
 
 }  // namespace
 }  // namespace mpakt
+
+namespace mpakt {
+namespace {
+
+/// A backend whose matmul and add record the kernel_call's immutable_inputs, then run the
+/// reference kernels.
+std::vector<std::uint32_t> seen_immutable;
+status recording_kernel(const kernel_call& c, kernel_fn ref) {
+  seen_immutable.push_back(c.immutable_inputs);
+  return ref(c);
+}
+status recording_matmul(const kernel_call& c) { return recording_kernel(c, cpu_backend::reference("matmul")); }
+status recording_add(const kernel_call& c) { return recording_kernel(c, cpu_backend::reference("add")); }
+
+class recording_backend final : public backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  kernel_fn kernel(std::string_view op, std::span<const tensor_desc>, const op_params&) const override {
+    if (op == "matmul") return recording_matmul;
+    if (op == "add") return recording_add;
+    return cpu_backend::reference(op);
+  }
+  std::vector<std::string> features() const override { return cpu_backend().features(); }
+};
+
+// (issue: CUDA workers, residency) A kernel is told which inputs never change while the plan
+// lives — model weights, and a weight's copy widened once per plan — so a device backend may
+// keep them; data, session tensors and values computed by the graph are not marked.
+TEST(ExecutorImmutableInputs, WeightsAndTheirWidenedCopiesAreMarkedNothingElse) {
+  tensor_store store;
+  tensor_store::tensor_map weights;
+  weights["w"] = *make_f32({3, 4}, std::vector<float>(12, 0.5f));
+  weights["b"] = *convert_tensor(*make_f32({4}, std::vector<float>{1, 2, 3, 4}), dtype::bf16);
+  store.put_model("m", std::move(weights));
+  auto& sess = store.session("s");
+  sess["h"] = *make_f32({2, 4}, std::vector<float>(8, 1.0f));
+  const std::string graph = R"({"session": "s", "inputs": [
+      {"name": "x", "shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]},
+      {"name": "w", "model": "m", "weight": "w"},
+      {"name": "b", "model": "m", "weight": "b"},
+      {"name": "h", "session": "h", "shape": [2, 4]}],
+    "steps": [
+      {"op": "matmul", "in": ["x", "w"], "out": "y"},
+      {"op": "add", "in": ["y", "b"], "out": "z"},
+      {"op": "add", "in": ["z", "h"], "out": "u"}],
+    "outputs": ["u"]})";
+  auto decl = parse_graph_text(graph, false);
+  ASSERT_TRUE(decl.ok()) << decl.err().message;
+  recording_backend be;
+  tensor_store::source src(store, "s", {});
+  auto g = executable_graph::build(std::move(*decl), src, be);
+  ASSERT_TRUE(g.ok()) << g.err().message;
+  seen_immutable.clear();
+  ASSERT_TRUE((*g)->run(src).ok());
+  // matmul(x data, w weight); add(y computed, b: the bf16 weight widened once); add(z, h session)
+  EXPECT_EQ(seen_immutable, (std::vector<std::uint32_t>{0b10, 0b10, 0b00}));
+  EXPECT_EQ((*g)->value("u")->f32()[0], 0.5f * (1 + 2 + 3) + 1 + 1);  // (x row 0 · w, + b[0], + h)
+}
+
+}  // namespace
+}  // namespace mpakt

@@ -15,7 +15,7 @@ namespace mpakt::test {
 /// reference kernel. Input tensors are passed by value but share storage, so in-place
 /// ops are visible through the caller's handles.
 inline result<tensor> run_op(std::string_view op, std::string_view params_json, std::vector<tensor> inputs,
-                             kernel_fn kernel = nullptr) {
+                             kernel_fn kernel = nullptr, std::uint32_t immutable_inputs = 0) {
   const op_def* def = find_op_def(op);
   if (!def) return invalid("no op_def for " + std::string(op));
   auto pm = parse_params_text(params_json);
@@ -39,7 +39,7 @@ inline result<tensor> run_op(std::string_view op, std::string_view params_json, 
   if (!kernel) kernel = cpu_backend::reference(op);
   if (!kernel) return invalid("no kernel for " + std::string(op));
   workspace ws;
-  kernel_call call{params->get(), ptrs, &out, &ws};
+  kernel_call call{params->get(), ptrs, &out, &ws, immutable_inputs};
   auto st = kernel(call);
   if (!st) return std::move(st).err();
   return out;

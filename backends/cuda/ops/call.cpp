@@ -28,6 +28,27 @@ result<void*> device_call::upload(slot s, const tensor& t) {
   return p;
 }
 
+result<const void*> device_call::resident(slot s, const tensor& t) {
+  auto kept = ctx_->weights().get(t, [&](const tensor& w) -> result<device_buffer> {
+    MPAKT_CUDA_ASSIGN(auto b, device_buffer::allocate(w.nbytes(), where_));
+    // (synchronous: the copy is complete before any kernel reads it, and the host tensor may
+    // go on being used by the CPU meanwhile)
+    if (w.nbytes() > 0)
+      MPAKT_TRY(check(cudaMemcpy(b.get(), w.data(), w.nbytes(), cudaMemcpyHostToDevice), "cudaMemcpy (weight to device)"));
+    return b;
+  });
+  if (kept) return static_cast<const void*>((*kept)->get());
+  MPAKT_CUDA_ASSIGN(void* p, upload(s, t));
+  return static_cast<const void*>(p);
+}
+
+result<const void*> device_call::input(slot s, const kernel_call& c, std::size_t i) {
+  const tensor& t = *c.inputs[i];
+  if (i < 32 && (c.immutable_inputs >> i) & 1u) return resident(s, t);
+  MPAKT_CUDA_ASSIGN(void* p, upload(s, t));
+  return static_cast<const void*>(p);
+}
+
 result<float*> device_call::upload_f32(slot s, const tensor& t) {
   if (t.type() != dtype::f32)
     return make_error(errc::internal, "CUDA kernel for " + where_ + " got a " + std::string(dtype_name(t.type())) +

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "backends/cuda/context.hpp"
+#include "runtime/op.hpp"
 #include "runtime/tensor.hpp"
 
 /// Binds `lhs` (a declaration such as `float* p`) to the value of a result<T>
@@ -55,6 +56,13 @@ class device_call {
   /// Copies the tensor's bytes (any dtype, as stored) into scratch slot `s`; the device
   /// copy is the caller's to read or overwrite.
   result<void*> upload(slot s, const tensor& t);
+  /// The device's kept copy of an immutable input (kernel_call::immutable_inputs: a weight),
+  /// made on its first use and read by every later call; when the device has no room for it
+  /// even with every kept copy given back, it is copied into scratch slot `s` for this call
+  /// alone, as any input is.
+  result<const void*> resident(slot s, const tensor& t);
+  /// resident() for input i of a kernel call when the call marks it immutable, else upload().
+  result<const void*> input(slot s, const kernel_call& c, std::size_t i);
   /// As upload, for an f32 tensor (errc::internal otherwise: kernel() let a bad dtype in).
   result<float*> upload_f32(slot s, const tensor& t);
   /// Copies `count` floats of host memory into scratch slot `s`.

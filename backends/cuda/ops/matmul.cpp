@@ -1,6 +1,10 @@
 /// CUDA kernel_fns of matmul, linear and embedding, whose weight may arrive as f32, bf16 or
 /// f16 (q8/q4 weights stay on the CPU reference). Shape rules: runtime/ops/matmul.cpp.
 ///
+/// The weight (and linear's bias), when the call marks it immutable (kernel_call::
+/// immutable_inputs: a model weight), is read from the device's kept copy (device_call::input):
+/// copied to the GPU on its first use only.
+///
 /// matmul / linear: f32 weights go to cuBLAS SGEMM. Packed weights with few rows (a decode
 /// step, <= k::few_rows_max) use an own kernel reading the weight in place; with more rows
 /// the weight is widened to f32 on the device and goes to SGEMM, so every path accumulates
@@ -55,7 +59,7 @@ status product(const kernel_call& c, std::string_view op, const tensor* bias) {
 
   MPAKT_CUDA_ASSIGN(auto call, device_call::begin(op));
   MPAKT_CUDA_ASSIGN(const float* dx, call.upload_f32(slot_in0, x));
-  MPAKT_CUDA_ASSIGN(const void* dw, call.upload(slot_in1, w));
+  MPAKT_CUDA_ASSIGN(const void* dw, call.input(slot_in1, c, 1));  // (a weight: kept on the device)
   MPAKT_CUDA_ASSIGN(float* dy, call.scratch_f32(slot_out, out.numel()));
   if (kd == 0) {
     MPAKT_TRY(call.check(cudaMemsetAsync(dy, 0, out.nbytes(), call.stream()), "cudaMemsetAsync"));
@@ -69,7 +73,8 @@ status product(const kernel_call& c, std::string_view op, const tensor* bias) {
     MPAKT_TRY(sgemm(call, dx, dwide, trans_b, rows, kd, n, dy));
   }
   if (bias) {
-    MPAKT_CUDA_ASSIGN(const float* db, call.upload_f32(slot_in2, *bias));
+    MPAKT_CUDA_ASSIGN(const void* db_kept, call.input(slot_in2, c, 2));  // (f32: accepts_product)
+    const float* db = static_cast<const float*>(db_kept);
     MPAKT_TRY(call.check(k::binary(k::binary_op::add, dy, db, dy, out.numel(), n, k::broadcast::row, call.stream()),
                          "kernel launch (bias)"));
   }
@@ -107,10 +112,10 @@ status embedding_k(const kernel_call& c) {
   if (out.numel() == 0) return ok_status();
   const auto wt = weight_type_of(table.type());
   if (!wt) return make_error(errc::internal, "CUDA kernel for op 'embedding' got an unsupported table dtype");
-  // The whole table travels on every call until tensors are device-resident.
+  // The table is a weight: the device keeps its copy (call.input), read by every later call.
   MPAKT_CUDA_ASSIGN(auto call, device_call::begin("embedding"));
   MPAKT_CUDA_ASSIGN(const float* dids, call.upload_f32(slot_in0, ids));
-  MPAKT_CUDA_ASSIGN(const void* dt, call.upload(slot_in1, table));
+  MPAKT_CUDA_ASSIGN(const void* dt, call.input(slot_in1, c, 1));
   MPAKT_CUDA_ASSIGN(float* dy, call.scratch_f32(slot_out, out.numel()));
   MPAKT_TRY(call.check(k::embedding(dids, count, dt, *wt, vocab, width, dy, call.stream()), "kernel launch"));
   return call.download(out, dy);
