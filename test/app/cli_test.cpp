@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 namespace {
 
@@ -16,9 +19,11 @@ struct run_result {
   std::string out;
 };
 
-run_result run(const std::string& args) {
+/// Runs `mpakt ARGS`; with `timeout_s`, stopped after that many seconds (status 124).
+run_result run(const std::string& args, int timeout_s = 0) {
   run_result r;
-  const std::string cmd = std::string(MPAKT_BINARY) + " " + args + " 2>&1";
+  const std::string cmd = (timeout_s > 0 ? "timeout " + std::to_string(timeout_s) + " " : std::string()) +
+                          std::string(MPAKT_BINARY) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf;
@@ -67,6 +72,38 @@ TEST(Cli, RunNamesTheFaultOfABadGraph) {
   EXPECT_NE(r.out.find("headDim"), std::string::npos) << r.out;
   std::filesystem::remove(path);
   EXPECT_EQ(run("frobnicate").status, 2);
+}
+
+}  // namespace
+
+namespace {
+
+// `--backend cuda` is the GPU or nothing (issue: CUDA workers): without a usable one — no GPU
+// or driver (a build with CUDA), or a build without it (the sanitizer build) — serve and a
+// volunteer exit with status 6, naming why, before listening or joining. Where a GPU is
+// usable, serve starts and the timeout ends it: nothing to check here then.
+TEST(Cli, AskedForCudaWithoutAUsableGpuServeAndWorkerSayWhyAndExit) {
+  const auto dir = std::filesystem::temp_directory_path() / ("mpakt-cli-cuda-" + std::to_string(getpid()));
+  auto served = run("serve --port 0 --data-dir " + dir.string() + " --backend cuda", 30);
+  std::filesystem::remove_all(dir);
+  if (served.status == 124) GTEST_SKIP() << "a usable GPU here: serve started";
+  EXPECT_EQ(served.status, 6) << served.out;
+  const bool why = served.out.find("--backend cuda: no usable CUDA device: ") != std::string::npos ||
+                   served.out.find("--backend cuda: this build of mpakt has no CUDA backend") != std::string::npos;
+  EXPECT_TRUE(why) << served.out;
+  EXPECT_NE(served.out.find("not starting"), std::string::npos) << served.out;
+  EXPECT_EQ(served.out.find("listening"), std::string::npos) << served.out;
+
+  auto worker = run("worker --join 127.0.0.1:1 --token mpv_x --coordinator-fingerprint " + std::string(64, 'a') +
+                    " --backend cuda --join-timeout-ms 1000",
+                    30);
+  EXPECT_EQ(worker.status, 6) << worker.out;
+  EXPECT_NE(worker.out.find("--backend cuda: "), std::string::npos) << worker.out;
+  EXPECT_EQ(worker.out.find("joined"), std::string::npos) << worker.out;
+
+  auto bad = run("worker --join 127.0.0.1:1 --backend gpu");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--backend takes cpu, cuda or auto"), std::string::npos) << bad.out;
 }
 
 }  // namespace
