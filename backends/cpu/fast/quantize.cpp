@@ -1,5 +1,5 @@
-// Chooses the quantize-on-load kernel for the CPU (quantize.hpp): AVX-512 where the kernel
-// level allows it, else the reference.
+// Chooses the quantize-on-load kernel for the CPU (quantize.hpp): AVX-512 or AVX2 where the
+// kernel level allows it, else the reference. Every one writes the reference's bytes.
 
 #include "backends/cpu/quantize.hpp"
 
@@ -12,11 +12,14 @@ namespace mpakt::cpu_fast {
 
 void quantize_row_from(dtype from, dtype to, const void* src, void* dst, std::int64_t n, float* scratch) {
   const bool fast_source = from == dtype::f32 || from == dtype::bf16;
-  if (is_quantized(to) && fast_source && n % quant_block == 0 && cpu_isa::current() >= cpu_isa::level::avx512) {
+  const cpu_isa::level level = cpu_isa::current();
+  if (is_quantized(to) && fast_source && n % quant_block == 0 && level >= cpu_isa::level::avx2) {
     const auto source = from == dtype::bf16 ? quant_source::bf16 : quant_source::f32;
     auto* out = static_cast<std::uint8_t*>(dst);
-    if (to == dtype::q8 ? quantize_q8_row_avx512(src, source, out, n) : quantize_q4_row_avx512(src, source, out, n))
-      return;
+    const bool wide = level >= cpu_isa::level::avx512;
+    const bool done = to == dtype::q8 ? (wide ? quantize_q8_row_avx512 : quantize_q8_row_avx2)(src, source, out, n)
+                                      : (wide ? quantize_q4_row_avx512 : quantize_q4_row_avx2)(src, source, out, n);
+    if (done) return;
   }
   // The reference, on the row widened to f32 (an f32 row only when it is not aligned).
   const float* x = static_cast<const float*>(src);

@@ -21,5 +21,8 @@ enum class quant_source : int { f32 = 0, bf16 = 1 };
 bool quantize_q8_row_avx512(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n);
 /// The same for q4.
 bool quantize_q4_row_avx512(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n);
+/// The same two on AVX2 (+ F16C): the same bytes.
+bool quantize_q8_row_avx2(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n);
+bool quantize_q4_row_avx2(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n);
 
 }  // namespace mpakt::cpu_fast
