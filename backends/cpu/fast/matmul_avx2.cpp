@@ -60,31 +60,23 @@ struct widen;
 
 template <>
 struct widen<wtype::f32> {
-  static void load(const std::uint8_t* row, i64 k0, __m256& lo, __m256& hi) {
-    const float* p = reinterpret_cast<const float*>(row) + k0;
-    lo = _mm256_loadu_ps(p);
-    hi = _mm256_loadu_ps(p + 8);
-  }
+  static __m256 load8(const std::uint8_t* row, i64 k0) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k0); }
   static float one(const std::uint8_t* row, i64 i) { return reinterpret_cast<const float*>(row)[i]; }
 };
 
 template <>
 struct widen<wtype::bf16> {
   static __m256 from(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
-  static void load(const std::uint8_t* row, i64 k0, __m256& lo, __m256& hi) {
-    const auto* p = reinterpret_cast<const std::uint16_t*>(row) + k0;
-    lo = from(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    hi = from(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+  static __m256 load8(const std::uint8_t* row, i64 k0) {
+    return from(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const std::uint16_t*>(row) + k0)));
   }
   static float one(const std::uint8_t* row, i64 i) { return bf16_to_float(reinterpret_cast<const std::uint16_t*>(row)[i]); }
 };
 
 template <>
 struct widen<wtype::f16> {
-  static void load(const std::uint8_t* row, i64 k0, __m256& lo, __m256& hi) {
-    const auto* p = reinterpret_cast<const std::uint16_t*>(row) + k0;
-    lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+  static __m256 load8(const std::uint8_t* row, i64 k0) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const std::uint16_t*>(row) + k0)));
   }
   static float one(const std::uint8_t* row, i64 i) { return half_to_float(reinterpret_cast<const std::uint16_t*>(row)[i]); }
 };
@@ -108,22 +100,24 @@ void float_tile(const float_product& a, i64 r0, i64 n0) {
   constexpr i64 elem = T == wtype::f32 ? 4 : 2;
   const i64 ahead = 2 * NT * a.w_row_bytes;
   for (i64 k0 = 0; k0 < full; k0 += 16) {
-    __m256 wl[NT], wh[NT];
     if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
       if ((k0 * elem) % 64 == 0) {
 #pragma GCC unroll 16
         for (int j = 0; j < NT; ++j) _mm_prefetch(reinterpret_cast<const char*>(wr[j] + ahead + k0 * elem), _MM_HINT_T0);
       }
     }
+    // Eight values of K at a time: NT weight registers, then one activation register per
+    // row, so a 4 × 3 tile's twelve sums stay in registers (sixteen in all).
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256 wv[NT];
 #pragma GCC unroll 16
-    for (int j = 0; j < NT; ++j) widen<T>::load(wr[j], k0, wl[j], wh[j]);
+      for (int j = 0; j < NT; ++j) wv[j] = widen<T>::load8(wr[j], k0 + 8 * h);
 #pragma GCC unroll 16
-    for (int i = 0; i < RT; ++i) {
-      const __m256 xl = _mm256_loadu_ps(xr + i * k + k0), xh = _mm256_loadu_ps(xr + i * k + k0 + 8);
+      for (int i = 0; i < RT; ++i) {
+        const __m256 xv = _mm256_loadu_ps(xr + i * k + k0 + 8 * h);
 #pragma GCC unroll 16
-      for (int j = 0; j < NT; ++j) {
-        acc[i][j] = _mm256_fmadd_ps(xl, wl[j], acc[i][j]);
-        acc[i][j] = _mm256_fmadd_ps(xh, wh[j], acc[i][j]);
+        for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
       }
     }
   }
@@ -146,17 +140,21 @@ void float_tile_rows(const float_product& a, int rt, i64 r0, i64 n0) {
 
 template <wtype T, int NT>
 void float_columns(const float_product& a, i64 n0) {
-  constexpr int RT = NT >= 4 ? 3 : 6;
+  constexpr int RT = NT >= 4 ? 3 : NT == 3 ? 4 : 6;
   for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0);
 }
 
+/// Decode (up to 3 rows) takes four weight rows a tile; batched and verify steps take three
+/// weight rows against four activation rows, the widest tile whose sums, weights and one
+/// activation fit AVX2's sixteen registers. Every tile sums each output in the same order, so
+/// the shape of the tile never changes a bit.
 template <wtype T>
 void float_range(const float_product& a, i64 n_begin, i64 n_end) {
   i64 n0 = n_begin;
   if (a.rows <= 3) {
     for (; n0 + 4 <= n_end; n0 += 4) float_columns<T, 4>(a, n0);
   } else {
-    for (; n0 + 2 <= n_end; n0 += 2) float_columns<T, 2>(a, n0);
+    for (; n0 + 3 <= n_end; n0 += 3) float_columns<T, 3>(a, n0);
   }
   for (; n0 < n_end; ++n0) float_columns<T, 1>(a, n0);
 }
