@@ -256,15 +256,19 @@ void int_tile_rows(const int_product& a, int rt, i64 r0, i64 n0) {
   else if constexpr (RT > 1) int_tile_rows<T, NT, RT - 1>(a, rt, r0, n0);
 }
 
+/// Columns outer, rows inner: a pair of weight rows is read from memory once (the first row
+/// tile prefetches it) and found in L1 by every later row tile of a batched or verify step.
+template <wtype T, int NT>
+void int_columns(const int_product& a, i64 n0) {
+  constexpr int RT = 2;
+  for (i64 r0 = 0; r0 < a.x.rows; r0 += RT) int_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.x.rows - r0)), r0, n0);
+}
+
 template <wtype T>
 void int_range(const int_product& a, i64 n_begin, i64 n_end) {
-  constexpr int RT = 2;
-  for (i64 r0 = 0; r0 < a.x.rows; r0 += RT) {
-    const int rt = int(min_i64(RT, a.x.rows - r0));
-    i64 n0 = n_begin;
-    for (; n0 + 2 <= n_end; n0 += 2) int_tile_rows<T, 2, RT>(a, rt, r0, n0);
-    for (; n0 < n_end; ++n0) int_tile_rows<T, 1, RT>(a, rt, r0, n0);
-  }
+  i64 n0 = n_begin;
+  for (; n0 + 2 <= n_end; n0 += 2) int_columns<T, 2>(a, n0);
+  for (; n0 < n_end; ++n0) int_columns<T, 1>(a, n0);
 }
 
 /// The activations of a q4 product, each block reordered as its even values then its odd
