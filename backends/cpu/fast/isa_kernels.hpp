@@ -8,14 +8,29 @@
 /// plain structs of pointers and sizes in, nothing of the runtime's types. Threading and
 /// every runtime type stay on the dispatching side (baseline instruction set).
 ///
+/// That includes <vector> and every other library template: a std::vector<float>::resize
+/// emitted by an AVX-512 file was once the copy the linker kept for the whole program, and
+/// an AVX2-only CPU stopped with SIGILL growing an unrelated vector. Scratch memory comes from
+/// kernel_scratch below instead (tools/check_isa_objects.sh, a test, fails the build's tests
+/// when a per-level object defines a symbol another file could share).
+///
 /// Weight formats (runtime/dtype.hpp): rows of `k` values; f32; bf16 and f16 as 16-bit
 /// words; q8 blocks of 32 values {f16 d; int8 q[32]} (x = q·d); q4 blocks of 32 {f16 d;
 /// f16 m; uint8 q[16]} with value 2i in the low nibble of byte i and 2i+1 in the high one
 /// (x = q·d + m).
 
+#include <cstddef>
 #include <cstdint>
 
 namespace mpakt::cpu_fast {
+
+/// The calling thread's scratch buffers of the per-level kernels, one per use.
+enum class scratch_slot : int { reordered_activations, lane_weights, lane_scales, lane_offsets, panel, panel_sums, count };
+
+/// At least `bytes` of the calling thread's buffer `slot`, 64-byte aligned; its contents are
+/// not kept when it grows. It lives until the thread ends, so the steady state allocates
+/// nothing. Defined on the dispatching side (baseline instruction set); throws std::bad_alloc.
+void* kernel_scratch(scratch_slot slot, std::size_t bytes);
 
 /// Weight storage codes (the order of runtime's dtype enum is not relied upon).
 enum class wtype : int { f32 = 0, bf16 = 1, f16 = 2, q8 = 3, q4 = 4 };

@@ -8,7 +8,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <vector>
 
 #include "backends/cpu/fast/isa_kernels.hpp"
 
@@ -272,19 +271,18 @@ void int_range(const int_product& a, i64 n_begin, i64 n_end) {
 }
 
 /// The activations of a q4 product, each block reordered as its even values then its odd
-/// ones (load_w's order for q4), into a buffer of the calling thread: rows × K values, a small
-/// cost next to the product's N × K weights.
+/// ones (load_w's order for q4), into a scratch buffer of the calling thread: rows × K values,
+/// a small cost next to the product's N × K weights.
 int_product with_q4_order(const int_product& a) {
-  thread_local std::vector<std::int16_t> buf;
   const i64 total = a.x.rows * a.x.k;
-  if (buf.size() < std::size_t(total)) buf.resize(std::size_t(total));
+  auto* buf = static_cast<std::int16_t*>(kernel_scratch(scratch_slot::reordered_activations, std::size_t(total) * 2));
   for (i64 o = 0; o < total; o += 32)
     for (int i = 0; i < 16; ++i) {
       buf[std::size_t(o + i)] = a.x.q[o + 2 * i];
       buf[std::size_t(o + 16 + i)] = a.x.q[o + 2 * i + 1];
     }
   int_product p = a;
-  p.x.q = buf.data();
+  p.x.q = buf;
   return p;
 }
 
@@ -407,22 +405,18 @@ void lanes_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
   constexpr int regs = T == wtype::q8 ? 16 : 8;
   constexpr int RT = 4;
   const i64 blocks = a.x.k / 32;
-  thread_local std::vector<__m256i> wbuf;
-  thread_local std::vector<float> dbuf, mbuf;
-  if (wbuf.size() < std::size_t(blocks * regs)) wbuf.resize(std::size_t(blocks * regs));
-  if (dbuf.size() < std::size_t(blocks * 8)) {
-    dbuf.resize(std::size_t(blocks * 8));
-    mbuf.resize(std::size_t(blocks * 8));
-  }
+  auto* wbuf = static_cast<__m256i*>(kernel_scratch(scratch_slot::lane_weights, std::size_t(blocks * regs) * sizeof(__m256i)));
+  auto* dbuf = static_cast<float*>(kernel_scratch(scratch_slot::lane_scales, std::size_t(blocks * 8) * 4));
+  auto* mbuf = static_cast<float*>(kernel_scratch(scratch_slot::lane_offsets, std::size_t(blocks * 8) * 4));
   for (i64 n0 = n_begin; n0 < n_end; n0 += lane_cols) {
     const int nc = int(min_i64(lane_cols, n_end - n0));
-    pack_lanes<T>(a, n0, nc, wbuf.data(), dbuf.data(), mbuf.data());
+    pack_lanes<T>(a, n0, nc, wbuf, dbuf, mbuf);
     i64 r0 = 0;
-    for (; r0 + RT <= a.x.rows; r0 += RT) lanes_rows<T, RT>(a, wbuf.data(), dbuf.data(), mbuf.data(), r0, n0, nc);
+    for (; r0 + RT <= a.x.rows; r0 += RT) lanes_rows<T, RT>(a, wbuf, dbuf, mbuf, r0, n0, nc);
     switch (a.x.rows - r0) {
-      case 3: lanes_rows<T, 3>(a, wbuf.data(), dbuf.data(), mbuf.data(), r0, n0, nc); break;
-      case 2: lanes_rows<T, 2>(a, wbuf.data(), dbuf.data(), mbuf.data(), r0, n0, nc); break;
-      case 1: lanes_rows<T, 1>(a, wbuf.data(), dbuf.data(), mbuf.data(), r0, n0, nc); break;
+      case 3: lanes_rows<T, 3>(a, wbuf, dbuf, mbuf, r0, n0, nc); break;
+      case 2: lanes_rows<T, 2>(a, wbuf, dbuf, mbuf, r0, n0, nc); break;
+      case 1: lanes_rows<T, 1>(a, wbuf, dbuf, mbuf, r0, n0, nc); break;
       default: break;
     }
   }

@@ -15,7 +15,6 @@
 #pragma GCC diagnostic pop
 
 #include <cstdint>
-#include <vector>
 
 #include "backends/cpu/fast/isa_kernels.hpp"
 

@@ -11,7 +11,6 @@
 #pragma GCC diagnostic pop
 
 #include <cstdint>
-#include <vector>
 
 #include "backends/cpu/fast/isa_kernels.hpp"
 
@@ -356,20 +355,16 @@ template <wtype T>
 void lanes16_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
   constexpr int RT = 8;
   const i64 blocks = a.x.k / 32;
-  thread_local std::vector<std::int32_t> wbytes;  // blocks × 8 registers of 16 int32
-  thread_local std::vector<float> dbuf, mbuf;
-  if (wbytes.size() < std::size_t(blocks * 8 * 16)) wbytes.resize(std::size_t(blocks * 8 * 16));
-  auto* wv = reinterpret_cast<__m512i*>(wbytes.data());
-  if (dbuf.size() < std::size_t(blocks * lane16)) {
-    dbuf.resize(std::size_t(blocks * lane16));
-    mbuf.resize(std::size_t(blocks * lane16));
-  }
+  // blocks × 8 registers of 16 int32
+  auto* wv = static_cast<__m512i*>(kernel_scratch(scratch_slot::lane_weights, std::size_t(blocks * 8) * sizeof(__m512i)));
+  auto* dbuf = static_cast<float*>(kernel_scratch(scratch_slot::lane_scales, std::size_t(blocks * lane16) * 4));
+  auto* mbuf = static_cast<float*>(kernel_scratch(scratch_slot::lane_offsets, std::size_t(blocks * lane16) * 4));
   for (i64 n0 = n_begin; n0 < n_end; n0 += lane16) {
     const int nc = int(min_i64(lane16, n_end - n0));
-    pack16<T>(a, n0, nc, wv, dbuf.data(), mbuf.data());
+    pack16<T>(a, n0, nc, wv, dbuf, mbuf);
     i64 r0 = 0;
-    for (; r0 + RT <= a.x.rows; r0 += RT) lanes16_rows<T, RT>(a, wv, dbuf.data(), mbuf.data(), r0, n0, nc);
-    if (r0 < a.x.rows) lanes16_tail<T, RT - 1>(a, wv, dbuf.data(), mbuf.data(), int(a.x.rows - r0), r0, n0, nc);
+    for (; r0 + RT <= a.x.rows; r0 += RT) lanes16_rows<T, RT>(a, wv, dbuf, mbuf, r0, n0, nc);
+    if (r0 < a.x.rows) lanes16_tail<T, RT - 1>(a, wv, dbuf, mbuf, int(a.x.rows - r0), r0, n0, nc);
   }
 }
 
