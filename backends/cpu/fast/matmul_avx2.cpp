@@ -80,7 +80,7 @@ struct widen<wtype::f16> {
   static float one(const std::uint8_t* row, i64 i) { return half_to_float(reinterpret_cast<const std::uint16_t*>(row)[i]); }
 };
 
-/// RT rows × NT weight rows, 16 values of K per step (two registers per row).
+/// RT rows × NT weight rows, 16 values of K per step, taken eight at a time.
 template <wtype T, int RT, int NT>
 void float_tile(const float_product& a, i64 r0, i64 n0) {
   const i64 k = a.k;
@@ -139,7 +139,7 @@ void float_tile_rows(const float_product& a, int rt, i64 r0, i64 n0) {
 
 template <wtype T, int NT>
 void float_columns(const float_product& a, i64 n0) {
-  constexpr int RT = NT >= 4 ? 3 : NT == 3 ? 4 : 6;
+  constexpr int RT = NT == 4 ? 3 : NT == 3 ? 4 : 6;  // (NT 1: the columns left over)
   for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0);
 }
 

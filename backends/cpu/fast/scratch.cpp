@@ -27,6 +27,8 @@ void* kernel_scratch(scratch_slot slot, std::size_t bytes) {
   thread_local std::array<scratch_buffer, std::size_t(scratch_slot::count)> buffers;
   scratch_buffer& b = buffers[std::size_t(slot)];
   if (b.bytes < bytes || !b.data) {
+    // aligned_alloc takes whole multiples of the alignment; one more line so that even an
+    // empty request gets a buffer
     const std::size_t rounded = (bytes + 63) / 64 * 64 + 64;
     void* p = std::aligned_alloc(64, rounded);
     if (!p) throw std::bad_alloc();
