@@ -95,13 +95,15 @@ def by_id(d, ident):
     return d.find_element(By.ID, ident)
 
 
-def wait_for(d, what, timeout=10.0, message=""):
+def wait_for(d, what, timeout=10.0, message="", detail=None):
+    """`detail`: a callable describing the page when the wait fails (for the failure message)."""
     try:
         return WebDriverWait(d, timeout, poll_frequency=0.05).until(lambda _: what())
     except TimeoutException:
         err = banner_text(d)
         pytest.fail(f"{message or 'the page did not get there'} within {timeout:g} s"
-                    + (f"; the page shows the error: {err}" if err else ""), pytrace=False)
+                    + (f"; the page shows the error: {err}" if err else "")
+                    + (f"; {detail()}" if detail else ""), pytrace=False)
 
 
 def banner_text(d):
@@ -249,7 +251,9 @@ def test_stop_ends_a_long_generation(page, server, user, key, slow_model):
     # A click through the page's script: text streaming above the button may move it between
     # Selenium finding it and clicking (the composer is sticky, but the race is Selenium's).
     d.execute_script("arguments[0].click();", by_id(d, "stop-button"))
-    wait_for(d, lambda: last_reply(d).get_attribute("data-state") == "stopped", 5, "the reply was not marked stopped")
+    wait_for(d, lambda: last_reply(d).get_attribute("data-state") == "stopped", 5, "the reply was not marked stopped",
+             detail=lambda: f"the reply is {last_reply(d).get_attribute('data-state')!r} "
+                            f"after {len(reply_text(d))} characters, its notes: {last_reply(d).text[-160:]!r}")
     stopped_at = reply_text(d)
     assert stopped_at, "the partial text should stay"
     assert "stopped" in last_reply(d).find_element(By.CSS_SELECTOR, "[data-testid=stopped]").text
