@@ -166,7 +166,8 @@ result<std::pair<std::string, std::string>> link_pems() {
   return std::pair{std::move(*cert), std::move(*key)};
 }
 
-/// A TCP connection to host:port with `timeout` on connect, reads and writes; -1 and `why`.
+}  // namespace
+
 int connect_tcp(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, std::string& why) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -194,8 +195,6 @@ int connect_tcp(const std::string& host, std::uint16_t port, std::chrono::millis
   ::freeaddrinfo(found);
   return fd;
 }
-
-}  // namespace
 
 result<std::string> fingerprint_of(const std::string& pem) {
   auto x = parse_pem(pem);

@@ -6,6 +6,7 @@ void add_protocol_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<worker_status>("worker_status");
   cfg.add_message_type<tensor_begin_request>("tensor_begin_request");
   cfg.add_message_type<tensor_piece>("tensor_piece");
+  cfg.add_message_type<tensor_piece_ref>("tensor_piece_ref");
   cfg.add_message_type<run_request>("run_request");
   cfg.add_message_type<run_reply>("run_reply");
   cfg.add_message_type<compile_request>("compile_request");

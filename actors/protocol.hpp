@@ -49,6 +49,8 @@ using tdigest_atom = caf::atom_constant<caf::atom("tdigest")>;
 using recheck_atom = caf::atom_constant<caf::atom("recheck")>;
 using runcancel_atom = caf::atom_constant<caf::atom("runcancel")>;
 using reserve_atom = caf::atom_constant<caf::atom("reserve")>;
+using tpieceref_atom = caf::atom_constant<caf::atom("tpieceref")>;
+using dlink_atom = caf::atom_constant<caf::atom("dlink")>;
 
 // ---------------------------------------------------------------- worker payloads
 
@@ -98,6 +100,11 @@ struct worker_status {
   bool checks_exact = false;             ///< same kernel path as the verifier: compared bit for bit
   std::uint32_t weights_checked = 0;     ///< weights whose digest challenge it answered right
   std::uint32_t weights_unchecked = 0;   ///< converted weights the verifier has no copy of
+  /// A volunteer's data connection (filled in by its relay: actors/coordinator/data_relay.hpp):
+  /// empty for a worker without one, else "waiting", "up" or "closed: why"; and the bytes of
+  /// weights it carried.
+  std::string data_link;
+  std::uint64_t data_link_bytes = 0;
 };
 
 /// The run id of the pool's probe calls (timed, never spot-checked).
@@ -123,6 +130,16 @@ struct tensor_piece {
   std::string name;
   std::uint64_t offset = 0;
   std::string bytes;
+};
+
+/// A piece whose bytes travel on the volunteer's data connection (actors/data_link.hpp) as
+/// number `seq`: the receiver takes them from there and goes on as with a tensor_piece.
+struct tensor_piece_ref {
+  std::string model_id;
+  std::string name;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  std::uint64_t seq = 0;
 };
 
 /// Runs a graph on the worker: inline (`graph_json`) or a compiled template already
@@ -216,7 +233,8 @@ typename Inspector::result_type inspect(Inspector& f, worker_status& x) {
            x.packed_weights, x.can_quantize, x.max_tensor_bytes, x.generations, x.lacks, x.measured_ms, x.kernels,
            x.cpu, x.threads, x.busy_since_ms, x.busy_ms, x.busy_graph, x.busy_session, x.busy_steps_done, x.busy_steps,
            x.queued, x.checked, x.checks_passed, x.checks_unchecked, x.checks_inconclusive, x.checks_first_left,
-           x.checks_exact, x.weights_checked, x.weights_unchecked, x.backend_note, x.host_ops);
+           x.checks_exact, x.weights_checked, x.weights_unchecked, x.backend_note, x.host_ops, x.data_link,
+           x.data_link_bytes);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_begin_request& x) {
@@ -226,6 +244,10 @@ typename Inspector::result_type inspect(Inspector& f, tensor_begin_request& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_piece& x) {
   return f(caf::meta::type_name("tensor_piece"), x.model_id, x.name, x.offset, x.bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor_piece_ref& x) {
+  return f(caf::meta::type_name("tensor_piece_ref"), x.model_id, x.name, x.offset, x.length, x.seq);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_request& x) {
@@ -368,6 +390,10 @@ using worker_actor = caf::typed_actor<
     caf::replies_to<tend_atom, std::string, std::string>::with<std::uint64_t>,  // model, tensor
     caf::replies_to<tabort_atom, std::string>::with<bool>,                      // model
     caf::replies_to<dropmodel_atom, std::string>::with<bool>,                   // model
+    /// a volunteer's data connection (actors/data_link.hpp): data port, ticket -> connected;
+    /// a piece whose bytes came on it (in tpiece's place, in the same order)
+    caf::replies_to<dlink_atom, std::uint16_t, std::string>::with<bool>,
+    caf::replies_to<tpieceref_atom, tensor_piece_ref>::with<std::uint64_t>,
     // sessions
     caf::replies_to<sopen_atom, std::string>::with<bool>,
     caf::replies_to<sclose_atom, std::string>::with<bool>,

@@ -64,6 +64,8 @@ struct worker_view {
   std::uint32_t checks_passed = 0, checks_unchecked = 0, checks_inconclusive = 0, checks_first_left = 0;
   bool checks_exact = false;
   std::uint32_t weights_checked = 0, weights_unchecked = 0;
+  std::string data_link;  ///< a volunteer's data connection: "waiting", "up", "closed: why"; empty: none
+  std::uint64_t data_link_bytes = 0;
   std::vector<std::string> models;  ///< the caller's models placed on it (or on a part of it)
 };
 
@@ -294,7 +296,7 @@ typename Inspector::result_type inspect(Inspector& f, worker_view& x) {
            x.features, x.generations, x.packed_weights, x.quantize_on_load, x.measured_ms, x.kernels, x.cpu, x.threads,
            x.busy_since_ms, x.busy_ms, x.busy_graph, x.busy_compiling, x.busy_session, x.busy_steps_done, x.busy_steps,
            x.queued, x.checked, x.checks_passed, x.checks_unchecked, x.checks_inconclusive, x.checks_first_left,
-           x.checks_exact, x.weights_checked, x.weights_unchecked, x.models);
+           x.checks_exact, x.weights_checked, x.weights_unchecked, x.data_link, x.data_link_bytes, x.models);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, quarantine_view& x) {

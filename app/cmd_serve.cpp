@@ -93,6 +93,10 @@ const char* serve_usage =
     "  --verify-memory SIZE room in this process for the verifiers' copies of volunteers' weights,\n"
     "                      all volunteers together (default 2G); passes on weights beyond it go\n"
     "                      unchecked\n"
+    "  --data-port N|off   where volunteers' weights travel, beside the cluster port (TLS with\n"
+    "                      its certificate; each volunteer is offered a one-time ticket over the\n"
+    "                      cluster link). Default: the cluster port + 1 (any free port when that\n"
+    "                      is 0); off: weights go over the cluster link\n"
     "  --cluster-cert FILE the cluster port's certificate (PEM) and its key; by default a key\n"
     "  --cluster-key FILE  pair and self-signed certificate made in DIR/cluster on first start\n"
     "  --log-format F      stderr log lines: text, or json (one object per line); default text\n"
@@ -116,6 +120,7 @@ const char* serve_usage =
 int cmd_serve(const std::vector<std::string>& args) {
   std::string data_dir, address = "127.0.0.1", web_dir;
   int port = -1, workers = 1, cluster_port = -1;
+  int data_port = -2;  // (-2: the cluster port + 1; -1: off)
   backend_kind backend_asked = backend_kind::cpu;
   std::string cluster_cert, cluster_key;
   // Kernel threads per worker: by default the machine's cores (the embedded worker is the
@@ -178,6 +183,13 @@ int cmd_serve(const std::vector<std::string>& args) {
     else if (a == "--cluster-port") {
       if (!(v = value()) || std::atoi(v->c_str()) < 0 || std::atoi(v->c_str()) > 65535) return bad("--cluster-port needs a port");
       cluster_port = std::atoi(v->c_str());
+    }
+    else if (a == "--data-port") {
+      if (!(v = value())) return bad("--data-port needs a port or off");
+      if (*v == "off") data_port = -1;
+      else if (v->empty() || v->find_first_not_of("0123456789") != std::string::npos || std::atoi(v->c_str()) > 65535)
+        return bad("--data-port takes a port (0: any free one) or off");
+      else data_port = std::atoi(v->c_str());
     }
     else if (a == "--cluster-cert") { if (!(v = value()) || v->empty()) return bad("--cluster-cert needs a PEM file"); cluster_cert = *v; }
     else if (a == "--cluster-key") { if (!(v = value()) || v->empty()) return bad("--cluster-key needs a PEM file"); cluster_key = *v; }
@@ -282,11 +294,26 @@ int cmd_serve(const std::vector<std::string>& args) {
   configure_actor_system(cfg, cluster_port >= 0);
   // The cluster port speaks TLS with the coordinator's certificate (actors/cluster_tls.hpp).
   std::string fingerprint;
+  std::shared_ptr<datalink::data_server> data_server;
+  std::string data_line;
   if (cluster_port >= 0) {
     auto files = tls::coordinator_files((std::filesystem::path(data_dir) / "cluster").string(), cluster_cert, cluster_key,
                                         &fingerprint);
     if (!files) { std::fprintf(stderr, "mpakt serve: the cluster port's certificate: %s\n", files.err().message.c_str()); return 1; }
     tls::configure_link(cfg, *files);
+    // Volunteers' weights travel on connections of their own (actors/data_link.hpp); without
+    // the port they go over the cluster link, slower but the same.
+    if (data_port != -1) {
+      const int wanted = data_port >= 0 ? data_port : cluster_port == 0 ? 0 : std::min(cluster_port + 1, 65535);
+      auto started = datalink::data_server::start(address, std::uint16_t(wanted), files->certificate, files->key);
+      if (started) {
+        data_server = std::move(*started);
+        data_line = "  data port:   " + std::to_string(data_server->port()) + " (volunteers' weights; TLS, same certificate)\n";
+      } else {
+        std::fprintf(stderr, "mpakt serve: no data port (%s): volunteers' weights travel over the cluster link\n",
+                     started.err().message.c_str());
+      }
+    }
   }
   auto sys = std::make_unique<caf::actor_system>(cfg);
 
@@ -323,6 +350,7 @@ int cmd_serve(const std::vector<std::string>& args) {
       }
       gcfg.verify = gcfg.checks.fraction > 0 || gcfg.checks.first_passes > 0;
       gcfg.checks.budget = std::make_shared<verify_budget>(gcfg.checks.memory);  // (all verifiers together)
+      gcfg.data = data_server;
       gate = spawn_gate(*sys, pool, std::move(gate_store), gcfg);
       auto bound = publish_gate(*sys, gate, address, std::uint16_t(cluster_port));
       if (!bound) {
@@ -334,7 +362,7 @@ int cmd_serve(const std::vector<std::string>& args) {
       }
       cluster_line = "  volunteers:  mpakt worker --join " + address + ":" + std::to_string(*bound) + " --coordinator-fingerprint " +
                      fingerprint + " " + token_hint + "\n" + "  cluster port: TLS only; its certificate's SHA-256 fingerprint is " +
-                     fingerprint + "\n";
+                     fingerprint + "\n" + data_line;
     }
     ccfg.quarantine = gcfg.quarantine;  // (the status shows who was quarantined)
     auto coordinator = spawn_coordinator(*sys, ccfg, pool);

@@ -244,8 +244,31 @@ int cmd_worker(const std::vector<std::string>& args) {
     std::fprintf(stderr, "mpakt worker: %s: refusing to join\n", ok.err().message.c_str());
     return ok.err().code == errc::invalid ? 2 : exit_untrusted;
   }
+  // The data port the coordinator offers is held to the same certificate as the cluster port.
+  auto check_peer = [pinned, ca = pinned.empty() ? trusted : std::string(), host = where->first](const std::string& peer) -> status {
+    if (!pinned.empty()) {
+      auto fp = tls::fingerprint_of(peer);
+      if (!fp || *fp != pinned)
+        return make_error(errc::unauthorized, "it presents a certificate with fingerprint " + (fp ? *fp : std::string("(unreadable)")) +
+                                                  ", not the pinned " + pinned);
+      return ok_status();
+    }
+    return tls::check_issued_for(peer, ca, host);
+  };
   auto files = tls::volunteer_files(link_dir, trusted);
   if (!files) { std::fprintf(stderr, "mpakt worker: %s\n", files.err().message.c_str()); return 1; }
+  // Weights' bytes arrive on a connection of their own (actors/data_link.hpp), opened when the
+  // coordinator offers one; the connection lives as long as the worker's configuration.
+  wc.pieces = std::make_shared<datalink::piece_inbox>();
+  auto data_client = std::make_shared<std::unique_ptr<datalink::data_client>>();
+  wc.open_data_link = [data_client, check_peer, inbox = wc.pieces, host = where->first](std::uint16_t port,
+                                                                                       const std::string& ticket) -> status {
+    data_client->reset();  // (an earlier connection ends first: it closes the inbox as it goes)
+    auto c = datalink::data_client::connect(host, port, ticket, check_peer, inbox);
+    if (!c) return std::move(c).err();
+    *data_client = std::move(*c);
+    return ok_status();
+  };
 
   sigset_t stop_signals = block_stop_signals();
   caf::actor_system_config cfg;

@@ -3,8 +3,6 @@
 
 #include "http/session.hpp"
 
-#include <pthread.h>
-#include <signal.h>
 #include <sys/sendfile.h>
 #include <unistd.h>
 
@@ -21,6 +19,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/http.hpp>
 
+#include "http/sigpipe_guard.hpp"
 #include "http/url.hpp"
 
 namespace mpakt::http::detail {
@@ -207,37 +206,6 @@ void responder_impl::respond_stream(response head, std::optional<std::uint64_t> 
 // ---- file bodies ----
 
 namespace {
-
-/// sendfile(2) has no MSG_NOSIGNAL: to a client that has gone it raises SIGPIPE, which would
-/// end a process that has not chosen to ignore it. While alive, this blocks SIGPIPE on the
-/// calling thread and discards one that the call raised. Scope it to one system call (a
-/// coroutine may resume on another thread).
-class sigpipe_guard {
- public:
-  sigpipe_guard() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
-    sigset_t pending;
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-  }
-  ~sigpipe_guard() {
-    sigset_t pending;
-    sigpending(&pending);
-    if (!was_pending_ && sigismember(&pending, SIGPIPE) == 1) {
-      const timespec now{0, 0};
-      sigtimedwait(&pipe_, nullptr, &now);
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  sigpipe_guard(const sigpipe_guard&) = delete;
-  sigpipe_guard& operator=(const sigpipe_guard&) = delete;
-
- private:
-  sigset_t pipe_{}, old_{};
-  bool was_pending_ = false;
-};
 
 /// One sendfile call; `err` is its errno (the guard's own calls may change errno after it).
 ssize_t send_file_part(int socket, int fd, off_t& offset, std::size_t count, int& err) {

@@ -183,7 +183,7 @@ void quarantine(caf::local_actor* by, const std::shared_ptr<verify_shared>& sh, 
             "quarantined volunteer " + sh->v.name + " (" + sh->worker_id + "): " + reason + "; ending it, its work goes elsewhere",
             {{"worker", sh->worker_id}, {"volunteer", sh->v.name}});
   metrics::m().errors.with({"quarantine"}).inc();
-  by->send_exit(sh->v.worker, caf::exit_reason::kill);
+  by->send_exit(sh->v.own ? sh->v.own : sh->v.worker, caf::exit_reason::kill);
   if (auto me = caf::actor_cast<caf::actor>(sh->self)) by->send_exit(me, caf::exit_reason::user_shutdown);
 }
 
@@ -1114,6 +1114,11 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         }
         return self->delegate(V(), a, model, name);
       },
+      // (the load job sends pieces whole; the relay behind this stand-in makes references)
+      [=](tpieceref_atom, const tensor_piece_ref&) -> caf::result<std::uint64_t> {
+        return to_caf(errc::invalid, "volunteer " + self->state.sh->v.name + "'s stand-in takes pieces whole (tpiece)");
+      },
+      [=](dlink_atom a, std::uint16_t port, const std::string& ticket) { return self->delegate(V(), a, port, ticket); },
       [=](tabort_atom a, const std::string& model) {
         caf::anon_send(self->state.verifier, a, model);
         self->state.forget(model);

@@ -82,9 +82,10 @@ class quarantine_registry {
 
 /// What a checked worker needs to know of the volunteer it stands in for.
 struct checked_volunteer {
-  worker_actor worker;       ///< the volunteer's own handle
+  worker_actor worker;       ///< what it talks to: the volunteer's handle, or its data relay
   std::string name;          ///< its token's name
   std::string token_digest;  ///< to refuse the token after a quarantine
+  worker_actor own;          ///< the volunteer's own handle, which a quarantine ends (null: `worker`)
 };
 
 /// Spawns the stand-in for `v`; it ends when the volunteer does, or on a quarantine.

@@ -100,6 +100,8 @@ worker_view view_of(coordinator_state& S, const worker_status& s, const caller& 
   v.checks_exact = s.checks_exact;
   v.weights_checked = s.weights_checked;
   v.weights_unchecked = s.weights_unchecked;
+  v.data_link = s.data_link;
+  v.data_link_bytes = s.data_link_bytes;
   for (const auto& [id, m] : S.models) {
     if (m.account != who.account) continue;
     bool here = m.worker_id == s.worker_id && !S.is_lost(m.worker);

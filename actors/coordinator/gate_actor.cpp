@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "actors/coordinator/data_relay.hpp"
 #include "actors/errors.hpp"
 #include "runtime/log.hpp"
 #include "runtime/metrics.hpp"
@@ -104,15 +105,35 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
   }
   st.failures.erase(address);  // (a success clears the address's count; `fails` is gone now)
   self->monitor(worker);
-  // The pool gets the volunteer behind its checked worker (spot-checks), or as it is.
-  worker_actor member = worker;
+  // With a data port, the volunteer is reached through a relay that sends weights' bytes on
+  // its data connection; the pool gets that behind its checked worker (spot-checks), or as it is.
+  std::shared_ptr<datalink::data_sender> link = st.cfg.data ? st.cfg.data->expect() : nullptr;
+  worker_actor reached = link ? spawn_data_relay(self->home_system(), worker, link) : worker;
+  worker_actor member = reached;
   if (st.cfg.verify)
-    member = spawn_checked_worker(self->home_system(), {worker, grant->name, grant->digest}, st.cfg.checks, st.cfg.quarantine);
+    member = spawn_checked_worker(self->home_system(), {reached, grant->name, grant->digest, worker}, st.cfg.checks,
+                                  st.cfg.quarantine);
   st.members[worker.address()] = admitted{worker, member, grant->name, grant->digest, address};
-  self->send(st.pool, add_atom::value, member, grant->memory_cap);
-  log_line("volunteer " + grant->name + " joined from " + address);
-  metrics::m().joins.with().inc();
-  rp.deliver(grant->name);
+  auto admit = [self, rp, member, name = grant->name, cap = grant->memory_cap, address]() mutable {
+    self->send(self->state.pool, add_atom::value, member, cap);
+    log_line("volunteer " + name + " joined from " + address);
+    metrics::m().joins.with().inc();
+    rp.deliver(name);
+  };
+  if (!link) return admit();
+  // The offer comes first, so the volunteer's first load already finds its connection up;
+  // one that cannot connect (a firewall, an older volunteer) is admitted all the same.
+  self->request(worker, std::chrono::seconds(30), dlink_atom::value, st.cfg.data->port(), link->ticket())
+      .then([admit, name = grant->name](bool) mutable {
+                log_line("volunteer " + name + ": data connection up");
+                admit();
+              },
+            [admit, link, name = grant->name](caf::error& e) mutable {
+              const std::string why = from_caf(e).message;
+              link->close("not opened: " + why);
+              log_line("volunteer " + name + " has no data connection (" + why + "); its weights travel over the cluster link");
+              admit();
+            });
 }
 
 /// Disconnects the admitted volunteers whose token no longer holds, and writes the checked

@@ -18,6 +18,7 @@
 
 #include "actors/accounts/accounts_store.hpp"
 #include "actors/coordinator/checked_worker.hpp"
+#include "actors/data_link.hpp"
 #include "actors/protocol.hpp"
 
 namespace mpakt {
@@ -32,6 +33,10 @@ struct gate_config {
   verify_config checks;
   /// Quarantined volunteers (shown by the coordinator's status); their tokens are refused.
   std::shared_ptr<quarantine_registry> quarantine = std::make_shared<quarantine_registry>();
+  /// The data port (actors/data_link.hpp): each admitted volunteer is offered a data connection
+  /// and reached through a relay (actors/coordinator/data_relay.hpp). Null: weights travel over
+  /// the cluster link.
+  std::shared_ptr<datalink::data_server> data;
 };
 
 gate_actor spawn_gate(caf::actor_system& sys, pool_actor pool, std::unique_ptr<accounts::accounts_store> store,

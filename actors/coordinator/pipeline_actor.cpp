@@ -614,6 +614,14 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           self->state.tally.count();
           return to_caf(errc::invalid, not_here + "its tensors are loaded onto those workers directly");
         },
+        [=](tpieceref_atom, const tensor_piece_ref&) -> caf::result<std::uint64_t> {
+          self->state.tally.count();
+          return to_caf(errc::invalid, not_here + "its tensors are loaded onto those workers directly");
+        },
+        [=](dlink_atom, std::uint16_t, const std::string&) -> caf::result<bool> {
+          self->state.tally.count();
+          return to_caf(errc::invalid, not_here + "it takes no data connection");
+        },
         [=](tabort_atom, const std::string&) { self->state.tally.count(); return true; },
         [=](dropmodel_atom, const std::string&) {
           self->state.tally.count();

@@ -27,6 +27,18 @@ struct receiver_state {
   std::map<std::string, std::set<std::string>> received;
 
   /// Forgets a model's tensors in progress and those not yet adopted.
+  /// Adds a piece's bytes to its tensor; the reply is the tensor's bytes received so far.
+  caf::result<std::uint64_t> add_piece(const std::string& model, const std::string& name, std::uint64_t offset,
+                                       const std::string& bytes) {
+    auto m = loading.find(model);
+    if (m == loading.end() || !m->second.count(name))
+      return to_caf(errc::conflict, "tensor " + name + " of model " + model + " is not being loaded");
+    auto& b = m->second.at(name).builder;
+    auto s = b.add(offset, bytes);
+    if (!s) return to_caf(s.err());
+    return b.received_bytes();
+  }
+
   void forget(const std::string& model) {
     std::lock_guard<std::mutex> lock(shared->m);
     if (auto m = loading.find(model); m != loading.end()) {
@@ -82,14 +94,29 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
           return true;
         },
         [=](tpiece_atom, tensor_piece& p) -> caf::result<std::uint64_t> {
-          auto& st = self->state;
-          auto m = st.loading.find(p.model_id);
-          if (m == st.loading.end() || !m->second.count(p.name))
-            return to_caf(errc::conflict, "tensor " + p.name + " of model " + p.model_id + " is not being loaded");
-          auto& b = m->second.at(p.name).builder;
-          auto s = b.add(p.offset, p.bytes);
-          if (!s) return to_caf(s.err());
-          return b.received_bytes();
+          return self->state.add_piece(p.model_id, p.name, p.offset, p.bytes);
+        },
+        [=](tpieceref_atom, tensor_piece_ref& r) -> caf::result<std::uint64_t> {
+          auto& w = *self->state.shared;
+          if (!w.cfg.pieces) return to_caf(errc::invalid, "worker " + w.cfg.worker_id + " has no data connection");
+          // (taken even for a tensor not being loaded: the inbox must drop it either way)
+          auto bytes = w.cfg.pieces->take(r.seq, std::chrono::minutes(2));
+          const std::string which = "the piece at byte " + std::to_string(r.offset) + " of tensor " + r.name + " of model " + r.model_id;
+          if (!bytes) return to_caf(errc::unavailable, which + ": " + bytes.err().message);
+          if (bytes->size() != r.length)
+            return to_caf(errc::invalid, which + " came with " + std::to_string(bytes->size()) + " bytes, not the " +
+                                             std::to_string(r.length) + " announced");
+          auto added = self->state.add_piece(r.model_id, r.name, r.offset, *bytes);
+          w.cfg.pieces->recycle(std::move(*bytes));
+          return added;
+        },
+        [=](dlink_atom, std::uint16_t port, const std::string& ticket) -> caf::result<bool> {
+          auto& w = *self->state.shared;
+          if (!w.cfg.open_data_link || !w.cfg.pieces)
+            return to_caf(errc::invalid, "worker " + w.cfg.worker_id + " takes no data connection (it is not a volunteer)");
+          auto opened = w.cfg.open_data_link(port, ticket);
+          if (!opened) return to_caf(opened.err());
+          return true;
         },
         [=](tend_atom, const std::string& model, const std::string& name) -> caf::result<std::uint64_t> {
           auto& st = self->state;

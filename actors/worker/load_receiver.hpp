@@ -21,6 +21,10 @@ namespace mpakt {
 using load_receiver_actor = caf::typed_actor<
     caf::replies_to<tbegin_atom, tensor_begin_request>::with<bool>,
     caf::replies_to<tpiece_atom, tensor_piece>::with<std::uint64_t>,
+    /// a piece whose bytes came on the data connection (worker_config::pieces)
+    caf::replies_to<tpieceref_atom, tensor_piece_ref>::with<std::uint64_t>,
+    /// opens the data connection the coordinator offers (worker_config::open_data_link)
+    caf::replies_to<dlink_atom, std::uint16_t, std::string>::with<bool>,
     caf::replies_to<tend_atom, std::string, std::string>::with<std::uint64_t>,
     /// drops the model's tensors in progress and waiting, and has the compute side drop the
     /// ones it adopted

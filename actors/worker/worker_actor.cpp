@@ -197,6 +197,14 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
         self->state.tally.count();
         return self->delegate(self->state.receiver, tpiece_atom::value, std::move(p));
       },
+      [=](tpieceref_atom, tensor_piece_ref& r) {
+        self->state.tally.count();
+        return self->delegate(self->state.receiver, tpieceref_atom::value, std::move(r));
+      },
+      [=](dlink_atom, std::uint16_t port, const std::string& ticket) {
+        self->state.tally.count();
+        return self->delegate(self->state.receiver, dlink_atom::value, port, ticket);
+      },
       [=](tend_atom, const std::string& model, const std::string& name) {
         self->state.tally.count();
         return self->delegate(self->state.receiver, tend_atom::value, model, name);

@@ -22,9 +22,11 @@
 /// (which cancels the graph in flight first).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "actors/data_link.hpp"
 #include "actors/protocol.hpp"
 #include "backends/backend.hpp"
 
@@ -81,6 +83,12 @@ struct worker_config {
   /// is not an outputs object (deeply nested and unfinished) — a hostile volunteer, for the
   /// coordinator's answer checks to catch.
   bool malformed_answers = false;
+  /// A volunteer's data connection (actors/data_link.hpp): where the bytes of pieces sent on it
+  /// wait for their `tpieceref`, and how to open it when the coordinator offers one (data port,
+  /// ticket; called on the receiver's thread). Both null for an embedded worker, which refuses
+  /// offers.
+  std::shared_ptr<datalink::piece_inbox> pieces;
+  std::function<status(std::uint16_t, const std::string&)> open_data_link;
 };
 
 /// Spawns a worker (its front, compute side and receiver); returns the front.

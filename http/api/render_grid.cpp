@@ -95,6 +95,16 @@ void write_worker(json_writer& w, const worker_view& s) {
     key(w, "weightsUnchecked"); w.Uint(s.weights_unchecked);
     w.EndObject();
   }
+  // a volunteer's data connection (actors/data_link.hpp)
+  key(w, "dataLink");
+  if (s.data_link.empty()) {
+    w.Null();
+  } else {
+    w.StartObject();
+    key(w, "state"); w.String(s.data_link.c_str());
+    key(w, "bytes"); w.Uint64(s.data_link_bytes);
+    w.EndObject();
+  }
   key(w, "models"); strings(w, s.models);  // the caller's models placed there
   w.EndObject();
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -156,6 +157,37 @@ def test_load_generate_and_chat_on_volunteers(pair):
     r = expect(api.post("/api/v3/chat", {"model": model, "messages": [{"role": "user", "content": "Once upon a time"}],
                                          "maxTokens": 20, "temperature": 0, "stream": False}, key=key, timeout=60), 200)
     assert r["ok"] and r["usage"]["completionTokens"] == 20
+
+
+def test_a_volunteers_weights_travel_on_its_data_connection(pair):
+    """The bytes of a volunteer's weights go on its data connection (actors/data_link.hpp), not
+    inside the cluster link's messages: the status counts them there, and the weights that came
+    that way (through the spot-checks' stand-in, which hashes them as they pass) decode the
+    golden tokens."""
+    out = pair.server.process.output()
+    assert re.search(r"data port: +\d+ ", out), out[-2000:]
+    assert "volunteer dev: data connection up" in out
+    sent = pair.loaded["bytesTransferred"]
+    s = pair.wait_for(lambda s: {w["workerId"]: w for w in s["pool"]}[pair.holder]["dataLink"]["bytes"] >= sent,
+                      "the holder's data connection to count the model's bytes", key=pair.key)
+    pool = {w["workerId"]: w for w in s["pool"]}
+    other = ({"w_a", "w_b"} - {pair.holder}).pop()
+    assert pool[pair.holder]["dataLink"] == {"state": "up", "bytes": sent}
+    assert pool[other]["dataLink"] == {"state": "up", "bytes": 0}
+    decode_golden(pair.server.api, pair.key, pair.model)
+
+
+def test_with_the_data_port_off_weights_travel_over_the_cluster_link(start_server, tmp_path_factory):
+    c = start_cluster(start_server, tmp_path_factory, "nodata", options=("--data-port", "off"))
+    try:
+        assert "data port:" not in c.server.process.output()
+        c.join("w_a")
+        r = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
+        assert [w["dataLink"] for w in c.status(c.key)["pool"]] == [None]
+        decode_golden(c.server.api, c.key, r["modelId"])
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
 
 
 def test_a_volunteer_that_dies_is_noticed_and_others_keep_serving(pair):

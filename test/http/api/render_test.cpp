@@ -112,6 +112,8 @@ TEST(Render, StatusSumsThePoolAndHidesWhatIsNotTheCallers) {
   w.features = {"f16"};
   w.busy_since_ms = 0;
   w.checked = true;
+  w.data_link = "up";
+  w.data_link_bytes = 1234;
   w.models = {};
   r.pool.push_back(w);
   r.quarantined = {{"w3", "vol", "differed", 0}};
@@ -122,11 +124,11 @@ TEST(Render, StatusSumsThePoolAndHidesWhatIsNotTheCallers) {
       << s;
   EXPECT_NE(s.find(R"("measuredMs":null,"kernels":"avx2","cpu":"x","threads":1,"busy":{"since":"1970-01-01T00:00:01.000Z",)"
                    R"("forMs":5,"graph":"inline","compiling":false,"stepsDone":0,"steps":0},"queued":0,"checks":null,)"
-                   R"("models":["m_1"]})"),
+                   R"("dataLink":null,"models":["m_1"]})"),
             std::string::npos)
       << s;
   EXPECT_NE(s.find(R"("busy":null,"queued":0,"checks":{"passed":0,"unchecked":0,"inconclusive":0,"firstLeft":0,)"
-                   R"("exact":false,"weightsChecked":0,"weightsUnchecked":0},"models":[]})"),
+                   R"("exact":false,"weightsChecked":0,"weightsUnchecked":0},"dataLink":{"state":"up","bytes":1234},"models":[]})"),
             std::string::npos)
       << s;
   EXPECT_NE(s.find(R"("quarantined":[{"workerId":"w3","volunteer":"vol","reason":"differed","at":"1970-01-01T00:00:00.000Z"}]})"),

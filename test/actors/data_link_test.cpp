@@ -1,0 +1,271 @@
+// Volunteers' data connections (actors/data_link.hpp): a real TLS server and client on
+// loopback with the coordinator's certificate. Pieces arrive whole and in order; a wrong or
+// reused ticket, an untrusted certificate, garbage and silence on the port are refused without
+// harm; a connection that ends fails the pieces waiting on it at once, with the reason; a
+// volunteer that vanishes is a failed write, not the end of the process (SIGPIPE).
+
+#include "actors/data_link.hpp"
+
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "actors/cluster_tls.hpp"
+
+namespace mpakt::datalink {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    char t[] = "/tmp/mpakt-data-link-test-XXXXXX";
+    path = mkdtemp(t);
+  }
+  ~temp_dir() { std::filesystem::remove_all(path); }
+};
+
+/// A data port on loopback with a fresh coordinator certificate.
+struct port_fixture {
+  temp_dir dir;
+  std::string fingerprint;
+  std::unique_ptr<data_server> server;
+  port_fixture() {
+    auto files = tls::coordinator_files(dir.path + "/cluster", "", "", &fingerprint);
+    EXPECT_TRUE(files) << files.err().message;
+    auto s = data_server::start("127.0.0.1", 0, files->certificate, files->key);
+    EXPECT_TRUE(s) << s.err().message;
+    server = std::move(*s);
+  }
+  /// What a volunteer pinning this coordinator's fingerprint checks.
+  std::function<status(const std::string&)> pinned() const {
+    return [fp = fingerprint](const std::string& pem) -> status {
+      auto got = tls::fingerprint_of(pem);
+      if (!got || *got != fp) return make_error(errc::unauthorized, "not the pinned certificate");
+      return ok_status();
+    };
+  }
+  result<std::unique_ptr<data_client>> connect(const std::string& ticket, std::shared_ptr<piece_inbox> inbox) const {
+    return data_client::connect("127.0.0.1", server->port(), ticket, pinned(), std::move(inbox));
+  }
+};
+
+std::string pattern(std::size_t n, int seed) {
+  std::string s(n, '\0');
+  for (std::size_t i = 0; i < n; ++i) s[i] = char((i * 131 + std::size_t(seed) * 7) & 0xff);
+  return s;
+}
+
+void wait_until(const std::function<bool()>& cond, std::chrono::milliseconds patience = 5s) {
+  const auto end = std::chrono::steady_clock::now() + patience;
+  while (!cond() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(5ms);
+}
+
+/// A plain TCP connection to the port (no TLS).
+int raw_connect(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
+TEST(data_link, PiecesArriveWholeInOrderAndAreCounted) {
+  port_fixture p;
+  auto sender = p.server->expect();
+  ASSERT_TRUE(sender);
+  EXPECT_EQ(sender->describe(), "waiting");
+  std::string early = "x";
+  EXPECT_FALSE(sender->send(early));  // not up yet: the caller sends over the cluster link
+  EXPECT_EQ(early, "x");
+
+  auto inbox = std::make_shared<piece_inbox>();
+  auto client = p.connect(sender->ticket(), inbox);
+  ASSERT_TRUE(client) << client.err().message;
+  ASSERT_TRUE(sender->up());  // (up before the volunteer hears "OK")
+  const std::vector<std::size_t> sizes = {1, 4096, 3u << 20, 16u << 20, 17};
+  std::uint64_t total = 0;
+  std::vector<std::uint64_t> seqs;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    std::string b = pattern(sizes[i], int(i));
+    auto seq = sender->send(b);
+    ASSERT_TRUE(seq);
+    seqs.push_back(*seq);
+    total += sizes[i];
+  }
+  for (std::size_t i = 1; i < seqs.size(); ++i) EXPECT_GT(seqs[i], seqs[i - 1]);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    auto got = inbox->take(seqs[i], 10s);
+    ASSERT_TRUE(got) << got.err().message;
+    EXPECT_EQ(*got, pattern(sizes[i], int(i))) << "piece " << i;
+    inbox->recycle(std::move(*got));
+  }
+  wait_until([&] { return sender->bytes_sent() == total; });
+  EXPECT_EQ(sender->bytes_sent(), total);
+  EXPECT_EQ((*client)->bytes_received(), total);
+  EXPECT_EQ(sender->describe(), "up");
+  EXPECT_EQ(inbox->held_bytes(), 0u);
+}
+
+TEST(data_link, AWrongOrReusedTicketIsRefusedAndTheRightOneStillWorks) {
+  port_fixture p;
+  auto sender = p.server->expect();
+  auto inbox = std::make_shared<piece_inbox>();
+  std::string wrong = sender->ticket();
+  wrong[10] = wrong[10] == 'a' ? 'b' : 'a';
+  auto refused = p.connect(wrong, inbox);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.err().code, errc::unauthorized);
+  EXPECT_NE(refused.err().message.find("refused this volunteer's ticket"), std::string::npos) << refused.err().message;
+  EXPECT_FALSE(p.connect("short", inbox));  // (not even sent)
+  EXPECT_FALSE(sender->up());
+
+  auto first = p.connect(sender->ticket(), inbox);
+  ASSERT_TRUE(first) << first.err().message;
+  EXPECT_TRUE(sender->up());
+  auto again = p.connect(sender->ticket(), std::make_shared<piece_inbox>());  // a ticket opens one connection
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.err().code, errc::unauthorized);
+  EXPECT_GE(p.server->refused(), 2u);
+  std::string b = pattern(1000, 3);
+  auto seq = sender->send(b);
+  ASSERT_TRUE(seq);
+  auto got = inbox->take(*seq, 10s);
+  ASSERT_TRUE(got) << got.err().message;
+  EXPECT_EQ(*got, pattern(1000, 3));
+}
+
+TEST(data_link, ACertificateTheVolunteerDoesNotTrustGetsNoTicket) {
+  port_fixture p;
+  auto sender = p.server->expect();
+  auto inbox = std::make_shared<piece_inbox>();
+  auto untrusting = [](const std::string& pem) -> status {
+    EXPECT_NE(pem.find("BEGIN CERTIFICATE"), std::string::npos);  // (it is shown what the port presents)
+    return make_error(errc::unauthorized, "fingerprint differs");
+  };
+  auto c = data_client::connect("127.0.0.1", p.server->port(), sender->ticket(), untrusting, inbox);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.err().code, errc::unauthorized);
+  EXPECT_NE(c.err().message.find("fingerprint differs"), std::string::npos) << c.err().message;
+  // The ticket never travelled, so it is still good for the volunteer that trusts the port.
+  auto ok = p.connect(sender->ticket(), inbox);
+  ASSERT_TRUE(ok) << ok.err().message;
+  EXPECT_TRUE(sender->up());
+}
+
+TEST(data_link, GarbageAndSilenceOnThePortHarmNothing) {
+  port_fixture p;
+  // a stranger sending bytes that are not TLS, and one that connects and says nothing
+  const int garbage = raw_connect(p.server->port());
+  const std::string junk(5000, 'G');
+  EXPECT_EQ(::write(garbage, junk.data(), junk.size()), ssize_t(junk.size()));
+  const int silent = raw_connect(p.server->port());
+  auto sender = p.server->expect();
+  auto inbox = std::make_shared<piece_inbox>();
+  auto c = p.connect(sender->ticket(), inbox);
+  ASSERT_TRUE(c) << c.err().message;
+  std::string b = pattern(100, 1);
+  auto seq = sender->send(b);
+  ASSERT_TRUE(seq);
+  auto got = inbox->take(*seq, 10s);
+  ASSERT_TRUE(got) << got.err().message;
+  wait_until([&] { return p.server->refused() >= 1; });
+  EXPECT_GE(p.server->refused(), 1u);  // (the garbage)
+  ::close(garbage);
+  // The server ends promptly even with the silent connection still in its handshake.
+  const auto t = std::chrono::steady_clock::now();
+  p.server.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t, 5s);
+  ::close(silent);
+}
+
+TEST(data_link, AConnectionThatEndsFailsWaitingPiecesAtOnceWithTheReason) {
+  port_fixture p;
+  auto sender = p.server->expect();
+  auto inbox = std::make_shared<piece_inbox>();
+  auto c = p.connect(sender->ticket(), inbox);
+  ASSERT_TRUE(c) << c.err().message;
+  std::thread closer([&] {
+    std::this_thread::sleep_for(100ms);
+    sender->close("the volunteer left the grid");
+  });
+  const auto t = std::chrono::steady_clock::now();
+  auto got = inbox->take(1, 60s);  // (never sent)
+  closer.join();
+  ASSERT_FALSE(got);
+  EXPECT_LT(std::chrono::steady_clock::now() - t, 10s);
+  EXPECT_NE(got.err().message.find("closed the data connection"), std::string::npos) << got.err().message;
+  EXPECT_EQ(sender->describe(), "closed: the volunteer left the grid");
+  std::string b = "late";
+  EXPECT_FALSE(sender->send(b));  // (later pieces go over the cluster link)
+}
+
+TEST(data_link, AVolunteerThatVanishesIsAFailedWriteNotTheProcessEnd) {
+  port_fixture p;
+  auto sender = p.server->expect();
+  auto inbox = std::make_shared<piece_inbox>();
+  auto c = p.connect(sender->ticket(), inbox);
+  ASSERT_TRUE(c) << c.err().message;
+  c->reset();  // the volunteer's end goes away
+  // Writes to a closed socket raise SIGPIPE, which this test process does not ignore.
+  for (int i = 0; i < 8 && sender->up(); ++i) {
+    std::string b = pattern(4u << 20, i);
+    sender->send(b);
+    std::this_thread::sleep_for(50ms);
+  }
+  wait_until([&] { return !sender->up(); });
+  EXPECT_FALSE(sender->up());
+  EXPECT_NE(sender->describe().find("writing to the volunteer failed"), std::string::npos) << sender->describe();
+}
+
+TEST(piece_inbox, ClaimsInOrderDropWhatWasGivenUp) {
+  piece_inbox in;
+  ASSERT_TRUE(in.put(1, "one"));
+  ASSERT_TRUE(in.put(2, "two"));
+  ASSERT_TRUE(in.put(3, "three"));
+  auto three = in.take(3, 1s);  // 1 and 2 were given up (their claims came and went)
+  ASSERT_TRUE(three);
+  EXPECT_EQ(*three, "three");
+  EXPECT_EQ(in.held_bytes(), 0u);
+  ASSERT_TRUE(in.put(2, "late"));  // below what was claimed: dropped on arrival
+  EXPECT_EQ(in.held_bytes(), 0u);
+  auto missing = in.take(4, 50ms);
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.err().message.find("did not arrive over the data connection within"), std::string::npos)
+      << missing.err().message;
+  in.close("gone");
+  EXPECT_FALSE(in.put(5, "x"));
+  auto after = in.take(5, 10s);
+  ASSERT_FALSE(after);
+  EXPECT_NE(after.err().message.find("gone"), std::string::npos);
+}
+
+TEST(piece_inbox, APutOverTheCapWaitsForATake) {
+  piece_inbox in(100);
+  ASSERT_TRUE(in.put(1, std::string(80, 'a')));
+  std::atomic<bool> stored{false};
+  std::thread writer([&] {
+    in.put(2, std::string(80, 'b'));  // (over the cap with piece 1 held)
+    stored = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(stored.load());
+  auto one = in.take(1, 1s);
+  ASSERT_TRUE(one);
+  writer.join();
+  EXPECT_TRUE(stored.load());
+  auto two = in.take(2, 1s);
+  ASSERT_TRUE(two);
+  EXPECT_EQ(*two, std::string(80, 'b'));
+}
+
+}  // namespace
+}  // namespace mpakt::datalink
