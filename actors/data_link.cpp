@@ -191,9 +191,15 @@ data_sender::~data_sender() {
 }
 
 std::optional<std::uint64_t> data_sender::send(std::string& bytes) {
-  std::lock_guard<std::mutex> lock(m_);
+  std::unique_lock<std::mutex> lock(m_);
   if (state_.load() != attached) return std::nullopt;
+  if (queued_bytes_ + bytes.size() > max_queued_) {
+    lock.unlock();
+    close("the volunteer answered pieces it had not read (" + std::to_string(max_queued_ >> 20) + " MB waiting to be sent)");
+    return std::nullopt;
+  }
   const std::uint64_t seq = next_seq_++;
+  queued_bytes_ += bytes.size();
   queue_.emplace_back(seq, std::move(bytes));
   queued_.notify_one();
   return seq;
@@ -217,6 +223,7 @@ void data_sender::close(const std::string& why) {
       why_ = why;
     }
     queue_.clear();
+    queued_bytes_ = 0;
     fd = fd_;
   }
   queued_.notify_all();
@@ -246,6 +253,7 @@ void data_sender::write_loop() {
       if (state_.load() != attached) return;
       item = std::move(queue_.front());
       queue_.pop_front();
+      queued_bytes_ -= item.second.size();
     }
     char header[header_len];
     std::memcpy(header, "MPDP", 4);
@@ -322,10 +330,10 @@ data_server::~data_server() {
   if (ctx_) SSL_CTX_free(as_ctx(ctx_));
 }
 
-std::shared_ptr<data_sender> data_server::expect() {
+std::shared_ptr<data_sender> data_server::expect(std::uint64_t max_queued) {
   unsigned char raw[32];
   if (RAND_bytes(raw, sizeof raw) != 1) return nullptr;
-  auto sender = std::make_shared<data_sender>(to_hex(raw, sizeof raw));
+  auto sender = std::make_shared<data_sender>(to_hex(raw, sizeof raw), max_queued);
   std::lock_guard<std::mutex> lock(m_);
   // (forget the tickets of senders already gone)
   for (auto it = waiting_.begin(); it != waiting_.end();) it = it->second.expired() ? waiting_.erase(it) : std::next(it);
@@ -429,6 +437,7 @@ result<std::unique_ptr<data_client>> data_client::connect(const std::string& hos
 data_client::~data_client() {
   stopping_ = true;
   if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  if (inbox_) inbox_->close("the data connection was closed");  // (a reader waiting for room ends too)
   if (reader_.joinable()) reader_.join();
   if (ssl_) SSL_free(as_ssl(ssl_));
   if (ctx_) SSL_CTX_free(as_ctx(ctx_));

@@ -98,14 +98,18 @@ class piece_inbox {
 /// be called from any thread; one writer thread of its own does the writing.
 class data_sender {
  public:
-  explicit data_sender(std::string ticket) : ticket_(std::move(ticket)) {}
+  /// `max_queued`: bytes waiting for the writer at most (see send).
+  data_sender(std::string ticket, std::uint64_t max_queued) : ticket_(std::move(ticket)), max_queued_(max_queued) {}
   ~data_sender();
   data_sender(const data_sender&) = delete;
   data_sender& operator=(const data_sender&) = delete;
 
   const std::string& ticket() const { return ticket_; }
   /// Queues `bytes` (moved from) and returns their number; nullopt, `bytes` untouched, when the
-  /// connection is not up.
+  /// connection is not up. The loader keeps a few pieces in flight and an honest volunteer
+  /// answers a piece only once its bytes arrived, so a queue past `max_queued` means the
+  /// volunteer answers pieces it has not read: the connection is closed (nullopt), so that the
+  /// coordinator's memory is not the volunteer's to fill.
   std::optional<std::uint64_t> send(std::string& bytes);
   /// Whether the connection is up (attached, not failed or closed).
   bool up() const { return state_.load() == attached; }
@@ -128,6 +132,8 @@ class data_sender {
   mutable std::mutex m_;
   std::condition_variable queued_;
   std::deque<std::pair<std::uint64_t, std::string>> queue_;
+  std::uint64_t queued_bytes_ = 0;
+  const std::uint64_t max_queued_;
   std::uint64_t next_seq_ = 1;
   std::string why_;
   int fd_ = -1;
@@ -147,8 +153,9 @@ class data_server {
                                                    const std::string& certificate_file, const std::string& key_file);
   ~data_server();
   std::uint16_t port() const { return port_; }
-  /// A sender waiting for a connection that presents its (fresh, random) ticket.
-  std::shared_ptr<data_sender> expect();
+  /// A sender waiting for a connection that presents its (fresh, random) ticket; null if no
+  /// random ticket could be made. `max_queued`: see data_sender::send.
+  std::shared_ptr<data_sender> expect(std::uint64_t max_queued = std::uint64_t(256) << 20);
   /// Handshakes that failed (wrong ticket, not TLS, too slow) since the start.
   std::uint64_t refused() const { return refused_.load(); }
 

@@ -1,12 +1,14 @@
 """Cluster benchmark: loading over the volunteer link, and decoding on a volunteer.
 
 Starts `mpakt host` with the SmolLM2-135M-shaped random bf16 checkpoint (269 MB, as in
-decode_bench.py), then two coordinators: one with its embedded worker, one with none and a
+decode_bench.py), then coordinators: one with its embedded worker, others with none and a
 volunteer (`mpakt worker --join`) on loopback. Reports
 
   * load throughput (MB/s of published bytes over the client's wall time, host -> coordinator
     -> worker) for the embedded worker and for the volunteer, as published (bf16) and quantized
-    on load (q8), `--load-repeats` times each (median), each repeat beside the loopback TCP
+    on load (q8), the volunteer both over its data connection (the default) and with
+    `--data-port off` (`vol-link`: the bytes inside the cluster link's messages),
+    `--load-repeats` times each (median), each repeat beside the loopback TCP
     bandwidth measured just before it (one socket, 1 GiB, Python), so the volunteer's share of
     the link is a ratio taken within one repeat; and the CPU seconds each process (host,
     coordinator, volunteer) spent per GB loaded (/proc/PID/stat), which says what limits a
@@ -125,23 +127,28 @@ def timed_loads(api, source, quantize, pids):
 def load_section(args, tmp, host_url, host_pid, model_bytes):
     """Loads of the whole model into an embedded worker and into one volunteer, bf16 and q8,
     `--load-repeats` rounds; each round measures loopback first, then every cell once."""
-    cells = [(where, q) for where in ("embedded", "volunteer") for q in ("none", "q8")]
+    # "volunteer" loads over its data connection (the default); "vol-link" is the same volunteer
+    # setup with `--data-port off`, its weights inside the cluster link's messages
+    wheres = ("embedded", "volunteer", "vol-link")
+    cells = [(where, q) for where in wheres for q in ("none", "q8")]
     servers = {}
     procs = []
     try:
-        for where in ("embedded", "volunteer"):
+        for where in wheres:
             port, cport = db.free_port(), db.free_port()
             data = tmp / f"load-{where}"
             data.mkdir()
             # (spot-checks off: their verifier would convert a second copy of every weight in the
             # coordinator, which this benchmark of the link does not measure)
-            extra = ["--workers", "0", "--cluster-port", str(cport), *NO_CHECKS] if where == "volunteer" else []
+            extra = ["--workers", "0", "--cluster-port", str(cport), "--data-port", "0", *NO_CHECKS] if where != "embedded" else []
+            if where == "vol-link":
+                extra[extra.index("--data-port") + 1] = "off"
             serve = db.Proc(f"serve {where}", [args.binary, "serve", "--port", port, "--data-dir", data, "--dev",
                                                "--hf-endpoint", host_url, *extra], data / "serve.log")
             procs.append(serve)
             serve.start(r"mpakt serve: listening on http://")
             pids = {"host": host_pid, "coordinator": serve.p.pid}
-            if where == "volunteer":
+            if where != "embedded":
                 w = db.Proc("w_load", [args.binary, "worker", "--join", f"127.0.0.1:{cport}", "--id", "w_load",
                                        "--memory", "2G", *dev_token(data / "serve.log")], data / "worker.log")
                 procs.append(w)

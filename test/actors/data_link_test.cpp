@@ -226,6 +226,27 @@ TEST(data_link, AVolunteerThatVanishesIsAFailedWriteNotTheProcessEnd) {
   EXPECT_NE(sender->describe().find("writing to the volunteer failed"), std::string::npos) << sender->describe();
 }
 
+TEST(data_link, AVolunteerThatDoesNotReadCannotFillTheCoordinatorsMemory) {
+  port_fixture p;
+  auto sender = p.server->expect(64u << 20);
+  // A volunteer whose inbox is never emptied (as one that answers pieces without taking them):
+  // its reader stops, the socket's buffers fill, the writer blocks and the queue grows.
+  auto inbox = std::make_shared<piece_inbox>(1u << 20);
+  auto c = p.connect(sender->ticket(), inbox);
+  ASSERT_TRUE(c) << c.err().message;
+  int sent = 0;
+  for (; sent < 64; ++sent) {
+    std::string b = pattern(8u << 20, sent);
+    if (!sender->send(b)) {
+      EXPECT_EQ(b.size(), 8u << 20);  // (untouched: the caller sends it over the cluster link)
+      break;
+    }
+  }
+  EXPECT_LT(sent, 64);  // refused long before 512 MB were queued
+  EXPECT_FALSE(sender->up());
+  EXPECT_NE(sender->describe().find("answered pieces it had not read"), std::string::npos) << sender->describe();
+}
+
 TEST(piece_inbox, ClaimsInOrderDropWhatWasGivenUp) {
   piece_inbox in;
   ASSERT_TRUE(in.put(1, "one"));
