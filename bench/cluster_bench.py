@@ -13,6 +13,9 @@ volunteer (`mpakt worker --join`) on loopback. Reports
     the link is a ratio taken within one repeat; and the CPU seconds each process (host,
     coordinator, volunteer) spent per GB loaded (/proc/PID/stat), which says what limits a
     load on a machine whose cores are busy;
+  * what a volunteer's load does to another volunteer's streamed tokens (gaps between them,
+    the wait for a chat's first token, tokens/s), with the loading volunteer's weights on its data connection and with
+    `--data-port off`;
   * decode tokens/s of the worker loop (`/api/v3/generate`, greedy, 64 tokens) on the
     embedded worker and on the volunteer (every token crosses the volunteer link as a message);
   * the same model split across two volunteers that each offer 60% of it (the load spreads it
@@ -207,6 +210,117 @@ def print_load_table(s):
               f"{cpu['coordinator']:11.2f} {cpu.get('volunteer', float('nan')):9.2f}  {v['MBps_all']}")
 
 
+def stall_section(args, tmp, host_url, rounds=2, loads_per_round=6):
+    """What a volunteer's load does to another volunteer's tokens: stories260K generates on
+    volunteer B (chats of 200 tokens, streamed) while volunteer A loads the SmolLM2-shaped
+    model again and again (`loads_per_round` loads); the gaps between B's streamed tokens, and
+    how many came, with A's weights on its data connection (`--data-port 0`) and inside the
+    cluster link's messages (`--data-port off`), interleaved. Before the loads, a few chats
+    alone give the quiet gaps."""
+    out = {}
+    for k in range(rounds):
+        for dp in ("0", "off"):
+            port, cport = db.free_port(), db.free_port()
+            data = tmp / f"stall-{dp}-{k}"
+            data.mkdir()
+            procs = []
+            try:
+                serve = db.Proc(f"serve stall {dp}", [args.binary, "serve", "--port", port, "--data-dir", data, "--dev",
+                                                      "--hf-endpoint", host_url, "--workers", "0", "--cluster-port",
+                                                      str(cport), "--data-port", dp, *NO_CHECKS], data / "serve.log")
+                procs.append(serve)
+                serve.start(r"mpakt serve: listening on http://")
+                api = db.Api(port)
+                db.bench_account(api)
+
+                def join(name, memory):
+                    w = db.Proc(name, [args.binary, "worker", "--join", f"127.0.0.1:{cport}", "--id", name, "--memory",
+                                       memory, "--threads", "1", *dev_token(data / "serve.log")], data / f"{name}.log")
+                    procs.append(w)
+                    w.start(r"mpakt worker: \S+ joined")
+
+                join("w_b", "1G")  # (joins first: the small model is placed on it)
+                while api.request("GET", "/api/v3/status")["workers"] < 1:
+                    time.sleep(0.05)
+                small = api.post("/api/v3/models", {"source": "hf:local/stories260K"})["modelId"]
+                join("w_a", "2G")
+                while api.request("GET", "/api/v3/status")["workers"] < 2:
+                    time.sleep(0.05)
+                done = {"loads": 0, "stop": False}
+
+                def loader():
+                    a2 = db.Api(port)
+                    a2.key = api.key
+                    while not done["stop"]:
+                        r = a2.post("/api/v3/models", {"source": "hf:local/smol", "quantize": "none"})
+                        a2.delete(f"/api/v3/models/{r['modelId']}")
+                        done["loads"] += 1
+                    a2.close()
+
+                firsts = []
+
+                def chat_gaps():
+                    t_ask = time.perf_counter()
+                    resp = api.request("POST", "/api/v3/chat", {"model": small, "maxTokens": 200, "temperature": 0,
+                                                               "stream": True, "messages": [
+                                                                   {"role": "user", "content": "Once upon a time"}]},
+                                       stream=True)
+                    gaps, last = [], None
+                    for ev, payload in db.sse_events(resp):
+                        if ev == "error":
+                            raise RuntimeError(f"the chat on the other volunteer failed: {payload}")
+                        if ev != "delta":
+                            continue
+                        t = time.perf_counter()
+                        if last is not None:
+                            gaps.append(t - last)
+                        else:
+                            firsts.append(t - t_ask)
+                        last = t
+                    resp.read()
+                    return gaps
+
+                quiet = [g for _ in range(3) for g in chat_gaps()]
+                quiet_first = max(firsts)
+                firsts.clear()
+                th = threading.Thread(target=loader)
+                t0 = time.perf_counter()
+                th.start()
+                busy = []
+                while done["loads"] < loads_per_round:
+                    busy += chat_gaps()
+                done["stop"] = True
+                th.join()
+                wall = time.perf_counter() - t0
+                api.close()
+            finally:
+                for p in reversed(procs):
+                    p.stop()
+            q = sorted(busy)
+            r = {"tokens": len(busy), "tokens_per_s": len(busy) / wall, "loads": done["loads"], "wall_s": wall,
+                 "median_ms": statistics.median(busy) * 1e3, "p99_ms": q[min(len(q) - 1, int(0.99 * len(q)))] * 1e3,
+                 "max_ms": q[-1] * 1e3, "quiet_max_ms": max(quiet) * 1e3, "chats": len(firsts),
+                 "first_token_median_ms": statistics.median(firsts) * 1e3, "first_token_max_ms": max(firsts) * 1e3,
+                 "quiet_first_token_max_ms": quiet_first * 1e3}
+            out.setdefault(dp, []).append(r)
+            db.log(f"stall round {k + 1}, --data-port {dp}: {r['tokens']} tokens during {r['loads']} loads "
+                   f"({r['tokens_per_s']:.0f}/s), gaps p99 {r['p99_ms']:.1f} ms, max {r['max_ms']:.1f} ms "
+                   f"(quiet max {r['quiet_max_ms']:.1f} ms); first token median {r['first_token_median_ms']:.0f} ms, "
+                   f"max {r['first_token_max_ms']:.0f} ms (quiet max {r['quiet_first_token_max_ms']:.0f} ms)")
+    return out
+
+
+def print_stall_table(s):
+    print("\nanother volunteer's streamed tokens while a volunteer loads the SmolLM2-shaped model (per round)")
+    print(f"{'weights travel':16} {'tokens/s':>8} {'gap p99 ms':>10} {'gap max ms':>10} {'quiet max ms':>12} "
+          f"{'1st token ms: median':>20} {'max':>6} {'quiet max':>9}")
+    for dp, rs in s.items():
+        how = "data connection" if dp == "0" else "cluster link"
+        for r in rs:
+            print(f"{how:16} {r['tokens_per_s']:8.0f} {r['p99_ms']:10.1f} {r['max_ms']:10.1f} {r['quiet_max_ms']:12.1f} "
+                  f"{r['first_token_median_ms']:20.0f} {r['first_token_max_ms']:6.0f} {r['quiet_first_token_max_ms']:9.0f}")
+
+
 def measure(api, binary, config_path, source, n, ordinary_too=False):
     """Load (timed) then a generation of n tokens (timed by the server): the worker loop where
     the model allows it, and with `ordinary_too` also the loop through the coordinator."""
@@ -248,6 +362,11 @@ def main():
     try:
         d = tmp / "hub" / "local" / "smol"
         d.mkdir(parents=True)
+        stories = tmp / "hub" / "local" / "stories260K"
+        stories.mkdir()
+        for f in db.STORIES_DIR.iterdir():  # (the tokenizer too: the stall section chats)
+            if f.is_file():
+                shutil.copy(f, stories / f.name)
         (d / "config.json").write_text(json.dumps(db.SMOL_CONFIG))
         db.write_random_bf16_llama(d / "model.safetensors", db.SMOL_CONFIG)
         host = db.Proc("mpakt host", [args.binary, "host", tmp / "hub", "--port", "0"], tmp / "host.log")
@@ -258,9 +377,11 @@ def main():
         results = {"loopback_Bps": loopback, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine()}
         model_bytes = (d / "model.safetensors").stat().st_size
         results["loads"] = load_section(args, tmp, host_url, host.p.pid, model_bytes)
+        results["stall"] = stall_section(args, tmp, host_url)
         if args.load_only:
             Path(args.out).write_text(json.dumps(results, indent=1))
             print_load_table(results["loads"]["summary"])
+            print_stall_table(results["stall"])
             return
         for label, extra in (("embedded", []), ("volunteer", ["--workers", "0"]), ("split", ["--workers", "0"])):
             port, cport = db.free_port(), db.free_port()
@@ -301,8 +422,9 @@ def main():
         results["split_decode_ratio_same_loop"] = (results["split"]["decode_tokens_per_s"] /
                                                    results["volunteer"]["ordinary_decode_tokens_per_s"])
         Path(args.out).write_text(json.dumps(results, indent=1))
-        print(json.dumps({k: v for k, v in results.items() if k not in ("date", "loads")}, indent=1))
+        print(json.dumps({k: v for k, v in results.items() if k not in ("date", "loads", "stall")}, indent=1))
         print_load_table(results["loads"]["summary"])
+        print_stall_table(results["stall"])
     finally:
         for p in reversed(procs):
             p.stop()
