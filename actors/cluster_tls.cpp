@@ -43,16 +43,6 @@ using bio_ptr = std::unique_ptr<BIO, deleter<BIO, BIO_free_all>>;
 using ctx_ptr = std::unique_ptr<SSL_CTX, deleter<SSL_CTX, SSL_CTX_free>>;
 using ssl_ptr = std::unique_ptr<SSL, deleter<SSL, SSL_free>>;
 
-/// The last OpenSSL error as text (or `fallback`).
-std::string ssl_error(const std::string& fallback) {
-  const unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) return fallback;
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof buf);
-  return fallback + " (" + buf + ")";
-}
-
 std::string read_bio(BIO* b) {
   char* data = nullptr;
   const long n = BIO_get_mem_data(b, &data);
@@ -167,6 +157,15 @@ result<std::pair<std::string, std::string>> link_pems() {
 }
 
 }  // namespace
+
+std::string ssl_error(const std::string& fallback) {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return fallback;
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof buf);
+  return fallback + " (" + buf + ")";
+}
 
 int connect_tcp(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, std::string& why) {
   addrinfo hints{};

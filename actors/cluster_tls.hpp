@@ -67,6 +67,10 @@ status check_issued_for(const std::string& peer_pem, const std::string& ca_pem, 
 /// Retries a refused or unreachable connection until `patience` has passed.
 result<std::string> fetch_certificate(const std::string& host, std::uint16_t port, std::chrono::milliseconds patience);
 
+/// `fallback` with the calling thread's last OpenSSL error in brackets (if any); empties
+/// that thread's error queue.
+std::string ssl_error(const std::string& fallback);
+
 /// A TCP connection to host:port (each address it resolves to, in turn) with `timeout` on
 /// connect, reads and writes; -1 with `why` set when none answers.
 int connect_tcp(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, std::string& why);

@@ -25,6 +25,8 @@ namespace mpakt::datalink {
 
 namespace {
 
+using tls::ssl_error;
+
 constexpr char hello_prefix[] = "MPAKT-DATA/1 ";
 constexpr std::size_t hello_prefix_len = sizeof hello_prefix - 1;
 constexpr std::size_t ticket_len = 64;
@@ -36,15 +38,6 @@ constexpr std::chrono::seconds write_patience{60};  ///< a volunteer that stops 
 
 SSL* as_ssl(void* p) { return static_cast<SSL*>(p); }
 SSL_CTX* as_ctx(void* p) { return static_cast<SSL_CTX*>(p); }
-
-std::string ssl_error(const std::string& what) {
-  const unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) return what;
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof buf);
-  return what + " (" + buf + ")";
-}
 
 void set_timeouts(int fd, std::chrono::milliseconds read, std::chrono::milliseconds write) {
   auto tv = [](std::chrono::milliseconds t) {
