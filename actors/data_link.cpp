@@ -124,13 +124,18 @@ result<std::string> piece_inbox::take(std::uint64_t seq, std::chrono::millisecon
     pieces_.erase(pieces_.begin());
   }
   changed_.notify_all();
-  changed_.wait_for(lock, patience, [&] { return closed_ || pieces_.count(seq) > 0; });
+  const auto here = [&] { return closed_ || pieces_.count(seq) > 0; };
+  for (std::uint64_t seen = arrived_.load(); !changed_.wait_for(lock, patience, here);) {
+    const std::uint64_t now = arrived_.load();
+    if (now == seen) break;  // (nothing for a whole `patience`)
+    seen = now;
+  }
   floor_ = std::max(floor_, seq);
   auto it = pieces_.find(seq);
   if (it == pieces_.end()) {
     if (closed_) return make_error(errc::unavailable, "piece " + std::to_string(seq) + " did not arrive: " + why_);
-    return make_error(errc::unavailable, "piece " + std::to_string(seq) + " did not arrive over the data connection within " +
-                                             std::to_string(patience.count() / 1000) + " s");
+    return make_error(errc::unavailable, "piece " + std::to_string(seq) + " did not arrive: nothing came over the data connection for " +
+                                             std::to_string(patience.count()) + " ms");
   }
   std::string bytes = std::move(it->second);
   held_ -= bytes.size();
@@ -454,7 +459,14 @@ void data_client::read_loop() {
     }
     std::string bytes = inbox_->spare();
     bytes.resize(len);  // (a spare piece's storage: no fresh pages to fault in and clear)
-    if (!read_exact(ssl, bytes.data(), len)) {
+    std::size_t have = 0;
+    while (have < len) {  // (read_exact, telling the inbox as the bytes come)
+      std::size_t got = 0;
+      if (SSL_read_ex(ssl, bytes.data() + have, len - have, &got) != 1 || got == 0) break;
+      have += got;
+      inbox_->arrived(got);
+    }
+    if (have < len) {
       why = "the data connection ended inside a piece";
       break;
     }

@@ -66,9 +66,12 @@ class piece_inbox {
   explicit piece_inbox(std::uint64_t cap = std::uint64_t(256) << 20) : cap_(cap) {}
   /// Stores piece `seq`; waits while the inbox is over its cap. False when it is closed.
   bool put(std::uint64_t seq, std::string bytes);
-  /// Piece `seq`, waiting at most `patience` for it; pieces numbered below it are dropped. The
-  /// error says whether the connection closed (and why) or the piece did not come in time.
+  /// Piece `seq`, waiting for it as long as bytes keep arriving (at most `patience` without
+  /// any: a slow link is not a dead one); pieces numbered below it are dropped. The error says
+  /// whether the connection closed (and why) or stalled.
   result<std::string> take(std::uint64_t seq, std::chrono::milliseconds patience);
+  /// The reader got `n` more bytes of a piece still arriving (what `take` counts as progress).
+  void arrived(std::uint64_t n) { arrived_ += n; }
   /// Storage of a piece taken and used, kept for the reader's next piece (a few at most).
   void recycle(std::string bytes);
   /// A kept piece's storage (its old bytes still in it), or an empty string.
@@ -87,6 +90,7 @@ class piece_inbox {
   std::vector<std::string> spares_;
   std::uint64_t held_ = 0;
   std::uint64_t floor_ = 0;  ///< numbers up to this one were claimed or given up
+  std::atomic<std::uint64_t> arrived_{0};
   const std::uint64_t cap_;
   bool closed_ = false;
   std::string why_;
