@@ -81,6 +81,9 @@ const char* worker_usage =
     "                      a testing aid: alter every token of worker-side generations only\n"
     "  --fault malformed-answers\n"
     "                      a testing aid: answer every graph call with text that is not JSON\n"
+    "  --fault no-data-link\n"
+    "                      a testing aid: never reach the coordinator's data port (as behind a\n"
+    "                      firewall that blocks it): weights then come over the cluster link\n"
     "  --delay-ms MS       answer every graph call MS late, like a slow or distant volunteer\n"
     "                      (the pool measures it and ranks it below faster workers)\n";
 
@@ -99,6 +102,7 @@ int cmd_worker(const std::vector<std::string>& args) {
   std::string join, id, token, pinned, ca_file;
   if (const char* t = std::getenv("MPAKT_VOLUNTEER_TOKEN")) token = t;
   worker_config wc;
+  bool no_data_link = false;
   int threads = std::max(1u, std::thread::hardware_concurrency());
   if (const char* t = std::getenv("MPAKT_THREADS"); t && std::atoi(t) > 0) threads = std::atoi(t);
   long patience_ms = 30000;
@@ -136,7 +140,11 @@ int cmd_worker(const std::vector<std::string>& args) {
       wc.delay_ms = std::atoi(v->c_str());
     } else if (a == "--fault") {
       const std::string prefix = "corrupt-results:";
-      if ((v = value()) && (*v == "corrupt-weights" || *v == "corrupt-weights-later" || *v == "corrupt-caches" ||
+      if ((v = value()) && *v == "no-data-link") {
+        no_data_link = true;
+        continue;
+      }
+      if (v && (*v == "corrupt-weights" || *v == "corrupt-weights-later" || *v == "corrupt-caches" ||
                             *v == "corrupt-generation-caches" || *v == "corrupt-generation-tokens" ||
                             *v == "malformed-answers")) {
         (*v == "corrupt-weights"             ? wc.corrupt_weights
@@ -149,7 +157,7 @@ int cmd_worker(const std::vector<std::string>& args) {
       }
       if (!v || v->rfind(prefix, 0) != 0)
         return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights, corrupt-weights-later, "
-                   "corrupt-caches, corrupt-generation-caches, corrupt-generation-tokens or malformed-answers");
+                   "corrupt-caches, corrupt-generation-caches, corrupt-generation-tokens, malformed-answers or no-data-link");
       char* end = nullptr;
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");
@@ -261,8 +269,10 @@ int cmd_worker(const std::vector<std::string>& args) {
   // coordinator offers one; the connection lives as long as the worker's configuration.
   wc.pieces = std::make_shared<datalink::piece_inbox>();
   auto data_client = std::make_shared<std::unique_ptr<datalink::data_client>>();
-  wc.open_data_link = [data_client, check_peer, inbox = wc.pieces, host = where->first](std::uint16_t port,
-                                                                                       const std::string& ticket) -> status {
+  wc.open_data_link = [data_client, check_peer, inbox = wc.pieces, host = where->first, no_data_link](
+                          std::uint16_t port, const std::string& ticket) -> status {
+    if (no_data_link)
+      return make_error(errc::unavailable, "cannot connect to the data port " + std::to_string(port) + " (--fault no-data-link)");
     data_client->reset();  // (an earlier connection ends first: it closes the inbox as it goes)
     auto c = datalink::data_client::connect(host, port, ticket, check_peer, inbox);
     if (!c) return std::move(c).err();

@@ -177,6 +177,17 @@ def test_a_volunteers_weights_travel_on_its_data_connection(pair):
     decode_golden(pair.server.api, pair.key, pair.model)
 
 
+def test_a_volunteer_that_cannot_reach_the_data_port_is_admitted_and_loads_over_the_link(cluster):
+    cluster.join("w_a", "1G", "--fault", "no-data-link")
+    out = cluster.server.process.output()
+    assert "volunteer dev has no data connection (cannot connect to the data port" in out, out[-2000:]
+    r = expect(cluster.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=cluster.key, timeout=60), 200)
+    [w] = cluster.status(cluster.key)["pool"]
+    assert w["dataLink"]["state"].startswith("closed: not opened: cannot connect to the data port"), w["dataLink"]
+    assert w["dataLink"]["bytes"] == 0
+    decode_golden(cluster.server.api, cluster.key, r["modelId"])
+
+
 def test_with_the_data_port_off_weights_travel_over_the_cluster_link(start_server, tmp_path_factory):
     c = start_cluster(start_server, tmp_path_factory, "nodata", options=("--data-port", "off"))
     try:
