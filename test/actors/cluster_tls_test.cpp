@@ -15,8 +15,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "test/support/files.hpp"
+
 namespace mpakt::tls {
 namespace {
+
+using test::temp_dir;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
@@ -25,14 +29,6 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    char t[] = "/tmp/mpakt-tls-test-XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~temp_dir() { std::filesystem::remove_all(path); }
-};
 
 TEST(cluster_tls, CoordinatorCertificateIsMadeOnceAndItsKeyIsPrivate) {
   temp_dir d;

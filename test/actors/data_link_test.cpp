@@ -16,20 +16,15 @@
 #include <thread>
 
 #include "actors/cluster_tls.hpp"
+#include "test/support/files.hpp"
 
 namespace mpakt::datalink {
 namespace {
 
+using test::temp_dir;
+
 using namespace std::chrono_literals;
 
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    char t[] = "/tmp/mpakt-data-link-test-XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~temp_dir() { std::filesystem::remove_all(path); }
-};
 
 /// A data port on loopback with a fresh coordinator certificate.
 struct port_fixture {

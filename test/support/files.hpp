@@ -1,14 +1,31 @@
 #pragma once
-/// Small file helpers for tests: read text, read .npy (float64/float32, C order).
+/// Small file helpers for tests: a temporary folder, read text, read .npy (float64/float32, C
+/// order).
+
+#include <stdlib.h>
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 namespace mpakt::test {
+
+/// A fresh folder under /tmp (`prefix` + random letters), removed with everything in it when
+/// the object goes.
+struct temp_dir {
+  std::string path;
+  explicit temp_dir(const std::string& prefix = "mpakt-test-") {
+    std::string t = "/tmp/" + prefix + "XXXXXX";
+    path = mkdtemp(t.data());
+  }
+  ~temp_dir() { std::filesystem::remove_all(path); }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+};
 
 inline std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
