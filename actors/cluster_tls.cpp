@@ -167,6 +167,24 @@ std::string ssl_error(const std::string& fallback) {
   return fallback + " (" + buf + ")";
 }
 
+void set_socket_timeouts(int fd, std::chrono::milliseconds read, std::chrono::milliseconds write) {
+  auto tv = [](std::chrono::milliseconds t) {
+    timeval v{};
+    v.tv_sec = long(t.count() / 1000);
+    v.tv_usec = long(t.count() % 1000) * 1000;
+    return v;
+  };
+  const timeval r = tv(read), w = tv(write);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &r, sizeof r);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &w, sizeof w);
+}
+
+result<std::string> peer_certificate(ssl_st* ssl) {
+  x509_ptr peer(SSL_get1_peer_certificate(ssl));
+  if (!peer) return make_error(errc::unauthorized, "no certificate presented");
+  return pem_of(peer.get());
+}
+
 int connect_tcp(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, std::string& why) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -180,11 +198,7 @@ int connect_tcp(const std::string& host, std::uint16_t port, std::chrono::millis
   for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) continue;
-    timeval tv{};
-    tv.tv_sec = long(timeout.count() / 1000);
-    tv.tv_usec = long(timeout.count() % 1000) * 1000;
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    set_socket_timeouts(fd, timeout, timeout);
     if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
       why = "cannot connect to " + host + ":" + std::to_string(port) + ": " + std::strerror(errno);
       ::close(fd);
@@ -290,11 +304,12 @@ result<std::string> fetch_certificate(const std::string& host, std::uint16_t por
       ssl_ptr ssl(SSL_new(ctx.get()));
       SSL_set_fd(ssl.get(), fd);
       if (SSL_connect(ssl.get()) == 1) {
-        x509_ptr peer(SSL_get1_peer_certificate(ssl.get()));
+        auto pem = peer_certificate(ssl.get());
         SSL_shutdown(ssl.get());
         ::close(fd);
-        if (!peer) return make_error(errc::unauthorized, host + ":" + std::to_string(port) + " presented no certificate");
-        return pem_of(peer.get());
+        if (!pem && pem.err().code == errc::unauthorized)
+          return make_error(errc::unauthorized, host + ":" + std::to_string(port) + " presented no certificate");
+        return pem;
       }
       // A TLS failure is an answer (not a server still starting): a plain-text port, or no TLS.
       const std::string e = ssl_error("the TLS handshake failed");

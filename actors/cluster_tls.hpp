@@ -28,6 +28,8 @@
 
 #include "runtime/status.hpp"
 
+struct ssl_st;  // (OpenSSL's SSL)
+
 namespace mpakt::tls {
 
 /// Files CAF's OpenSSL module reads on each connection.
@@ -70,6 +72,13 @@ result<std::string> fetch_certificate(const std::string& host, std::uint16_t por
 /// `fallback` with the calling thread's last OpenSSL error in brackets (if any); empties
 /// that thread's error queue.
 std::string ssl_error(const std::string& fallback);
+
+/// SO_RCVTIMEO and SO_SNDTIMEO of socket `fd` (0: none).
+void set_socket_timeouts(int fd, std::chrono::milliseconds read, std::chrono::milliseconds write);
+
+/// The certificate the other end of a TLS connection presented, as PEM (unverified);
+/// errc::unauthorized when it presented none.
+result<std::string> peer_certificate(ssl_st* ssl);
 
 /// A TCP connection to host:port (each address it resolves to, in turn) with `timeout` on
 /// connect, reads and writes; -1 with `why` set when none answers.

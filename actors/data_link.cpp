@@ -5,14 +5,11 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <openssl/err.h>
-#include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
 
 #include <cerrno>
 #include <cstring>
@@ -26,6 +23,7 @@ namespace mpakt::datalink {
 namespace {
 
 using tls::ssl_error;
+using tls::set_socket_timeouts;
 
 constexpr char hello_prefix[] = "MPAKT-DATA/1 ";
 constexpr std::size_t hello_prefix_len = sizeof hello_prefix - 1;
@@ -39,23 +37,13 @@ constexpr std::chrono::seconds write_patience{60};  ///< a volunteer that stops 
 SSL* as_ssl(void* p) { return static_cast<SSL*>(p); }
 SSL_CTX* as_ctx(void* p) { return static_cast<SSL_CTX*>(p); }
 
-void set_timeouts(int fd, std::chrono::milliseconds read, std::chrono::milliseconds write) {
-  auto tv = [](std::chrono::milliseconds t) {
-    timeval v{};
-    v.tv_sec = long(t.count() / 1000);
-    v.tv_usec = long(t.count() % 1000) * 1000;
-    return v;
-  };
-  const timeval r = tv(read), w = tv(write);
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &r, sizeof r);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &w, sizeof w);
-}
-
-/// Reads exactly `n` bytes; false on an error or the end of the stream.
-bool read_exact(SSL* ssl, char* out, std::size_t n) {
+/// Reads exactly `n` bytes, telling `inbox` (if any) of each run as it comes; false on an
+/// error or the end of the stream.
+bool read_exact(SSL* ssl, char* out, std::size_t n, piece_inbox* inbox = nullptr) {
   while (n > 0) {
     std::size_t got = 0;
     if (SSL_read_ex(ssl, out, n, &got) != 1 || got == 0) return false;
+    if (inbox) inbox->arrived(got);
     out += got;
     n -= got;
   }
@@ -84,21 +72,6 @@ std::uint64_t get_le(const char* p, int bytes) {
 /// The ticket's digest: what the server's table is keyed by, so that looking a ticket up
 /// compares digests, never the secret itself.
 std::string ticket_key(const std::string& ticket) { return nonce_digest("mpakt data ticket", ticket); }
-
-std::string peer_pem(SSL* ssl) {
-  X509* peer = SSL_get1_peer_certificate(ssl);
-  if (!peer) return {};
-  BIO* b = BIO_new(BIO_s_mem());
-  std::string out;
-  if (b && PEM_write_bio_X509(b, peer) == 1) {
-    char* data = nullptr;
-    const long n = BIO_get_mem_data(b, &data);
-    if (n > 0) out.assign(data, std::size_t(n));
-  }
-  BIO_free(b);
-  X509_free(peer);
-  return out;
-}
 
 }  // namespace
 
@@ -363,7 +336,7 @@ void data_server::accept_loop() {
 
 void data_server::handshake(int fd) {
   const http::sigpipe_guard no_sigpipe;
-  set_timeouts(fd, handshake_patience, handshake_patience);
+  set_socket_timeouts(fd, handshake_patience, handshake_patience);
   SSL* ssl = SSL_new(as_ctx(ctx_));
   std::shared_ptr<data_sender> sender;
   bool taken = false;
@@ -382,7 +355,7 @@ void data_server::handshake(int fd) {
     std::lock_guard<std::mutex> lock(m_);
     in_handshake_.erase(fd);
     if (sender && !stopping_) {
-      set_timeouts(fd, std::chrono::milliseconds(0), write_patience);
+      set_socket_timeouts(fd, std::chrono::milliseconds(0), write_patience);
       taken = sender->attach(fd, ssl);
     }
     if (!taken) ++refused_;
@@ -418,7 +391,9 @@ result<std::unique_ptr<data_client>> data_client::connect(const std::string& hos
   c->ssl_ = ssl;
   if (!ssl || SSL_set_fd(ssl, c->fd_) != 1 || SSL_connect(ssl) != 1)
     return make_error(errc::unavailable, ssl_error("the data port at " + where + " does not speak TLS"));
-  if (auto ok = check_peer(peer_pem(ssl)); !ok)
+  auto peer = tls::peer_certificate(ssl);
+  if (!peer) return make_error(errc::unauthorized, "the data port at " + where + ": " + peer.err().message);
+  if (auto ok = check_peer(*peer); !ok)
     return make_error(errc::unauthorized, "the data port at " + where + ": " + ok.err().message);
   const std::string hello = hello_prefix + ticket + "\n";
   char answer[3];
@@ -426,7 +401,7 @@ result<std::unique_ptr<data_client>> data_client::connect(const std::string& hos
     ERR_clear_error();
     return make_error(errc::unauthorized, "the data port at " + where + " refused this volunteer's ticket");
   }
-  set_timeouts(c->fd_, std::chrono::milliseconds(0), std::chrono::milliseconds(handshake_patience));  // (loads pause for long)
+  set_socket_timeouts(c->fd_, std::chrono::milliseconds(0), std::chrono::milliseconds(handshake_patience));  // (loads pause for long)
   c->inbox_->reopen();
   c->reader_ = std::thread([p = c.get()] { p->read_loop(); });
   return c;
@@ -459,14 +434,7 @@ void data_client::read_loop() {
     }
     std::string bytes = inbox_->spare();
     bytes.resize(len);  // (a spare piece's storage: no fresh pages to fault in and clear)
-    std::size_t have = 0;
-    while (have < len) {  // (read_exact, telling the inbox as the bytes come)
-      std::size_t got = 0;
-      if (SSL_read_ex(ssl, bytes.data() + have, len - have, &got) != 1 || got == 0) break;
-      have += got;
-      inbox_->arrived(got);
-    }
-    if (have < len) {
+    if (!read_exact(ssl, bytes.data(), len, inbox_.get())) {
       why = "the data connection ended inside a piece";
       break;
     }

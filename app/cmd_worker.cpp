@@ -237,32 +237,26 @@ int cmd_worker(const std::vector<std::string>& args) {
     std::fprintf(stderr, "mpakt worker: %s\n", pem.err().message.c_str());
     return pem.err().code == errc::unauthorized ? exit_untrusted : 1;
   }
-  if (!pinned.empty()) {
-    auto fp = tls::fingerprint_of(*pem);
-    if (!fp || *fp != pinned) {
-      std::fprintf(stderr,
-                   "mpakt worker: the cluster port at %s presents a certificate with fingerprint %s, not the pinned %s: "
-                   "refusing to join (check the coordinator's banner; someone may be in between)\n",
-                   join.c_str(), fp ? fp->c_str() : "(unreadable)", pinned.c_str());
-      return exit_untrusted;
-    }
-    trusted = std::move(*pem);
-  } else if (auto ok = tls::check_issued_for(*pem, trusted, where->first); !ok) {
-    // (the link CAF makes checks the chain only: the name it was issued for is checked here)
-    std::fprintf(stderr, "mpakt worker: %s: refusing to join\n", ok.err().message.c_str());
+  // One check for the cluster port here and, later, the data port the coordinator offers: the
+  // pinned fingerprint, or issued by a CA of --ca for the host joined (the link CAF makes
+  // checks the chain only: the name it was issued for is checked here).
+  auto check_peer = [pinned, ca = trusted, host = where->first](const std::string& peer) -> status {
+    if (pinned.empty()) return tls::check_issued_for(peer, ca, host);
+    auto fp = tls::fingerprint_of(peer);
+    if (!fp || *fp != pinned)
+      return make_error(errc::unauthorized, "presents a certificate with fingerprint " + (fp ? *fp : std::string("(unreadable)")) +
+                                                ", not the pinned " + pinned);
+    return ok_status();
+  };
+  if (auto ok = check_peer(*pem); !ok) {
+    if (pinned.empty())
+      std::fprintf(stderr, "mpakt worker: %s: refusing to join\n", ok.err().message.c_str());
+    else
+      std::fprintf(stderr, "mpakt worker: the cluster port at %s %s: refusing to join (check the coordinator's banner; "
+                           "someone may be in between)\n", join.c_str(), ok.err().message.c_str());
     return ok.err().code == errc::invalid ? 2 : exit_untrusted;
   }
-  // The data port the coordinator offers is held to the same certificate as the cluster port.
-  auto check_peer = [pinned, ca = pinned.empty() ? trusted : std::string(), host = where->first](const std::string& peer) -> status {
-    if (!pinned.empty()) {
-      auto fp = tls::fingerprint_of(peer);
-      if (!fp || *fp != pinned)
-        return make_error(errc::unauthorized, "it presents a certificate with fingerprint " + (fp ? *fp : std::string("(unreadable)")) +
-                                                  ", not the pinned " + pinned);
-      return ok_status();
-    }
-    return tls::check_issued_for(peer, ca, host);
-  };
+  if (!pinned.empty()) trusted = std::move(*pem);
   auto files = tls::volunteer_files(link_dir, trusted);
   if (!files) { std::fprintf(stderr, "mpakt worker: %s\n", files.err().message.c_str()); return 1; }
   // Weights' bytes arrive on a connection of their own (actors/data_link.hpp), opened when the
