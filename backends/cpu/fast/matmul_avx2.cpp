@@ -411,6 +411,12 @@ void lanes_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
   for (i64 n0 = n_begin; n0 < n_end; n0 += lane_cols) {
     const int nc = int(min_i64(lane_cols, n_end - n0));
     pack_lanes<T>(a, n0, nc, wbuf, dbuf, mbuf);
+    // the next group's weight rows are asked for while this group's rows compute
+    const i64 next_nc = min_i64(lane_cols, n_end - n0 - lane_cols);
+    for (i64 c = 0; c < next_nc; ++c) {
+      const std::uint8_t* row = a.w + (n0 + lane_cols + c) * a.w_row_bytes;
+      for (i64 b = 0; b < a.w_row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T1);
+    }
     i64 r0 = 0;
     for (; r0 + RT <= a.x.rows; r0 += RT) lanes_rows<T, RT>(a, wbuf, dbuf, mbuf, r0, n0, nc);
     switch (a.x.rows - r0) {
@@ -468,10 +474,28 @@ template <wtype T>
 void panel_range(const float_product& a, i64 n_begin, i64 n_end) {
   const panel_scratch s = thread_panels(a);
   panel_blocks<T, 6>(a, n_begin, n_end, s.panel, s.tot, [&](i64 rb, i64 re, i64 n0, int nc) {
+    if (nc < panel_cols) {
+      for (i64 r = rb; r < re; ++r) {
+        float* out = a.y + r * a.n + n0;
+        const float* t = s.tot + (r - rb) * panel_cols;
+        for (int c = 0; c < nc; ++c) out[c] = a.bias ? t[c] + a.bias[n0 + c] : t[c];
+      }
+      return;
+    }
+    // a whole panel: two stores a row (sixteen scalar ones left the store buffer full of
+    // writes to lines not yet in the cache)
+    const __m256 b0 = a.bias ? _mm256_loadu_ps(a.bias + n0) : _mm256_setzero_ps();
+    const __m256 b1 = a.bias ? _mm256_loadu_ps(a.bias + n0 + 8) : _mm256_setzero_ps();
     for (i64 r = rb; r < re; ++r) {
       float* out = a.y + r * a.n + n0;
       const float* t = s.tot + (r - rb) * panel_cols;
-      for (int c = 0; c < nc; ++c) out[c] = a.bias ? t[c] + a.bias[n0 + c] : t[c];
+      __m256 v0 = _mm256_loadu_ps(t), v1 = _mm256_loadu_ps(t + 8);
+      if (a.bias) {
+        v0 = _mm256_add_ps(v0, b0);
+        v1 = _mm256_add_ps(v1, b1);
+      }
+      _mm256_storeu_ps(out, v0);
+      _mm256_storeu_ps(out + 8, v1);
     }
   });
 }
