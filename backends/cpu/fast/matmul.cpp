@@ -58,20 +58,38 @@ constexpr std::int64_t parallel_min_macs = std::int64_t(1) << 16;
 constexpr std::int64_t interruptible_macs = std::int64_t(1) << 27;
 
 /// Splits [0, n) into ranges, multiples of 4 so every part keeps the 4-wide column tiles,
-/// and runs f(begin, end) on each over the kernel threads: a few parts per thread (of at
-/// least 64 columns), so a thread the OS delays leaves little for the others to wait on.
+/// and runs f(begin, end) on each over the kernel threads. Parts shrink as they go (each a
+/// 2T-th of what is left, T threads, down to max(16, n / 32T) columns), claimed in order: the
+/// big ones keep each thread on long runs of rows, and the small last ones leave a thread
+/// the OS delays, or one that drew a slower part, little for the others to wait on — a
+/// decode pass runs a hundred or more products a token, each ending on that wait. Which
+/// thread computes a column never changes its bits.
 template <class F>
 void split_columns(std::int64_t n, std::int64_t macs, F&& f) {
   const int threads = kernel_threads();
   const bool long_alone = threads <= 1 && macs >= interruptible_macs && n >= 64;
   if (!long_alone && (threads <= 1 || macs < parallel_min_macs || n < 8)) return f(std::int64_t(0), n);
-  const int parts = long_alone ? int(std::min<std::int64_t>(n / 32, macs / interruptible_macs + 1))
-                               : int(std::clamp<std::int64_t>(n / 64, std::min<std::int64_t>(threads, n / 4), 4 * threads));
-  parallel_for(parts, [&](int p) {
-    const std::int64_t b = n * p / parts / 4 * 4;
-    const std::int64_t e = p + 1 == parts ? n : n * (p + 1) / parts / 4 * 4;
-    f(b, e);
-  });
+  if (long_alone) {
+    // one thread: parts a stopped run can skip
+    const int parts = int(std::min<std::int64_t>(n / 32, macs / interruptible_macs + 1));
+    parallel_for(parts, [&](int p) {
+      const std::int64_t b = n * p / parts / 4 * 4;
+      const std::int64_t e = p + 1 == parts ? n : n * (p + 1) / parts / 4 * 4;
+      f(b, e);
+    });
+    return;
+  }
+  thread_local std::vector<std::int64_t> bounds;  // (kept from call to call: no allocation)
+  bounds.assign(1, 0);
+  const std::int64_t least = std::max<std::int64_t>(16, n / (32 * std::int64_t(threads)));
+  for (std::int64_t at = 0; at < n;) {
+    std::int64_t take = std::max<std::int64_t>(least, (n - at) / (2 * std::int64_t(threads))) / 4 * 4;
+    if (n - at - take < least) take = n - at;
+    at += take;
+    bounds.push_back(at);
+  }
+  const std::int64_t* b = bounds.data();
+  parallel_for(int(bounds.size()) - 1, [&](int p) { f(b[p], b[p + 1]); });
 }
 
 /// The portable path: one weight row widened at a time.
