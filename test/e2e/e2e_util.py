@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -39,6 +40,38 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def cluster_port() -> int:
+    """A port for `--cluster-port` whose neighbour, the default data port (the cluster port + 1),
+    is free as well. Both lie below the kernel's ephemeral range: a port from free_port() is one
+    the kernel also hands to outgoing connections, so the neighbour of one could be taken by any
+    client connection between this check and the server's bind (and the server then runs with
+    no data port)."""
+    low = max(2048, min(_ephemeral_low(), 65535) - 12000)
+    high = max(low + 2, min(_ephemeral_low(), 65535) - 2)
+    for _ in range(200):
+        port = random.randrange(low, high)
+        socks = []
+        try:
+            for p in (port, port + 1):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free pair of ports below the ephemeral range")
 
 
 # --------------------------------------------------------------------------- processes

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from e2e_util import STORIES_DIR, expect, free_port
+from e2e_util import STORIES_DIR, cluster_port, expect
 from test_cluster import Cluster, graph_cli
 
 GOLDEN = json.loads((STORIES_DIR / "goldens" / "stories260K_once_upon.json").read_text())
@@ -146,7 +146,7 @@ def test_generations_running_at_once_are_limited_per_key(start_server, tmp_path_
     """A volunteer answering every graph call 300 ms late keeps a generation (the ordinary
     loop: one call per token) running for seconds; the key's second generation and a chat are
     429 meanwhile, another key's are not, and once it ends the key may generate again."""
-    cport = free_port()
+    cport = cluster_port()
     server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--generations-per-key", "1")
     c = Cluster(server, cport, tmp_path_factory.mktemp("genlimit"))
     c.key = server.account("busy")[1]

@@ -22,7 +22,7 @@ import time
 import numpy as np
 import pytest
 
-from e2e_util import STORIES_DIR, Process, binary, expect, free_port, start_with_free_port, write_safetensors
+from e2e_util import STORIES_DIR, Process, binary, cluster_port, expect, start_with_free_port, write_safetensors
 from test_cluster import Cluster
 
 STORIES = "hf:local/stories260K"
@@ -128,7 +128,7 @@ def test_the_v2_upload_quota_is_413(start_server):
 
 
 def cluster_server(start_server, tmp_path_factory, name, *flags):
-    cport = free_port()
+    cport = cluster_port()
     server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), *flags)
     c = Cluster(server, cport, tmp_path_factory.mktemp(name))
     c.key = server.account(name)[1]

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from e2e_util import STORIES_DIR, Process, binary, expect, free_port
+from e2e_util import STORIES_DIR, Process, binary, cluster_port, expect
 
 GOLDEN = json.loads((STORIES_DIR / "goldens" / "stories260K_once_upon.json").read_text())
 
@@ -71,7 +71,7 @@ class Cluster:
 def start_cluster(start_server, tmp_path_factory, name, cls=Cluster, options=()):
     """A coordinator with no worker of its own (and `options`), accepting volunteers, and an
     account on it."""
-    cport = free_port()
+    cport = cluster_port()
     server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), *options)
     assert f"mpakt worker --join 127.0.0.1:{cport}" in server.process.output()
     c = cls(server, cport, tmp_path_factory.mktemp(name))
@@ -572,7 +572,7 @@ def test_a_volunteer_may_trust_a_ca_for_a_coordinator_certificate_it_issued(star
     (d / "san.ext").write_text("subjectAltName=DNS:coordinator.grid.test,IP:127.0.0.1\n")
     openssl("x509", "-req", "-in", "coord.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "coord.pem",
             "-days", "30", "-extfile", "san.ext", cwd=d)
-    cport = free_port()
+    cport = cluster_port()
     server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--cluster-cert", str(d / "coord.pem"),
                           "--cluster-key", str(d / "coord.key"))
     c = Cluster(server, cport, tmp_path_factory.mktemp("ca-logs"))
@@ -602,7 +602,7 @@ def test_a_volunteer_may_trust_a_ca_for_a_coordinator_certificate_it_issued(star
 
 def test_failed_joins_are_rate_limited_per_address_and_garbage_on_the_port_harms_nothing(start_server,
                                                                                          tmp_path_factory):
-    cport = free_port()
+    cport = cluster_port()
     server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--join-failures-per-address", "3")
     c = Cluster(server, cport, tmp_path_factory.mktemp("joinlimit"))
     c.key = server.account("joinlimit")[1]
@@ -632,7 +632,7 @@ def test_refused_volunteers_are_sent_no_weight_bytes_by_the_transfer_counters(st
     account for every weight byte it read as sent to that volunteer alone, count the refusals,
     and list no other worker."""
     prometheus_parser = pytest.importorskip("prometheus_client.parser")
-    cport = free_port()
+    cport = cluster_port()
     server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--metrics-open")
     c = Cluster(server, cport, tmp_path_factory.mktemp("nobytes"))
     c.key = server.account("nobytes")[1]
@@ -675,7 +675,7 @@ def test_refused_volunteers_are_sent_no_weight_bytes_by_the_transfer_counters(st
 def test_dev_makes_no_volunteer_token_when_the_cluster_port_is_beyond_loopback(start_server):
     """--dev's ready-made join token is for one machine: a coordinator whose cluster port others
     can reach says so and makes none, so only tokens an operator made let anyone join."""
-    cport = free_port()
+    cport = cluster_port()
     server = start_server("--dev", "--address", "0.0.0.0", "--workers", "0", "--cluster-port", str(cport))
     out = server.process.output()
     assert f"mpakt worker --join 0.0.0.0:{cport}" in out, out[-2000:]

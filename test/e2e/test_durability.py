@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from e2e_util import STORIES_DIR, Process, binary, expect, free_port, kill_window
+from e2e_util import STORIES_DIR, Process, binary, cluster_port, expect, free_port, kill_window
 
 GOLDEN = json.loads((STORIES_DIR / "goldens" / "stories260K_once_upon.json").read_text())
 TRIALS = 20
@@ -74,7 +74,7 @@ class Grid:
 @pytest.fixture
 def grid(start_server, tmp_path_factory):
     """A coordinator and two volunteers of its own for each test: every test kills volunteers."""
-    cport = free_port()
+    cport = cluster_port()
     server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport))
     g = Grid(server, cport, tmp_path_factory.mktemp("durability"))
     g.key = server.account("durable")[1]
