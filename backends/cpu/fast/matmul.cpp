@@ -579,8 +579,8 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
     // many rows of float weights (what AMX does not take): blocked products, columns in the lanes
     out.push_back({op, product_float_lanes<avx512::float_lanes_range, 32>, accepts_float_lanes, "avx512", level::avx512,
                    products_float_lanes<avx512::float_lanes_range, 32>});
-    out.push_back({op, product_float_lanes<avx2::float_lanes_range, 16>, accepts_float_lanes, "avx2", level::avx2,
-                   products_float_lanes<avx2::float_lanes_range, 16>});
+    out.push_back({op, product_float_lanes<avx2::float_lanes_range, 24>, accepts_float_lanes, "avx2", level::avx2,
+                   products_float_lanes<avx2::float_lanes_range, 24>});
     // many rows without tiles: sixteen columns in the lanes (accepts_int8_lanes: q4 from 16 rows,
     // q8 from 24; below 33 only in a call whose rows are free, else the pairs below take them)
     out.push_back({op,
