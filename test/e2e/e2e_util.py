@@ -51,14 +51,14 @@ def _ephemeral_low() -> int:
 
 def cluster_port() -> int:
     """A port for `--cluster-port` whose neighbour, the default data port (the cluster port + 1),
-    is free as well. Both lie below the kernel's ephemeral range: a port from free_port() is one
+    is free as well. Both lie below the kernel's ephemeral range where it leaves room: a port from free_port() is one
     the kernel also hands to outgoing connections, so the neighbour of one could be taken by any
     client connection between this check and the server's bind (and the server then runs with
     no data port)."""
-    low = max(2048, min(_ephemeral_low(), 65535) - 12000)
-    high = max(low + 2, min(_ephemeral_low(), 65535) - 2)
+    eph = min(_ephemeral_low(), 65535)
+    below = eph - 2 > 4096  # (else every port is ephemeral: pairs around kernel-chosen ones)
     for _ in range(200):
-        port = random.randrange(low, high)
+        port = random.randrange(max(1024, eph - 12000), eph - 2) if below else min(free_port(), 65534)
         socks = []
         try:
             for p in (port, port + 1):
@@ -71,7 +71,7 @@ def cluster_port() -> int:
         finally:
             for s in socks:
                 s.close()
-    raise RuntimeError("no free pair of ports below the ephemeral range")
+    raise RuntimeError("no pair of free neighbouring ports for a cluster port")
 
 
 # --------------------------------------------------------------------------- processes
