@@ -17,11 +17,6 @@ namespace {
 
 using json_writer = rapidjson::Writer<rapidjson::StringBuffer>;
 
-void write_number(json_writer& w, double v) {
-  if (v == std::floor(v) && std::fabs(v) < 9.0e15) w.Int64(static_cast<std::int64_t>(v));
-  else w.Double(v);
-}
-
 std::string quoted(const std::string& s) {
   rapidjson::StringBuffer buf;
   json_writer w(buf);
