@@ -273,6 +273,57 @@ TEST(FastMatmul, ManyRowFloatProductsAgreeAndMatchAcrossLevels) {
   }
 }
 
+/// The blocked products' order of additions, bit for bit, on every level this machine has: an
+/// output is a fused multiply-add chain over each run of 64 values of k (from +0), the runs'
+/// sums added in order, then the bias. Any panel or tile shape, prefetching or thread split
+/// must keep exactly these bits — what makes a prefill's rows the same on AVX2 and AVX-512
+/// machines, checked here without needing both.
+TEST(FastMatmul, ManyRowFloatProductsAddInRunsOf64) {
+  threads_guard tg;
+  std::vector<test::level_kernel> kernels;
+  for (const auto& lk : test::fast_kernels_on_this_cpu("linear"))
+    if (lk.level != "amx" && lk.claims({random_f32({33, 64}, 2), random_f32({16, 64}, 4)}, R"({"transB": true})") &&
+        !lk.claims({random_f32({16, 64}, 3), random_f32({16, 64}, 4)}, R"({"transB": true})"))
+      kernels.push_back(lk);
+  if (kernels.empty()) GTEST_SKIP() << "no many-row float kernel here";
+  unsigned seed = 4000;
+  for (int threads : {1, 2}) {
+    cpu_fast::set_kernel_threads(threads);
+    for (dtype t : {dtype::f32, dtype::bf16, dtype::f16})
+      for (std::int64_t rows : {33, 130})
+        for (std::int64_t k : {1, 63, 64, 200, 576, 4160})  // (4160: two chunks of k)
+          for (std::int64_t n : {5, 24, 70}) {
+            if (k == 4160 && (rows != 33 || n != 70)) continue;
+            SCOPED_TRACE(std::string(dtype_name(t)) + " rows " + std::to_string(rows) + " K " + std::to_string(k) + " N " +
+                         std::to_string(n) + " threads " + std::to_string(threads));
+            const tensor x = random_f32({rows, k}, ++seed);
+            const tensor w0 = random_f32({n, k}, ++seed, 0.5f);
+            const tensor w = t == dtype::f32 ? w0 : *convert_tensor(w0, t);
+            const tensor bias = random_f32({n}, ++seed);
+            const auto wf = test::values_of(w);  // (the stored values, widened exactly)
+            std::vector<float> want(std::size_t(rows * n));
+            for (std::int64_t r = 0; r < rows; ++r)
+              for (std::int64_t j = 0; j < n; ++j) {
+                float tot = 0;
+                for (std::int64_t c0 = 0; c0 < k; c0 += 64) {
+                  float run = 0;
+                  for (std::int64_t i = c0; i < std::min<std::int64_t>(k, c0 + 64); ++i)
+                    run = std::fma(x.f32()[r * k + i], float(wf[std::size_t(j * k + i)]), run);
+                  tot = c0 == 0 ? run : tot + run;
+                }
+                want[std::size_t(r * n + j)] = tot + bias.f32()[j];
+              }
+            for (const auto& lk : kernels) {
+              const auto got = run_values("linear", R"({"transB": true})", {x, w, bias}, lk.fn);
+              ASSERT_EQ(got.size(), want.size());
+              for (std::size_t e = 0; e < want.size(); ++e)
+                ASSERT_EQ(std::bit_cast<std::uint32_t>(got[e]), std::bit_cast<std::uint32_t>(want[e]))
+                    << lk.level << " at " << e << ": " << got[e] << " against " << want[e];
+            }
+          }
+  }
+}
+
 /// VNNI's many-row product (sixteen columns in the lanes, vpdpbusd) computes AVX2's lanes
 /// kernel's integers and applies the scales in the same order: the same bits, so a prefill
 /// gives the same caches on either kind of machine without tiles.
@@ -388,7 +439,9 @@ TEST(FastMatmul, ActivationQuantizationIsTheSameOnEveryLevel) {
         }
         const std::int64_t lane = r * pairs * 16 + p * 16 + (t == cpu_fast::wtype::q8 ? second * 8 : second * 4);
         EXPECT_EQ(sc[std::size_t(lane)], sb[std::size_t(r * 3 + b)]);
-        if (t == cpu_fast::wtype::q4) EXPECT_FLOAT_EQ(8 * su[std::size_t(lane)], ub[std::size_t(r * 3 + b)]);
+        if (t == cpu_fast::wtype::q4) {
+          EXPECT_FLOAT_EQ(8 * su[std::size_t(lane)], ub[std::size_t(r * 3 + b)]);
+        }
       }
   }
 }
