@@ -528,6 +528,47 @@ TEST(FastAttention, ARowIsTheSameBitsInEveryPassAndThreadCount) {
   }
 }
 
+/// The heads of a kv group that share one pass over its keys and values give the bits each
+/// gets alone: attention with kvHeads < heads against the same keys and values repeated for
+/// every head (one head a pass), bit for bit — group sizes 2 to 5 (a pass of four and one
+/// alone), heads of 64 and 128, rows either side of a 256-key chunk, f32 and half-width caches.
+TEST(FastAttention, HeadsOfAGroupTogetherGiveEachHeadsBitsAlone) {
+  threads_guard tg;
+  unsigned seed = 5000;
+  for (const auto& lk : test::fast_kernels_on_this_cpu("attention"))
+    for (int dim : {64, 128})
+      for (int group : {2, 3, 4, 5})
+        for (dtype kv : {dtype::f32, dtype::bf16, dtype::f16}) {
+          SCOPED_TRACE(lk.level + " headDim " + std::to_string(dim) + " group " + std::to_string(group) + " " +
+                       std::string(dtype_name(kv)));
+          const int kv_heads = 2, heads = kv_heads * group, keys = 300, rows = 12;
+          const tensor k = random_f32({keys, kv_heads * dim}, ++seed), v = random_f32({keys, kv_heads * dim}, ++seed);
+          const tensor q = random_f32({rows, heads * dim}, ++seed);
+          std::vector<float> kr, vr;
+          for (int s = 0; s < keys; ++s)
+            for (int h = 0; h < heads; ++h)
+              for (int i = 0; i < dim; ++i) {
+                kr.push_back(k.f32()[s * kv_heads * dim + (h / group) * dim + i]);
+                vr.push_back(v.f32()[s * kv_heads * dim + (h / group) * dim + i]);
+              }
+          auto cache = [&](const tensor& t) { return kv == dtype::f32 ? t : *convert_tensor(t, kv); };
+          const std::string common = ",\"headDim\":" + std::to_string(dim) + ",\"posOffset\":250}";
+          for (int threads : {1, 2}) {
+            cpu_fast::set_kernel_threads(threads);
+            const auto together = run_values(
+                "attention", "{\"heads\":" + std::to_string(heads) + ",\"kvHeads\":" + std::to_string(kv_heads) + common,
+                {q, cache(k), cache(v)}, lk.fn);
+            const auto alone = run_values("attention", "{\"heads\":" + std::to_string(heads) + common,
+                                          {q, cache(test::t32({keys, heads * dim}, kr)), cache(test::t32({keys, heads * dim}, vr))},
+                                          lk.fn);
+            ASSERT_EQ(together.size(), std::size_t(rows * heads * dim));
+            for (std::size_t e = 0; e < together.size(); ++e)
+              ASSERT_EQ(std::bit_cast<std::uint32_t>(together[e]), std::bit_cast<std::uint32_t>(alone[e]))
+                  << "at " << e << " (" << threads << " threads)";
+          }
+        }
+}
+
 /// Likewise a product's row: the rows a batched step or a verify pass stacks (up to 32) give
 /// each row the bits it gets alone, for every weight dtype.
 TEST(FastMatmul, ARowIsTheSameBitsAloneOrStacked) {
