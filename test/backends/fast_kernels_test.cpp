@@ -226,16 +226,23 @@ TEST(FastMatmul, ManyRowIntegerProductsAgreeWithinTheirInt8Bound) {
     }
 }
 
+/// The fast kernels here that take a 33-row float product but not a 16-row one: the blocked
+/// products (AMX aside).
+std::vector<test::level_kernel> many_row_float_kernels() {
+  std::vector<test::level_kernel> kernels;
+  for (const auto& lk : test::fast_kernels_on_this_cpu("linear"))
+    if (lk.level != "amx" && lk.claims({random_f32({33, 64}, 2), random_f32({16, 64}, 4)}, R"({"transB": true})") &&
+        !lk.claims({random_f32({16, 64}, 3), random_f32({16, 64}, 4)}, R"({"transB": true})"))
+      kernels.push_back(lk);
+  return kernels;
+}
+
 /// Float products with many rows (prefill) run as blocked products with the columns in the
 /// lanes: each output sums in order of k in runs of 64, so it stays within f32 rounding of the
 /// reference for long rows too; AVX2 and AVX-512 make the same additions, so the same bits.
 TEST(FastMatmul, ManyRowFloatProductsAgreeAndMatchAcrossLevels) {
   threads_guard tg;
-  std::vector<test::level_kernel> kernels;  // those that take a 33-row f32 product but not 16 rows
-  for (const auto& lk : test::fast_kernels_on_this_cpu("linear"))
-    if (lk.level != "amx" && lk.claims({random_f32({33, 64}, 2), random_f32({16, 64}, 4)}, R"({"transB": true})") &&
-        !lk.claims({random_f32({16, 64}, 3), random_f32({16, 64}, 4)}, R"({"transB": true})"))
-      kernels.push_back(lk);
+  const auto kernels = many_row_float_kernels();
   if (kernels.empty()) GTEST_SKIP() << "no many-row float kernel here";
   unsigned seed = 1000;
   for (int threads : {1, 2}) {
@@ -280,11 +287,7 @@ TEST(FastMatmul, ManyRowFloatProductsAgreeAndMatchAcrossLevels) {
 /// machines, checked here without needing both.
 TEST(FastMatmul, ManyRowFloatProductsAddInRunsOf64) {
   threads_guard tg;
-  std::vector<test::level_kernel> kernels;
-  for (const auto& lk : test::fast_kernels_on_this_cpu("linear"))
-    if (lk.level != "amx" && lk.claims({random_f32({33, 64}, 2), random_f32({16, 64}, 4)}, R"({"transB": true})") &&
-        !lk.claims({random_f32({16, 64}, 3), random_f32({16, 64}, 4)}, R"({"transB": true})"))
-      kernels.push_back(lk);
+  const auto kernels = many_row_float_kernels();
   if (kernels.empty()) GTEST_SKIP() << "no many-row float kernel here";
   unsigned seed = 4000;
   for (int threads : {1, 2}) {
