@@ -51,10 +51,10 @@ def _ephemeral_low() -> int:
 
 def cluster_port() -> int:
     """A port for `--cluster-port` whose neighbour, the default data port (the cluster port + 1),
-    is free as well. Both lie below the kernel's ephemeral range where it leaves room: a port from free_port() is one
-    the kernel also hands to outgoing connections, so the neighbour of one could be taken by any
-    client connection between this check and the server's bind (and the server then runs with
-    no data port)."""
+    is free as well. Both lie below the kernel's ephemeral range where it leaves room: a port
+    from free_port() is one the kernel also hands to outgoing connections, so the neighbour of
+    one could be taken by any client connection between this check and the server's bind (and
+    the server then runs with no data port)."""
     eph = min(_ephemeral_low(), 65535)
     below = eph - 2 > 4096  # (else every port is ephemeral: pairs around kernel-chosen ones)
     for _ in range(200):
