@@ -283,11 +283,19 @@ void int_range(const int_product& a, i64 n_begin, i64 n_end) {
 int_product with_q4_order(const int_product& a) {
   const i64 total = a.x.rows * a.x.k;
   auto* buf = static_cast<std::int16_t*>(kernel_scratch(scratch_slot::reordered_activations, std::size_t(total) * 2));
-  for (i64 o = 0; o < total; o += 32)
-    for (int i = 0; i < 16; ++i) {
-      buf[std::size_t(o + i)] = a.x.q[o + 2 * i];
-      buf[std::size_t(o + 16 + i)] = a.x.q[o + 2 * i + 1];
-    }
+  // within each 128-bit lane the even values to its low half, the odd to its high; then the
+  // halves of the two registers gathered
+  const __m256i pick = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,  //
+                                        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  for (i64 o = 0; o < total; o += 32) {
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x.q + o));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x.q + o + 16));
+    // [evens of v0 | odds of v0], [evens of v1 | odds of v1]
+    const __m256i s0 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v0, pick), 0xd8);
+    const __m256i s1 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(v1, pick), 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(buf + o), _mm256_permute2x128_si256(s0, s1, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(buf + o + 16), _mm256_permute2x128_si256(s0, s1, 0x31));
+  }
   int_product p = a;
   p.x.q = buf;
   return p;
