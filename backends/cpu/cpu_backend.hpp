@@ -3,7 +3,7 @@
 /// cases they handle.
 ///
 /// Reference kernels (backends/cpu/ref/) are plain, obviously-correct C++ and stay forever
-/// as the oracle. Fast kernels (backends/cpu/fast/, oneDNN or SIMD) register with an
+/// as the oracle. Fast kernels (backends/cpu/fast/: SIMD, AMX) register with an
 /// `accepts` predicate; the backend picks the first fast kernel that accepts a step, else
 /// the reference. The op test table (test/backends/op_table_test.cpp) runs every fixture
 /// on the reference-only backend and on the full backend.

@@ -14,7 +14,7 @@ namespace mpakt::cpu_fast {
 
 /// How many threads a kernel may use, the caller included (1 = no helpers). Set once at
 /// start-up (`mpakt serve --threads`, `MPAKT_THREADS`); counts against the cores the
-/// worker owns, with oneDNN's and the actor scheduler's threads (docs/architecture.md).
+/// worker owns, with the actor scheduler's threads (docs/architecture.md).
 void set_kernel_threads(int n);
 int kernel_threads();
 
