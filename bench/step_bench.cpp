@@ -5,6 +5,10 @@
 //   mpakt_step_bench MODEL_DIR [--quantize none|q8|q4] [--tokens N] [--prefill T]
 //                    [--threads N] [--repeats R] [--profile] [--kv-dtype f32|bf16|f16]
 //                    [--backend cpu|cuda] [--roofline-gbs G] [--peak-tflops P]
+//                    [--sample TEMPERATURE[,TOP_P[,TOP_K]]]
+//
+// --sample draws each decode step's token with a sample step (as a chat's generation does),
+// at that temperature and, when given, topP and topK; the default is an argmax step.
 //
 // --backend cuda runs the steps on the GPU (a build with the CUDA backend; steps it lacks run
 // on the CPU reference, as a GPU worker's do). Its decode roofline is then the device's read
@@ -144,7 +148,8 @@ int usage() {
   std::fputs(
       "usage: mpakt_step_bench MODEL_DIR [--quantize none|q8|q4] [--tokens N] [--prefill T] [--threads N]\n"
       "                        [--repeats R] [--profile] [--isa NAME] [--kv-dtype f32|bf16|f16]\n"
-      "                        [--backend cpu|cuda] [--roofline-gbs G] [--peak-tflops P]\n",
+      "                        [--backend cpu|cuda] [--roofline-gbs G] [--peak-tflops P]\n"
+      "                        [--sample TEMPERATURE[,TOP_P[,TOP_K]]]\n",
       stderr);
   return 2;
 }
@@ -158,6 +163,7 @@ int main(int argc, char** argv) {
   bool profile = false;
   std::string backend_name = "cpu";
   double roofline_gbs = 0, peak_tflops = 0;
+  std::vector<std::pair<std::string, double>> sampling;  // empty: argmax
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -172,6 +178,18 @@ int main(int argc, char** argv) {
     else if (a == "--backend") backend_name = next();
     else if (a == "--roofline-gbs") roofline_gbs = std::atof(next().c_str());
     else if (a == "--peak-tflops") peak_tflops = std::atof(next().c_str());
+    else if (a == "--sample") {
+      const std::string v = next();
+      const char* names[] = {"temperature", "topP", "topK"};
+      std::size_t at = 0;
+      for (int f = 0; f < 3 && at <= v.size(); ++f) {
+        const std::size_t comma = std::min(v.find(',', at), v.size());
+        if (comma == at) return usage();
+        sampling.emplace_back(names[f], std::atof(v.substr(at, comma - at).c_str()));
+        at = comma + 1;
+      }
+      if (at <= v.size()) return usage();
+    }
     else return usage();
   }
   if (!isa_name.empty()) {
@@ -268,6 +286,8 @@ int main(int argc, char** argv) {
   auto pre = build(models::arch_graph(*cfg, o), true);
   o.tokens = 1;
   o.last_only = false;
+  o.argmax = sampling.empty();
+  o.sample = !sampling.empty();
   auto step = build(models::arch_graph(*cfg, o), true);
   if (!pre || !step) return 1;
 
@@ -292,6 +312,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < tokens; ++i) {
       (void)step->bind_input("ids", std::span<const float>(&next, 1));
       (void)step->bind_param("pos", prefill + i);
+      for (const auto& [name, value] : sampling) (void)step->override_param("sample", name, value);
+      if (!sampling.empty()) (void)step->override_param("sample", "step", double(prefill + i));
       if (!run(*step, {})) return 1;
       if (profile && rep > 0) dec_ops.add(*step, ns);
       next = step->value("tok")->f32()[0];

@@ -1,5 +1,6 @@
 // sample: params and shape rule (runtime/ops/sample.cpp), the counter-based RNG
-// (runtime/ops/sample_rng.hpp) and the reference kernel (backends/cpu/ref/sample.cpp).
+// (runtime/ops/sample_rng.hpp), the reference kernel (backends/cpu/ref/sample.cpp) and the
+// fast kernel (backends/cpu/fast/sample.cpp), which must draw the reference's token.
 
 #include "runtime/ops/sample_params.hpp"
 
@@ -9,6 +10,7 @@
 #include <set>
 
 #include "runtime/ops/sample_rng.hpp"
+#include "test/support/levels.hpp"
 #include "test/support/op_checks.hpp"
 
 namespace mpakt {
@@ -235,6 +237,71 @@ TEST(Sample, ReportsThePenaltyFeature) {
   for (const char* p : {R"({"repetitionPenalty": 1.1})", R"({"presencePenalty": 1})", R"({"penaltyWindow": 4})", R"({"penaltyEnd": 4})",
                         R"({"frequencyPenalty": 0.5})", R"({"penaltyStart": 3})"})
     EXPECT_EQ(features_of(p), std::vector<std::string>{"sample.penalty"}) << p;
+}
+
+/// OP-SAMPLE: the fast kernel draws exactly the reference's token — its radix order of the
+/// kept logits, its reused exponentials and its early end of topP's removals change nothing —
+/// over vocabularies up to SmolLM2's, every sampling setting alone and together, penalties,
+/// rows with ties, zeros of both signs, −inf and +inf, logits that round to one float after
+/// the temperature, and a NaN (which the fast kernel hands to the reference).
+TEST(Sample, FastKernelDrawsTheReferencesToken) {
+  const auto fast = test::fast_kernels_on_this_cpu("sample");
+  ASSERT_EQ(fast.size(), 1u);
+  const char* settings[] = {
+      R"({})",
+      R"({"temperature": 0.7})",
+      R"({"temperature": 1, "topP": 0.9})",
+      R"({"temperature": 0.7, "topP": 0.5, "seed": 3})",
+      R"({"temperature": 2.5, "topP": 0.999, "seed": 9})",
+      R"({"temperature": 0.3, "topP": 0.05})",
+      R"({"temperature": 1.3, "topK": 40})",
+      R"({"temperature": 0.7, "topK": 5, "topP": 0.8, "seed": 11})",
+      R"({"temperature": 0.7, "topK": 1})",
+      R"({"temperature": 0.9, "topP": 0.9, "repetitionPenalty": 1.3, "presencePenalty": 0.5, "frequencyPenalty": 0.25})",
+  };
+  int compared = 0;
+  for (std::int64_t vocab : {1, 2, 7, 100, 5000, 49152}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const std::int64_t rows = variant == 3 ? 3 : 1;
+      tensor logits = random_f32({rows, vocab}, unsigned(vocab * 7 + variant), 4.0f);
+      float* v = logits.f32();
+      if (variant == 1 && vocab >= 7) {  // ties, zeros of both signs, −inf and +inf
+        for (std::int64_t i = 0; i < vocab; i += 3) v[i] = v[0];
+        v[1] = -0.0f, v[2] = 0.0f, v[4] = -INFINITY;
+        if (vocab >= 100) v[vocab - 1] = -INFINITY, v[50] = 0.0f, v[51] = -0.0f;
+      }
+      if (variant == 2) {  // neighbouring floats: after the temperature many round together
+        for (std::int64_t i = 0; i < vocab; ++i) v[i] = std::nextafter(1.5f, 2.0f * float(i % 2)) + float(i % 5) * 1e-7f;
+      }
+      std::vector<tensor> in = {logits};
+      tensor history = t32({8}, {3, 1, 4, 1, 5, 9, 2, 6});
+      for (const char* set : settings) {
+        const bool penalised = std::string_view(set).find("Penalty") != std::string_view::npos;
+        std::vector<tensor> inputs = in;
+        if (penalised) inputs.push_back(history);
+        for (int step : {0, 17, 123}) {
+          std::string params = set;
+          params.insert(params.size() - 1, std::string(params.size() > 2 ? ", " : "") + "\"step\": " + std::to_string(step));
+          SCOPED_TRACE("vocab " + std::to_string(vocab) + " variant " + std::to_string(variant) + " " + params);
+          EXPECT_EQ(run_values("sample", params, inputs, fast[0].fn), run_values("sample", params, inputs));
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 6 * 4 * 10 * 3);
+  // topP's cut inside a run of equal logits: which of them go (the higher ids first) decides
+  // the draws below
+  const tensor ties = t32({1, 9}, {1, 1, 1, 5, 1, 1, 1, 1, -0.5f});
+  for (int step = 0; step < 200; ++step) {
+    const std::string params = R"({"temperature": 1, "topP": 0.94, "step": )" + std::to_string(step) + "}";
+    EXPECT_EQ(run_values("sample", params, {ties}, fast[0].fn), run_values("sample", params, {ties})) << params;
+  }
+  // a NaN among the logits: the reference's choice, whatever it is
+  tensor with_nan = random_f32({1, 300}, 5, 3.0f);
+  with_nan.f32()[40] = NAN;
+  for (const char* set : {R"({"temperature": 0.7, "topP": 0.9})", R"({"temperature": 1, "topK": 3})"})
+    EXPECT_EQ(run_values("sample", set, {with_nan}, fast[0].fn), run_values("sample", set, {with_nan})) << set;
 }
 
 }  // namespace

@@ -12,5 +12,6 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out);     // matmul.cpp: matmul
 void add_attention_kernels(std::vector<cpu_kernel>& out);  // attention.cpp
 void add_simple_kernels(std::vector<cpu_kernel>& out);     // simple.cpp: swiglu, silu, rmsnorm, add, sub, mul
 void add_rope_kernels(std::vector<cpu_kernel>& out);       // rope.cpp
+void add_sample_kernels(std::vector<cpu_kernel>& out);     // sample.cpp
 
 }  // namespace mpakt::cpu_fast

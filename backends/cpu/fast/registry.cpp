@@ -11,6 +11,7 @@ std::span<const cpu_kernel> cpu_fast_kernels() {
     cpu_fast::add_attention_kernels(v);
     cpu_fast::add_simple_kernels(v);
     cpu_fast::add_rope_kernels(v);
+    cpu_fast::add_sample_kernels(v);
     return v;
   }();
   return all;

@@ -21,6 +21,7 @@
 //     u * (their total). All in double.
 
 #include "backends/cpu/ref/families.hpp"
+#include "backends/cpu/ref/sample_steps.hpp"
 #include "backends/cpu/ref/scratch_doubles.hpp"
 #include "runtime/ops/sample_params.hpp"
 #include "runtime/ops/sample_rng.hpp"
@@ -35,55 +36,7 @@ namespace mpakt::cpu_ref {
 namespace {
 
 using ops::sample_params;
-
-constexpr double removed = -std::numeric_limits<double>::infinity();
-
-/// Applies the penalties of row r to `work`; `seen` holds V stamps, -1 before the first row.
-void apply_penalties(const sample_params& p, const tensor& history, std::int64_t r, double* work, std::int64_t v,
-                     std::int32_t* seen) {
-  const std::int64_t n = history.numel();
-  const std::int64_t end_param = p.has_penalty_end ? static_cast<std::int64_t>(p.penalty_end) : n;
-  const std::int64_t end = std::min(n, end_param + r);
-  std::int64_t start = static_cast<std::int64_t>(p.penalty_start);
-  if (p.has_penalty_window) start = std::max<std::int64_t>(start, end - static_cast<std::int64_t>(p.penalty_window));
-  const float* ids = history.f32();
-  for (std::int64_t i = start; i < end; ++i) {
-    const double id = ids[i];
-    if (!(id >= 0 && id < double(v) && id == std::floor(id))) continue;  // empty slot or not a token
-    const auto tok = static_cast<std::int64_t>(id);
-    if (seen[tok] == std::int32_t(r)) continue;
-    seen[tok] = std::int32_t(r);
-    double& l = work[tok];
-    l = l < 0 ? l * p.repetition_penalty : l / p.repetition_penalty;
-    l -= p.presence_penalty;
-  }
-  if (p.frequency_penalty == 0) return;
-  for (std::int64_t i = start; i < end; ++i) {  // after the others, once per occurrence
-    const double id = ids[i];
-    if (id >= 0 && id < double(v) && id == std::floor(id)) work[static_cast<std::int64_t>(id)] -= p.frequency_penalty;
-  }
-}
-
-/// Lowest index of the maximum; NaN counts as the maximum (the first NaN wins), exactly as
-/// the argmax op decides, so temperature 0 and argmax pick the same token on any logits.
-std::int64_t argmax(const double* work, std::int64_t v) {
-  std::int64_t best = 0;
-  for (std::int64_t i = 0; i < v; ++i) {
-    if (std::isnan(work[i])) return i;
-    if (work[i] > work[best]) best = i;
-  }
-  return best;
-}
-
-/// Keeps logits >= the k-th largest.
-void keep_top_k(double* work, std::int64_t v, std::int64_t k, double* copy) {
-  if (k <= 0 || k >= v) return;
-  std::copy(work, work + v, copy);
-  std::nth_element(copy, copy + (k - 1), copy + v, std::greater<>());
-  const double kth = copy[k - 1];
-  for (std::int64_t i = 0; i < v; ++i)
-    if (work[i] < kth) work[i] = removed;
-}
+using sample_steps::removed;
 
 /// TopPLogitsWarper over the kept logits.
 void keep_top_p(double* work, std::int64_t v, double top_p, std::int32_t* order) {
@@ -139,13 +92,13 @@ status sample_kernel(const kernel_call& call) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* row = logits.f32() + r * v;
     for (std::int64_t i = 0; i < v; ++i) work[i] = row[i];
-    if (history) apply_penalties(p, *history, r, work, v, seen);
+    if (history) sample_steps::apply_penalties(p, *history, r, work, v, seen);
     std::int64_t token;
     if (p.temperature == 0) {
-      token = argmax(work, v);
+      token = sample_steps::argmax(work, v);
     } else {
       for (std::int64_t i = 0; i < v; ++i) work[i] /= p.temperature;
-      keep_top_k(work, v, static_cast<std::int64_t>(p.top_k), copy);
+      sample_steps::keep_top_k(work, v, static_cast<std::int64_t>(p.top_k), copy);
       if (p.top_p < 1) keep_top_p(work, v, p.top_p, order);
       token = draw(work, v, ops::sample_uniform(seed, step + std::uint64_t(r)));
     }
