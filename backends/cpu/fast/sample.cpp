@@ -4,7 +4,8 @@
 /// - topP's ascending order of the kept logits by a stable radix sort of their bits (as
 ///   floats; logits that round to the same float then put in order among themselves) instead
 ///   of a comparison sort, which took a third of a SmolLM2-sized decode step with topP on;
-/// - each exponential computed once and kept for the sums that use it again;
+/// - each exponential computed once and kept for the sums that use it again (topP's for the
+///   draw's too);
 /// - topP's removals stop at the first logit kept: the cumulative sum never falls again.
 /// A call whose logits hold a NaN after the penalties and the temperature goes to the
 /// reference kernel whole: a comparison sort's order is not defined by NaN values.
@@ -75,7 +76,7 @@ bool before(const double* work, std::int32_t a, std::int32_t b) { return work[a]
 
 struct buffers {
   double* copy;         ///< topK's copy of the logits
-  double* ex;           ///< exponentials kept for reuse
+  double* ex;           ///< exp(logit − max) by id, kept for reuse
   std::int32_t* order;  ///< topP's kept ids, then sorted
   std::int32_t* ids_tmp;
   std::uint32_t* keys;
@@ -101,23 +102,27 @@ void keep_top_p(double* work, std::int64_t v, double top_p, const buffers& b) {
   }
   const double m = work[b.order[n - 1]];
   double total = 0;
-  for (std::int64_t j = 0; j < n; ++j) total += b.ex[j] = std::exp(work[b.order[j]] - m);
+  for (std::int64_t j = 0; j < n; ++j) {
+    const std::int32_t i = b.order[j];
+    total += b.ex[i] = std::exp(work[i] - m);
+  }
   double cum = 0;
   for (std::int64_t j = 0; j + 1 < n; ++j) {
-    cum += b.ex[j] / total;
+    cum += b.ex[b.order[j]] / total;
     if (!(cum <= 1 - top_p)) break;  // (sums of terms ≥ 0 only grow: no later one qualifies)
     work[b.order[j]] = removed;
   }
 }
 
 /// The reference's draw: the first kept id whose cumulative exp(logit − max) exceeds u times
-/// their total, each exponential computed once.
-std::int64_t draw(const double* work, std::int64_t v, double u, double* ex) {
+/// their total, each exponential computed once — or not at all when topP left them in `ex`
+/// (`known`): it kept the ids drawn from, and its maximum is theirs.
+std::int64_t draw(const double* work, std::int64_t v, double u, double* ex, bool known) {
   double m = removed;
   for (std::int64_t i = 0; i < v; ++i) m = std::max(m, work[i]);
   double total = 0;
   for (std::int64_t i = 0; i < v; ++i)
-    if (work[i] != removed) total += ex[i] = std::exp(work[i] - m);
+    if (work[i] != removed) total += known ? ex[i] : ex[i] = std::exp(work[i] - m);
   const double target = u * total;
   double cum = 0;
   std::int64_t last = 0;
@@ -170,7 +175,7 @@ status sample_kernel(const kernel_call& call) {
       if (nan) return reference_sample()(call);
       cpu_ref::sample_steps::keep_top_k(work, v, static_cast<std::int64_t>(p.top_k), b.copy);
       if (top_p) keep_top_p(work, v, p.top_p, b);
-      token = draw(work, v, ops::sample_uniform(seed, step + std::uint64_t(r)), b.ex);
+      token = draw(work, v, ops::sample_uniform(seed, step + std::uint64_t(r)), b.ex, top_p);
     }
     call.output->f32()[r] = float(token);
   }
