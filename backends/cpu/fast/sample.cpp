@@ -160,9 +160,7 @@ status sample_kernel(const kernel_call& call) {
   const auto seed = static_cast<std::uint64_t>(p.seed);
   const auto step = static_cast<std::uint64_t>(p.step);
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* row = logits.f32() + r * v;
-    for (std::int64_t i = 0; i < v; ++i) work[i] = row[i];
-    if (history) cpu_ref::sample_steps::apply_penalties(p, *history, r, work, v, seen);
+    cpu_ref::sample_steps::penalised_row(p, logits.f32() + r * v, history, r, work, v, seen);
     std::int64_t token;
     if (p.temperature == 0) {
       token = cpu_ref::sample_steps::argmax(work, v);

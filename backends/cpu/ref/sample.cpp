@@ -90,9 +90,7 @@ status sample_kernel(const kernel_call& call) {
   const auto step = static_cast<std::uint64_t>(p.step);
 
   for (std::int64_t r = 0; r < rows; ++r) {
-    const float* row = logits.f32() + r * v;
-    for (std::int64_t i = 0; i < v; ++i) work[i] = row[i];
-    if (history) sample_steps::apply_penalties(p, *history, r, work, v, seen);
+    sample_steps::penalised_row(p, logits.f32() + r * v, history, r, work, v, seen);
     std::int64_t token;
     if (p.temperature == 0) {
       token = sample_steps::argmax(work, v);

@@ -43,6 +43,14 @@ inline void apply_penalties(const ops::sample_params& p, const tensor& history, 
   }
 }
 
+/// Row `row` (row r of the logits) in double, its penalties applied when there is a history:
+/// where every draw starts.
+inline void penalised_row(const ops::sample_params& p, const float* row, const tensor* history, std::int64_t r,
+                          double* work, std::int64_t v, std::int32_t* seen) {
+  for (std::int64_t i = 0; i < v; ++i) work[i] = row[i];
+  if (history) apply_penalties(p, *history, r, work, v, seen);
+}
+
 /// Lowest index of the maximum; NaN counts as the maximum (the first NaN wins), exactly as
 /// the argmax op decides, so temperature 0 and argmax pick the same token on any logits.
 inline std::int64_t argmax(const double* work, std::int64_t v) {
