@@ -122,7 +122,7 @@ std::int64_t draw(const double* work, std::int64_t v, double u, double* ex, bool
   for (std::int64_t i = 0; i < v; ++i) m = std::max(m, work[i]);
   double total = 0;
   for (std::int64_t i = 0; i < v; ++i)
-    if (work[i] != removed) total += known ? ex[i] : ex[i] = std::exp(work[i] - m);
+    if (work[i] != removed) total += known ? ex[i] : (ex[i] = std::exp(work[i] - m));
   const double target = u * total;
   double cum = 0;
   std::int64_t last = 0;
