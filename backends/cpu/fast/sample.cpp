@@ -180,16 +180,10 @@ status sample_kernel(const kernel_call& call) {
   return ok_status();
 }
 
-bool f32_logits(std::span<const tensor_desc> inputs, const op_params&) {
-  for (const auto& in : inputs)
-    if (in.type != dtype::f32) return false;
-  return true;
-}
-
 }  // namespace
 
 void add_sample_kernels(std::vector<cpu_kernel>& out) {
-  out.push_back({"sample", sample_kernel, f32_logits, "sorted-by-radix", cpu_isa::level::scalar});
+  out.push_back({"sample", sample_kernel, all_inputs_f32, "sorted-by-radix", cpu_isa::level::scalar});
 }
 
 }  // namespace mpakt::cpu_fast

@@ -97,30 +97,24 @@ status argmax_kernel(const kernel_call& c) {
   return ok_status();
 }
 
-bool all_f32(std::span<const tensor_desc> inputs, const op_params&) {
-  for (const auto& in : inputs)
-    if (in.type != dtype::f32) return false;
-  return true;
-}
-
 }  // namespace
 
 void add_simple_kernels(std::vector<cpu_kernel>& out) {
   using cpu_isa::level;
-  out.push_back({"swiglu", gated_kernel<avx512::swiglu_range>, all_f32, "avx512", level::avx512});
-  out.push_back({"swiglu", gated_kernel<avx2::swiglu_range>, all_f32, "avx2", level::avx2});
-  out.push_back({"silu", unary_kernel<avx512::silu_range>, all_f32, "avx512", level::avx512});
-  out.push_back({"silu", unary_kernel<avx2::silu_range>, all_f32, "avx2", level::avx2});
-  out.push_back({"rmsnorm", rmsnorm_kernel<avx512::rmsnorm_rows>, all_f32, "avx512", level::avx512});
-  out.push_back({"rmsnorm", rmsnorm_kernel<avx2::rmsnorm_rows>, all_f32, "avx2", level::avx2});
-  out.push_back({"add", binary_kernel<avx512::binary_range, 0>, all_f32, "avx512", level::avx512});
-  out.push_back({"add", binary_kernel<avx2::binary_range, 0>, all_f32, "avx2", level::avx2});
-  out.push_back({"sub", binary_kernel<avx512::binary_range, 1>, all_f32, "avx512", level::avx512});
-  out.push_back({"sub", binary_kernel<avx2::binary_range, 1>, all_f32, "avx2", level::avx2});
-  out.push_back({"mul", binary_kernel<avx512::binary_range, 2>, all_f32, "avx512", level::avx512});
-  out.push_back({"mul", binary_kernel<avx2::binary_range, 2>, all_f32, "avx2", level::avx2});
-  out.push_back({"argmax", argmax_kernel<avx512::argmax_rows>, all_f32, "avx512", level::avx512});
-  out.push_back({"argmax", argmax_kernel<avx2::argmax_rows>, all_f32, "avx2", level::avx2});
+  out.push_back({"swiglu", gated_kernel<avx512::swiglu_range>, all_inputs_f32, "avx512", level::avx512});
+  out.push_back({"swiglu", gated_kernel<avx2::swiglu_range>, all_inputs_f32, "avx2", level::avx2});
+  out.push_back({"silu", unary_kernel<avx512::silu_range>, all_inputs_f32, "avx512", level::avx512});
+  out.push_back({"silu", unary_kernel<avx2::silu_range>, all_inputs_f32, "avx2", level::avx2});
+  out.push_back({"rmsnorm", rmsnorm_kernel<avx512::rmsnorm_rows>, all_inputs_f32, "avx512", level::avx512});
+  out.push_back({"rmsnorm", rmsnorm_kernel<avx2::rmsnorm_rows>, all_inputs_f32, "avx2", level::avx2});
+  out.push_back({"add", binary_kernel<avx512::binary_range, 0>, all_inputs_f32, "avx512", level::avx512});
+  out.push_back({"add", binary_kernel<avx2::binary_range, 0>, all_inputs_f32, "avx2", level::avx2});
+  out.push_back({"sub", binary_kernel<avx512::binary_range, 1>, all_inputs_f32, "avx512", level::avx512});
+  out.push_back({"sub", binary_kernel<avx2::binary_range, 1>, all_inputs_f32, "avx2", level::avx2});
+  out.push_back({"mul", binary_kernel<avx512::binary_range, 2>, all_inputs_f32, "avx512", level::avx512});
+  out.push_back({"mul", binary_kernel<avx2::binary_range, 2>, all_inputs_f32, "avx2", level::avx2});
+  out.push_back({"argmax", argmax_kernel<avx512::argmax_rows>, all_inputs_f32, "avx512", level::avx512});
+  out.push_back({"argmax", argmax_kernel<avx2::argmax_rows>, all_inputs_f32, "avx2", level::avx2});
 }
 
 }  // namespace mpakt::cpu_fast

@@ -28,8 +28,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <limits>
 
 namespace mpakt::cpu_ref {
 
