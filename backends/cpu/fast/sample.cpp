@@ -88,7 +88,8 @@ struct buffers {
 /// in that order, removing while they are at most 1 − topP (never the largest).
 void keep_top_p(double* work, std::int64_t v, double top_p, const buffers& b) {
   std::int64_t n = 0;
-  // ids entered from the highest: the stable sort leaves equal logits higher id first
+  // ids entered from the highest, so the stable sort leaves equal keys higher id first and the
+  // runs put in order below are mostly in order already
   for (std::int64_t i = v - 1; i >= 0; --i)
     if (work[i] != removed) b.order[n++] = std::int32_t(i);
   if (n == 0) return;
@@ -156,7 +157,7 @@ status sample_kernel(const kernel_call& call) {
                   top_p ? ws.ints(std::size_t(v), 2) : nullptr,
                   top_p ? reinterpret_cast<std::uint32_t*>(ws.ints(std::size_t(v), 3)) : nullptr,
                   top_p ? reinterpret_cast<std::uint32_t*>(ws.ints(std::size_t(v), 4)) : nullptr};
-  std::fill(seen, seen + v, -1);
+  if (history) std::fill(seen, seen + v, -1);  // (only the penalties read it)
   const auto seed = static_cast<std::uint64_t>(p.seed);
   const auto step = static_cast<std::uint64_t>(p.step);
   for (std::int64_t r = 0; r < rows; ++r) {
