@@ -21,6 +21,11 @@ for s in $suites; do
   ctest --test-dir "$dir" --output-on-failure -j "${MPAKT_TEST_JOBS:-2}" --timeout 900 || failed+=("$s")
 done
 if ((${#failed[@]})); then
+  # last, so that the end of the output says what failed and why (tools/failure_digest.sh)
+  for s in "${failed[@]}"; do
+    case "$s" in main) dir=build ;; *) dir="build-$s" ;; esac
+    bash tools/failure_digest.sh "$dir" >&2
+  done
   echo "FAILED suites: ${failed[*]}" >&2
   exit 1
 fi
