@@ -1,4 +1,5 @@
-// mpakt_attention_bench: one decode step's attention kernel alone, on one thread, over layers
+// mpakt_attention_bench: one decode step's attention kernel alone (its chunks' partials and
+// their fold, as the step runs them), on one thread, over layers
 // of f32 KV caches laid out as a worker's are ([keys, kvHeads × headDim] per layer), beside
 // plain reads of the same bytes in two orders — every cache row whole and in turn, and each kv
 // head's slice of every row, a head at a time (the order the kernel reads them in). With
@@ -116,6 +117,8 @@ int main(int argc, char** argv) {
   for (auto& x : q) x = u(rng);
 
   const bool wide = level >= cpu_isa::level::avx512;
+  std::vector<float> ml, acc;
+  std::vector<cpu_fast::attention_partial> parts(std::size_t(o.kv_heads));
   float sink = 0;
   const double attention_s = best_of(o.repeats, [&] {
     for (int l = 0; l < o.layers; ++l) {
@@ -133,9 +136,20 @@ int main(int argc, char** argv) {
       a.head_dim = a.v_head_dim = o.head_dim;
       a.pos_offset = o.keys - 1;
       a.scale = 1.0f / float(o.head_dim);
+      // as a decode step runs it: every chunk's partials, then their fold per kv head
+      const std::int64_t chunks = wide ? cpu_fast::avx512::attention_chunks(a) : cpu_fast::avx2::attention_chunks(a);
+      const std::int64_t per_g = std::int64_t(o.heads / o.kv_heads) * chunks;
+      ml.resize(std::size_t(2 * o.kv_heads * per_g));
+      acc.resize(std::size_t(o.kv_heads * per_g * o.head_dim));
+      for (int g = 0; g < o.kv_heads; ++g)
+        parts[std::size_t(g)] = {ml.data() + g * per_g, ml.data() + (o.kv_heads + g) * per_g, acc.data() + g * per_g * o.head_dim};
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        if (wide) cpu_fast::avx512::attention_partials(a, 0, 1, 0, o.kv_heads, c, c + 1, parts.data());
+        else cpu_fast::avx2::attention_partials(a, 0, 1, 0, o.kv_heads, c, c + 1, parts.data());
+      }
       for (int g = 0; g < o.kv_heads; ++g) {
-        if (wide) cpu_fast::avx512::attention_rows(a, 0, 1, g);
-        else cpu_fast::avx2::attention_rows(a, 0, 1, g);
+        if (wide) cpu_fast::avx512::attention_fold(a, 0, 1, g, parts[std::size_t(g)]);
+        else cpu_fast::avx2::attention_fold(a, 0, 1, g, parts[std::size_t(g)]);
       }
       sink += out[0];
     }

@@ -33,14 +33,18 @@ namespace {
 struct level_fns {
   std::int64_t (*chunks)(const attention_args&);
   void (*rows)(const attention_args&, std::int64_t, std::int64_t, int);
-  void (*partials)(const attention_args&, std::int64_t, std::int64_t, int, std::int64_t, std::int64_t,
-                   const attention_partial&);
+  void (*partials)(const attention_args&, std::int64_t, std::int64_t, int, int, std::int64_t, std::int64_t,
+                   const attention_partial*);
   void (*fold)(const attention_args&, std::int64_t, std::int64_t, int, const attention_partial&);
 };
 
 constexpr level_fns avx2_fns{avx2::attention_chunks, avx2::attention_rows, avx2::attention_partials, avx2::attention_fold};
 constexpr level_fns avx512_fns{avx512::attention_chunks, avx512::attention_rows, avx512::attention_partials,
                                avx512::attention_fold};
+
+/// Passes of at most this many rows split a row's keys over the threads (chunk by chunk);
+/// longer ones split their rows.
+constexpr std::int64_t few_rows = 8;
 
 /// Below this many multiply-adds the caller runs everything alone.
 constexpr double parallel_min_work = 1 << 15;
@@ -100,28 +104,31 @@ status attention_kernel(const kernel_call& call) {
   const std::int64_t last_key = std::min(a.keys, a.causal && a.window == 0 ? a.pos_offset + a.rows : a.keys);
   const double work = double(a.rows) * a.heads * double(std::max<std::int64_t>(last_key, 1)) * (a.head_dim + a.v_head_dim);
   const int threads = kernel_threads();
-  if (threads <= 1 || work < parallel_min_work) {
-    // rows in runs of 64, between which a stopped run ends the kernel (runtime/interrupt.hpp);
-    // a row's bits do not depend on the rows beside it
-    const interrupt stop = current_interrupt();
-    for (int g = 0; g < a.kv_heads; ++g)
-      for (std::int64_t r = 0; r < a.rows; r += 64) {
-        if (stop.requested()) return ok_status();
-        F.rows(a, r, std::min<std::int64_t>(a.rows, r + 64), g);
-      }
-    return ok_status();
-  }
-  const std::int64_t pairs = std::int64_t(a.kv_heads) * a.rows;
+  const bool alone = threads <= 1 || work < parallel_min_work;
   const std::int64_t used_chunks = (last_key + attention_chunk - 1) / attention_chunk;
-  if (pairs >= 2 * threads || used_chunks <= 1) {
+  if (a.rows > few_rows || used_chunks <= 1) {
+    if (alone) {
+      // rows in runs of 64, between which a stopped run ends the kernel (runtime/interrupt.hpp);
+      // a row's bits do not depend on the rows beside it
+      const interrupt stop = current_interrupt();
+      for (int g = 0; g < a.kv_heads; ++g)
+        for (std::int64_t r = 0; r < a.rows; r += 64) {
+          if (stop.requested()) return ok_status();
+          F.rows(a, r, std::min<std::int64_t>(a.rows, r + 64), g);
+        }
+      return ok_status();
+    }
     // many rows: (kv head, row) pairs dealt round-robin, so causal rows of every length spread
+    const std::int64_t pairs = std::int64_t(a.kv_heads) * a.rows;
     const int parts = int(std::min<std::int64_t>(pairs, 8 * threads));
     parallel_for(parts, [&](int part) {
       for (std::int64_t i = part; i < pairs; i += parts) F.rows(a, i / a.kv_heads, i / a.kv_heads + 1, int(i % a.kv_heads));
     });
     return ok_status();
   }
-  // Few rows (decode): each (kv head, chunk) on its own, folded per kv head after.
+  // Few rows (decode, a verify pass): each chunk on its own — for every kv head, or for a
+  // slice of them when the chunks are too few to keep the threads busy — folded per kv head
+  // after. A job reads whole cache rows, so its keys and values stream in order.
   const std::int64_t chunks = F.chunks(a);
   const std::int64_t per_g = a.rows * group * chunks;
   float* ml = call.scratch->floats(std::size_t(2 * a.kv_heads * per_g), 1);
@@ -129,13 +136,27 @@ status attention_kernel(const kernel_call& call) {
   auto part_of = [&](int g) {
     return attention_partial{ml + g * per_g, ml + (a.kv_heads + g) * per_g, acc + g * per_g * a.v_head_dim};
   };
-  const std::int64_t jobs = std::int64_t(a.kv_heads) * used_chunks;
-  parallel_for(int(jobs), [&](int j) {
-    const int g = int(j / used_chunks);
-    const std::int64_t c = j % used_chunks;
+  std::vector<attention_partial> parts(std::size_t(a.kv_heads));
+  for (int g = 0; g < a.kv_heads; ++g) parts[std::size_t(g)] = part_of(g);
+  const std::int64_t slices =
+      alone ? 1 : std::clamp<std::int64_t>((2 * threads + used_chunks - 1) / used_chunks, 1, std::int64_t(a.kv_heads));
+  const std::int64_t jobs = used_chunks * slices;
+  auto job = [&](int j) {
+    const std::int64_t c = j / slices, s = j % slices;
+    const int g0 = int(a.kv_heads * s / slices), g1 = int(a.kv_heads * (s + 1) / slices);
     // the last used chunk also covers the chunks past it (empty for causal rows)
-    F.partials(a, 0, a.rows, g, c, c + 1 == used_chunks ? chunks : c + 1, part_of(g));
-  });
+    F.partials(a, 0, a.rows, g0, g1, c, c + 1 == used_chunks ? chunks : c + 1, parts.data());
+  };
+  if (alone) {
+    // chunk by chunk, between which a stopped run ends the kernel (runtime/interrupt.hpp)
+    const interrupt stop = current_interrupt();
+    for (int j = 0; j < int(jobs); ++j) {
+      if (stop.requested()) return ok_status();
+      job(j);
+    }
+  } else {
+    parallel_for(int(jobs), job);
+  }
   for (int g = 0; g < a.kv_heads; ++g) F.fold(a, 0, a.rows, g, part_of(g));
   return ok_status();
 }

@@ -166,9 +166,10 @@ void int8_product_range(const amx_int_product& a, std::int64_t nb_begin, std::in
 ///  - attention_chunks: the chunks a pass has, ceil(keys / attention_chunk).
 ///  - attention_rows: rows [t_begin, t_end) of kv head g's query heads, finished into a.out
 ///    (head_dim and v_head_dim multiples of 16, at most 256 and 512).
-///  - attention_partials / attention_fold: the partials of chunks [c_begin, c_end) for those
-///    rows (a decode step's chunks spread over threads), and their fold, in chunk order, into
-///    a.out — the same bits as attention_rows.
+///  - attention_partials / attention_fold: the partials of chunks [c_begin, c_end) for the
+///    rows' query heads of kv heads [g_begin, g_end) (parts[g] holds kv head g's; a decode
+///    step's chunks spread over threads), and their fold, in chunk order, into a.out — the
+///    same bits as attention_rows.
 ///  - swiglu_range, silu_range, binary_range: elements [begin, end); binary_range is
 ///    out = a op b (op 0 add, 1 sub, 2 mul) with b_kind 0: b has a's shape, 1: b is one row as
 ///    wide as a's `cols`, 2: b is one value — in f32, the same bits as the reference's double
@@ -186,8 +187,8 @@ void int8_product_range(const amx_int_product& a, std::int64_t nb_begin, std::in
 #define MPAKT_VECTOR_LEVEL_API                                                                                         \
   std::int64_t attention_chunks(const attention_args& a);                                                            \
   void attention_rows(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g);                      \
-  void attention_partials(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g,                   \
-                          std::int64_t c_begin, std::int64_t c_end, const attention_partial& part);                   \
+  void attention_partials(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g_begin, int g_end, \
+                          std::int64_t c_begin, std::int64_t c_end, const attention_partial* parts);                  \
   void attention_fold(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g,                       \
                       const attention_partial& part);                                                                 \
   void swiglu_range(const float* gate, const float* up, float* out, std::int64_t begin, std::int64_t end);            \
