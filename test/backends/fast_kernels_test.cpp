@@ -806,16 +806,23 @@ TEST(FastSimpleOps, ArgmaxPicksTheReferencesIndex) {
   EXPECT_FALSE(test::fast_kernels_on_this_cpu("argmax").empty() && cpu_isa::best() >= cpu_isa::level::avx2);
 }
 
-/// The rope kernel keeps its cos/sin table between steps: a table must never outlive the
-/// positions or frequencies it was made for. Two rope steps with other bases, and calls at
-/// other positions, all equal the reference kernel's bits.
+/// The rope kernel keeps its cos/sin table and plain rope's frequencies between steps: neither
+/// may outlive the positions, base, width or factor it was made for. Steps with other bases
+/// (given, and bound per call), another rotary width and a bound attention factor, and calls
+/// at other positions, all equal the reference kernel's bits.
 TEST(FastSimpleOps, RopeTableIsReusedOnlyWhereItFits) {
   const std::string graph = R"({"inputs":[{"name":"x","shape":[3,128],"bind":"x"}],"steps":[
       {"op":"rope","in":["x"],"out":"a","params":{"headDim":64,"offset":{"$bind":"pos"}}},
       {"op":"rope","in":["x"],"out":"b","params":{"headDim":64,"offset":{"$bind":"pos"}}},
       {"op":"rope","in":["x"],"out":"c","params":{"headDim":64,"offset":{"$bind":"pos"},"base":500000}},
-      {"op":"rope","in":["x"],"out":"d","params":{"headDim":64,"offset":{"$bind":"pos","add":1}}}],
-      "outputs":["a","b","c","d"]})";
+      {"op":"rope","in":["x"],"out":"d","params":{"headDim":64,"offset":{"$bind":"pos","add":1}}},
+      {"op":"rope","in":["x"],"out":"e","params":{"headDim":64,"offset":{"$bind":"pos"},"base":{"$bind":"theta"}}},
+      {"op":"rope","in":["x"],"out":"f","params":{"headDim":64,"offset":{"$bind":"pos"},"rotaryDim":32}},
+      {"op":"rope","in":["x"],"out":"g","params":{"headDim":64,"offset":{"$bind":"pos"},
+                                                 "attentionFactor":{"$bind":"factor"}}},
+      {"op":"rope","in":["x"],"out":"h","params":{"headDim":64,"offset":{"$bind":"pos"},
+                                                 "attentionFactor":{"$bind":"factor2"}}}],
+      "outputs":["a","b","c","d","e","f","g","h"]})";
   auto build = [&](backend& be) {
     auto decl = parse_graph_text(graph, true);
     EXPECT_TRUE(decl.ok());
@@ -830,16 +837,23 @@ TEST(FastSimpleOps, RopeTableIsReusedOnlyWhereItFits) {
   cpu_backend fast, ref(cpu_backend::config{true});
   auto gf = build(fast), gr = build(ref);
   const tensor x = random_f32({3, 128}, 71);
+  const double thetas[] = {10000, 10000, 1e6, 10000, 40, 40};
+  const double factors[] = {1, 1, 0.5, 2, 2, 1};
+  int call = 0;
   for (double pos : {0.0, 5.0, 5.0, 100000.0, 20000000.0, 7.0}) {
     for (auto* g : {gf.get(), gr.get()}) {
       ASSERT_TRUE(g->bind_input("x", std::span<const float>(x.f32(), 384)).ok());
       ASSERT_TRUE(g->bind_param("pos", pos).ok());
+      ASSERT_TRUE(g->bind_param("theta", thetas[call]).ok());
+      ASSERT_TRUE(g->bind_param("factor", factors[call]).ok());
+      ASSERT_TRUE(g->bind_param("factor2", 3 - factors[call]).ok());
       tensor_store store;
       tensor_store::source src(store, std::vector<std::string>{});
       ASSERT_TRUE(g->run(src).ok());
     }
-    for (const char* out : {"a", "b", "c", "d"})
+    for (const char* out : {"a", "b", "c", "d", "e", "f", "g", "h"})
       EXPECT_EQ(test::values_of(*gf->value(out)), test::values_of(*gr->value(out))) << out << " at " << pos;
+    ++call;
   }
 }
 

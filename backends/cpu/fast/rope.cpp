@@ -63,13 +63,53 @@ void rope_rows(const kernel_call& call, const float* inv, float factor, std::int
   }
 }
 
+/// The workspace slot keeping plain rope's frequencies between calls (no other kernel uses it).
+constexpr int freq_slot = 13;
+
+/// What plain rope's frequencies and factor depend on: the base in use and the width (and the
+/// attention factor, which may be bound per call).
+struct freq_key {
+  double theta, attention_factor;
+  std::int64_t rotary_dim, has_attention_factor;
+  bool operator==(const freq_key&) const = default;
+};
+
+/// The frequencies (half of them) and the factor on cos and sin for a pass reaching position
+/// seq_len − 1. Without scaling or explicit invFreq they depend on the base and the width
+/// only — every layer of every step asks for the same — so they are kept in freq_slot under
+/// their key: rope_frequencies (a pow per frequency) runs once per base instead of per call.
+const float* frequencies(const kernel_call& call, const ops::rope_params& p, std::int64_t seq_len, float& factor) {
+  const std::int64_t half = p.rotary_dim / 2;
+  const bool plain = p.inv_freq.empty() && p.scaling.type == ops::rope_scaling::kind::none;
+  if (!plain) {
+    float* inv = call.scratch->floats(std::size_t(half), 0);
+    factor = float(ops::rope_frequencies(p, seq_len, inv));
+    return inv;
+  }
+  const freq_key key{p.scaling.has_theta ? p.scaling.theta : p.base, p.has_attention_factor ? p.attention_factor : 0,
+                     p.rotary_dim, p.has_attention_factor ? 1 : 0};
+  // [key][factor][valid][inv…], the key and factor as bytes
+  constexpr std::size_t key_floats = (sizeof(freq_key) + sizeof(float) - 1) / sizeof(float);
+  float* kept = call.scratch->floats(key_floats + 2 + std::size_t(half), freq_slot);
+  float* inv = kept + key_floats + 2;
+  freq_key held;
+  std::memcpy(&held, kept, sizeof held);
+  if (kept[key_floats + 1] != 1.0f || !(held == key)) {
+    kept[key_floats] = float(ops::rope_frequencies(p, seq_len, inv));
+    std::memcpy(kept, &key, sizeof key);
+    kept[key_floats + 1] = 1.0f;
+  }
+  factor = kept[key_floats];
+  return inv;
+}
+
 status rope_cached(const kernel_call& call) {
   const auto& p = params_of<ops::rope_params>(call);
   const std::int64_t rows = call.inputs[0]->rows(), half = p.rotary_dim / 2;
   const auto offset = static_cast<std::int64_t>(p.offset);
   // The frequencies of the whole pass (dynamic scaling reads its length), then the rows.
-  const float* inv = call.scratch->floats(std::size_t(half), 0);
-  const float factor = float(ops::rope_frequencies(p, offset + rows, call.scratch->floats(std::size_t(half), 0)));
+  float factor = 1;
+  const float* inv = frequencies(call, p, offset + rows, factor);
   const std::int64_t piece = std::max<std::int64_t>(1, max_table_entries / std::max<std::int64_t>(half, 1));
   for (std::int64_t r0 = 0; r0 < rows; r0 += piece) rope_rows(call, inv, factor, r0, std::min(piece, rows - r0));
   return ok_status();
