@@ -133,11 +133,9 @@ status attention_kernel(const kernel_call& call) {
   const std::int64_t per_g = a.rows * group * chunks;
   float* ml = call.scratch->floats(std::size_t(2 * a.kv_heads * per_g), 1);
   float* acc = call.scratch->floats(std::size_t(a.kv_heads * per_g * a.v_head_dim), 2);
-  auto part_of = [&](int g) {
-    return attention_partial{ml + g * per_g, ml + (a.kv_heads + g) * per_g, acc + g * per_g * a.v_head_dim};
-  };
   std::vector<attention_partial> parts(std::size_t(a.kv_heads));
-  for (int g = 0; g < a.kv_heads; ++g) parts[std::size_t(g)] = part_of(g);
+  for (int g = 0; g < a.kv_heads; ++g)
+    parts[std::size_t(g)] = {ml + g * per_g, ml + (a.kv_heads + g) * per_g, acc + g * per_g * a.v_head_dim};
   const std::int64_t slices =
       alone ? 1 : std::clamp<std::int64_t>((2 * threads + used_chunks - 1) / used_chunks, 1, std::int64_t(a.kv_heads));
   const std::int64_t jobs = used_chunks * slices;
@@ -157,7 +155,7 @@ status attention_kernel(const kernel_call& call) {
   } else {
     parallel_for(int(jobs), job);
   }
-  for (int g = 0; g < a.kv_heads; ++g) F.fold(a, 0, a.rows, g, part_of(g));
+  for (int g = 0; g < a.kv_heads; ++g) F.fold(a, 0, a.rows, g, parts[std::size_t(g)]);
   return ok_status();
 }
 
