@@ -25,7 +25,7 @@
 namespace mpakt::cpu_fast {
 
 /// The calling thread's scratch buffers of the per-level kernels, one per use.
-enum class scratch_slot : int { reordered_activations, lane_weights, lane_scales, lane_offsets, panel, panel_sums, count };
+enum class scratch_slot : int { reordered_activations, scale_pairs, lane_weights, lane_scales, lane_offsets, panel, panel_sums, count };
 
 /// At least `bytes` of the calling thread's buffer `slot`, 64-byte aligned; its contents are
 /// not kept when it grows. It lives until the thread ends, so the steady state allocates

@@ -184,47 +184,45 @@ inline void load_w(const std::uint8_t* blk, __m256i& lo, __m256i& hi) {
   }
 }
 
+/// One tile of an integer product: activation rows [r0, r0 + RT) against weight rows
+/// [n0, n0 + NT), a weight block at a time. Each output keeps eight lanes of Σ dot·d·s in
+/// block order (one multiply-add per block) and, for q4, the offsets' Σ m·Σq·s in lane 1 of
+/// a four-lane sum; the lanes are added at the end. Every tile shape does the same operations
+/// per output in the same order, so a row has the same bits alone, batched or verified.
+///
+/// A block's scale is widened from its first four bytes and multiplied by the activations'
+/// scale before one broadcast. q4 takes its activations' scale and Σq·scale of a block as one
+/// pair (`pairs`, made by with_q4_order): the block's f16 scale and offset are widened
+/// together and one multiply gives both terms' factors — two instructions fewer a block than
+/// a broadcast of each, and no scalar chain of offsets.
 template <wtype T, int RT, int NT>
-void int_tile(const int_product& a, i64 r0, i64 n0) {
+void int_tile(const int_product& a, const float* pairs, i64 r0, i64 n0) {
   const i64 k = a.x.k, blocks = k / 32;
   __m256 acc[RT][NT];
-  float mins[RT][NT];  ///< q4: Σ over blocks of the weight's offset × the activations' Σq·scale
+  __m128 mins[RT][NT];  ///< q4: lane 1 holds Σ over blocks of the offset × the activations' Σq·scale
 #pragma GCC unroll 16
   for (int i = 0; i < RT; ++i)
 #pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) {
       acc[i][j] = _mm256_setzero_ps();
-      mins[i][j] = 0.0f;
+      mins[i][j] = _mm_setzero_ps();
     }
   const std::uint8_t* wr[NT];
 #pragma GCC unroll 16
   for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
   constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes;
-  // As in the float tiles: the weight rows ahead are asked for while these are used (decode
-  // waits on memory otherwise: the loads of the weight blocks took most of the time).
-  const i64 ahead = NT == 1 ? stream_ahead : 2 * NT * a.w_row_bytes;
-  for (i64 b = 0; b < blocks; ++b) {
+  const auto block = [&](i64 b) __attribute__((always_inline)) {
     __m256i wl[NT], wh[NT];
-    __m256 wd[NT];
-    float wm[NT];
-    if (r0 == 0) {
-#pragma GCC unroll 16
-      for (int j = 0; j < NT; ++j) _mm_prefetch(reinterpret_cast<const char*>(wr[j] + ahead + b * bb), _MM_HINT_T0);
-    }
+    __m128 dm[NT];
 #pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) {
       const std::uint8_t* blk = wr[j] + b * bb;
       load_w<T>(blk, wl[j], wh[j]);
-      if constexpr (T == wtype::q4) {
-        // scale and offset converted together
-        std::int32_t dm_bits;
-        __builtin_memcpy(&dm_bits, blk, 4);
-        const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(dm_bits));
-        wd[j] = _mm256_broadcastss_ps(dm);
-        wm[j] = _mm_cvtss_f32(_mm_movehdup_ps(dm));
-      } else {
-        wd[j] = _mm256_set1_ps(half_to_float(*reinterpret_cast<const std::uint16_t*>(blk)));
-      }
+      // the block's first four bytes widened: q4 (d, m, 0, 0); q8 d in lane 0 (lane 1 holds
+      // its first two values read as an f16, never used)
+      std::int32_t dm_bits;
+      __builtin_memcpy(&dm_bits, blk, 4);
+      dm[j] = _mm_cvtph_ps(_mm_cvtsi32_si128(dm_bits));
     }
 #pragma GCC unroll 16
     for (int i = 0; i < RT; ++i) {
@@ -232,56 +230,89 @@ void int_tile(const int_product& a, i64 r0, i64 n0) {
       const std::int16_t* xr = a.x.q + r * k + b * 32;
       const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr));
       const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + 16));
-      const __m256 xs = _mm256_set1_ps(a.x.scale[r * blocks + b]);
-      float xm = 0.0f;
-      if constexpr (T == wtype::q4) xm = a.x.sums[r * blocks + b];
+      if constexpr (T == wtype::q4) {
+        // (s, Σq·s) of this block and the next; × (d, m, 0, 0) = (d·s, m·Σq·s, 0, 0)
+        const __m128 sm = _mm_loadu_ps(pairs + (r * blocks + b) * 2);
 #pragma GCC unroll 16
-      for (int j = 0; j < NT; ++j) {
-        const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(wl[j], xl), _mm256_madd_epi16(wh[j], xh));
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(wd[j], xs), acc[i][j]);
-        if constexpr (T == wtype::q4) mins[i][j] += wm[j] * xm;
+        for (int j = 0; j < NT; ++j) {
+          const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(wl[j], xl), _mm256_madd_epi16(wh[j], xh));
+          const __m128 f = _mm_mul_ps(dm[j], sm);
+          mins[i][j] = _mm_add_ps(mins[i][j], f);
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcastss_ps(f), acc[i][j]);
+        }
+      } else {
+        const __m128 xs = _mm_load_ss(a.x.scale + r * blocks + b);
+#pragma GCC unroll 16
+        for (int j = 0; j < NT; ++j) {
+          const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(wl[j], xl), _mm256_madd_epi16(wh[j], xh));
+          const __m128 f = _mm_mul_ss(dm[j], xs);
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcastss_ps(f), acc[i][j]);
+        }
       }
     }
-  }
+  };
+  // As in the float tiles: the weight rows ahead are asked for while these are used (decode
+  // waits on memory otherwise: the loads of the weight blocks took most of the time). A q4
+  // block is 20 bytes: one request per three (60 bytes apart) still asks for every line.
+  constexpr i64 per_prefetch = T == wtype::q4 ? 3 : 1;
+  const i64 ahead = NT == 1 ? stream_ahead : 2 * NT * a.w_row_bytes;
+  i64 b = 0;
+  if (r0 == 0)
+    for (; b + per_prefetch <= blocks; b += per_prefetch) {
+#pragma GCC unroll 16
+      for (int j = 0; j < NT; ++j) _mm_prefetch(reinterpret_cast<const char*>(wr[j] + ahead + b * bb), _MM_HINT_T0);
+#pragma GCC unroll 4
+      for (i64 u = 0; u < per_prefetch; ++u) block(b + u);
+    }
+  for (; b < blocks; ++b) block(b);
 #pragma GCC unroll 16
   for (int i = 0; i < RT; ++i)
 #pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) {
       float v = hsum(acc[i][j]);
-      if constexpr (T == wtype::q4) v += mins[i][j];
+      if constexpr (T == wtype::q4) v += _mm_cvtss_f32(_mm_movehdup_ps(mins[i][j]));
       if (a.bias) v += a.bias[n0 + j];
       a.y[(r0 + i) * a.n + n0 + j] = v;
     }
 }
 
 template <wtype T, int NT, int RT>
-void int_tile_rows(const int_product& a, int rt, i64 r0, i64 n0) {
-  if (rt == RT) int_tile<T, RT, NT>(a, r0, n0);
-  else if constexpr (RT > 1) int_tile_rows<T, NT, RT - 1>(a, rt, r0, n0);
+void int_tile_rows(const int_product& a, const float* pairs, int rt, i64 r0, i64 n0) {
+  if (rt == RT) int_tile<T, RT, NT>(a, pairs, r0, n0);
+  else if constexpr (RT > 1) int_tile_rows<T, NT, RT - 1>(a, pairs, rt, r0, n0);
 }
 
 /// Columns outer, rows inner: a pair of weight rows is read from memory once (the first row
 /// tile prefetches it) and found in L1 by every later row tile of a batched or verify step.
 template <wtype T, int NT>
-void int_columns(const int_product& a, i64 n0) {
+void int_columns(const int_product& a, const float* pairs, i64 n0) {
   constexpr int RT = 2;
-  for (i64 r0 = 0; r0 < a.x.rows; r0 += RT) int_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.x.rows - r0)), r0, n0);
+  for (i64 r0 = 0; r0 < a.x.rows; r0 += RT) int_tile_rows<T, NT, RT>(a, pairs, int(min_i64(RT, a.x.rows - r0)), r0, n0);
 }
 
 /// Decode (up to 3 rows) one weight row at a time, as float_range; more rows two at a time.
 template <wtype T>
-void int_range(const int_product& a, i64 n_begin, i64 n_end) {
+void int_range(const int_product& a, const float* pairs, i64 n_begin, i64 n_end) {
   i64 n0 = n_begin;
   if (a.x.rows > 3)
-    for (; n0 + 2 <= n_end; n0 += 2) int_columns<T, 2>(a, n0);
-  for (; n0 < n_end; ++n0) int_columns<T, 1>(a, n0);
+    for (; n0 + 2 <= n_end; n0 += 2) int_columns<T, 2>(a, pairs, n0);
+  for (; n0 < n_end; ++n0) int_columns<T, 1>(a, pairs, n0);
 }
 
 /// The activations of a q4 product, each block reordered as its even values then its odd
 /// ones (load_w's order for q4), into a scratch buffer of the calling thread: rows × K values,
-/// a small cost next to the product's N × K weights.
-int_product with_q4_order(const int_product& a) {
-  const i64 total = a.x.rows * a.x.k;
+/// a small cost next to the product's N × K weights. `pairs` gets each block's scale and
+/// Σq·scale side by side (int_tile), and four zeros after the last block's pair: the tile
+/// reads a block's pair with the next one's.
+int_product with_q4_order(const int_product& a, const float*& pairs) {
+  const i64 total = a.x.rows * a.x.k, n_blocks = total / 32;
+  auto* sm = static_cast<float*>(kernel_scratch(scratch_slot::scale_pairs, std::size_t(n_blocks * 2 + 4) * 4));
+  for (i64 i = 0; i < n_blocks; ++i) {
+    sm[2 * i] = a.x.scale[i];
+    sm[2 * i + 1] = a.x.sums[i];
+  }
+  for (int i = 0; i < 4; ++i) sm[n_blocks * 2 + i] = 0.0f;
+  pairs = sm;
   auto* buf = static_cast<std::int16_t*>(kernel_scratch(scratch_slot::reordered_activations, std::size_t(total) * 2));
   // within each 128-bit lane the even values to its low half, the odd to its high; then the
   // halves of the two registers gathered
@@ -565,8 +596,13 @@ void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int16_t* 
 }
 
 void int_product_range(const int_product& a, i64 n_begin, i64 n_end) {
-  if (a.type == wtype::q8) int_range<wtype::q8>(a, n_begin, n_end);
-  else int_range<wtype::q4>(with_q4_order(a), n_begin, n_end);
+  if (a.type == wtype::q8) {
+    int_range<wtype::q8>(a, nullptr, n_begin, n_end);
+  } else {
+    const float* pairs = nullptr;
+    const int_product p = with_q4_order(a, pairs);
+    int_range<wtype::q4>(p, pairs, n_begin, n_end);
+  }
 }
 
 void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int8_t* q, float* scale, float* sums,
