@@ -57,11 +57,14 @@ constexpr std::int64_t parallel_min_macs = std::int64_t(1) << 16;
 /// (runtime/interrupt.hpp): tens of milliseconds of work each at most.
 constexpr std::int64_t interruptible_macs = std::int64_t(1) << 27;
 
-/// Splits [0, n) into ranges, multiples of 4 so every part keeps the 4-wide column tiles,
-/// and runs f(begin, end) on each over the kernel threads. Parts shrink as they go (each a
-/// 2T-th of what is left, T threads, down to max(16, n / 32T) columns), claimed in order: the
-/// big ones keep each thread on long runs of rows, and the small last ones leave a thread
-/// the OS delays, or one that drew a slower part, little for the others to wait on — a
+/// Splits [0, n) into ranges, multiples of 12 so every part keeps whole column tiles on every
+/// level (AVX-512's 4 and 2 wide, AVX2's 3 wide for batched and verify steps: parts in
+/// multiples of 4 left a column or two per part to one-column tiles, which re-read the weight
+/// row for every six activation rows — eight conversations at once lost a sixth of their speed
+/// to it), and runs f(begin, end) on each over the kernel threads. Parts shrink as they go
+/// (each a 2T-th of what is left, T threads, down to max(16, n / 32T) columns), claimed in
+/// order: the big ones keep each thread on long runs of rows, and the small last ones leave a
+/// thread the OS delays, or one that drew a slower part, little for the others to wait on — a
 /// decode pass runs a hundred or more products a token, each ending on that wait. Which
 /// thread computes a column never changes its bits.
 template <class F>
@@ -73,8 +76,8 @@ void split_columns(std::int64_t n, std::int64_t macs, F&& f) {
     // one thread: parts a stopped run can skip
     const int parts = int(std::min<std::int64_t>(n / 32, macs / interruptible_macs + 1));
     parallel_for(parts, [&](int p) {
-      const std::int64_t b = n * p / parts / 4 * 4;
-      const std::int64_t e = p + 1 == parts ? n : n * (p + 1) / parts / 4 * 4;
+      const std::int64_t b = n * p / parts / 12 * 12;
+      const std::int64_t e = p + 1 == parts ? n : n * (p + 1) / parts / 12 * 12;
       f(b, e);
     });
     return;
@@ -83,7 +86,7 @@ void split_columns(std::int64_t n, std::int64_t macs, F&& f) {
   bounds.assign(1, 0);
   const std::int64_t least = std::max<std::int64_t>(16, n / (32 * std::int64_t(threads)));
   for (std::int64_t at = 0; at < n;) {
-    std::int64_t take = std::max<std::int64_t>(least, (n - at) / (2 * std::int64_t(threads))) / 4 * 4;
+    std::int64_t take = std::max<std::int64_t>(least, (n - at) / (2 * std::int64_t(threads))) / 12 * 12;
     if (n - at - take < least) take = n - at;
     at += take;
     bounds.push_back(at);
