@@ -133,7 +133,11 @@ status attention_kernel(const kernel_call& call) {
   const std::int64_t per_g = a.rows * group * chunks;
   float* ml = call.scratch->floats(std::size_t(2 * a.kv_heads * per_g), 1);
   float* acc = call.scratch->floats(std::size_t(a.kv_heads * per_g * a.v_head_dim), 2);
-  std::vector<attention_partial> parts(std::size_t(a.kv_heads));
+  // (kept from call to call: no allocation; the helpers reach it through this reference, as a
+  // lambda names a thread_local rather than capturing it)
+  thread_local std::vector<attention_partial> kept_parts;
+  std::vector<attention_partial>& parts = kept_parts;
+  parts.resize(std::size_t(a.kv_heads));
   for (int g = 0; g < a.kv_heads; ++g)
     parts[std::size_t(g)] = {ml + g * per_g, ml + (a.kv_heads + g) * per_g, acc + g * per_g * a.v_head_dim};
   const std::int64_t slices =
