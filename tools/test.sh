@@ -14,18 +14,15 @@ for s in $suites; do bash tools/build.sh "$s"; done
 # ctest runs two tests at once: keep any OpenMP runtime a test's Python side loads (numpy,
 # tokenizers) to one thread, so they do not oversubscribe the cores.
 export OMP_NUM_THREADS=1
-failed=()
+failed=() failed_dirs=()
 for s in $suites; do
   case "$s" in main) dir=build ;; *) dir="build-$s" ;; esac
   echo "== ctest: $s ($dir)"
-  ctest --test-dir "$dir" --output-on-failure -j "${MPAKT_TEST_JOBS:-2}" --timeout 900 || failed+=("$s")
+  ctest --test-dir "$dir" --output-on-failure -j "${MPAKT_TEST_JOBS:-2}" --timeout 900 || { failed+=("$s"); failed_dirs+=("$dir"); }
 done
 if ((${#failed[@]})); then
   # last, so that the end of the output says what failed and why (tools/failure_digest.sh)
-  for s in "${failed[@]}"; do
-    case "$s" in main) dir=build ;; *) dir="build-$s" ;; esac
-    bash tools/failure_digest.sh "$dir" >&2
-  done
+  for dir in "${failed_dirs[@]}"; do bash tools/failure_digest.sh "$dir" >&2; done
   echo "FAILED suites: ${failed[*]}" >&2
   exit 1
 fi
