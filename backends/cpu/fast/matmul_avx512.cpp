@@ -28,6 +28,9 @@ inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 
 inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
 
+/// How far ahead (bytes) a one-column tile asks for its weight row's lines.
+constexpr i64 stream_ahead = 512;
+
 // ------------------------------------------------------------------ float weights
 
 /// Widening of 32 weight values starting at column k0 of one row; `part` reads a final run
@@ -125,9 +128,10 @@ void float_tile(const float_product& a, i64 r0, i64 n0) {
 
   const i64 full = k / 32 * 32;
   // Decode and small batches read the weights once per pass: the lines of the tile two tiles
-  // on — the rows after these, contiguous — are asked for while these are multiplied.
+  // on — the rows after these, contiguous — are asked for while these are multiplied; a
+  // one-column tile (decode: one sequential stream) asks stream_ahead bytes on.
   constexpr i64 elem = T == wtype::f32 ? 4 : 2;
-  const i64 ahead = 2 * NT * a.w_row_bytes;
+  const i64 ahead = NT == 1 ? stream_ahead : 2 * NT * a.w_row_bytes;
   for (i64 k0 = 0; k0 < full; k0 += 32) {
     __m512 wl[NT], wh[NT];
     if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
@@ -205,10 +209,16 @@ void float_columns(const float_product& a, i64 n0) {
   for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0);
 }
 
+/// Decode (up to 3 rows) takes one weight row at a time, so each thread reads its columns'
+/// weights as one sequential stream: on a Zen 4, tiles of four weight rows (four streams a
+/// row apart) drew 11–12 GB/s from memory on one thread where one stream drew 26, a plain
+/// read's rate (docs/performance.md). Every tile shape sums an output in the same order, so
+/// the choice never changes a bit.
 template <wtype T>
 void float_range(const float_product& a, i64 n_begin, i64 n_end) {
   i64 n0 = n_begin;
-  if (a.rows <= 4) {
+  if (a.rows <= 3) {
+  } else if (a.rows <= 4) {
     for (; n0 + 4 <= n_end; n0 += 4) float_columns<T, 4>(a, n0);
   } else {
     for (; n0 + 2 <= n_end; n0 += 2) float_columns<T, 2>(a, n0);

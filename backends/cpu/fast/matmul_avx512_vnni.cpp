@@ -34,6 +34,9 @@ using i64 = std::int64_t;
 constexpr i64 q8_bytes = 34, q4_bytes = 20;
 inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 
+/// How far ahead (bytes) a one-column tile asks for its weight row's lines.
+constexpr i64 stream_ahead = 512;
+
 struct wpair {
   __m512i q;
   __m512 d, m;       ///< m: q4 only
@@ -101,8 +104,9 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) 
   for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
   constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes;
   // Decode and small batches read the weights once per pass: the lines of the tile two tiles
-  // on (the rows after these, contiguous) are asked for while these are used.
-  const i64 ahead = 2 * NT * a.w_row_bytes;
+  // on (the rows after these, contiguous) are asked for while these are used; a one-column
+  // tile (decode: one sequential stream) asks stream_ahead bytes on.
+  const i64 ahead = NT == 1 ? stream_ahead : 2 * NT * a.w_row_bytes;
   for (i64 p = 0; p < pairs; ++p) {
     const bool single = 2 * p + 1 == blocks;
     if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
@@ -155,9 +159,17 @@ void pair_tile_rows(const int8_rows& x, const int8_pairs_product& a, int rt, i64
   else if constexpr (RT > 1) pair_tile_rows<T, NT, RT - 1>(x, a, rt, r0, n0);
 }
 
+/// Decode (up to 3 rows) takes one weight row at a time, so each thread reads its columns'
+/// weights as one sequential stream (four rows a tile, four streams a row apart, drew about
+/// half the bandwidth on a Zen 4; the float kernels, matmul_avx512.cpp, say more). The tile's
+/// shape never changes a bit.
 template <wtype T>
 void pair_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
   constexpr int RT = 4;
+  if (a.x.rows <= 3) {
+    for (i64 n = n_begin; n < n_end; ++n) pair_tile_rows<T, 1, RT>(a.x, a, int(a.x.rows), 0, n);
+    return;
+  }
   for (i64 n0 = n_begin; n0 < n_end; n0 += 4) {
     const bool four = n0 + 4 <= n_end;
     for (i64 r0 = 0; r0 < a.x.rows; r0 += RT) {
