@@ -239,14 +239,14 @@ MPAKT_VECTOR_LEVEL_API
 
 /// Activations quantized for the VNNI pair products (decode, batches, verify passes), per row
 /// as pairs of blocks of 64 bytes (q8: values in natural order as vpdpbusd's unsigned operand;
-/// q4: [even values b0, even b1, odd b0, odd b1], the signed operand) and per pair 16 lanes of
-/// scales and (q4) of Σq·scale / 8 laid out to match: int16 (max|x|/int16_levels per block) as
-/// two int8 planes, q = 256·hi + lo, two vpdpbusd per pair — int16 precision at nearly int8's
-/// cost (q8: hi + 128 and lo in [0, 255] unsigned; q4: hi and lo signed).
+/// q4: [even values b0, even b1, odd b0, odd b1], the signed operand) and per pair the scales
+/// (q8: 16 lanes laid out to match; q4: four floats [s0, S0, s1, S1] with S = Σq·s, the
+/// offset's factor): int16 (max|x|/int16_levels per block) as two int8 planes, q = 256·hi +
+/// lo, two vpdpbusd per pair — int16 precision at nearly int8's cost (q8: hi + 128 and lo in
+/// [0, 255] unsigned; q4: hi and lo signed).
 struct int8_rows {
   const std::uint8_t* q = nullptr;   ///< rows × pairs × 64: the high plane
-  const float* scale = nullptr;      ///< rows × pairs × 16
-  const float* sums = nullptr;       ///< rows × pairs × 16 (q4)
+  const float* scale = nullptr;      ///< rows × pairs × 16 (q8) or × 4 (q4)
   std::int64_t rows = 0, k = 0;
   const std::uint8_t* lo = nullptr;  ///< rows × pairs × 64: the low plane
 };
@@ -256,9 +256,10 @@ using int8_pairs_product = integer_product<int8_rows>;
 namespace avx512_vnni {
 /// Rows [r_begin, r_end) of x (stride k, a multiple of 32) for int8_pairs_range, in the
 /// two-plane int16 form (the int16 kernels' exact values); NaN scale for a block holding NaN
-/// or ±∞. hi and lo each get rows·ceil(k/64)·64 bytes, scale and sums rows·ceil(k/64)·16.
+/// or ±∞. hi and lo each get rows·ceil(k/64)·64 bytes, scale rows·ceil(k/64)·16 floats (q8)
+/// or ·4 (q4).
 void int16_split_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, wtype type,
-                               std::uint8_t* hi, std::uint8_t* lo, float* scale, float* sums);
+                               std::uint8_t* hi, std::uint8_t* lo, float* scale);
 /// Output columns [n_begin, n_end).
 void int8_pairs_range(const int8_pairs_product& a, std::int64_t n_begin, std::int64_t n_end);
 /// Output columns [n_begin, n_end) of a many-row product with int8_plain_rows activations

@@ -392,18 +392,18 @@ bool vnni_quantize(const float_product& a, workspace& ws, int8_rows& out) {
   const std::size_t plane = std::size_t(a.rows * pairs * 64);
   auto* q = reinterpret_cast<std::uint8_t*>(ws.ints(2 * plane / 4, 7));
   std::uint8_t* lo = q + plane;
-  float* scale = ws.floats(std::size_t(a.rows * pairs * 16), 7);
-  float* sums = a.type == wtype::q4 ? ws.floats(std::size_t(a.rows * pairs * 16), 8) : nullptr;
+  const std::int64_t per_pair = a.type == wtype::q4 ? 4 : 16;  // int8_rows::scale
+  float* scale = ws.floats(std::size_t(a.rows * pairs * per_pair), 7);
   const int threads = kernel_threads();
   const int qparts = int(std::min<std::int64_t>(threads, a.rows));
   auto quantize = [&](std::int64_t b, std::int64_t e) {
-    avx512_vnni::int16_split_quantize_rows(a.x, a.k, b, e, a.type, q, lo, scale, sums);
+    avx512_vnni::int16_split_quantize_rows(a.x, a.k, b, e, a.type, q, lo, scale);
   };
   if (qparts <= 1) quantize(0, a.rows);
   else parallel_for(qparts, [&](int p) { quantize(a.rows * p / qparts, a.rows * (p + 1) / qparts); });
-  for (std::int64_t i = 0; i < a.rows * pairs * 16; ++i)
+  for (std::int64_t i = 0; i < a.rows * pairs * per_pair; ++i)
     if (std::isnan(scale[i])) return false;
-  out = int8_rows{q, scale, sums, a.rows, a.k, lo};
+  out = int8_rows{q, scale, a.rows, a.k, lo};
   return true;
 }
 

@@ -39,7 +39,8 @@ constexpr i64 stream_ahead = 512;
 
 struct wpair {
   __m512i q;
-  __m512 d, m;       ///< m: q4 only
+  __m512 d;          ///< q8: the two blocks' scales, each in its eight lanes
+  __m128 h;          ///< q4: [d0, m0, d1, m1], the f16 halves of both blocks widened
   __m512i neg_corr;  ///< q8 only: −128·Σq per 4-group, where each row's sum starts
 };
 
@@ -82,9 +83,7 @@ inline wpair load_pair(const std::uint8_t* b0, bool single) {
     const __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
     w.q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     // [d0, m0, d1, m1]; lanes 0–3 and 8–11: block 2p, 4–7 and 12–15: block 2p+1
-    const __m512 h = _mm512_castps128_ps512(pair_halves(u32_at(b0) | (single ? 0ull : u32_at(b1) << 32)));
-    w.d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2), h);
-    w.m = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 1, 1, 1, 1, 3, 3, 3, 3), h);
+    w.h = pair_halves(u32_at(b0) | (single ? 0ull : u32_at(b1) << 32));
   }
   return w;
 }
@@ -94,15 +93,23 @@ inline wpair load_pair(const std::uint8_t* b0, bool single) {
 template <wtype T, int RT, int NT>
 void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) {
   const i64 blocks = x.k / 32, pairs = (blocks + 1) / 2;
-  __m512 acc[RT][NT], acc_m[RT][NT];
+  // q4: each pair's [d0·s0, m0·S0, d1·s1, m1·S1] (S = Σq·s, the activations' pair from
+  // quantize_pairs) in one four-lane multiply; its d·s lanes spread to the dot's lanes, and
+  // the whole product added to acc_m, whose lanes 1 and 3 sum the offsets' terms
+  __m512 acc[RT][NT];
+  __m128 acc_m[RT][NT];
 #pragma GCC unroll 16
   for (int i = 0; i < RT; ++i)
 #pragma GCC unroll 16
-    for (int j = 0; j < NT; ++j) acc[i][j] = acc_m[i][j] = _mm512_setzero_ps();
+    for (int j = 0; j < NT; ++j) {
+      acc[i][j] = _mm512_setzero_ps();
+      acc_m[i][j] = _mm_setzero_ps();
+    }
   const std::uint8_t* wr[NT];
 #pragma GCC unroll 16
   for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
   constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes;
+  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2);
   // Decode and small batches read the weights once per pass: the lines of the tile two tiles
   // on (the rows after these, contiguous) are asked for while these are used; a one-column
   // tile (decode: one sequential stream) asks stream_ahead bytes on.
@@ -125,9 +132,10 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) 
       const i64 r = r0 + i;
       const __m512i xq = _mm512_loadu_si512(x.q + r * pairs * 64 + p * 64);
       const __m512i xl = _mm512_loadu_si512(x.lo + r * pairs * 64 + p * 64);
-      const __m512 xs = _mm512_loadu_ps(x.scale + (r * pairs + p) * 16);
-      __m512 xm;
-      if constexpr (T == wtype::q4) xm = _mm512_loadu_ps(x.sums + (r * pairs + p) * 16);
+      __m512 xs;
+      __m128 xp;
+      if constexpr (T == wtype::q8) xs = _mm512_loadu_ps(x.scale + (r * pairs + p) * 16);
+      else xp = _mm_loadu_ps(x.scale + (r * pairs + p) * 4);
 #pragma GCC unroll 16
       for (int j = 0; j < NT; ++j) {
         __m512i dot;
@@ -137,7 +145,10 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) 
         } else {
           dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j].q, xq);
           dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8), w[j].q, xl);
-          acc_m[i][j] = _mm512_fmadd_ps(w[j].m, xm, acc_m[i][j]);
+          const __m128 f = _mm_mul_ps(w[j].h, xp);
+          acc_m[i][j] = _mm_add_ps(acc_m[i][j], f);
+          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(f)), acc[i][j]);
+          continue;
         }
         acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w[j].d, xs), acc[i][j]);
       }
@@ -147,7 +158,8 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) 
   for (int i = 0; i < RT; ++i)
 #pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) {
-      float v = _mm512_reduce_add_ps(T == wtype::q4 ? _mm512_add_ps(acc[i][j], acc_m[i][j]) : acc[i][j]);
+      float v = _mm512_reduce_add_ps(acc[i][j]);
+      if constexpr (T == wtype::q4) v += acc_m[i][j][1] + acc_m[i][j][3];
       if (a.bias) v += a.bias[n0 + j];
       a.y[(r0 + i) * a.n + n0 + j] = v;
     }
@@ -194,7 +206,7 @@ inline void store16(std::uint8_t* at, __m128i v) { _mm_storeu_si128(reinterpret_
 /// stored as h + 128; q4: h = (q + 128) >> 8 and l in [−128, 127], both signed. Nearest even
 /// throughout.
 void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, std::uint8_t* hi, std::uint8_t* lo,
-                    float* scale, float* sums) {
+                    float* scale) {
   const i64 blocks = k / 32, pairs = (blocks + 1) / 2;
   const __m512 sign = _mm512_set1_ps(-0.0f);
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -205,13 +217,12 @@ void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, s
     std::uint8_t* hr = hi + r * pairs * 64;
     std::uint8_t* lr = lo + r * pairs * 64;
     float* sr = scale + r * pairs * 16;
-    float* mr = sums ? sums + r * pairs * 16 : nullptr;
     for (i64 p = 0; p < pairs; ++p) {
       // a lone last block's partner: zero values and scales, so its lanes add nothing
       _mm512_storeu_si512(hr + p * 64, _mm512_setzero_si512());
       _mm512_storeu_si512(lr + p * 64, _mm512_setzero_si512());
-      _mm512_storeu_ps(sr + p * 16, _mm512_setzero_ps());
-      if (mr) _mm512_storeu_ps(mr + p * 16, _mm512_setzero_ps());
+      if (type == wtype::q8) _mm512_storeu_ps(sr + p * 16, _mm512_setzero_ps());
+      else _mm_storeu_ps(scale + r * pairs * 4 + p * 4, _mm_setzero_ps());
     }
     for (i64 b = 0; b < blocks; ++b) {
       const float* src = x + r * k + b * 32;
@@ -239,12 +250,8 @@ void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, s
       store16(lr + p * 64 + second * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(e, _mm512_slli_epi32(he, 8))));
       store16(lr + p * 64 + 32 + second * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(o, _mm512_slli_epi32(ho, 8))));
       const float sum = s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
-      for (int l = 0; l < 4; ++l) {
-        sr[p * 16 + second * 4 + l] = s;
-        sr[p * 16 + 8 + second * 4 + l] = s;
-        mr[p * 16 + second * 4 + l] = sum * 0.125f;
-        mr[p * 16 + 8 + second * 4 + l] = sum * 0.125f;
-      }
+      scale[r * pairs * 4 + p * 4 + second * 2] = s;
+      scale[r * pairs * 4 + p * 4 + second * 2 + 1] = sum;
     }
   }
 }
@@ -252,8 +259,8 @@ void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, s
 }  // namespace
 
 void int16_split_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, std::uint8_t* hi,
-                               std::uint8_t* lo, float* scale, float* sums) {
-  quantize_pairs(x, k, r_begin, r_end, type, hi, lo, scale, sums);
+                               std::uint8_t* lo, float* scale) {
+  quantize_pairs(x, k, r_begin, r_end, type, hi, lo, scale);
 }
 
 void int8_pairs_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
