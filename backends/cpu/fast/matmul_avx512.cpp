@@ -28,8 +28,9 @@ inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 
 inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
 
-/// How far ahead (bytes) a one-column tile asks for its weight row's lines.
-constexpr i64 stream_ahead = 512;
+/// How far ahead (bytes) a one-column tile (decode) and a two-column tile (more rows: a
+/// weight row from each half of the columns) ask for their weight rows' lines.
+constexpr i64 stream_ahead = 512, pair_ahead = 2048;
 
 /// Keeps loaded values in registers: g++ otherwise folds a row's activation load into each of
 /// a tile's multiply-adds as a memory operand, loading it once per weight row. A 512-bit load
@@ -116,11 +117,11 @@ inline __m512 reduce16(const __m512* a) {
   return _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/// RT activation rows [r0, r0+RT) times NT weight rows [n0, n0+NT): RT·NT accumulators,
+/// RT activation rows [r0, r0+RT) times NT weight rows n0, n0 + dn, …: RT·NT accumulators,
 /// each weight block widened once and used for all RT rows. The fixed-count loops are
 /// unrolled explicitly: at -O2 g++ otherwise keeps acc[][] in memory.
 template <wtype T, int RT, int NT>
-void float_tile(const float_product& a, i64 r0, i64 n0) {
+void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
   const i64 k = a.k;
   __m512 acc[RT][NT];
 #pragma GCC unroll 16
@@ -129,15 +130,14 @@ void float_tile(const float_product& a, i64 r0, i64 n0) {
     for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
   const std::uint8_t* wr[NT];
 #pragma GCC unroll 16
-  for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
+  for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j * dn) * a.w_row_bytes;
   const float* xr = a.x + r0 * k;
 
   const i64 full = k / 32 * 32;
-  // Decode and small batches read the weights once per pass: the lines of the tile two tiles
-  // on — the rows after these, contiguous — are asked for while these are multiplied; a
-  // one-column tile (decode: one sequential stream) asks stream_ahead bytes on.
+  // Decode and small batches read the weights once per pass, each weight row a sequential
+  // stream: its lines are asked for a little ahead while these are multiplied.
   constexpr i64 elem = T == wtype::f32 ? 4 : 2;
-  const i64 ahead = NT == 1 ? stream_ahead : 2 * NT * a.w_row_bytes;
+  const i64 ahead = NT == 1 ? stream_ahead : pair_ahead;
   for (i64 k0 = 0; k0 < full; k0 += 32) {
     __m512 wl[NT], wh[NT];
     if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
@@ -187,8 +187,8 @@ void float_tile(const float_product& a, i64 r0, i64 n0) {
 #pragma GCC unroll 16
       for (int j = 0; j < NT; ++j) {
         float v = sums[i * NT + j];
-        if (a.bias) v += a.bias[n0 + j];
-        a.y[(r0 + i) * a.n + n0 + j] = v;
+        if (a.bias) v += a.bias[n0 + j * dn];
+        a.y[(r0 + i) * a.n + n0 + j * dn] = v;
       }
   } else {
 #pragma GCC unroll 16
@@ -196,41 +196,41 @@ void float_tile(const float_product& a, i64 r0, i64 n0) {
 #pragma GCC unroll 16
       for (int j = 0; j < NT; ++j) {
         float v = _mm512_reduce_add_ps(acc[i][j]);
-        if (a.bias) v += a.bias[n0 + j];
-        a.y[(r0 + i) * a.n + n0 + j] = v;
+        if (a.bias) v += a.bias[n0 + j * dn];
+        a.y[(r0 + i) * a.n + n0 + j * dn] = v;
       }
   }
 }
 
 template <wtype T, int NT, int RT>
-void float_tile_rows(const float_product& a, int rt, i64 r0, i64 n0) {
-  if (rt == RT) float_tile<T, RT, NT>(a, r0, n0);
-  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, rt, r0, n0);
+void float_tile_rows(const float_product& a, int rt, i64 r0, i64 n0, i64 dn) {
+  if (rt == RT) float_tile<T, RT, NT>(a, r0, n0, dn);
+  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, rt, r0, n0, dn);
 }
 
-/// Weight rows [n0, n0+NT) against every activation row, in tiles of up to RT rows; the
-/// NT weight rows stay in L1 between tiles. RT·NT ≤ 16 accumulators fit the registers.
+/// Weight rows n0, n0 + dn, … (NT of them) against every activation row, in tiles of up to
+/// 8 rows; the weight rows stay in L1 between tiles. RT·NT ≤ 16 accumulators fit the registers.
 template <wtype T, int NT>
-void float_columns(const float_product& a, i64 n0) {
-  constexpr int RT = NT >= 4 ? 4 : 8;
-  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0);
+void float_columns(const float_product& a, i64 n0, i64 dn) {
+  constexpr int RT = 8;
+  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
 }
 
-/// Decode (up to 3 rows) takes one weight row at a time, so each thread reads its columns'
-/// weights as one sequential stream: on a Zen 4, tiles of four weight rows (four streams a
-/// row apart) drew 11–12 GB/s from memory on one thread where one stream drew 26, a plain
-/// read's rate (docs/performance.md). Every tile shape sums an output in the same order, so
-/// the choice never changes a bit.
+/// Each thread reads its columns' weights as few sequential streams: decode (up to 3 rows)
+/// one weight row at a time, more rows (batched steps, verify passes) two, one from each half
+/// of the range. On a Zen 4, tiles of adjacent weight rows (as many streams a row apart) drew
+/// 11–12 GB/s from memory on one thread where one stream drew 26, a plain read's rate, and
+/// four batched rows ran 40 % faster on the two halves' streams (docs/performance.md). Every
+/// tile sums an output in the same order, so the choice never changes a bit.
 template <wtype T>
 void float_range(const float_product& a, i64 n_begin, i64 n_end) {
   i64 n0 = n_begin;
-  if (a.rows <= 3) {
-  } else if (a.rows <= 4) {
-    for (; n0 + 4 <= n_end; n0 += 4) float_columns<T, 4>(a, n0);
-  } else {
-    for (; n0 + 2 <= n_end; n0 += 2) float_columns<T, 2>(a, n0);
+  if (a.rows > 3) {
+    const i64 half = (n_end - n_begin) / 2;
+    for (; n0 < n_begin + half; ++n0) float_columns<T, 2>(a, n0, half);
+    n0 = n_begin + 2 * half;
   }
-  for (; n0 < n_end; ++n0) float_columns<T, 1>(a, n0);
+  for (; n0 < n_end; ++n0) float_columns<T, 1>(a, n0, 1);
 }
 
 // ------------------------------------------------------------------ many rows: columns in the lanes

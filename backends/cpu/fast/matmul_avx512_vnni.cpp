@@ -34,8 +34,9 @@ using i64 = std::int64_t;
 constexpr i64 q8_bytes = 34, q4_bytes = 20;
 inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 
-/// How far ahead (bytes) a one-column tile asks for its weight row's lines.
-constexpr i64 stream_ahead = 512;
+/// How far ahead (bytes) a one-column tile (decode) and a two-column tile (more rows) ask for
+/// their weight rows' lines.
+constexpr i64 stream_ahead = 512, pair_ahead = 2048;
 
 struct wpair {
   __m512i q;
@@ -91,7 +92,7 @@ inline wpair load_pair(const std::uint8_t* b0, bool single) {
 /// The two-plane int16 form of the activations (int8_rows), two vpdpbusd per pair:
 /// 256·(hi's dot) + (lo's dot).
 template <wtype T, int RT, int NT>
-void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) {
+void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0, i64 dn) {
   const i64 blocks = x.k / 32, pairs = (blocks + 1) / 2;
   // q4: each pair's [d0·s0, m0·S0, d1·s1, m1·S1] (S = Σq·s, the activations' pair from
   // quantize_pairs) in one four-lane multiply; its d·s lanes spread to the dot's lanes, and
@@ -107,13 +108,12 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) 
     }
   const std::uint8_t* wr[NT];
 #pragma GCC unroll 16
-  for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
+  for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j * dn) * a.w_row_bytes;
   constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes;
   const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2);
-  // Decode and small batches read the weights once per pass: the lines of the tile two tiles
-  // on (the rows after these, contiguous) are asked for while these are used; a one-column
-  // tile (decode: one sequential stream) asks stream_ahead bytes on.
-  const i64 ahead = NT == 1 ? stream_ahead : 2 * NT * a.w_row_bytes;
+  // Decode and small batches read the weights once per pass, each weight row a sequential
+  // stream: its lines are asked for a little ahead while these are used.
+  const i64 ahead = NT == 1 ? stream_ahead : pair_ahead;
   for (i64 p = 0; p < pairs; ++p) {
     const bool single = 2 * p + 1 == blocks;
     if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
@@ -160,39 +160,36 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0) 
     for (int j = 0; j < NT; ++j) {
       float v = _mm512_reduce_add_ps(acc[i][j]);
       if constexpr (T == wtype::q4) v += acc_m[i][j][1] + acc_m[i][j][3];
-      if (a.bias) v += a.bias[n0 + j];
-      a.y[(r0 + i) * a.n + n0 + j] = v;
+      if (a.bias) v += a.bias[n0 + j * dn];
+      a.y[(r0 + i) * a.n + n0 + j * dn] = v;
     }
 }
 
 template <wtype T, int NT, int RT>
-void pair_tile_rows(const int8_rows& x, const int8_pairs_product& a, int rt, i64 r0, i64 n0) {
-  if (rt == RT) pair_tile<T, RT, NT>(x, a, r0, n0);
-  else if constexpr (RT > 1) pair_tile_rows<T, NT, RT - 1>(x, a, rt, r0, n0);
+void pair_tile_rows(const int8_rows& x, const int8_pairs_product& a, int rt, i64 r0, i64 n0, i64 dn) {
+  if (rt == RT) pair_tile<T, RT, NT>(x, a, r0, n0, dn);
+  else if constexpr (RT > 1) pair_tile_rows<T, NT, RT - 1>(x, a, rt, r0, n0, dn);
 }
 
-/// Decode (up to 3 rows) takes one weight row at a time, so each thread reads its columns'
-/// weights as one sequential stream (four rows a tile, four streams a row apart, drew about
-/// half the bandwidth on a Zen 4; the float kernels, matmul_avx512.cpp, say more). The tile's
-/// shape never changes a bit.
+/// Weight rows n0, n0 + dn, … (NT of them) against every activation row, in tiles of up to 4.
+template <wtype T, int NT>
+void pair_columns(const int8_pairs_product& a, i64 n0, i64 dn) {
+  constexpr int RT = 4;
+  for (i64 r0 = 0; r0 < a.x.rows; r0 += RT) pair_tile_rows<T, NT, RT>(a.x, a, int(min_i64(RT, a.x.rows - r0)), r0, n0, dn);
+}
+
+/// Each thread reads its columns' weights as few sequential streams, as the float kernels do
+/// (matmul_avx512.cpp, which says why): decode (up to 3 rows) one weight row at a time, more
+/// rows two, one from each half of the range. The tile's shape never changes a bit.
 template <wtype T>
 void pair_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
-  constexpr int RT = 4;
-  if (a.x.rows <= 3) {
-    for (i64 n = n_begin; n < n_end; ++n) pair_tile_rows<T, 1, RT>(a.x, a, int(a.x.rows), 0, n);
-    return;
+  i64 n0 = n_begin;
+  if (a.x.rows > 3) {
+    const i64 half = (n_end - n_begin) / 2;
+    for (; n0 < n_begin + half; ++n0) pair_columns<T, 2>(a, n0, half);
+    n0 = n_begin + 2 * half;
   }
-  for (i64 n0 = n_begin; n0 < n_end; n0 += 4) {
-    const bool four = n0 + 4 <= n_end;
-    for (i64 r0 = 0; r0 < a.x.rows; r0 += RT) {
-      const int rt = int(min_i64(RT, a.x.rows - r0));
-      if (four) {
-        pair_tile_rows<T, 4, RT>(a.x, a, rt, r0, n0);
-      } else {
-        for (i64 n = n0; n < n_end; ++n) pair_tile_rows<T, 1, RT>(a.x, a, rt, r0, n);
-      }
-    }
-  }
+  for (; n0 < n_end; ++n0) pair_columns<T, 1>(a, n0, 1);
 }
 
 }  // namespace
