@@ -87,7 +87,7 @@ struct widen<wtype::f16> {
 
 /// RT rows × NT weight rows, 16 values of K per step, taken eight at a time.
 template <wtype T, int RT, int NT>
-void float_tile(const float_product& a, i64 r0, i64 n0) {
+void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
   const i64 k = a.k;
   __m256 acc[RT][NT];
 #pragma GCC unroll 16
@@ -96,14 +96,14 @@ void float_tile(const float_product& a, i64 r0, i64 n0) {
     for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
   const std::uint8_t* wr[NT];
 #pragma GCC unroll 16
-  for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
+  for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j * dn) * a.w_row_bytes;
   const float* xr = a.x + r0 * k;
   const i64 full = k / 16 * 16;
   // Decode and small batches read the weights once per pass: the weight rows ahead
   // (contiguous) are asked for, a line per row every 64 bytes, while these are used — a
   // one-column tile stream_ahead on, a wider one two tiles on.
   constexpr i64 elem = T == wtype::f32 ? 4 : 2;
-  const i64 ahead = NT == 1 ? stream_ahead : 2 * NT * a.w_row_bytes;
+  const i64 ahead = NT == 1 || dn > 1 ? stream_ahead : 2 * NT * a.w_row_bytes;
   for (i64 k0 = 0; k0 < full; k0 += 16) {
     if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
       if ((k0 * elem) % 64 == 0) {
@@ -132,35 +132,43 @@ void float_tile(const float_product& a, i64 r0, i64 n0) {
     for (int j = 0; j < NT; ++j) {
       float v = hsum(acc[i][j]);
       for (i64 c = full; c < k; ++c) v += xr[i * k + c] * widen<T>::one(wr[j], c);
-      if (a.bias) v += a.bias[n0 + j];
-      a.y[(r0 + i) * a.n + n0 + j] = v;
+      if (a.bias) v += a.bias[n0 + j * dn];
+      a.y[(r0 + i) * a.n + n0 + j * dn] = v;
     }
 }
 
 template <wtype T, int NT, int RT>
-void float_tile_rows(const float_product& a, int rt, i64 r0, i64 n0) {
-  if (rt == RT) float_tile<T, RT, NT>(a, r0, n0);
-  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, rt, r0, n0);
+void float_tile_rows(const float_product& a, int rt, i64 r0, i64 n0, i64 dn) {
+  if (rt == RT) float_tile<T, RT, NT>(a, r0, n0, dn);
+  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, rt, r0, n0, dn);
 }
 
+/// Weight rows n0, n0 + dn, … (NT of them) against every activation row.
 template <wtype T, int NT>
-void float_columns(const float_product& a, i64 n0) {
-  constexpr int RT = NT == 3 ? 4 : 6;  // (NT 1: decode, and the columns left over)
-  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0);
+void float_columns(const float_product& a, i64 n0, i64 dn) {
+  constexpr int RT = NT == 3 ? 4 : NT == 2 ? 3 : 6;  // (NT 2: decode; NT 1: the columns left over)
+  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
 }
 
-/// Decode (up to 3 rows) takes one weight row at a time, so that each thread reads its
-/// columns' weights as one sequential stream: four rows a tile (four streams 1–3 KB apart)
-/// drew a tenth to a fifth less bandwidth on a Zen 3. Batched and verify steps take three
+/// Decode (up to 3 rows) reads each thread's columns as two sequential streams, a weight row
+/// from each half of its range at a time: four adjacent rows a tile (four streams 1–3 KB apart)
+/// drew a tenth to a fifth less bandwidth on a Zen 3, and one row at a time leaves a single
+/// chain of dependent multiply-adds (eight values of k per four cycles' latency), which bounds
+/// a thread below its memory's rate on a Zen 4. Batched and verify steps take three adjacent
 /// weight rows against four activation rows, the widest tile whose sums, weights and one
 /// activation fit AVX2's sixteen registers. Every tile sums each output in the same order, so
 /// the shape of the tile never changes a bit.
 template <wtype T>
 void float_range(const float_product& a, i64 n_begin, i64 n_end) {
   i64 n0 = n_begin;
-  if (a.rows > 3)
-    for (; n0 + 3 <= n_end; n0 += 3) float_columns<T, 3>(a, n0);
-  for (; n0 < n_end; ++n0) float_columns<T, 1>(a, n0);
+  if (a.rows > 3) {
+    for (; n0 + 3 <= n_end; n0 += 3) float_columns<T, 3>(a, n0, 1);
+  } else {
+    const i64 half = (n_end - n_begin) / 2;
+    for (; n0 < n_begin + half; ++n0) float_columns<T, 2>(a, n0, half);
+    n0 = n_begin + 2 * half;
+  }
+  for (; n0 < n_end; ++n0) float_columns<T, 1>(a, n0, 1);
 }
 
 // ------------------------------------------------------------------ q8/q4 weights
