@@ -216,21 +216,18 @@ void float_columns(const float_product& a, i64 n0, i64 dn) {
   for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
 }
 
-/// Each thread reads its columns' weights as few sequential streams: decode (up to 3 rows)
-/// one weight row at a time, more rows (batched steps, verify passes) two, one from each half
-/// of the range. On a Zen 4, tiles of adjacent weight rows (as many streams a row apart) drew
-/// 11–12 GB/s from memory on one thread where one stream drew 26, a plain read's rate, and
-/// four batched rows ran 40 % faster on the two halves' streams (docs/performance.md). Every
-/// tile sums an output in the same order, so the choice never changes a bit.
+/// Each thread reads its columns' weights as two sequential streams, a weight row from each
+/// half of its range at a time: two independent chains of multiply-adds per activation row,
+/// and long reads. On a Zen 4, tiles of adjacent weight rows (as many streams a row apart)
+/// drew 11–12 GB/s from memory on one thread where one stream drew 26, a plain read's rate;
+/// the two halves' rows took decode from 20 to 21–25 GB/s (38 to 53 in cache) and four batched
+/// rows 40 % faster (docs/performance.md). Every tile sums an output in the same order, so
+/// the choice never changes a bit.
 template <wtype T>
 void float_range(const float_product& a, i64 n_begin, i64 n_end) {
-  i64 n0 = n_begin;
-  if (a.rows > 3) {
-    const i64 half = (n_end - n_begin) / 2;
-    for (; n0 < n_begin + half; ++n0) float_columns<T, 2>(a, n0, half);
-    n0 = n_begin + 2 * half;
-  }
-  for (; n0 < n_end; ++n0) float_columns<T, 1>(a, n0, 1);
+  const i64 half = (n_end - n_begin) / 2;
+  for (i64 n0 = n_begin; n0 < n_begin + half; ++n0) float_columns<T, 2>(a, n0, half);
+  if ((n_end - n_begin) % 2) float_columns<T, 1>(a, n_end - 1, 1);
 }
 
 // ------------------------------------------------------------------ many rows: columns in the lanes
