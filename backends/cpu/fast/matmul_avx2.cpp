@@ -204,7 +204,7 @@ inline void load_w(const std::uint8_t* blk, __m256i& lo, __m256i& hi) {
 /// together and one multiply gives both terms' factors — two instructions fewer a block than
 /// a broadcast of each, and no scalar chain of offsets.
 template <wtype T, int RT, int NT>
-void int_tile(const int_product& a, const float* pairs, i64 r0, i64 n0) {
+void int_tile(const int_product& a, const float* pairs, i64 r0, i64 n0, i64 dn) {
   const i64 k = a.x.k, blocks = k / 32;
   __m256 acc[RT][NT];
   __m128 mins[RT][NT];  ///< q4: lane 1 holds Σ over blocks of the offset × the activations' Σq·scale
@@ -217,7 +217,7 @@ void int_tile(const int_product& a, const float* pairs, i64 r0, i64 n0) {
     }
   const std::uint8_t* wr[NT];
 #pragma GCC unroll 16
-  for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j) * a.w_row_bytes;
+  for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j * dn) * a.w_row_bytes;
   constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes;
   const auto block = [&](i64 b) __attribute__((always_inline)) {
     __m256i wl[NT], wh[NT];
@@ -263,7 +263,7 @@ void int_tile(const int_product& a, const float* pairs, i64 r0, i64 n0) {
   // waits on memory otherwise: the loads of the weight blocks took most of the time). A q4
   // block is 20 bytes: one request per three (60 bytes apart) still asks for every line.
   constexpr i64 per_prefetch = T == wtype::q4 ? 3 : 1;
-  const i64 ahead = NT == 1 ? stream_ahead : 2 * NT * a.w_row_bytes;
+  const i64 ahead = NT == 1 || dn > 1 ? stream_ahead : 2 * NT * a.w_row_bytes;
   i64 b = 0;
   if (r0 == 0)
     for (; b + per_prefetch <= blocks; b += per_prefetch) {
@@ -279,32 +279,38 @@ void int_tile(const int_product& a, const float* pairs, i64 r0, i64 n0) {
     for (int j = 0; j < NT; ++j) {
       float v = hsum(acc[i][j]);
       if constexpr (T == wtype::q4) v += _mm_cvtss_f32(_mm_movehdup_ps(mins[i][j]));
-      if (a.bias) v += a.bias[n0 + j];
-      a.y[(r0 + i) * a.n + n0 + j] = v;
+      if (a.bias) v += a.bias[n0 + j * dn];
+      a.y[(r0 + i) * a.n + n0 + j * dn] = v;
     }
 }
 
 template <wtype T, int NT, int RT>
-void int_tile_rows(const int_product& a, const float* pairs, int rt, i64 r0, i64 n0) {
-  if (rt == RT) int_tile<T, RT, NT>(a, pairs, r0, n0);
-  else if constexpr (RT > 1) int_tile_rows<T, NT, RT - 1>(a, pairs, rt, r0, n0);
+void int_tile_rows(const int_product& a, const float* pairs, int rt, i64 r0, i64 n0, i64 dn) {
+  if (rt == RT) int_tile<T, RT, NT>(a, pairs, r0, n0, dn);
+  else if constexpr (RT > 1) int_tile_rows<T, NT, RT - 1>(a, pairs, rt, r0, n0, dn);
 }
 
 /// Columns outer, rows inner: a pair of weight rows is read from memory once (the first row
 /// tile prefetches it) and found in L1 by every later row tile of a batched or verify step.
 template <wtype T, int NT>
-void int_columns(const int_product& a, const float* pairs, i64 n0) {
+void int_columns(const int_product& a, const float* pairs, i64 n0, i64 dn) {
   constexpr int RT = 2;
-  for (i64 r0 = 0; r0 < a.x.rows; r0 += RT) int_tile_rows<T, NT, RT>(a, pairs, int(min_i64(RT, a.x.rows - r0)), r0, n0);
+  for (i64 r0 = 0; r0 < a.x.rows; r0 += RT) int_tile_rows<T, NT, RT>(a, pairs, int(min_i64(RT, a.x.rows - r0)), r0, n0, dn);
 }
 
-/// Decode (up to 3 rows) one weight row at a time, as float_range; more rows two at a time.
+/// Decode (up to 3 rows) two weight rows at a time, one from each half of the range, as
+/// float_range; more rows two adjacent ones at a time.
 template <wtype T>
 void int_range(const int_product& a, const float* pairs, i64 n_begin, i64 n_end) {
   i64 n0 = n_begin;
-  if (a.x.rows > 3)
-    for (; n0 + 2 <= n_end; n0 += 2) int_columns<T, 2>(a, pairs, n0);
-  for (; n0 < n_end; ++n0) int_columns<T, 1>(a, pairs, n0);
+  if (a.x.rows > 3) {
+    for (; n0 + 2 <= n_end; n0 += 2) int_columns<T, 2>(a, pairs, n0, 1);
+  } else {
+    const i64 half = (n_end - n_begin) / 2;
+    for (; n0 < n_begin + half; ++n0) int_columns<T, 2>(a, pairs, n0, half);
+    n0 = n_begin + 2 * half;
+  }
+  for (; n0 < n_end; ++n0) int_columns<T, 1>(a, pairs, n0, 1);
 }
 
 /// The activations of a q4 product, each block reordered as its even values then its odd
