@@ -28,8 +28,8 @@ inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 
 inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
 
-/// How far ahead (bytes) a one-column tile (decode) and a two-column tile (more rows: a
-/// weight row from each half of the columns) ask for their weight rows' lines.
+/// How far ahead (bytes) a one-column tile (a range's odd last column) and a two-column tile
+/// (a weight row from each half of the range) ask for their weight rows' lines.
 constexpr i64 stream_ahead = 512, pair_ahead = 2048;
 
 /// Keeps loaded values in registers: g++ otherwise folds a row's activation load into each of

@@ -34,8 +34,8 @@ using i64 = std::int64_t;
 constexpr i64 q8_bytes = 34, q4_bytes = 20;
 inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 
-/// How far ahead (bytes) a one-column tile (decode) and a two-column tile (more rows) ask for
-/// their weight rows' lines.
+/// How far ahead (bytes) a one-column tile (a range's odd last column) and a two-column tile
+/// (a weight row from each half of the range) ask for their weight rows' lines.
 constexpr i64 stream_ahead = 512, pair_ahead = 2048;
 
 struct wpair {
