@@ -393,7 +393,7 @@ TEST(FastMatmul, ActivationQuantizationIsTheSameOnEveryLevel) {
   for (cpu_fast::wtype t : {cpu_fast::wtype::q8, cpu_fast::wtype::q4}) {
     const std::int64_t pairs = 2;  // 3 blocks of 32: a full pair and a lone block
     std::vector<std::uint8_t> hi(std::size_t(3 * pairs * 64)), lo(hi.size());
-    std::vector<float> sc(std::size_t(3 * pairs * 16));
+    std::vector<float> sc(std::size_t(3 * pairs * cpu_fast::q8_pair_scales));
     cpu_fast::avx512_vnni::int16_split_quantize_rows(x.f32(), 96, 0, 3, t, hi.data(), lo.data(), sc.data());
     for (std::int64_t r = 0; r < 3; ++r)
       for (std::int64_t b = 0; b < 3; ++b) {
@@ -408,7 +408,8 @@ TEST(FastMatmul, ActivationQuantizationIsTheSameOnEveryLevel) {
           EXPECT_EQ(256 * h + l, qb[std::size_t(r * 96 + b * 32 + i)]) << "row " << r << " block " << b << " value " << i;
         }
         // q8: the scale in the block's eight lanes; q4: [s0, Σq·s0, s1, Σq·s1] per pair
-        const std::int64_t at = t == cpu_fast::wtype::q8 ? r * pairs * 16 + p * 16 + second * 8 : r * pairs * 4 + p * 4 + second * 2;
+        const std::int64_t at = t == cpu_fast::wtype::q8 ? (r * pairs + p) * cpu_fast::q8_pair_scales + second * 8
+                                                         : (r * pairs + p) * cpu_fast::q4_pair_scales + second * 2;
         EXPECT_EQ(sc[std::size_t(at)], sb[std::size_t(r * 3 + b)]);
         if (t == cpu_fast::wtype::q4) {
           EXPECT_FLOAT_EQ(sc[std::size_t(at + 1)], ub[std::size_t(r * 3 + b)]);

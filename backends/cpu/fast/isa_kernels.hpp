@@ -244,9 +244,11 @@ MPAKT_VECTOR_LEVEL_API
 /// offset's factor): int16 (max|x|/int16_levels per block) as two int8 planes, q = 256·hi +
 /// lo, two vpdpbusd per pair — int16 precision at nearly int8's cost (q8: hi + 128 and lo in
 /// [0, 255] unsigned; q4: hi and lo signed).
+/// Floats of int8_rows::scale per pair of blocks.
+inline constexpr std::int64_t q8_pair_scales = 16, q4_pair_scales = 4;
 struct int8_rows {
   const std::uint8_t* q = nullptr;   ///< rows × pairs × 64: the high plane
-  const float* scale = nullptr;      ///< rows × pairs × 16 (q8) or × 4 (q4)
+  const float* scale = nullptr;      ///< rows × pairs × q8_pair_scales or q4_pair_scales
   std::int64_t rows = 0, k = 0;
   const std::uint8_t* lo = nullptr;  ///< rows × pairs × 64: the low plane
 };
@@ -256,8 +258,8 @@ using int8_pairs_product = integer_product<int8_rows>;
 namespace avx512_vnni {
 /// Rows [r_begin, r_end) of x (stride k, a multiple of 32) for int8_pairs_range, in the
 /// two-plane int16 form (the int16 kernels' exact values); NaN scale for a block holding NaN
-/// or ±∞. hi and lo each get rows·ceil(k/64)·64 bytes, scale rows·ceil(k/64)·16 floats (q8)
-/// or ·4 (q4).
+/// or ±∞. hi and lo each get rows·ceil(k/64)·64 bytes, scale rows·ceil(k/64) times
+/// q8_pair_scales or q4_pair_scales floats.
 void int16_split_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, wtype type,
                                std::uint8_t* hi, std::uint8_t* lo, float* scale);
 /// Output columns [n_begin, n_end).

@@ -392,7 +392,7 @@ bool vnni_quantize(const float_product& a, workspace& ws, int8_rows& out) {
   const std::size_t plane = std::size_t(a.rows * pairs * 64);
   auto* q = reinterpret_cast<std::uint8_t*>(ws.ints(2 * plane / 4, 7));
   std::uint8_t* lo = q + plane;
-  const std::int64_t per_pair = a.type == wtype::q4 ? 4 : 16;  // int8_rows::scale
+  const std::int64_t per_pair = a.type == wtype::q4 ? q4_pair_scales : q8_pair_scales;
   float* scale = ws.floats(std::size_t(a.rows * pairs * per_pair), 7);
   const int threads = kernel_threads();
   const int qparts = int(std::min<std::int64_t>(threads, a.rows));

@@ -134,23 +134,21 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0, 
       const __m512i xl = _mm512_loadu_si512(x.lo + r * pairs * 64 + p * 64);
       __m512 xs;
       __m128 xp;
-      if constexpr (T == wtype::q8) xs = _mm512_loadu_ps(x.scale + (r * pairs + p) * 16);
-      else xp = _mm_loadu_ps(x.scale + (r * pairs + p) * 4);
+      if constexpr (T == wtype::q8) xs = _mm512_loadu_ps(x.scale + (r * pairs + p) * q8_pair_scales);
+      else xp = _mm_loadu_ps(x.scale + (r * pairs + p) * q4_pair_scales);
 #pragma GCC unroll 16
       for (int j = 0; j < NT; ++j) {
-        __m512i dot;
         if constexpr (T == wtype::q8) {
-          dot = _mm512_dpbusd_epi32(w[j].neg_corr, xq, w[j].q);  // (hi + 128)·q − 128·Σq
+          __m512i dot = _mm512_dpbusd_epi32(w[j].neg_corr, xq, w[j].q);  // (hi + 128)·q − 128·Σq
           dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8), xl, w[j].q);
+          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w[j].d, xs), acc[i][j]);
         } else {
-          dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j].q, xq);
+          __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j].q, xq);
           dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8), w[j].q, xl);
           const __m128 f = _mm_mul_ps(w[j].h, xp);
           acc_m[i][j] = _mm_add_ps(acc_m[i][j], f);
           acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(f)), acc[i][j]);
-          continue;
         }
-        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w[j].d, xs), acc[i][j]);
       }
     }
   }
@@ -210,13 +208,13 @@ void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, s
   for (i64 r = r_begin; r < r_end; ++r) {
     std::uint8_t* hr = hi + r * pairs * 64;
     std::uint8_t* lr = lo + r * pairs * 64;
-    float* sr = scale + r * pairs * 16;
+    const i64 per_pair = type == wtype::q8 ? q8_pair_scales : q4_pair_scales;
+    float* sr = scale + r * pairs * per_pair;
     for (i64 p = 0; p < pairs; ++p) {
       // a lone last block's partner: zero values and scales, so its lanes add nothing
       _mm512_storeu_si512(hr + p * 64, _mm512_setzero_si512());
       _mm512_storeu_si512(lr + p * 64, _mm512_setzero_si512());
-      if (type == wtype::q8) _mm512_storeu_ps(sr + p * 16, _mm512_setzero_ps());
-      else _mm_storeu_ps(scale + r * pairs * 4 + p * 4, _mm_setzero_ps());
+      for (i64 l = 0; l < per_pair; ++l) sr[p * per_pair + l] = 0.0f;
     }
     for (i64 b = 0; b < blocks; ++b) {
       const float* src = x + r * k + b * 32;
@@ -234,7 +232,7 @@ void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, s
         store16(h + second * 32 + 16, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(i1, 8), c128)));
         store16(lr + p * 64 + second * 32, _mm512_cvtepi32_epi8(_mm512_and_si512(i0, mask)));
         store16(lr + p * 64 + second * 32 + 16, _mm512_cvtepi32_epi8(_mm512_and_si512(i1, mask)));
-        for (int l = 0; l < 8; ++l) sr[p * 16 + second * 8 + l] = s;
+        for (int l = 0; l < 8; ++l) sr[p * q8_pair_scales + second * 8 + l] = s;
         continue;
       }
       const __m512i e = _mm512_permutex2var_epi32(i0, even, i1), o = _mm512_permutex2var_epi32(i0, odd, i1);
@@ -244,8 +242,8 @@ void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, s
       store16(lr + p * 64 + second * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(e, _mm512_slli_epi32(he, 8))));
       store16(lr + p * 64 + 32 + second * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(o, _mm512_slli_epi32(ho, 8))));
       const float sum = s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
-      scale[r * pairs * 4 + p * 4 + second * 2] = s;
-      scale[r * pairs * 4 + p * 4 + second * 2 + 1] = sum;
+      sr[p * q4_pair_scales + second * 2] = s;
+      sr[p * q4_pair_scales + second * 2 + 1] = sum;
     }
   }
 }
