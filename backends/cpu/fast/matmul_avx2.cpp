@@ -371,6 +371,7 @@ void pack_lanes(const int8_lanes_product& a, i64 n0, int nc, __m256i* wv, float*
   const __m128i nib = _mm_set1_epi8(0x0f);
   for (i64 b = 0; b < blocks; ++b) {
     __m256i col[8];
+#pragma GCC unroll 8
     for (int c = 0; c < lane_cols; ++c) {
       if (c >= nc) {
         col[c] = _mm256_setzero_si256();
@@ -391,6 +392,7 @@ void pack_lanes(const int8_lanes_product& a, i64 n0, int nc, __m256i* wv, float*
       }
     }
     transpose8(col);
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       if constexpr (T == wtype::q8) {
         _mm256_store_si256(wv + b * regs + j, _mm256_abs_epi8(col[j]));

@@ -288,6 +288,7 @@ void pack16(const int8_lanes_product& a, i64 n0, int nc, __m512i* wv, float* d, 
   const __m256i offset = _mm256_set1_epi8(char(0x80));
   for (i64 b = 0; b < blocks; ++b) {
     __m256i col[lane16];
+#pragma GCC unroll 16
     for (int c = 0; c < lane16; ++c) {
       if (c >= nc) {
         col[c] = _mm256_setzero_si256();
@@ -308,6 +309,7 @@ void pack16(const int8_lanes_product& a, i64 n0, int nc, __m512i* wv, float* d, 
     }
     transpose8(col);
     transpose8(col + 8);
+#pragma GCC unroll 16
     for (int j = 0; j < 8; ++j) _mm512_storeu_si512(wv + b * 8 + j, _mm512_inserti64x4(_mm512_castsi256_si512(col[j]), col[8 + j], 1));
   }
 }
