@@ -68,21 +68,26 @@ constexpr i64 tile_elems = 16 * 32;  // bf16 values in one B tile
 /// Transposes a 16 × 16 matrix of 32-bit values held as 16 rows.
 inline void transpose16(__m512i r[16]) {
   __m512i t[16];
+#pragma GCC unroll 16
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
     t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
   }
+#pragma GCC unroll 16
   for (int i = 0; i < 16; i += 4) {
     r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
     r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
     r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
     r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
   }
+#pragma GCC unroll 16
   for (int h = 0; h < 16; h += 8)
+#pragma GCC unroll 16
     for (int i = 0; i < 4; ++i) {
       t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
       t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xdd);
     }
+#pragma GCC unroll 16
   for (int i = 0; i < 8; ++i) {
     r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
     r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
@@ -95,6 +100,7 @@ inline void write_tile(const float* c, const amx_product& a, i64 n0, i64 m0) {
   const i64 rows = a.rows - m0 < 16 ? a.rows - m0 : 16;
   const i64 cols = a.n - n0 < 16 ? a.n - n0 : 16;
   __m512i r[16];
+#pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(c + i * 16);
   transpose16(r);
   const __mmask16 mask = __mmask16(cols == 16 ? 0xffff : (1u << cols) - 1);
@@ -175,6 +181,7 @@ void pack_activations(const float* x, i64 rows, i64 k, i64 m_begin, i64 m_end, s
       transpose16(l);
       std::uint16_t* th = hi + (mb * kb_count + kb) * tile_elems;
       std::uint16_t* tl = lo + (mb * kb_count + kb) * tile_elems;
+#pragma GCC unroll 16
       for (int r = 0; r < 16; ++r) {
         _mm512_storeu_si512(th + r * 32, h[r]);
         _mm512_storeu_si512(tl + r * 32, l[r]);
@@ -280,12 +287,14 @@ inline void fold_block(const amx_int_product& a, const std::int32_t* c, i64 mb, 
                        __m512* acc) {
   const i64 blocks = a.k / 32;
   const __m512 xs = _mm512_loadu_ps(a.xs + (mb * blocks + b) * 16);
+#pragma GCC unroll 16
   for (int r = 0; r < 16; ++r) {
     const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(c + r * 16));
     acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(_mm512_set1_ps(d[b * 16 + r]), xs), acc[r]);
   }
   if (a.type == wtype::q4) {
     const __m512 xm = _mm512_loadu_ps(a.xsum + (mb * blocks + b) * 16);
+#pragma GCC unroll 16
     for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(m[b * 16 + r]), xm, acc[r]);
   }
 }
@@ -352,6 +361,7 @@ void int8_product_range(const amx_int_product& a, i64 nb_begin, i64 nb_end) {
     unpack_weights(a, n0, wq, d, m);
     for (i64 mb = 0; mb < m_blocks; ++mb) {
       __m512 acc[16];
+#pragma GCC unroll 16
       for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
       // two C tiles in turn: block b+1's product runs while block b's is folded in
       alignas(64) std::int32_t c[16 * 16];
@@ -368,6 +378,7 @@ void int8_product_range(const amx_int_product& a, i64 nb_begin, i64 nb_end) {
       }
       // acc[weight row] holds activation rows in lanes: written transposed, with the bias
       __m512i r[16];
+#pragma GCC unroll 16
       for (int i = 0; i < 16; ++i) r[i] = _mm512_castps_si512(acc[i]);
       transpose16(r);
       const i64 rows = a.rows - mb * 16 < 16 ? a.rows - mb * 16 : 16;
