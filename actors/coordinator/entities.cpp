@@ -254,12 +254,14 @@ graph_actor spawn_graph(caf::actor_system& sys, std::string graph_id, std::strin
           if (compiled_on(w)) {
             run(std::move(r));
           } else {
+            // (the call, whose bindings may be large, waits for the compile behind a pointer)
+            auto held = std::make_shared<run_request>(std::move(r));
             self->request(w, self->state.t.graph, compile_atom::value, compile_request{self->state.id, self->state.graph_json})
                 .then(
                     [=](compile_reply&) mutable {
                       if (!self->state.runs.calls.count(call)) return;  // answered: the graph was deleted
                       self->state.compiled_on.push_back(w.address());
-                      run(r);
+                      run(std::move(*held));
                     },
                     [=](caf::error& e) mutable {
                       if (auto rp = self->state.runs.close(call)) rp->deliver(caf::error(e));

@@ -117,7 +117,7 @@ void run_on(coordinator_pointer self, caf::typed_response_promise<run_reply> rp,
       if (multi) e.journal_broken = "a multi-session graph ran on it";
       else if (!journaled) e.journal_broken = "a call ran on it while its checkpoint was being taken";
       else if (e.journal.size() >= max_journal) e.journal_broken = "more than " + std::to_string(max_journal) + " calls since the checkpoint";
-      else if (e.journal_broken.empty()) e.journal.push_back(*journaled);
+      else if (e.journal_broken.empty()) e.journal.push_back(std::move(*journaled));  // (settled once: moved, not copied)
     }
     rp.deliver(std::move(reply));
   };
@@ -158,8 +158,10 @@ void run_on(coordinator_pointer self, caf::typed_response_promise<run_reply> rp,
 /// The worker to use when a graph names no session or weights: the one with most free
 /// among those offering every op and feature the graph uses.
 void with_any_worker(coordinator_pointer self, std::vector<std::string> needs, std::function<void(result<worker_actor>)> k) {
+  // (one callback shared by both handlers: what it holds is never copied)
+  auto kp = std::make_shared<std::function<void(result<worker_actor>)>>(std::move(k));
   self->request(self->state.pool, std::chrono::seconds(10), pick_atom::value, std::uint64_t(0), std::move(needs))
-      .then([k](worker_actor& w, worker_status&) { k(w); }, [k](caf::error& e) { k(from_caf(e)); });
+      .then([kp](worker_actor& w, worker_status&) { (*kp)(w); }, [kp](caf::error& e) { (*kp)(from_caf(e)); });
 }
 
 caf::result<run_reply> run_graph(coordinator_pointer self, const caller& who, graph_call& call) {
@@ -222,9 +224,12 @@ caf::result<run_reply> run_graph(coordinator_pointer self, const caller& who, gr
   if (r->worker) {
     run_on(self, rp, std::move(req), r->worker, std::nullopt, requester);
   } else {
+    // The request may hold a body of hundreds of MB (an inline graph with its inputs): it
+    // waits for the pick behind a pointer, so the callbacks that carry it copy none of it.
+    auto held = std::make_shared<run_request>(std::move(req));
     with_any_worker(self, call.refs.needs, [=](result<worker_actor> w) mutable {
       if (!w) fail(self, rp, to_caf(w.err()));
-      else run_on(self, rp, std::move(req), *w, std::nullopt, requester);
+      else run_on(self, rp, std::move(*held), *w, std::nullopt, requester);
     });
   }
   return rp;

@@ -18,10 +18,12 @@ void decode_resolved(caf::event_based_actor* self, const coordinator_actor& coor
     if (!call) return k(call);
     auto ids = tensor_ids(call->refs);
     if (ids.empty()) return k(call);
+    // (the decoded call, as big as its body, waits for the answer behind a pointer: not copied)
+    auto held = std::make_shared<result<Call>>(std::move(call));
     self->request(coord, std::chrono::seconds(30), resolve_atom::value, who, std::move(ids))
         .then(
-            [self, body, decode, heavy, k, call](std::vector<std::string>& triples) mutable {
-              if (triples.empty()) return k(call);
+            [self, body, decode, heavy, k, held](std::vector<std::string>& triples) mutable {
+              if (triples.empty()) return k(*held);
               auto aliases = std::make_shared<weight_aliases>();
               for (std::size_t i = 0; i + 2 < triples.size(); i += 3) (*aliases)[triples[i]] = {triples[i + 1], triples[i + 2]};
               maybe_off_thread<result<Call>>(self, heavy, [body, decode, aliases] { return decode(*body, *aliases); }, k);
