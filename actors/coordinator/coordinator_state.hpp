@@ -97,10 +97,12 @@ struct graph_entry : owned {
   worker_actor worker;           ///< where it was validated
 };
 
-/// A session checkpoint held here (the one bulk copy the coordinator keeps on purpose).
+/// A session checkpoint held here (the one bulk copy the coordinator keeps on purpose). Shared
+/// and never changed: a restore copies it for the worker on a helper thread, which the pointer
+/// keeps it alive for even if the session is deleted meanwhile.
 struct checkpoint_entry {
   std::string key_id;
-  session_dump dump;
+  std::shared_ptr<const session_dump> dump;
   std::uint64_t steps = 0;
 };
 

@@ -7,6 +7,7 @@
 #include "actors/errors.hpp"
 #include "actors/generate/gen_values.hpp"
 #include "actors/loader/source.hpp"
+#include "actors/off_thread.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/json.hpp"
 #include "runtime/log.hpp"
@@ -82,6 +83,11 @@ static void replay_journal(coordinator_pointer self, std::string sid, std::size_
   self->request(it->second.actor, timeout, run_atom::value, call, g->second.actor).then(next, fail);
 }
 
+namespace {
+void send_checkpoint(coordinator_pointer self, const std::string& sid, const worker_actor& target, session_dump dump,
+                     std::function<void(caf::error)> done);
+}  // namespace
+
 void put_checkpoint_back(coordinator_pointer self, const std::string& sid, const worker_actor& target,
                          std::function<void(caf::error)> done) {
   auto& S = self->state;
@@ -90,7 +96,24 @@ void put_checkpoint_back(coordinator_pointer self, const std::string& sid, const
   auto deleted = [sid] { return to_caf(errc::not_found, "session " + sid + " was deleted during the restore"); };
   auto ck = S.checkpoints.find(sid);
   if (ck == S.checkpoints.end() || !S.sessions.count(sid)) return done(deleted());
-  self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, ck->second.dump)
+  // The worker's message needs a copy of its own (the checkpoint stays here): a big one is
+  // made on a helper thread, as copying hundreds of MB on this one would hold up every other
+  // call to the coordinator meanwhile.
+  const std::shared_ptr<const session_dump> kept = ck->second.dump;
+  maybe_off_thread<result<session_dump>>(
+      self, kept->bytes >= off_thread_bytes, [kept] { return result<session_dump>(*kept); },
+      [=](result<session_dump>& copy) mutable {
+        if (!copy) return done(to_caf(copy.err()));
+        send_checkpoint(self, sid, target, std::move(*copy), std::move(done));
+      });
+}
+
+namespace {
+void send_checkpoint(coordinator_pointer self, const std::string& sid, const worker_actor& target, session_dump dump,
+                     std::function<void(caf::error)> done) {
+  auto& S = self->state;
+  auto deleted = [sid] { return to_caf(errc::not_found, "session " + sid + " was deleted during the restore"); };
+  self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, std::move(dump))
       .then(
           [=](bool) {
             auto& S = self->state;
@@ -108,6 +131,7 @@ void put_checkpoint_back(coordinator_pointer self, const std::string& sid, const
           },
           [=](caf::error& e) { done(e); });
 }
+}  // namespace
 
 static void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish);
 
@@ -192,7 +216,7 @@ static void restore_target(coordinator_pointer self, const std::string& sid, std
   for (const auto& call : e.journal)
     for (const auto& mid : models_read(self, call))
       if (auto m = S.models.find(mid); m != S.models.end() && !S.is_lost(m->second.worker)) return k(m->second.worker);
-  self->request(S.pool, S.cfg.timeouts.control, pick_atom::value, S.checkpoints.at(sid).dump.bytes)
+  self->request(S.pool, S.cfg.timeouts.control, pick_atom::value, S.checkpoints.at(sid).dump->bytes)
       .then([k](worker_actor& w, worker_status&) { k(w); }, [k](caf::error&) { k(worker_actor{}); });
 }
 

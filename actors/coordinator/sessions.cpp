@@ -172,7 +172,7 @@ caf::result<checkpoint_reply> checkpoint_session(coordinator_pointer self, const
             auto& S = self->state;
             std::uint64_t held = 0;
             for (const auto& [sid, c] : S.checkpoints)
-              if (c.key_id == who.key_id && sid != id) held += c.dump.bytes;
+              if (c.key_id == who.key_id && sid != id) held += c.dump->bytes;
             const std::uint64_t budget = S.cfg.durable_budget_bytes;
             if (held + info.bytes > budget) {
               fail(self, rp, to_caf(errc::too_large, "checkpoint of session " + id + " needs " + std::to_string(info.bytes) +
@@ -186,7 +186,7 @@ caf::result<checkpoint_reply> checkpoint_session(coordinator_pointer self, const
                       // Only a complete copy replaces the previous checkpoint (CKP-07).
                       const std::size_t n = d.tensors.size();
                       const std::uint64_t bytes = d.bytes;
-                      self->state.checkpoints[id] = checkpoint_entry{who.key_id, std::move(d), steps};
+                      self->state.checkpoints[id] = checkpoint_entry{who.key_id, std::make_shared<const session_dump>(std::move(d)), steps};
                       if (auto it = self->state.sessions.find(id); it != self->state.sessions.end()) {
                         it->second.journal.clear();  // replay starts from this checkpoint
                         it->second.journal_broken.clear();
@@ -224,7 +224,7 @@ caf::result<checkpoint_reply> restore_session(coordinator_pointer self, const ca
       it->second.journal.clear();  // the session is at its checkpoint again
       it->second.journal_broken.clear();
       it->second.restored_note.clear();
-      const auto& d = ck->second.dump;
+      const auto& d = *ck->second.dump;
       rp.deliver(checkpoint_reply{id, d.tensors.size(), d.bytes, ck->second.steps});
     });
   };
@@ -232,7 +232,7 @@ caf::result<checkpoint_reply> restore_session(coordinator_pointer self, const ca
   if (m) {
     place(m->worker);
   } else {
-    self->request(S.pool, control, pick_atom::value, c->second.dump.bytes)
+    self->request(S.pool, control, pick_atom::value, c->second.dump->bytes)
         .then([=](worker_actor& w, worker_status&) mutable { place(w); },
               [=](caf::error& err) mutable { fail(self, rp, err); });
   }

@@ -411,6 +411,46 @@ def test_a_large_graph_body_holds_up_no_one(patient):
     assert max(waits) < 3 * PROMPT_S, f"a status + session lookup waited {max(waits):.2f} s during the big call ({out['elapsed']:.1f} s)"
 
 
+def test_restoring_a_big_checkpoint_holds_up_no_one(patient):
+    """A session holding 400 MB is checkpointed and restored twice (CKP). The coordinator keeps
+    the checkpoint and sends the worker a copy of it: that copy is made on a helper thread, so
+    /api/v3/status, which the coordinator answers on its one scheduler thread, is answered at
+    once meanwhile. (Made on that thread, it held every status for 0.7 s here.)"""
+    api = Api(patient.port, timeout=WORK_S)
+    _, key = patient.account("restorer")
+    _, other = patient.account("bystander4")
+    sid = new_session(api, key)
+    n = 100 * 1024 * 1024
+    g = {"session": sid, "inputs": [], "steps": [{"op": "zeros", "in": [], "out": "z", "params": {"shape": [n]}}],
+         "outputs": [], "retain": {"big": "z"}}
+    expect(api.post("/api/v3/graph", {"graph": g}, key=key, timeout=WORK_S), 200)
+    assert expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key, timeout=WORK_S), 200)["bytes"] == 4 * n
+    logged_from = patient.process.log_size()
+    stop = threading.Event()
+    probes = []
+
+    def probe():
+        mine = Api(patient.port, timeout=WORK_S)
+        while not stop.is_set():
+            expect(mine.get("/api/v3/status", key=other, timeout=WORK_S), 200)
+            probes.append(1)
+            time.sleep(0.01)
+
+    t = threading.Thread(target=probe)
+    t.start()
+    try:
+        for _ in range(2):
+            done = expect(api.post(f"/api/v3/sessions/{sid}/restore", {}, key=key, timeout=WORK_S), 200)
+            assert done["bytes"] == 4 * n and done["tensors"] == 1, done
+    finally:
+        stop.set()
+        t.join()
+    served = probe_durations(patient, logged_from)
+    assert served and max(served) < PROMPT_S / 4, f"the server took {max(served or [0]):.2f} s over a status call during a restore"
+    assert len(served) >= 5, f"only {len(served)} status calls ran during the restores (they waited {sum(served):.2f} s)"
+    expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
+
+
 @pytest.mark.parametrize("mode", ["parse", "render"])
 def test_a_big_inline_graph_is_parsed_and_answered_off_the_workers_compute_thread(patient, mode):
     """A graph call of 32 M values, written as JSON numbers in the body ("parse", about 160 MB,
