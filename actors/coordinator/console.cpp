@@ -100,6 +100,8 @@ std::vector<target> targets(coordinator_state& S) {
     s.text("owner", e.account);
     s.number("checkpointed", S.checkpoints.count(sid) ? 1 : 0);
     s.number("journalCalls", double(e.journal.size()));
+    s.number("journalBytes", double(e.journal_bytes));
+    if (!e.journal_broken.empty()) s.text("journalBroken", e.journal_broken);
     s.number("generating", double(e.generating));
     s.number("lost", S.is_lost(e.worker) ? 1 : 0);
     out.push_back({caf::actor_cast<describable>(e.actor), std::move(s)});

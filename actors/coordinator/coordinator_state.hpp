@@ -56,6 +56,12 @@ struct model_entry : owned {
 /// automatically (an explicit restore still works).
 constexpr std::size_t max_journal = 4096;
 
+/// Why a journal stopped when the key's checkpoints and journals reached its durable budget.
+inline std::string journal_over_budget(std::uint64_t budget) {
+  return "the calls since the checkpoint, kept with this key's other checkpoints and calls, would pass its durable "
+         "budget of " + std::to_string(budget) + " bytes";
+}
+
 struct session_entry : owned {
   session_actor actor;
   worker_actor worker;
@@ -63,7 +69,21 @@ struct session_entry : owned {
   std::string label;
   /// Calls made on it since its checkpoint (a compiled one carries its graph_id, an inline one
   /// its graph), replayed after an automatic restore (decisions.md: a bounded journal).
+  /// Changed only through journal_add and journal_reset, which keep journal_bytes.
   std::vector<run_request> journal;
+  /// The journal's graph and binding text: it counts against the key's durable budget with
+  /// the key's checkpoints.
+  std::uint64_t journal_bytes = 0;
+  void journal_add(run_request r) {
+    journal_bytes += journal_cost(r);
+    journal.push_back(std::move(r));
+  }
+  void journal_reset() {
+    journal.clear();
+    journal_bytes = 0;
+    journal_broken.clear();
+  }
+  static std::uint64_t journal_cost(const run_request& r) { return r.graph_json.size() + r.bind_json.size(); }
   /// Something changed the session that the journal cannot replay (a multi-session graph,
   /// too many calls) since its checkpoint.
   std::string journal_broken;
@@ -197,6 +217,16 @@ struct coordinator_state {
   template <class Map>
   int count_for_key(const Map& m, const std::string& key_id) const {
     return int(std::count_if(m.begin(), m.end(), [&](const auto& kv) { return kv.second.key_id == key_id; }));
+  }
+  /// What the coordinator keeps for a key's sessions' durability — its checkpoints and their
+  /// journals — against cfg.durable_budget_bytes; `except` (a session id) left out.
+  std::uint64_t durable_held(const std::string& key_id, const std::string& except = {}) const {
+    std::uint64_t held = 0;
+    for (const auto& [sid, c] : checkpoints)
+      if (c.key_id == key_id && sid != except) held += c.dump->bytes;
+    for (const auto& [sid, e] : sessions)
+      if (e.key_id == key_id && sid != except) held += e.journal_bytes;
+    return held;
   }
   /// The entry if it exists and belongs to the caller's account; another account's id is
   /// indistinguishable from an unknown one (decisions.md).

@@ -88,9 +88,14 @@ void run_on(coordinator_pointer self, caf::typed_response_promise<run_reply> rp,
             std::optional<graph_actor> compiled, caf::actor_addr requester) {
   auto& S = self->state;
   const std::string primary = req.session.empty() && !req.sessions.empty() ? req.sessions.front() : req.session;
-  // Only a call on a checkpointed session is kept, for its journal.
+  // Only a call on a checkpointed session is kept, for its journal, and only while the key's
+  // checkpoints and journals fit its durable budget (a bigger one is not even copied).
   std::shared_ptr<run_request> journaled;
-  if (!primary.empty() && S.checkpoints.count(primary)) journaled = std::make_shared<run_request>(req);
+  bool over_budget = false;
+  if (auto s = S.sessions.find(primary); !primary.empty() && s != S.sessions.end() && S.checkpoints.count(primary)) {
+    over_budget = S.durable_held(s->second.key_id) + session_entry::journal_cost(req) > S.cfg.durable_budget_bytes;
+    if (!over_budget) journaled = std::make_shared<run_request>(req);
+  }
   const bool multi = req.sessions.size() > 1;
   // The worker stops the call at the graph limit; the requester (an HTTP request) may
   // cancel it by this id when its client goes away.
@@ -108,16 +113,17 @@ void run_on(coordinator_pointer self, caf::typed_response_promise<run_reply> rp,
   // Exactly one of: the reply, the error, or the worker's loss settles the call.
   std::function<bool()> settle = [] { return true; };
   if (w) settle = track_call(self, w.address(), [self, rp, retry]() mutable { fail(self, rp, retry()); });
-  auto done = [self, rp, primary, journaled, multi, settle, forget](run_reply& reply) mutable {
+  auto done = [self, rp, primary, journaled, over_budget, multi, settle, forget](run_reply& reply) mutable {
     forget();
     if (!settle()) return;
     auto& S = self->state;
     if (auto it = S.sessions.find(primary); it != S.sessions.end() && S.checkpoints.count(primary)) {
       auto& e = it->second;
       if (multi) e.journal_broken = "a multi-session graph ran on it";
+      else if (over_budget) e.journal_broken = journal_over_budget(S.cfg.durable_budget_bytes);
       else if (!journaled) e.journal_broken = "a call ran on it while its checkpoint was being taken";
       else if (e.journal.size() >= max_journal) e.journal_broken = "more than " + std::to_string(max_journal) + " calls since the checkpoint";
-      else if (e.journal_broken.empty()) e.journal.push_back(std::move(*journaled));  // (settled once: moved, not copied)
+      else if (e.journal_broken.empty()) e.journal_add(std::move(*journaled));  // (settled once: moved, not copied)
     }
     rp.deliver(std::move(reply));
   };

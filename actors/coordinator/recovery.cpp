@@ -239,8 +239,7 @@ static void restore_one(coordinator_pointer self, const std::string& sid, std::f
       auto it = S.sessions.find(sid);
       auto ck = S.checkpoints.find(sid);
       if (it == S.sessions.end() || ck == S.checkpoints.end()) return;
-      it->second.journal.clear();
-      it->second.journal_broken.clear();
+      it->second.journal_reset();
       it->second.restored_note = "session " + sid + " was held by a worker that left the grid and was restored from its "
                                  "checkpoint, at step " + std::to_string(ck->second.steps) + ", but the calls made since could "
                                  "not be replayed (" + why + "): it is at step " + std::to_string(ck->second.steps) +

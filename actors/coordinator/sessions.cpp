@@ -120,6 +120,7 @@ void journal_generation(coordinator_pointer self, const caller& who, gen_journal
   auto* s = S.find(S.sessions, j.session_id, who);
   if (!s) return;
   if (S.checkpoints.count(j.session_id) && s->journal_broken.empty()) {
+    std::uint64_t held = S.durable_held(s->key_id);
     for (std::size_t i = 0; i < j.fed.size(); ++i) {
       if (s->journal.size() >= max_journal) {
         s->journal_broken = "more than " + std::to_string(max_journal) + " calls since the checkpoint";
@@ -131,7 +132,12 @@ void journal_generation(coordinator_pointer self, const caller& who, gen_journal
       r.bind_json = call.bind_json;
       r.overrides = call.overrides;
       r.session = j.session_id;
-      s->journal.push_back(std::move(r));
+      held += session_entry::journal_cost(r);
+      if (held > S.cfg.durable_budget_bytes) {
+        s->journal_broken = journal_over_budget(S.cfg.durable_budget_bytes);
+        break;
+      }
+      s->journal_add(std::move(r));
     }
   }
   // The run that fed them is over (a generation that lost its worker asks for a new
@@ -170,9 +176,8 @@ caf::result<checkpoint_reply> checkpoint_session(coordinator_pointer self, const
       .then(
           [=](session_info& info, std::uint64_t steps) mutable {
             auto& S = self->state;
-            std::uint64_t held = 0;
-            for (const auto& [sid, c] : S.checkpoints)
-              if (c.key_id == who.key_id && sid != id) held += c.dump->bytes;
+            // (this session's journal goes with its old checkpoint)
+            const std::uint64_t held = S.durable_held(who.key_id, id);
             const std::uint64_t budget = S.cfg.durable_budget_bytes;
             if (held + info.bytes > budget) {
               fail(self, rp, to_caf(errc::too_large, "checkpoint of session " + id + " needs " + std::to_string(info.bytes) +
@@ -187,10 +192,8 @@ caf::result<checkpoint_reply> checkpoint_session(coordinator_pointer self, const
                       const std::size_t n = d.tensors.size();
                       const std::uint64_t bytes = d.bytes;
                       self->state.checkpoints[id] = checkpoint_entry{who.key_id, std::make_shared<const session_dump>(std::move(d)), steps};
-                      if (auto it = self->state.sessions.find(id); it != self->state.sessions.end()) {
-                        it->second.journal.clear();  // replay starts from this checkpoint
-                        it->second.journal_broken.clear();
-                      }
+                      if (auto it = self->state.sessions.find(id); it != self->state.sessions.end())
+                        it->second.journal_reset();  // replay starts from this checkpoint
                       rp.deliver(checkpoint_reply{id, n, bytes, steps});
                     },
                     [=](caf::error& err) mutable { fail(self, rp, err); });
@@ -221,8 +224,7 @@ caf::result<checkpoint_reply> restore_session(coordinator_pointer self, const ca
       auto it = S.sessions.find(id);
       auto ck = S.checkpoints.find(id);
       if (old != target) caf::anon_send(old, sclose_atom::value, id);
-      it->second.journal.clear();  // the session is at its checkpoint again
-      it->second.journal_broken.clear();
+      it->second.journal_reset();  // the session is at its checkpoint again
       it->second.restored_note.clear();
       const auto& d = *ck->second.dump;
       rp.deliver(checkpoint_reply{id, d.tensors.size(), d.bytes, ck->second.steps});

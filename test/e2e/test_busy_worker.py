@@ -451,6 +451,49 @@ def test_restoring_a_big_checkpoint_holds_up_no_one(patient):
     expect(api.delete(f"/api/v3/sessions/{sid}", key=key), 200)
 
 
+def test_a_checkpointed_sessions_journal_stays_within_the_keys_durable_budget(start_server):
+    """The calls on a checkpointed session are kept for replay after a lost worker (its journal);
+    with the key's checkpoints they count against its durable budget (`--durable-budget`). A
+    call that would pass it is not kept (nor copied): the journal is marked unreplayable,
+    which a restore after a loss reports (decisions.md, Journal). Without the bound, a key
+    could make the coordinator hold 4,096 big bodies per session."""
+    server = start_server("--dev", "--durable-budget", "1M")
+    api = Api(server.port, timeout=WORK_S)
+    _, key = server.account("journaler")
+    _, op_key = server.account("journal-operator")
+    r = server.admin("grant-admin", "journal-operator")
+    assert r.returncode == 0, r.stdout + r.stderr
+    sid = new_session(api, key)
+    prepare_cache(api, key, sid)
+    expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key), 200)
+
+    def journal():
+        actors = expect(api.get("/api/v3/admin/actors", key=op_key), 200)["actors"]
+        return next(a["state"] for a in actors if a["kind"] == "session" and a["id"] == sid)
+
+    def call(values):  # an inline graph of that many values, its output not kept
+        g = {"session": sid, "inputs": [{"name": "v", "shape": [values], "data": [1.5] * values}],
+             "steps": [{"op": "add", "in": ["v", "v"], "out": "w"}], "outputs": []}
+        expect(api.post("/api/v3/graph", {"graph": g}, key=key, timeout=WORK_S), 200)
+
+    call(16)
+    small = journal()
+    assert small["journalCalls"] == 1 and small["journalBytes"] > 0 and "journalBroken" not in small, small
+    call(100_000)  # about 400 KB of text: kept
+    kept = journal()
+    assert kept["journalCalls"] == 2 and kept["journalBytes"] > 400_000, kept
+    call(200_000)  # about 800 KB more: past the 1 MB budget
+    over = journal()
+    assert over["journalCalls"] == 2 and over["journalBytes"] == kept["journalBytes"], over
+    assert "durable budget" in over["journalBroken"], over
+    # a new checkpoint starts a new journal
+    expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key), 200)
+    call(16)
+    fresh = journal()
+    assert fresh["journalCalls"] == 1 and "journalBroken" not in fresh, fresh
+    server.assert_up()
+
+
 @pytest.mark.parametrize("mode", ["parse", "render"])
 def test_a_big_inline_graph_is_parsed_and_answered_off_the_workers_compute_thread(patient, mode):
     """A graph call of 32 M values, written as JSON numbers in the body ("parse", about 160 MB,
