@@ -681,12 +681,15 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
           after(agreed);
         });
   };
-  auto on_verifier = [self, o, finish, r](bool copied) mutable {
+  // The verifier's copy of the call, made once: the callbacks that carry it until the sessions
+  // are copied share it (a call may hold an inline body of hundreds of MB).
+  auto mine = std::make_shared<run_request>(r);
+  auto on_verifier = [self, o, finish, mine](bool copied) mutable {
     if (!copied) {  // (a session it could not copy: unchecked)
       o->mine_done = true;
       return finish();
     }
-    self->request(self->state.verifier, caf::infinite, run_atom::value, r)
+    self->request(self->state.verifier, caf::infinite, run_atom::value, std::move(*mine))
         .then(
             [o, finish](run_reply& x) mutable {
               o->mine = std::move(x);
@@ -699,7 +702,7 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
             });
   };
   snapshot(self, sessions, on_verifier);
-  self->request(self->state.volunteer(), caf::infinite, run_atom::value, r)
+  self->request(self->state.volunteer(), caf::infinite, run_atom::value, std::move(r))
       .then(
           [o, finish](run_reply& x) mutable {
             o->theirs = std::move(x);
