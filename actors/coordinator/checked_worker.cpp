@@ -723,23 +723,62 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
 /// it) must agree. The caller gets the volunteer's answer without the extra values; a
 /// mismatch quarantines the volunteer, and the call is answered from the verifier's product
 /// when all it asked for is that product or tokens drawn from it, else it fails.
+void probed_send(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_request r, product_probe p, float tolerance,
+                 std::vector<std::string> asked, std::vector<std::string> extra);
+
 caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_probe p) {
   auto rp = owe<run_reply>(self);
   auto& st = self->state;
   const float tolerance = st.tolerance(r);
-  const std::string& text = r.graph_id.empty() ? r.graph_json : st.graph_text[r.graph_id];
-  std::vector<std::string> asked = r.graph_id.empty() || r.outputs.empty() ? declared_outputs(text) : r.outputs;
-  std::vector<std::string> extra;
-  for (const auto& n : {p.x, p.out})
-    if (std::find(asked.begin(), asked.end(), n) == asked.end()) extra.push_back(n);
-  if (r.graph_id.empty()) {
-    auto more = with_outputs(r.graph_json, extra);
-    if (!more) return caf::result<run_reply>(self->delegate(st.volunteer(), run_atom::value, std::move(r)));
-    r.graph_json = std::move(*more);
-  } else {
-    r.outputs = asked;
-    r.outputs.insert(r.outputs.end(), extra.begin(), extra.end());
-  }
+  // What the call asks for, and the call rewritten to ask for the probe's two values too: the
+  // graph's text is read (and an inline one written again), on a helper thread when large, as
+  // this actor shares the coordinator's scheduler thread.
+  struct plan {
+    std::vector<std::string> asked, extra;
+    bool rewritten = true;
+  };
+  auto held = std::make_shared<run_request>(std::move(r));
+  auto pl = std::make_shared<plan>();
+  const bool inline_graph = held->graph_id.empty();
+  const auto text = std::make_shared<const std::string>(inline_graph ? std::string() : st.graph_text[held->graph_id]);
+  const bool heavy = (inline_graph ? held->graph_json.size() : text->size()) >= off_thread_bytes;
+  maybe_off_thread<status>(
+      self, heavy,
+      [held, pl, p, text]() -> status {
+        auto& r = *held;
+        pl->asked = r.graph_id.empty() || r.outputs.empty() ? declared_outputs(r.graph_id.empty() ? r.graph_json : *text)
+                                                            : r.outputs;
+        for (const auto& n : {p.x, p.out})
+          if (std::find(pl->asked.begin(), pl->asked.end(), n) == pl->asked.end()) pl->extra.push_back(n);
+        if (r.graph_id.empty()) {
+          auto more = with_outputs(r.graph_json, pl->extra);
+          if (!more) {
+            pl->rewritten = false;
+            return status{};
+          }
+          r.graph_json = std::move(*more);
+        } else {
+          r.outputs = pl->asked;
+          r.outputs.insert(r.outputs.end(), pl->extra.begin(), pl->extra.end());
+        }
+        return status{};
+      },
+      [self, rp, held, pl, p, tolerance](status&) mutable {
+        if (!pl->rewritten) {  // (a graph it cannot add outputs to: passed on as it is)
+          self->request(self->state.volunteer(), caf::infinite, run_atom::value, std::move(*held))
+              .then([rp](run_reply& x) mutable { rp->deliver(std::move(x)); }, [rp](caf::error& e) mutable { rp->deliver(std::move(e)); });
+          return;
+        }
+        probed_send(self, rp, std::move(*held), p, tolerance, std::move(pl->asked), std::move(pl->extra));
+      });
+  return rp->rp;
+}
+
+/// probed_run's pass, the call asking for the probe's values: the volunteer's answer, the
+/// verifier's product from its activation, and the verdict.
+void probed_send(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_request r, product_probe p, float tolerance,
+                 std::vector<std::string> asked, std::vector<std::string> extra) {
+  auto& st = self->state;
   struct outcome {
     run_reply theirs;
     rapidjson::Document answer;       ///< the volunteer's, parsed once
@@ -830,7 +869,6 @@ caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_p
                 });
           },
           [rp](caf::error& e) mutable { rp->deliver(std::move(e)); });
-  return rp->rp;
 }
 
 /// A pass not chosen for a check: the volunteer's answer as it is — once it reads as an outputs

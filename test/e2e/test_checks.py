@@ -348,6 +348,32 @@ def test_a_model_beyond_the_verifiers_room_is_checked_on_its_output_head(start_s
         server.process.terminate()
 
 
+def test_a_big_inline_graph_on_a_model_beyond_the_verifiers_room_is_probed_too(start_server, tmp_path_factory):
+    """A checked inline graph of more than 256 KiB on a model the verifier holds in part: its text
+    is read, and written again to ask for the probe's two values, on a helper thread (the checked
+    worker shares the coordinator's scheduler thread); the pass is checked on the head like a
+    small one, and the caller gets what it asked for only."""
+    c = start_cluster(start_server, tmp_path_factory, "headbig", options=("--verify-memory", "256K"))
+    server = c.server
+    try:
+        c.join("w_honest")
+        model, _ = load_stories(c)
+        g = graph_cli("--model-id", model, "--ids", ",".join(map(str, PROMPT)))
+        pad = 80_000  # an input nothing asks for the sum of: bulk for the text
+        g["inputs"].append({"name": "pad", "shape": [pad], "data": [0.25] * pad})
+        g["steps"].append({"op": "add", "in": ["pad", "pad"], "out": "pad2"})
+        assert len(json.dumps(g)) > 256 * 1024
+        r = expect(server.api.post("/api/v3/graph", {"graph": g}, key=c.key, timeout=60), 200)
+        assert set(r["outputs"]) == set(g["outputs"]), r["outputs"].keys()
+        st = c.wait_for(lambda s: s["pool"][0]["checks"]["passed"] >= 1, "the big call's check to be counted")
+        checks = st["pool"][0]["checks"]
+        assert st["quarantined"] == [] and checks["unchecked"] == 0 and checks["passed"] == 1, checks
+        server.assert_up()
+    finally:
+        c.stop_all()
+        server.process.terminate()
+
+
 def test_a_liar_holding_a_model_beyond_the_verifiers_room_is_caught_on_its_output_head(start_server, tmp_path_factory):
     """The same room, and a liar (`--fault corrupt-results:1`, every answer's first value
     altered): its first probed pass shows a token that is not the argmax of the verifier's
