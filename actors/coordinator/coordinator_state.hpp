@@ -69,13 +69,14 @@ struct session_entry : owned {
   std::string label;
   /// Calls made on it since its checkpoint (a compiled one carries its graph_id, an inline one
   /// its graph), replayed after an automatic restore (decisions.md: a bounded journal).
-  /// Changed only through journal_add and journal_reset, which keep journal_bytes.
-  std::vector<run_request> journal;
+  /// Changed only through journal_add and journal_reset, which keep journal_bytes. Shared and
+  /// unchanged once kept: a replay copies a big one for the worker on a helper thread.
+  std::vector<std::shared_ptr<const run_request>> journal;
   /// The journal's graph and binding text: it counts against the key's durable budget with
   /// the key's checkpoints.
   std::uint64_t journal_bytes = 0;
-  void journal_add(run_request r) {
-    journal_bytes += journal_cost(r);
+  void journal_add(std::shared_ptr<const run_request> r) {
+    journal_bytes += journal_cost(*r);
     journal.push_back(std::move(r));
   }
   void journal_reset() {

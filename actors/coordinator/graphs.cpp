@@ -123,7 +123,7 @@ void run_on(coordinator_pointer self, caf::typed_response_promise<run_reply> rp,
       else if (over_budget) e.journal_broken = journal_over_budget(S.cfg.durable_budget_bytes);
       else if (!journaled) e.journal_broken = "a call ran on it while its checkpoint was being taken";
       else if (e.journal.size() >= max_journal) e.journal_broken = "more than " + std::to_string(max_journal) + " calls since the checkpoint";
-      else if (e.journal_broken.empty()) e.journal_add(std::move(*journaled));  // (settled once: moved, not copied)
+      else if (e.journal_broken.empty()) e.journal_add(std::move(journaled));
     }
     rp.deliver(std::move(reply));
   };

@@ -69,18 +69,27 @@ static void replay_journal(coordinator_pointer self, std::string sid, std::size_
   auto it = S.sessions.find(sid);
   if (it == S.sessions.end()) return done(false);
   if (i == it->second.journal.size()) return done(true);
-  const run_request& call = it->second.journal[i];
+  const std::shared_ptr<const run_request> kept = it->second.journal[i];
   metrics::m().calls_replayed.with({"journal"}).inc();
-  auto next = [=](run_reply&) { replay_journal(self, sid, i + 1, done); };
-  auto fail = [=](caf::error&) { done(false); };
-  const auto timeout = S.cfg.timeouts.graph + std::chrono::seconds(5);
-  if (call.graph_id.empty()) {
-    self->request(it->second.actor, timeout, run_atom::value, call).then(next, fail);
-    return;
-  }
-  auto g = S.graphs.find(call.graph_id);
-  if (g == S.graphs.end()) return done(false);
-  self->request(it->second.actor, timeout, run_atom::value, call, g->second.actor).then(next, fail);
+  // The journal keeps its call; the worker gets a copy — of a big one, made on a helper thread
+  // (the session may go meanwhile: it is looked up again before the call is sent).
+  maybe_off_thread<result<run_request>>(
+      self, session_entry::journal_cost(*kept) >= off_thread_bytes, [kept] { return result<run_request>(*kept); },
+      [=](result<run_request>& call) mutable {
+        auto& S = self->state;
+        auto it = S.sessions.find(sid);
+        if (!call || it == S.sessions.end()) return done(false);
+        auto next = [=](run_reply&) { replay_journal(self, sid, i + 1, done); };
+        auto fail = [=](caf::error&) { done(false); };
+        const auto timeout = S.cfg.timeouts.graph + std::chrono::seconds(5);
+        if (call->graph_id.empty()) {
+          self->request(it->second.actor, timeout, run_atom::value, std::move(*call)).then(next, fail);
+          return;
+        }
+        auto g = S.graphs.find(call->graph_id);
+        if (g == S.graphs.end()) return done(false);
+        self->request(it->second.actor, timeout, run_atom::value, std::move(*call), g->second.actor).then(next, fail);
+      });
 }
 
 namespace {
@@ -214,7 +223,7 @@ static void restore_target(coordinator_pointer self, const std::string& sid, std
     return k(m->second.worker);
   }
   for (const auto& call : e.journal)
-    for (const auto& mid : models_read(self, call))
+    for (const auto& mid : models_read(self, *call))
       if (auto m = S.models.find(mid); m != S.models.end() && !S.is_lost(m->second.worker)) return k(m->second.worker);
   self->request(S.pool, S.cfg.timeouts.control, pick_atom::value, S.checkpoints.at(sid).dump->bytes)
       .then([k](worker_actor& w, worker_status&) { k(w); }, [k](caf::error&) { k(worker_actor{}); });

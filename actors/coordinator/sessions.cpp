@@ -137,7 +137,7 @@ void journal_generation(coordinator_pointer self, const caller& who, gen_journal
         s->journal_broken = journal_over_budget(S.cfg.durable_budget_bytes);
         break;
       }
-      s->journal_add(std::move(r));
+      s->journal_add(std::make_shared<const run_request>(std::move(r)));
     }
   }
   // The run that fed them is over (a generation that lost its worker asks for a new

@@ -95,6 +95,45 @@ def stories_with_step(grid, rows, output):
     return model, step, graph_cli("--alloc-cache", str(rows))
 
 
+def test_a_big_inline_call_since_the_checkpoint_is_replayed(grid):
+    """A session opened without a model and checkpointed, then changed by an inline graph call of
+    more than 256 KiB: the call is journaled, and when its volunteer is killed the session comes
+    back on the other one with the call replayed (the journal keeps its call; the copy the worker
+    gets is made on a helper thread, not on the coordinator's scheduler thread)."""
+    api, key = grid.server.api, grid.key
+    _, op_key = grid.server.account("durable-operator")
+    r = grid.server.admin("grant-admin", "durable-operator")
+    assert r.returncode == 0, r.stdout + r.stderr
+    sid = expect(api.post("/api/v3/sessions", {}, key=key), 200)["session"]["sessionId"]
+    n = 70_000
+    zeros = {"session": sid, "inputs": [], "steps": [{"op": "zeros", "in": [], "out": "z", "params": {"shape": [n]}}],
+             "outputs": [], "retain": {"kc": "z"}}
+    expect(api.post("/api/v3/graph", {"graph": zeros}, key=key), 200)
+    expect(api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=key), 200)
+    vals = [float(i % 97) for i in range(n)]
+    write = {"session": sid, "inputs": [{"name": "v", "shape": [n], "data": vals}],
+             "steps": [{"op": "add", "in": ["v", "v"], "out": "w"}], "outputs": [], "retain": {"kc": "w"}}
+    assert len(json.dumps(write)) > 256 * 1024
+    expect(api.post("/api/v3/graph", {"graph": write}, key=key, timeout=60), 200)
+    actors = expect(api.get("/api/v3/admin/actors", key=op_key), 200)["actors"]
+    state = next(a["state"] for a in actors if a["kind"] == "session" and a["id"] == sid)
+    assert state["journalCalls"] == 1 and state["journalBytes"] > 256 * 1024, state
+    victim = state["worker"]
+    grid.kill(victim)
+    grid.wait(lambda s: victim not in [w["workerId"] for w in s["pool"]])
+    read = {"session": sid, "inputs": [{"name": "c", "session": "kc"}], "steps": [{"op": "add", "in": ["c", "c"], "out": "d"}],
+            "outputs": ["d"]}
+    deadline = time.monotonic() + 30
+    while True:  # (calls wait for the recovery; one that raced it is answered 503 and sent again)
+        reply = api.post("/api/v3/graph", {"graph": read}, key=key, timeout=60)
+        if reply.status == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    d = expect(reply, 200)["outputs"]["d"]["data"]
+    assert d == [4 * v for v in vals], "the replayed call's values are not the session's"
+    grid.server.assert_up()
+
+
 @pytest.mark.timeout(600)  # 20 kills and recoveries
 def test_killed_volunteer_loses_nothing_checkpointed(grid):
     api, key = grid.server.api, grid.key
