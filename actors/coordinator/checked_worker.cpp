@@ -120,6 +120,26 @@ float path_tolerance(std::string_view resident) {
   return resident == "q8" || resident == "q4" ? 8e-2f : 1e-3f;
 }
 
+/// The tolerance of a graph's text: the widest of the models it names (float's when none).
+float tolerance_in(const std::map<std::string, float>& model_tolerance, const std::string& graph_json) {
+  float t = path_tolerance("f32");
+  for (const auto& [model, tol] : model_tolerance)
+    if (graph_json.find(model) != std::string::npos) t = std::max(t, tol);
+  return t;
+}
+
+/// A product of a graph's text the verifier can redo: one of a weight it holds of a model it
+/// holds in part (the last: the output head, nearest the answers).
+std::optional<product_probe> probe_in(const std::set<std::string>& partial,
+                                      const std::map<std::string, std::set<std::string>>& copied, const std::string& text) {
+  auto found = products_to_probe(text, [&](const std::string& model, const std::string& weight) {
+    auto it = copied.find(model);
+    return partial.count(model) && it != copied.end() && it->second.count(weight);
+  });
+  if (found.empty()) return std::nullopt;
+  return found.back();
+}
+
 bool answers_agree(const std::string& a, const std::string& b, float tolerance, std::string* why) {
   if (a == b) return true;
   auto say = [&](std::string text) {
@@ -425,12 +445,24 @@ struct checked_state {
       if (it == graph_text.end()) return std::nullopt;
       text = &it->second;
     }
-    auto found = products_to_probe(*text, [this](const std::string& model, const std::string& weight) {
-      auto it = copied.find(model);
-      return partial.count(model) && it != copied.end() && it->second.count(weight);
-    });
-    if (found.empty()) return std::nullopt;
-    return found.back();  // (the last: the output head, nearest the answers)
+    return probe_in(partial, copied, *text);
+  }
+  /// What a check of an inline graph needs to know of this state, copied for a helper thread.
+  struct view {
+    bool exact = false;
+    std::set<std::string> partial;
+    std::map<std::string, std::set<std::string>> copied;
+    std::map<std::string, float> model_tolerance;
+    std::optional<product_probe> probe(const std::string& graph_json) const {
+      return partial.empty() ? std::nullopt : probe_in(partial, copied, graph_json);
+    }
+    float tolerance(const std::string& graph_json) const { return exact ? 0 : tolerance_in(model_tolerance, graph_json); }
+  };
+  view for_helper() const {
+    view v{exact(), partial, {}, model_tolerance};
+    for (const auto& m : partial)
+      if (auto it = copied.find(m); it != copied.end()) v.copied.insert(*it);
+    return v;
   }
   void release(const std::string& model) {
     auto it = charged->find(model);
@@ -447,12 +479,7 @@ struct checked_state {
   /// compiled graph, that of the models its text names.
   std::map<std::string, float> model_tolerance, graph_tolerance;
   /// The tolerance of a graph's text: the widest of the models it names (float's when none).
-  float tolerance_of_text(const std::string& graph_json) const {
-    float t = path_tolerance("f32");
-    for (const auto& [model, tol] : model_tolerance)
-      if (graph_json.find(model) != std::string::npos) t = std::max(t, tol);
-    return t;
-  }
+  float tolerance_of_text(const std::string& graph_json) const { return tolerance_in(model_tolerance, graph_json); }
   /// What a pass is compared with: 0 (exactly) on the same kernel path, else its tolerance.
   float tolerance(const run_request& r) const {
     if (exact()) return 0;
@@ -635,9 +662,17 @@ std::function<void(bool)> compare_sessions_after(checked_pointer self, std::vect
   };
 }
 
+void checked_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_request r, float tolerance);
+
 caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
   auto rp = owe<run_reply>(self);
   const float tolerance = self->state.tolerance(r);
+  checked_run_with(self, rp, std::move(r), tolerance);
+  return rp->rp;
+}
+
+/// checked_run with its promise and tolerance found.
+void checked_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_request r, float tolerance) {
   struct outcome {
     std::optional<run_reply> mine, theirs;
     std::optional<caf::error> their_error;
@@ -714,7 +749,6 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
             o->theirs_done = true;
             finish();
           });
-  return rp->rp;
 }
 
 /// A checked pass of a model the verifier holds in part: the volunteer is asked for the
@@ -726,10 +760,20 @@ caf::result<run_reply> checked_run(checked_pointer self, run_request r) {
 void probed_send(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_request r, product_probe p, float tolerance,
                  std::vector<std::string> asked, std::vector<std::string> extra);
 
+void probed_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_request r, product_probe p,
+                     float tolerance);
+
 caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_probe p) {
   auto rp = owe<run_reply>(self);
+  const float tolerance = self->state.tolerance(r);
+  probed_run_with(self, rp, std::move(r), std::move(p), tolerance);
+  return rp->rp;
+}
+
+/// probed_run with its promise and tolerance found.
+void probed_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_request r, product_probe p,
+                     float tolerance) {
   auto& st = self->state;
-  const float tolerance = st.tolerance(r);
   // What the call asks for, and the call rewritten to ask for the probe's two values too: the
   // graph's text is read (and an inline one written again), on a helper thread when large, as
   // this actor shares the coordinator's scheduler thread.
@@ -771,7 +815,6 @@ caf::result<run_reply> probed_run(checked_pointer self, run_request r, product_p
         }
         probed_send(self, rp, std::move(*held), p, tolerance, std::move(pl->asked), std::move(pl->extra));
       });
-  return rp->rp;
 }
 
 /// probed_run's pass, the call asking for the probe's values: the volunteer's answer, the
@@ -1188,6 +1231,26 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
           return unchecked_run(self, std::move(r));
         }
         if (!self->state.choose()) return unchecked_run(self, std::move(r));
+        if (r.graph_id.empty() && r.graph_json.size() >= off_thread_bytes) {
+          // A big inline graph's text is searched for the models it names (the tolerance) and
+          // parsed for a product to probe on a helper thread, as this actor shares the
+          // coordinator's scheduler thread; then it is checked as any other.
+          auto rp = owe<run_reply>(self);
+          auto held = std::make_shared<run_request>(std::move(r));
+          auto v = std::make_shared<const checked_state::view>(self->state.for_helper());
+          struct plan {
+            std::optional<product_probe> probe;
+            float tolerance = 0;
+          };
+          maybe_off_thread<result<plan>>(
+              self, true, [held, v] { return result<plan>(plan{v->probe(held->graph_json), v->tolerance(held->graph_json)}); },
+              [self, rp, held](result<plan>& p) mutable {
+                if (!p) return rp->deliver(to_caf(p.err()));
+                if (p->probe) return probed_run_with(self, rp, std::move(*held), std::move(*p->probe), p->tolerance);
+                checked_run_with(self, rp, std::move(*held), p->tolerance);
+              });
+          return rp->rp;
+        }
         if (auto probe = self->state.probe_for(r)) return probed_run(self, std::move(r), std::move(*probe));
         return checked_run(self, std::move(r));
       },

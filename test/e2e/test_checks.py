@@ -156,6 +156,28 @@ def test_a_lying_volunteer_is_caught_in_a_graph_call_and_no_client_sees_the_lie(
     grid.server.assert_up()
 
 
+def test_a_liar_is_caught_on_a_big_inline_graph_and_no_client_sees_the_lie(grid):
+    """A checked inline graph of more than 256 KiB (its text searched for the models it names,
+    and parsed, on a helper thread, not on the scheduler thread the checked worker shares): a
+    liar holding the model is caught on it like on a small one, and the client gets the
+    verifier's answer, which an honest volunteer's run of the same graph gives too."""
+    liar, _, model = holding_stories(grid, "w_liar", "corrupt-results:1")
+    g = graph_cli("--model-id", model, "--ids", ",".join(map(str, PROMPT)))
+    pad = 80_000  # an input nothing asks for the sum of: bulk for the text
+    g["inputs"].append({"name": "pad", "shape": [pad], "data": [0.25] * pad})
+    g["steps"].append({"op": "add", "in": ["pad", "pad"], "out": "pad2"})
+    assert len(json.dumps(g)) > 256 * 1024
+    api, key = grid.server.api, grid.key
+    answer = expect(api.post("/api/v3/graph", {"graph": g}, key=key, timeout=60), 200)["outputs"]
+    st = grid.wait_for(lambda s: s["quarantined"] and [w["workerId"] for w in s["pool"]] == ["w_honest"],
+                       "the liar to be quarantined and gone", timeout=20)
+    assert st["quarantined"][0]["workerId"] == "w_liar" and "differs from the verifier's" in st["quarantined"][0]["reason"]
+    assert liar.proc.wait(timeout=15) == 4
+    placed_on(grid, model, "w_honest")
+    assert expect(api.post("/api/v3/graph", {"graph": g}, key=key, timeout=60), 200)["outputs"] == answer
+    grid.server.assert_up()
+
+
 def test_a_lying_volunteer_is_caught_mid_generation_and_the_tokens_are_an_undisturbed_runs(grid):
     liar, _, model, step = liar_holding_stories(grid)
     api, key = grid.server.api, grid.key
