@@ -28,6 +28,7 @@ struct grid_limits {
   std::int32_t models_per_key = 0, sessions_per_key = 0, graphs_per_key = 0;
   std::int64_t graph_timeout_ms = 0;
   std::uint64_t v2_quota_bytes = 0;
+  std::uint64_t graph_budget_bytes = 0;
 };
 
 /// GET /api/versions: the grid's limits (the API versions and ops come from the op schema,
@@ -284,7 +285,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, grid_limits& x) {
   return f(caf::meta::type_name("grid_limits"), x.packed_weights, x.quantize_on_load, x.max_tensor_bytes, x.free_bytes,
            x.workers, x.default_quantize, x.default_kv_dtype, x.models_per_key, x.sessions_per_key, x.graphs_per_key, x.graph_timeout_ms,
-           x.v2_quota_bytes);
+           x.v2_quota_bytes, x.graph_budget_bytes);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, versions_reply& x) {

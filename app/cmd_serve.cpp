@@ -49,7 +49,8 @@ const char* serve_usage =
     "usage: mpakt serve --port N --data-dir DIR [--dev] [--hf-endpoint URL] [--hf-token-file FILE] [--workers N]\n"
     "                   [--default-quantize none|q8|q4|auto] [--kv-dtype f32|bf16|f16] [--address ADDR]\n"
     "                   [--worker-memory SIZE] [--graph-timeout-ms MS] [--body-limit SIZE]\n"
-    "                   [--durable-budget SIZE] [--v2-quota SIZE] [--threads N] [--web DIR]\n"
+    "                   [--durable-budget SIZE] [--v2-quota SIZE] [--graph-budget SIZE]\n"
+    "                   [--threads N] [--web DIR]\n"
     "                   [--cluster-port N] [--backend cpu|cuda|auto]\n"
     "                   [--allow-local DIR]... [--allow-private-sources]\n"
     "                   [--max-connections N] [--max-connections-per-address N]\n"
@@ -80,6 +81,7 @@ const char* serve_usage =
     "  --durable-budget    per-key room for session checkpoints on the coordinator and the calls\n"
     "                      journaled since them (default 1G)\n"
     "  --v2-quota SIZE     per-key room for v2 tensor uploads (default 128000000 bytes)\n"
+    "  --graph-budget SIZE per-key room for the text of compiled graphs (default 256M)\n"
     "  --threads N         threads a kernel may use (default: the machine's cores, or $MPAKT_THREADS)\n"
     "  --cluster-port N    accept volunteers (`mpakt worker --join ADDR:N --token TOKEN`) on\n"
     "                      --address, port N; tokens from `mpakt admin volunteer-token`\n"
@@ -224,6 +226,10 @@ int cmd_serve(const std::vector<std::string>& args) {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s) return bad("--durable-budget takes a size such as 1G");
       ccfg.durable_budget_bytes = *s;
+    } else if (a == "--graph-budget") {
+      auto s = (v = value()) ? parse_size(*v) : std::nullopt;
+      if (!s) return bad("--graph-budget takes a size such as 256M");
+      ccfg.graph_budget_bytes = *s;
     } else if (a == "--v2-quota") {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s) return bad("--v2-quota takes a size such as 128M");

@@ -53,6 +53,7 @@ grid_limits limits_of(const coordinator_config& cfg, const std::vector<worker_st
   l.models_per_key = cfg.max_models_per_key;
   l.sessions_per_key = cfg.max_sessions_per_key;
   l.graphs_per_key = cfg.max_graphs_per_key;
+  l.graph_budget_bytes = cfg.graph_budget_bytes;
   l.graph_timeout_ms = cfg.timeouts.graph.count();
   l.v2_quota_bytes = cfg.v2_quota_bytes;
   return l;

@@ -20,6 +20,9 @@ struct coordinator_config {
   int max_models_per_key = 4;
   int max_sessions_per_key = 16;
   int max_graphs_per_key = 32;
+  /// Per key: the text of its compiled graphs, held here and by each worker that ran one
+  /// (`serve --graph-budget`).
+  std::uint64_t graph_budget_bytes = 256ull << 20;
   std::uint64_t v2_quota_bytes = 128'000'000;  ///< per key, v2 uploads only
   /// Per key: session checkpoints held on the coordinator (`serve --durable-budget`).
   std::uint64_t durable_budget_bytes = 1'000'000'000;

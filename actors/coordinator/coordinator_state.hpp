@@ -114,6 +114,7 @@ struct graph_entry : owned {
   std::vector<std::string> bindings;
   std::uint64_t body_bytes = 0;
   std::uint64_t per_call_bytes = 0;
+  std::uint64_t text_bytes = 0;  ///< its graph text (against the key's graph budget)
   std::set<std::string> models;  ///< models the template reads
   worker_actor worker;           ///< where it was validated
 };

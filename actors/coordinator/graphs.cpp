@@ -258,6 +258,15 @@ caf::result<compile_graph_reply> compile_graph(coordinator_pointer self, const c
   if (S.count_for_key(S.graphs, who.key_id) >= S.cfg.max_graphs_per_key)
     return to_caf(errc::limit, "this key already holds " + std::to_string(S.cfg.max_graphs_per_key) +
                                    " compiled graphs, the limit; delete one first");
+  // The templates' text is held here for as long as they exist (and by each worker that ran
+  // one): a key's together stay within its graph budget.
+  std::uint64_t held = 0;
+  for (const auto& [_, g] : S.graphs)
+    if (g.key_id == who.key_id) held += g.text_bytes;
+  if (held + call.graph_json.size() > S.cfg.graph_budget_bytes)
+    return to_caf(errc::too_large, "compiled graph needs " + std::to_string(call.graph_json.size()) + " bytes but only " +
+                                       std::to_string(S.cfg.graph_budget_bytes > held ? S.cfg.graph_budget_bytes - held : 0) +
+                                       " bytes of this key's compiled-graph budget are available; delete one first");
   auto r = route(self, who, call.refs, "", {});
   if (!r) return to_caf(r.err());
   const std::string gid = new_id("gt_");
@@ -268,6 +277,7 @@ caf::result<compile_graph_reply> compile_graph(coordinator_pointer self, const c
   e.label = call.label;
   e.body_bytes = call.body_bytes;
   e.per_call_bytes = call.per_call_bytes;
+  e.text_bytes = call.graph_json.size();
   e.models = r->models;
   e.actor = spawn_graph(self->system(), gid, std::move(call.graph_json), S.cfg.timeouts);
   self->link_to(e.actor);

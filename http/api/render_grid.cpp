@@ -33,6 +33,7 @@ void write_limits(json_writer& w, const grid_limits& l) {
   key(w, "modelsPerKey"); w.Int(l.models_per_key);
   key(w, "sessionsPerKey"); w.Int(l.sessions_per_key);
   key(w, "compiledGraphsPerKey"); w.Int(l.graphs_per_key);
+  key(w, "compiledGraphBytesPerKey"); w.Uint64(l.graph_budget_bytes);
   key(w, "graphTimeoutMs"); w.Int64(l.graph_timeout_ms);
   key(w, "maxSessionsPerGraph"); w.Int(64);
   key(w, "maxNewTokens"); w.Int(4096);

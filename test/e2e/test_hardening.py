@@ -471,3 +471,31 @@ def test_a_field_of_the_wrong_type_is_named(flood):
             if field not in said:
                 unnamed.append(f"{method} {path} {field}: {r.status} {r.error}")
     assert not unnamed, "\n".join(unnamed)
+
+
+def test_a_keys_compiled_graphs_stay_within_its_graph_budget(start_server):
+    """The coordinator holds a compiled graph's text for as long as it exists: a key's templates
+    together stay within `--graph-budget` (here 64 KiB), so 32 templates of up to the body
+    limit cannot pile up gigabytes per key. Past it, 413 naming both numbers; deleting one makes
+    room again; another key has its own budget."""
+    server = start_server("--dev", "--graph-budget", "64K")
+    api = Api(server.port, timeout=PROMPT_S * 5)
+    _, key = server.account("templater")
+    _, other = server.account("templater2")
+    limits = expect(api.get("/api/versions"), 200)["limits"]
+    assert limits["compiledGraphBytesPerKey"] == 64 * 1024, limits
+
+    def template(n):  # a constant of n values, scaled by a bound factor: about 4n bytes of text
+        return {"inputs": [{"name": "c", "shape": [n], "data": [1.5] * n}],
+                "steps": [{"op": "scale", "in": ["c"], "out": "y", "params": {"factor": {"$bind": "f"}}}],
+                "outputs": ["y"]}
+
+    first = expect(api.post("/api/v3/graphs", {"label": "a", "graph": template(9000)}, key=key), 200)["graphId"]
+    refused = expect(api.post("/api/v3/graphs", {"label": "b", "graph": template(9000)}, key=key), 413,
+                     "compiled graph needs", "compiled-graph budget are available")
+    assert "delete one first" in refused["error"], refused
+    expect(api.post("/api/v3/graphs", {"label": "b", "graph": template(9000)}, key=other), 200)
+    expect(api.delete(f"/api/v3/graphs/{first}", key=key), 200)
+    second = expect(api.post("/api/v3/graphs", {"label": "b", "graph": template(9000)}, key=key), 200)["graphId"]
+    out = expect(api.post("/api/v3/graph", {"graphId": second, "bind": {"f": 2}}, key=key), 200)["outputs"]["y"]
+    assert out["data"][:3] == [3.0, 3.0, 3.0], out["data"][:3]
