@@ -412,7 +412,8 @@ struct checked_state {
   std::set<std::string> partial;
   std::set<std::pair<std::string, std::string>> skipped;  ///< (model, weight) of those not copied
   std::map<std::string, std::set<std::string>> copied;    ///< weights the verifier holds, by model
-  std::map<std::string, std::string> graph_text;          ///< compiled templates, by id
+  /// Compiled templates, by id (shared: a probed pass reads one on a helper thread).
+  std::map<std::string, std::shared_ptr<const std::string>> graph_text;
   /// Bytes taken from the budget, by model (shared with the functor that gives them back when
   /// this actor ends, after its state is gone).
   std::shared_ptr<std::map<std::string, std::uint64_t>> charged = std::make_shared<std::map<std::string, std::uint64_t>>();
@@ -443,7 +444,7 @@ struct checked_state {
     if (!r.graph_id.empty()) {
       auto it = graph_text.find(r.graph_id);
       if (it == graph_text.end()) return std::nullopt;
-      text = &it->second;
+      text = it->second.get();
     }
     return probe_in(partial, copied, *text);
   }
@@ -784,7 +785,8 @@ void probed_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, 
   auto held = std::make_shared<run_request>(std::move(r));
   auto pl = std::make_shared<plan>();
   const bool inline_graph = held->graph_id.empty();
-  const auto text = std::make_shared<const std::string>(inline_graph ? std::string() : st.graph_text[held->graph_id]);
+  std::shared_ptr<const std::string> text = std::make_shared<const std::string>();
+  if (auto it = st.graph_text.find(held->graph_id); !inline_graph && it != st.graph_text.end()) text = it->second;
   const bool heavy = (inline_graph ? held->graph_json.size() : text->size()) >= off_thread_bytes;
   maybe_off_thread<status>(
       self, heavy,
@@ -1256,7 +1258,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       },
       [=](compile_atom a, compile_request& r) {
         self->state.graph_tolerance[r.graph_id] = self->state.tolerance_of_text(r.graph_json);
-        self->state.graph_text[r.graph_id] = r.graph_json;
+        self->state.graph_text[r.graph_id] = std::make_shared<const std::string>(r.graph_json);
         self->request(self->state.verifier, caf::infinite, a, r).then([](compile_reply&) {}, [](caf::error&) {});
         return self->delegate(V(), a, std::move(r));
       },

@@ -95,6 +95,9 @@ static void replay_journal(coordinator_pointer self, std::string sid, std::size_
 namespace {
 void send_checkpoint(coordinator_pointer self, const std::string& sid, const worker_actor& target, session_dump dump,
                      std::function<void(caf::error)> done);
+caf::error deleted_during_restore(const std::string& sid) {
+  return to_caf(errc::not_found, "session " + sid + " was deleted during the restore");
+}
 }  // namespace
 
 void put_checkpoint_back(coordinator_pointer self, const std::string& sid, const worker_actor& target,
@@ -102,9 +105,8 @@ void put_checkpoint_back(coordinator_pointer self, const std::string& sid, const
   auto& S = self->state;
   // The owner may delete the session (and with it the checkpoint) at any moment of a
   // recovery: each step looks again instead of assuming it is still there.
-  auto deleted = [sid] { return to_caf(errc::not_found, "session " + sid + " was deleted during the restore"); };
   auto ck = S.checkpoints.find(sid);
-  if (ck == S.checkpoints.end() || !S.sessions.count(sid)) return done(deleted());
+  if (ck == S.checkpoints.end() || !S.sessions.count(sid)) return done(deleted_during_restore(sid));
   // The worker's message needs a copy of its own (the checkpoint stays here): a big one is
   // made on a helper thread, as copying hundreds of MB on this one would hold up every other
   // call to the coordinator meanwhile.
@@ -121,7 +123,6 @@ namespace {
 void send_checkpoint(coordinator_pointer self, const std::string& sid, const worker_actor& target, session_dump dump,
                      std::function<void(caf::error)> done) {
   auto& S = self->state;
-  auto deleted = [sid] { return to_caf(errc::not_found, "session " + sid + " was deleted during the restore"); };
   self->request(target, S.cfg.timeouts.graph, sload_atom::value, sid, std::move(dump))
       .then(
           [=](bool) {
@@ -131,7 +132,7 @@ void send_checkpoint(coordinator_pointer self, const std::string& sid, const wor
             if (it == S.sessions.end() || ck == S.checkpoints.end()) {
               // Deleted while its tensors travelled: the worker must not keep them.
               caf::anon_send(target, sclose_atom::value, sid);
-              return done(deleted());
+              return done(deleted_during_restore(sid));
             }
             it->second.worker = target;
             S.watch(self, target);
