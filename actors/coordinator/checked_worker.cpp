@@ -23,6 +23,7 @@
 #include "actors/generate/gen_values.hpp"
 #include "actors/worker/worker_actor.hpp"
 #include "backends/cpu/isa.hpp"
+#include "runtime/dtype.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/json.hpp"
 #include "runtime/log.hpp"
@@ -105,19 +106,24 @@ bool sessions_agree(const session_dump& a, const session_dump& b, float toleranc
     if (t.shape != mine.shape || t.dtype != mine.dtype || t.bytes.size() != mine.bytes.size())
       return say("tensor " + mine.name + " has another shape or dtype");
     if (t.bytes == mine.bytes) continue;
-    if (tolerance <= 0 || mine.dtype != "f32" || mine.bytes.size() % 4 != 0)
+    // float tensors (f32, and the bf16/f16 caches rounded from f32 values) compare widened
+    const auto type = dtype_from_name(mine.dtype);
+    const bool floats = type && (*type == dtype::f32 || *type == dtype::bf16 || *type == dtype::f16);
+    const std::size_t elem = !floats ? 1 : *type == dtype::f32 ? 4 : 2;
+    if (tolerance <= 0 || !floats || mine.bytes.size() % elem != 0)
       return say("tensor " + mine.name + " differs" + (tolerance <= 0 ? " (same kernel path: must be equal)" : ""));
-    const std::size_t n = mine.bytes.size() / 4;
+    const std::size_t n = mine.bytes.size() / elem;
     std::vector<float> va(n), vb(n);
-    std::memcpy(va.data(), t.bytes.data(), n * 4);
-    std::memcpy(vb.data(), mine.bytes.data(), n * 4);
+    dequantize_row(*type, t.bytes.data(), va.data(), std::int64_t(n));
+    dequantize_row(*type, mine.bytes.data(), vb.data(), std::int64_t(n));
     if (auto d = first_difference(mine.name, va, vb, tolerance); !d.empty()) return say("tensor " + d);
   }
   return true;
 }
 
 float path_tolerance(std::string_view resident) {
-  return resident == "q8" || resident == "q4" ? 8e-2f : 1e-3f;
+  if (resident == "q8" || resident == "q4") return 8e-2f;
+  return resident == "bf16" ? 3e-2f : 1e-3f;
 }
 
 /// The tolerance of a graph's text: the widest of the models it names (float's when none).

@@ -99,14 +99,15 @@ bool answers_agree(const std::string& a, const std::string& b, float tolerance, 
 
 /// Whether two dumps of a session (the volunteer's `a`, the verifier's `b`) agree after a
 /// pass: the same tensors, shapes and dtypes, and bytes equal — or, `tolerance` > 0 (another
-/// kernel path), f32 values within `tolerance` times the tensor's largest magnitude (plus
-/// 1e-5). `why` names the first tensor (and value) that differs.
+/// kernel path), float values (f32, bf16, f16, widened) within `tolerance` times the tensor's
+/// largest magnitude (plus 1e-5). `why` names the first tensor (and value) that differs.
 bool sessions_agree(const session_dump& a, const session_dump& b, float tolerance, std::string* why);
 
 /// How far apart two kernel paths may put a pass's values, as a fraction of an output's
 /// largest magnitude, for weights held as `resident` (docs/decisions.md, "Spot-checks"):
-/// float weights (f32, bf16, f16) 1e-3; q8 and q4 8e-2, as a product of many rows multiplies
-/// int8 activations on some paths and int16 on others.
+/// f32 and f16 weights 1e-3; bf16 3e-2, as a product of many rows rounds its activations to
+/// bf16 (a path's last f32 bit can move a value by a bf16 step); q8 and q4 8e-2, as a product
+/// of many rows multiplies int8 activations on some paths and int16 on others.
 float path_tolerance(std::string_view resident);
 
 }  // namespace mpakt

@@ -9,6 +9,7 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -152,10 +153,46 @@ TEST(FastMatmul, EveryLevelAgreesWithTheReference) {
   }
 }
 
-/// The AMX product (bf16 weights, many rows) splits each activation in two bf16 halves:
-/// |x − hi − lo| ≤ 2⁻¹⁶|x| (each half rounds to bf16's 8 significant bits), so each output
-/// moves by at most Σ|x·w|·2⁻¹⁶, plus f32 sums.
-TEST(FastMatmul, AmxProductsAgreeWithinTheirSplitBound) {
+/// The kernels' rounding of activations to bf16 (AVX2's, as f32; AVX512-BF16's, as pairs) is
+/// the converter's (runtime/dtype.hpp): nearest even, ties included, overflow to infinity, NaN
+/// kept and quiet, subnormals rounded like any value — at every length (vector tails).
+TEST(FastMatmul, Bf16RoundingOfActivationsIsTheConvertersOnEveryLevel) {
+  if (cpu_isa::best() < cpu_isa::level::avx2) GTEST_SKIP() << "no vector level here";
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.5f, std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                          std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0xff812345u),  // signalling NaNs
+                          std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                          std::bit_cast<float>(0x3f808000u), std::bit_cast<float>(0x3f818000u),  // ties: down, up
+                          std::bit_cast<float>(0x3f808001u), std::bit_cast<float>(0x00008000u),  // above a tie; subnormal tie
+                          std::bit_cast<float>(0x0001ffffu), std::bit_cast<float>(0x807fffffu)};
+  const tensor noise = random_f32({1, 300}, 77, 1e3f);
+  v.insert(v.end(), noise.f32(), noise.f32() + 300);
+  for (std::size_t count : {std::size_t(1), std::size_t(7), std::size_t(16), std::size_t(17), v.size()}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    std::vector<float> out(count, 7.0f);
+    cpu_fast::avx2::round_to_bf16(v.data(), std::int64_t(count), out.data());
+    for (std::size_t i = 0; i < count; ++i)
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(out[i]), std::uint32_t(f32_to_bf16(v[i])) << 16) << "value " << i;
+    if (cpu_isa::best() < cpu_isa::level::avx512_bf16) continue;
+    // as pairs: two rows of `count` values each, the odd row's last pair padded with zero
+    std::vector<float> two(v.begin(), v.begin() + std::ptrdiff_t(count));
+    two.insert(two.end(), v.rbegin(), v.rbegin() + std::ptrdiff_t(count));
+    const std::size_t kp = (count + 1) / 2;
+    std::vector<std::uint32_t> pairs(2 * kp, 0xdeadbeefu);
+    cpu_fast::avx512_bf16::round_pairs(two.data(), std::int64_t(count), 0, 2, pairs.data());
+    for (std::size_t r = 0; r < 2; ++r)
+      for (std::size_t i = 0; i < 2 * kp; ++i) {
+        const std::uint32_t word = pairs[r * kp + i / 2];
+        const std::uint16_t half = std::uint16_t(i % 2 ? word >> 16 : word & 0xffffu);
+        ASSERT_EQ(half, i < count ? f32_to_bf16(two[r * count + i]) : 0) << "row " << r << " value " << i;
+      }
+  }
+}
+
+/// The AMX product (bf16 weights, many rows) takes the activations rounded to bf16, as every
+/// bf16 product with the many-row numbers does: within f32 sums of the reference's product of
+/// the rounded activations, and within Σ|x·w|·2⁻⁸ of the reference's on the activations given.
+TEST(FastMatmul, AmxProductsTakeBf16RoundedActivations) {
   threads_guard tg;
   if (cpu_isa::best() < cpu_isa::level::amx) GTEST_SKIP() << "no AMX here";
   kernel_fn amx = nullptr;
@@ -171,18 +208,23 @@ TEST(FastMatmul, AmxProductsAgreeWithinTheirSplitBound) {
           SCOPED_TRACE("rows " + std::to_string(rows) + " K " + std::to_string(k) + " N " + std::to_string(n) +
                        " threads " + std::to_string(threads));
           const tensor x = random_f32({rows, k}, ++seed);
+          std::vector<float> xr(x.f32(), x.f32() + rows * k);
+          for (float& v : xr) v = bf16_to_f32(f32_to_bf16(v));
+          const tensor rounded = test::t32({rows, k}, xr);
           const tensor w = *convert_tensor(random_f32({n, k}, ++seed, 0.5f), dtype::bf16);
           const tensor bias = random_f32({n}, ++seed);
           const auto want = run_values("linear", R"({"transB": true})", {x, w, bias});
+          const auto want_rounded = run_values("linear", R"({"transB": true})", {rounded, w, bias});
           const auto got = run_values("linear", R"({"transB": true})", {x, w, bias}, amx);
           ASSERT_EQ(got.size(), want.size());
           const tensor wf = *to_f32(w);
           for (std::int64_t r = 0; r < rows; ++r)
             for (std::int64_t j = 0; j < n; ++j) {
-              double mag = 0;
+              double mag = std::fabs(bias.f32()[j]);
               for (std::int64_t i = 0; i < k; ++i) mag += std::fabs(double(x.f32()[r * k + i]) * wf.f32()[j * k + i]);
               const std::size_t at = std::size_t(r * n + j);
-              ASSERT_NEAR(got[at], want[at], mag * (1.0 / 65536 + 1e-6) + 1e-6) << "row " << r << " col " << j;
+              ASSERT_NEAR(got[at], want_rounded[at], mag * 1e-5 + 1e-6) << "row " << r << " col " << j;
+              ASSERT_NEAR(got[at], want[at], mag * (1.0 / 256 + 1e-5) + 1e-6) << "row " << r << " col " << j;
             }
         }
   }
@@ -226,13 +268,14 @@ TEST(FastMatmul, ManyRowIntegerProductsAgreeWithinTheirInt8Bound) {
     }
 }
 
-/// The fast kernels here that take a 33-row float product but not a 16-row one: the blocked
-/// products (AMX aside).
-std::vector<test::level_kernel> many_row_float_kernels() {
+/// The fast kernels here that take a 33-row product of `t` weights but not a 16-row one: the
+/// blocked products (AMX aside), and AVX512-BF16's pairs for bf16.
+std::vector<test::level_kernel> many_row_float_kernels(dtype t) {
   std::vector<test::level_kernel> kernels;
+  const tensor w16 = t == dtype::f32 ? random_f32({16, 64}, 4) : *convert_tensor(random_f32({16, 64}, 4), t);
   for (const auto& lk : test::fast_kernels_on_this_cpu("linear"))
-    if (lk.level != "amx" && lk.claims({random_f32({33, 64}, 2), random_f32({16, 64}, 4)}, R"({"transB": true})") &&
-        !lk.claims({random_f32({16, 64}, 3), random_f32({16, 64}, 4)}, R"({"transB": true})"))
+    if (lk.level != "amx" && lk.claims({random_f32({33, 64}, 2), w16}, R"({"transB": true})") &&
+        !lk.claims({random_f32({16, 64}, 3), w16}, R"({"transB": true})"))
       kernels.push_back(lk);
   return kernels;
 }
@@ -243,17 +286,21 @@ std::vector<test::level_kernel> many_row_float_kernels() {
 /// has, against a scalar model — a fused multiply-add chain over each run from +0, the runs'
 /// sums added in order, then the bias — so any panel or tile shape, prefetching or thread
 /// split keeps it, and AVX2's and AVX-512's prefill rows are the same bits without a machine
-/// that has both to compare them.
+/// that has both to compare them. bf16 weights meet their activations rounded to bf16 (nearest
+/// even) and take k in pairs, a pair's second value first — the order of AVX512-BF16's dot
+/// product, whose kernel is pinned to the same model: within Σ|x·w|·2⁻⁸ of the reference (each
+/// activation moves by at most 2⁻⁸ of itself), and exactly the bits of an f32 product on the
+/// rounded activations (every product is exact).
 TEST(FastMatmul, ManyRowFloatProductsAgreeAndAddInRunsOf64) {
   threads_guard tg;
-  const auto kernels = many_row_float_kernels();
-  if (kernels.empty()) GTEST_SKIP() << "no many-row float kernel here";
   unsigned seed = 1000;
+  int checked = 0;
   for (int threads : {1, 2}) {
     cpu_fast::set_kernel_threads(threads);
-    for (dtype t : {dtype::f32, dtype::bf16, dtype::f16})
+    for (dtype t : {dtype::f32, dtype::bf16, dtype::f16}) {
+      const auto kernels = many_row_float_kernels(t);
       for (std::int64_t rows : {33, 38, 128, 530})  // (530: two blocks of rows)
-        for (std::int64_t k : {1, 7, 64, 100, 576, 1536, 4160})  // (4160: two chunks of k)
+        for (std::int64_t k : {1, 7, 64, 100, 576, 1536, 4160, 4161})  // (4160: two chunks of k; 4161 an odd one)
           for (std::int64_t n : {5, 16, 33, 70}) {
             if (rows * k > 128 * 1536 && (n != 33 || t != dtype::bf16)) continue;  // (the long ones once)
             SCOPED_TRACE(std::string(dtype_name(t)) + " rows " + std::to_string(rows) + " K " + std::to_string(k) + " N " +
@@ -264,14 +311,22 @@ TEST(FastMatmul, ManyRowFloatProductsAgreeAndAddInRunsOf64) {
             const tensor bias = random_f32({n}, ++seed);
             const auto want = run_values("linear", R"({"transB": true})", {x, w, bias});
             const auto wf = test::values_of(w);  // (the stored values, widened exactly)
+            const bool pairs = t == dtype::bf16;
+            std::vector<float> xr(x.f32(), x.f32() + rows * k);
+            if (pairs)
+              for (float& v : xr) v = bf16_to_f32(f32_to_bf16(v));
             std::vector<float> runs(want.size());
             for (std::int64_t r = 0; r < rows; ++r)
               for (std::int64_t j = 0; j < n; ++j) {
+                auto term = [&](std::int64_t i, float acc) { return std::fma(xr[std::size_t(r * k + i)], wf[std::size_t(j * k + i)], acc); };
                 float tot = 0;
                 for (std::int64_t c0 = 0; c0 < k; c0 += 64) {
+                  const std::int64_t c1 = std::min<std::int64_t>(k, c0 + 64);
                   float run = 0;
-                  for (std::int64_t i = c0; i < std::min<std::int64_t>(k, c0 + 64); ++i)
-                    run = std::fma(x.f32()[r * k + i], wf[std::size_t(j * k + i)], run);
+                  std::int64_t i = c0;
+                  if (pairs)
+                    for (; i + 1 < c1; i += 2) run = term(i, term(i + 1, run));
+                  for (; i < c1; ++i) run = term(i, run);
                   tot = c0 == 0 ? run : tot + run;
                 }
                 runs[std::size_t(r * n + j)] = tot + bias.f32()[j];
@@ -279,6 +334,7 @@ TEST(FastMatmul, ManyRowFloatProductsAgreeAndAddInRunsOf64) {
             for (const auto& lk : kernels) {
               const auto got = run_values("linear", R"({"transB": true})", {x, w, bias}, lk.fn);
               ASSERT_EQ(got.size(), want.size());
+              ++checked;
               for (std::size_t e = 0; e < runs.size(); ++e)
                 ASSERT_EQ(std::bit_cast<std::uint32_t>(got[e]), std::bit_cast<std::uint32_t>(runs[e]))
                     << lk.level << " at " << e << ": " << got[e] << " against the runs' " << runs[e];
@@ -287,10 +343,15 @@ TEST(FastMatmul, ManyRowFloatProductsAgreeAndAddInRunsOf64) {
                   double mag = std::fabs(bias.f32()[j]);
                   for (std::int64_t i = 0; i < k; ++i) mag += std::fabs(double(x.f32()[r * k + i]) * wf[std::size_t(j * k + i)]);
                   const std::size_t at = std::size_t(r * n + j);
-                  ASSERT_NEAR(got[at], want[at], mag * 1e-5 + 1e-6) << lk.level << " row " << r << " col " << j;
+                  ASSERT_NEAR(got[at], want[at], mag * ((pairs ? 1.0 / 256 : 0.0) + 1e-5) + 1e-6)
+                      << lk.level << " row " << r << " col " << j;
                 }
             }
           }
+    }
+  }
+  if (cpu_isa::best() >= cpu_isa::level::avx2) {
+    EXPECT_GT(checked, 0);
   }
 }
 
@@ -571,9 +632,11 @@ TEST(FastMatmul, ARowIsTheSameBitsAloneOrStacked) {
 /// sessions — keeps each row's bits alone. At every level this CPU has, with the kernel the
 /// backend picks: by default each row of a 16-, 24- or 32-row product is the bits of that row
 /// alone; in a free_rows_scope, where the level has a many-row kernel that takes the dtype from
-/// that many rows (AMX: bf16, q8, q4 from 16; VNNI's and AVX2's lanes: q4 from 16, q8 from 24),
+/// that many rows (AMX: bf16, q8, q4 from 16; AVX512-BF16's pairs: bf16 from 16; VNNI's and
+/// AVX2's lanes: q4 from 16, q8 from 24),
 /// the rows are the bits those rows get in a 40-row product (the many-row kernels), elsewhere
-/// still their bits alone. Grouped products (q, k and v) follow the same rule.
+/// still their bits alone — bf16 weights' on activations rounded to bf16, as every product with
+/// the many-row numbers takes them. Grouped products (q, k and v) follow the same rule.
 TEST(FastMatmul, ShortProductsKeepEachRowsBitsUnlessTheCallFreesThem) {
   threads_guard tg;
   test::level_guard lg;
@@ -600,7 +663,8 @@ TEST(FastMatmul, ShortProductsKeepEachRowsBitsUnlessTheCallFreesThem) {
       for (std::int64_t rows : {16, 24, 32}) {
         using L = cpu_isa::level;
         const bool amx = l >= L::amx, lanes = l == L::avx2 || l >= L::avx512_vnni;
-        const bool takes_many = amx || (lanes && ((t == dtype::q4 && rows >= 16) || (t == dtype::q8 && rows >= 24)));
+        const bool takes_many = amx || (lanes && ((t == dtype::q4 && rows >= 16) || (t == dtype::q8 && rows >= 24))) ||
+                                (l >= L::avx512_bf16 && t == dtype::bf16);
         const tensor x = rows_of(0, rows);
         for (int threads : {1, 2}) {
           cpu_fast::set_kernel_threads(threads);
@@ -622,6 +686,13 @@ TEST(FastMatmul, ShortProductsKeepEachRowsBitsUnlessTheCallFreesThem) {
             EXPECT_EQ(loose, std::vector<float>(many.begin(), many.begin() + rows * n));
             EXPECT_NE(loose, kept) << "the many-row kernel gave the rows their bits alone: the test shows nothing";
             ++freed;
+          } else if (t == dtype::bf16) {
+            // the vector kernels keep them, on activations rounded to bf16 as many rows' are
+            std::vector<float> xr(x.f32(), x.f32() + rows * k);
+            for (float& v : xr) v = bf16_to_f32(f32_to_bf16(v));
+            const tensor rounded = test::t32({rows, k}, xr);
+            EXPECT_EQ(loose, run_values("matmul", params_text, {rounded, w}, picked(rounded, w)));
+            EXPECT_NE(loose, kept);
           } else {
             EXPECT_EQ(loose, kept);
           }

@@ -181,13 +181,28 @@ TEST(FastMatmul, ClaimsTransBOnly) {
       in[1].type = dtype::q4;
       continue;
     }
+    std::vector<tensor_desc> many_bf16 = {{dtype::f32, {33, 64}}, {dtype::bf16, {32, 64}}};
+    std::vector<tensor_desc> many_f16 = {{dtype::f32, {33, 64}}, {dtype::f16, {32, 64}}};
+    if (!k.accepts(in, p) && k.accepts(many_bf16, p) && !k.accepts(many_f16, p) && !k.accepts(many, p)) {
+      // AVX512-BF16's pairs: bf16 weights only, any K, from 16 rows (which, below 33 rows, run
+      // a call's rows on the vector kernels unless it frees them: runtime/row_bits.hpp)
+      SCOPED_TRACE(k.variant);
+      EXPECT_EQ(k.variant, "avx512_bf16");
+      many_bf16[0].shape = {33, 7};
+      many_bf16[1].shape = {32, 7};
+      EXPECT_TRUE(k.accepts(many_bf16, p));
+      many_bf16[0].shape = {16, 7};
+      EXPECT_TRUE(k.accepts(many_bf16, p));
+      many_bf16[0].shape = {15, 7};
+      EXPECT_FALSE(k.accepts(many_bf16, p));
+      continue;
+    }
     if (!k.accepts(in, p)) {
       // a many-row kernel (prefill): only its weight types — float ones (the blocked float
       // products) or quantized ones (AMX also takes bf16) — and more than 32 rows, or from 16
       // rows for the AMX tiles and the integer lanes (which, below 33 rows, run a call's rows
       // on the vector kernels unless it frees them: runtime/row_bits.hpp); never 15
       SCOPED_TRACE(k.variant);
-      std::vector<tensor_desc> many_f16 = {{dtype::f32, {33, 64}}, {dtype::f16, {32, 64}}};
       const bool floats = k.accepts(many_f16, p);
       EXPECT_NE(floats, k.accepts(many, p));
       auto& mine = floats ? many_f16 : many;

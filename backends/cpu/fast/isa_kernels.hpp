@@ -229,6 +229,9 @@ void int8_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, st
                         float* scale, float* sums, std::int32_t* qsums = nullptr);
 /// Output columns [n_begin, n_end), eight weight rows at a time with one output per lane.
 void int8_lanes_range(const int8_lanes_product& a, std::int64_t n_begin, std::int64_t n_end);
+/// x[0, count) rounded to bf16, nearest even (NaN stays NaN, quiet), as f32: the value
+/// runtime/dtype.hpp's f32_to_bf16 gives, widened again.
+void round_to_bf16(const float* x, std::int64_t count, float* out);
 }  // namespace avx2
 
 namespace avx512 {
@@ -269,5 +272,25 @@ void int8_pairs_range(const int8_pairs_product& a, std::int64_t n_begin, std::in
 /// bits of avx2::int8_lanes_range, in vpdpbusd.
 void int8_lanes_range(const int8_lanes_product& a, std::int64_t n_begin, std::int64_t n_end);
 }  // namespace avx512_vnni
+
+/// A bf16 product with many rows on AVX512-BF16's dot products (matmul_avx512_bf16.cpp): the
+/// activations rounded to bf16 as pairs of values of k.
+struct bf16_pairs_product {
+  const std::uint32_t* x = nullptr;  ///< rows × ⌈k/2⌉ words: value 2p in the low half of word p, 2p + 1 (or 0 past k) in the high
+  const std::uint8_t* w = nullptr;   ///< n bf16 rows of `w_row_bytes`
+  std::int64_t w_row_bytes = 0;
+  const float* bias = nullptr;
+  float* y = nullptr;  ///< rows × n
+  std::int64_t rows = 0, k = 0, n = 0;
+};
+
+namespace avx512_bf16 {
+/// Rows [r_begin, r_end) of x (stride k) rounded to bf16 as avx2::round_to_bf16 rounds them,
+/// as bf16_pairs_product's pairs (row stride ⌈k/2⌉ words).
+void round_pairs(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, std::uint32_t* out);
+/// Output columns [n_begin, n_end): panels of 32 weight rows in pairs of bf16, the columns in
+/// the lanes (the bits of avx2's and avx512's float_lanes_range on the same rounded activations).
+void pairs_lanes_range(const bf16_pairs_product& a, std::int64_t n_begin, std::int64_t n_end);
+}  // namespace avx512_bf16
 
 }  // namespace mpakt::cpu_fast

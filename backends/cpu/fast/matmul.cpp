@@ -8,7 +8,9 @@
 /// this file splits the work over the kernel threads.
 ///
 /// Float weights (f32, bf16, f16) are widened in registers and multiplied in f32: the result
-/// equals the reference up to f32 accumulation order. Quantized weights (q8, q4) meet
+/// equals the reference up to f32 accumulation order — except that bf16 weights in a product
+/// with the many-row numbers meet their activations rounded to bf16 (rounds_activations), as
+/// the bf16 dot products of AVX512-BF16 (matmul_avx512_bf16.cpp) and AMX take them. Quantized weights (q8, q4) meet
 /// activations quantized once per call to int16, per row and block of 32 (x ≈ q·s with
 /// s = max|x|/32639, rounded to nearest even), in integer multiply-adds (vpdpbusd on the two
 /// int8 halves of each value with VNNI, vpmaddwd without) — no weight is widened to f32, so
@@ -29,6 +31,7 @@
 #include "backends/cpu/fast/isa_kernels.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
+#include "runtime/dtype.hpp"
 #include "runtime/ops/matmul_params.hpp"
 #include "runtime/row_bits.hpp"
 
@@ -93,6 +96,53 @@ void split_columns(std::int64_t n, std::int64_t macs, F&& f) {
   }
   const std::int64_t* b = bounds.data();
   parallel_for(int(bounds.size()) - 1, [&](int p) { f(b[p], b[p + 1]); });
+}
+
+/// Rows from which a product always goes to a many-row kernel (AMX tiles, the lanes, the
+/// panels): more than a batched decode step (16 conversations) or a verify pass stacks, so
+/// those give each row exactly the bits it gets alone (the vector kernels compute every row
+/// the same way); prefill gets the many-row kernels.
+constexpr std::int64_t amx_min_rows = 33;
+/// Fewer rows go there too when the graph lets rows take the many-row bits (runtime/row_bits.hpp:
+/// a plain graph call, such as a short prompt's prefill) and the many-row kernel is the faster
+/// from this many rows: measured on a 2-vCPU Xeon, AMX tiles from 16 rows (bf16, q8, q4) at
+/// about 1.5 times the vector kernels' speed and twice it at 32; the lanes from 16 rows for q4
+/// and 24 for q8 (their q8 at 16 rows is no faster on VNNI and slower on AVX2); AVX512-BF16's
+/// pairs from 16 rows (a Zen 4's 16-, 24- and 32-token prompts of the SmolLM2 shape 1.4, 1.6
+/// and 1.7 times as fast as on the vector kernels). Float panels are slower than the vector
+/// kernels up to 32 rows and keep amx_min_rows.
+constexpr std::int64_t amx_free_min_rows = 16;
+constexpr std::int64_t lanes_free_min_rows(wtype t) { return t == wtype::q4 ? 16 : 24; }
+
+/// Whether a product of `rows` rows runs on the vector kernels, each row with its bits alone,
+/// rather than on a many-row kernel that claimed it (between its free and its always minimum).
+inline bool keep_rows_alone(std::int64_t rows) { return rows < amx_min_rows && !rows_free(); }
+
+/// Whether a product's activations are rounded to bf16 (nearest even) before it runs: those of
+/// a product of bf16 weights with the many-row kernels' numbers — more than 32 rows, or 16 and
+/// more in a call whose rows are free — on every level, whichever kernel runs it (the
+/// AVX512-BF16 and AMX dot products take bf16 activations; the f32 panels and the vector
+/// kernels then compute the same exact products), so a prefill's numbers do not depend on the
+/// worker's vector unit beyond the order of f32 sums (docs/decisions.md, "bf16 weights in a
+/// prefill meet bf16 activations").
+bool rounds_activations(const float_product& a) {
+  return a.type == wtype::bf16 && (a.rows >= amx_min_rows || (a.rows >= amx_free_min_rows && rows_free()));
+}
+
+/// Rounds the activations of `count` products of the same activations when rounds_activations
+/// says so: once, into the scratch, which the products then read.
+void round_activations(float_product* a, std::size_t count, workspace& ws) {
+  if (count == 0 || !rounds_activations(a[0])) return;
+  const std::int64_t k = a[0].k, rows = a[0].rows;
+  float* out = ws.floats(std::size_t(rows * k), 9);
+  auto round = [&](std::int64_t b, std::int64_t e) {
+    if (cpu_isa::best() >= level::avx2) return avx2::round_to_bf16(a[0].x + b * k, (e - b) * k, out + b * k);
+    for (std::int64_t i = b * k; i < e * k; ++i) out[i] = bf16_to_f32(f32_to_bf16(a[0].x[i]));
+  };
+  const int parts = int(std::min<std::int64_t>(kernel_threads(), rows / 8 + 1));
+  if (parts <= 1) round(0, rows);
+  else parallel_for(parts, [&](int p) { round(rows * p / parts, rows * (p + 1) / parts); });
+  for (std::size_t i = 0; i < count; ++i) a[i].x = out;
 }
 
 /// The portable path: one weight row widened at a time.
@@ -184,7 +234,7 @@ bool accepts_trans_b(std::span<const tensor_desc> inputs, const op_params& param
 /// A product on one level's kernels.
 template <const level_kernels& LK>
 status product(const kernel_call& c) {
-  const float_product a = args_of(c);
+  float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
   if (a.k == 0) {
     for (std::int64_t r = 0; r < a.rows; ++r)
@@ -200,6 +250,7 @@ status product(const kernel_call& c) {
     });
     return ok_status();
   }
+  round_activations(&a, 1, *c.scratch);
   split_columns(a.n, a.rows * a.k * a.n, [&](std::int64_t b, std::int64_t e) { LK.float_range(a, b, e); });
   return ok_status();
 }
@@ -248,6 +299,7 @@ status products(std::span<const kernel_call> calls) {
   if (!same_input(calls, a) || a[0].rows == 0 || a[0].k == 0) return one_by_one(calls, product<LK>);
   const std::size_t count = calls.size();
   if (a[0].type != wtype::q8 && a[0].type != wtype::q4) {
+    round_activations(a, count, *calls[0].scratch);
     split_group_columns(a, count, [&](std::size_t i, std::int64_t b, std::int64_t e) { LK.float_range(a[i], b, e); });
     return ok_status();
   }
@@ -259,23 +311,6 @@ status products(std::span<const kernel_call> calls) {
   return ok_status();
 }
 
-/// Rows from which a product always goes to a many-row kernel (AMX tiles, the lanes, the
-/// panels): more than a batched decode step (16 conversations) or a verify pass stacks, so
-/// those give each row exactly the bits it gets alone (the vector kernels compute every row
-/// the same way); prefill gets the many-row kernels.
-constexpr std::int64_t amx_min_rows = 33;
-/// Fewer rows go there too when the graph lets rows take the many-row bits (runtime/row_bits.hpp:
-/// a plain graph call, such as a short prompt's prefill) and the many-row kernel is the faster
-/// from this many rows: measured on a 2-vCPU Xeon, AMX tiles from 16 rows (bf16, q8, q4) at
-/// about 1.5 times the vector kernels' speed and twice it at 32; the lanes from 16 rows for q4
-/// and 24 for q8 (their q8 at 16 rows is no faster on VNNI and slower on AVX2). Float panels
-/// are slower than the vector kernels up to 32 rows and keep amx_min_rows.
-constexpr std::int64_t amx_free_min_rows = 16;
-constexpr std::int64_t lanes_free_min_rows(wtype t) { return t == wtype::q4 ? 16 : 24; }
-
-/// Whether a product of `rows` rows runs on the vector kernels, each row with its bits alone,
-/// rather than on a many-row kernel that claimed it (between its free and its always minimum).
-inline bool keep_rows_alone(std::int64_t rows) { return rows < amx_min_rows && !rows_free(); }
 
 status product_vnni_int8(const kernel_call& c);
 status products_vnni_int8(std::span<const kernel_call> calls);
@@ -331,22 +366,23 @@ status product_amx_int(const kernel_call& c, const float_product& a) {
   return ok_status();
 }
 
-/// A product with many rows on AMX tiles: bf16 weights (hi + lo activation halves), or q8/q4
-/// (product_amx_int). Whole blocks of 16 weight rows there, the last N mod 16 columns on the
+/// A product with many rows on AMX tiles: bf16 weights (the activations rounded to bf16:
+/// rounds_activations), or q8/q4 (product_amx_int). Whole blocks of 16 weight rows there, the last N mod 16 columns on the
 /// AVX-512 kernel.
 status product_amx(const kernel_call& c) {
-  const float_product a = args_of(c);
+  float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
   if (keep_rows_alone(a.rows))  // what claims fewer rows on an AMX machine
     return a.type == wtype::q8 || a.type == wtype::q4 ? product_vnni_int8(c) : product<avx512_vnni_kernels>(c);
   if (a.type == wtype::q8 || a.type == wtype::q4) return product_amx_int(c, a);
+  round_activations(&a, 1, *c.scratch);  // (always, here: lo halves zero)
   const std::int64_t halves = amx::packed_halves(a.rows, a.k);
   auto* hi = reinterpret_cast<std::uint16_t*>(c.scratch->ints(std::size_t((halves + 1) / 2), 4));
   auto* lo = reinterpret_cast<std::uint16_t*>(c.scratch->ints(std::size_t((halves + 1) / 2), 5));
   split_row_blocks(a.rows, [&](std::int64_t b, std::int64_t e) { amx::pack_activations(a.x, a.rows, a.k, b, e, hi, lo); });
   amx_product p;
   p.xhi = hi;
-  p.xlo = lo;
+  p.xlo = nullptr;  // (the activations are bf16 already: their lo halves are zero)
   p.w = a.w;
   p.w_row_bytes = a.w_row_bytes;
   p.bias = a.bias;
@@ -532,8 +568,9 @@ bool accepts_int8_lanes(std::span<const tensor_desc> inputs, const op_params& pa
 /// widened once per call). Non-finite activations propagate as in any multiply-add.
 template <void (*Range)(const float_product&, std::int64_t, std::int64_t), std::int64_t Width>
 status product_float_lanes(const kernel_call& c) {
-  const float_product a = args_of(c);
+  float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
+  round_activations(&a, 1, *c.scratch);
   split_lane_groups(&a, 1, Width, [&](std::size_t, std::int64_t b, std::int64_t e) { Range(a, b, e); });
   return ok_status();
 }
@@ -543,6 +580,7 @@ template <void (*Range)(const float_product&, std::int64_t, std::int64_t), std::
 status products_float_lanes(std::span<const kernel_call> calls) {
   float_product a[max_group];
   if (!same_input(calls, a) || a[0].rows == 0) return one_by_one(calls, product_float_lanes<Range, Width>);
+  round_activations(a, calls.size(), *calls[0].scratch);
   split_lane_groups(a, calls.size(), Width, [&](std::size_t i, std::int64_t b, std::int64_t e) { Range(a[i], b, e); });
   return ok_status();
 }
@@ -556,9 +594,42 @@ bool accepts_float_lanes(std::span<const tensor_desc> inputs, const op_params& p
   return k > 0 && rows >= amx_min_rows;
 }
 
+/// A bf16 product with many rows on AVX512-BF16's dot products (avx512_bf16::pairs_lanes_range:
+/// panels of 32 weight rows in pairs, the activations rounded to bf16 pairs once per call, in
+/// the scratch), for several calls of the same activations at once; the bits of the f32
+/// panels of the other levels.
+status products_bf16_pairs(std::span<const kernel_call> calls);
+status product_bf16_pairs(const kernel_call& c) { return products_bf16_pairs(std::span<const kernel_call>(&c, 1)); }
+
+status products_bf16_pairs(std::span<const kernel_call> calls) {
+  float_product a[max_group];
+  if (!same_input(calls, a)) return one_by_one(calls, product_bf16_pairs);
+  if (a[0].rows == 0) return ok_status();
+  if (keep_rows_alone(a[0].rows)) return products<avx512_vnni_kernels>(calls);  // (below 33 rows, a call that keeps them)
+  const std::int64_t rows = a[0].rows, k = a[0].k, kp = (k + 1) / 2;
+  auto* x = reinterpret_cast<std::uint32_t*>(calls[0].scratch->ints(std::size_t(rows * kp), 9));
+  const int parts = int(std::min<std::int64_t>(kernel_threads(), rows / 8 + 1));
+  if (parts <= 1) avx512_bf16::round_pairs(a[0].x, k, 0, rows, x);
+  else parallel_for(parts, [&](int p) { avx512_bf16::round_pairs(a[0].x, k, rows * p / parts, rows * (p + 1) / parts, x); });
+  bf16_pairs_product p[max_group];
+  for (std::size_t i = 0; i < calls.size(); ++i)
+    p[i] = bf16_pairs_product{x, a[i].w, a[i].w_row_bytes, a[i].bias, a[i].y, rows, k, a[i].n};
+  split_lane_groups(a, calls.size(), 32,
+                    [&](std::size_t i, std::int64_t b, std::int64_t e) { avx512_bf16::pairs_lanes_range(p[i], b, e); });
+  return ok_status();
+}
+
+bool accepts_bf16_pairs(std::span<const tensor_desc> inputs, const op_params& params) {
+  if (!accepts_trans_b(inputs, params) || inputs[1].type != dtype::bf16) return false;
+  const std::int64_t k = inputs[0].shape.back();
+  const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
+  return k > 0 && rows >= amx_free_min_rows;
+}
+
 status product_scalar(const kernel_call& c) {
-  const float_product a = args_of(c);
+  float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
+  round_activations(&a, 1, *c.scratch);
   scalar_range(a, *c.inputs[1], c.scratch->floats(std::size_t(a.k)), 0, a.n);
   return ok_status();
 }
@@ -579,6 +650,8 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
   };
   for (const char* op : {"matmul", "linear"}) {
     out.push_back({op, product_amx, accepts_amx, "amx", level::amx, products_amx});
+    // many rows of bf16 weights without tiles: AVX512-BF16's dot products
+    out.push_back({op, product_bf16_pairs, accepts_bf16_pairs, "avx512_bf16", level::avx512_bf16, products_bf16_pairs});
     // many rows of float weights (what AMX does not take): blocked products, columns in the lanes
     out.push_back({op, product_float_lanes<avx512::float_lanes_range, 32>, accepts_float_lanes, "avx512", level::avx512,
                    products_float_lanes<avx512::float_lanes_range, 32>});

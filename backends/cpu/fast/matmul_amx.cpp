@@ -120,7 +120,8 @@ void block(const amx_product& a, i64 n0, i64 mb) {
   if (MB > 1) _tile_zero(1);
   if (NB > 1) _tile_zero(2);
   if (NB > 1 && MB > 1) _tile_zero(3);
-  for (int half = 0; half < 2; ++half) {
+  const int halves = a.xlo ? 2 : 1;  // (no lo halves: activations that are bf16 already)
+  for (int half = 0; half < halves; ++half) {
     const std::uint16_t* xs = half == 0 ? a.xhi : a.xlo;
     const std::uint16_t* b0 = xs + mb * kb_count * tile_elems;
     const std::uint16_t* b1 = b0 + kb_count * tile_elems;

@@ -505,7 +505,7 @@ constexpr i64 lane_run = 64;
 
 #include "backends/cpu/fast/panels.inc"
 
-template <int RT>
+template <int RT, bool Pairs>
 void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i64 rb, i64 r0, i64 c0, i64 c1) {
   constexpr int NV = panel_cols / 8;
   const i64 k = a.k;
@@ -515,7 +515,7 @@ void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i
   for (int i = 0; i < RT; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) acc[i][j] = _mm256_setzero_ps();
-  for (i64 kk = c0; kk < c1; ++kk) {
+  auto step = [&](i64 kk) __attribute__((always_inline)) {
     const float* pk = panel + (kk - kb) * panel_cols;
     __m256 w[NV];
 #pragma GCC unroll 4
@@ -526,7 +526,14 @@ void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) acc[i][j] = _mm256_fmadd_ps(xb, w[j], acc[i][j]);
     }
-  }
+  };
+  i64 kk = c0;
+  if constexpr (Pairs)
+    for (; kk + 1 < c1; kk += 2) {
+      step(kk + 1);
+      step(kk);
+    }
+  for (; kk < c1; ++kk) step(kk);
 #pragma GCC unroll 16
   for (int i = 0; i < RT; ++i) {
     float* t = tot + (r0 + i - rb) * panel_cols;
@@ -656,6 +663,28 @@ void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int8
 void int8_lanes_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
   if (a.type == wtype::q8) lanes_range<wtype::q8>(a, n_begin, n_end);
   else lanes_range<wtype::q4>(a, n_begin, n_end);
+}
+
+void round_to_bf16(const float* x, i64 count, float* out) {
+  // u + 0x7fff + (bit 16 of u), the low half cleared: nearest even; a NaN keeps its high half,
+  // made quiet
+  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff), infinity = _mm256_set1_epi32(0x7f800000);
+  const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x400000);
+  const __m256i high = _mm256_set1_epi32(int(0xffff0000u));
+  auto round8 = [&](__m256i u) {
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, magnitude), infinity);
+    const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+    return _mm256_and_si256(_mm256_blendv_epi8(r, _mm256_or_si256(u, quiet), nan), high);
+  };
+  i64 i = 0;
+  for (; i + 8 <= count; i += 8)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), round8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
+  if (i < count) {
+    alignas(32) float tmp[8] = {};
+    __builtin_memcpy(tmp, x + i, std::size_t(count - i) * 4);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), round8(_mm256_load_si256(reinterpret_cast<const __m256i*>(tmp))));
+    __builtin_memcpy(out + i, tmp, std::size_t(count - i) * 4);
+  }
 }
 
 }  // namespace mpakt::cpu_fast::avx2
