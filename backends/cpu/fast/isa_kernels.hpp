@@ -119,7 +119,7 @@ struct attention_partial {
 /// into bf16 halves (hi + lo = x), the weight bf16 [N, K] with K a multiple of 32.
 struct amx_product {
   const std::uint16_t* xhi = nullptr;
-  const std::uint16_t* xlo = nullptr;
+  const std::uint16_t* xlo = nullptr;  ///< null: hi alone (activations that are bf16 already)
   const std::uint8_t* w = nullptr;
   std::int64_t w_row_bytes = 0;
   const float* bias = nullptr;
