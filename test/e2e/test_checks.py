@@ -496,20 +496,26 @@ def test_a_volunteer_that_lies_now_and_then_is_caught_within_its_checked_passes(
         server.process.terminate()
 
 
+def join_on_avx2(grid, name, monkeypatch):
+    """A volunteer `name` whose kernels are held to the AVX2 level (MPAKT_CPU_LEVEL); skips the
+    test when the coordinator's own kernels are at that level too (one path)."""
+    monkeypatch.setenv("MPAKT_CPU_LEVEL", "avx2")
+    grid.join(name)
+    monkeypatch.delenv("MPAKT_CPU_LEVEL")
+    st = grid.status(grid.key)
+    assert st["pool"][0]["kernels"].startswith("avx2 "), st["pool"][0]["kernels"]
+    own = re.search(r"CPU kernels: (\S+)", grid.server.process.output()).group(1)  # (its banner)
+    if own in ("avx2", "scalar"):
+        pytest.skip("the coordinator's kernels are at the AVX2 level too: one path")
+
+
 def test_an_honest_volunteer_on_another_kernel_path_is_not_quarantined_for_a_q8_prefill(grid, monkeypatch):
     """A volunteer whose kernels are at the AVX2 level (MPAKT_CPU_LEVEL) against the
     coordinator's own: its answers are compared within the tolerance of the weights' dtype.
     A q8 prefill of many rows multiplies int8 activations on one path and int16 on another,
     which moves the logits by a few percent of their scale: an honest volunteer, not a liar."""
-    monkeypatch.setenv("MPAKT_CPU_LEVEL", "avx2")
-    grid.join("w_avx2")
-    monkeypatch.delenv("MPAKT_CPU_LEVEL")
+    join_on_avx2(grid, "w_avx2", monkeypatch)
     api, key = grid.server.api, grid.key
-    st = grid.status(key)
-    assert st["pool"][0]["kernels"].startswith("avx2 "), st["pool"][0]["kernels"]
-    own = re.search(r"CPU kernels: (\S+)", grid.server.process.output()).group(1)  # (its banner)
-    if own in ("avx2", "scalar"):
-        pytest.skip("the coordinator's kernels are at the AVX2 level too: one path")
     model = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K", "quantize": "q8"}, key=key, timeout=60),
                    200)["modelId"]
     ids = [(7 * i + 3) % 500 + 2 for i in range(48)]  # 48 rows: the many-row product
@@ -528,15 +534,8 @@ def test_an_honest_volunteer_on_another_kernel_path_is_not_quarantined_for_a_bf1
     ops into a bf16 step here and there — a few tenths of a percent of the logits' scale, over
     the 1e-3 float weights get: bf16's own tolerance (3e-2) keeps the honest volunteer, for its
     answers and for the caches its prefill wrote."""
-    monkeypatch.setenv("MPAKT_CPU_LEVEL", "avx2")
-    grid.join("w_avx2_bf16")
-    monkeypatch.delenv("MPAKT_CPU_LEVEL")
+    join_on_avx2(grid, "w_avx2_bf16", monkeypatch)
     api, key = grid.server.api, grid.key
-    st = grid.status(key)
-    assert st["pool"][0]["kernels"].startswith("avx2 "), st["pool"][0]["kernels"]
-    own = re.search(r"CPU kernels: (\S+)", grid.server.process.output()).group(1)
-    if own in ("avx2", "scalar"):
-        pytest.skip("the coordinator's kernels are at the AVX2 level too: one path")
     model = expect(api.post("/api/v3/models", {"source": slow_model}, key=key, timeout=120), 200)["modelId"]
 
     def slow_graph(*args):

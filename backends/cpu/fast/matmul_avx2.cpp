@@ -527,13 +527,7 @@ void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i
       for (int j = 0; j < NV; ++j) acc[i][j] = _mm256_fmadd_ps(xb, w[j], acc[i][j]);
     }
   };
-  i64 kk = c0;
-  if constexpr (Pairs)
-    for (; kk + 1 < c1; kk += 2) {
-      step(kk + 1);
-      step(kk);
-    }
-  for (; kk < c1; ++kk) step(kk);
+  in_run_order<Pairs>(c0, c1, step);
 #pragma GCC unroll 16
   for (int i = 0; i < RT; ++i) {
     float* t = tot + (r0 + i - rb) * panel_cols;

@@ -247,6 +247,8 @@ constexpr i64 lane_run = 64;
 
 #include "backends/cpu/fast/panels.inc"
 
+#include "backends/cpu/fast/panel_sums512.inc"
+
 template <int RT, bool Pairs>
 void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i64 rb, i64 r0, i64 c0, i64 c1) {
   const i64 k = a.k;
@@ -264,43 +266,15 @@ void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i
       acc[i][1] = _mm512_fmadd_ps(xb, w1, acc[i][1]);
     }
   };
-  i64 kk = c0;
-  if constexpr (Pairs)
-    for (; kk + 1 < c1; kk += 2) {
-      step(kk + 1);
-      step(kk);
-    }
-  for (; kk < c1; ++kk) step(kk);
-#pragma GCC unroll 16
-  for (int i = 0; i < RT; ++i) {
-    float* t = tot + (r0 + i - rb) * panel_cols;
-    if (c0 == 0) {
-      _mm512_storeu_ps(t, acc[i][0]);
-      _mm512_storeu_ps(t + 16, acc[i][1]);
-    } else {
-      _mm512_storeu_ps(t, _mm512_add_ps(_mm512_loadu_ps(t), acc[i][0]));
-      _mm512_storeu_ps(t + 16, _mm512_add_ps(_mm512_loadu_ps(t + 16), acc[i][1]));
-    }
-  }
+  in_run_order<Pairs>(c0, c1, step);
+  add_run_sums<RT>(acc, tot, rb, r0, c0 == 0);
 }
 
 template <wtype T>
 void panel_range(const float_product& a, i64 n_begin, i64 n_end) {
   const panel_scratch s = thread_panels(a);
   panel_blocks<T, 12>(a, n_begin, n_end, s.panel, s.tot, [&](i64 rb, i64 re, i64 n0, int nc) {
-    const auto m0 = static_cast<__mmask16>(nc >= 16 ? 0xffff : (1u << nc) - 1);
-    const auto m1 = static_cast<__mmask16>(nc >= 32 ? 0xffff : nc > 16 ? (1u << (nc - 16)) - 1 : 0);
-    for (i64 r = rb; r < re; ++r) {
-      float* out = a.y + r * a.n + n0;
-      const float* t = s.tot + (r - rb) * panel_cols;
-      __m512 v0 = _mm512_loadu_ps(t), v1 = _mm512_loadu_ps(t + 16);
-      if (a.bias) {
-        v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, a.bias + n0));
-        v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, a.bias + n0 + 16));
-      }
-      _mm512_mask_storeu_ps(out, m0, v0);
-      _mm512_mask_storeu_ps(out + 16, m1, v1);
-    }
+    write_panel_rows(s.tot, a.bias, a.y, a.n, rb, re, n0, nc);
   });
 }
 

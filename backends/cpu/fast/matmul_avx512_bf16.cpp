@@ -31,6 +31,8 @@ inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 
 #include "backends/cpu/fast/transpose8.inc"
 
+#include "backends/cpu/fast/panel_sums512.inc"
+
 constexpr int panel_cols = 32;
 /// Pairs in a run: 64 values of k, the f32 panels' lane_run.
 constexpr i64 run_pairs = 32;
@@ -95,17 +97,7 @@ void run(const bf16_pairs_product& a, const std::uint32_t* panel, i64 pb, float*
       acc[i][1] = _mm512_dpbf16_ps(acc[i][1], w1, xb);
     }
   }
-#pragma GCC unroll 16
-  for (int i = 0; i < RT; ++i) {
-    float* t = tot + (r0 + i - rb) * panel_cols;
-    if (q0 == 0) {
-      _mm512_storeu_ps(t, acc[i][0]);
-      _mm512_storeu_ps(t + 16, acc[i][1]);
-    } else {
-      _mm512_storeu_ps(t, _mm512_add_ps(_mm512_loadu_ps(t), acc[i][0]));
-      _mm512_storeu_ps(t + 16, _mm512_add_ps(_mm512_loadu_ps(t + 16), acc[i][1]));
-    }
-  }
+  add_run_sums<RT>(acc, tot, rb, r0, q0 == 0);
 }
 
 template <int RT>
@@ -179,19 +171,7 @@ void pairs_lanes_range(const bf16_pairs_product& a, i64 n_begin, i64 n_end) {
           if (r0 < re) run_tail<tile_rows - 1>(a, panel, pb, tot, rb, int(re - r0), r0, q0, q1);
         }
       }
-      const auto m0 = static_cast<__mmask16>(nc >= 16 ? 0xffff : (1u << nc) - 1);
-      const auto m1 = static_cast<__mmask16>(nc >= 32 ? 0xffff : nc > 16 ? (1u << (nc - 16)) - 1 : 0);
-      for (i64 r = rb; r < re; ++r) {
-        float* out = a.y + r * a.n + n0;
-        const float* t = tot + (r - rb) * panel_cols;
-        __m512 v0 = _mm512_loadu_ps(t), v1 = _mm512_loadu_ps(t + 16);
-        if (a.bias) {
-          v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, a.bias + n0));
-          v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, a.bias + n0 + 16));
-        }
-        _mm512_mask_storeu_ps(out, m0, v0);
-        _mm512_mask_storeu_ps(out + 16, m1, v1);
-      }
+      write_panel_rows(tot, a.bias, a.y, a.n, rb, re, n0, nc);
     }
   }
 }
