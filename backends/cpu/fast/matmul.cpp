@@ -10,13 +10,13 @@
 /// Float weights (f32, bf16, f16) are widened in registers and multiplied in f32: the result
 /// equals the reference up to f32 accumulation order — except that bf16 weights in a product
 /// with the many-row numbers meet their activations rounded to bf16 (rounds_activations), as
-/// the bf16 dot products of AVX512-BF16 (matmul_avx512_bf16.cpp) and AMX take them. Quantized weights (q8, q4) meet
-/// activations quantized once per call to int16, per row and block of 32 (x ≈ q·s with
-/// s = max|x|/32639, rounded to nearest even), in integer multiply-adds (vpdpbusd on the two
-/// int8 halves of each value with VNNI, vpmaddwd without) — no weight is widened to f32, so
-/// quantized decode is bound by memory — and each output differs from the reference's by at
-/// most Σ|w|·s/2 per block, about 1.5e-5
-/// of Σ|w·x| (test/backends/fast_kernels_test.cpp checks exactly that bound). Products of
+/// the bf16 dot products of AVX512-BF16 (matmul_avx512_bf16.cpp) and AMX take them.
+/// Quantized weights (q8, q4) meet activations quantized once per call to int16, per row and
+/// block of 32 (x ≈ q·s with s = max|x|/32639, rounded to nearest even), in integer
+/// multiply-adds (vpdpbusd on the two int8 halves of each value with VNNI, vpmaddwd without) —
+/// no weight is widened to f32, so quantized decode is bound by memory — and each output
+/// differs from the reference's by at most Σ|w|·s/2 per block, about 1.5e-5 of Σ|w·x|
+/// (test/backends/fast_kernels_test.cpp checks exactly that bound). Products of
 /// more than 32 rows (prefill) take int8 activations instead (s = max|x|/127) where a
 /// many-row kernel serves: AMX tiles, VNNI pairs, or AVX2's eight-column lanes. A row holding a
 /// NaN or an infinity takes the float path, so those propagate as in the reference. Without
@@ -367,8 +367,8 @@ status product_amx_int(const kernel_call& c, const float_product& a) {
 }
 
 /// A product with many rows on AMX tiles: bf16 weights (the activations rounded to bf16:
-/// rounds_activations), or q8/q4 (product_amx_int). Whole blocks of 16 weight rows there, the last N mod 16 columns on the
-/// AVX-512 kernel.
+/// rounds_activations), or q8/q4 (product_amx_int). Whole blocks of 16 weight rows there, the
+/// last N mod 16 columns on the AVX-512 kernel.
 status product_amx(const kernel_call& c) {
   float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
