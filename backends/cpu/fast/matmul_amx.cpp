@@ -6,9 +6,10 @@
 /// tiles (16 weight rows × 32 values) load straight from where it is held, with its row
 /// stride: nothing of the weight is copied or reordered. The activations are the B operand:
 /// converted once per call to bf16 and laid out as AMX wants (pairs of k side by side, rows
-/// of x across: pack_activations). To keep the f32 activations' precision, each is split in
-/// two bf16 halves, x = hi + lo (lo = the rounding error of hi, itself rounded), and both
-/// are multiplied in: |x − hi − lo| ≤ 2⁻¹⁶·|x|, where one bf16 would leave 2⁻⁸. Each C tile
+/// of x across: pack_activations). pack_activations splits each in two bf16 halves, x = hi +
+/// lo (lo = the rounding error of hi, itself rounded); the products take the activations
+/// rounded to bf16 already (matmul.cpp, rounds_activations: every path's prefill numbers), so
+/// lo is zero and only hi is multiplied in (amx_product::xlo null). Each C tile
 /// (16 weight rows × 16 activation rows, f32) is stored once at the end and written
 /// transposed into y.
 ///
