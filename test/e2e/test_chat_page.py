@@ -235,8 +235,8 @@ def test_sign_in_load_and_stream_a_reply(page, server):
 def test_stop_ends_a_long_generation(page, server, user, key, slow_model):
     d = page
     sign_in(d, user)
-    # The fixture's 85 MB random model decodes at tens of tokens a second, so Stop lands
-    # mid-reply.
+    # The fixture's 77 MB random model decodes a few hundred tokens of its 500 in a second or
+    # more, so Stop lands mid-reply.
     by_id(d, "settings").find_element(By.TAG_NAME, "summary").click()
     set_number(d, "max-tokens", 500)
     d.execute_script("const s = document.getElementById('model-select'); s.value = '';"
@@ -244,9 +244,19 @@ def test_stop_ends_a_long_generation(page, server, user, key, slow_model):
     src = by_id(d, "source-input")
     src.clear()
     src.send_keys(slow_model)
-    send(d, "Once upon a time")
-    wait_for(d, lambda: len(reply_text(d)) >= 3, 60, "no streamed text")
-    assert by_id(d, "stop-button").is_displayed()
+    # The random model draws its end-of-text token now and then: about one reply in ten ends
+    # by itself within the first 40 tokens (a third of a second here), before Stop can land —
+    # nothing to stop; such a reply is marked done and the next one draws another seed.
+    for _ in range(6):
+        send(d, "Once upon a time")
+        wait_for(d, lambda: len(reply_text(d)) >= 3, 60, "no streamed text")
+        if by_id(d, "stop-button").is_displayed():
+            break
+        wait_for(d, lambda: last_reply(d).get_attribute("data-state") == "done", 5, "a reply that ended was not done",
+                 detail=lambda: f"the reply is {last_reply(d).get_attribute('data-state')!r}")
+        assert "(stop)" in last_reply(d).find_element(By.CSS_SELECTOR, "[data-testid=finish-reason]").text
+    else:
+        pytest.fail("six replies in a row ended by themselves before Stop could land")
     assert generations(server, key) == 1
     # A click through the page's script: text streaming above the button may move it between
     # Selenium finding it and clicking (the composer is sticky, but the race is Selenium's).
@@ -264,7 +274,7 @@ def test_stop_ends_a_long_generation(page, server, user, key, slow_model):
         time.sleep(0.1)
     time.sleep(0.5)
     assert reply_text(d) == stopped_at, "the text kept growing after Stop"
-    assert not d.find_elements(By.CSS_SELECTOR, "[data-testid=tokens-per-second]")
+    assert not last_reply(d).find_elements(By.CSS_SELECTOR, "[data-testid=tokens-per-second]")
     assert not banner_text(d), "stopping is not an error"
     server.assert_up()
 
