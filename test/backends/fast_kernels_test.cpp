@@ -170,9 +170,19 @@ TEST(FastMatmul, Bf16RoundingOfActivationsIsTheConvertersOnEveryLevel) {
   for (std::size_t count : {std::size_t(1), std::size_t(7), std::size_t(16), std::size_t(17), v.size()}) {
     SCOPED_TRACE("count " + std::to_string(count));
     std::vector<float> out(count, 7.0f);
-    cpu_fast::avx2::round_to_bf16(v.data(), std::int64_t(count), out.data());
+    cpu_fast::avx2::round_to_bf16(v.data(), 1, std::int64_t(count), out.data(), false);
     for (std::size_t i = 0; i < count; ++i)
       ASSERT_EQ(std::bit_cast<std::uint32_t>(out[i]), std::uint32_t(f32_to_bf16(v[i])) << 16) << "value " << i;
+    // in a panel's order: two rows of `count`, each row's pairs swapped (a last value alone stays)
+    std::vector<float> swapped(2 * count, 7.0f);
+    cpu_fast::avx2::round_to_bf16(v.data(), 2, std::int64_t(count / 2), swapped.data(), true);
+    const std::size_t half = count / 2;
+    for (std::size_t r = 0; r < 2; ++r)
+      for (std::size_t i = 0; i < half; ++i) {
+        const std::size_t from = (i ^ 1) < half ? i ^ 1 : i;
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(swapped[r * half + i]), std::uint32_t(f32_to_bf16(v[r * half + from])) << 16)
+            << "row " << r << " value " << i;
+      }
     if (cpu_isa::best() < cpu_isa::level::avx512_bf16) continue;
     // as pairs: two rows of `count` values each, the odd row's last pair padded with zero
     std::vector<float> two(v.begin(), v.begin() + std::ptrdiff_t(count));

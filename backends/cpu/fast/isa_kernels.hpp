@@ -229,9 +229,11 @@ void int8_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, st
                         float* scale, float* sums, std::int32_t* qsums = nullptr);
 /// Output columns [n_begin, n_end), eight weight rows at a time with one output per lane.
 void int8_lanes_range(const int8_lanes_product& a, std::int64_t n_begin, std::int64_t n_end);
-/// x[0, count) rounded to bf16, nearest even (NaN stays NaN, quiet), as f32: the value
-/// runtime/dtype.hpp's f32_to_bf16 gives, widened again.
-void round_to_bf16(const float* x, std::int64_t count, float* out);
+/// Rows [0, rows) of x (row stride k) rounded to bf16, nearest even (NaN stays NaN, quiet), as
+/// f32: the values runtime/dtype.hpp's f32_to_bf16 gives, widened again. `panel_order`: each
+/// row's pairs of values swapped (value i at i ^ 1 when its partner is in the row), the order
+/// of a bf16 weight's panel (panels.inc).
+void round_to_bf16(const float* x, std::int64_t rows, std::int64_t k, float* out, bool panel_order);
 }  // namespace avx2
 
 namespace avx512 {

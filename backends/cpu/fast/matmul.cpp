@@ -130,14 +130,17 @@ bool rounds_activations(const float_product& a) {
 }
 
 /// Rounds the activations of `count` products of the same activations when rounds_activations
-/// says so: once, into the scratch, which the products then read.
-void round_activations(float_product* a, std::size_t count, workspace& ws) {
+/// says so: once, into the scratch, which the products then read. `panel_order`: for the f32
+/// panels of bf16 weights, each row's pairs of values swapped as the panel's are (panels.inc).
+void round_activations(float_product* a, std::size_t count, workspace& ws, bool panel_order = false) {
   if (count == 0 || !rounds_activations(a[0])) return;
   const std::int64_t k = a[0].k, rows = a[0].rows;
   float* out = ws.floats(std::size_t(rows * k), 9);
   auto round = [&](std::int64_t b, std::int64_t e) {
-    if (cpu_isa::best() >= level::avx2) return avx2::round_to_bf16(a[0].x + b * k, (e - b) * k, out + b * k);
-    for (std::int64_t i = b * k; i < e * k; ++i) out[i] = bf16_to_f32(f32_to_bf16(a[0].x[i]));
+    if (cpu_isa::best() >= level::avx2) return avx2::round_to_bf16(a[0].x + b * k, e - b, k, out + b * k, panel_order);
+    for (std::int64_t r = b; r < e; ++r)
+      for (std::int64_t i = 0; i < k; ++i)
+        out[r * k + i] = bf16_to_f32(f32_to_bf16(a[0].x[r * k + (panel_order && (i ^ 1) < k ? i ^ 1 : i)]));
   };
   const int parts = int(std::min<std::int64_t>(kernel_threads(), rows / 8 + 1));
   if (parts <= 1) round(0, rows);
@@ -570,7 +573,7 @@ template <void (*Range)(const float_product&, std::int64_t, std::int64_t), std::
 status product_float_lanes(const kernel_call& c) {
   float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
-  round_activations(&a, 1, *c.scratch);
+  round_activations(&a, 1, *c.scratch, true);
   split_lane_groups(&a, 1, Width, [&](std::size_t, std::int64_t b, std::int64_t e) { Range(a, b, e); });
   return ok_status();
 }
@@ -580,7 +583,7 @@ template <void (*Range)(const float_product&, std::int64_t, std::int64_t), std::
 status products_float_lanes(std::span<const kernel_call> calls) {
   float_product a[max_group];
   if (!same_input(calls, a) || a[0].rows == 0) return one_by_one(calls, product_float_lanes<Range, Width>);
-  round_activations(a, calls.size(), *calls[0].scratch);
+  round_activations(a, calls.size(), *calls[0].scratch, true);
   split_lane_groups(a, calls.size(), Width, [&](std::size_t i, std::int64_t b, std::int64_t e) { Range(a[i], b, e); });
   return ok_status();
 }

@@ -505,7 +505,7 @@ constexpr i64 lane_run = 64;
 
 #include "backends/cpu/fast/panels.inc"
 
-template <int RT, bool Pairs>
+template <int RT>
 void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i64 rb, i64 r0, i64 c0, i64 c1) {
   constexpr int NV = panel_cols / 8;
   const i64 k = a.k;
@@ -515,7 +515,7 @@ void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i
   for (int i = 0; i < RT; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) acc[i][j] = _mm256_setzero_ps();
-  auto step = [&](i64 kk) __attribute__((always_inline)) {
+  for (i64 kk = c0; kk < c1; ++kk) {
     const float* pk = panel + (kk - kb) * panel_cols;
     __m256 w[NV];
 #pragma GCC unroll 4
@@ -526,8 +526,7 @@ void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i
 #pragma GCC unroll 4
       for (int j = 0; j < NV; ++j) acc[i][j] = _mm256_fmadd_ps(xb, w[j], acc[i][j]);
     }
-  };
-  in_run_order<Pairs>(c0, c1, step);
+  }
 #pragma GCC unroll 16
   for (int i = 0; i < RT; ++i) {
     float* t = tot + (r0 + i - rb) * panel_cols;
@@ -659,7 +658,7 @@ void int8_lanes_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
   else lanes_range<wtype::q4>(a, n_begin, n_end);
 }
 
-void round_to_bf16(const float* x, i64 count, float* out) {
+void round_to_bf16(const float* x, i64 rows, i64 k, float* out, bool panel_order) {
   // u + 0x7fff + (bit 16 of u), the low half cleared: nearest even; a NaN keeps its high half,
   // made quiet
   const __m256i magnitude = _mm256_set1_epi32(0x7fffffff), infinity = _mm256_set1_epi32(0x7f800000);
@@ -670,14 +669,21 @@ void round_to_bf16(const float* x, i64 count, float* out) {
     const __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
     return _mm256_and_si256(_mm256_blendv_epi8(r, _mm256_or_si256(u, quiet), nan), high);
   };
-  i64 i = 0;
-  for (; i + 8 <= count; i += 8)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), round8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
-  if (i < count) {
+  for (i64 r = 0; r < rows; ++r) {
+    const float* xr = x + r * k;
+    float* o = out + r * k;
+    i64 i = 0;
+    for (; i + 8 <= k; i += 8) {
+      __m256i v = round8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + i)));
+      if (panel_order) v = _mm256_castps_si256(_mm256_permute_ps(_mm256_castsi256_ps(v), 0xb1));  // (pairs swapped)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i), v);
+    }
+    if (i == k) continue;
     alignas(32) float tmp[8] = {};
-    __builtin_memcpy(tmp, x + i, std::size_t(count - i) * 4);
+    __builtin_memcpy(tmp, xr + i, std::size_t(k - i) * 4);
     _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), round8(_mm256_load_si256(reinterpret_cast<const __m256i*>(tmp))));
-    __builtin_memcpy(out + i, tmp, std::size_t(count - i) * 4);
+    for (i64 j = 0; j < k - i; ++j)  // (i is even: a value's partner is j ^ 1, when there is one)
+      o[i + j] = tmp[panel_order && (j ^ 1) < k - i ? j ^ 1 : j];
   }
 }
 

@@ -249,14 +249,14 @@ constexpr i64 lane_run = 64;
 
 #include "backends/cpu/fast/panel_sums512.inc"
 
-template <int RT, bool Pairs>
+template <int RT>
 void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i64 rb, i64 r0, i64 c0, i64 c1) {
   const i64 k = a.k;
   const float* xr = a.x + r0 * k;
   __m512 acc[RT][2];
 #pragma GCC unroll 16
   for (int i = 0; i < RT; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  auto step = [&](i64 kk) __attribute__((always_inline)) {
+  for (i64 kk = c0; kk < c1; ++kk) {
     const float* pk = panel + (kk - kb) * panel_cols;
     const __m512 w0 = _mm512_loadu_ps(pk), w1 = _mm512_loadu_ps(pk + 16);
 #pragma GCC unroll 16
@@ -265,8 +265,7 @@ void panel_run(const float_product& a, const float* panel, i64 kb, float* tot, i
       acc[i][0] = _mm512_fmadd_ps(xb, w0, acc[i][0]);
       acc[i][1] = _mm512_fmadd_ps(xb, w1, acc[i][1]);
     }
-  };
-  in_run_order<Pairs>(c0, c1, step);
+  }
   add_run_sums<RT>(acc, tot, rb, r0, c0 == 0);
 }
 

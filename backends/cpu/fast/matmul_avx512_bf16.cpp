@@ -6,8 +6,8 @@
 /// The numbers are those of the f32 panels of the other levels (panels.inc), bit for bit: the
 /// activations come rounded to bf16 (nearest even) on every level for these products
 /// (matmul.cpp, rounds_activations), so every product is exact in f32; the instruction adds
-/// a pair's second product and then its first, each rounded, as the f32 panels' `Pairs` order
-/// does; runs of 64 values of k (32 pairs) start from zero and their sums are added in order,
+/// a pair's second product and then its first, each rounded, as the f32 panels do (they lay
+/// out a pair's values and activations swapped); runs of 64 values of k (32 pairs) start from zero and their sums are added in order,
 /// then the bias. The instruction treats subnormal inputs as zero and flushes subnormal
 /// results, where the f32 panels keep them: only sums that stay below 2⁻¹²⁶ can differ.
 ///
