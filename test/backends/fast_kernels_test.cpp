@@ -94,6 +94,14 @@ TEST(CpuIsa, BackendPicksKernelsOfTheCurrentLevel) {
   }
 }
 
+/// x [rows, k] with every value rounded to bf16 (nearest even) and widened again: the
+/// activations a bf16 product with the many-row numbers takes.
+tensor rounded_to_bf16(const tensor& x) {
+  std::vector<float> v(x.f32(), x.f32() + x.numel());
+  for (float& e : v) e = bf16_to_f32(f32_to_bf16(e));
+  return test::t32(x.shape(), std::move(v));
+}
+
 /// |fast − ref| for a product whose activations were quantized to int16 per block of 32:
 /// each block's rounding moves a value by at most s/2 (s = max|x|/32639), so the product
 /// moves by at most Σ|w|·s/2 over the block; plus f32 rounding of the sums.
@@ -218,9 +226,7 @@ TEST(FastMatmul, AmxProductsTakeBf16RoundedActivations) {
           SCOPED_TRACE("rows " + std::to_string(rows) + " K " + std::to_string(k) + " N " + std::to_string(n) +
                        " threads " + std::to_string(threads));
           const tensor x = random_f32({rows, k}, ++seed);
-          std::vector<float> xr(x.f32(), x.f32() + rows * k);
-          for (float& v : xr) v = bf16_to_f32(f32_to_bf16(v));
-          const tensor rounded = test::t32({rows, k}, xr);
+          const tensor rounded = rounded_to_bf16(x);
           const tensor w = *convert_tensor(random_f32({n, k}, ++seed, 0.5f), dtype::bf16);
           const tensor bias = random_f32({n}, ++seed);
           const auto want = run_values("linear", R"({"transB": true})", {x, w, bias});
@@ -322,9 +328,8 @@ TEST(FastMatmul, ManyRowFloatProductsAgreeAndAddInRunsOf64) {
             const auto want = run_values("linear", R"({"transB": true})", {x, w, bias});
             const auto wf = test::values_of(w);  // (the stored values, widened exactly)
             const bool pairs = t == dtype::bf16;
-            std::vector<float> xr(x.f32(), x.f32() + rows * k);
-            if (pairs)
-              for (float& v : xr) v = bf16_to_f32(f32_to_bf16(v));
+            const tensor xa = pairs ? rounded_to_bf16(x) : x;  // (the activations the kernels take)
+            const float* xr = xa.f32();
             std::vector<float> runs(want.size());
             for (std::int64_t r = 0; r < rows; ++r)
               for (std::int64_t j = 0; j < n; ++j) {
@@ -698,9 +703,7 @@ TEST(FastMatmul, ShortProductsKeepEachRowsBitsUnlessTheCallFreesThem) {
             ++freed;
           } else if (t == dtype::bf16) {
             // the vector kernels keep them, on activations rounded to bf16 as many rows' are
-            std::vector<float> xr(x.f32(), x.f32() + rows * k);
-            for (float& v : xr) v = bf16_to_f32(f32_to_bf16(v));
-            const tensor rounded = test::t32({rows, k}, xr);
+            const tensor rounded = rounded_to_bf16(x);
             EXPECT_EQ(loose, run_values("matmul", params_text, {rounded, w}, picked(rounded, w)));
             EXPECT_NE(loose, kept);
           } else {

@@ -98,6 +98,21 @@ void split_columns(std::int64_t n, std::int64_t macs, F&& f) {
   parallel_for(int(bounds.size()) - 1, [&](int p) { f(b[p], b[p + 1]); });
 }
 
+/// Runs f(begin, end) on parts of activation rows [0, rows) over the kernel threads, at most a
+/// part per thread and per eight rows (a per-call pass over the activations: rounding,
+/// quantizing).
+template <class F>
+void split_rows(std::int64_t rows, F&& f) {
+  const int parts = int(std::min<std::int64_t>(kernel_threads(), rows / 8 + 1));
+  if (parts <= 1) return f(std::int64_t(0), rows);
+  parallel_for(parts, [&](int p) { f(rows * p / parts, rows * (p + 1) / parts); });
+}
+
+/// The activation rows of a product's inputs (x's elements over its last dimension, K).
+std::int64_t activation_rows(std::span<const tensor_desc> inputs) {
+  return shape_numel(inputs[0].shape) / std::max<std::int64_t>(inputs[0].shape.back(), 1);
+}
+
 /// Rows from which a product always goes to a many-row kernel (AMX tiles, the lanes, the
 /// panels): more than a batched decode step (16 conversations) or a verify pass stacks, so
 /// those give each row exactly the bits it gets alone (the vector kernels compute every row
@@ -142,9 +157,7 @@ void round_activations(float_product* a, std::size_t count, workspace& ws, bool 
       for (std::int64_t i = 0; i < k; ++i)
         out[r * k + i] = bf16_to_f32(f32_to_bf16(a[0].x[r * k + (panel_order && (i ^ 1) < k ? i ^ 1 : i)]));
   };
-  const int parts = int(std::min<std::int64_t>(kernel_threads(), rows / 8 + 1));
-  if (parts <= 1) round(0, rows);
-  else parallel_for(parts, [&](int p) { round(rows * p / parts, rows * (p + 1) / parts); });
+  split_rows(rows, round);
   for (std::size_t i = 0; i < count; ++i) a[i].x = out;
 }
 
@@ -403,8 +416,7 @@ bool accepts_amx(std::span<const tensor_desc> inputs, const op_params& params) {
   if (!accepts_trans_b(inputs, params)) return false;
   const dtype t = inputs[1].type;
   if (t != dtype::bf16 && t != dtype::q8 && t != dtype::q4) return false;
-  const std::int64_t k = inputs[0].shape.back();
-  const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
+  const std::int64_t k = inputs[0].shape.back(), rows = activation_rows(inputs);
   return k > 0 && k % 32 == 0 && rows >= amx_free_min_rows && inputs[1].shape[0] >= 16;
 }
 
@@ -489,10 +501,7 @@ bool lanes_quantize(const float_product& a, workspace& ws, bool qsums, int8_plai
   float* scale = ws.floats(std::size_t(a.rows * blocks), 7);
   float* sums = a.type == wtype::q4 ? ws.floats(std::size_t(a.rows * blocks), 8) : nullptr;
   std::int32_t* qs = qsums && a.type == wtype::q8 ? ws.ints(std::size_t(a.rows * blocks), 8) : nullptr;
-  const int qparts = int(std::min<std::int64_t>(kernel_threads(), a.rows / 8 + 1));
-  auto quantize = [&](std::int64_t b, std::int64_t e) { avx2::int8_quantize_rows(a.x, a.k, b, e, q, scale, sums, qs); };
-  if (qparts <= 1) quantize(0, a.rows);
-  else parallel_for(qparts, [&](int p) { quantize(a.rows * p / qparts, a.rows * (p + 1) / qparts); });
+  split_rows(a.rows, [&](std::int64_t b, std::int64_t e) { avx2::int8_quantize_rows(a.x, a.k, b, e, q, scale, sums, qs); });
   for (std::int64_t i = 0; i < a.rows * blocks; ++i)
     if (std::isnan(scale[i])) return false;
   out = int8_plain_rows{q, scale, sums, a.rows, a.k, qs};
@@ -560,8 +569,7 @@ bool accepts_int8_lanes(std::span<const tensor_desc> inputs, const op_params& pa
   if (!accepts_trans_b(inputs, params)) return false;
   const dtype t = inputs[1].type;
   if (t != dtype::q8 && t != dtype::q4) return false;
-  const std::int64_t k = inputs[0].shape.back();
-  const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
+  const std::int64_t k = inputs[0].shape.back(), rows = activation_rows(inputs);
   return k > 0 && k % 32 == 0 && rows >= lanes_free_min_rows(t == dtype::q4 ? wtype::q4 : wtype::q8);
 }
 
@@ -592,8 +600,7 @@ bool accepts_float_lanes(std::span<const tensor_desc> inputs, const op_params& p
   if (!accepts_trans_b(inputs, params)) return false;
   const dtype t = inputs[1].type;
   if (t != dtype::f32 && t != dtype::bf16 && t != dtype::f16) return false;
-  const std::int64_t k = inputs[0].shape.back();
-  const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
+  const std::int64_t k = inputs[0].shape.back(), rows = activation_rows(inputs);
   return k > 0 && rows >= amx_min_rows;
 }
 
@@ -611,9 +618,7 @@ status products_bf16_pairs(std::span<const kernel_call> calls) {
   if (keep_rows_alone(a[0].rows)) return products<avx512_vnni_kernels>(calls);  // (below 33 rows, a call that keeps them)
   const std::int64_t rows = a[0].rows, k = a[0].k, kp = (k + 1) / 2;
   auto* x = reinterpret_cast<std::uint32_t*>(calls[0].scratch->ints(std::size_t(rows * kp), 9));
-  const int parts = int(std::min<std::int64_t>(kernel_threads(), rows / 8 + 1));
-  if (parts <= 1) avx512_bf16::round_pairs(a[0].x, k, 0, rows, x);
-  else parallel_for(parts, [&](int p) { avx512_bf16::round_pairs(a[0].x, k, rows * p / parts, rows * (p + 1) / parts, x); });
+  split_rows(rows, [&](std::int64_t b, std::int64_t e) { avx512_bf16::round_pairs(a[0].x, k, b, e, x); });
   bf16_pairs_product p[max_group];
   for (std::size_t i = 0; i < calls.size(); ++i)
     p[i] = bf16_pairs_product{x, a[i].w, a[i].w_row_bytes, a[i].bias, a[i].y, rows, k, a[i].n};
@@ -624,8 +629,7 @@ status products_bf16_pairs(std::span<const kernel_call> calls) {
 
 bool accepts_bf16_pairs(std::span<const tensor_desc> inputs, const op_params& params) {
   if (!accepts_trans_b(inputs, params) || inputs[1].type != dtype::bf16) return false;
-  const std::int64_t k = inputs[0].shape.back();
-  const std::int64_t rows = shape_numel(inputs[0].shape) / std::max<std::int64_t>(k, 1);
+  const std::int64_t k = inputs[0].shape.back(), rows = activation_rows(inputs);
   return k > 0 && rows >= amx_free_min_rows;
 }
 
