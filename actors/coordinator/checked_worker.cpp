@@ -404,12 +404,21 @@ struct owed final : owed_base {
   }
 };
 
+/// A worker's kernel path for the spot-checks: its backend and its CPU kernels. A GPU volunteer
+/// whose host CPU runs the verifier's kernel level still computes its products on another
+/// path (cuBLAS, the CUDA kernels' own sums), so it is compared within the tolerance.
+std::string kernel_path(std::string_view backend, std::string_view cpu_kernels) {
+  return std::string(backend.empty() ? "cpu" : backend) + " / " + std::string(cpu_kernels);
+}
+
 struct checked_state {
   std::shared_ptr<verify_shared> sh;
   std::vector<std::shared_ptr<owed_base>> owed_now;  ///< responses not yet given (answered ones are pruned)
   std::map<std::pair<std::string, std::string>, arriving_weight> arriving;  ///< (model, name)
   std::map<std::string, std::set<std::string>> held;  ///< weights the volunteer holds, by model
   worker_actor verifier;
+  /// Kernel paths, as kernel_path() writes them: equal only when both compute on the same
+  /// backend with the same CPU kernels.
   std::string verifier_kernels;
   std::string volunteer_kernels;
   std::set<std::string> unshadowed;  ///< models whose weights the verifier does not hold
@@ -1059,7 +1068,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
   st.sh = std::move(sh);
   st.sh->self = self->address();
   st.rng.seed(std::random_device{}());
-  st.verifier_kernels = cpu_isa::describe();
+  st.verifier_kernels = kernel_path("cpu", cpu_isa::describe());
   worker_config wc;
   wc.worker_id = "verifier of " + st.sh->v.name;
   wc.memory_bytes = st.sh->cfg.memory;  // (the shared budget binds first)
@@ -1092,7 +1101,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
     self->quit(m.reason);
   });
   self->request(st.volunteer(), 30s, status_atom::value).then([self](worker_status& s) {
-    self->state.volunteer_kernels = s.kernels;
+    self->state.volunteer_kernels = kernel_path(s.backend, s.kernels);
     self->state.sh->worker_id = s.worker_id;
   }, [](caf::error&) {});
   auto V = [self] { return self->state.volunteer(); };
@@ -1104,7 +1113,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
             .then(
                 [self, rp](worker_status& s) mutable {
                   auto& st = self->state;
-                  st.volunteer_kernels = s.kernels;
+                  st.volunteer_kernels = kernel_path(s.backend, s.kernels);
                   st.sh->worker_id = s.worker_id;
                   auto& c = st.sh->counts;
                   s.checked = true;

@@ -335,12 +335,16 @@ def test_a_volunteer_with_a_gpu_reports_cuda_and_decodes_the_golden_tokens(start
             pytest.skip("no usable GPU here (or a build without CUDA)")
         s = c.status(c.key)
         assert s["backends"].get("cuda") == 1 and s["pool"][0]["backend"] == "cuda"
-        # what it leaves to the CPU is declared: ops of the catalogue, attention among them today
+        # what it leaves to the CPU is declared: ops of the catalogue (moe among them today)
         host_ops = s["pool"][0]["hostOps"]
         assert host_ops == sorted(host_ops) and set(host_ops) < set(o["op"] for o in expect(server.api.get("/api/ops"), 200)["ops"])
         model = expect(server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60),
                        200)["modelId"]
         decode_golden(server.api, c.key, model)
+        # the spot-checks compare its passes with the verifier's CPU kernels within the tolerance
+        # between paths, never bit for bit, even where its host CPU runs the verifier's level
+        s = c.status(c.key)
+        assert s["pool"][0]["checks"]["exact"] is False and s["quarantined"] == [], (s["pool"][0]["checks"], s["quarantined"])
         c.join("w_cpu", "2G", "--cpu")
         assert c.status(c.key)["backends"]["cpu"] == 1
     finally:
