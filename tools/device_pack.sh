@@ -5,13 +5,15 @@
 #   device-pack/lib/   the shared libraries they need beyond the C/C++ runtime and CUDA's
 #                      (CAF 0.17, SQLite)
 #   device-pack/shared/models/stories260K   the end-to-end tests' model and goldens
-# about 26 MB, under the device tool's 64 MiB for what travels with the working tree.
+# and the same compressed as device-pack.txz (about 12 MB; the folder itself is about 70 MB
+# with three GPU architectures' code in each binary — over the 64 MiB a working tree may carry
+# to a GPU machine together with the sources).
 #
 # Usage: tools/device_pack.sh [build-dir]   (default build/: a build with the CUDA backend,
 #        i.e. nvcc found; its binaries are rebuilt first)
-# Then, with the device tool:
-#   carry:   ["device-pack"]
-#   command: MPAKT_DEVICE_PACK=device-pack MPAKT_E2E=1 MPAKT_BENCH=1 OUT=$OUT backends/cuda/run_device_checks.sh
+# Then, on the GPU machine (device-pack.txz carried beside the working tree):
+#   tar -xJf device-pack.txz && MPAKT_DEVICE_PACK=device-pack MPAKT_E2E=1 MPAKT_BENCH=1 \
+#     OUT=$OUT backends/cuda/run_device_checks.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -40,5 +42,6 @@ for b in "$pack"/bin/*; do ldd "$b"; done | awk '/=> \// {print $1, $3}' | sort 
   esac
 done
 cp -r "$shared/models/stories260K" "$pack/shared/models/"
-du -sh "$pack"
+(cd "$root" && tar -cJf device-pack.txz device-pack)
+du -sh "$pack" "$root/device-pack.txz"
 ls -la "$pack/bin" "$pack/lib" "$pack/lib-openssl"

@@ -2,8 +2,9 @@
 # Device checks of the CUDA backend, for a machine with an NVIDIA GPU (built for sm_80, sm_89
 # and sm_90: A100, L4/RTX 40xx, H100/H200).
 #
-# 1. mpakt_cuda_tests: every CUDA kernel against the CPU reference. Fails if the GPU suites
-#    were skipped (no usable device), so a green run means the kernels really ran.
+# 1. mpakt_cuda_tests: every CUDA kernel against the CPU reference, and the op table's golden
+#    fixtures (PyTorch, transformers) through the executor on the CUDA backend. Fails if the
+#    GPU suites were skipped (no usable device), so a green run means the kernels really ran.
 # 2. MPAKT_E2E=1: the end-to-end tests that need a GPU (test/e2e/test_cluster.py: a volunteer
 #    that computes on it decodes stories260K's golden tokens; --backend cuda and auto), with
 #    the real mpakt binary, coordinator and volunteer processes.
@@ -16,13 +17,15 @@
 # Usage: backends/cuda/run_device_checks.sh [build-dir]     (default: build-cuda)
 #   MPAKT_DEVICE_PACK=dir   run the binaries packed by tools/device_pack.sh (built elsewhere;
 #                           a GPU image has CUDA, PyTorch and pytest but not the project's
-#                           libraries). With the device tool:
-#                             carry: ["device-pack"]
-#                             command: MPAKT_DEVICE_PACK=device-pack MPAKT_E2E=1 MPAKT_BENCH=1
-#                                      OUT=$OUT backends/cuda/run_device_checks.sh
+#                           libraries). With the pack's archive carried beside the tree:
+#                             tar -xJf device-pack.txz && MPAKT_DEVICE_PACK=device-pack
+#                               MPAKT_E2E=1 MPAKT_BENCH=1 OUT=$OUT backends/cuda/run_device_checks.sh
 #   MPAKT_CUDA_TESTS=path   run this prebuilt mpakt_cuda_tests (without a pack)
 #   MPAKT_SANITIZE=1        also run the op table under compute-sanitizer memcheck
 #   MPAKT_BENCH_SHAPES=list the benchmark's shapes (default qwen3,llama3-8b; bench/gpu_models.py)
+#   MPAKT_BENCH_ARGS="..."  more mpakt_step_bench arguments (e.g. --profile)
+#   MPAKT_PHASE_S=seconds   each phase's time limit (default 240), so one hung phase still
+#                           leaves the others' results
 #   MPAKT_REHEARSE=1        on a machine without a GPU: run every phase as far as it goes (the
 #                           GPU suites skip, the benchmark runs the smol shape on the CPU), to
 #                           check the script, the pack and the tools before device time is spent
@@ -88,7 +91,9 @@ need_libs | tee "$logs/missing-libraries.txt"
 [[ -s $logs/missing-libraries.txt ]] && fail "libraries not found (above)"
 
 echo "== mpakt_cuda_tests"
-"$bin_tests" --gtest_color=no 2>&1 | tee "$logs/mpakt_cuda_tests.log"
+# the op table's fixtures, read by the packed binary from this tree
+export MPAKT_FIXTURES_DIR=${MPAKT_FIXTURES_DIR:-$root/test/fixtures}
+timeout "${MPAKT_PHASE_S:-240}" "$bin_tests" --gtest_color=no 2>&1 | tee "$logs/mpakt_cuda_tests.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail "mpakt_cuda_tests"
 if grep -q "no CUDA device" "$logs/mpakt_cuda_tests.log"; then
   if [[ $rehearse == 1 ]]; then echo "(rehearsal: the GPU suites skipped, as they must without a device)"
@@ -98,14 +103,14 @@ fi
 if [[ ${MPAKT_SANITIZE:-0} == 1 ]]; then
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   echo "== compute-sanitizer memcheck (op table)"
-  "$sanitizer" --tool memcheck --error-exitcode 3 "$bin_tests" --gtest_color=no --gtest_filter='All/CudaOps.*' \
+  timeout "${MPAKT_PHASE_S:-240}" "$sanitizer" --tool memcheck --error-exitcode 3 "$bin_tests" --gtest_color=no --gtest_filter='All/CudaOps.*' \
     2>&1 | tee "$logs/memcheck.log" | tail -n 40
   [[ ${PIPESTATUS[0]} -eq 0 ]] || fail "compute-sanitizer memcheck"
 fi
 
 if [[ ${MPAKT_E2E:-0} == 1 ]]; then
   echo "== end-to-end tests on the GPU"
-  (cd "$root" && MPAKT_BINARY=$bin_mpakt PYTHONUNBUFFERED=1 python3 -m pytest -q -p no:cacheprovider -rs \
+  (cd "$root" && MPAKT_BINARY=$bin_mpakt PYTHONUNBUFFERED=1 timeout "${MPAKT_PHASE_S:-240}" python3 -m pytest -q -p no:cacheprovider -rs \
      --basetemp="${TMPDIR:-/tmp}/mpakt-device-e2e" test/e2e/test_cluster.py -k "gpu or backend_asked" \
      2>&1 | tee "$logs/e2e.log")
   [[ ${PIPESTATUS[0]} -eq 0 ]] || fail "end-to-end tests"
@@ -113,6 +118,10 @@ if [[ ${MPAKT_E2E:-0} == 1 ]]; then
 fi
 
 if [[ ${MPAKT_BENCH:-0} == 1 ]]; then
+  if [[ $rehearse != 1 ]]; then
+    echo "== ceilings measured in this run (PyTorch: device copy, bf16 8192^3 product)"
+    timeout 60 python3 "$root/bench/gpu_ceilings.py" 2>&1 | tee "$logs/ceilings.txt"
+  fi
   echo "== benchmark"
   models=${MPAKT_BENCH_MODELS:-${TMPDIR:-/tmp}/mpakt-gpu-models}
   shapes=${MPAKT_BENCH_SHAPES:-qwen3,llama3-8b}
@@ -123,8 +132,9 @@ if [[ ${MPAKT_BENCH:-0} == 1 ]]; then
   echo "models written in $(($(date +%s) - start)) s"
   while IFS=$'\t' read -r shape folder; do
     echo "-- $shape ($backend)"
-    "$bin_bench" "$folder" --backend "$backend" --prefill 128 --tokens "${MPAKT_BENCH_TOKENS:-16}" --repeats 1 \
-      --roofline-gbs "${MPAKT_HBM_GBS:-4800}" --peak-tflops "${MPAKT_PEAK_TFLOPS:-989}" 2>&1 | tee "$logs/bench-$shape.txt"
+    # shellcheck disable=SC2086
+    timeout "${MPAKT_PHASE_S:-240}" "$bin_bench" "$folder" --backend "$backend" --prefill 128 \
+      --tokens "${MPAKT_BENCH_TOKENS:-16}" --repeats 1 ${MPAKT_BENCH_ARGS:-} --roofline-gbs "${MPAKT_HBM_GBS:-4800}" --peak-tflops "${MPAKT_PEAK_TFLOPS:-989}" 2>&1 | tee "$logs/bench-$shape.txt"
     [[ ${PIPESTATUS[0]} -eq 0 ]] || fail "benchmark of $shape"
   done < "$logs/models.txt"
 fi
