@@ -7,6 +7,7 @@
 /// back to the reference CPU kernel (every worker ships every op). Thread-safety: a
 /// backend is used by one worker thread at a time.
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,6 +37,13 @@ class backend {
   /// Called on the thread that is about to run this backend's kernels (a worker's graph run or
   /// generation pass): a device backend makes its device the one they use there. CPU: nothing.
   virtual void activate() const {}
+  /// A device backend whose kernels keep a plan's values in device memory between steps: its
+  /// state for one planned graph (op.hpp, device_state); nullptr (CPU) = every value is a
+  /// host tensor at every step.
+  virtual std::unique_ptr<device_state> make_device_state() const { return nullptr; }
+  /// Whether `fn` (a kernel this backend gave) runs on the device, reading and writing the
+  /// device_state; other kernels run on the host and the executor brings their tensors back.
+  virtual bool on_device(kernel_fn fn) const { return false; }
 };
 
 }  // namespace mpakt

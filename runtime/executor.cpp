@@ -52,6 +52,9 @@ struct planned_step {
   kernel_fn fn = nullptr;
   /// The backend's kernel for running this step with its neighbours (backend::group_kernel).
   group_kernel_fn group_fn = nullptr;
+  /// The kernel runs on the device of the plan's device_state (backend::on_device): it reads
+  /// and leaves values there; a host kernel's tensors are brought back before it runs.
+  bool on_device = false;
   /// On the first step of a group: how many steps, from this one, run as one call (≥ 2).
   int group_size = 0;
   bool has_binds = false;
@@ -193,7 +196,30 @@ struct executable_graph::impl {
   /// Prepares step `st`'s output before its kernel runs (a value handed out by take() gets
   /// a new tensor).
   status ready_output(const planned_step& st);
+
+  /// The device backend's memory for this plan (backend::make_device_state), or nullptr.
+  std::unique_ptr<device_state> dev;
+  std::vector<const tensor*> host_tensors;  ///< host_step_begins' list (kept: no allocation per step)
+  /// Before a host kernel runs step `st` (its output ready): what it reads or writes that the
+  /// device holds newer comes back.
+  status host_step_begins(const planned_step& st);
+  /// After it ran: what it wrote is newer on the host.
+  void host_step_ended(const planned_step& st);
 };
+
+status executable_graph::impl::host_step_begins(const planned_step& st) {
+  if (!dev) return {};
+  host_tensors.assign(st.in_ptrs.begin(), st.in_ptrs.end());
+  host_tensors.push_back(&slots[std::size_t(st.out_slot)].t);
+  return dev->to_host(host_tensors);
+}
+
+void executable_graph::impl::host_step_ended(const planned_step& st) {
+  if (!dev) return;
+  dev->host_wrote(slots[std::size_t(st.out_slot)].t);
+  if (st.def->writes_input >= 0 && std::size_t(st.def->writes_input) < st.in_ptrs.size())
+    dev->host_wrote(*st.in_ptrs[std::size_t(st.def->writes_input)]);
+}
 
 /// The most steps one group kernel call takes (run() keeps their calls on the stack).
 constexpr std::size_t max_group_steps = 8;
@@ -314,6 +340,7 @@ result<std::unique_ptr<executable_graph>> executable_graph::build(graph_decl gra
                                                                   const build_options& opts) {
   auto p = std::make_unique<impl>();
   p->compiled = opts.compiled;
+  p->dev = be.make_device_state();
   const schema& sc = schema::instance();
   std::vector<std::string> allowed = opts.features.empty() ? be.features() : opts.features;
   std::vector<std::string> op_names;
@@ -591,6 +618,10 @@ result<std::unique_ptr<executable_graph>> executable_graph::build(graph_decl gra
     if (!st.fn) st.fn = cpu_backend::reference(sd.op);  // every worker ships every op
     if (!st.fn) return make_error(errc::internal, pre + "no kernel");
     st.group_fn = be.group_kernel(st.fn);
+    // In-place writes and views share host bytes with other values: those stay host steps
+    // (their kernels then see no device_state and keep their tensors current themselves).
+    st.on_device = p->dev && be.on_device(st.fn) && def->aliases_input < 0 && def->writes_input < 0 &&
+                   p->slots[std::size_t(st.out_slot)].view_of < 0;
     p->steps.push_back(std::move(st));
   }
   p->plan_groups();
@@ -757,6 +788,8 @@ status executable_graph::run(tensor_source& source, run_control* control) {
       for (std::size_t g = 0; g < n; ++g) {
         auto& m = p_->steps[si + g];
         if (auto r = p_->ready_output(m); !r) return fail(r.err());
+        if (auto r = p_->host_step_begins(m); !r)
+          return fail(make_error(r.err().code, step_prefix(std::size_t(m.index), op) + r.err().message));
         calls[g] = kernel_call{m.params.get(), m.in_ptrs, &p_->slots[std::size_t(m.out_slot)].t, &p_->ws,
                                m.immutable_inputs};
       }
@@ -771,6 +804,7 @@ status executable_graph::run(tensor_source& source, run_control* control) {
         m.steps_metric->inc();
         if (p_->profile) (*p_->profile)[si + g] = ns / double(n);
       }
+      for (std::size_t g = 0; g < n; ++g) p_->host_step_ended(p_->steps[si + g]);
       if (!s) return fail(make_error(s.err().code, step_prefix(std::size_t(st.index), op) + s.err().message));
       if (auto why = interrupted(); why != run_control::stop::none) return stopped(why, done);
       for (std::size_t g = 0; g < n; ++g) {
@@ -787,19 +821,30 @@ status executable_graph::run(tensor_source& source, run_control* control) {
     for (const auto& w : st.per_call_widen) {
       const tensor& from = p_->slots[std::size_t(w.from)].t;
       tensor& to = p_->slots[std::size_t(w.to)].t;
+      if (p_->dev) {  // (a host copy: what the device holds newer comes back first)
+        const std::array<const tensor*, 2> both{&from, &to};
+        if (auto r = p_->dev->to_host(both); !r)
+          return fail(make_error(r.err().code, step_prefix(std::size_t(st.index), op) + r.err().message));
+        p_->dev->host_wrote(to);
+      }
       const std::int64_t rows = from.rows(), cols = from.cols();
       for (std::int64_t r = 0; r < rows; ++r) dequantize_row(from.type(), from.row(r), to.f32() + r * cols, cols);
     }
     if (auto r = p_->ready_output(st); !r) return fail(r.err());
+    if (!st.on_device)
+      if (auto r = p_->host_step_begins(st); !r)
+        return fail(make_error(r.err().code, step_prefix(std::size_t(st.index), op) + r.err().message));
     slot& out = p_->slots[std::size_t(st.out_slot)];
     if (st.def->aliases_input >= 0 || st.def->writes_input >= 0) p_->remember_writes(st);
-    kernel_call call{st.params.get(), st.in_ptrs, &out.t, &p_->ws, st.immutable_inputs};
+    kernel_call call{st.params.get(), st.in_ptrs, &out.t, &p_->ws, st.immutable_inputs,
+                     st.on_device ? p_->dev.get() : nullptr};
     const double t0 = p_->profile ? thread_cpu_ns() : 0.0;
     const auto wall0 = std::chrono::steady_clock::now();
     auto s = st.fn(call);
     st.seconds_metric->inc(std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count());
     st.steps_metric->inc();
     if (p_->profile) (*p_->profile)[si] = thread_cpu_ns() - t0;
+    if (!st.on_device) p_->host_step_ended(st);
     if (!s) return fail(make_error(s.err().code, step_prefix(std::size_t(st.index), op) + s.err().message));
     if (auto why = interrupted(); why != run_control::stop::none) return stopped(why, done);
     ++done;
@@ -811,6 +856,14 @@ status executable_graph::run(tensor_source& source, run_control* control) {
     if (auto why = control->should_stop(); why != run_control::stop::none) return stopped(why, done);
     control->steps_done = done;
   }
+  // The graph's outputs come back from the device now, so the caller reads them at once (any
+  // other value comes back when value() or take() asks for it).
+  if (p_->dev)
+    for (const auto& name : p_->graph.outputs) {
+      const tensor* t = &p_->slots[std::size_t(p_->by_name.at(name))].t;
+      if (auto r = p_->dev->to_host(std::span<const tensor* const>(&t, 1)); !r)
+        return fail(make_error(r.err().code, "output " + name + ": " + r.err().message));
+    }
   p_->forget_writes();
   return {};
 }
@@ -880,7 +933,12 @@ std::vector<std::string> executable_graph::producer_inputs(std::string_view valu
 
 const tensor* executable_graph::value(std::string_view name) const {
   auto it = p_->by_name.find(std::string(name));
-  return it == p_->by_name.end() ? nullptr : &p_->slots[std::size_t(it->second)].t;
+  if (it == p_->by_name.end()) return nullptr;
+  const tensor* t = &p_->slots[std::size_t(it->second)].t;
+  // A value the device holds newer comes back first; if that fails (a broken device), there
+  // is no value to give.
+  if (p_->dev && !p_->dev->to_host(std::span<const tensor* const>(&t, 1))) return nullptr;
+  return t;
 }
 
 const tensor_desc* executable_graph::desc(std::string_view name) const {
@@ -892,9 +950,15 @@ result<tensor> executable_graph::take(std::string_view name) {
   auto it = p_->by_name.find(std::string(name));
   if (it == p_->by_name.end()) return invalid("\"" + std::string(name) + "\" is not a value of this graph");
   slot& s = p_->slots[std::size_t(it->second)];
+  if (p_->dev) {
+    const tensor* t = &s.t;
+    MPAKT_TRY(p_->dev->to_host(std::span<const tensor* const>(&t, 1)));
+  }
   const bool owns = s.kind == slot_kind::step && s.alias_of < 0 && s.view_of < 0;
   if (owns) {
     s.taken = true;
+    // its bytes are the caller's now: the device's copy must never stand in for them
+    if (p_->dev) p_->dev->host_wrote(s.t);
     return s.t;
   }
   // Inputs, in-place results and views share bytes with something else: hand out a copy.

@@ -49,6 +49,22 @@ class workspace {
   std::vector<std::vector<std::int32_t>> i_;
 };
 
+/// A device backend's memory for one planned graph (backend::make_device_state): its kernels
+/// leave their outputs there, and read there the outputs of its earlier kernels, so a run's
+/// values cross to the host only when a host kernel or the caller reads them. The executor
+/// keeps every host tensor current through these calls; kernels find it in
+/// kernel_call::device. Used by one run at a time (the executor's thread).
+class device_state {
+ public:
+  virtual ~device_state() = default;
+  /// Before the host reads or writes these tensors' bytes: copies back what the device holds
+  /// newer. Errors name the device call that failed.
+  virtual status to_host(std::span<const tensor* const> tensors) = 0;
+  /// After the host wrote this tensor's bytes (a host kernel's output, an in-place write, a
+  /// value handed to the caller): the device's copies of them are out of date.
+  virtual void host_wrote(const tensor& t) = 0;
+};
+
 /// Everything a kernel sees for one step. Inputs may be packed (dtype.hpp); the output
 /// tensor is preallocated with the shape and dtype the op's shape rule gave.
 /// For in-place ops (op_def::aliases_input >= 0) `output` aliases that input.
@@ -61,6 +77,10 @@ struct kernel_call {
   /// never change while its storage lives — a device backend may keep a copy of it there
   /// across calls instead of copying it in each time.
   std::uint32_t immutable_inputs = 0;
+  /// The plan's device memory when the kernel is the plan's device backend's own and the
+  /// plan keeps values there (device_state); nullptr: inputs and output are host tensors,
+  /// current on entry and expected current on return.
+  device_state* device = nullptr;
 };
 
 /// A kernel: runs one op. Returns an error for value problems only known at run time
