@@ -2,7 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "backends/cpu/cpu_backend.hpp"
 #include "backends/cuda/context.hpp"
+#include "backends/cuda/device_values.hpp"
 #include "backends/cuda/ops/registry.hpp"
 #include "runtime/schema.hpp"
 
@@ -48,11 +50,27 @@ cuda_backend::~cuda_backend() = default;
 
 kernel_fn cuda_backend::kernel(std::string_view op, std::span<const tensor_desc> inputs,
                                const op_params& params) const {
-  return cuda::select_kernel(op, inputs, params);
+  if (kernel_fn fn = cuda::select_kernel(op, inputs, params)) return fn;
+  // The host's own kernels: the CPU backend's fast ones where one accepts the step (threaded,
+  // vectorised: attention of a head width the GPU kernel does not hold, q8/q4 products, moe),
+  // else its reference.
+  return cpu_backend{}.kernel(op, inputs, params);
+}
+
+group_kernel_fn cuda_backend::group_kernel(kernel_fn single) const { return cpu_backend{}.group_kernel(single); }
+
+std::unique_ptr<device_state> cuda_backend::make_device_state() const {
+  return std::make_unique<cuda::device_values>(ctx_);
+}
+
+bool cuda_backend::on_device(kernel_fn fn) const {
+  for (const auto& k : cuda::cuda_kernels())
+    if (k.fn == fn) return true;
+  return false;
 }
 
 std::vector<std::string> cuda_backend::features() const {
-  // Steps the CUDA kernels do not take run the CPU reference, which implements them all.
+  // Steps the CUDA kernels do not take run the CPU's kernels, which implement them all.
   return schema::instance().feature_names();
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-/// The CUDA backend: device kernels for the ops a GPU does best, the CPU reference for the rest.
+/// The CUDA backend: device kernels for the ops a GPU does best, the CPU's kernels for the rest.
 ///
 /// Plain C++: this header includes no CUDA header, so app/ and actors/ can create and hold a
 /// cuda_backend in a build where it exists. The target `mpakt_cuda` exists only when nvcc was
@@ -8,12 +8,15 @@
 ///
 /// Which ops run on the GPU: see backends/cuda/ops/registry.hpp. For any other op, or a
 /// step with inputs a CUDA kernel does not handle (a q8/q4 weight, a dimension past cuBLAS's
-/// int range), `kernel()` returns nullptr and the executor runs the CPU reference kernel.
+/// int range), `kernel()` returns the CPU backend's kernel for it (a fast one where one
+/// accepts the step, else the reference), run on the host.
 ///
-/// Tensors are host memory (runtime/tensor.hpp), so a CUDA kernel copies its inputs to the
-/// device, runs, and copies the output back — except the inputs a call marks immutable (model
-/// weights: kernel_call::immutable_inputs), which the device keeps after their first use
-/// (device_context::weights). Device-resident activations and caches come later.
+/// Tensors are host memory (runtime/tensor.hpp). The device keeps the inputs a call marks
+/// immutable (model weights: kernel_call::immutable_inputs) after their first use
+/// (device_context::weights), and each planned graph's values between its CUDA kernels
+/// (make_device_state, device_values.hpp): a value crosses to the host only when a host
+/// kernel or the caller reads it. Other inputs (data inputs, KV caches) are copied in per
+/// call — a cache only the rows a step reads.
 ///
 /// Handles: each cuda_backend owns one device context (a CUDA stream, a cuBLAS handle and
 /// growing device scratch buffers, all RAII). kernel_fn is a plain function pointer that
@@ -71,13 +74,20 @@ class cuda_backend final : public backend {
 
   std::string_view name() const override { return "cuda"; }
   /// A CUDA kernel when one handles this op with these input dtypes/shapes and params,
-  /// else nullptr (the executor then runs the CPU reference kernel).
+  /// else the CPU backend's kernel for the step (run on the host).
   kernel_fn kernel(std::string_view op, std::span<const tensor_desc> inputs,
                    const op_params& params) const override;
-  /// Every schema feature: steps the GPU does not handle fall back to the CPU reference,
-  /// which implements them all.
+  /// The CPU backend's batched form of a host kernel; none for CUDA kernels.
+  group_kernel_fn group_kernel(kernel_fn single) const override;
+  /// A plan's values kept on this backend's device between its CUDA kernels
+  /// (backends/cuda/device_values.hpp).
+  std::unique_ptr<device_state> make_device_state() const override;
+  /// Whether `fn` is one of the CUDA kernels (else a host kernel of the CPU backend).
+  bool on_device(kernel_fn fn) const override;
+  /// Every schema feature: steps the GPU does not handle fall back to the CPU's kernels,
+  /// which implement them all.
   std::vector<std::string> features() const override;
-  /// The ops with no CUDA kernel (cuda::host_ops): their steps run on the CPU reference.
+  /// The ops with no CUDA kernel (cuda::host_ops): their steps run on the CPU's kernels.
   std::vector<std::string> host_ops() const override;
 
   /// Makes this backend's context the one CUDA kernels run on (see the header comment).

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "backends/cuda/device_values.hpp"
+
 namespace mpakt::cuda {
 
 result<device_call> device_call::begin(std::string_view op) {
@@ -9,6 +11,13 @@ result<device_call> device_call::begin(std::string_view op) {
   if (!ctx) return make_error(errc::internal, "CUDA kernel for " + op_where(op) + " ran with no cuda_backend alive");
   device_call call(std::move(ctx), op);
   // The CUDA runtime's current device is per host thread, and a worker may run on any.
+  MPAKT_TRY(call.check(cudaSetDevice(call.ctx().device()), "cudaSetDevice"));
+  return call;
+}
+
+result<device_call> device_call::begin(std::string_view op, const kernel_call& c) {
+  if (!c.device) return begin(op);
+  device_call call(static_cast<device_values*>(c.device)->context(), op);
   MPAKT_TRY(call.check(cudaSetDevice(call.ctx().device()), "cudaSetDevice"));
   return call;
 }
@@ -45,8 +54,38 @@ result<const void*> device_call::resident(slot s, const tensor& t) {
 result<const void*> device_call::input(slot s, const kernel_call& c, std::size_t i) {
   const tensor& t = *c.inputs[i];
   if (i < 32 && (c.immutable_inputs >> i) & 1u) return resident(s, t);
+  if (auto* values = static_cast<device_values*>(c.device)) {
+    if (const void* d = values->current(t)) return d;
+    // (bytes a device value shares without being this tensor: back to the host first)
+    MPAKT_TRY(values->bring_back(t.data(), t.nbytes(), where_));
+  }
   MPAKT_CUDA_ASSIGN(void* p, upload(s, t));
   return static_cast<const void*>(p);
+}
+
+result<const float*> device_call::input_f32(slot s, const kernel_call& c, std::size_t i) {
+  const tensor& t = *c.inputs[i];
+  if (t.type() != dtype::f32)
+    return make_error(errc::internal, "CUDA kernel for " + where_ + " got a " + std::string(dtype_name(t.type())) +
+                                          " input where it reads f32");
+  MPAKT_CUDA_ASSIGN(const void* p, input(s, c, i));
+  return static_cast<const float*>(p);
+}
+
+result<float*> device_call::output_f32(const kernel_call& c) {
+  if (auto* values = static_cast<device_values*>(c.device)) {
+    MPAKT_CUDA_ASSIGN(void* p, values->output(*c.output, where_));
+    return static_cast<float*>(p);
+  }
+  return scratch_f32(slot_out, c.output->numel());
+}
+
+status device_call::finish(const kernel_call& c, const void* dev) {
+  if (auto* values = static_cast<device_values*>(c.device)) {
+    values->written(*c.output);
+    return ok_status();
+  }
+  return download(*c.output, dev);
 }
 
 result<float*> device_call::upload_f32(slot s, const tensor& t) {
@@ -55,6 +94,13 @@ result<float*> device_call::upload_f32(slot s, const tensor& t) {
                                           " input where it reads f32");
   MPAKT_CUDA_ASSIGN(void* p, upload(s, t));
   return static_cast<float*>(p);
+}
+
+result<void*> device_call::upload_bytes(slot s, const void* host, std::size_t bytes) {
+  MPAKT_CUDA_ASSIGN(void* p, scratch(s, bytes));
+  if (bytes > 0)
+    MPAKT_TRY(check(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, stream()), "cudaMemcpyAsync (host to device)"));
+  return p;
 }
 
 result<float*> device_call::upload_floats(slot s, const float* host, std::size_t count) {

@@ -1,10 +1,13 @@
 #pragma once
-/// What every CUDA kernel_fn does around its device work: find the current context, lock
-/// it, select its device, copy inputs in, copy the output back.
+/// What every CUDA kernel_fn does around its device work: find its context, lock it, select
+/// its device, find or copy in its inputs, and leave its output on the device or copy it back.
 ///
-/// Tensors are host memory today, so each call copies its inputs host→device and the
-/// output device→host (correct, slow for weights). Device-resident tensors come with a
-/// later step; then `upload` and `download` go away for tensors already on the device.
+/// Weights (kernel_call::immutable_inputs) are kept on the device after their first use. In a
+/// plan that keeps its values on the device (kernel_call::device, device_values.hpp) a kernel
+/// reads the values earlier CUDA kernels left there and leaves its output there too; other
+/// inputs (data inputs, KV caches, what host kernels computed) are copied in per call. Without
+/// one (a kernel run alone, a step the executor keeps on the host) the output is copied back
+/// and waited for.
 
 #include <cstddef>
 #include <memory>
@@ -30,7 +33,7 @@
 namespace mpakt::cuda {
 
 /// Scratch slots of the device context, by role, so one call's buffers never overlap.
-enum slot : int { slot_in0 = 0, slot_in1 = 1, slot_in2 = 2, slot_out = 3, slot_tmp = 4 };
+enum slot : int { slot_in0 = 0, slot_in1 = 1, slot_in2 = 2, slot_out = 3, slot_tmp = 4, slot_in3 = 5, slot_in4 = 6 };
 
 /// One kernel call on the current device context, held locked for the call's lifetime.
 /// Created on the stack of a kernel_fn; move-only.
@@ -39,6 +42,8 @@ class device_call {
   /// errc::internal when no cuda_backend is alive (the message names the op), or when
   /// selecting its device fails.
   static result<device_call> begin(std::string_view op);
+  /// The same for kernel call `c`: on its plan's device context when it has device values.
+  static result<device_call> begin(std::string_view op, const kernel_call& c);
 
   std::string_view op() const { return op_; }
   /// "op 'add'", for messages.
@@ -61,10 +66,22 @@ class device_call {
   /// even with every kept copy given back, it is copied into scratch slot `s` for this call
   /// alone, as any input is.
   result<const void*> resident(slot s, const tensor& t);
-  /// resident() for input i of a kernel call when the call marks it immutable, else upload().
+  /// Input i of a kernel call on the device: the kept copy of a weight (resident()), the
+  /// plan's device copy of a value a CUDA kernel left there, else a copy into slot `s`.
   result<const void*> input(slot s, const kernel_call& c, std::size_t i);
+  /// The same for an f32 input (errc::internal for another dtype: kernel() let it in).
+  result<const float*> input_f32(slot s, const kernel_call& c, std::size_t i);
+  /// Where the kernel writes its f32 output: the plan's device memory for it, else scratch
+  /// slot_out.
+  result<float*> output_f32(const kernel_call& c);
+  /// After the kernel writing the output at `dev` (output_f32) is queued: in a plan with
+  /// device values it stays there; else it is copied back and waited for (download()).
+  status finish(const kernel_call& c, const void* dev);
   /// As upload, for an f32 tensor (errc::internal otherwise: kernel() let a bad dtype in).
   result<float*> upload_f32(slot s, const tensor& t);
+  /// Copies `bytes` bytes of host memory into scratch slot `s` (part of a tensor: the rows of
+  /// a KV cache a step reads).
+  result<void*> upload_bytes(slot s, const void* host, std::size_t bytes);
   /// Copies `count` floats of host memory into scratch slot `s`.
   result<float*> upload_floats(slot s, const float* host, std::size_t count);
   /// Copies `out.nbytes()` bytes from `dev` into `out` and waits for the stream, so every

@@ -29,49 +29,54 @@ status binary_k(const kernel_call& c) {
   const k::broadcast layout = b.shape() == a.shape() ? k::broadcast::full
                               : b.numel() == 1       ? k::broadcast::scalar
                                                      : k::broadcast::row;
-  MPAKT_CUDA_ASSIGN(auto call, device_call::begin(binary_name(Op)));
-  MPAKT_CUDA_ASSIGN(const float* da, call.upload_f32(slot_in0, a));
-  MPAKT_CUDA_ASSIGN(const float* db, call.upload_f32(slot_in1, b));
-  MPAKT_CUDA_ASSIGN(float* dy, call.scratch_f32(slot_out, n));
+  MPAKT_CUDA_ASSIGN(auto call, device_call::begin(binary_name(Op), c));
+  MPAKT_CUDA_ASSIGN(const float* da, call.input_f32(slot_in0, c, 0));
+  MPAKT_CUDA_ASSIGN(const float* db, call.input_f32(slot_in1, c, 1));
+  MPAKT_CUDA_ASSIGN(float* dy, call.output_f32(c));
   MPAKT_TRY(call.check(k::binary(Op, da, db, dy, n, a.cols(), layout, call.stream()), "kernel launch"));
-  return call.download(*c.output, dy);
+  return call.finish(c, dy);
 }
 
-/// One f32 input, one f32 output of the same size, computed in place on the device copy.
+/// One f32 input, one f32 output of the same size. (The input may be a value the device
+/// keeps for later steps too: it is never written.)
 template <class Launch>
 status unary_k(const kernel_call& c, std::string_view op, Launch launch) {
   const tensor& x = *c.inputs[0];
   const std::int64_t n = x.numel();
   if (n == 0) return ok_status();
-  MPAKT_CUDA_ASSIGN(auto call, device_call::begin(op));
-  MPAKT_CUDA_ASSIGN(float* dx, call.upload_f32(slot_in0, x));
-  MPAKT_TRY(call.check(launch(dx, n, call.stream()), "kernel launch"));
-  return call.download(*c.output, dx);
+  MPAKT_CUDA_ASSIGN(auto call, device_call::begin(op, c));
+  MPAKT_CUDA_ASSIGN(const float* dx, call.input_f32(slot_in0, c, 0));
+  MPAKT_CUDA_ASSIGN(float* dy, call.output_f32(c));
+  MPAKT_TRY(call.check(launch(dx, dy, n, call.stream()), "kernel launch"));
+  return call.finish(c, dy);
 }
 
 status scale_k(const kernel_call& c) {
   const double factor = params_of<ops::scale_params>(c).factor;
-  return unary_k(c, "scale", [factor](float* x, std::int64_t n, cudaStream_t s) { return k::scale(x, x, n, factor, s); });
+  return unary_k(c, "scale", [factor](const float* x, float* y, std::int64_t n, cudaStream_t s) { return k::scale(x, y, n, factor, s); });
 }
 
 status silu_k(const kernel_call& c) {
-  return unary_k(c, "silu", [](float* x, std::int64_t n, cudaStream_t s) { return k::unary(k::unary_op::silu, x, x, n, s); });
+  return unary_k(c, "silu", [](const float* x, float* y, std::int64_t n, cudaStream_t s) { return k::unary(k::unary_op::silu, x, y, n, s); });
 }
 
 status gelu_k(const kernel_call& c) {
   return unary_k(c, "gelu",
-                 [](float* x, std::int64_t n, cudaStream_t s) { return k::unary(k::unary_op::gelu_tanh, x, x, n, s); });
+                 [](const float* x, float* y, std::int64_t n, cudaStream_t s) {
+                   return k::unary(k::unary_op::gelu_tanh, x, y, n, s);
+                 });
 }
 
 status swiglu_k(const kernel_call& c) {
   const tensor& gate = *c.inputs[0];
   const std::int64_t n = gate.numel();
   if (n == 0) return ok_status();
-  MPAKT_CUDA_ASSIGN(auto call, device_call::begin("swiglu"));
-  MPAKT_CUDA_ASSIGN(float* dg, call.upload_f32(slot_in0, gate));
-  MPAKT_CUDA_ASSIGN(const float* du, call.upload_f32(slot_in1, *c.inputs[1]));
-  MPAKT_TRY(call.check(k::swiglu(dg, du, dg, n, call.stream()), "kernel launch"));
-  return call.download(*c.output, dg);
+  MPAKT_CUDA_ASSIGN(auto call, device_call::begin("swiglu", c));
+  MPAKT_CUDA_ASSIGN(const float* dg, call.input_f32(slot_in0, c, 0));
+  MPAKT_CUDA_ASSIGN(const float* du, call.input_f32(slot_in1, c, 1));
+  MPAKT_CUDA_ASSIGN(float* dy, call.output_f32(c));
+  MPAKT_TRY(call.check(k::swiglu(dg, du, dy, n, call.stream()), "kernel launch"));
+  return call.finish(c, dy);
 }
 
 }  // namespace

@@ -1,7 +1,5 @@
 /// CUDA kernel_fn of argmax over the last dimension. Shape rule: runtime/ops/reduce.cpp.
 
-#include <algorithm>
-
 #include "backends/cuda/kernels/launch.hpp"
 #include "backends/cuda/ops/call.hpp"
 #include "backends/cuda/ops/registry.hpp"
@@ -15,15 +13,15 @@ status argmax_k(const kernel_call& c) {
   tensor& out = *c.output;
   const std::int64_t rows = x.rows(), cols = x.cols();
   if (out.numel() == 0) return ok_status();
+  MPAKT_CUDA_ASSIGN(auto call, device_call::begin("argmax", c));
+  MPAKT_CUDA_ASSIGN(float* dy, call.output_f32(c));
   if (cols == 0) {  // empty rows: index 0, as the reference
-    std::fill(out.f32(), out.f32() + out.numel(), 0.0f);
-    return ok_status();
+    MPAKT_TRY(call.check(cudaMemsetAsync(dy, 0, out.nbytes(), call.stream()), "cudaMemsetAsync"));
+  } else {
+    MPAKT_CUDA_ASSIGN(const float* dx, call.input_f32(slot_in0, c, 0));
+    MPAKT_TRY(call.check(k::argmax_rows(dx, dy, rows, cols, call.stream()), "kernel launch"));
   }
-  MPAKT_CUDA_ASSIGN(auto call, device_call::begin("argmax"));
-  MPAKT_CUDA_ASSIGN(const float* dx, call.upload_f32(slot_in0, x));
-  MPAKT_CUDA_ASSIGN(float* dy, call.scratch_f32(slot_out, rows));
-  MPAKT_TRY(call.check(k::argmax_rows(dx, dy, rows, cols, call.stream()), "kernel launch"));
-  return call.download(out, dy);
+  return call.finish(c, dy);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@ std::span<const cuda_kernel> cuda_kernels() {
     add_rope_kernels(v);
     add_matmul_kernels(v);
     add_reduce_kernels(v);
+    add_attention_kernels(v);
     return v;
   }();
   return all;

@@ -37,5 +37,6 @@ void add_norm_kernels(std::vector<cuda_kernel>& out);         // rmsnorm softmax
 void add_rope_kernels(std::vector<cuda_kernel>& out);         // rope
 void add_matmul_kernels(std::vector<cuda_kernel>& out);       // matmul linear embedding
 void add_reduce_kernels(std::vector<cuda_kernel>& out);       // argmax
+void add_attention_kernels(std::vector<cuda_kernel>& out);    // attention
 
 }  // namespace mpakt::cuda

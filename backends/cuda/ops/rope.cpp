@@ -32,13 +32,16 @@ status rope_k(const kernel_call& c) {
   }
   const float factor = float(ops::rope_frequencies(p, offset + rows, inv));
 
-  MPAKT_CUDA_ASSIGN(auto call, device_call::begin("rope"));
-  MPAKT_CUDA_ASSIGN(float* dx, call.upload_f32(slot_in0, x));
+  MPAKT_CUDA_ASSIGN(auto call, device_call::begin("rope", c));
+  MPAKT_CUDA_ASSIGN(const float* dx, call.input_f32(slot_in0, c, 0));
   MPAKT_CUDA_ASSIGN(const float* dinv, call.upload_floats(slot_in1, inv, std::size_t(half)));
-  MPAKT_TRY(call.check(k::rope_inplace(dx, dinv, factor, rows, x.cols(), p.head_dim, p.rotary_dim, p.interleaved,
+  MPAKT_CUDA_ASSIGN(float* dy, call.output_f32(c));
+  // The input may be a value the device keeps for other steps: rotate a copy.
+  MPAKT_TRY(call.check(cudaMemcpyAsync(dy, dx, x.nbytes(), cudaMemcpyDeviceToDevice, call.stream()), "cudaMemcpyAsync"));
+  MPAKT_TRY(call.check(k::rope_inplace(dy, dinv, factor, rows, x.cols(), p.head_dim, p.rotary_dim, p.interleaved,
                                        offset, call.stream()),
                        "kernel launch"));
-  return call.download(*c.output, dx);
+  return call.finish(c, dy);
 }
 
 bool accepts_rope(std::span<const tensor_desc> inputs, const op_params& params) {
