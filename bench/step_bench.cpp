@@ -347,6 +347,9 @@ int main(int argc, char** argv) {
               bw / per_token);
   if (profile) {
     // CPU time of the executing thread: with --threads 1, the speed a quiet core would give
+    if (device)
+      std::printf("(GPU: device kernels queue without waiting, so a step's time is its launch; a step that waits -\n"
+                  " a host step bringing values back, the pass's last - carries the device work queued before it)\n");
     std::printf("kernel CPU time (this thread): prefill %.1f tokens/s, decode %.1f tokens/s\n",
                 double(prefill) * repeats / pre_ops.total_s(), double(tokens) * repeats / dec_ops.total_s());
     pre_ops.print("prefill", repeats);

@@ -55,6 +55,10 @@ result<device_buffer> device_buffer::allocate(std::size_t bytes, std::string_vie
   cudaError_t e = cudaMalloc(&b.p_, bytes);
   if (e != cudaSuccess) {
     b.p_ = nullptr;
+    // An allocation that fails is recorded as the thread's last error, which the next kernel
+    // launch's check (cudaGetLastError) would report as its own: callers may go on without
+    // this memory (the kept weights, the device values), so it is cleared here.
+    (void)cudaGetLastError();
     return cuda_error(where, "cudaMalloc of " + std::to_string(bytes) + " bytes", e);
   }
   b.n_ = bytes;

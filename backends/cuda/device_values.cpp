@@ -66,14 +66,14 @@ result<void*> device_values::output(const tensor& t, std::string_view where) {
     values_.push_back(value{p, 0, {}, state::stale});
     v = &values_.back();
   }
+  v->st = state::stale;  // what it held is dead: this step writes the value anew
   if (v->buf.size() < n) {
     // Queued kernels may still read the old buffer.
     MPAKT_TRY(check(cudaStreamSynchronize(ctx_->stream()), where, "cudaStreamSynchronize"));
     v->buf = device_buffer{};
     MPAKT_CUDA_ASSIGN(v->buf, device_buffer::allocate(n, where));
   }
-  v->bytes = n;
-  v->st = state::stale;  // until the kernel writing it is queued
+  v->bytes = n;  // (stale until the kernel writing it is queued: written())
   return v->buf.get();
 }
 

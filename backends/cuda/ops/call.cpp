@@ -74,14 +74,17 @@ result<const float*> device_call::input_f32(slot s, const kernel_call& c, std::s
 
 result<float*> device_call::output_f32(const kernel_call& c) {
   if (auto* values = static_cast<device_values*>(c.device)) {
-    MPAKT_CUDA_ASSIGN(void* p, values->output(*c.output, where_));
-    return static_cast<float*>(p);
+    auto p = values->output(*c.output, where_);
+    if (p) return static_cast<float*>(*p);
+    // No room on the device for one more value (a worker holding many plans): this output
+    // goes back to the host as without device values; its device copy stays stale.
+    out_on_host_ = true;
   }
   return scratch_f32(slot_out, c.output->numel());
 }
 
 status device_call::finish(const kernel_call& c, const void* dev) {
-  if (auto* values = static_cast<device_values*>(c.device)) {
+  if (auto* values = static_cast<device_values*>(c.device); values && !out_on_host_) {
     values->written(*c.output);
     return ok_status();
   }

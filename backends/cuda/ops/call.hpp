@@ -71,8 +71,8 @@ class device_call {
   result<const void*> input(slot s, const kernel_call& c, std::size_t i);
   /// The same for an f32 input (errc::internal for another dtype: kernel() let it in).
   result<const float*> input_f32(slot s, const kernel_call& c, std::size_t i);
-  /// Where the kernel writes its f32 output: the plan's device memory for it, else scratch
-  /// slot_out.
+  /// Where the kernel writes its f32 output: the plan's device memory for it, else (no such
+  /// plan, or no room left on the device for it) scratch slot_out.
   result<float*> output_f32(const kernel_call& c);
   /// After the kernel writing the output at `dev` (output_f32) is queued: in a plan with
   /// device values it stays there; else it is copied back and waited for (download()).
@@ -95,6 +95,7 @@ class device_call {
   std::unique_lock<std::mutex> lock_;
   std::string_view op_;  ///< a literal in the kernel_fn
   std::string where_;
+  bool out_on_host_ = false;  ///< output_f32 found no device room: finish() copies it back
 };
 
 }  // namespace mpakt::cuda
