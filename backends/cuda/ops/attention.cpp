@@ -15,6 +15,7 @@
 
 #include "backends/cuda/device_values.hpp"
 #include "backends/cuda/kernels/launch.hpp"
+#include "backends/cuda/ops/attention_plan.hpp"
 #include "backends/cuda/ops/call.hpp"
 #include "backends/cuda/ops/registry.hpp"
 #include "runtime/ops/attention_params.hpp"
@@ -22,30 +23,6 @@
 namespace mpakt::cuda {
 
 namespace {
-
-std::optional<k::kv_type> kv_type_of(dtype t) {
-  switch (t) {
-    case dtype::f32: return k::kv_type::f32;
-    case dtype::bf16: return k::kv_type::bf16;
-    case dtype::f16: return k::kv_type::f16;
-    default: return std::nullopt;
-  }
-}
-
-/// [first, last] keys query position `pos` sees, as the reference's visible_keys (unclipped
-/// below last: the caller clips).
-std::pair<std::int64_t, std::int64_t> visible(const ops::attention_params& p, std::int64_t pos, std::int64_t keys) {
-  std::int64_t first = 0, last = keys - 1;
-  const auto w = static_cast<std::int64_t>(p.window);
-  if (p.causal) {
-    last = std::min(last, pos);
-    if (p.has_window) first = std::max<std::int64_t>(0, pos - w + 1);
-  } else if (p.has_window) {
-    first = std::max<std::int64_t>(0, pos - w);
-    last = std::min(last, pos + w);
-  }
-  return {first, last};
-}
 
 /// Rows [first, first + count) of k or v (input i) on the device, as the kernel indexes them
 /// from row `first`: the device's own copy when an earlier CUDA kernel left the whole tensor
@@ -63,9 +40,6 @@ result<const void*> key_rows(device_call& call, const kernel_call& c, std::size_
   return static_cast<const void*>(d);
 }
 
-/// Blocks that keep every multiprocessor of a large GPU busy a few times over.
-constexpr std::int64_t busy_blocks = 4 * 132;
-
 status attention_k(const kernel_call& c) {
   const auto& p = params_of<ops::attention_params>(c);
   const tensor& q = *c.inputs[0];
@@ -74,50 +48,9 @@ status attention_k(const kernel_call& c) {
   const tensor* bias = c.inputs.size() > 3 ? c.inputs[3] : nullptr;
   tensor& out = *c.output;
   if (out.numel() == 0) return ok_status();
-  const std::int64_t rows = q.rows(), keys = kt.rows();
-  const auto offset = static_cast<std::int64_t>(p.pos_offset);
-
-  // Visibility only grows with the position (both ends), so the first row's first key and
-  // the last row's last key bound every row's keys.
-  std::int64_t lo = visible(p, offset, keys).first, hi = visible(p, offset + rows - 1, keys).second;
-  lo = std::max<std::int64_t>(lo, 0);
-  hi = std::min(hi, keys - 1);
-  const std::int64_t held = hi >= lo ? hi - lo + 1 : 0;
-
-  k::attention_args a;
-  a.rows = rows;
-  a.heads = p.heads;
-  a.kv_heads = p.kv_heads;
-  a.head_dim = p.head_dim;
-  a.v_head_dim = p.v_head_dim;
-  a.q_stride = q.cols();
-  a.k_stride = kt.cols();
-  a.v_stride = vt.cols();
-  a.out_stride = out.cols();
-  a.k_type = *kv_type_of(kt.type());
-  a.v_type = *kv_type_of(vt.type());
-  a.key_base = held > 0 ? lo : 0;
-  a.keys = keys;
-  a.pos_offset = offset;
-  a.scale = float(p.score_scale());
-  a.causal = p.causal;
-  a.has_window = p.has_window;
-  a.window = static_cast<std::int64_t>(p.window);
-  a.has_softcap = p.has_softcap;
-  a.softcap = float(p.softcap);
-  a.bias_per_head = bias && bias->shape().size() == 3;
-  // Chunks per row (launch.hpp): up to few_rows_max rows (a decode step, a verify pass) as
-  // many as a row alone would take, so each row gets the bits it gets alone (docs/decisions.md,
-  // "A row is the same bits alone, batched or verified"); longer passes by their jobs.
-  const std::int64_t jobs = rows <= k::few_rows_max ? p.heads : rows * p.heads;
-  a.row_split_cap = int(std::clamp<std::int64_t>((busy_blocks + jobs - 1) / jobs, 1, 64));
-  std::int64_t most = 1;  // the most chunks any row takes (a window's middle rows may see the most keys)
-  for (std::int64_t t = 0; t < rows; ++t) {
-    auto [f, l] = visible(p, offset + t, keys);
-    const std::int64_t n = std::min(l, keys - 1) - std::max<std::int64_t>(f, 0) + 1;
-    if (n > 0) most = std::max(most, std::min<std::int64_t>(a.row_split_cap, (n + k::attention_chunk_keys - 1) / k::attention_chunk_keys));
-  }
-  a.splits = int(most);
+  attention_plan plan = plan_attention(p, q, kt, vt, bias, out);
+  k::attention_args& a = plan.args;
+  const std::int64_t held = plan.held;
 
   MPAKT_CUDA_ASSIGN(auto call, device_call::begin("attention", c));
   MPAKT_CUDA_ASSIGN(a.q, call.input_f32(slot_in0, c, 0));
