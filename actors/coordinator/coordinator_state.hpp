@@ -92,6 +92,9 @@ struct session_entry : owned {
   int generating = 0;
   /// A restore waiting for those reports (the session's worker was lost meanwhile).
   std::function<void()> after_reports;
+  /// An automatic restore is putting its checkpoint back and replaying its journal: graph and
+  /// generate calls on it wait (released with the rest when the recovery ends).
+  bool restoring = false;
   /// Set when an automatic restore put the session back at its checkpoint but could not
   /// replay the calls made since (journal_broken, or a replay that failed): the next graph or
   /// generate call on it fails with this sentence, once, so the client learns which step its

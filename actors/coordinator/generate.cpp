@@ -57,7 +57,7 @@ caf::result<gen_plan> plan_generation(coordinator_pointer self, const caller& wh
   if (!g) return to_caf(errc::not_found, "graph " + call.graph_id + " does not exist");
   auto* s = S.find(S.sessions, call.session_id, who);
   if (!s) return to_caf(errc::not_found, "session " + call.session_id + " does not exist");
-  if (S.is_recovering(s->worker)) return wait();
+  if (S.is_recovering(s->worker) || s->restoring) return wait();
   if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + call.session_id));
   // Speculative decoding: the verify graphs must be the caller's.
   for (const auto& vid : call.verify_graphs) {

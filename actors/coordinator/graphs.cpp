@@ -57,6 +57,7 @@ result<routed> route(coordinator_pointer self, const caller& who, const graph_re
   for (const auto& sid : all_sessions) {
     auto* s = S.find(S.sessions, sid, who);
     if (!s) return make_error(errc::not_found, "session " + sid + " does not exist");
+    if (s->restoring) r.wait = true;
     MPAKT_TRY(pin(s->worker, "session " + sid));
     if (!r.wait) MPAKT_TRY(s->take_restored_note());
   }
@@ -200,7 +201,7 @@ caf::result<run_reply> run_graph(coordinator_pointer self, const caller& who, gr
     for (std::size_t i = 0; i < all.size(); ++i) {
       auto* s = S.find(S.sessions, all[i], who);
       if (!s) return to_caf(errc::not_found, "session " + all[i] + " does not exist");
-      if (S.is_recovering(s->worker)) return wait();
+      if (S.is_recovering(s->worker) || s->restoring) return wait();
       if (S.is_lost(s->worker)) return to_caf(errc::unavailable, lost_message("session " + all[i]));
       if (auto note = s->take_restored_note(); !note) return to_caf(note.err());
       if (i == 0) w = s->worker;

@@ -233,9 +233,18 @@ static void restore_target(coordinator_pointer self, const std::string& sid, std
 /// Restores one checkpointed session and replays its journal; a journal that cannot be
 /// replayed (broken, or a call that fails) leaves the session at its checkpoint with a note
 /// for its next call. `finish` runs when it is done either way.
-static void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish) {
+static void restore_one(coordinator_pointer self, const std::string& sid, std::function<void()> finish_all) {
   auto& S0 = self->state;
-  if (!S0.sessions.count(sid) || !S0.checkpoints.count(sid)) return finish();
+  if (!S0.sessions.count(sid) || !S0.checkpoints.count(sid)) return finish_all();
+  // Calls on the session wait until its checkpoint is back and its journal replayed: its
+  // worker becomes the target as soon as the checkpoint is there, before the replay's first
+  // call goes out (a big one is copied on a helper thread first), and a call slipping in
+  // between would run on the checkpoint's state and then be overwritten by the replay.
+  S0.sessions.at(sid).restoring = true;
+  auto finish = [self, sid, finish_all] {
+    if (auto it = self->state.sessions.find(sid); it != self->state.sessions.end()) it->second.restoring = false;
+    finish_all();
+  };
   const worker_actor gone = S0.sessions.at(sid).worker;
   restore_target(self, sid, [=](worker_actor target) {
     auto& S = self->state;
