@@ -24,6 +24,7 @@
 #include "test/support/device_chain.hpp"
 #include "test/support/files.hpp"
 #include "test/support/op_fixtures.hpp"
+#include "test/support/op_checks.hpp"
 #include "test/support/op_runner.hpp"
 
 // Every CUDA kernel against the CPU reference kernel (cpu_backend::reference) on random
@@ -41,14 +42,7 @@ using test::run_op;
 
 // ---- inputs ----
 
-tensor random_tensor(shape_t shape, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-  auto t = tensor::make(dtype::f32, std::move(shape));
-  EXPECT_TRUE(t.ok());
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  for (float& v : t->f32_span()) v = d(rng);
-  return std::move(t).value();
-}
+using test::random_tensor;
 
 tensor values(shape_t shape, std::vector<float> v) {
   auto t = make_f32(std::move(shape), v);

@@ -21,6 +21,7 @@
 #include "backends/cuda/ops/attention_plan.hpp"
 #include "runtime/dtype.hpp"
 #include "runtime/graph.hpp"
+#include "test/support/op_checks.hpp"
 #include "test/support/op_runner.hpp"
 
 namespace mpakt {
@@ -28,14 +29,7 @@ namespace {
 
 namespace emulated = cuda::k::emulated;
 
-tensor random_tensor(shape_t shape, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
-  auto t = tensor::make(dtype::f32, std::move(shape));
-  EXPECT_TRUE(t.ok());
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  for (float& v : t->f32_span()) v = d(rng);
-  return std::move(t).value();
-}
+using test::random_tensor;
 
 std::unique_ptr<op_params> parse_attention(const std::string& json) {
   auto pm = parse_params_text(json);

@@ -29,6 +29,16 @@ inline tensor random_f32(shape_t shape, unsigned seed, float spread = 1.0f) {
   return t32(std::move(shape), std::move(v));
 }
 
+/// Uniformly distributed values in [lo, hi), reproducible from `seed`.
+inline tensor random_tensor(shape_t shape, unsigned seed, float lo = -1.0f, float hi = 1.0f) {
+  auto t = tensor::make(dtype::f32, std::move(shape));
+  EXPECT_TRUE(t.ok());
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  for (float& v : t->f32_span()) v = d(rng);
+  return std::move(t).value();
+}
+
 /// The values of any tensor, widened to f32.
 inline std::vector<float> values_of(const tensor& t) {
   auto w = to_f32(t);
