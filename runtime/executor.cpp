@@ -205,6 +205,11 @@ struct executable_graph::impl {
   status host_step_begins(const planned_step& st);
   /// After it ran: what it wrote is newer on the host.
   void host_step_ended(const planned_step& st);
+  /// Brings one value back from the device where it holds it newer (no device state: nothing).
+  status to_host(const tensor& t) const {
+    const tensor* one = &t;
+    return dev ? dev->to_host(std::span<const tensor* const>(&one, 1)) : status{};
+  }
 };
 
 status executable_graph::impl::host_step_begins(const planned_step& st) {
@@ -859,11 +864,9 @@ status executable_graph::run(tensor_source& source, run_control* control) {
   // The graph's outputs come back from the device now, so the caller reads them at once (any
   // other value comes back when value() or take() asks for it).
   if (p_->dev)
-    for (const auto& name : p_->graph.outputs) {
-      const tensor* t = &p_->slots[std::size_t(p_->by_name.at(name))].t;
-      if (auto r = p_->dev->to_host(std::span<const tensor* const>(&t, 1)); !r)
+    for (const auto& name : p_->graph.outputs)
+      if (auto r = p_->to_host(p_->slots[std::size_t(p_->by_name.at(name))].t); !r)
         return fail(make_error(r.err().code, "output " + name + ": " + r.err().message));
-    }
   p_->forget_writes();
   return {};
 }
@@ -934,11 +937,11 @@ std::vector<std::string> executable_graph::producer_inputs(std::string_view valu
 const tensor* executable_graph::value(std::string_view name) const {
   auto it = p_->by_name.find(std::string(name));
   if (it == p_->by_name.end()) return nullptr;
-  const tensor* t = &p_->slots[std::size_t(it->second)].t;
+  const tensor& t = p_->slots[std::size_t(it->second)].t;
   // A value the device holds newer comes back first; if that fails (a broken device), there
   // is no value to give.
-  if (p_->dev && !p_->dev->to_host(std::span<const tensor* const>(&t, 1))) return nullptr;
-  return t;
+  if (!p_->to_host(t)) return nullptr;
+  return &t;
 }
 
 const tensor_desc* executable_graph::desc(std::string_view name) const {
@@ -950,10 +953,7 @@ result<tensor> executable_graph::take(std::string_view name) {
   auto it = p_->by_name.find(std::string(name));
   if (it == p_->by_name.end()) return invalid("\"" + std::string(name) + "\" is not a value of this graph");
   slot& s = p_->slots[std::size_t(it->second)];
-  if (p_->dev) {
-    const tensor* t = &s.t;
-    MPAKT_TRY(p_->dev->to_host(std::span<const tensor* const>(&t, 1)));
-  }
+  MPAKT_TRY(p_->to_host(s.t));
   const bool owns = s.kind == slot_kind::step && s.alias_of < 0 && s.view_of < 0;
   if (owns) {
     s.taken = true;

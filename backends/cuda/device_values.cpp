@@ -1,5 +1,6 @@
 #include "backends/cuda/device_values.hpp"
 
+#include <algorithm>
 #include <mutex>
 
 #include "backends/cuda/ops/call.hpp"
@@ -83,22 +84,19 @@ void device_values::written(const tensor& t) {
 
 status device_values::to_host(std::span<const tensor* const> tensors) {
   std::lock_guard<std::mutex> lock(ctx_->mutex());
+  // (a host step usually reads nothing only the device holds: no CUDA call then)
+  if (std::none_of(values_.begin(), values_.end(), [](const value& v) { return v.st == state::device_newer; }))
+    return ok_status();
+  constexpr std::string_view where = "the device's values";
+  // (the CUDA runtime's current device is per host thread)
+  MPAKT_TRY(check(cudaSetDevice(ctx_->device()), where, "cudaSetDevice"));
   bool queued = false;
-  bool device_set = false;
   for (const tensor* t : tensors) {
     if (!t) continue;
-    for (const auto& v : values_) {
-      if (v.st != state::device_newer || !overlaps(v.host, v.bytes, t->data(), t->nbytes())) continue;
-      if (!device_set) {  // (the CUDA runtime's current device is per host thread)
-        MPAKT_TRY(check(cudaSetDevice(ctx_->device()), "the device's values", "cudaSetDevice"));
-        device_set = true;
-      }
-      MPAKT_CUDA_ASSIGN(const bool q, queue_back(t->data(), t->nbytes(), "the device's values"));
-      queued = queued || q;
-      break;
-    }
+    MPAKT_CUDA_ASSIGN(const bool q, queue_back(t->data(), t->nbytes(), where));
+    queued = queued || q;
   }
-  if (queued) MPAKT_TRY(check(cudaStreamSynchronize(ctx_->stream()), "the device's values", "cudaStreamSynchronize"));
+  if (queued) MPAKT_TRY(check(cudaStreamSynchronize(ctx_->stream()), where, "cudaStreamSynchronize"));
   return ok_status();
 }
 

@@ -6,18 +6,11 @@
 
 namespace mpakt::cuda {
 
-result<device_call> device_call::begin(std::string_view op) {
-  auto ctx = current_context();
+result<device_call> device_call::begin(std::string_view op, const kernel_call& c) {
+  auto ctx = c.device ? static_cast<device_values*>(c.device)->context() : current_context();
   if (!ctx) return make_error(errc::internal, "CUDA kernel for " + op_where(op) + " ran with no cuda_backend alive");
   device_call call(std::move(ctx), op);
   // The CUDA runtime's current device is per host thread, and a worker may run on any.
-  MPAKT_TRY(call.check(cudaSetDevice(call.ctx().device()), "cudaSetDevice"));
-  return call;
-}
-
-result<device_call> device_call::begin(std::string_view op, const kernel_call& c) {
-  if (!c.device) return begin(op);
-  device_call call(static_cast<device_values*>(c.device)->context(), op);
   MPAKT_TRY(call.check(cudaSetDevice(call.ctx().device()), "cudaSetDevice"));
   return call;
 }
@@ -27,15 +20,7 @@ result<float*> device_call::scratch_f32(slot s, std::int64_t count) {
   return static_cast<float*>(p);
 }
 
-result<void*> device_call::upload(slot s, const tensor& t) {
-  MPAKT_CUDA_ASSIGN(void* p, scratch(s, t.nbytes()));
-  // From pageable memory the call returns once the bytes are staged, so the host tensor
-  // may change afterwards without affecting the copy.
-  if (t.nbytes() > 0)
-    MPAKT_TRY(check(cudaMemcpyAsync(p, t.data(), t.nbytes(), cudaMemcpyHostToDevice, stream()),
-                    "cudaMemcpyAsync (host to device)"));
-  return p;
-}
+result<void*> device_call::upload(slot s, const tensor& t) { return upload_bytes(s, t.data(), t.nbytes()); }
 
 result<const void*> device_call::resident(slot s, const tensor& t) {
   auto kept = ctx_->weights().get(t, [&](const tensor& w) -> result<device_buffer> {
@@ -91,27 +76,18 @@ status device_call::finish(const kernel_call& c, const void* dev) {
   return download(*c.output, dev);
 }
 
-result<float*> device_call::upload_f32(slot s, const tensor& t) {
-  if (t.type() != dtype::f32)
-    return make_error(errc::internal, "CUDA kernel for " + where_ + " got a " + std::string(dtype_name(t.type())) +
-                                          " input where it reads f32");
-  MPAKT_CUDA_ASSIGN(void* p, upload(s, t));
-  return static_cast<float*>(p);
-}
-
 result<void*> device_call::upload_bytes(slot s, const void* host, std::size_t bytes) {
   MPAKT_CUDA_ASSIGN(void* p, scratch(s, bytes));
+  // From pageable memory the call returns once the bytes are staged, so the host memory may
+  // change afterwards without affecting the copy.
   if (bytes > 0)
     MPAKT_TRY(check(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, stream()), "cudaMemcpyAsync (host to device)"));
   return p;
 }
 
 result<float*> device_call::upload_floats(slot s, const float* host, std::size_t count) {
-  MPAKT_CUDA_ASSIGN(float* p, scratch_f32(s, std::int64_t(count)));
-  if (count > 0)
-    MPAKT_TRY(check(cudaMemcpyAsync(p, host, count * sizeof(float), cudaMemcpyHostToDevice, stream()),
-                    "cudaMemcpyAsync (host to device)"));
-  return p;
+  MPAKT_CUDA_ASSIGN(void* p, upload_bytes(s, host, count * sizeof(float)));
+  return static_cast<float*>(p);
 }
 
 status device_call::download(tensor& out, const void* dev) {

@@ -39,10 +39,9 @@ enum slot : int { slot_in0 = 0, slot_in1 = 1, slot_in2 = 2, slot_out = 3, slot_t
 /// Created on the stack of a kernel_fn; move-only.
 class device_call {
  public:
-  /// errc::internal when no cuda_backend is alive (the message names the op), or when
-  /// selecting its device fails.
-  static result<device_call> begin(std::string_view op);
-  /// The same for kernel call `c`: on its plan's device context when it has device values.
+  /// Kernel call `c` of `op` on its plan's device context when it has device values, else
+  /// on the current context. errc::internal when no cuda_backend is alive (the message names
+  /// the op), or when selecting its device fails.
   static result<device_call> begin(std::string_view op, const kernel_call& c);
 
   std::string_view op() const { return op_; }
@@ -77,8 +76,6 @@ class device_call {
   /// After the kernel writing the output at `dev` (output_f32) is queued: in a plan with
   /// device values it stays there; else it is copied back and waited for (download()).
   status finish(const kernel_call& c, const void* dev);
-  /// As upload, for an f32 tensor (errc::internal otherwise: kernel() let a bad dtype in).
-  result<float*> upload_f32(slot s, const tensor& t);
   /// Copies `bytes` bytes of host memory into scratch slot `s` (part of a tensor: the rows of
   /// a KV cache a step reads).
   result<void*> upload_bytes(slot s, const void* host, std::size_t bytes);
