@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -134,7 +137,8 @@ TEST(FastMatmul, EveryLevelAgreesWithTheReference) {
     cpu_fast::set_kernel_threads(threads);
     for (const auto& lk : levels)
       for (dtype t : {dtype::f32, dtype::bf16, dtype::f16, dtype::q8, dtype::q4}) {
-        std::vector<std::int64_t> ks = {32, 64, 96, 576};
+        // (q4's VNNI kernel takes blocks four at a time: a last quad of 1, 2, 3 or 4 blocks)
+        std::vector<std::int64_t> ks = {32, 64, 96, 128, 160, 576};
         if (!is_quantized(t)) ks.insert(ks.end(), {1, 5, 17, 33, 100});
         for (std::int64_t k : ks)
           for (std::int64_t rows : {1, 2, 3, 4, 5, 7, 9, 16, 17}) {
@@ -465,33 +469,90 @@ TEST(FastMatmul, ActivationQuantizationIsTheSameOnEveryLevel) {
   EXPECT_EQ(sa, sb);
   EXPECT_EQ(ua, ub);
   if (cpu_isa::best() < cpu_isa::level::avx512_vnni) return;
-  // VNNI's two int8 planes hold exactly those values: q = 256·hi + lo, in the pair layouts
+  // VNNI's two int8 planes hold exactly those values: q = 256·hi + lo, in the pair (q8) and
+  // quad (q4) layouts; 5 blocks of 160 values: q8 two full pairs and a lone block, q4 a full
+  // quad and a quad of one block
+  const tensor x5 = random_f32({3, 160}, 78);
+  std::vector<std::int16_t> q5(3 * 160);
+  std::vector<float> s5(15), u5(15);
+  cpu_fast::avx512::quantize_rows(x5.f32(), 160, 0, 3, q5.data(), s5.data(), u5.data());
   for (cpu_fast::wtype t : {cpu_fast::wtype::q8, cpu_fast::wtype::q4}) {
-    const std::int64_t pairs = 2;  // 3 blocks of 32: a full pair and a lone block
-    std::vector<std::uint8_t> hi(std::size_t(3 * pairs * 64)), lo(hi.size());
-    std::vector<float> sc(std::size_t(3 * pairs * cpu_fast::q8_pair_scales));
-    cpu_fast::avx512_vnni::int16_split_quantize_rows(x.f32(), 96, 0, 3, t, hi.data(), lo.data(), sc.data());
-    for (std::int64_t r = 0; r < 3; ++r)
-      for (std::int64_t b = 0; b < 3; ++b) {
-        const std::int64_t p = b / 2, second = b % 2;
+    const std::int64_t plane = cpu_fast::int8_rows_plane_bytes(t, 160), per_row = cpu_fast::int8_rows_scales(t, 160);
+    EXPECT_EQ(plane, t == cpu_fast::wtype::q8 ? 3 * 64 : 2 * 128);
+    std::vector<std::uint8_t> hi(std::size_t(3 * plane), 0xAB), lo(hi.size(), 0xAB);
+    std::vector<float> sc(std::size_t(3 * per_row), 7.0f);
+    cpu_fast::avx512_vnni::int16_split_quantize_rows(x5.f32(), 160, 0, 3, t, hi.data(), lo.data(), sc.data());
+    for (std::int64_t r = 0; r < 3; ++r) {
+      for (std::int64_t b = 0; b < 5; ++b) {
         for (std::int64_t i = 0; i < 32; ++i) {
-          // q8: natural order, hi offset by 128, lo unsigned; q4: even values then odd ones
+          // q8: natural order, hi offset by 128, lo unsigned; q4: a quad's even values, then its odd ones
           const std::size_t at = t == cpu_fast::wtype::q8
-                                     ? std::size_t(r * pairs * 64 + p * 64 + second * 32 + i)
-                                     : std::size_t(r * pairs * 64 + p * 64 + (i % 2) * 32 + second * 16 + i / 2);
+                                     ? std::size_t(r * plane + (b / 2) * 64 + (b % 2) * 32 + i)
+                                     : std::size_t(r * plane + (b / 4) * 128 + (i % 2) * 64 + (b % 4) * 16 + i / 2);
           const int h = t == cpu_fast::wtype::q8 ? int(hi[at]) - 128 : int(std::int8_t(hi[at]));
           const int l = t == cpu_fast::wtype::q8 ? int(lo[at]) : int(std::int8_t(lo[at]));
-          EXPECT_EQ(256 * h + l, qb[std::size_t(r * 96 + b * 32 + i)]) << "row " << r << " block " << b << " value " << i;
+          EXPECT_EQ(256 * h + l, q5[std::size_t(r * 160 + b * 32 + i)]) << "row " << r << " block " << b << " value " << i;
         }
-        // q8: the scale in the block's eight lanes; q4: [s0, Σq·s0, s1, Σq·s1] per pair
-        const std::int64_t at = t == cpu_fast::wtype::q8 ? (r * pairs + p) * cpu_fast::q8_pair_scales + second * 8
-                                                         : (r * pairs + p) * cpu_fast::q4_pair_scales + second * 2;
-        EXPECT_EQ(sc[std::size_t(at)], sb[std::size_t(r * 3 + b)]);
+        // q8: the scale in the block's eight lanes; q4: [s0, Σq·s0, …, s3, Σq·s3] per quad
+        const std::int64_t at = t == cpu_fast::wtype::q8 ? r * per_row + (b / 2) * cpu_fast::q8_pair_scales + (b % 2) * 8
+                                                         : r * per_row + (b / 4) * cpu_fast::q4_quad_scales + (b % 4) * 2;
+        EXPECT_EQ(sc[std::size_t(at)], s5[std::size_t(r * 5 + b)]);
         if (t == cpu_fast::wtype::q4) {
-          EXPECT_FLOAT_EQ(sc[std::size_t(at + 1)], ub[std::size_t(r * 3 + b)]);
+          EXPECT_FLOAT_EQ(sc[std::size_t(at + 1)], u5[std::size_t(r * 5 + b)]);
         }
       }
+      // the blocks the last group lacks are zero, values and scales
+      const std::int64_t first_missing = t == cpu_fast::wtype::q8 ? 2 * 64 + 32 : 128;
+      for (std::int64_t at = first_missing; at < plane; ++at) {
+        const bool even_half = t == cpu_fast::wtype::q4 && (at - 128) % 64 < 16;  // block 4's own bytes
+        if (even_half) continue;
+        EXPECT_EQ(hi[std::size_t(r * plane + at)], 0) << "row " << r << " byte " << at;
+        EXPECT_EQ(lo[std::size_t(r * plane + at)], 0) << "row " << r << " byte " << at;
+      }
+      const std::int64_t used = t == cpu_fast::wtype::q8 ? 2 * 16 + 8 : 8 + 2;
+      for (std::int64_t l = used; l < per_row; ++l) EXPECT_EQ(sc[std::size_t(r * per_row + l)], 0.0f) << "row " << r;
+    }
   }
+}
+
+TEST(FastMatmul, VnniDecodeProductsReadNothingPastTheWeight) {
+  // q4's quads read a row 80 bytes at a time, a last partial quad by masked loads: a weight
+  // ending at a page no one may read must give the same results as one that does not
+  if (cpu_isa::best() < cpu_isa::level::avx512_vnni) GTEST_SKIP() << "no VNNI here";
+  const long page = sysconf(_SC_PAGESIZE);
+  void* mem = mmap(nullptr, std::size_t(2 * page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  ASSERT_EQ(mprotect(static_cast<char*>(mem) + page, std::size_t(page), PROT_NONE), 0);
+  for (dtype t : {dtype::q8, dtype::q4})
+    for (std::int64_t k : {32, 64, 96, 128, 160}) {
+      const std::int64_t n = 3;
+      const tensor x = random_f32({2, k}, 41);
+      const tensor w = *convert_tensor(random_f32({n, k}, 42, 0.5f), t);
+      std::uint8_t* at = static_cast<std::uint8_t*>(mem) + page - std::int64_t(w.nbytes());
+      std::memcpy(at, w.data(), w.nbytes());
+      const cpu_fast::wtype wt = t == dtype::q8 ? cpu_fast::wtype::q8 : cpu_fast::wtype::q4;
+      const std::int64_t plane = cpu_fast::int8_rows_plane_bytes(wt, k);
+      std::vector<std::uint8_t> hi(std::size_t(2 * plane)), lo(hi.size());
+      std::vector<float> sc(std::size_t(2 * cpu_fast::int8_rows_scales(wt, k)));
+      cpu_fast::avx512_vnni::int16_split_quantize_rows(x.f32(), k, 0, 2, wt, hi.data(), lo.data(), sc.data());
+      std::vector<float> edge(std::size_t(2 * n)), inside(edge.size());
+      cpu_fast::int8_pairs_product p;
+      p.x = cpu_fast::int8_rows{hi.data(), sc.data(), 2, k, lo.data()};
+      p.w = at;
+      p.w_row_bytes = std::int64_t(w.nbytes()) / n;
+      p.type = wt;
+      p.y = edge.data();
+      p.n = n;
+      cpu_fast::avx512_vnni::int8_pairs_range(p, 0, n);
+      p.w = reinterpret_cast<const std::uint8_t*>(w.data());
+      p.y = inside.data();
+      cpu_fast::avx512_vnni::int8_pairs_range(p, 0, n);
+      EXPECT_EQ(edge, inside) << dtype_name(t) << " K " << k;
+      const auto want = run_values("matmul", R"({"transB": true})", {x, w});
+      const auto bounds = int_bounds(x, *to_f32(w), cpu_fast::int16_levels);
+      for (std::size_t i = 0; i < edge.size(); ++i) EXPECT_NEAR(edge[i], want[i], bounds[i]) << dtype_name(t) << " K " << k;
+    }
+  munmap(mem, std::size_t(2 * page));
 }
 
 // ---- attention ----

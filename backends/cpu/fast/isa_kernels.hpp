@@ -242,20 +242,31 @@ MPAKT_VECTOR_LEVEL_API
 
 #undef MPAKT_VECTOR_LEVEL_API
 
-/// Activations quantized for the VNNI pair products (decode, batches, verify passes), per row
-/// as pairs of blocks of 64 bytes (q8: values in natural order as vpdpbusd's unsigned operand;
-/// q4: [even values b0, even b1, odd b0, odd b1], the signed operand) and per pair the scales
-/// (q8: 16 lanes laid out to match; q4: four floats [s0, S0, s1, S1] with S = Σq·s, the
-/// offset's factor): int16 (max|x|/int16_levels per block) as two int8 planes, q = 256·hi +
-/// lo, two vpdpbusd per pair — int16 precision at nearly int8's cost (q8: hi + 128 and lo in
-/// [0, 255] unsigned; q4: hi and lo signed).
-/// Floats of int8_rows::scale per pair of blocks.
-inline constexpr std::int64_t q8_pair_scales = 16, q4_pair_scales = 4;
+/// Activations quantized for the VNNI pair products (decode, batches, verify passes), int16
+/// (max|x|/int16_levels per block) as two int8 planes, q = 256·hi + lo, two vpdpbusd per
+/// weight register — int16 precision at nearly int8's cost. Per row, in groups of blocks:
+///  - q8, pairs of blocks: 64 bytes per plane, values in natural order as vpdpbusd's unsigned
+///    operand (hi + 128; lo in [0, 255]); 16 scales laid out as the pair's lanes.
+///  - q4, quads of four blocks: 128 bytes per plane, [even values b0, b1, b2, b3, odd values
+///    b0, b1, b2, b3] (16 each, the signed operand; hi and lo signed); 8 floats [s0, S0, s1,
+///    S1, s2, S2, s3, S3] with S = Σq·s, the offset's factor.
+/// A last group's missing blocks are zero, values and scales.
+/// Floats of int8_rows::scale per pair (q8) or quad (q4) of blocks.
+inline constexpr std::int64_t q8_pair_scales = 16, q4_quad_scales = 8;
+/// Bytes of each plane of one row of k values, and floats of its scales.
+inline std::int64_t int8_rows_plane_bytes(wtype t, std::int64_t k) {
+  const std::int64_t blocks = k / 32;
+  return t == wtype::q4 ? (blocks + 3) / 4 * 128 : (blocks + 1) / 2 * 64;
+}
+inline std::int64_t int8_rows_scales(wtype t, std::int64_t k) {
+  const std::int64_t blocks = k / 32;
+  return t == wtype::q4 ? (blocks + 3) / 4 * q4_quad_scales : (blocks + 1) / 2 * q8_pair_scales;
+}
 struct int8_rows {
-  const std::uint8_t* q = nullptr;   ///< rows × pairs × 64: the high plane
-  const float* scale = nullptr;      ///< rows × pairs × q8_pair_scales or q4_pair_scales
+  const std::uint8_t* q = nullptr;   ///< rows × int8_rows_plane_bytes: the high plane
+  const float* scale = nullptr;      ///< rows × int8_rows_scales
   std::int64_t rows = 0, k = 0;
-  const std::uint8_t* lo = nullptr;  ///< rows × pairs × 64: the low plane
+  const std::uint8_t* lo = nullptr;  ///< rows × int8_rows_plane_bytes: the low plane
 };
 
 using int8_pairs_product = integer_product<int8_rows>;
@@ -263,8 +274,8 @@ using int8_pairs_product = integer_product<int8_rows>;
 namespace avx512_vnni {
 /// Rows [r_begin, r_end) of x (stride k, a multiple of 32) for int8_pairs_range, in the
 /// two-plane int16 form (the int16 kernels' exact values); NaN scale for a block holding NaN
-/// or ±∞. hi and lo each get rows·ceil(k/64)·64 bytes, scale rows·ceil(k/64) times
-/// q8_pair_scales or q4_pair_scales floats.
+/// or ±∞. hi and lo each get rows·int8_rows_plane_bytes bytes, scale rows·int8_rows_scales
+/// floats.
 void int16_split_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, wtype type,
                                std::uint8_t* hi, std::uint8_t* lo, float* scale);
 /// Output columns [n_begin, n_end).

@@ -439,12 +439,11 @@ status products_amx(std::span<const kernel_call> calls) {
 /// The activations of `a` quantized for the VNNI pair kernels, in the scratch; false when a
 /// row is not finite.
 bool vnni_quantize(const float_product& a, workspace& ws, int8_rows& out) {
-  const std::int64_t pairs = (a.k / 32 + 1) / 2;
-  const std::size_t plane = std::size_t(a.rows * pairs * 64);
+  const std::size_t plane = std::size_t(a.rows * int8_rows_plane_bytes(a.type, a.k));
   auto* q = reinterpret_cast<std::uint8_t*>(ws.ints(2 * plane / 4, 7));
   std::uint8_t* lo = q + plane;
-  const std::int64_t per_pair = a.type == wtype::q4 ? q4_pair_scales : q8_pair_scales;
-  float* scale = ws.floats(std::size_t(a.rows * pairs * per_pair), 7);
+  const std::int64_t scales = a.rows * int8_rows_scales(a.type, a.k);
+  float* scale = ws.floats(std::size_t(scales), 7);
   const int threads = kernel_threads();
   const int qparts = int(std::min<std::int64_t>(threads, a.rows));
   auto quantize = [&](std::int64_t b, std::int64_t e) {
@@ -452,7 +451,7 @@ bool vnni_quantize(const float_product& a, workspace& ws, int8_rows& out) {
   };
   if (qparts <= 1) quantize(0, a.rows);
   else parallel_for(qparts, [&](int p) { quantize(a.rows * p / qparts, a.rows * (p + 1) / qparts); });
-  for (std::int64_t i = 0; i < a.rows * pairs * per_pair; ++i)
+  for (std::int64_t i = 0; i < scales; ++i)
     if (std::isnan(scale[i])) return false;
   out = int8_rows{q, scale, a.rows, a.k, lo};
   return true;

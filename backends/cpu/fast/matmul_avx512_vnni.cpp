@@ -21,9 +21,14 @@
 // each joined by a shift, for decode and batches on any VNNI CPU (many rows take the lanes
 // kernel below, or AMX's tiles). q8: the weights are the signed operand and the activations,
 // offset by 128, the unsigned one (the offset's share, 128·Σw, is one more vpdpbusd per weight
-// pair, shared by every row). q4: the nibbles are the unsigned operand, laid out [low nibbles
-// b0, low b1, high b0, high b1] in 16-byte lanes, and the activations arrive in that layout.
-// Per-block scales are applied in f32, per pair of blocks.
+// pair, shared by every row). Per-block scales are applied in f32, per pair of blocks.
+//
+// q4 takes four blocks at a time (a quad, 80 bytes of a weight row): two 64-byte loads and one
+// word permute gather the quad's 64 bytes of nibbles, another its eight f16 factors; the low
+// nibbles (even values) and the high ones (odd values) are the unsigned operands of two
+// vpdpbusd per activation plane, against activations laid out [even values b0..b3, odd values
+// b0..b3]. Per quad and weight row that is half the instructions of two pairs — the block
+// layout's scale and unpacking work, not the weights' bytes, had held q4 decode.
 
 namespace mpakt::cpu_fast::avx512_vnni {
 
@@ -38,16 +43,15 @@ inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 /// (a weight row from each half of the range) ask for their weight rows' lines.
 constexpr i64 stream_ahead = 512, pair_ahead = 2048;
 
+/// q8: a pair of blocks.
 struct wpair {
   __m512i q;
-  __m512 d;          ///< q8: the two blocks' scales, each in its eight lanes
-  __m128 h;          ///< q4: [d0, m0, d1, m1], the f16 halves of both blocks widened
-  __m512i neg_corr;  ///< q8 only: −128·Σq per 4-group, where each row's sum starts
+  __m512 d;          ///< the two blocks' scales, each in its eight lanes
+  __m512i neg_corr;  ///< −128·Σq per 4-group, where each row's sum starts
 };
 
-/// The f16 scales of blocks 2p and 2p+1 as f32 lanes in a pair's lane layout, from four
-/// values converted at once: [d0, d1] (q8) or [d0, m0, d1, m1] (q4) and a lane permute each.
-/// Scalar loads and shifts (on ports the vector work leaves free) put them side by side.
+/// The f16 scales of blocks 2p and 2p+1 as f32 lanes, [d0, d1], converted at once; scalar
+/// loads and shifts (on ports the vector work leaves free) put them side by side.
 inline __m128 pair_halves(std::uint64_t packed) { return _mm_cvtph_ps(_mm_cvtsi64_si128(std::int64_t(packed))); }
 
 inline std::uint32_t u16_at(const std::uint8_t* p) {
@@ -55,62 +59,141 @@ inline std::uint32_t u16_at(const std::uint8_t* p) {
   __builtin_memcpy(&v, p, 2);
   return v;
 }
-inline std::uint64_t u32_at(const std::uint8_t* p) {
-  std::uint32_t v;
-  __builtin_memcpy(&v, p, 4);
-  return v;
-}
-
-/// Blocks 2p and 2p+1 of a weight row (the second may be past the end: `single`).
-template <wtype T>
+/// Blocks 2p and 2p+1 of a q8 weight row (the second may be past the end: `single`).
 inline wpair load_pair(const std::uint8_t* b0, bool single) {
   wpair w;
-  if constexpr (T == wtype::q8) {
-    const std::uint8_t* b1 = b0 + q8_bytes;
-    const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
-    const __m256i q1 = single ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2));
-    w.q = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
-    w.neg_corr = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                  _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(char(0x80)), w.q));
-    const __m512 h = _mm512_castps128_ps512(pair_halves(u16_at(b0) | (single ? 0u : u16_at(b1) << 16)));
-    // lanes 0–7: block 2p, 8–15: block 2p+1 (zero when single: its half is 0)
-    w.d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), h);
-  } else {
-    const std::uint8_t* b1 = b0 + q4_bytes;
-    const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 4));
-    const __m128i v1 = single ? _mm_setzero_si128() : _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 4));
-    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(v0), v1, 1);
-    const __m256i nib = _mm256_set1_epi8(0x0f);
-    const __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-    w.q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    // [d0, m0, d1, m1]; lanes 0–3 and 8–11: block 2p, 4–7 and 12–15: block 2p+1
-    w.h = pair_halves(u32_at(b0) | (single ? 0ull : u32_at(b1) << 32));
-  }
+  const std::uint8_t* b1 = b0 + q8_bytes;
+  const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
+  const __m256i q1 = single ? _mm256_setzero_si256() : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2));
+  w.q = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+  w.neg_corr = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(char(0x80)), w.q));
+  const __m512 h = _mm512_castps128_ps512(pair_halves(u16_at(b0) | (single ? 0u : u16_at(b1) << 16)));
+  // lanes 0–7: block 2p, 8–15: block 2p+1 (zero when single: its half is 0)
+  w.d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), h);
   return w;
 }
 
-/// The two-plane int16 form of the activations (int8_rows), two vpdpbusd per pair:
-/// 256·(hi's dot) + (lo's dot).
-template <wtype T, int RT, int NT>
-void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0, i64 dn) {
-  const i64 blocks = x.k / 32, pairs = (blocks + 1) / 2;
-  // q4: each pair's [d0·s0, m0·S0, d1·s1, m1·S1] (S = Σq·s, the activations' pair from
-  // quantize_pairs) in one four-lane multiply; its d·s lanes spread to the dot's lanes, and
-  // the whole product added to acc_m, whose lanes 1 and 3 sum the offsets' terms
+/// q4's quads (above): the word indices, in a quad's two overlapping loads (bytes [0, 64) as
+/// words 0–31, bytes [16, 80) as 32–63), of block b's nibbles (words 10b + 2 … 10b + 9) and of
+/// its factors d and m (words 10b and 10b + 1).
+inline __m512i quad_nibble_words() {
+  alignas(64) std::int16_t idx[32];
+  for (int o = 0; o < 32; ++o) {
+    const int w = 10 * (o / 8) + 2 + o % 8;
+    idx[o] = std::int16_t(w < 32 ? w : 32 + w - 8);
+  }
+  return _mm512_load_si512(idx);
+}
+inline __m512i quad_factor_words() {
+  alignas(64) std::int16_t idx[32] = {};
+  for (int o = 0; o < 8; ++o) idx[o] = std::int16_t(10 * (o / 2) + o % 2);
+  return _mm512_load_si512(idx);
+}
+
+struct wquad {
+  __m512i lo, hi;  ///< the quad's even and odd values, 16 per block, blocks in order
+  __m256 h;        ///< [d0, m0, d1, m1, d2, m2, d3, m3]
+};
+
+/// Quad g of a weight row at `at` (the row's first byte + 80g) holding `nb` blocks (1–4; the
+/// missing ones read as zero: masked loads that never touch bytes past the row).
+inline wquad load_quad(const std::uint8_t* at, int nb, __m512i nib_idx, __m512i fac_idx) {
+  __m512i a, b;
+  if (nb == 4) {
+    a = _mm512_loadu_si512(at);
+    b = _mm512_loadu_si512(at + 16);
+  } else {
+    const int bytes = nb * q4_bytes;
+    a = _mm512_maskz_loadu_epi8(bytes >= 64 ? ~__mmask64(0) : (__mmask64(1) << bytes) - 1, at);
+    b = _mm512_maskz_loadu_epi8(bytes <= 16 ? __mmask64(0) : (__mmask64(1) << (bytes - 16)) - 1, at + 16);
+  }
+  const __m512i nib = _mm512_permutex2var_epi16(a, nib_idx, b), mask = _mm512_set1_epi8(0x0f);
+  wquad w;
+  w.lo = _mm512_and_si512(nib, mask);
+  w.hi = _mm512_and_si512(_mm512_srli_epi16(nib, 4), mask);
+  w.h = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(fac_idx, a)));
+  return w;
+}
+
+/// q4 weight rows n0, n0 + dn, … (NT) against activation rows [r0, r0 + RT), a quad at a time:
+/// per activation plane 256·(hi's dot) + (lo's dot), each dot the even values' vpdpbusd and
+/// then the odd ones'; each quad's [d·s, m·S] in one eight-lane multiply, the d·s lanes spread
+/// over the dot's lanes (four per block), the m·S lanes summed apart and added last.
+template <int RT, int NT>
+void quad_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0, i64 dn) {
+  const i64 blocks = x.k / 32, quads = (blocks + 3) / 4;
   __m512 acc[RT][NT];
-  __m128 acc_m[RT][NT];
+  __m256 acc_m[RT][NT];
 #pragma GCC unroll 16
   for (int i = 0; i < RT; ++i)
 #pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) {
       acc[i][j] = _mm512_setzero_ps();
-      acc_m[i][j] = _mm_setzero_ps();
+      acc_m[i][j] = _mm256_setzero_ps();
     }
   const std::uint8_t* wr[NT];
 #pragma GCC unroll 16
   for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j * dn) * a.w_row_bytes;
-  constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes;
-  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2);
+  const __m512i nib_idx = quad_nibble_words(), fac_idx = quad_factor_words();
+  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+  const i64 ahead = NT == 1 ? stream_ahead : pair_ahead;
+  for (i64 g = 0; g < quads; ++g) {
+    const int nb = int(min_i64(4, blocks - 4 * g));
+    if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
+#pragma GCC unroll 16
+      for (int j = 0; j < NT; ++j) {
+        const char* at = reinterpret_cast<const char*>(wr[j] + ahead + g * 4 * q4_bytes);
+        _mm_prefetch(at, _MM_HINT_T0);
+        _mm_prefetch(at + 64, _MM_HINT_T0);
+      }
+    }
+    wquad w[NT];
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) w[j] = load_quad(wr[j] + g * 4 * q4_bytes, nb, nib_idx, fac_idx);
+#pragma GCC unroll 16
+    for (int i = 0; i < RT; ++i) {
+      const i64 at = ((r0 + i) * quads + g) * 128;
+      const __m512i he = _mm512_loadu_si512(x.q + at), ho = _mm512_loadu_si512(x.q + at + 64);
+      const __m512i le = _mm512_loadu_si512(x.lo + at), lodd = _mm512_loadu_si512(x.lo + at + 64);
+      const __m256 xp = _mm256_loadu_ps(x.scale + ((r0 + i) * quads + g) * q4_quad_scales);
+#pragma GCC unroll 16
+      for (int j = 0; j < NT; ++j) {
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j].lo, he);
+        dot = _mm512_dpbusd_epi32(dot, w[j].hi, ho);
+        dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8), w[j].lo, le);
+        dot = _mm512_dpbusd_epi32(dot, w[j].hi, lodd);
+        const __m256 f = _mm256_mul_ps(w[j].h, xp);
+        acc_m[i][j] = _mm256_add_ps(acc_m[i][j], f);
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(f)), acc[i][j]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) {
+      const __m256 m = acc_m[i][j];
+      float v = _mm512_reduce_add_ps(acc[i][j]) + ((m[1] + m[3]) + (m[5] + m[7]));
+      if (a.bias) v += a.bias[n0 + j * dn];
+      a.y[(r0 + i) * a.n + n0 + j * dn] = v;
+    }
+}
+
+/// q8 weight rows n0, n0 + dn, … (NT) against activation rows [r0, r0 + RT), a pair of blocks at
+/// a time, in the two-plane int16 form of the activations (int8_rows): two vpdpbusd per pair,
+/// 256·(hi's dot) + (lo's dot).
+template <int RT, int NT>
+void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0, i64 dn) {
+  const i64 blocks = x.k / 32, pairs = (blocks + 1) / 2;
+  __m512 acc[RT][NT];
+#pragma GCC unroll 16
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 16
+    for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+  const std::uint8_t* wr[NT];
+#pragma GCC unroll 16
+  for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j * dn) * a.w_row_bytes;
   // Decode and small batches read the weights once per pass, each weight row a sequential
   // stream: its lines are asked for a little ahead while these are used.
   const i64 ahead = NT == 1 ? stream_ahead : pair_ahead;
@@ -119,36 +202,25 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0, 
     if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
 #pragma GCC unroll 16
       for (int j = 0; j < NT; ++j) {
-        const char* at = reinterpret_cast<const char*>(wr[j] + ahead + 2 * p * bb);
+        const char* at = reinterpret_cast<const char*>(wr[j] + ahead + 2 * p * q8_bytes);
         _mm_prefetch(at, _MM_HINT_T0);
-        if constexpr (T == wtype::q8) _mm_prefetch(at + 64, _MM_HINT_T0);
+        _mm_prefetch(at + 64, _MM_HINT_T0);
       }
     }
     wpair w[NT];
 #pragma GCC unroll 16
-    for (int j = 0; j < NT; ++j) w[j] = load_pair<T>(wr[j] + 2 * p * bb, single);
+    for (int j = 0; j < NT; ++j) w[j] = load_pair(wr[j] + 2 * p * q8_bytes, single);
 #pragma GCC unroll 16
     for (int i = 0; i < RT; ++i) {
       const i64 r = r0 + i;
       const __m512i xq = _mm512_loadu_si512(x.q + r * pairs * 64 + p * 64);
       const __m512i xl = _mm512_loadu_si512(x.lo + r * pairs * 64 + p * 64);
-      __m512 xs;
-      __m128 xp;
-      if constexpr (T == wtype::q8) xs = _mm512_loadu_ps(x.scale + (r * pairs + p) * q8_pair_scales);
-      else xp = _mm_loadu_ps(x.scale + (r * pairs + p) * q4_pair_scales);
+      const __m512 xs = _mm512_loadu_ps(x.scale + (r * pairs + p) * q8_pair_scales);
 #pragma GCC unroll 16
       for (int j = 0; j < NT; ++j) {
-        if constexpr (T == wtype::q8) {
-          __m512i dot = _mm512_dpbusd_epi32(w[j].neg_corr, xq, w[j].q);  // (hi + 128)·q − 128·Σq
-          dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8), xl, w[j].q);
-          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w[j].d, xs), acc[i][j]);
-        } else {
-          __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j].q, xq);
-          dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8), w[j].q, xl);
-          const __m128 f = _mm_mul_ps(w[j].h, xp);
-          acc_m[i][j] = _mm_add_ps(acc_m[i][j], f);
-          acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(f)), acc[i][j]);
-        }
+        __m512i dot = _mm512_dpbusd_epi32(w[j].neg_corr, xq, w[j].q);  // (hi + 128)·q − 128·Σq
+        dot = _mm512_dpbusd_epi32(_mm512_slli_epi32(dot, 8), xl, w[j].q);
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w[j].d, xs), acc[i][j]);
       }
     }
   }
@@ -157,7 +229,6 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0, 
 #pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) {
       float v = _mm512_reduce_add_ps(acc[i][j]);
-      if constexpr (T == wtype::q4) v += acc_m[i][j][1] + acc_m[i][j][3];
       if (a.bias) v += a.bias[n0 + j * dn];
       a.y[(r0 + i) * a.n + n0 + j * dn] = v;
     }
@@ -165,7 +236,10 @@ void pair_tile(const int8_rows& x, const int8_pairs_product& a, i64 r0, i64 n0, 
 
 template <wtype T, int NT, int RT>
 void pair_tile_rows(const int8_rows& x, const int8_pairs_product& a, int rt, i64 r0, i64 n0, i64 dn) {
-  if (rt == RT) pair_tile<T, RT, NT>(x, a, r0, n0, dn);
+  if (rt == RT) {
+    if constexpr (T == wtype::q8) pair_tile<RT, NT>(x, a, r0, n0, dn);
+    else quad_tile<RT, NT>(x, a, r0, n0, dn);
+  }
   else if constexpr (RT > 1) pair_tile_rows<T, NT, RT - 1>(x, a, rt, r0, n0, dn);
 }
 
@@ -178,8 +252,9 @@ void pair_columns(const int8_pairs_product& a, i64 n0, i64 dn) {
 
 /// Each thread reads its columns' weights as two sequential streams, a weight row from each
 /// half of its range at a time, as the float kernels do (matmul_avx512.cpp, which says why):
-/// on a Zen 4 that took one-row q8 decode from 27 to 31 GB/s in cache and q4's from 16 to
-/// 17.5. The tile's shape never changes a bit.
+/// on a Zen 4 that took one-row q8 decode from 27 to 31 GB/s in cache and q4's pairs from 16
+/// to 17.5 (q4's quads: one stream per thread 17 GB/s from memory, two 21). The tile's shape
+/// never changes a bit.
 template <wtype T>
 void pair_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
   const i64 half = (n_end - n_begin) / 2;
@@ -193,29 +268,28 @@ namespace {
 
 inline void store16(std::uint8_t* at, __m128i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(at), v); }
 
-/// Rows [r_begin, r_end) quantized per block of 32 in the pair layouts of int8_rows, in the
+/// Rows [r_begin, r_end) quantized per block of 32 in the layouts of int8_rows, in the
 /// two-plane int16 form: max|x|/int16_levels; q8: q = 256·h + l with l in [0, 255], hi
 /// stored as h + 128; q4: h = (q + 128) >> 8 and l in [−128, 127], both signed. Nearest even
 /// throughout.
 void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, std::uint8_t* hi, std::uint8_t* lo,
                     float* scale) {
-  const i64 blocks = k / 32, pairs = (blocks + 1) / 2;
+  const i64 blocks = k / 32, plane = int8_rows_plane_bytes(type, k), per_row = int8_rows_scales(type, k);
   const __m512 sign = _mm512_set1_ps(-0.0f);
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512i c128 = _mm512_set1_epi32(128);
   constexpr float levels = int16_levels;
   for (i64 r = r_begin; r < r_end; ++r) {
-    std::uint8_t* hr = hi + r * pairs * 64;
-    std::uint8_t* lr = lo + r * pairs * 64;
-    const i64 per_pair = type == wtype::q8 ? q8_pair_scales : q4_pair_scales;
-    float* sr = scale + r * pairs * per_pair;
-    for (i64 p = 0; p < pairs; ++p) {
-      // a lone last block's partner: zero values and scales, so its lanes add nothing
-      _mm512_storeu_si512(hr + p * 64, _mm512_setzero_si512());
-      _mm512_storeu_si512(lr + p * 64, _mm512_setzero_si512());
-      for (i64 l = 0; l < per_pair; ++l) sr[p * per_pair + l] = 0.0f;
+    std::uint8_t* hr = hi + r * plane;
+    std::uint8_t* lr = lo + r * plane;
+    float* sr = scale + r * per_row;
+    // the blocks a last pair or quad lacks: zero values and scales, so their lanes add nothing
+    for (i64 at = 0; at < plane; at += 64) {
+      _mm512_storeu_si512(hr + at, _mm512_setzero_si512());
+      _mm512_storeu_si512(lr + at, _mm512_setzero_si512());
     }
+    for (i64 l = 0; l < per_row; ++l) sr[l] = 0.0f;
     for (i64 b = 0; b < blocks; ++b) {
       const float* src = x + r * k + b * 32;
       const __m512 v0 = _mm512_loadu_ps(src), v1 = _mm512_loadu_ps(src + 16);
@@ -224,26 +298,27 @@ void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, s
       const __m512 iv = _mm512_set1_ps(amax > 0 ? levels / amax : 0.0f);
       const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
       const float s = finite ? amax / levels : __builtin_nanf("");
-      const i64 p = b / 2, second = b % 2;
-      std::uint8_t* h = hr + p * 64;
       if (type == wtype::q8) {
+        const i64 p = b / 2, second = b % 2;
         const __m512i mask = _mm512_set1_epi32(0xff);
-        store16(h + second * 32, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(i0, 8), c128)));
-        store16(h + second * 32 + 16, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(i1, 8), c128)));
+        store16(hr + p * 64 + second * 32, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(i0, 8), c128)));
+        store16(hr + p * 64 + second * 32 + 16, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(i1, 8), c128)));
         store16(lr + p * 64 + second * 32, _mm512_cvtepi32_epi8(_mm512_and_si512(i0, mask)));
         store16(lr + p * 64 + second * 32 + 16, _mm512_cvtepi32_epi8(_mm512_and_si512(i1, mask)));
         for (int l = 0; l < 8; ++l) sr[p * q8_pair_scales + second * 8 + l] = s;
         continue;
       }
+      // q4: quad g = b / 4, the block's even values at 16·(b % 4), its odd ones 64 bytes on
+      const i64 g = b / 4, pos = b % 4;
       const __m512i e = _mm512_permutex2var_epi32(i0, even, i1), o = _mm512_permutex2var_epi32(i0, odd, i1);
       const __m512i he = _mm512_srai_epi32(_mm512_add_epi32(e, c128), 8), ho = _mm512_srai_epi32(_mm512_add_epi32(o, c128), 8);
-      store16(h + second * 16, _mm512_cvtepi32_epi8(he));
-      store16(h + 32 + second * 16, _mm512_cvtepi32_epi8(ho));
-      store16(lr + p * 64 + second * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(e, _mm512_slli_epi32(he, 8))));
-      store16(lr + p * 64 + 32 + second * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(o, _mm512_slli_epi32(ho, 8))));
+      store16(hr + g * 128 + pos * 16, _mm512_cvtepi32_epi8(he));
+      store16(hr + g * 128 + 64 + pos * 16, _mm512_cvtepi32_epi8(ho));
+      store16(lr + g * 128 + pos * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(e, _mm512_slli_epi32(he, 8))));
+      store16(lr + g * 128 + 64 + pos * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(o, _mm512_slli_epi32(ho, 8))));
       const float sum = s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
-      sr[p * q4_pair_scales + second * 2] = s;
-      sr[p * q4_pair_scales + second * 2 + 1] = sum;
+      sr[g * q4_quad_scales + pos * 2] = s;
+      sr[g * q4_quad_scales + pos * 2 + 1] = sum;
     }
   }
 }
