@@ -68,11 +68,15 @@ struct widen<wtype::f32> {
   static float one(const std::uint8_t* row, i64 i) { return reinterpret_cast<const float*>(row)[i]; }
 };
 
+/// bf16 in the decode tiles: a run of 16 as its even values (h = 0: each 32-bit word's low
+/// half, moved up) and then its odd values (h = 1: the high half, the low one masked off) —
+/// one operation per eight values where widening in order takes two, so the activations of
+/// such a product come in that order (even_odd_order below).
 template <>
 struct widen<wtype::bf16> {
-  static __m256 from(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
-  static __m256 load8(const std::uint8_t* row, i64 k0) {
-    return from(_mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const std::uint16_t*>(row) + k0)));
+  static __m256 half16(const std::uint8_t* row, i64 k0, int h) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const std::uint16_t*>(row) + k0));
+    return _mm256_castsi256_ps(h == 0 ? _mm256_slli_epi32(w, 16) : _mm256_and_si256(w, _mm256_set1_epi32(std::int32_t(0xffff0000u))));
   }
   static float one(const std::uint8_t* row, i64 i) { return bf16_to_float(reinterpret_cast<const std::uint16_t*>(row)[i]); }
 };
@@ -87,7 +91,7 @@ struct widen<wtype::f16> {
 
 /// RT rows × NT weight rows, 16 values of K per step, taken eight at a time.
 template <wtype T, int RT, int NT>
-void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
+void float_tile(const float_product& a, const float* x, i64 r0, i64 n0, i64 dn) {
   const i64 k = a.k;
   __m256 acc[RT][NT];
 #pragma GCC unroll 16
@@ -97,7 +101,7 @@ void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
   const std::uint8_t* wr[NT];
 #pragma GCC unroll 16
   for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j * dn) * a.w_row_bytes;
-  const float* xr = a.x + r0 * k;
+  const float* xr = x + r0 * k;
   const i64 full = k / 16 * 16;
   // Decode and small batches read the weights once per pass: the weight rows ahead
   // (contiguous) are asked for, a line per row every 64 bytes, while these are used — a
@@ -117,7 +121,10 @@ void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
     for (int h = 0; h < 2; ++h) {
       __m256 wv[NT];
 #pragma GCC unroll 16
-      for (int j = 0; j < NT; ++j) wv[j] = widen<T>::load8(wr[j], k0 + 8 * h);
+      for (int j = 0; j < NT; ++j) {
+        if constexpr (T == wtype::bf16) wv[j] = widen<T>::half16(wr[j], k0, h);
+        else wv[j] = widen<T>::load8(wr[j], k0 + 8 * h);
+      }
 #pragma GCC unroll 16
       for (int i = 0; i < RT; ++i) {
         const __m256 xv = _mm256_loadu_ps(xr + i * k + k0 + 8 * h);
@@ -138,16 +145,38 @@ void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
 }
 
 template <wtype T, int NT, int RT>
-void float_tile_rows(const float_product& a, int rt, i64 r0, i64 n0, i64 dn) {
-  if (rt == RT) float_tile<T, RT, NT>(a, r0, n0, dn);
-  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, rt, r0, n0, dn);
+void float_tile_rows(const float_product& a, const float* x, int rt, i64 r0, i64 n0, i64 dn) {
+  if (rt == RT) float_tile<T, RT, NT>(a, x, r0, n0, dn);
+  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, x, rt, r0, n0, dn);
 }
 
 /// Weight rows n0, n0 + dn, … (NT of them) against every activation row.
 template <wtype T, int NT>
-void float_columns(const float_product& a, i64 n0, i64 dn) {
+void float_columns(const float_product& a, const float* x, i64 n0, i64 dn) {
   constexpr int RT = NT == 3 ? 4 : NT == 2 ? 3 : 6;  // (NT 2: decode; NT 1: the columns left over)
-  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
+  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, x, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
+}
+
+/// The activations of a bf16 product in the order widen<bf16>::half16 gives the weights: each
+/// whole run of 16 as its 8 even values, then its 8 odd ones; a last partial run as it is. In
+/// the calling thread's scratch.
+const float* even_odd_order(const float_product& a) {
+  auto* out = static_cast<float*>(kernel_scratch(scratch_slot::reordered_activations, std::size_t(a.rows * a.k) * 4));
+  const i64 full = a.k / 16 * 16;
+  const __m256i gather = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  for (i64 r = 0; r < a.rows; ++r) {
+    const float* src = a.x + r * a.k;
+    float* dst = out + r * a.k;
+    for (i64 k0 = 0; k0 < full; k0 += 16) {
+      // each half's even values in its low four lanes and its odd ones in the high four
+      const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(src + k0), gather);
+      const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(src + k0 + 8), gather);
+      _mm256_storeu_ps(dst + k0, _mm256_permute2f128_ps(lo, hi, 0x20));
+      _mm256_storeu_ps(dst + k0 + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+    for (i64 k = full; k < a.k; ++k) dst[k] = src[k];
+  }
+  return out;
 }
 
 /// Decode (up to 3 rows) reads each thread's columns as two sequential streams, a weight row
@@ -160,15 +189,16 @@ void float_columns(const float_product& a, i64 n0, i64 dn) {
 /// the shape of the tile never changes a bit.
 template <wtype T>
 void float_range(const float_product& a, i64 n_begin, i64 n_end) {
+  const float* x = T == wtype::bf16 ? even_odd_order(a) : a.x;
   i64 n0 = n_begin;
   if (a.rows > 3) {
-    for (; n0 + 3 <= n_end; n0 += 3) float_columns<T, 3>(a, n0, 1);
+    for (; n0 + 3 <= n_end; n0 += 3) float_columns<T, 3>(a, x, n0, 1);
   } else {
     const i64 half = (n_end - n_begin) / 2;
-    for (; n0 < n_begin + half; ++n0) float_columns<T, 2>(a, n0, half);
+    for (; n0 < n_begin + half; ++n0) float_columns<T, 2>(a, x, n0, half);
     n0 = n_begin + 2 * half;
   }
-  for (; n0 < n_end; ++n0) float_columns<T, 1>(a, n0, 1);
+  for (; n0 < n_end; ++n0) float_columns<T, 1>(a, x, n0, 1);
 }
 
 // ------------------------------------------------------------------ q8/q4 weights

@@ -59,13 +59,17 @@ struct widen<wtype::f32> {
   }
 };
 
+/// bf16: a whole run of 32 as its even values (lo: each 32-bit word's low half, moved up) and
+/// its odd values (hi: the high half, the low one masked off) — two operations for 32 values
+/// where widening each half in order takes four, so the activations of such a product come
+/// in that order (even_odd_order below).
 template <>
 struct widen<wtype::bf16> {
   static __m512 from(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
   static void full(const std::uint8_t* row, i64 k0, __m512& lo, __m512& hi) {
-    const auto* p = reinterpret_cast<const std::uint16_t*>(row) + k0;
-    lo = from(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    hi = from(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+    const __m512i w = _mm512_loadu_si512(reinterpret_cast<const std::uint16_t*>(row) + k0);
+    lo = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    hi = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(std::int32_t(0xffff0000u))));
   }
   static void part(const std::uint8_t* row, i64 k0, __mmask16 m0, __mmask16 m1, __m512& lo, __m512& hi) {
     const auto* p = reinterpret_cast<const std::uint16_t*>(row) + k0;
@@ -121,7 +125,7 @@ inline __m512 reduce16(const __m512* a) {
 /// each weight block widened once and used for all RT rows. The fixed-count loops are
 /// unrolled explicitly: at -O2 g++ otherwise keeps acc[][] in memory.
 template <wtype T, int RT, int NT>
-void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
+void float_tile(const float_product& a, const float* x, i64 r0, i64 n0, i64 dn) {
   const i64 k = a.k;
   __m512 acc[RT][NT];
 #pragma GCC unroll 16
@@ -131,7 +135,7 @@ void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
   const std::uint8_t* wr[NT];
 #pragma GCC unroll 16
   for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j * dn) * a.w_row_bytes;
-  const float* xr = a.x + r0 * k;
+  const float* xr = x + r0 * k;
 
   const i64 full = k / 32 * 32;
   // Decode and small batches read the weights once per pass, each weight row a sequential
@@ -203,17 +207,38 @@ void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
 }
 
 template <wtype T, int NT, int RT>
-void float_tile_rows(const float_product& a, int rt, i64 r0, i64 n0, i64 dn) {
-  if (rt == RT) float_tile<T, RT, NT>(a, r0, n0, dn);
-  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, rt, r0, n0, dn);
+void float_tile_rows(const float_product& a, const float* x, int rt, i64 r0, i64 n0, i64 dn) {
+  if (rt == RT) float_tile<T, RT, NT>(a, x, r0, n0, dn);
+  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, x, rt, r0, n0, dn);
 }
 
 /// Weight rows n0, n0 + dn, … (NT of them) against every activation row, in tiles of up to
 /// 8 rows; the weight rows stay in L1 between tiles. RT·NT ≤ 16 accumulators fit the registers.
 template <wtype T, int NT>
-void float_columns(const float_product& a, i64 n0, i64 dn) {
+void float_columns(const float_product& a, const float* x, i64 n0, i64 dn) {
   constexpr int RT = 8;
-  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
+  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, x, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
+}
+
+/// The activations of a bf16 product in the order widen<bf16>::full gives the weights: each
+/// whole run of 32 as its 16 even values, then its 16 odd ones; a last partial run as it is.
+/// In the calling thread's scratch.
+const float* even_odd_order(const float_product& a) {
+  auto* out = static_cast<float*>(kernel_scratch(scratch_slot::reordered_activations, std::size_t(a.rows * a.k) * 4));
+  const i64 full = a.k / 32 * 32;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (i64 r = 0; r < a.rows; ++r) {
+    const float* src = a.x + r * a.k;
+    float* dst = out + r * a.k;
+    for (i64 k0 = 0; k0 < full; k0 += 32) {
+      const __m512 lo = _mm512_loadu_ps(src + k0), hi = _mm512_loadu_ps(src + k0 + 16);
+      _mm512_storeu_ps(dst + k0, _mm512_permutex2var_ps(lo, even, hi));
+      _mm512_storeu_ps(dst + k0 + 16, _mm512_permutex2var_ps(lo, odd, hi));
+    }
+    for (i64 k = full; k < a.k; ++k) dst[k] = src[k];
+  }
+  return out;
 }
 
 /// Each thread reads its columns' weights as two sequential streams, a weight row from each
@@ -225,9 +250,10 @@ void float_columns(const float_product& a, i64 n0, i64 dn) {
 /// the choice never changes a bit.
 template <wtype T>
 void float_range(const float_product& a, i64 n_begin, i64 n_end) {
+  const float* x = T == wtype::bf16 ? even_odd_order(a) : a.x;
   const i64 half = (n_end - n_begin) / 2;
-  for (i64 n0 = n_begin; n0 < n_begin + half; ++n0) float_columns<T, 2>(a, n0, half);
-  if ((n_end - n_begin) % 2) float_columns<T, 1>(a, n_end - 1, 1);
+  for (i64 n0 = n_begin; n0 < n_begin + half; ++n0) float_columns<T, 2>(a, x, n0, half);
+  if ((n_end - n_begin) % 2) float_columns<T, 1>(a, x, n_end - 1, 1);
 }
 
 // ------------------------------------------------------------------ many rows: columns in the lanes
