@@ -25,7 +25,7 @@
 namespace mpakt::cpu_fast {
 
 /// The calling thread's scratch buffers of the per-level kernels, one per use.
-enum class scratch_slot : int { reordered_activations, scale_pairs, lane_weights, lane_scales, lane_offsets, panel, panel_sums, count };
+enum class scratch_slot : int { reordered_activations, scale_pairs, lane_weights, lane_scales, lane_offsets, panel, panel_sums, bf16_order, count };
 
 /// At least `bytes` of the calling thread's buffer `slot`, 64-byte aligned; its contents are
 /// not kept when it grows. It lives until the thread ends, so the steady state allocates
@@ -44,6 +44,9 @@ struct float_product {
   const float* bias = nullptr;
   float* y = nullptr;             ///< rows × n, row stride n
   std::int64_t rows = 0, k = 0, n = 0;
+  /// A number no other call shares, or 0: a thread that takes several column ranges of one call
+  /// reorders its activations once (the bf16 tiles of float_product_range), not once per range.
+  std::uint64_t call = 0;
 };
 
 /// The integer steps of the activations' int16 quantization on every level: 127·256 + 127, so

@@ -23,6 +23,7 @@
 /// AVX2 a portable path widens one weight row at a time.
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -227,8 +228,15 @@ bool int_run(const level_kernels& lk, const float_product& f, workspace& ws, std
   return true;
 }
 
+/// A number for each product call (float_product::call), never 0 and never repeated.
+std::uint64_t next_call() {
+  static std::atomic<std::uint64_t> count{0};
+  return count.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
 float_product args_of(const kernel_call& c) {
   float_product a;
+  a.call = next_call();
   const tensor& w = *c.inputs[1];
   a.x = c.inputs[0]->f32();
   a.w = reinterpret_cast<const std::uint8_t*>(w.data());
@@ -283,6 +291,7 @@ bool same_input(std::span<const kernel_call> calls, float_product* a) {
   for (std::size_t i = 0; i < calls.size(); ++i) {
     a[i] = args_of(calls[i]);
     if (a[i].x != a[0].x || a[i].rows != a[0].rows || a[i].k != a[0].k || a[i].type != a[0].type) return false;
+    a[i].call = a[0].call;  // (one set of activations: reordered once for the group)
   }
   return true;
 }

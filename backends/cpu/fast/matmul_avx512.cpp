@@ -224,7 +224,11 @@ void float_columns(const float_product& a, const float* x, i64 n0, i64 dn) {
 /// whole run of 32 as its 16 even values, then its 16 odd ones; a last partial run as it is.
 /// In the calling thread's scratch.
 const float* even_odd_order(const float_product& a) {
-  auto* out = static_cast<float*>(kernel_scratch(scratch_slot::reordered_activations, std::size_t(a.rows * a.k) * 4));
+  // once per call and thread (a.call), in a buffer of this file's own (slot bf16_order)
+  static thread_local std::uint64_t ordered = 0;
+  auto* out = static_cast<float*>(kernel_scratch(scratch_slot::bf16_order, std::size_t(a.rows * a.k) * 4));
+  if (a.call != 0 && a.call == ordered) return out;
+  ordered = a.call;
   const i64 full = a.k / 32 * 32;
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
