@@ -21,6 +21,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
+#include "bench/read_probe.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/op.hpp"
 #include "runtime/tensor_builder.hpp"
@@ -48,34 +49,6 @@ tensor random_weight(std::int64_t n, std::int64_t k, dtype type, unsigned seed) 
     std::exit(1);
   }
   return std::move(*t);
-}
-
-/// Bytes/s of a plain 64-bit sum over `bytes` of memory (best of 3) on `threads` threads.
-double read_probe(std::size_t bytes, int threads) {
-  std::vector<std::uint64_t> buf(bytes / 8, 1);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<std::uint64_t> sums(static_cast<std::size_t>(threads));
-    const auto t0 = clk::now();
-    cpu_fast::parallel_for(threads, [&](int p) {
-      const std::size_t n = buf.size(), b = n * std::size_t(p) / std::size_t(threads),
-                        e = n * std::size_t(p + 1) / std::size_t(threads);
-      std::uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      for (std::size_t i = b; i + 4 <= e; i += 4) {
-        s0 += buf[i];
-        s1 += buf[i + 1];
-        s2 += buf[i + 2];
-        s3 += buf[i + 3];
-      }
-      sums[std::size_t(p)] = s0 + s1 + s2 + s3;
-    });
-    const double s = seconds_since(t0);
-    std::uint64_t total = 0;
-    for (auto v : sums) total += v;
-    if (total == 0) std::puts("");
-    best = std::max(best, double(bytes) / s);
-  }
-  return best;
 }
 
 }  // namespace
@@ -163,7 +136,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < loops; ++i) run(weights[0]);
     cache = std::max(cache, double(loops) * double(first.nbytes()) / seconds_since(t0));
   }
-  const double probe = read_probe(std::size_t(copies) * first.nbytes(), threads);
+  const double probe = bench::read_bandwidth(std::size_t(copies) * first.nbytes(), threads);
   std::printf("from memory %.1f GB/s (%.2f of the read probe's %.1f), in cache %.1f GB/s\n", mem / 1e9, mem / probe,
               probe / 1e9, cache / 1e9);
   return 0;

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "app/model_folder.hpp"
+#include "bench/read_probe.hpp"
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
@@ -58,32 +59,7 @@ namespace {
 double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
 
 /// Read bandwidth of `threads` threads summing a 1 GiB buffer (best of 3), bytes/s.
-double read_bandwidth(int threads) {
-  const std::size_t n = (std::size_t(1) << 30) / sizeof(std::uint64_t);
-  std::vector<std::uint64_t> buf(n, 1);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<std::uint64_t> sums(static_cast<std::size_t>(threads));
-    const auto t0 = clk::now();
-    cpu_fast::parallel_for(threads, [&](int p) {
-      const std::size_t b = n * std::size_t(p) / std::size_t(threads), e = n * std::size_t(p + 1) / std::size_t(threads);
-      std::uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      for (std::size_t i = b; i + 4 <= e; i += 4) {
-        s0 += buf[i];
-        s1 += buf[i + 1];
-        s2 += buf[i + 2];
-        s3 += buf[i + 3];
-      }
-      sums[std::size_t(p)] = s0 + s1 + s2 + s3;
-    });
-    const double s = seconds_since(t0);
-    std::uint64_t total = 0;
-    for (auto v : sums) total += v;
-    if (total == 0) std::puts("");  // keeps the sums alive
-    best = std::max(best, double(n * sizeof(std::uint64_t)) / s);
-  }
-  return best;
-}
+double read_bandwidth(int threads) { return bench::read_bandwidth(std::size_t(1) << 30, threads); }
 
 /// The dtype the loader's plan gives a Llama-style weight under "q8"/"q4" (the rules of
 /// actors/loader/quantize_plan.hpp, for the names this benchmark's models use): matrices

@@ -157,31 +157,19 @@ void float_columns(const float_product& a, const float* x, i64 n0, i64 dn) {
   for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, x, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
 }
 
-/// The activations of a bf16 product in the order widen<bf16>::half16 gives the weights: each
-/// whole run of 16 as its 8 even values, then its 8 odd ones; a last partial run as it is. In
-/// the calling thread's scratch.
-const float* even_odd_order(const float_product& a) {
-  // once per call and thread (a.call), in a buffer of this file's own (slot bf16_order)
-  static thread_local std::uint64_t ordered = 0;
-  auto* out = static_cast<float*>(kernel_scratch(scratch_slot::bf16_order, std::size_t(a.rows * a.k) * 4));
-  if (a.call != 0 && a.call == ordered) return out;
-  ordered = a.call;
-  const i64 full = a.k / 16 * 16;
+/// bf16 decode: a run of 16 activations as its 8 even values, then its 8 odd ones (the order
+/// widen<bf16>::half16 gives the weights).
+constexpr i64 bf16_run = 16;
+inline void order_run(const float* src, float* dst) {
+  // each half's even values in its low four lanes and its odd ones in the high four
   const __m256i gather = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  for (i64 r = 0; r < a.rows; ++r) {
-    const float* src = a.x + r * a.k;
-    float* dst = out + r * a.k;
-    for (i64 k0 = 0; k0 < full; k0 += 16) {
-      // each half's even values in its low four lanes and its odd ones in the high four
-      const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(src + k0), gather);
-      const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(src + k0 + 8), gather);
-      _mm256_storeu_ps(dst + k0, _mm256_permute2f128_ps(lo, hi, 0x20));
-      _mm256_storeu_ps(dst + k0 + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
-    }
-    for (i64 k = full; k < a.k; ++k) dst[k] = src[k];
-  }
-  return out;
+  const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(src), gather);
+  const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(src + 8), gather);
+  _mm256_storeu_ps(dst, _mm256_permute2f128_ps(lo, hi, 0x20));
+  _mm256_storeu_ps(dst + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
 }
+
+#include "backends/cpu/fast/bf16_order.inc"
 
 /// Decode (up to 3 rows) reads each thread's columns as two sequential streams, a weight row
 /// from each half of its range at a time: four adjacent rows a tile (four streams 1–3 KB apart)

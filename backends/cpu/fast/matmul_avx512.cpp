@@ -220,30 +220,18 @@ void float_columns(const float_product& a, const float* x, i64 n0, i64 dn) {
   for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, x, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
 }
 
-/// The activations of a bf16 product in the order widen<bf16>::full gives the weights: each
-/// whole run of 32 as its 16 even values, then its 16 odd ones; a last partial run as it is.
-/// In the calling thread's scratch.
-const float* even_odd_order(const float_product& a) {
-  // once per call and thread (a.call), in a buffer of this file's own (slot bf16_order)
-  static thread_local std::uint64_t ordered = 0;
-  auto* out = static_cast<float*>(kernel_scratch(scratch_slot::bf16_order, std::size_t(a.rows * a.k) * 4));
-  if (a.call != 0 && a.call == ordered) return out;
-  ordered = a.call;
-  const i64 full = a.k / 32 * 32;
+/// bf16 decode: a run of 32 activations as its 16 even values, then its 16 odd ones (the order
+/// widen<bf16>::full gives the weights).
+constexpr i64 bf16_run = 32;
+inline void order_run(const float* src, float* dst) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-  for (i64 r = 0; r < a.rows; ++r) {
-    const float* src = a.x + r * a.k;
-    float* dst = out + r * a.k;
-    for (i64 k0 = 0; k0 < full; k0 += 32) {
-      const __m512 lo = _mm512_loadu_ps(src + k0), hi = _mm512_loadu_ps(src + k0 + 16);
-      _mm512_storeu_ps(dst + k0, _mm512_permutex2var_ps(lo, even, hi));
-      _mm512_storeu_ps(dst + k0 + 16, _mm512_permutex2var_ps(lo, odd, hi));
-    }
-    for (i64 k = full; k < a.k; ++k) dst[k] = src[k];
-  }
-  return out;
+  const __m512 lo = _mm512_loadu_ps(src), hi = _mm512_loadu_ps(src + 16);
+  _mm512_storeu_ps(dst, _mm512_permutex2var_ps(lo, even, hi));
+  _mm512_storeu_ps(dst + 16, _mm512_permutex2var_ps(lo, odd, hi));
 }
+
+#include "backends/cpu/fast/bf16_order.inc"
 
 /// Each thread reads its columns' weights as two sequential streams, a weight row from each
 /// half of its range at a time: two independent chains of multiply-adds per activation row,
