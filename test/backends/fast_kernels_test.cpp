@@ -832,6 +832,32 @@ TEST(FastMatmul, AGroupOfProductsIsTheBitsOfEachAlone) {
   EXPECT_GT(grouped, 0) << "no level of this CPU has a group kernel";
 }
 
+TEST(FastMatmul, Bf16DecodeReordersTheActivationsOfEveryCall) {
+  // the bf16 decode tiles take k in even/odd order, reordered once per call and thread: the
+  // same activation buffer rewritten between calls (as an executor reuses its buffers) must
+  // give the new values' products, on every level and with a thread taking several ranges
+  threads_guard tg;
+  const std::int64_t k = 608, n = 300;  // (608 = 19 runs of 32: a last run of AVX2's 16 too)
+  const tensor w = *convert_tensor(random_f32({n, k}, 801, 0.1f), dtype::bf16);
+  int checked = 0;
+  for (const auto& lk : test::fast_kernels_on_this_cpu("matmul"))
+    for (std::int64_t rows : {1, 3, 8})
+      for (int threads : {1, 2}) {
+        cpu_fast::set_kernel_threads(threads);
+        tensor x = random_f32({rows, k}, unsigned(810 + rows));
+        if (lk.level == "amx" || !lk.claims({x, w}, R"({"transB": true})")) continue;
+        SCOPED_TRACE(lk.level + " rows " + std::to_string(rows) + " threads " + std::to_string(threads));
+        for (int round = 0; round < 3; ++round) {
+          for (std::int64_t i = 0; i < rows * k; ++i) x.f32()[i] = float((i * 7 + round * 13) % 29) - 14.0f;
+          const auto got = run_values("matmul", R"({"transB": true})", {x, w}, lk.fn);
+          const auto want = run_values("matmul", R"({"transB": true})", {x, w});
+          test::expect_close(got, want, 1e-6 * double(k) + 1e-5, 1e-5);
+        }
+        ++checked;
+      }
+  EXPECT_GT(checked, 0);
+}
+
 /// The executor runs consecutive products of one activation as a group, not a product that
 /// reads another's output, and every value is what its step's own kernel gives.
 TEST(FastMatmul, TheExecutorGroupsProductsOfTheSameActivations) {
