@@ -91,7 +91,7 @@ struct widen<wtype::f16> {
 
 /// RT rows × NT weight rows, 16 values of K per step, taken eight at a time.
 template <wtype T, int RT, int NT>
-void float_tile(const float_product& a, const float* x, i64 r0, i64 n0, i64 dn) {
+void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
   const i64 k = a.k;
   __m256 acc[RT][NT];
 #pragma GCC unroll 16
@@ -101,7 +101,7 @@ void float_tile(const float_product& a, const float* x, i64 r0, i64 n0, i64 dn) 
   const std::uint8_t* wr[NT];
 #pragma GCC unroll 16
   for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j * dn) * a.w_row_bytes;
-  const float* xr = x + r0 * k;
+  const float* xr = a.x + r0 * k;
   const i64 full = k / 16 * 16;
   // Decode and small batches read the weights once per pass: the weight rows ahead
   // (contiguous) are asked for, a line per row every 64 bytes, while these are used — a
@@ -145,16 +145,16 @@ void float_tile(const float_product& a, const float* x, i64 r0, i64 n0, i64 dn) 
 }
 
 template <wtype T, int NT, int RT>
-void float_tile_rows(const float_product& a, const float* x, int rt, i64 r0, i64 n0, i64 dn) {
-  if (rt == RT) float_tile<T, RT, NT>(a, x, r0, n0, dn);
-  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, x, rt, r0, n0, dn);
+void float_tile_rows(const float_product& a, int rt, i64 r0, i64 n0, i64 dn) {
+  if (rt == RT) float_tile<T, RT, NT>(a, r0, n0, dn);
+  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, rt, r0, n0, dn);
 }
 
 /// Weight rows n0, n0 + dn, … (NT of them) against every activation row.
 template <wtype T, int NT>
-void float_columns(const float_product& a, const float* x, i64 n0, i64 dn) {
+void float_columns(const float_product& a, i64 n0, i64 dn) {
   constexpr int RT = NT == 3 ? 4 : NT == 2 ? 3 : 6;  // (NT 2: decode; NT 1: the columns left over)
-  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, x, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
+  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
 }
 
 /// bf16 decode: a run of 16 activations as its 8 even values, then its 8 odd ones (the order
@@ -180,17 +180,18 @@ inline void order_run(const float* src, float* dst) {
 /// activation fit AVX2's sixteen registers. Every tile sums each output in the same order, so
 /// the shape of the tile never changes a bit.
 template <wtype T>
-void float_range(const float_product& a, i64 n_begin, i64 n_end) {
-  const float* x = T == wtype::bf16 ? even_odd_order(a) : a.x;
+void float_range(const float_product& in, i64 n_begin, i64 n_end) {
+  float_product a = in;
+  if constexpr (T == wtype::bf16) a.x = even_odd_order(in);
   i64 n0 = n_begin;
   if (a.rows > 3) {
-    for (; n0 + 3 <= n_end; n0 += 3) float_columns<T, 3>(a, x, n0, 1);
+    for (; n0 + 3 <= n_end; n0 += 3) float_columns<T, 3>(a, n0, 1);
   } else {
     const i64 half = (n_end - n_begin) / 2;
-    for (; n0 < n_begin + half; ++n0) float_columns<T, 2>(a, x, n0, half);
+    for (; n0 < n_begin + half; ++n0) float_columns<T, 2>(a, n0, half);
     n0 = n_begin + 2 * half;
   }
-  for (; n0 < n_end; ++n0) float_columns<T, 1>(a, x, n0, 1);
+  for (; n0 < n_end; ++n0) float_columns<T, 1>(a, n0, 1);
 }
 
 // ------------------------------------------------------------------ q8/q4 weights

@@ -125,7 +125,7 @@ inline __m512 reduce16(const __m512* a) {
 /// each weight block widened once and used for all RT rows. The fixed-count loops are
 /// unrolled explicitly: at -O2 g++ otherwise keeps acc[][] in memory.
 template <wtype T, int RT, int NT>
-void float_tile(const float_product& a, const float* x, i64 r0, i64 n0, i64 dn) {
+void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
   const i64 k = a.k;
   __m512 acc[RT][NT];
 #pragma GCC unroll 16
@@ -135,7 +135,7 @@ void float_tile(const float_product& a, const float* x, i64 r0, i64 n0, i64 dn) 
   const std::uint8_t* wr[NT];
 #pragma GCC unroll 16
   for (int j = 0; j < NT; ++j) wr[j] = a.w + (n0 + j * dn) * a.w_row_bytes;
-  const float* xr = x + r0 * k;
+  const float* xr = a.x + r0 * k;
 
   const i64 full = k / 32 * 32;
   // Decode and small batches read the weights once per pass, each weight row a sequential
@@ -207,17 +207,17 @@ void float_tile(const float_product& a, const float* x, i64 r0, i64 n0, i64 dn) 
 }
 
 template <wtype T, int NT, int RT>
-void float_tile_rows(const float_product& a, const float* x, int rt, i64 r0, i64 n0, i64 dn) {
-  if (rt == RT) float_tile<T, RT, NT>(a, x, r0, n0, dn);
-  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, x, rt, r0, n0, dn);
+void float_tile_rows(const float_product& a, int rt, i64 r0, i64 n0, i64 dn) {
+  if (rt == RT) float_tile<T, RT, NT>(a, r0, n0, dn);
+  else if constexpr (RT > 1) float_tile_rows<T, NT, RT - 1>(a, rt, r0, n0, dn);
 }
 
 /// Weight rows n0, n0 + dn, … (NT of them) against every activation row, in tiles of up to
 /// 8 rows; the weight rows stay in L1 between tiles. RT·NT ≤ 16 accumulators fit the registers.
 template <wtype T, int NT>
-void float_columns(const float_product& a, const float* x, i64 n0, i64 dn) {
+void float_columns(const float_product& a, i64 n0, i64 dn) {
   constexpr int RT = 8;
-  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, x, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
+  for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
 }
 
 /// bf16 decode: a run of 32 activations as its 16 even values, then its 16 odd ones (the order
@@ -241,11 +241,12 @@ inline void order_run(const float* src, float* dst) {
 /// rows 40 % faster (docs/performance.md). Every tile sums an output in the same order, so
 /// the choice never changes a bit.
 template <wtype T>
-void float_range(const float_product& a, i64 n_begin, i64 n_end) {
-  const float* x = T == wtype::bf16 ? even_odd_order(a) : a.x;
+void float_range(const float_product& in, i64 n_begin, i64 n_end) {
+  float_product a = in;
+  if constexpr (T == wtype::bf16) a.x = even_odd_order(in);
   const i64 half = (n_end - n_begin) / 2;
-  for (i64 n0 = n_begin; n0 < n_begin + half; ++n0) float_columns<T, 2>(a, x, n0, half);
-  if ((n_end - n_begin) % 2) float_columns<T, 1>(a, x, n_end - 1, 1);
+  for (i64 n0 = n_begin; n0 < n_begin + half; ++n0) float_columns<T, 2>(a, n0, half);
+  if ((n_end - n_begin) % 2) float_columns<T, 1>(a, n_end - 1, 1);
 }
 
 // ------------------------------------------------------------------ many rows: columns in the lanes
