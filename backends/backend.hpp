@@ -28,6 +28,10 @@ class backend {
   /// A kernel that runs consecutive steps for which kernel() gave `single` together, when
   /// they read the same first input (op.hpp, group_kernel_fn); nullptr: one at a time.
   virtual group_kernel_fn group_kernel(kernel_fn single) const { return nullptr; }
+  /// Whether group_kernel(single) takes only steps that read the same first input (products
+  /// sharing their activations); false: any consecutive steps that read none of each
+  /// other's outputs (the sessions' attention steps of a batched pass).
+  virtual bool group_needs_same_input(kernel_fn single) const { return true; }
   /// Every feature name (e.g. "attention.window") this backend implements.
   virtual std::vector<std::string> features() const = 0;
   /// Ops whose steps this backend always leaves to the CPU reference kernels: a device

@@ -52,6 +52,8 @@ struct planned_step {
   kernel_fn fn = nullptr;
   /// The backend's kernel for running this step with its neighbours (backend::group_kernel).
   group_kernel_fn group_fn = nullptr;
+  /// Whether group_fn takes only steps reading the same first input (backend::group_needs_same_input).
+  bool group_same_input = true;
   /// The kernel runs on the device of the plan's device_state (backend::on_device): it reads
   /// and leaves values there; a host kernel's tensors are brought back before it runs.
   bool on_device = false;
@@ -231,18 +233,19 @@ constexpr std::size_t max_group_steps = 8;
 
 void executable_graph::impl::plan_groups() {
   // A step joins the group of the steps before it when it has the same group kernel and
-  // first input, needs nothing done per call before its kernel (widening, checks of bound
-  // parameters), and reads no output of the group (which has not been computed yet).
+  // (where that kernel asks for it) the same first input, needs no widening before its
+  // kernel, and reads no output of the group (which has not been computed yet). Checks of
+  // bound parameters run for each step of a group before its kernel.
   auto plain = [&](const planned_step& st) {
     const slot& o = slots[std::size_t(st.out_slot)];
-    return st.group_fn && st.per_call_widen.empty() && !st.has_binds && o.alias_of < 0 && o.view_of < 0 &&
+    return st.group_fn && st.per_call_widen.empty() && o.alias_of < 0 && o.view_of < 0 &&
            st.def->aliases_input < 0 && st.def->writes_input < 0 && !st.in_slots.empty();
   };
   for (std::size_t i = 0; i < steps.size();) {
     std::size_t j = i + 1;
     if (plain(steps[i])) {
       while (j < steps.size() && j - i < max_group_steps && plain(steps[j]) && steps[j].group_fn == steps[i].group_fn &&
-             steps[j].in_slots[0] == steps[i].in_slots[0]) {
+             (!steps[i].group_same_input || steps[j].in_slots[0] == steps[i].in_slots[0])) {
         bool reads_group = false;
         for (int in : steps[j].in_slots)
           for (std::size_t g = i; g < j; ++g) reads_group = reads_group || in == steps[g].out_slot;
@@ -623,6 +626,7 @@ result<std::unique_ptr<executable_graph>> executable_graph::build(graph_decl gra
     if (!st.fn) st.fn = cpu_backend::reference(sd.op);  // every worker ships every op
     if (!st.fn) return make_error(errc::internal, pre + "no kernel");
     st.group_fn = be.group_kernel(st.fn);
+    st.group_same_input = be.group_needs_same_input(st.fn);
     // In-place writes and views share host bytes with other values: those stay host steps
     // (their kernels then see no device_state and keep their tensors current themselves).
     st.on_device = p->dev && be.on_device(st.fn) && def->aliases_input < 0 && def->writes_input < 0 &&
@@ -792,6 +796,10 @@ status executable_graph::run(tensor_source& source, run_control* control) {
       std::array<kernel_call, max_group_steps> calls;
       for (std::size_t g = 0; g < n; ++g) {
         auto& m = p_->steps[si + g];
+        if (m.has_binds && m.def->check) {
+          auto ck = m.def->check(*m.params);
+          if (!ck) return fail(make_error(ck.err().code, step_prefix(std::size_t(m.index), op) + ck.err().message));
+        }
         if (auto r = p_->ready_output(m); !r) return fail(r.err());
         if (auto r = p_->host_step_begins(m); !r)
           return fail(make_error(r.err().code, step_prefix(std::size_t(m.index), op) + r.err().message));

@@ -35,6 +35,12 @@ group_kernel_fn cpu_backend::group_kernel(kernel_fn single) const {
   return nullptr;
 }
 
+bool cpu_backend::group_needs_same_input(kernel_fn single) const {
+  for (const auto& k : cpu_fast_kernels())
+    if (k.fn == single) return k.group_same_input;
+  return true;
+}
+
 std::string_view cpu_backend::variant(std::string_view op, std::span<const tensor_desc> inputs,
                                       const op_params& params) const {
   if (!cfg_.reference_only)

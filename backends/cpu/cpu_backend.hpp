@@ -29,6 +29,9 @@ struct cpu_kernel {
   cpu_isa::level min_level = cpu_isa::level::scalar;
   /// For fast kernels: the same arithmetic over several steps at once, or nullptr.
   group_kernel_fn group = nullptr;
+  /// For `group`: whether the steps of a group must read the same first input
+  /// (backend::group_needs_same_input).
+  bool group_same_input = true;
 };
 
 /// Every reference kernel, one per op (backends/cpu/ref/registry.cpp).
@@ -49,6 +52,7 @@ class cpu_backend final : public backend {
   kernel_fn kernel(std::string_view op, std::span<const tensor_desc> inputs,
                    const op_params& params) const override;
   group_kernel_fn group_kernel(kernel_fn single) const override;
+  bool group_needs_same_input(kernel_fn single) const override;
   std::vector<std::string> features() const override;
 
   /// The reference kernel for `op`, or nullptr when none is registered.

@@ -58,6 +58,9 @@ kernel_fn cuda_backend::kernel(std::string_view op, std::span<const tensor_desc>
 }
 
 group_kernel_fn cuda_backend::group_kernel(kernel_fn single) const { return cpu_backend{}.group_kernel(single); }
+bool cuda_backend::group_needs_same_input(kernel_fn single) const {
+  return cpu_backend{}.group_needs_same_input(single);
+}
 
 std::unique_ptr<device_state> cuda_backend::make_device_state() const {
   return std::make_unique<cuda::device_values>(ctx_);

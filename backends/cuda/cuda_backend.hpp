@@ -79,6 +79,7 @@ class cuda_backend final : public backend {
                    const op_params& params) const override;
   /// The CPU backend's batched form of a host kernel; none for CUDA kernels.
   group_kernel_fn group_kernel(kernel_fn single) const override;
+  bool group_needs_same_input(kernel_fn single) const override;
   /// A plan's values kept on this backend's device between its CUDA kernels
   /// (backends/cuda/device_values.hpp).
   std::unique_ptr<device_state> make_device_state() const override;

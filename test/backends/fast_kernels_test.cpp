@@ -637,6 +637,115 @@ TEST(FastAttention, ARowIsTheSameBitsInEveryPassAndThreadCount) {
   }
 }
 
+/// Consecutive attention steps of different sessions (a batched pass's layer) run as one call
+/// (attention's group kernel) and give each step exactly the bits of its own call, on every
+/// level and thread count: decode rows over caches shorter than one 256-key chunk and longer
+/// (partials folded after), a verify pass of 5 rows, a 20-row pass (run alone inside the
+/// group), half-width caches, ALiBi (slopes in each step's own scratch), and an empty step.
+TEST(FastAttention, AGroupOfStepsIsTheBitsOfEachAlone) {
+  threads_guard tg;
+  struct one {
+    std::int64_t rows, keys, pos;
+    dtype kv;
+    std::string extra;
+  };
+  const std::vector<one> steps = {{1, 100, 99, dtype::f32, ""},        {1, 700, 650, dtype::f32, ""},
+                                  {5, 600, 590, dtype::bf16, ""},     {1, 40, 39, dtype::f16, ""},
+                                  {20, 300, 280, dtype::f32, ""},     {1, 520, 519, dtype::f32, R"(,"alibi":true)"},
+                                  {0, 64, 0, dtype::f32, ""},         {2, 257, 255, dtype::f32, ""}};
+  unsigned seed = 6100;
+  int grouped = 0;
+  for (const auto& lk : test::fast_kernels_on_this_cpu("attention"))
+    for (int threads : {1, 2}) {
+      cpu_fast::set_kernel_threads(threads);
+      SCOPED_TRACE(lk.level + " threads " + std::to_string(threads));
+      ASSERT_NE(lk.group, nullptr);
+      std::vector<std::vector<tensor>> ins;
+      std::vector<std::string> params;
+      std::vector<std::vector<float>> alone;
+      for (const auto& st : steps) {
+        const tensor k = random_f32({st.keys, 3 * 64}, ++seed), v = random_f32({st.keys, 3 * 64}, ++seed);
+        auto cache = [&](const tensor& t) { return st.kv == dtype::f32 ? t : *convert_tensor(t, st.kv); };
+        ins.push_back({random_f32({st.rows, 9 * 64}, ++seed), cache(k), cache(v)});
+        params.push_back(R"({"heads":9,"kvHeads":3,"headDim":64,"posOffset":)" + std::to_string(st.pos) + st.extra + "}");
+        alone.push_back(run_values("attention", params.back(), ins.back(), lk.fn));
+      }
+      const op_def* def = find_op_def("attention");
+      std::vector<std::unique_ptr<op_params>> parsed;
+      std::vector<tensor> outs;
+      std::vector<std::vector<tensor*>> ptrs(steps.size());
+      std::vector<kernel_call> calls;
+      workspace scratch;
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        auto p = def->parse(*parse_params_text(params[i]));
+        ASSERT_TRUE(p.ok());
+        parsed.push_back(std::move(*p));
+        outs.push_back(*tensor::make(dtype::f32, {steps[i].rows, 9 * 64}));
+      }
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        ptrs[i] = {&ins[i][0], &ins[i][1], &ins[i][2]};
+        calls.push_back(kernel_call{parsed[i].get(), ptrs[i], &outs[i], &scratch});
+      }
+      ASSERT_TRUE(lk.group(calls).ok());
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        const auto got = test::values_of(outs[i]);
+        ASSERT_EQ(got.size(), alone[i].size()) << "step " << i;
+        for (std::size_t e = 0; e < got.size(); ++e)
+          ASSERT_EQ(std::bit_cast<std::uint32_t>(got[e]), std::bit_cast<std::uint32_t>(alone[i][e])) << "step " << i << " at " << e;
+      }
+      ++grouped;
+    }
+  EXPECT_GT(grouped, 0);
+}
+
+/// The executor runs consecutive attention steps over different inputs as a group (each with
+/// its own bound position), but not one that reads an earlier step's output.
+TEST(FastAttention, TheExecutorGroupsIndependentAttentionSteps) {
+  threads_guard tg;
+  cpu_fast::set_kernel_threads(2);
+  const std::string graph = R"({"inputs":[
+      {"name":"q0","shape":[1,128],"bind":"q0"},{"name":"q1","shape":[1,128],"bind":"q1"},
+      {"name":"k0","shape":[300,64],"bind":"k0"},{"name":"v0","shape":[300,64],"bind":"v0"},
+      {"name":"k1","shape":[300,64],"bind":"k1"},{"name":"v1","shape":[300,64],"bind":"v1"}],"steps":[
+      {"op":"attention","in":["q0","k0","v0"],"out":"a0","params":{"heads":2,"kvHeads":1,"headDim":64,"posOffset":{"$bind":"p0"}}},
+      {"op":"attention","in":["q1","k1","v1"],"out":"a1","params":{"heads":2,"kvHeads":1,"headDim":64,"posOffset":{"$bind":"p1"}}},
+      {"op":"attention","in":["a1","k0","v0"],"out":"a2","params":{"heads":2,"kvHeads":1,"headDim":64,"posOffset":299}}],
+      "outputs":["a0","a1","a2"]})";
+  auto decl = parse_graph_text(graph, true);
+  ASSERT_TRUE(decl.ok()) << decl.err().message;
+  tensor_store store;
+  tensor_store::source src(store, std::vector<std::string>{});
+  build_options o;
+  o.compiled = true;
+  cpu_backend be;
+  auto g = executable_graph::build(std::move(*decl), src, be, o);
+  ASSERT_TRUE(g.ok()) << g.err().message;
+  const std::map<std::string, tensor> in = {{"q0", random_f32({1, 128}, 91)},  {"q1", random_f32({1, 128}, 92)},
+                                            {"k0", random_f32({300, 64}, 93)}, {"v0", random_f32({300, 64}, 94)},
+                                            {"k1", random_f32({300, 64}, 95)}, {"v1", random_f32({300, 64}, 96)}};
+  for (const auto& [name, t] : in) ASSERT_TRUE((*g)->bind_input(name, std::span<const float>(t.f32(), t.numel())).ok());
+  ASSERT_TRUE((*g)->bind_param("p0", 270).ok());
+  ASSERT_TRUE((*g)->bind_param("p1", 120).ok());
+  ASSERT_TRUE((*g)->run(src).ok());
+  EXPECT_EQ((*g)->grouped_steps(), 2u);  // a0 and a1; not a2, which reads a1
+  auto alone = [&](const tensor& q, const tensor& k, const tensor& v, int pos) {
+    return run_values("attention", R"({"heads":2,"kvHeads":1,"headDim":64,"posOffset":)" + std::to_string(pos) + "}", {q, k, v},
+                      be.kernel("attention", std::vector<tensor_desc>{q.desc(), k.desc(), v.desc()},
+                                **find_op_def("attention")->parse(*parse_params_text(R"({"heads":2,"kvHeads":1,"headDim":64})"))));
+  };
+  const auto a1 = alone(in.at("q1"), in.at("k1"), in.at("v1"), 120);
+  EXPECT_EQ(test::values_of(*(*g)->value("a0")), alone(in.at("q0"), in.at("k0"), in.at("v0"), 270));
+  EXPECT_EQ(test::values_of(*(*g)->value("a1")), a1);
+  EXPECT_EQ(test::values_of(*(*g)->value("a2")), alone(test::t32({1, 128}, a1), in.at("k0"), in.at("v0"), 299));
+  // a bound position that is no position is refused, naming the step and the parameter, as
+  // for a step alone
+  ASSERT_TRUE((*g)->bind_param("p1", 2.5).ok());
+  auto bad = (*g)->run(src);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.err().message.find("step 1 (attention)"), std::string::npos) << bad.err().message;
+  EXPECT_NE(bad.err().message.find("posOffset"), std::string::npos) << bad.err().message;
+}
+
 /// The heads of a kv group that share one pass over its keys and values give the bits each
 /// gets alone: attention with kvHeads < heads against the same keys and values repeated for
 /// every head (one head a pass), bit for bit — group sizes 2 to 5 (a pass of four and one

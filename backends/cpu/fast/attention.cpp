@@ -49,8 +49,8 @@ constexpr std::int64_t few_rows = 8;
 /// Below this many multiply-adds the caller runs everything alone.
 constexpr double parallel_min_work = 1 << 15;
 
-template <const level_fns& F>
-status attention_kernel(const kernel_call& call) {
+/// One step's arguments; `slope_slot` is the scratch slot its ALiBi slopes may take.
+result<attention_args> args_of(const kernel_call& call, int slope_slot) {
   const auto& p = params_of<ops::attention_params>(call);
   const tensor& q = *call.inputs[0];
   const tensor& k = *call.inputs[1];
@@ -90,7 +90,7 @@ status attention_kernel(const kernel_call& call) {
   a.scale = float(p.score_scale());
   a.softcap = p.has_softcap ? float(p.softcap) : 0.0f;
   if (p.alibi != ops::attention_params::alibi_kind::none) {
-    float* slopes = call.scratch->floats(std::size_t(p.heads), 0);
+    float* slopes = call.scratch->floats(std::size_t(p.heads), slope_slot);
     ops::alibi_slopes(p, slopes);
     a.slopes = slopes;
   }
@@ -98,11 +98,29 @@ status attention_kernel(const kernel_call& call) {
     a.bias = bias->f32();
     a.bias_head_stride = bias->shape().size() == 3 ? a.rows * a.keys : 0;
   }
+  return a;
+}
+
+/// The last key a pass's rows can see, plus one.
+std::int64_t last_key_of(const attention_args& a) {
+  return std::min(a.keys, a.causal && a.window == 0 ? a.pos_offset + a.rows : a.keys);
+}
+
+/// Multiply-adds of a pass (what decides whether it is worth the threads).
+double work_of(const attention_args& a) {
+  return double(a.rows) * a.heads * double(std::max<std::int64_t>(last_key_of(a), 1)) * (a.head_dim + a.v_head_dim);
+}
+
+template <const level_fns& F>
+status attention_kernel(const kernel_call& call) {
+  auto args = args_of(call, 0);
+  if (!args) return args.err();
+  const attention_args& a = *args;
   if (a.rows == 0) return ok_status();
 
   const int group = a.heads / a.kv_heads;
-  const std::int64_t last_key = std::min(a.keys, a.causal && a.window == 0 ? a.pos_offset + a.rows : a.keys);
-  const double work = double(a.rows) * a.heads * double(std::max<std::int64_t>(last_key, 1)) * (a.head_dim + a.v_head_dim);
+  const std::int64_t last_key = last_key_of(a);
+  const double work = work_of(a);
   const int threads = kernel_threads();
   const bool alone = threads <= 1 || work < parallel_min_work;
   const std::int64_t used_chunks = (last_key + attention_chunk - 1) / attention_chunk;
@@ -163,6 +181,87 @@ status attention_kernel(const kernel_call& call) {
   return ok_status();
 }
 
+/// Consecutive attention steps that read none of each other's outputs — the sessions'
+/// steps of one layer in a batched pass — as one job list for the threads: each few-row
+/// step's kv heads (and, past one chunk of keys, its chunks) become jobs beside the others',
+/// so a layer costs one pass of the threads instead of one per session, and three kv heads
+/// no longer leave one of two threads waiting. Each step runs the same functions over the
+/// same chunks, folded in the same order, as attention_kernel: the same bits. A step of many
+/// rows runs through attention_kernel as it comes.
+template <const level_fns& F>
+status attention_group(std::span<const kernel_call> calls) {
+  struct planned {
+    attention_args a;
+    std::int64_t chunks = 0, used = 0;  ///< chunks of its keys; those its rows see
+    std::size_t parts = 0;              ///< its first entry in `parts` (partial steps)
+    int first_job = 0, jobs = 0;
+    bool partial = false;               ///< by chunks, folded after
+  };
+  thread_local std::vector<planned> kept_plan;
+  thread_local std::vector<attention_partial> kept_parts;
+  std::vector<planned>& plan = kept_plan;
+  std::vector<attention_partial>& parts = kept_parts;
+  plan.clear();
+  parts.clear();
+  int jobs = 0;
+  double work = 0;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    // scratch slots 0–2 are attention_kernel's; a grouped step takes three of its own
+    const int slot = 3 + 3 * int(i);
+    auto args = args_of(calls[i], slot);
+    if (!args) return args.err();
+    if (args->rows == 0) continue;
+    if (args->rows > few_rows) {
+      MPAKT_TRY(attention_kernel<F>(calls[i]));
+      continue;
+    }
+    planned p;
+    p.a = *args;
+    p.used = (last_key_of(p.a) + attention_chunk - 1) / attention_chunk;
+    p.first_job = jobs;
+    if (p.used <= 1) {
+      p.jobs = p.a.kv_heads;  // a kv head's rows, finished in place
+    } else {
+      p.partial = true;
+      p.chunks = F.chunks(p.a);
+      const std::int64_t per_g = p.a.rows * (p.a.heads / p.a.kv_heads) * p.chunks;
+      float* ml = calls[i].scratch->floats(std::size_t(2 * p.a.kv_heads * per_g), slot + 1);
+      float* acc = calls[i].scratch->floats(std::size_t(p.a.kv_heads * per_g * p.a.v_head_dim), slot + 2);
+      p.parts = parts.size();
+      for (int g = 0; g < p.a.kv_heads; ++g)
+        parts.push_back({ml + g * per_g, ml + (p.a.kv_heads + g) * per_g, acc + g * per_g * p.a.v_head_dim});
+      p.jobs = int(p.used) * p.a.kv_heads;  // (chunk, kv head)
+    }
+    jobs += p.jobs;
+    work += work_of(p.a);
+    plan.push_back(p);
+  }
+  auto job = [&](int j) {
+    std::size_t i = 0;
+    while (j >= plan[i].first_job + plan[i].jobs) ++i;
+    const planned& p = plan[i];
+    const int l = j - p.first_job;
+    if (!p.partial) return F.rows(p.a, 0, p.a.rows, l);
+    const std::int64_t c = l / p.a.kv_heads;
+    const int g = l % p.a.kv_heads;
+    F.partials(p.a, 0, p.a.rows, g, g + 1, c, c + 1 == p.used ? p.chunks : c + 1, parts.data() + p.parts);
+  };
+  if (kernel_threads() <= 1 || work < parallel_min_work) {
+    // job by job, between which a stopped run ends the kernel (runtime/interrupt.hpp)
+    const interrupt stop = current_interrupt();
+    for (int j = 0; j < jobs; ++j) {
+      if (stop.requested()) return ok_status();
+      job(j);
+    }
+  } else {
+    parallel_for(jobs, job);
+  }
+  for (const planned& p : plan)
+    if (p.partial)
+      for (int g = 0; g < p.a.kv_heads; ++g) F.fold(p.a, 0, p.a.rows, g, parts[p.parts + std::size_t(g)]);
+  return ok_status();
+}
+
 bool accepts_attention(std::span<const tensor_desc> inputs, const op_params& params) {
   const auto& p = static_cast<const ops::attention_params&>(params);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -178,8 +277,10 @@ bool accepts_attention(std::span<const tensor_desc> inputs, const op_params& par
 
 void add_attention_kernels(std::vector<cpu_kernel>& out) {
   using cpu_isa::level;
-  out.push_back({"attention", attention_kernel<avx512_fns>, accepts_attention, "avx512", level::avx512});
-  out.push_back({"attention", attention_kernel<avx2_fns>, accepts_attention, "avx2", level::avx2});
+  out.push_back({"attention", attention_kernel<avx512_fns>, accepts_attention, "avx512", level::avx512,
+                 attention_group<avx512_fns>, false});
+  out.push_back({"attention", attention_kernel<avx2_fns>, accepts_attention, "avx2", level::avx2,
+                 attention_group<avx2_fns>, false});
 }
 
 }  // namespace mpakt::cpu_fast
