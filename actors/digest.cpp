@@ -2,7 +2,10 @@
 
 #include <openssl/evp.h>
 
+#include <vector>
+
 #include "actors/ids.hpp"
+#include "runtime/tensor.hpp"
 
 namespace mpakt {
 
@@ -27,6 +30,16 @@ std::string nonce_digest(std::string_view nonce, std::string_view bytes) {
   sha256_stream s;
   s.add(nonce);
   s.add(bytes);
+  return s.hex();
+}
+
+std::string tensor_digest(std::string_view nonce, const tensor& t) {
+  if (!t.lanes16()) return nonce_digest(nonce, std::string_view(reinterpret_cast<const char*>(t.data()), t.nbytes()));
+  sha256_stream s;
+  s.add(nonce);
+  std::vector<std::byte> row(t.row_bytes());
+  for (std::int64_t r = 0; r < t.rows(); ++r)
+    s.add(std::string_view(reinterpret_cast<const char*>(t.packed_row(r, row.data())), row.size()));
   return s.hex();
 }
 

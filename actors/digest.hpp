@@ -29,6 +29,11 @@ class sha256_stream {
 /// SHA-256 of `nonce` then `bytes`, as 64 hex digits.
 std::string nonce_digest(std::string_view nonce, std::string_view bytes);
 
+class tensor;
+/// nonce_digest of a held weight's row-major bytes, whatever form the worker holds it in (a q4
+/// matrix in lanes is digested row by row), so every holder of a weight gives the same answer.
+std::string tensor_digest(std::string_view nonce, const tensor& t);
+
 /// A fresh nonce: 16 random bytes as 32 hex digits.
 std::string new_nonce();
 

@@ -94,13 +94,16 @@ int main(int argc, char** argv) {
   cpu_fast::set_kernel_threads(threads);
   std::printf("%s\n", cpu_isa::describe().c_str());
 
-  const tensor first = random_weight(n, k, *type, 1);
+  tensor first = random_weight(n, k, *type, 1);
+  // held as a worker of this level holds it (q4 in lanes where the kernels read that form)
+  const bool lanes = cpu_backend{}.holds_q4_in_lanes() && lanes_fit(first.type(), first.shape());
+  if (lanes) (void)first.to_lanes16();
   const std::int64_t copies = std::max<std::int64_t>(1, mb * 1000000 / std::int64_t(first.nbytes()));
   std::vector<tensor> weights{first};
   for (std::int64_t c = 1; c < copies; ++c) {
-    auto t = tensor::make(*type, {n, k});
-    std::memcpy(t->data(), first.data(), first.nbytes());
-    weights.push_back(std::move(*t));
+    auto t = random_weight(n, k, *type, 1);
+    if (lanes) (void)t.to_lanes16();
+    weights.push_back(std::move(t));
   }
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -114,8 +117,9 @@ int main(int argc, char** argv) {
   const tensor_desc descs[2] = {x->desc(), first.desc()};
   cpu_backend backend;
   const kernel_fn fn = backend.kernel("matmul", descs, **params);
-  std::printf("kernel %s, %s [%lld, %lld] × x [%lld, %lld], %lld weights of %.2f MB, %d thread(s)\n",
-              std::string(backend.variant("matmul", descs, **params)).c_str(), type_name.c_str(), (long long)n,
+  std::printf("kernel %s%s, %s [%lld, %lld] × x [%lld, %lld], %lld weights of %.2f MB, %d thread(s)\n",
+              std::string(backend.variant("matmul", descs, **params)).c_str(), lanes ? " (weights in lanes)" : "",
+              type_name.c_str(), (long long)n,
               (long long)k, (long long)rows, (long long)k, (long long)copies, double(first.nbytes()) / 1e6, threads);
   workspace ws;
   auto run = [&](tensor& w) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 namespace mpakt {
 
@@ -183,6 +185,41 @@ void quantize_row(dtype t, const float* src, void* dst, std::int64_t n) {
     }
     case dtype::q8: quantize_q8(src, static_cast<block_q8*>(dst), n); return;
     case dtype::q4: quantize_q4(src, static_cast<block_q4*>(dst), n); return;
+  }
+}
+
+bool lanes_fit(dtype t, const std::vector<std::int64_t>& shape) {
+  return t == dtype::q4 && shape.size() == 2 && shape[0] > 0 && shape[0] % lane_rows == 0 && shape[1] > 0 &&
+         shape[1] % quant_block == 0;
+}
+
+void q4_rows_to_lanes(std::byte* data, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t blocks = cols / quant_block, row_bytes = blocks * 20;
+  std::vector<std::byte> group(std::size_t(lane_rows * row_bytes));
+  for (std::int64_t g = 0; g < rows / lane_rows; ++g) {
+    std::byte* at = data + g * lane_rows * row_bytes;
+    std::memcpy(group.data(), at, group.size());
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      std::byte* out = at + b * q4_lane_block_bytes;
+      for (std::int64_t l = 0; l < lane_rows; ++l) {
+        const std::byte* blk = group.data() + l * row_bytes + b * 20;
+        std::memcpy(out + 2 * l, blk, 2);
+        std::memcpy(out + 32 + 2 * l, blk + 2, 2);
+        for (int j = 0; j < 4; ++j) std::memcpy(out + 64 + 64 * j + 4 * l, blk + 4 + 4 * j, 4);
+      }
+    }
+  }
+}
+
+void q4_lanes_row(const std::byte* data, std::int64_t cols, std::int64_t r, std::byte* out) {
+  const std::int64_t blocks = cols / quant_block, l = r % lane_rows;
+  const std::byte* group = data + (r / lane_rows) * lane_rows * blocks * 20;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::byte* in = group + b * q4_lane_block_bytes;
+    std::byte* blk = out + b * 20;
+    std::memcpy(blk, in + 2 * l, 2);
+    std::memcpy(blk + 2, in + 32 + 2 * l, 2);
+    for (int j = 0; j < 4; ++j) std::memcpy(blk + 4 + 4 * j, in + 64 + 64 * j + 4 * l, 4);
   }
 }
 

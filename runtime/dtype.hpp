@@ -17,6 +17,7 @@
 #include <cstring>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace mpakt {
 
@@ -82,5 +83,25 @@ void dequantize_range(dtype t, const void* row, std::int64_t first, float* dst, 
 
 /// Convert `n` f32 values into type `t` (n a multiple of 32 for q8/q4).
 void quantize_row(dtype t, const float* src, void* dst, std::int64_t n);
+
+// ---- q4 in lanes: the resident form of a CPU worker's q4 matrices (tensor::lanes16) ----
+//
+// The same bytes as the row-major blocks, reordered per 16 consecutive rows (a group) so a
+// 64-byte register holds the same four bytes of a block for each of the sixteen rows: group g,
+// block b at byte (g·blocks + b)·320 holds the sixteen rows' scales d (16 f16), their minimums
+// m (16 f16), then four 64-byte runs, run j holding bytes 4j..4j+3 of each row's 16 bytes of
+// nibbles (row 16g + l at 4l). A decode product then scales sixteen outputs per instruction
+// (docs/runtime.md).
+
+inline constexpr std::int64_t lane_rows = 16;
+inline constexpr std::int64_t q4_lane_block_bytes = lane_rows * 20;
+
+/// Whether a tensor of this dtype and shape may be held in lanes: q4, two dimensions, rows a
+/// multiple of 16.
+bool lanes_fit(dtype t, const std::vector<std::int64_t>& shape);
+/// Reorders `rows` q4 rows of `cols` values (rows a multiple of 16) into lanes, in place.
+void q4_rows_to_lanes(std::byte* data, std::int64_t rows, std::int64_t cols);
+/// Row r of q4 data held in lanes, as its row-major bytes (cols / 32 blocks of 20 bytes).
+void q4_lanes_row(const std::byte* data, std::int64_t cols, std::int64_t r, std::byte* out);
 
 }  // namespace mpakt

@@ -92,7 +92,26 @@ tensor tensor::view(const tensor& base, dtype t, shape_t shape, std::size_t byte
 
 std::size_t tensor::row_bytes() const { return storage_bytes(type_, cols()).value_or(0); }
 
-tensor tensor::reshaped(shape_t shape) const { return view(*this, type_, std::move(shape), 0); }
+tensor tensor::reshaped(shape_t shape) const {
+  tensor out = view(*this, type_, std::move(shape), 0);
+  out.lanes16_ = lanes16_ && out.cols() == cols() && lanes_fit(type_, out.shape_);
+  return out;
+}
+
+const std::byte* tensor::packed_row(std::int64_t r, std::byte* scratch) const {
+  if (!lanes16_) return row(r);
+  q4_lanes_row(data(), cols(), r, scratch);
+  return scratch;
+}
+
+status tensor::to_lanes16() {
+  if (lanes16_) return ok_status();
+  if (!lanes_fit(type_, shape_))
+    return invalid("a " + std::string(dtype_name(type_)) + " tensor of shape " + shape_str(shape_) + " cannot be held in lanes");
+  q4_rows_to_lanes(data(), rows(), cols());
+  lanes16_ = true;
+  return ok_status();
+}
 
 result<tensor> make_f32(shape_t shape, std::span<const float> values) {
   auto t = tensor::make(dtype::f32, std::move(shape));
@@ -124,7 +143,9 @@ result<tensor> to_f32(const tensor& src) {
   auto out = tensor::make(dtype::f32, src.shape());
   if (!out) return out;
   const std::int64_t rows = src.rows(), cols = src.cols();
-  for (std::int64_t r = 0; r < rows; ++r) dequantize_row(src.type(), src.row(r), out->f32() + r * cols, cols);
+  std::vector<std::byte> scratch(src.lanes16() ? src.row_bytes() : 0);
+  for (std::int64_t r = 0; r < rows; ++r)
+    dequantize_row(src.type(), src.packed_row(r, scratch.data()), out->f32() + r * cols, cols);
   return out;
 }
 

@@ -68,9 +68,20 @@ class tensor {
   const float* f32() const { return reinterpret_cast<const float*>(data()); }
   std::span<float> f32_span() { return {f32(), std::size_t(numel_)}; }
   std::span<const float> f32_span() const { return {f32(), std::size_t(numel_)}; }
-  /// Start of row r (r counts rows of the last dimension).
+  /// Start of row r (r counts rows of the last dimension). Not for a tensor in lanes
+  /// (lanes16), whose rows are not laid out one after another: read those with packed_row.
   const std::byte* row(std::int64_t r) const { return data() + std::size_t(r) * row_bytes(); }
   std::byte* row(std::int64_t r) { return data() + std::size_t(r) * row_bytes(); }
+  /// Row r's bytes in row-major form: the row itself, or for a tensor in lanes its bytes
+  /// gathered into `scratch` (row_bytes() of them).
+  const std::byte* packed_row(std::int64_t r, std::byte* scratch) const;
+
+  /// Whether this q4 matrix is held in lanes (dtype.hpp, "q4 in lanes"): a CPU worker's resident
+  /// form of its q4 weights, read in place by the CPU's matmul kernels and through packed_row
+  /// by everything else.
+  bool lanes16() const { return lanes16_; }
+  /// Reorders this q4 matrix's bytes into lanes, in place (lanes_fit must hold).
+  status to_lanes16();
 
   /// Same storage, new shape (same dtype, same element count, caller checked).
   tensor reshaped(shape_t shape) const;
@@ -94,6 +105,7 @@ class tensor {
   std::shared_ptr<std::byte[]> storage_;
   std::size_t offset_ = 0;
   std::size_t nbytes_ = 0;
+  bool lanes16_ = false;
 };
 
 /// An f32 tensor with the given shape and values (sizes must agree).

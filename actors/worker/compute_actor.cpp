@@ -819,7 +819,7 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
         if (const auto* m = self->state.store.model(model))
           if (auto it = m->find(name); it != m->end()) t = &it->second;
         if (!t) return to_caf(errc::not_found, "weight " + name + " of model " + model + " is not on this worker");
-        std::string digest = nonce_digest(nonce, std::string_view(reinterpret_cast<const char*>(t->data()), t->nbytes()));
+        std::string digest = tensor_digest(nonce, *t);
         if (self->state.cfg().corrupt_weights_later && t->nbytes() > 0 && self->state.altered.insert(model + "/" + name).second) {
           tensor held = *t;  // (a handle on the same bytes)
           held.data()[held.nbytes() / 2] ^= std::byte{0x40};

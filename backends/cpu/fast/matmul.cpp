@@ -32,6 +32,7 @@
 #include "backends/cpu/fast/isa_kernels.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
+#include "backends/cpu/ref/packed.hpp"
 #include "runtime/dtype.hpp"
 #include "runtime/ops/matmul_params.hpp"
 #include "runtime/row_bits.hpp"
@@ -167,7 +168,7 @@ void scalar_range(const float_product& a, const tensor& w, float* tmp, std::int6
   for (std::int64_t j = n_begin; j < n_end; ++j) {
     const float* wj = tmp;
     if (w.type() == dtype::f32) wj = reinterpret_cast<const float*>(w.row(j));
-    else dequantize_row(w.type(), w.row(j), tmp, a.k);
+    else dequantize_row(w.type(), cpu_ref::packed_row_of(w, j), tmp, a.k);
     for (std::int64_t r = 0; r < a.rows; ++r) {
       const float* xr = a.x + r * a.k;
       float acc = 0;
@@ -641,6 +642,83 @@ bool accepts_bf16_pairs(std::span<const tensor_desc> inputs, const op_params& pa
   return k > 0 && rows >= amx_free_min_rows;
 }
 
+// ---- q4 weights held in lanes (tensor::lanes16): a CPU worker's resident form on VNNI CPUs
+
+bool lanes_weight(const kernel_call& c) { return c.inputs.size() > 1 && c.inputs[1]->lanes16(); }
+
+/// Products against q4 weights held in lanes, sharing their activations (one call, or a
+/// layer's q and k): up to 32 rows (decode, batches, verify passes; fewer than 16 in a call
+/// whose rows are free) on the lanes kernel with the two-plane int16 activations, each row its
+/// bits alone; more on the sixteen-column many-row kernel, which packs from the lanes the same
+/// registers as from rows (the same bits). Below VNNI, or for a row that is not finite, the
+/// reference's arithmetic reads the rows through packed_row.
+status products_lanes(std::span<const kernel_call> calls) {
+  float_product a[max_group];
+  if (calls.size() > 1 && !same_input(calls, a)) return one_by_one(calls, [](const kernel_call& c) {
+      return products_lanes(std::span<const kernel_call>(&c, 1));
+    });
+  if (calls.size() == 1) a[0] = args_of(calls[0]);
+  const std::size_t count = calls.size();
+  if (a[0].rows == 0) return ok_status();
+  const bool many = a[0].rows >= amx_min_rows || (a[0].rows >= lanes_free_min_rows(wtype::q4) && rows_free());
+  if (cpu_isa::current() >= cpu_isa::level::avx512_vnni && a[0].k > 0) {
+    if (!many) {
+      int8_rows x;
+      if (vnni_quantize(a[0], *calls[0].scratch, x)) {
+        int8_pairs_product p[max_group];
+        for (std::size_t i = 0; i < count; ++i) {
+          p[i] = int_args(a[i], x);
+          p[i].w_lanes = true;
+        }
+        split_lane_groups(a, count, 16, [&](std::size_t i, std::int64_t b, std::int64_t e) { avx512_vnni::q4_lanes_range(p[i], b, e); });
+        return ok_status();
+      }
+    } else {
+      int8_plain_rows x;
+      if (lanes_quantize(a[0], *calls[0].scratch, true, x)) {
+        int8_lanes_product p[max_group];
+        for (std::size_t i = 0; i < count; ++i) {
+          p[i] = int_args(a[i], x);
+          p[i].w_lanes = true;
+        }
+        split_lane_groups(a, count, 16, [&](std::size_t i, std::int64_t b, std::int64_t e) { avx512_vnni::int8_lanes_range(p[i], b, e); });
+        return ok_status();
+      }
+    }
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    const float_product& ai = a[i];
+    const tensor& wi = *calls[i].inputs[1];
+    split_columns(ai.n, ai.rows * ai.k * ai.n, [&ai, &wi](std::int64_t b, std::int64_t e) {
+      std::vector<float> tmp(std::size_t(ai.k));
+      scalar_range(ai, wi, tmp.data(), b, e);
+    });
+  }
+  return ok_status();
+}
+
+/// Kernel F, or for a weight held in lanes products_lanes: every registered product kernel
+/// goes through this, so the lanes never reach a kernel that reads rows.
+template <kernel_fn F>
+status unless_lanes(const kernel_call& c) {
+  if (lanes_weight(c)) return products_lanes(std::span<const kernel_call>(&c, 1));
+  return F(c);
+}
+
+/// Group kernel G for the calls whose weights are held as rows, products_lanes for the others.
+template <group_kernel_fn G>
+status unless_lanes_group(std::span<const kernel_call> calls) {
+  std::size_t lanes = 0;
+  for (const auto& c : calls) lanes += lanes_weight(c) ? 1 : 0;
+  if (lanes == 0) return G(calls);
+  if (lanes == calls.size()) return products_lanes(calls);
+  kernel_call rows[max_group], in_lanes[max_group];
+  std::size_t nr = 0, nl = 0;
+  for (const auto& c : calls) (lanes_weight(c) ? in_lanes[nl++] : rows[nr++]) = c;
+  MPAKT_TRY(products_lanes(std::span<const kernel_call>(in_lanes, nl)));
+  return nr == 1 ? G(std::span<const kernel_call>(rows, 1)) : G(std::span<const kernel_call>(rows, nr));
+}
+
 status product_scalar(const kernel_call& c) {
   float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
@@ -658,39 +736,41 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
     group_kernel_fn group;
   };
   const entry levels[] = {
-      {product<avx512_vnni_kernels>, level::avx512_vnni, products<avx512_vnni_kernels>},
-      {product<avx512_kernels>, level::avx512, products<avx512_kernels>},
-      {product<avx2_kernels>, level::avx2, products<avx2_kernels>},
-      {product_scalar, level::scalar, nullptr},
+      {unless_lanes<product<avx512_vnni_kernels>>, level::avx512_vnni, unless_lanes_group<products<avx512_vnni_kernels>>},
+      {unless_lanes<product<avx512_kernels>>, level::avx512, unless_lanes_group<products<avx512_kernels>>},
+      {unless_lanes<product<avx2_kernels>>, level::avx2, unless_lanes_group<products<avx2_kernels>>},
+      {unless_lanes<product_scalar>, level::scalar, nullptr},
   };
   for (const char* op : {"matmul", "linear"}) {
-    out.push_back({op, product_amx, accepts_amx, "amx", level::amx, products_amx});
+    out.push_back({op, unless_lanes<product_amx>, accepts_amx, "amx", level::amx, unless_lanes_group<products_amx>});
     // many rows of bf16 weights without tiles: AVX512-BF16's dot products
-    out.push_back({op, product_bf16_pairs, accepts_bf16_pairs, "avx512_bf16", level::avx512_bf16, products_bf16_pairs});
+    out.push_back({op, unless_lanes<product_bf16_pairs>, accepts_bf16_pairs, "avx512_bf16", level::avx512_bf16,
+                   unless_lanes_group<products_bf16_pairs>});
     // many rows of float weights (what AMX does not take): blocked products, columns in the lanes
-    out.push_back({op, product_float_lanes<avx512::float_lanes_range, 32>, accepts_float_lanes, "avx512", level::avx512,
-                   products_float_lanes<avx512::float_lanes_range, 32>});
-    out.push_back({op, product_float_lanes<avx2::float_lanes_range, 24>, accepts_float_lanes, "avx2", level::avx2,
-                   products_float_lanes<avx2::float_lanes_range, 24>});
+    out.push_back({op, unless_lanes<product_float_lanes<avx512::float_lanes_range, 32>>, accepts_float_lanes, "avx512",
+                   level::avx512, unless_lanes_group<products_float_lanes<avx512::float_lanes_range, 32>>});
+    out.push_back({op, unless_lanes<product_float_lanes<avx2::float_lanes_range, 24>>, accepts_float_lanes, "avx2", level::avx2,
+                   unless_lanes_group<products_float_lanes<avx2::float_lanes_range, 24>>});
     // many rows without tiles: sixteen columns in the lanes (accepts_int8_lanes: q4 from 16 rows,
     // q8 from 24; below 33 only in a call whose rows are free, else the pairs below take them)
     out.push_back({op,
-                   product_int8_lanes<avx512_vnni::int8_lanes_range, 16, true, avx512_vnni_kernels, product_vnni_int8,
-                                      products_vnni_int8>,
+                   unless_lanes<product_int8_lanes<avx512_vnni::int8_lanes_range, 16, true, avx512_vnni_kernels,
+                                                   product_vnni_int8, products_vnni_int8>>,
                    accepts_int8_lanes, "avx512_vnni", level::avx512_vnni,
-                   products_int8_lanes<avx512_vnni::int8_lanes_range, 16, true, avx512_vnni_kernels, product_vnni_int8,
-                                       products_vnni_int8>});
-    out.push_back({op, product_vnni_int8, accepts_vnni_int8, "avx512_vnni", level::avx512_vnni, products_vnni_int8});
+                   unless_lanes_group<products_int8_lanes<avx512_vnni::int8_lanes_range, 16, true, avx512_vnni_kernels,
+                                                          product_vnni_int8, products_vnni_int8>>});
+    out.push_back({op, unless_lanes<product_vnni_int8>, accepts_vnni_int8, "avx512_vnni", level::avx512_vnni,
+                   unless_lanes_group<products_vnni_int8>});
     for (const auto& e : levels) {
       // AVX2's many-row q8/q4 products, ahead of its general kernel (AVX-512 machines take
       // their own kernels, registered before)
       if (e.min == level::avx2)
         out.push_back({op,
-                       product_int8_lanes<avx2::int8_lanes_range, 8, false, avx2_kernels, product<avx2_kernels>,
-                                          products<avx2_kernels>>,
+                       unless_lanes<product_int8_lanes<avx2::int8_lanes_range, 8, false, avx2_kernels,
+                                                       product<avx2_kernels>, products<avx2_kernels>>>,
                        accepts_int8_lanes, "avx2", level::avx2,
-                       products_int8_lanes<avx2::int8_lanes_range, 8, false, avx2_kernels, product<avx2_kernels>,
-                                           products<avx2_kernels>>});
+                       unless_lanes_group<products_int8_lanes<avx2::int8_lanes_range, 8, false, avx2_kernels,
+                                                              product<avx2_kernels>, products<avx2_kernels>>>});
       out.push_back({op, e.fn, accepts_trans_b, cpu_isa::level_name(e.min), e.min, e.group});
     }
   }

@@ -59,6 +59,11 @@ inline std::uint32_t u16_at(const std::uint8_t* p) {
   __builtin_memcpy(&v, p, 2);
   return v;
 }
+inline std::uint32_t u32_at(const std::uint8_t* p) {
+  std::uint32_t v;
+  __builtin_memcpy(&v, p, 4);
+  return v;
+}
 /// Blocks 2p and 2p+1 of a q8 weight row (the second may be past the end: `single`).
 inline wpair load_pair(const std::uint8_t* b0, bool single) {
   wpair w;
@@ -335,6 +340,121 @@ void int8_pairs_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
   else pair_range<wtype::q4>(a, n_begin, n_end);
 }
 
+// ------------------------------------------------------------------ q4 held in lanes
+//
+// A CPU worker holds its q4 matrices in lanes (dtype.hpp): per sixteen weight rows and block,
+// their sixteen scales and minimums side by side and four 64-byte registers of nibbles, register
+// j holding bytes 4j..4j+3 of each row's block. Against the two-plane activations of the quads
+// (even values of a block, then its odd ones), a register's low nibbles (values 8j, 8j+2, …)
+// and high nibbles meet one broadcast four-byte run each, so a block's integer dot lands in
+// the lane of its output: one conversion and two multiply-adds scale sixteen outputs, where
+// the quads spent one per four blocks of one row. Each output adds its blocks in order,
+// d·s·dot and then m·S, whatever the tile: a row's bits do not depend on the rows beside it.
+
+namespace {
+
+/// How many blocks ahead (320 bytes each) a tile asks for its groups' lines.
+constexpr i64 lanes_ahead_blocks = 4;
+constexpr i64 lane_block = 320;
+
+/// Activation rows [r0, r0 + RT) against the sixteen-row groups g0 and g0 + dg (NT of them).
+template <int RT, int NT>
+void q4_lanes_tile(const int8_pairs_product& a, i64 r0, i64 g0, i64 dg) {
+  const int8_rows& x = a.x;
+  const i64 blocks = x.k / 32, quads = (blocks + 3) / 4;
+  const std::uint8_t* gw[NT];
+#pragma GCC unroll 4
+  for (int j = 0; j < NT; ++j) gw[j] = a.w + (g0 + j * dg) * blocks * lane_block;
+  __m512 acc[RT][NT];
+#pragma GCC unroll 4
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  for (i64 b = 0; b < blocks; ++b) {
+    if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
+#pragma GCC unroll 4
+      for (int j = 0; j < NT; ++j) {
+        const char* at = reinterpret_cast<const char*>(gw[j] + (b + lanes_ahead_blocks) * lane_block);
+#pragma GCC unroll 5
+        for (int line = 0; line < 5; ++line) _mm_prefetch(at + 64 * line, _MM_HINT_T0);
+      }
+    }
+    const i64 at = (b / 4) * 128 + 16 * (b % 4);  // the block's even values in its quad
+    __m512i ah[RT][NT], al[RT][NT];
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < NT; ++j) ah[i][j] = al[i][j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      __m512i lo[NT], hi[NT];
+#pragma GCC unroll 4
+      for (int j = 0; j < NT; ++j) {
+        const __m512i w = _mm512_loadu_si512(gw[j] + b * lane_block + 64 + 64 * r);
+        lo[j] = _mm512_and_si512(w, mask);
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < RT; ++i) {
+        const i64 row = (r0 + i) * quads * 128 + at + 4 * r;
+        const __m512i eh = _mm512_set1_epi32(std::int32_t(u32_at(x.q + row))), oh = _mm512_set1_epi32(std::int32_t(u32_at(x.q + row + 64)));
+        const __m512i el = _mm512_set1_epi32(std::int32_t(u32_at(x.lo + row))), ol = _mm512_set1_epi32(std::int32_t(u32_at(x.lo + row + 64)));
+#pragma GCC unroll 4
+        for (int j = 0; j < NT; ++j) {
+          ah[i][j] = _mm512_dpbusd_epi32(ah[i][j], lo[j], eh);
+          al[i][j] = _mm512_dpbusd_epi32(al[i][j], lo[j], el);
+          ah[i][j] = _mm512_dpbusd_epi32(ah[i][j], hi[j], oh);
+          al[i][j] = _mm512_dpbusd_epi32(al[i][j], hi[j], ol);
+        }
+      }
+    }
+    __m512 d[NT], m[NT];
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) {
+      d[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gw[j] + b * lane_block)));
+      m[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gw[j] + b * lane_block + 32)));
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < RT; ++i) {
+      const float* sc = x.scale + ((r0 + i) * quads + b / 4) * q4_quad_scales + 2 * (b % 4);
+      const __m512 s = _mm512_set1_ps(sc[0]), sum = _mm512_set1_ps(sc[1]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NT; ++j) {
+        const __m512i dot = _mm512_add_epi32(_mm512_slli_epi32(ah[i][j], 8), al[i][j]);
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d[j], s), acc[i][j]);
+        acc[i][j] = _mm512_fmadd_ps(m[j], sum, acc[i][j]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NT; ++j) {
+      const i64 n0 = (g0 + j * dg) * 16;
+      __m512 v = acc[i][j];
+      if (a.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(a.bias + n0));
+      _mm512_storeu_ps(a.y + (r0 + i) * a.n + n0, v);
+    }
+}
+
+/// Groups g0, g0 + dg, … (NT) against every activation row, two rows at a time.
+template <int NT>
+void q4_lanes_groups(const int8_pairs_product& a, i64 g0, i64 dg) {
+  i64 r0 = 0;
+  for (; r0 + 2 <= a.x.rows; r0 += 2) q4_lanes_tile<2, NT>(a, r0, g0, dg);
+  if (r0 < a.x.rows) q4_lanes_tile<1, NT>(a, r0, g0, dg);
+}
+
+}  // namespace
+
+void q4_lanes_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
+  // two sequential streams per thread, a group from each half of the range (as pair_range)
+  const i64 g_begin = n_begin / 16, g_end = n_end / 16, half = (g_end - g_begin) / 2;
+  for (i64 g = g_begin; g < g_begin + half; ++g) q4_lanes_groups<2>(a, g, half);
+  if ((g_end - g_begin) % 2) q4_lanes_groups<1>(a, g_end - 1, 1);
+}
+
 // ------------------------------------------------------------------ many rows: sixteen columns in the lanes
 //
 // A product with many rows (prefill on a CPU with VNNI but no AMX tiles) meets int8
@@ -372,6 +492,14 @@ void pack16(const int8_lanes_product& a, i64 n0, int nc, __m512i* wv, float* d, 
         continue;
       }
       const std::uint8_t* blk = a.w + (n0 + c) * a.w_row_bytes + b * bb;
+      alignas(16) std::uint8_t gathered[20];
+      if (T == wtype::q4 && a.w_lanes) {  // (n0 a multiple of 16: row c of its group)
+        const std::uint8_t* in = a.w + (n0 / 16 * blocks + b) * (16 * bb);
+        __builtin_memcpy(gathered, in + 2 * c, 2);
+        __builtin_memcpy(gathered + 2, in + 32 + 2 * c, 2);
+        for (int j = 0; j < 4; ++j) __builtin_memcpy(gathered + 4 + 4 * j, in + 64 + 64 * j + 4 * c, 4);
+        blk = gathered;
+      }
       d[b * lane16 + c] = _cvtsh_ss(std::uint16_t(u16_at(blk)));
       if constexpr (T == wtype::q4) {
         m[b * lane16 + c] = _cvtsh_ss(std::uint16_t(u16_at(blk + 2)));

@@ -41,6 +41,12 @@ status slice_k(const kernel_call& c) {
   if (start > dim - p.length)
     return invalid("parameter start is " + std::to_string(start) + " but with length " + std::to_string(p.length) +
                    " the slice runs past the end of axis " + std::to_string(ax) + " of input a " + shape_str(a.shape()));
+  if (ax == 0 && a.shape().size() >= 2 && a.lanes16()) {
+    // rows of a matrix in lanes: each gathered into its row-major bytes (the slice is a new
+    // tensor, held row-major)
+    for (std::int64_t r = 0; r < p.length; ++r) std::memcpy(out.row(r), packed_row_of(a, start + r), a.row_bytes());
+    return ok_status();
+  }
   if (ax == 0 && a.shape().size() >= 2) {
     const std::int64_t rows_per_index = dim == 0 ? 0 : a.rows() / dim;
     const std::size_t stride = std::size_t(rows_per_index) * a.row_bytes();

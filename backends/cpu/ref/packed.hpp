@@ -2,18 +2,29 @@
 /// Helpers for reference kernels that read weights which may be packed (bf16, f16, q8, q4).
 /// They widen one row at a time into caller scratch: never a whole weight.
 
+#include <vector>
+
 #include "runtime/tensor.hpp"
 
 namespace mpakt::cpu_ref {
 
+/// Row r's packed bytes (tensor::packed_row), gathered for a tensor in lanes into a buffer of
+/// the calling thread.
+inline const std::byte* packed_row_of(const tensor& t, std::int64_t r) {
+  if (!t.lanes16()) return t.row(r);
+  thread_local std::vector<std::byte> scratch;
+  scratch.resize(t.row_bytes());
+  return t.packed_row(r, scratch.data());
+}
+
 /// Row r (of the last dimension) of `t` into dst[0..t.cols()).
 inline void load_row(const tensor& t, std::int64_t r, float* dst) {
-  dequantize_row(t.type(), t.row(r), dst, t.cols());
+  dequantize_row(t.type(), packed_row_of(t, r), dst, t.cols());
 }
 
 /// Elements [first, first+n) of row r of `t` into dst.
 inline void load_range(const tensor& t, std::int64_t r, std::int64_t first, std::int64_t n, float* dst) {
-  dequantize_range(t.type(), t.row(r), first, dst, n);
+  dequantize_range(t.type(), packed_row_of(t, r), first, dst, n);
 }
 
 /// Dot product of row r of `w` with x[0..w.cols()), accumulated in double; `tmp` is
