@@ -32,9 +32,9 @@ class backend {
   /// sharing their activations); false: any consecutive steps that read none of each
   /// other's outputs (the sessions' attention steps of a batched pass).
   virtual bool group_needs_same_input(kernel_fn single) const { return true; }
-  /// Whether this backend's workers hold q4 matrices in lanes (tensor::lanes16): the CPU
+  /// Whether this backend's workers hold q8/q4 matrices in lanes (tensor::lanes16): the CPU
   /// backend where its matmul kernels read that form (AVX512-VNNI without AMX tiles).
-  virtual bool holds_q4_in_lanes() const { return false; }
+  virtual bool holds_in_lanes() const { return false; }
   /// Every feature name (e.g. "attention.window") this backend implements.
   virtual std::vector<std::string> features() const = 0;
   /// Ops whose steps this backend always leaves to the CPU reference kernels: a device

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
 
   tensor first = random_weight(n, k, *type, 1);
   // held as a worker of this level holds it (q4 in lanes where the kernels read that form)
-  const bool lanes = cpu_backend{}.holds_q4_in_lanes() && lanes_fit(first.type(), first.shape());
+  const bool lanes = cpu_backend{}.holds_in_lanes() && lanes_fit(first.type(), first.shape());
   if (lanes) (void)first.to_lanes16();
   const std::int64_t copies = std::max<std::int64_t>(1, mb * 1000000 / std::int64_t(first.nbytes()));
   std::vector<tensor> weights{first};

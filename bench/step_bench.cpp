@@ -86,7 +86,7 @@ status requantize(tensor_store::tensor_map& weights, const std::string& mode) {
     auto q = b.finish();
     if (!q) return std::move(q).err();
     t = std::move(*q);
-    if (cpu_backend{}.holds_q4_in_lanes() && lanes_fit(t.type(), t.shape())) MPAKT_TRY(t.to_lanes16());
+    if (cpu_backend{}.holds_in_lanes() && lanes_fit(t.type(), t.shape())) MPAKT_TRY(t.to_lanes16());
   }
   return {};
 }

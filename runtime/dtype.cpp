@@ -189,37 +189,59 @@ void quantize_row(dtype t, const float* src, void* dst, std::int64_t n) {
 }
 
 bool lanes_fit(dtype t, const std::vector<std::int64_t>& shape) {
-  return t == dtype::q4 && shape.size() == 2 && shape[0] > 0 && shape[0] % lane_rows == 0 && shape[1] > 0 &&
-         shape[1] % quant_block == 0;
+  return (t == dtype::q8 || t == dtype::q4) && shape.size() == 2 && shape[0] > 0 && shape[0] % lane_rows == 0 &&
+         shape[1] > 0 && shape[1] % quant_block == 0;
 }
 
-void q4_rows_to_lanes(std::byte* data, std::int64_t rows, std::int64_t cols) {
-  const std::int64_t blocks = cols / quant_block, row_bytes = blocks * 20;
+namespace {
+
+/// Block b of one row (row-major bytes `blk`) into its place `l` of a lane block, or back.
+void q4_to_lane(const std::byte* blk, std::byte* out, std::int64_t l) {
+  std::memcpy(out + 2 * l, blk, 2);
+  std::memcpy(out + 32 + 2 * l, blk + 2, 2);
+  for (int j = 0; j < 4; ++j) std::memcpy(out + 64 + 64 * j + 4 * l, blk + 4 + 4 * j, 4);
+}
+void q4_from_lane(const std::byte* in, std::byte* blk, std::int64_t l) {
+  std::memcpy(blk, in + 2 * l, 2);
+  std::memcpy(blk + 2, in + 32 + 2 * l, 2);
+  for (int j = 0; j < 4; ++j) std::memcpy(blk + 4 + 4 * j, in + 64 + 64 * j + 4 * l, 4);
+}
+/// q8: value v of a block sits in run (v % 2)·4 + v / 8, byte v / 2 % 4 of the row's four.
+inline std::int64_t q8_lane_at(int v, std::int64_t l) { return 32 + 64 * ((v % 2) * 4 + v / 8) + 4 * l + (v / 2) % 4; }
+void q8_to_lane(const std::byte* blk, std::byte* out, std::int64_t l) {
+  std::memcpy(out + 2 * l, blk, 2);
+  for (int v = 0; v < 32; ++v) out[q8_lane_at(v, l)] = blk[2 + v] ^ std::byte{0x80};
+}
+void q8_from_lane(const std::byte* in, std::byte* blk, std::int64_t l) {
+  std::memcpy(blk, in + 2 * l, 2);
+  for (int v = 0; v < 32; ++v) blk[2 + v] = in[q8_lane_at(v, l)] ^ std::byte{0x80};
+}
+
+}  // namespace
+
+void rows_to_lanes(dtype t, std::byte* data, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t bb = t == dtype::q8 ? 34 : 20, blocks = cols / quant_block, row_bytes = blocks * bb;
   std::vector<std::byte> group(std::size_t(lane_rows * row_bytes));
   for (std::int64_t g = 0; g < rows / lane_rows; ++g) {
     std::byte* at = data + g * lane_rows * row_bytes;
     std::memcpy(group.data(), at, group.size());
-    for (std::int64_t b = 0; b < blocks; ++b) {
-      std::byte* out = at + b * q4_lane_block_bytes;
+    for (std::int64_t b = 0; b < blocks; ++b)
       for (std::int64_t l = 0; l < lane_rows; ++l) {
-        const std::byte* blk = group.data() + l * row_bytes + b * 20;
-        std::memcpy(out + 2 * l, blk, 2);
-        std::memcpy(out + 32 + 2 * l, blk + 2, 2);
-        for (int j = 0; j < 4; ++j) std::memcpy(out + 64 + 64 * j + 4 * l, blk + 4 + 4 * j, 4);
+        const std::byte* blk = group.data() + l * row_bytes + b * bb;
+        std::byte* out = at + b * lane_block_bytes(t);
+        if (t == dtype::q8) q8_to_lane(blk, out, l);
+        else q4_to_lane(blk, out, l);
       }
-    }
   }
 }
 
-void q4_lanes_row(const std::byte* data, std::int64_t cols, std::int64_t r, std::byte* out) {
-  const std::int64_t blocks = cols / quant_block, l = r % lane_rows;
-  const std::byte* group = data + (r / lane_rows) * lane_rows * blocks * 20;
+void lanes_row(dtype t, const std::byte* data, std::int64_t cols, std::int64_t r, std::byte* out) {
+  const std::int64_t bb = t == dtype::q8 ? 34 : 20, blocks = cols / quant_block, l = r % lane_rows;
+  const std::byte* group = data + (r / lane_rows) * lane_rows * blocks * bb;
   for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::byte* in = group + b * q4_lane_block_bytes;
-    std::byte* blk = out + b * 20;
-    std::memcpy(blk, in + 2 * l, 2);
-    std::memcpy(blk + 2, in + 32 + 2 * l, 2);
-    for (int j = 0; j < 4; ++j) std::memcpy(blk + 4 + 4 * j, in + 64 + 64 * j + 4 * l, 4);
+    const std::byte* in = group + b * lane_block_bytes(t);
+    if (t == dtype::q8) q8_from_lane(in, out + b * bb, l);
+    else q4_from_lane(in, out + b * bb, l);
   }
 }
 

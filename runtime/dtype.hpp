@@ -84,24 +84,30 @@ void dequantize_range(dtype t, const void* row, std::int64_t first, float* dst, 
 /// Convert `n` f32 values into type `t` (n a multiple of 32 for q8/q4).
 void quantize_row(dtype t, const float* src, void* dst, std::int64_t n);
 
-// ---- q4 in lanes: the resident form of a CPU worker's q4 matrices (tensor::lanes16) ----
+// ---- q8/q4 in lanes: the resident form of a CPU worker's quantized matrices (tensor::lanes16) ----
 //
-// The same bytes as the row-major blocks, reordered per 16 consecutive rows (a group) so a
-// 64-byte register holds the same four bytes of a block for each of the sixteen rows: group g,
-// block b at byte (g·blocks + b)·320 holds the sixteen rows' scales d (16 f16), their minimums
-// m (16 f16), then four 64-byte runs, run j holding bytes 4j..4j+3 of each row's 16 bytes of
-// nibbles (row 16g + l at 4l). A decode product then scales sixteen outputs per instruction
-// (docs/runtime.md).
+// The same information as the row-major blocks, reordered per 16 consecutive rows (a group) so
+// a 64-byte register holds four values of a block for each of the sixteen rows (row 16g + l at
+// byte 4l). Group g, block b sits at byte (g·blocks + b)·lane_block_bytes:
+//  - q4 (320 bytes): the sixteen rows' scales d (16 f16), their minimums m (16 f16), then four
+//    runs of 64 bytes, run j holding bytes 4j..4j+3 of each row's 16 bytes of nibbles (so its
+//    low nibbles are values 8j, 8j+2, 8j+4, 8j+6 and its high ones the odd values between);
+//  - q8 (544 bytes): the sixteen scales d (16 f16), then eight runs of 64 bytes, run j < 4
+//    holding values 8j, 8j+2, 8j+4, 8j+6 of each row and run 4 + j values 8j+1, …, 8j+7, each
+//    stored as q + 128 (q XOR 0x80, an unsigned byte).
+// Either way a run meets the activations' even or odd values (the quads' layout, isa_kernels.hpp)
+// and a block's integer dot lands in its output's lane (docs/runtime.md).
 
 inline constexpr std::int64_t lane_rows = 16;
-inline constexpr std::int64_t q4_lane_block_bytes = lane_rows * 20;
+/// Bytes of one block of a group (16 rows): 16 × the dtype's block.
+constexpr std::int64_t lane_block_bytes(dtype t) { return lane_rows * (t == dtype::q8 ? 34 : 20); }
 
-/// Whether a tensor of this dtype and shape may be held in lanes: q4, two dimensions, rows a
-/// multiple of 16.
+/// Whether a tensor of this dtype and shape may be held in lanes: q8 or q4, two dimensions,
+/// rows a multiple of 16.
 bool lanes_fit(dtype t, const std::vector<std::int64_t>& shape);
-/// Reorders `rows` q4 rows of `cols` values (rows a multiple of 16) into lanes, in place.
-void q4_rows_to_lanes(std::byte* data, std::int64_t rows, std::int64_t cols);
-/// Row r of q4 data held in lanes, as its row-major bytes (cols / 32 blocks of 20 bytes).
-void q4_lanes_row(const std::byte* data, std::int64_t cols, std::int64_t r, std::byte* out);
+/// Reorders `rows` q8/q4 rows of `cols` values (rows a multiple of 16) into lanes, in place.
+void rows_to_lanes(dtype t, std::byte* data, std::int64_t rows, std::int64_t cols);
+/// Row r of q8/q4 data held in lanes, as its row-major bytes (cols / 32 blocks).
+void lanes_row(dtype t, const std::byte* data, std::int64_t cols, std::int64_t r, std::byte* out);
 
 }  // namespace mpakt

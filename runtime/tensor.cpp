@@ -100,7 +100,7 @@ tensor tensor::reshaped(shape_t shape) const {
 
 const std::byte* tensor::packed_row(std::int64_t r, std::byte* scratch) const {
   if (!lanes16_) return row(r);
-  q4_lanes_row(data(), cols(), r, scratch);
+  lanes_row(type_, data(), cols(), r, scratch);
   return scratch;
 }
 
@@ -108,7 +108,7 @@ status tensor::to_lanes16() {
   if (lanes16_) return ok_status();
   if (!lanes_fit(type_, shape_))
     return invalid("a " + std::string(dtype_name(type_)) + " tensor of shape " + shape_str(shape_) + " cannot be held in lanes");
-  q4_rows_to_lanes(data(), rows(), cols());
+  rows_to_lanes(type_, data(), rows(), cols());
   lanes16_ = true;
   return ok_status();
 }

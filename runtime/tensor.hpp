@@ -76,11 +76,11 @@ class tensor {
   /// gathered into `scratch` (row_bytes() of them).
   const std::byte* packed_row(std::int64_t r, std::byte* scratch) const;
 
-  /// Whether this q4 matrix is held in lanes (dtype.hpp, "q4 in lanes"): a CPU worker's resident
-  /// form of its q4 weights, read in place by the CPU's matmul kernels and through packed_row
-  /// by everything else.
+  /// Whether this q8/q4 matrix is held in lanes (dtype.hpp, "q8/q4 in lanes"): a CPU worker's
+  /// resident form of its quantized weights, read in place by the CPU's matmul kernels and
+  /// through packed_row by everything else.
   bool lanes16() const { return lanes16_; }
-  /// Reorders this q4 matrix's bytes into lanes, in place (lanes_fit must hold).
+  /// Reorders this q8/q4 matrix's bytes into lanes, in place (lanes_fit must hold).
   status to_lanes16();
 
   /// Same storage, new shape (same dtype, same element count, caller checked).

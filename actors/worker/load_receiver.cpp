@@ -129,8 +129,8 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
           std::lock_guard<std::mutex> lock(st.shared->m);
           st.shared->loading -= std::min(st.shared->loading, node.mapped().resident);
           if (!t) return to_caf(t.err());
-          // q4 matrices in the form this worker's kernels read (the same bytes, reordered)
-          if (st.shared->q4_lanes && lanes_fit(t->type(), t->shape())) (void)t->to_lanes16();
+          // q8/q4 matrices in the form this worker's kernels read (the same values, reordered)
+          if (st.shared->lanes && lanes_fit(t->type(), t->shape())) (void)t->to_lanes16();
           if (st.shared->cfg.corrupt_weights && t->nbytes() > 0)
             t->data()[t->nbytes() / 2] ^= std::byte{0x40};  // (--fault corrupt-weights)
           const std::uint64_t n = t->nbytes();

@@ -320,7 +320,7 @@ worker_actor spawn_worker(caf::actor_system& sys, worker_config cfg) {
   if (!be) be = std::make_shared<cpu_backend>(cpu_backend::config{cfg.reference_only});
   auto shared = std::make_shared<worker_shared>(cfg);
   shared->backend_name = std::string(be->name());
-  shared->q4_lanes = be->holds_q4_in_lanes();
+  shared->lanes = be->holds_in_lanes();
   shared->host_ops = be->host_ops();
   for (auto& f : be->features())
     if (std::find(cfg.lacks.begin(), cfg.lacks.end(), f) == cfg.lacks.end()) shared->features.push_back(f);

@@ -35,7 +35,7 @@ struct worker_shared {
   std::vector<std::string> features;  ///< the backend's, less those it leaves out (set once at spawn)
   std::string backend_name;           ///< set once at spawn
   std::vector<std::string> host_ops;  ///< the backend's declared fallbacks (set once at spawn)
-  bool q4_lanes = false;              ///< q4 matrices held in lanes (backend::holds_q4_in_lanes; set once at spawn)
+  bool lanes = false;                 ///< q8/q4 matrices held in lanes (backend::holds_in_lanes; set once at spawn)
 
   std::mutex m;
 

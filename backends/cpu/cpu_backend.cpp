@@ -35,8 +35,8 @@ group_kernel_fn cpu_backend::group_kernel(kernel_fn single) const {
   return nullptr;
 }
 
-bool cpu_backend::holds_q4_in_lanes() const {
-  // (AMX tiles pack q4 from rows for prefill: a machine with them keeps rows)
+bool cpu_backend::holds_in_lanes() const {
+  // (AMX tiles pack q8/q4 from rows for prefill: a machine with them keeps rows)
   const auto l = cpu_isa::current();
   return !cfg_.reference_only && l >= cpu_isa::level::avx512_vnni && l < cpu_isa::level::amx;
 }

@@ -53,7 +53,7 @@ class cpu_backend final : public backend {
                    const op_params& params) const override;
   group_kernel_fn group_kernel(kernel_fn single) const override;
   bool group_needs_same_input(kernel_fn single) const override;
-  bool holds_q4_in_lanes() const override;
+  bool holds_in_lanes() const override;
   std::vector<std::string> features() const override;
 
   /// The reference kernel for `op`, or nullptr when none is registered.

@@ -76,7 +76,7 @@ struct integer_product {
   const float* bias = nullptr;
   float* y = nullptr;
   std::int64_t n = 0;
-  /// q4 weights held in lanes (tensor::lanes16; dtype.hpp): only the VNNI kernels read them.
+  /// q8/q4 weights held in lanes (tensor::lanes16; dtype.hpp): only the VNNI kernels read them.
   bool w_lanes = false;
 };
 
@@ -285,10 +285,11 @@ void int16_split_quantize_rows(const float* x, std::int64_t k, std::int64_t r_be
                                std::uint8_t* hi, std::uint8_t* lo, float* scale);
 /// Output columns [n_begin, n_end).
 void int8_pairs_range(const int8_pairs_product& a, std::int64_t n_begin, std::int64_t n_end);
-/// Output columns [n_begin, n_end) (multiples of 16) of a product with q4 weights held in
-/// lanes (a.w_lanes), at most 32 rows, in the two-plane form of the activations
-/// (int16_split_quantize_rows, q4): each row computed alone, sixteen outputs per register.
-void q4_lanes_range(const int8_pairs_product& a, std::int64_t n_begin, std::int64_t n_end);
+/// Output columns [n_begin, n_end) (multiples of 16) of a product with q8/q4 weights held in
+/// lanes (a.w_lanes), at most 32 rows, in the two-plane form of the activations laid out as
+/// for q4 (int16_split_quantize_rows with wtype::q4, whatever a.type): each row computed
+/// alone, sixteen outputs per register.
+void int8_held_lanes_range(const int8_pairs_product& a, std::int64_t n_begin, std::int64_t n_end);
 /// Output columns [n_begin, n_end) of a many-row product with int8_plain_rows activations
 /// (avx2::int8_quantize_rows; q8 needs their `qsums`), sixteen weight rows at a time with one output per lane: the
 /// bits of avx2::int8_lanes_range, in vpdpbusd.

@@ -642,37 +642,51 @@ bool accepts_bf16_pairs(std::span<const tensor_desc> inputs, const op_params& pa
   return k > 0 && rows >= amx_free_min_rows;
 }
 
-// ---- q4 weights held in lanes (tensor::lanes16): a CPU worker's resident form on VNNI CPUs
+// ---- q8/q4 weights held in lanes (tensor::lanes16): a CPU worker's resident form on VNNI CPUs
 
 bool lanes_weight(const kernel_call& c) { return c.inputs.size() > 1 && c.inputs[1]->lanes16(); }
 
-/// Products against q4 weights held in lanes, sharing their activations (one call, or a
-/// layer's q and k): up to 32 rows (decode, batches, verify passes; fewer than 16 in a call
-/// whose rows are free) on the lanes kernel with the two-plane int16 activations, each row its
-/// bits alone; more on the sixteen-column many-row kernel, which packs from the lanes the same
-/// registers as from rows (the same bits). Below VNNI, or for a row that is not finite, the
-/// reference's arithmetic reads the rows through packed_row.
+/// Products against q8/q4 weights held in lanes, sharing their activations (one call, or a
+/// layer's q, k and v, whatever mix of q8 and q4): up to 32 rows (decode, batches, verify
+/// passes; fewer than 16 or 24 in a call whose rows are free) on the lanes kernel with the
+/// two-plane int16 activations (laid out once, as for q4, for every product of the group),
+/// each row its bits alone; more on the sixteen-column many-row kernel, which packs from the
+/// lanes the registers it packs from rows (the same bits). Below VNNI, or for a row that is not
+/// finite, the reference's arithmetic reads the rows through packed_row.
 status products_lanes(std::span<const kernel_call> calls) {
-  float_product a[max_group];
-  if (calls.size() > 1 && !same_input(calls, a)) return one_by_one(calls, [](const kernel_call& c) {
-      return products_lanes(std::span<const kernel_call>(&c, 1));
-    });
-  if (calls.size() == 1) a[0] = args_of(calls[0]);
   const std::size_t count = calls.size();
+  float_product a[max_group];
+  bool together = count <= max_group;
+  for (std::size_t i = 0; together && i < count; ++i) {
+    a[i] = args_of(calls[i]);
+    together = a[i].x == a[0].x && a[i].rows == a[0].rows && a[i].k == a[0].k;
+    a[i].call = a[0].call;
+  }
+  if (!together)
+    return one_by_one(calls, [](const kernel_call& c) { return products_lanes(std::span<const kernel_call>(&c, 1)); });
   if (a[0].rows == 0) return ok_status();
-  const bool many = a[0].rows >= amx_min_rows || (a[0].rows >= lanes_free_min_rows(wtype::q4) && rows_free());
+  bool mixed = false;
+  for (std::size_t i = 1; i < count; ++i) mixed = mixed || a[i].type != a[0].type;
+  const std::int64_t free_min = lanes_free_min_rows(mixed ? wtype::q8 : a[0].type);
+  const bool many = a[0].rows >= amx_min_rows || (a[0].rows >= free_min && rows_free());
   if (cpu_isa::current() >= cpu_isa::level::avx512_vnni && a[0].k > 0) {
     if (!many) {
+      float_product layout = a[0];
+      layout.type = wtype::q4;  // (the quads' layout serves both)
       int8_rows x;
-      if (vnni_quantize(a[0], *calls[0].scratch, x)) {
+      if (vnni_quantize(layout, *calls[0].scratch, x)) {
         int8_pairs_product p[max_group];
         for (std::size_t i = 0; i < count; ++i) {
           p[i] = int_args(a[i], x);
           p[i].w_lanes = true;
         }
-        split_lane_groups(a, count, 16, [&](std::size_t i, std::int64_t b, std::int64_t e) { avx512_vnni::q4_lanes_range(p[i], b, e); });
+        split_lane_groups(a, count, 16, [&](std::size_t i, std::int64_t b, std::int64_t e) {
+          avx512_vnni::int8_held_lanes_range(p[i], b, e);
+        });
         return ok_status();
       }
+    } else if (mixed) {
+      return one_by_one(calls, [](const kernel_call& c) { return products_lanes(std::span<const kernel_call>(&c, 1)); });
     } else {
       int8_plain_rows x;
       if (lanes_quantize(a[0], *calls[0].scratch, true, x)) {
@@ -681,7 +695,9 @@ status products_lanes(std::span<const kernel_call> calls) {
           p[i] = int_args(a[i], x);
           p[i].w_lanes = true;
         }
-        split_lane_groups(a, count, 16, [&](std::size_t i, std::int64_t b, std::int64_t e) { avx512_vnni::int8_lanes_range(p[i], b, e); });
+        split_lane_groups(a, count, 16, [&](std::size_t i, std::int64_t b, std::int64_t e) {
+          avx512_vnni::int8_lanes_range(p[i], b, e);
+        });
         return ok_status();
       }
     }

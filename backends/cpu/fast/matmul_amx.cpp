@@ -341,7 +341,7 @@ void pack_int8_activations(const float* x, i64 rows, i64 k, i64 m_begin, i64 m_e
           _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(i0));
           _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(i1));
           scale = amax / 127.0f;
-          total = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+          total = finite ? _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)) : 0;  // (no sum of out-of-range integers)
         }
         // B tile row r holds values 4r … 4r+3 of every activation row, side by side
         for (int r = 0; r < 8; ++r) __builtin_memcpy(tile + r * 64 + m * 4, q + 4 * r, 4);

@@ -334,7 +334,8 @@ void quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int16_t* 
       const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + r * k + b * 32), _mm512_cvtsepi32_epi16(i0));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + r * k + b * 32 + 16), _mm512_cvtsepi32_epi16(i1));
-      if (sums) sums[r * blocks + b] = s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
+      // (a block holding NaN or ±∞ converts to out-of-range integers: its sum is not taken)
+      if (sums) sums[r * blocks + b] = finite ? s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1))) : __builtin_nanf("");
     }
   }
 }

@@ -321,7 +321,8 @@ void quantize_pairs(const float* x, i64 k, i64 r_begin, i64 r_end, wtype type, s
       store16(hr + g * 128 + 64 + pos * 16, _mm512_cvtepi32_epi8(ho));
       store16(lr + g * 128 + pos * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(e, _mm512_slli_epi32(he, 8))));
       store16(lr + g * 128 + 64 + pos * 16, _mm512_cvtepi32_epi8(_mm512_sub_epi32(o, _mm512_slli_epi32(ho, 8))));
-      const float sum = s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
+      // (a block holding NaN or ±∞ converts to out-of-range integers: its sum is not taken)
+      const float sum = finite ? s * float(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1))) : s;
       sr[g * q4_quad_scales + pos * 2] = s;
       sr[g * q4_quad_scales + pos * 2 + 1] = sum;
     }
@@ -340,31 +341,35 @@ void int8_pairs_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
   else pair_range<wtype::q4>(a, n_begin, n_end);
 }
 
-// ------------------------------------------------------------------ q4 held in lanes
+// ------------------------------------------------------------------ q8 and q4 held in lanes
 //
-// A CPU worker holds its q4 matrices in lanes (dtype.hpp): per sixteen weight rows and block,
-// their sixteen scales and minimums side by side and four 64-byte registers of nibbles, register
-// j holding bytes 4j..4j+3 of each row's block. Against the two-plane activations of the quads
-// (even values of a block, then its odd ones), a register's low nibbles (values 8j, 8j+2, …)
-// and high nibbles meet one broadcast four-byte run each, so a block's integer dot lands in
-// the lane of its output: one conversion and two multiply-adds scale sixteen outputs, where
-// the quads spent one per four blocks of one row. Each output adds its blocks in order,
-// d·s·dot and then m·S, whatever the tile: a row's bits do not depend on the rows beside it.
+// A CPU worker holds its q8/q4 matrices in lanes (dtype.hpp): per sixteen weight rows and
+// block, their sixteen scales (q4: and minimums) side by side and 64-byte runs holding four
+// values of the block for each row — q4: four runs of nibbles, run j bytes 4j..4j+3 of each
+// row's block, whose low nibbles are values 8j, 8j+2, … and high nibbles the odd values between;
+// q8: eight runs of unsigned bytes (q + 128), runs 0–3 those even values and runs 4–7 the odd.
+// Against the two-plane activations of the quads (even values of a block, then its odd ones),
+// each run meets one broadcast four-byte run of activations per plane, so a block's integer dot
+// lands in the lane of its output: one conversion and two multiply-adds scale sixteen outputs,
+// where the row-major kernels spent one per block or four of one row. q4 adds m·S after d·s·dot;
+// q8 takes off the weights' offset as −128·d·S (S = s·Σq of the activations' block). Each output
+// adds its blocks in order whatever the tile: a row's bits do not depend on the rows beside it.
 
 namespace {
 
-/// How many blocks ahead (320 bytes each) a tile asks for its groups' lines.
-constexpr i64 lanes_ahead_blocks = 4;
-constexpr i64 lane_block = 320;
-
 /// Activation rows [r0, r0 + RT) against the sixteen-row groups g0 and g0 + dg (NT of them).
-template <int RT, int NT>
-void q4_lanes_tile(const int8_pairs_product& a, i64 r0, i64 g0, i64 dg) {
+/// No software prefetch: a group's blocks lie end to end, the hardware's stream prefetch
+/// follows them, and asking for each block's lines ahead took one thread from memory from 26–28
+/// to 17–20 GB/s (q8) and 22–26 (q4) on a Zen 4.
+template <wtype T, int RT, int NT>
+void lanes_tile(const int8_pairs_product& a, i64 r0, i64 g0, i64 dg) {
+  constexpr i64 lb = T == wtype::q8 ? 16 * q8_bytes : 16 * q4_bytes;  // a group's block
+  constexpr i64 runs = T == wtype::q8 ? 32 : 64;                       // where its runs start
   const int8_rows& x = a.x;
   const i64 blocks = x.k / 32, quads = (blocks + 3) / 4;
   const std::uint8_t* gw[NT];
 #pragma GCC unroll 4
-  for (int j = 0; j < NT; ++j) gw[j] = a.w + (g0 + j * dg) * blocks * lane_block;
+  for (int j = 0; j < NT; ++j) gw[j] = a.w + (g0 + j * dg) * blocks * lb;
   __m512 acc[RT][NT];
 #pragma GCC unroll 4
   for (int i = 0; i < RT; ++i)
@@ -372,14 +377,6 @@ void q4_lanes_tile(const int8_pairs_product& a, i64 r0, i64 g0, i64 dg) {
     for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
   const __m512i mask = _mm512_set1_epi8(0x0f);
   for (i64 b = 0; b < blocks; ++b) {
-    if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
-#pragma GCC unroll 4
-      for (int j = 0; j < NT; ++j) {
-        const char* at = reinterpret_cast<const char*>(gw[j] + (b + lanes_ahead_blocks) * lane_block);
-#pragma GCC unroll 5
-        for (int line = 0; line < 5; ++line) _mm_prefetch(at + 64 * line, _MM_HINT_T0);
-      }
-    }
     const i64 at = (b / 4) * 128 + 16 * (b % 4);  // the block's even values in its quad
     __m512i ah[RT][NT], al[RT][NT];
 #pragma GCC unroll 4
@@ -388,12 +385,18 @@ void q4_lanes_tile(const int8_pairs_product& a, i64 r0, i64 g0, i64 dg) {
       for (int j = 0; j < NT; ++j) ah[i][j] = al[i][j] = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
-      __m512i lo[NT], hi[NT];
+      __m512i ev[NT], od[NT];  // the runs meeting values 8r, 8r+2, … and 8r+1, 8r+3, …
 #pragma GCC unroll 4
       for (int j = 0; j < NT; ++j) {
-        const __m512i w = _mm512_loadu_si512(gw[j] + b * lane_block + 64 + 64 * r);
-        lo[j] = _mm512_and_si512(w, mask);
-        hi[j] = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
+        const std::uint8_t* blk = gw[j] + b * lb + runs;
+        if constexpr (T == wtype::q8) {
+          ev[j] = _mm512_loadu_si512(blk + 64 * r);
+          od[j] = _mm512_loadu_si512(blk + 64 * (4 + r));
+        } else {
+          const __m512i w = _mm512_loadu_si512(blk + 64 * r);
+          ev[j] = _mm512_and_si512(w, mask);
+          od[j] = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
+        }
       }
 #pragma GCC unroll 4
       for (int i = 0; i < RT; ++i) {
@@ -402,28 +405,28 @@ void q4_lanes_tile(const int8_pairs_product& a, i64 r0, i64 g0, i64 dg) {
         const __m512i el = _mm512_set1_epi32(std::int32_t(u32_at(x.lo + row))), ol = _mm512_set1_epi32(std::int32_t(u32_at(x.lo + row + 64)));
 #pragma GCC unroll 4
         for (int j = 0; j < NT; ++j) {
-          ah[i][j] = _mm512_dpbusd_epi32(ah[i][j], lo[j], eh);
-          al[i][j] = _mm512_dpbusd_epi32(al[i][j], lo[j], el);
-          ah[i][j] = _mm512_dpbusd_epi32(ah[i][j], hi[j], oh);
-          al[i][j] = _mm512_dpbusd_epi32(al[i][j], hi[j], ol);
+          ah[i][j] = _mm512_dpbusd_epi32(ah[i][j], ev[j], eh);
+          al[i][j] = _mm512_dpbusd_epi32(al[i][j], ev[j], el);
+          ah[i][j] = _mm512_dpbusd_epi32(ah[i][j], od[j], oh);
+          al[i][j] = _mm512_dpbusd_epi32(al[i][j], od[j], ol);
         }
       }
     }
     __m512 d[NT], m[NT];
 #pragma GCC unroll 4
     for (int j = 0; j < NT; ++j) {
-      d[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gw[j] + b * lane_block)));
-      m[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gw[j] + b * lane_block + 32)));
+      d[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gw[j] + b * lb)));
+      if constexpr (T == wtype::q4) m[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gw[j] + b * lb + 32)));
     }
 #pragma GCC unroll 4
     for (int i = 0; i < RT; ++i) {
       const float* sc = x.scale + ((r0 + i) * quads + b / 4) * q4_quad_scales + 2 * (b % 4);
-      const __m512 s = _mm512_set1_ps(sc[0]), sum = _mm512_set1_ps(sc[1]);
+      const __m512 s = _mm512_set1_ps(sc[0]), sum = _mm512_set1_ps(T == wtype::q8 ? -128.0f * sc[1] : sc[1]);
 #pragma GCC unroll 4
       for (int j = 0; j < NT; ++j) {
         const __m512i dot = _mm512_add_epi32(_mm512_slli_epi32(ah[i][j], 8), al[i][j]);
         acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d[j], s), acc[i][j]);
-        acc[i][j] = _mm512_fmadd_ps(m[j], sum, acc[i][j]);
+        acc[i][j] = _mm512_fmadd_ps(T == wtype::q8 ? d[j] : m[j], sum, acc[i][j]);
       }
     }
   }
@@ -439,20 +442,26 @@ void q4_lanes_tile(const int8_pairs_product& a, i64 r0, i64 g0, i64 dg) {
 }
 
 /// Groups g0, g0 + dg, … (NT) against every activation row, two rows at a time.
-template <int NT>
-void q4_lanes_groups(const int8_pairs_product& a, i64 g0, i64 dg) {
+template <wtype T, int NT>
+void lanes_groups(const int8_pairs_product& a, i64 g0, i64 dg) {
   i64 r0 = 0;
-  for (; r0 + 2 <= a.x.rows; r0 += 2) q4_lanes_tile<2, NT>(a, r0, g0, dg);
-  if (r0 < a.x.rows) q4_lanes_tile<1, NT>(a, r0, g0, dg);
+  for (; r0 + 2 <= a.x.rows; r0 += 2) lanes_tile<T, 2, NT>(a, r0, g0, dg);
+  if (r0 < a.x.rows) lanes_tile<T, 1, NT>(a, r0, g0, dg);
+}
+
+template <wtype T>
+void lanes_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
+  // two sequential streams per thread, a group from each half of the range (as pair_range)
+  const i64 g_begin = n_begin / 16, g_end = n_end / 16, half = (g_end - g_begin) / 2;
+  for (i64 g = g_begin; g < g_begin + half; ++g) lanes_groups<T, 2>(a, g, half);
+  if ((g_end - g_begin) % 2) lanes_groups<T, 1>(a, g_end - 1, 1);
 }
 
 }  // namespace
 
-void q4_lanes_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
-  // two sequential streams per thread, a group from each half of the range (as pair_range)
-  const i64 g_begin = n_begin / 16, g_end = n_end / 16, half = (g_end - g_begin) / 2;
-  for (i64 g = g_begin; g < g_begin + half; ++g) q4_lanes_groups<2>(a, g, half);
-  if ((g_end - g_begin) % 2) q4_lanes_groups<1>(a, g_end - 1, 1);
+void int8_held_lanes_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
+  if (a.type == wtype::q8) lanes_range<wtype::q8>(a, n_begin, n_end);
+  else lanes_range<wtype::q4>(a, n_begin, n_end);
 }
 
 // ------------------------------------------------------------------ many rows: sixteen columns in the lanes
@@ -473,10 +482,49 @@ namespace {
 
 constexpr int lane16 = 16;
 
+/// pack16 for weights held in lanes (n0 a multiple of 16, all sixteen rows there): each run of
+/// a block already holds four values of each row, even ones or odd ones (q4: the nibbles' low
+/// and high halves; q8: q + 128 as stored); interleaving a run of even values with its run of odd
+/// ones byte by byte gives each row's eight values in order, two registers' worth, and a word
+/// permute puts the rows back in order — the registers pack16 makes from rows.
+template <wtype T>
+void pack16_held(const int8_lanes_product& a, i64 n0, __m512i* wv, float* d, float* m) {
+  constexpr i64 lb = 16 * (T == wtype::q8 ? q8_bytes : q4_bytes), runs = T == wtype::q8 ? 32 : 64;
+  const i64 blocks = a.x.k / 32;
+  const std::uint8_t* group = a.w + (n0 / 16) * blocks * lb;
+  // after the interleave, 128-bit lane L holds rows 4L, 4L+1 (first input) and 4L+2, 4L+3
+  // (second), each as [values 0-3, values 4-7]
+  const __m512i first = _mm512_setr_epi32(0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30);
+  const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(1));
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  for (i64 b = 0; b < blocks; ++b) {
+    const std::uint8_t* in = group + b * lb;
+    _mm512_storeu_ps(d + b * lane16, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in))));
+    if constexpr (T == wtype::q4)
+      _mm512_storeu_ps(m + b * lane16, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32))));
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      __m512i ev, od;
+      if constexpr (T == wtype::q8) {
+        ev = _mm512_loadu_si512(in + runs + 64 * r);
+        od = _mm512_loadu_si512(in + runs + 64 * (4 + r));
+      } else {
+        const __m512i w = _mm512_loadu_si512(in + runs + 64 * r);
+        ev = _mm512_and_si512(w, mask);
+        od = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
+      }
+      const __m512i lo = _mm512_unpacklo_epi8(ev, od), hi = _mm512_unpackhi_epi8(ev, od);
+      _mm512_storeu_si512(wv + b * 8 + 2 * r, _mm512_permutex2var_epi32(lo, first, hi));
+      _mm512_storeu_si512(wv + b * 8 + 2 * r + 1, _mm512_permutex2var_epi32(lo, second, hi));
+    }
+  }
+}
+
 /// Weight rows [n0, n0 + nc) (nc ≤ 16; missing rows zero, with zero scales) as described
 /// above: per block eight registers, and the rows' scales (q4: and offsets) as 16 floats.
 template <wtype T>
 void pack16(const int8_lanes_product& a, i64 n0, int nc, __m512i* wv, float* d, float* m) {
+  if (a.w_lanes) return pack16_held<T>(a, n0, wv, d, m);
   constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes;
   const i64 blocks = a.x.k / 32;
   const __m128i nib = _mm_set1_epi8(0x0f);
@@ -492,14 +540,6 @@ void pack16(const int8_lanes_product& a, i64 n0, int nc, __m512i* wv, float* d, 
         continue;
       }
       const std::uint8_t* blk = a.w + (n0 + c) * a.w_row_bytes + b * bb;
-      alignas(16) std::uint8_t gathered[20];
-      if (T == wtype::q4 && a.w_lanes) {  // (n0 a multiple of 16: row c of its group)
-        const std::uint8_t* in = a.w + (n0 / 16 * blocks + b) * (16 * bb);
-        __builtin_memcpy(gathered, in + 2 * c, 2);
-        __builtin_memcpy(gathered + 2, in + 32 + 2 * c, 2);
-        for (int j = 0; j < 4; ++j) __builtin_memcpy(gathered + 4 + 4 * j, in + 64 + 64 * j + 4 * c, 4);
-        blk = gathered;
-      }
       d[b * lane16 + c] = _cvtsh_ss(std::uint16_t(u16_at(blk)));
       if constexpr (T == wtype::q4) {
         m[b * lane16 + c] = _cvtsh_ss(std::uint16_t(u16_at(blk + 2)));
