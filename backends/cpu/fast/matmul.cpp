@@ -669,37 +669,27 @@ status products_lanes(std::span<const kernel_call> calls) {
   for (std::size_t i = 1; i < count; ++i) mixed = mixed || a[i].type != a[0].type;
   const std::int64_t free_min = lanes_free_min_rows(mixed ? wtype::q8 : a[0].type);
   const bool many = a[0].rows >= amx_min_rows || (a[0].rows >= free_min && rows_free());
+  // every product of the group on `range` over whole groups of 16 columns, against activations x
+  auto run = [&](const auto& x, auto range) {
+    integer_product<std::decay_t<decltype(x)>> p[max_group];
+    for (std::size_t i = 0; i < count; ++i) {
+      p[i] = int_args(a[i], x);
+      p[i].w_lanes = true;
+    }
+    split_lane_groups(a, count, 16, [&](std::size_t i, std::int64_t b, std::int64_t e) { range(p[i], b, e); });
+    return ok_status();
+  };
   if (cpu_isa::current() >= cpu_isa::level::avx512_vnni && a[0].k > 0) {
     if (!many) {
       float_product layout = a[0];
       layout.type = wtype::q4;  // (the quads' layout serves both)
       int8_rows x;
-      if (vnni_quantize(layout, *calls[0].scratch, x)) {
-        int8_pairs_product p[max_group];
-        for (std::size_t i = 0; i < count; ++i) {
-          p[i] = int_args(a[i], x);
-          p[i].w_lanes = true;
-        }
-        split_lane_groups(a, count, 16, [&](std::size_t i, std::int64_t b, std::int64_t e) {
-          avx512_vnni::int8_held_lanes_range(p[i], b, e);
-        });
-        return ok_status();
-      }
+      if (vnni_quantize(layout, *calls[0].scratch, x)) return run(x, avx512_vnni::int8_held_lanes_range);
     } else if (mixed) {
       return one_by_one(calls, [](const kernel_call& c) { return products_lanes(std::span<const kernel_call>(&c, 1)); });
     } else {
       int8_plain_rows x;
-      if (lanes_quantize(a[0], *calls[0].scratch, true, x)) {
-        int8_lanes_product p[max_group];
-        for (std::size_t i = 0; i < count; ++i) {
-          p[i] = int_args(a[i], x);
-          p[i].w_lanes = true;
-        }
-        split_lane_groups(a, count, 16, [&](std::size_t i, std::int64_t b, std::int64_t e) {
-          avx512_vnni::int8_lanes_range(p[i], b, e);
-        });
-        return ok_status();
-      }
+      if (lanes_quantize(a[0], *calls[0].scratch, true, x)) return run(x, avx512_vnni::int8_lanes_range);
     }
   }
   for (std::size_t i = 0; i < count; ++i) {
