@@ -28,9 +28,10 @@ inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 
 inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
 
-/// How far ahead (bytes) a one-column tile (a range's odd last column) and a two-column tile
-/// (a weight row from each half of the range) ask for their weight rows' lines.
+/// How far ahead (bytes) the int16 kernel's one-column tile (a range's odd last column) and
+/// two-column tile (a weight row from each half of the range) ask for their weight rows' lines.
 constexpr i64 stream_ahead = 512, pair_ahead = 2048;
+
 
 /// Keeps loaded values in registers: g++ otherwise folds a row's activation load into each of
 /// a tile's multiply-adds as a memory operand, loading it once per weight row. A 512-bit load
@@ -139,18 +140,11 @@ void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
 
   const i64 full = k / 32 * 32;
   // Decode and small batches read the weights once per pass, each weight row a sequential
-  // stream: its lines are asked for a little ahead while these are multiplied.
-  constexpr i64 elem = T == wtype::f32 ? 4 : 2;
-  const i64 ahead = NT == 1 ? stream_ahead : pair_ahead;
+  // stream that the hardware's prefetch follows: asking for its lines ahead in software held
+  // one thread's bf16 decode at 0.81 of the read probe from memory on a Zen 4, 0.96–1.00
+  // without (docs/performance.md).
   for (i64 k0 = 0; k0 < full; k0 += 32) {
     __m512 wl[NT], wh[NT];
-    if (r0 == 0) {  // (the first row tile: the later ones find the weights in L1)
-#pragma GCC unroll 16
-      for (int j = 0; j < NT; ++j)
-#pragma GCC unroll 2
-        for (i64 line = 0; line < 32 * elem; line += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(wr[j] + ahead + k0 * elem + line), _MM_HINT_T0);
-    }
 #pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) widen<T>::full(wr[j], k0, wl[j], wh[j]);
 #pragma GCC unroll 16
