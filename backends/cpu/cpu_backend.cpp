@@ -35,11 +35,7 @@ group_kernel_fn cpu_backend::group_kernel(kernel_fn single) const {
   return nullptr;
 }
 
-bool cpu_backend::holds_in_lanes() const {
-  // (AMX tiles pack q8/q4 from rows for prefill: a machine with them keeps rows)
-  const auto l = cpu_isa::current();
-  return !cfg_.reference_only && l >= cpu_isa::level::avx512_vnni && l < cpu_isa::level::amx;
-}
+bool cpu_backend::holds_in_lanes() const { return !cfg_.reference_only && cpu_isa::quantized_in_lanes(); }
 
 bool cpu_backend::group_needs_same_input(kernel_fn single) const {
   for (const auto& k : cpu_fast_kernels())

@@ -180,8 +180,11 @@ std::string describe() {
   }
   if (first) s += "no vector extensions";
   if (detected().amx_tile) s += detected().amx_granted ? ", amx granted" : ", amx not granted";
+  if (quantized_in_lanes()) s += ", q8/q4 in lanes";
   s += ", arithmetic " + std::to_string(arithmetic_revision) + ")";
   return s;
 }
+
+bool quantized_in_lanes() { return current() >= level::avx512_vnni && current() < level::amx; }
 
 }  // namespace mpakt::cpu_isa
