@@ -30,7 +30,7 @@ class sha256_stream {
 std::string nonce_digest(std::string_view nonce, std::string_view bytes);
 
 class tensor;
-/// nonce_digest of a held weight's row-major bytes, whatever form the worker holds it in (a q4
+/// nonce_digest of a held weight's row-major bytes, whatever form the worker holds it in (a q8/q4
 /// matrix in lanes is digested row by row), so every holder of a weight gives the same answer.
 std::string tensor_digest(std::string_view nonce, const tensor& t);
 

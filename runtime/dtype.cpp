@@ -220,7 +220,7 @@ void q8_from_lane(const std::byte* in, std::byte* blk, std::int64_t l) {
 }  // namespace
 
 void rows_to_lanes(dtype t, std::byte* data, std::int64_t rows, std::int64_t cols) {
-  const std::int64_t bb = t == dtype::q8 ? 34 : 20, blocks = cols / quant_block, row_bytes = blocks * bb;
+  const std::int64_t bb = lane_block_bytes(t) / lane_rows, blocks = cols / quant_block, row_bytes = blocks * bb;
   std::vector<std::byte> group(std::size_t(lane_rows * row_bytes));
   for (std::int64_t g = 0; g < rows / lane_rows; ++g) {
     std::byte* at = data + g * lane_rows * row_bytes;
@@ -236,7 +236,7 @@ void rows_to_lanes(dtype t, std::byte* data, std::int64_t rows, std::int64_t col
 }
 
 void lanes_row(dtype t, const std::byte* data, std::int64_t cols, std::int64_t r, std::byte* out) {
-  const std::int64_t bb = t == dtype::q8 ? 34 : 20, blocks = cols / quant_block, l = r % lane_rows;
+  const std::int64_t bb = lane_block_bytes(t) / lane_rows, blocks = cols / quant_block, l = r % lane_rows;
   const std::byte* group = data + (r / lane_rows) * lane_rows * blocks * bb;
   for (std::int64_t b = 0; b < blocks; ++b) {
     const std::byte* in = group + b * lane_block_bytes(t);

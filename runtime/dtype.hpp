@@ -100,7 +100,9 @@ void quantize_row(dtype t, const float* src, void* dst, std::int64_t n);
 
 inline constexpr std::int64_t lane_rows = 16;
 /// Bytes of one block of a group (16 rows): 16 × the dtype's block.
-constexpr std::int64_t lane_block_bytes(dtype t) { return lane_rows * (t == dtype::q8 ? 34 : 20); }
+constexpr std::int64_t lane_block_bytes(dtype t) {
+  return lane_rows * std::int64_t(t == dtype::q8 ? sizeof(block_q8) : sizeof(block_q4));
+}
 
 /// Whether a tensor of this dtype and shape may be held in lanes: q8 or q4, two dimensions,
 /// rows a multiple of 16.

@@ -840,10 +840,7 @@ status executable_graph::run(tensor_source& source, run_control* control) {
           return fail(make_error(r.err().code, step_prefix(std::size_t(st.index), op) + r.err().message));
         p_->dev->host_wrote(to);
       }
-      const std::int64_t rows = from.rows(), cols = from.cols();
-      std::vector<std::byte> scratch(from.lanes16() ? from.row_bytes() : 0);
-      for (std::int64_t r = 0; r < rows; ++r)
-        dequantize_row(from.type(), from.packed_row(r, scratch.data()), to.f32() + r * cols, cols);
+      widen_rows(from, to.f32());
     }
     if (auto r = p_->ready_output(st); !r) return fail(r.err());
     if (!st.on_device)

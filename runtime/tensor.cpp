@@ -142,11 +142,14 @@ result<tensor> to_f32(const tensor& src) {
   }
   auto out = tensor::make(dtype::f32, src.shape());
   if (!out) return out;
+  widen_rows(src, out->f32());
+  return out;
+}
+
+void widen_rows(const tensor& src, float* dst) {
   const std::int64_t rows = src.rows(), cols = src.cols();
   std::vector<std::byte> scratch(src.lanes16() ? src.row_bytes() : 0);
-  for (std::int64_t r = 0; r < rows; ++r)
-    dequantize_row(src.type(), src.packed_row(r, scratch.data()), out->f32() + r * cols, cols);
-  return out;
+  for (std::int64_t r = 0; r < rows; ++r) dequantize_row(src.type(), src.packed_row(r, scratch.data()), dst + r * cols, cols);
 }
 
 }  // namespace mpakt

@@ -117,5 +117,7 @@ result<tensor> convert_tensor(const tensor& src, dtype t);
 
 /// Widens any tensor to f32 (tests, debugging, small slices).
 result<tensor> to_f32(const tensor& src);
+/// Widens every row of `src` into `dst` (src.numel() floats), whatever form src is held in.
+void widen_rows(const tensor& src, float* dst);
 
 }  // namespace mpakt

@@ -653,6 +653,9 @@ bool lanes_weight(const kernel_call& c) { return c.inputs.size() > 1 && c.inputs
 /// each row its bits alone; more on the sixteen-column many-row kernel, which packs from the
 /// lanes the registers it packs from rows (the same bits). Below VNNI, or for a row that is not
 /// finite, the reference's arithmetic reads the rows through packed_row.
+status products_lanes(std::span<const kernel_call> calls);
+status product_lanes(const kernel_call& c) { return products_lanes(std::span<const kernel_call>(&c, 1)); }
+
 status products_lanes(std::span<const kernel_call> calls) {
   const std::size_t count = calls.size();
   float_product a[max_group];
@@ -662,8 +665,7 @@ status products_lanes(std::span<const kernel_call> calls) {
     together = a[i].x == a[0].x && a[i].rows == a[0].rows && a[i].k == a[0].k;
     a[i].call = a[0].call;
   }
-  if (!together)
-    return one_by_one(calls, [](const kernel_call& c) { return products_lanes(std::span<const kernel_call>(&c, 1)); });
+  if (!together) return one_by_one(calls, product_lanes);
   if (a[0].rows == 0) return ok_status();
   bool mixed = false;
   for (std::size_t i = 1; i < count; ++i) mixed = mixed || a[i].type != a[0].type;
@@ -686,7 +688,7 @@ status products_lanes(std::span<const kernel_call> calls) {
       int8_rows x;
       if (vnni_quantize(layout, *calls[0].scratch, x)) return run(x, avx512_vnni::int8_held_lanes_range);
     } else if (mixed) {
-      return one_by_one(calls, [](const kernel_call& c) { return products_lanes(std::span<const kernel_call>(&c, 1)); });
+      return one_by_one(calls, product_lanes);
     } else {
       int8_plain_rows x;
       if (lanes_quantize(a[0], *calls[0].scratch, true, x)) return run(x, avx512_vnni::int8_lanes_range);
@@ -707,8 +709,7 @@ status products_lanes(std::span<const kernel_call> calls) {
 /// goes through this, so the lanes never reach a kernel that reads rows.
 template <kernel_fn F>
 status unless_lanes(const kernel_call& c) {
-  if (lanes_weight(c)) return products_lanes(std::span<const kernel_call>(&c, 1));
-  return F(c);
+  return lanes_weight(c) ? product_lanes(c) : F(c);
 }
 
 /// Group kernel G for the calls whose weights are held as rows, products_lanes for the others.
@@ -722,7 +723,7 @@ status unless_lanes_group(std::span<const kernel_call> calls) {
   std::size_t nr = 0, nl = 0;
   for (const auto& c : calls) (lanes_weight(c) ? in_lanes[nl++] : rows[nr++]) = c;
   MPAKT_TRY(products_lanes(std::span<const kernel_call>(in_lanes, nl)));
-  return nr == 1 ? G(std::span<const kernel_call>(rows, 1)) : G(std::span<const kernel_call>(rows, nr));
+  return G(std::span<const kernel_call>(rows, nr));
 }
 
 status product_scalar(const kernel_call& c) {
