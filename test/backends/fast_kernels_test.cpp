@@ -14,6 +14,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "backends/cpu/fast/isa_kernels.hpp"
@@ -34,6 +35,33 @@ using test::run_values;
 struct threads_guard {
   ~threads_guard() { cpu_fast::set_kernel_threads(1); }
 };
+
+/// A graph compiled on the CPU backend over an empty store, its inputs bound from `in`; null
+/// (and a test failure) when it does not build or bind.
+struct compiled_graph {
+  tensor_store store;
+  tensor_store::source src{store, std::vector<std::string>{}};
+  cpu_backend be;
+  std::unique_ptr<executable_graph> g;
+};
+std::unique_ptr<compiled_graph> compile_on_cpu(const std::string& text, const std::map<std::string, tensor>& in) {
+  auto decl = parse_graph_text(text, true);
+  EXPECT_TRUE(decl.ok()) << decl.err().message;
+  if (!decl) return nullptr;
+  auto c = std::make_unique<compiled_graph>();
+  build_options o;
+  o.compiled = true;
+  auto g = executable_graph::build(std::move(*decl), c->src, c->be, o);
+  EXPECT_TRUE(g.ok()) << g.err().message;
+  if (!g) return nullptr;
+  c->g = std::move(*g);
+  for (const auto& [name, t] : in) {
+    auto bound = c->g->bind_input(name, std::span<const float>(t.f32(), t.numel()));
+    EXPECT_TRUE(bound.ok()) << name;
+    if (!bound) return nullptr;
+  }
+  return c;
+}
 
 TEST(CpuIsa, LevelsFollowTheFeatures) {
   const auto& f = cpu_isa::detected();
@@ -719,36 +747,31 @@ TEST(FastAttention, TheExecutorGroupsIndependentAttentionSteps) {
       {"op":"attention","in":["q1","k1","v1"],"out":"a1","params":{"heads":2,"kvHeads":1,"headDim":64,"posOffset":{"$bind":"p1"}}},
       {"op":"attention","in":["a1","k0","v0"],"out":"a2","params":{"heads":2,"kvHeads":1,"headDim":64,"posOffset":299}}],
       "outputs":["a0","a1","a2"]})";
-  auto decl = parse_graph_text(graph, true);
-  ASSERT_TRUE(decl.ok()) << decl.err().message;
-  tensor_store store;
-  tensor_store::source src(store, std::vector<std::string>{});
-  build_options o;
-  o.compiled = true;
-  cpu_backend be;
-  auto g = executable_graph::build(std::move(*decl), src, be, o);
-  ASSERT_TRUE(g.ok()) << g.err().message;
   const std::map<std::string, tensor> in = {{"q0", random_f32({1, 128}, 91)},  {"q1", random_f32({1, 128}, 92)},
                                             {"k0", random_f32({300, 64}, 93)}, {"v0", random_f32({300, 64}, 94)},
                                             {"k1", random_f32({300, 64}, 95)}, {"v1", random_f32({300, 64}, 96)}};
-  for (const auto& [name, t] : in) ASSERT_TRUE((*g)->bind_input(name, std::span<const float>(t.f32(), t.numel())).ok());
-  ASSERT_TRUE((*g)->bind_param("p0", 270).ok());
-  ASSERT_TRUE((*g)->bind_param("p1", 120).ok());
-  ASSERT_TRUE((*g)->run(src).ok());
-  EXPECT_EQ((*g)->grouped_steps(), 2u);  // a0 and a1; not a2, which reads a1
+  auto c = compile_on_cpu(graph, in);
+  ASSERT_NE(c, nullptr);
+  auto& g = c->g;
+  auto& src = c->src;
+  auto& be = c->be;
+  ASSERT_TRUE(g->bind_param("p0", 270).ok());
+  ASSERT_TRUE(g->bind_param("p1", 120).ok());
+  ASSERT_TRUE(g->run(src).ok());
+  EXPECT_EQ(g->grouped_steps(), 2u);  // a0 and a1; not a2, which reads a1
   auto alone = [&](const tensor& q, const tensor& k, const tensor& v, int pos) {
     return run_values("attention", R"({"heads":2,"kvHeads":1,"headDim":64,"posOffset":)" + std::to_string(pos) + "}", {q, k, v},
                       be.kernel("attention", std::vector<tensor_desc>{q.desc(), k.desc(), v.desc()},
                                 **find_op_def("attention")->parse(*parse_params_text(R"({"heads":2,"kvHeads":1,"headDim":64})"))));
   };
   const auto a1 = alone(in.at("q1"), in.at("k1"), in.at("v1"), 120);
-  EXPECT_EQ(test::values_of(*(*g)->value("a0")), alone(in.at("q0"), in.at("k0"), in.at("v0"), 270));
-  EXPECT_EQ(test::values_of(*(*g)->value("a1")), a1);
-  EXPECT_EQ(test::values_of(*(*g)->value("a2")), alone(test::t32({1, 128}, a1), in.at("k0"), in.at("v0"), 299));
+  EXPECT_EQ(test::values_of(*g->value("a0")), alone(in.at("q0"), in.at("k0"), in.at("v0"), 270));
+  EXPECT_EQ(test::values_of(*g->value("a1")), a1);
+  EXPECT_EQ(test::values_of(*g->value("a2")), alone(test::t32({1, 128}, a1), in.at("k0"), in.at("v0"), 299));
   // a bound position that is no position is refused, naming the step and the parameter, as
   // for a step alone
-  ASSERT_TRUE((*g)->bind_param("p1", 2.5).ok());
-  auto bad = (*g)->run(src);
+  ASSERT_TRUE(g->bind_param("p1", 2.5).ok());
+  auto bad = g->run(src);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.err().message.find("step 1 (attention)"), std::string::npos) << bad.err().message;
   EXPECT_NE(bad.err().message.find("posOffset"), std::string::npos) << bad.err().message;
@@ -988,33 +1011,27 @@ TEST(FastMatmul, TheExecutorGroupsProductsOfTheSameActivations) {
       {"op":"matmul","in":["x","wv"],"out":"v","params":{"transB":true}},
       {"op":"matmul","in":["q","wo"],"out":"o","params":{"transB":true}}],
       "outputs":["q","k","v","o"]})";
-  auto decl = parse_graph_text(graph, true);
-  ASSERT_TRUE(decl.ok()) << decl.err().message;
-  tensor_store store;
-  tensor_store::source src(store, std::vector<std::string>{});
-  build_options o;
-  o.compiled = true;
-  cpu_backend be;
-  auto g = executable_graph::build(std::move(*decl), src, be, o);
-  ASSERT_TRUE(g.ok()) << g.err().message;
   const std::map<std::string, tensor> in = {{"x", random_f32({2, 64}, 81)},
                                             {"wq", random_f32({96, 64}, 82)},
                                             {"wk", random_f32({30, 64}, 83)},
                                             {"wv", random_f32({32, 64}, 84)},
                                             {"wo", random_f32({64, 96}, 85)}};
-  for (const auto& [name, t] : in) ASSERT_TRUE((*g)->bind_input(name, std::span<const float>(t.f32(), t.numel())).ok());
-  ASSERT_TRUE((*g)->run(src).ok());
-  EXPECT_EQ((*g)->grouped_steps(), 3u);  // q, k, v; not o, which reads q
+  auto c = compile_on_cpu(graph, in);
+  ASSERT_NE(c, nullptr);
+  auto& g = c->g;
+  auto& be = c->be;
+  ASSERT_TRUE(g->run(c->src).ok());
+  EXPECT_EQ(g->grouped_steps(), 3u);  // q, k, v; not o, which reads q
   auto alone = [&](const tensor& a, const tensor& w) {
     std::vector<tensor_desc> d = {a.desc(), w.desc()};
     auto p = find_op_def("matmul")->parse(*parse_params_text(R"({"transB": true})"));
     return run_values("matmul", R"({"transB": true})", {a, w}, be.kernel("matmul", d, **p));
   };
   const auto q = alone(in.at("x"), in.at("wq"));
-  EXPECT_EQ(test::values_of(*(*g)->value("q")), q);
-  EXPECT_EQ(test::values_of(*(*g)->value("k")), alone(in.at("x"), in.at("wk")));
-  EXPECT_EQ(test::values_of(*(*g)->value("v")), alone(in.at("x"), in.at("wv")));
-  EXPECT_EQ(test::values_of(*(*g)->value("o")), alone(test::t32({2, 96}, q), in.at("wo")));
+  EXPECT_EQ(test::values_of(*g->value("q")), q);
+  EXPECT_EQ(test::values_of(*g->value("k")), alone(in.at("x"), in.at("wk")));
+  EXPECT_EQ(test::values_of(*g->value("v")), alone(in.at("x"), in.at("wv")));
+  EXPECT_EQ(test::values_of(*g->value("o")), alone(test::t32({2, 96}, q), in.at("wo")));
 }
 
 // ---- swiglu, silu, rmsnorm ----
