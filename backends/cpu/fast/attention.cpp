@@ -46,6 +46,10 @@ constexpr level_fns avx512_fns{avx512::attention_chunks, avx512::attention_rows,
 /// longer ones split their rows.
 constexpr std::int64_t few_rows = 8;
 
+/// Rows of a pass one job of many rows takes per kv head: enough for the kernel to take the
+/// heads of up to four rows of a kv head through the keys together (attention_rows).
+constexpr std::int64_t rows_together = 4;
+
 /// Below this many multiply-adds the caller runs everything alone.
 constexpr double parallel_min_work = 1 << 15;
 
@@ -136,11 +140,17 @@ status attention_kernel(const kernel_call& call) {
         }
       return ok_status();
     }
-    // many rows: (kv head, row) pairs dealt round-robin, so causal rows of every length spread
-    const std::int64_t pairs = std::int64_t(a.kv_heads) * a.rows;
+    // many rows: (kv head, run of rows_together rows) pairs dealt round-robin, so causal rows
+    // of every length spread (a run lets the kernel take two rows' heads of a small group
+    // through the keys together)
+    const std::int64_t runs = (a.rows + rows_together - 1) / rows_together;
+    const std::int64_t pairs = std::int64_t(a.kv_heads) * runs;
     const int parts = int(std::min<std::int64_t>(pairs, 8 * threads));
     parallel_for(parts, [&](int part) {
-      for (std::int64_t i = part; i < pairs; i += parts) F.rows(a, i / a.kv_heads, i / a.kv_heads + 1, int(i % a.kv_heads));
+      for (std::int64_t i = part; i < pairs; i += parts) {
+        const std::int64_t r = i / a.kv_heads * rows_together;
+        F.rows(a, r, std::min(a.rows, r + rows_together), int(i % a.kv_heads));
+      }
     });
     return ok_status();
   }
