@@ -673,6 +673,37 @@ TEST(FastAttention, ARowIsTheSameBitsInEveryPassAndThreadCount) {
   }
 }
 
+/// Without grouped queries (kvHeads = heads), a prefill takes a head of up to four consecutive
+/// rows through the keys together, each row with its own last key; every row is still the
+/// bits it gets decoded alone (one head of one row a pass): heads of 64 and 128, f32 and
+/// half-width caches, rows whose keys end either side of a 256-key chunk, one and two threads.
+TEST(FastAttention, RowsOfAHeadTogetherGiveEachRowsBitsAlone) {
+  threads_guard tg;
+  unsigned seed = 5200;
+  for (const auto& lk : test::fast_kernels_on_this_cpu("attention"))
+    for (int dim : {64, 128})
+      for (dtype kv : {dtype::f32, dtype::bf16, dtype::f16}) {
+        SCOPED_TRACE(lk.level + " headDim " + std::to_string(dim) + " " + std::string(dtype_name(kv)));
+        const int heads = 3, keys = 300, rows = 9, pos = keys - rows;  // rows see 292 … 300 keys
+        auto cache = [&](const tensor& t) { return kv == dtype::f32 ? t : *convert_tensor(t, kv); };
+        const tensor k = cache(random_f32({keys, heads * dim}, ++seed)), v = cache(random_f32({keys, heads * dim}, ++seed));
+        const tensor q = random_f32({rows, heads * dim}, ++seed);
+        const std::string common = "{\"heads\":3,\"kvHeads\":3,\"headDim\":" + std::to_string(dim) + ",\"posOffset\":";
+        for (int threads : {1, 2}) {
+          cpu_fast::set_kernel_threads(threads);
+          const auto all = run_values("attention", common + std::to_string(pos) + "}", {q, k, v}, lk.fn);
+          ASSERT_EQ(all.size(), std::size_t(rows * heads * dim));
+          for (int r = 0; r < rows; ++r) {
+            const std::vector<float> own(q.f32() + r * heads * dim, q.f32() + (r + 1) * heads * dim);
+            const auto alone =
+                run_values("attention", common + std::to_string(pos + r) + "}", {test::t32({1, heads * dim}, own), k, v}, lk.fn);
+            EXPECT_EQ(alone, std::vector<float>(all.begin() + r * heads * dim, all.begin() + (r + 1) * heads * dim))
+                << "row " << r << ", " << threads << " threads";
+          }
+        }
+      }
+}
+
 /// Consecutive attention steps of different sessions (a batched pass's layer) run as one call
 /// (attention's group kernel) and give each step exactly the bits of its own call, on every
 /// level and thread count: decode rows over caches shorter than one 256-key chunk and longer
