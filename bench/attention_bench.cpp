@@ -1,12 +1,12 @@
 // mpakt_attention_bench: one decode step's attention kernel alone (its chunks' partials and
 // their fold, as the step runs them), on one thread, over layers
-// of f32 KV caches laid out as a worker's are ([keys, kvHeads × headDim] per layer), beside
+// of KV caches (f32, or bf16/f16 with --kv) laid out as a worker's are ([keys, kvHeads × headDim] per layer), beside
 // plain reads of the same bytes in two orders — every cache row whole and in turn, and each kv
 // head's slice of every row, a head at a time (the order the kernel reads them in). With
 // enough layers the caches no longer fit the CPU's caches and the step reads memory.
 //
 //   mpakt_attention_bench [--keys N] [--layers L] [--heads H] [--kv-heads G] [--head-dim D]
-//                         [--repeats R]
+//                         [--kv f32|bf16|f16] [--repeats R]
 //
 // Defaults: the SmolLM2-135M shape (9 heads, 3 kv heads of 64) at 1,000 keys over 30 layers.
 // Reports the best of R runs: ns per key and kv head, and GB/s of cache read.
@@ -24,6 +24,7 @@
 
 #include "backends/cpu/fast/isa_kernels.hpp"
 #include "backends/cpu/isa.hpp"
+#include "runtime/dtype.hpp"
 
 using namespace mpakt;
 using clk = std::chrono::steady_clock;
@@ -33,6 +34,8 @@ namespace {
 struct options {
   long keys = 1000;
   int layers = 30, heads = 9, kv_heads = 3, head_dim = 64, repeats = 15;
+  std::string kv = "f32";  ///< the caches' element: f32, bf16 or f16
+  int elem() const { return kv == "f32" ? 4 : 2; }
 };
 
 double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
@@ -49,7 +52,8 @@ double best_of(int repeats, F&& f) {
   return best;
 }
 
-/// Sums of the caches' floats read in one of two orders (so the reads cannot be dropped).
+/// Sums of the caches' bytes, taken as floats, read in one of two orders (so the reads cannot
+/// be dropped; a half-width cache's bytes are summed as floats too: only the reads count).
 __attribute__((target("avx2"))) float read_rows(const std::vector<std::vector<float>>& k,
                                                 const std::vector<std::vector<float>>& v) {
   __m256 acc = _mm256_setzero_ps();
@@ -64,13 +68,13 @@ __attribute__((target("avx2"))) float read_rows(const std::vector<std::vector<fl
 __attribute__((target("avx2"))) float read_head_slices(const std::vector<std::vector<float>>& k,
                                                        const std::vector<std::vector<float>>& v, const options& o) {
   __m256 acc = _mm256_setzero_ps();
-  const long row = long(o.kv_heads) * o.head_dim;
+  const long slice = long(o.head_dim) * o.elem() / 4, row = o.kv_heads * slice;  // in floats
   for (std::size_t l = 0; l < k.size(); ++l)
     for (int g = 0; g < o.kv_heads; ++g)
       for (long j = 0; j < o.keys; ++j) {
-        const float* kr = k[l].data() + j * row + g * o.head_dim;
-        const float* vr = v[l].data() + j * row + g * o.head_dim;
-        for (int i = 0; i < o.head_dim; i += 8)
+        const float* kr = k[l].data() + j * row + g * slice;
+        const float* vr = v[l].data() + j * row + g * slice;
+        for (long i = 0; i < slice; i += 8)
           acc = _mm256_add_ps(acc, _mm256_add_ps(_mm256_loadu_ps(kr + i), _mm256_loadu_ps(vr + i)));
       }
   float out[8];
@@ -85,7 +89,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const long n = std::atol(argv[i + 1]);
-    if (a == "--keys") o.keys = n;
+    if (a == "--kv") o.kv = argv[i + 1];
+    else if (a == "--keys") o.keys = n;
     else if (a == "--layers") o.layers = int(n);
     else if (a == "--heads") o.heads = int(n);
     else if (a == "--kv-heads") o.kv_heads = int(n);
@@ -98,21 +103,26 @@ int main(int argc, char** argv) {
   }
   const auto level = cpu_isa::best();
   if (level < cpu_isa::level::avx2 || o.keys < 1 || o.layers < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 ||
-      o.head_dim % 16 != 0 || o.head_dim > 256) {
+      o.head_dim % 16 != 0 || o.head_dim > 256 || (o.kv != "f32" && o.kv != "bf16" && o.kv != "f16")) {
     std::fprintf(stderr, "needs AVX2, keys and layers >= 1, heads a multiple of kv heads, a head dim that is a "
-                         "multiple of 16 up to 256\n");
+                         "multiple of 16 up to 256, --kv f32, bf16 or f16\n");
     return 2;
   }
   const long row = long(o.kv_heads) * o.head_dim;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  // each layer's cache as its bytes (held in floats: aligned for every element type)
   std::vector<std::vector<float>> k(std::size_t(o.layers)), v(std::size_t(o.layers));
-  for (int l = 0; l < o.layers; ++l) {
-    k[std::size_t(l)].resize(std::size_t(o.keys * row));
-    v[std::size_t(l)].resize(std::size_t(o.keys * row));
-    for (auto& x : k[std::size_t(l)]) x = u(rng);
-    for (auto& x : v[std::size_t(l)]) x = u(rng);
-  }
+  for (int l = 0; l < o.layers; ++l)
+    for (auto* c : {&k[std::size_t(l)], &v[std::size_t(l)]}) {
+      c->resize(std::size_t(o.keys * row * o.elem() / 4));
+      auto* half = reinterpret_cast<std::uint16_t*>(c->data());
+      for (long i = 0; i < o.keys * row; ++i) {
+        const float x = u(rng);
+        if (o.kv == "f32") (*c)[std::size_t(i)] = x;
+        else half[i] = o.kv == "bf16" ? f32_to_bf16(x) : f32_to_f16(x);
+      }
+    }
   std::vector<float> q(std::size_t(o.heads) * std::size_t(o.head_dim)), out(q.size());
   for (auto& x : q) x = u(rng);
 
@@ -123,6 +133,9 @@ int main(int argc, char** argv) {
   const double attention_s = best_of(o.repeats, [&] {
     for (int l = 0; l < o.layers; ++l) {
       cpu_fast::attention_args a;
+      a.kv = o.kv == "f32"    ? cpu_fast::attention_args::kv_type::f32
+             : o.kv == "bf16" ? cpu_fast::attention_args::kv_type::bf16
+                              : cpu_fast::attention_args::kv_type::f16;
       a.q = q.data();
       a.k = k[std::size_t(l)].data();
       a.v = v[std::size_t(l)].data();
@@ -157,10 +170,10 @@ int main(int argc, char** argv) {
   const double rows_s = best_of(o.repeats, [&] { sink += read_rows(k, v); });
   const double slices_s = best_of(o.repeats, [&] { sink += read_head_slices(k, v, o); });
 
-  const double bytes = 2.0 * o.layers * double(o.keys) * double(row) * 4;
-  std::printf("kernels: %s; %d layers of %ld keys, %d heads, %d kv heads of %d: %.1f MB of f32 cache\n",
+  const double bytes = 2.0 * o.layers * double(o.keys) * double(row) * o.elem();
+  std::printf("kernels: %s; %d layers of %ld keys, %d heads, %d kv heads of %d: %.1f MB of %s cache\n",
               std::string(cpu_isa::level_name(wide ? cpu_isa::level::avx512 : cpu_isa::level::avx2)).c_str(), o.layers,
-              o.keys, o.heads, o.kv_heads, o.head_dim, bytes / 1e6);
+              o.keys, o.heads, o.kv_heads, o.head_dim, bytes / 1e6, o.kv.c_str());
   auto line = [&](const char* what, double s) {
     std::printf("  %-34s %8.3f ms  %6.1f ns per key and kv head  %5.1f GB/s\n", what, s * 1e3,
                 s * 1e9 / (double(o.layers) * double(o.keys) * o.kv_heads), bytes / s / 1e9);
