@@ -32,7 +32,6 @@ inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
 /// two-column tile (a weight row from each half of the range) ask for their weight rows' lines.
 constexpr i64 stream_ahead = 512, pair_ahead = 2048;
 
-
 /// Keeps loaded values in registers: g++ otherwise folds a row's activation load into each of
 /// a tile's multiply-adds as a memory operand, loading it once per weight row. A 512-bit load
 /// takes both of a Zen 4's load ports, so an 8 × 2 tile of batched decode issued 32 of them for

@@ -357,14 +357,35 @@ void int8_pairs_range(const int8_pairs_product& a, i64 n_begin, i64 n_end) {
 
 namespace {
 
+/// Bytes of a group's block held in lanes, and where in it the runs of values start.
+template <wtype T>
+constexpr i64 held_block = 16 * (T == wtype::q8 ? q8_bytes : q4_bytes);
+template <wtype T>
+constexpr i64 held_runs = T == wtype::q8 ? 32 : 64;
+
+/// Run pair r (0–3) of a group's block held in lanes (`blk`): the sixteen rows' four values
+/// 8r, 8r+2, 8r+4, 8r+6 (ev) and 8r+1, …, 8r+7 (od), as unsigned bytes (q8: q + 128 as
+/// stored; q4: a run's low and high nibbles).
+template <wtype T>
+inline void held_run_pair(const std::uint8_t* blk, int r, __m512i& ev, __m512i& od) {
+  const std::uint8_t* runs = blk + held_runs<T>;
+  if constexpr (T == wtype::q8) {
+    ev = _mm512_loadu_si512(runs + 64 * r);
+    od = _mm512_loadu_si512(runs + 64 * (4 + r));
+  } else {
+    const __m512i mask = _mm512_set1_epi8(0x0f), w = _mm512_loadu_si512(runs + 64 * r);
+    ev = _mm512_and_si512(w, mask);
+    od = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
+  }
+}
+
 /// Activation rows [r0, r0 + RT) against the sixteen-row groups g0 and g0 + dg (NT of them).
 /// No software prefetch: a group's blocks lie end to end, the hardware's stream prefetch
 /// follows them, and asking for each block's lines ahead took one thread from memory from 26–28
 /// to 17–20 GB/s (q8) and 22–26 (q4) on a Zen 4.
 template <wtype T, int RT, int NT>
 void lanes_tile(const int8_pairs_product& a, i64 r0, i64 g0, i64 dg) {
-  constexpr i64 lb = T == wtype::q8 ? 16 * q8_bytes : 16 * q4_bytes;  // a group's block
-  constexpr i64 runs = T == wtype::q8 ? 32 : 64;                       // where its runs start
+  constexpr i64 lb = held_block<T>;
   const int8_rows& x = a.x;
   const i64 blocks = x.k / 32, quads = (blocks + 3) / 4;
   const std::uint8_t* gw[NT];
@@ -375,7 +396,6 @@ void lanes_tile(const int8_pairs_product& a, i64 r0, i64 g0, i64 dg) {
   for (int i = 0; i < RT; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
-  const __m512i mask = _mm512_set1_epi8(0x0f);
   for (i64 b = 0; b < blocks; ++b) {
     const i64 at = (b / 4) * 128 + 16 * (b % 4);  // the block's even values in its quad
     __m512i ah[RT][NT], al[RT][NT];
@@ -387,17 +407,7 @@ void lanes_tile(const int8_pairs_product& a, i64 r0, i64 g0, i64 dg) {
     for (int r = 0; r < 4; ++r) {
       __m512i ev[NT], od[NT];  // the runs meeting values 8r, 8r+2, … and 8r+1, 8r+3, …
 #pragma GCC unroll 4
-      for (int j = 0; j < NT; ++j) {
-        const std::uint8_t* blk = gw[j] + b * lb + runs;
-        if constexpr (T == wtype::q8) {
-          ev[j] = _mm512_loadu_si512(blk + 64 * r);
-          od[j] = _mm512_loadu_si512(blk + 64 * (4 + r));
-        } else {
-          const __m512i w = _mm512_loadu_si512(blk + 64 * r);
-          ev[j] = _mm512_and_si512(w, mask);
-          od[j] = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
-        }
-      }
+      for (int j = 0; j < NT; ++j) held_run_pair<T>(gw[j] + b * lb, r, ev[j], od[j]);
 #pragma GCC unroll 4
       for (int i = 0; i < RT; ++i) {
         const i64 row = (r0 + i) * quads * 128 + at + 4 * r;
@@ -489,14 +499,13 @@ constexpr int lane16 = 16;
 /// permute puts the rows back in order — the registers pack16 makes from rows.
 template <wtype T>
 void pack16_held(const int8_lanes_product& a, i64 n0, __m512i* wv, float* d, float* m) {
-  constexpr i64 lb = 16 * (T == wtype::q8 ? q8_bytes : q4_bytes), runs = T == wtype::q8 ? 32 : 64;
+  constexpr i64 lb = held_block<T>;
   const i64 blocks = a.x.k / 32;
   const std::uint8_t* group = a.w + (n0 / 16) * blocks * lb;
   // after the interleave, 128-bit lane L holds rows 4L, 4L+1 (first input) and 4L+2, 4L+3
   // (second), each as [values 0-3, values 4-7]
   const __m512i first = _mm512_setr_epi32(0, 2, 16, 18, 4, 6, 20, 22, 8, 10, 24, 26, 12, 14, 28, 30);
   const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(1));
-  const __m512i mask = _mm512_set1_epi8(0x0f);
   for (i64 b = 0; b < blocks; ++b) {
     const std::uint8_t* in = group + b * lb;
     _mm512_storeu_ps(d + b * lane16, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in))));
@@ -505,14 +514,7 @@ void pack16_held(const int8_lanes_product& a, i64 n0, __m512i* wv, float* d, flo
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
       __m512i ev, od;
-      if constexpr (T == wtype::q8) {
-        ev = _mm512_loadu_si512(in + runs + 64 * r);
-        od = _mm512_loadu_si512(in + runs + 64 * (4 + r));
-      } else {
-        const __m512i w = _mm512_loadu_si512(in + runs + 64 * r);
-        ev = _mm512_and_si512(w, mask);
-        od = _mm512_and_si512(_mm512_srli_epi16(w, 4), mask);
-      }
+      held_run_pair<T>(in, r, ev, od);
       const __m512i lo = _mm512_unpacklo_epi8(ev, od), hi = _mm512_unpackhi_epi8(ev, od);
       _mm512_storeu_si512(wv + b * 8 + 2 * r, _mm512_permutex2var_epi32(lo, first, hi));
       _mm512_storeu_si512(wv + b * 8 + 2 * r + 1, _mm512_permutex2var_epi32(lo, second, hi));
