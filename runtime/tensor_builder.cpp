@@ -88,15 +88,27 @@ void tensor_builder::emit(const char* src, std::uint64_t n) {
   units_done_ += n;
 }
 
-status tensor_builder::add(std::uint64_t offset, std::string_view bytes) {
+status tensor_builder::admit(std::uint64_t offset, std::uint64_t n) {
   if (error_) return *error_;
   if (finished_) return fail(invalid(what() + ": a piece arrived after the tensor was finished"));
   if (offset != received_)
     return fail(invalid(what() + ": a piece at byte " + std::to_string(offset) + " arrived, but byte " +
                         std::to_string(received_) + " was next (pieces must arrive in order)"));
-  if (bytes.size() > total_in_ - received_)
-    return fail(invalid(what() + ": a piece of " + std::to_string(bytes.size()) + " bytes at byte " +
-                        std::to_string(offset) + " runs past the tensor's " + std::to_string(total_in_) + " bytes"));
+  if (n > total_in_ - received_)
+    return fail(invalid(what() + ": a piece of " + std::to_string(n) + " bytes at byte " + std::to_string(offset) +
+                        " runs past the tensor's " + std::to_string(total_in_) + " bytes"));
+  return ok_status();
+}
+
+status tensor_builder::wrote(std::uint64_t offset, std::uint64_t n) {
+  MPAKT_TRY(admit(offset, n));
+  if (path_ != path::copy) return fail(invalid(what() + ": its bytes are converted, so they cannot be written in place"));
+  received_ += n;
+  return ok_status();
+}
+
+status tensor_builder::add(std::uint64_t offset, std::string_view bytes) {
+  MPAKT_TRY(admit(offset, bytes.size()));
   if (bytes.empty()) return ok_status();
   received_ += bytes.size();
   if (path_ == path::copy) {

@@ -40,6 +40,13 @@ class tensor_builder {
   /// Adds the published bytes [offset, offset + bytes.size()). Pieces must arrive in order
   /// (offset == received_bytes()) and not run past expected_bytes().
   status add(std::uint64_t offset, std::string_view bytes);
+  /// The tensor being built, when its published bytes are its bytes (f32/bf16/f16 kept as
+  /// published): a reader may write a piece straight into place (bytes [offset, offset + n)
+  /// of its storage) and record it with wrote(), so the bytes land once. An empty tensor when
+  /// the builder converts, or after an error.
+  tensor destination() const { return path_ == path::copy && !error_ ? out_ : tensor(); }
+  /// Records bytes [offset, offset + n) written into destination() — in order, as add().
+  status wrote(std::uint64_t offset, std::uint64_t n);
 
   /// The finished tensor; errors when bytes are missing (or an earlier add failed).
   result<tensor> finish();
@@ -53,6 +60,8 @@ class tensor_builder {
  private:
   enum class path { copy, widen, quantize };
 
+  /// Whether bytes [offset, offset + n) may come next (in order, within the tensor).
+  status admit(std::uint64_t offset, std::uint64_t n);
   /// Records a sticky error and returns it.
   error fail(error e);
   std::string what() const;

@@ -148,6 +148,38 @@ TEST(TensorBuilder, RefusesPiecesOutOfOrderOrPastTheEnd) {
   }
 }
 
+TEST(TensorBuilder, BytesWrittenInPlaceCountInOrderAndOnlyWhereNothingIsConverted) {
+  // kept as published: a reader writes into destination() and records it; the result holds
+  // exactly those bytes, mixed freely with copied pieces
+  tensor_builder b("BF16", {2, 4}, dtype::bf16, "w");
+  tensor dst = b.destination();
+  ASSERT_FALSE(dst.empty());
+  ASSERT_EQ(dst.nbytes(), 16u);
+  const std::string bytes = "0123456789abcdef";
+  std::memcpy(dst.data(), bytes.data(), 6);
+  ASSERT_TRUE(b.wrote(0, 6).ok());
+  ASSERT_TRUE(b.add(6, bytes.substr(6, 4)).ok());
+  auto early = b.wrote(12, 4);  // (byte 10 is next)
+  ASSERT_FALSE(early.ok());
+  EXPECT_NE(early.err().message.find("in order"), std::string::npos) << early.err().message;
+  tensor_builder c("BF16", {2, 4}, dtype::bf16, "w");
+  std::memcpy(c.destination().data(), bytes.data(), 16);
+  ASSERT_TRUE(c.wrote(0, 10).ok());
+  EXPECT_FALSE(c.wrote(10, 7).ok());  // past the end
+  tensor_builder d("BF16", {2, 4}, dtype::bf16, "w");
+  std::memcpy(d.destination().data(), bytes.data(), 16);
+  ASSERT_TRUE(d.wrote(0, 10).ok() && d.wrote(10, 6).ok());
+  auto t = d.finish();
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(std::memcmp(t->data(), bytes.data(), 16), 0);
+  // converted (widened or quantized): no destination, and nothing may claim to be written
+  tensor_builder widen("BF16", {2, 4}, dtype::f32, "w");
+  EXPECT_TRUE(widen.destination().empty());
+  EXPECT_FALSE(widen.wrote(0, 4).ok());
+  tensor_builder q8("BF16", {1, 32}, dtype::q8, "w");
+  EXPECT_TRUE(q8.destination().empty());
+}
+
 TEST(TensorBuilder, FinishNamesMissingBytes) {
   tensor_builder b("F64", {3}, dtype::f32, "pos");
   ASSERT_TRUE(b.add(0, std::string(13, '\0')).ok());
