@@ -51,6 +51,8 @@ using runcancel_atom = caf::atom_constant<caf::atom("runcancel")>;
 using reserve_atom = caf::atom_constant<caf::atom("reserve")>;
 using tpieceref_atom = caf::atom_constant<caf::atom("tpieceref")>;
 using dlink_atom = caf::atom_constant<caf::atom("dlink")>;
+using tfetch_atom = caf::atom_constant<caf::atom("tfetch")>;
+using tprobe_atom = caf::atom_constant<caf::atom("tprobe")>;
 
 // ---------------------------------------------------------------- worker payloads
 
@@ -140,6 +142,24 @@ struct tensor_piece_ref {
   std::uint64_t offset = 0;
   std::uint64_t length = 0;
   std::uint64_t seq = 0;
+};
+
+/// A range of a checkpoint file that the worker reads from the model host itself (a volunteer
+/// that fetches its own weights, docs/protocol.md "Volunteers fetching from the model host"),
+/// in the place of the pieces the coordinator would otherwise send: bytes [first, first +
+/// length) of `location`, which are the `parts` back to back — each the bytes of one tensor
+/// from its `offset` on.
+struct tensor_fetch_part {
+  std::string name;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+struct tensor_fetch {
+  std::string model_id;
+  std::string location;  ///< http(s) URL
+  std::uint64_t first = 0;
+  std::uint64_t length = 0;
+  std::vector<tensor_fetch_part> parts;
 };
 
 /// Runs a graph on the worker: inline (`graph_json`) or a compiled template already
@@ -244,6 +264,14 @@ typename Inspector::result_type inspect(Inspector& f, tensor_begin_request& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_piece& x) {
   return f(caf::meta::type_name("tensor_piece"), x.model_id, x.name, x.offset, x.bytes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor_fetch_part& x) {
+  return f(caf::meta::type_name("tensor_fetch_part"), x.name, x.offset, x.length);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor_fetch& x) {
+  return f(caf::meta::type_name("tensor_fetch"), x.model_id, x.location, x.first, x.length, x.parts);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_piece_ref& x) {
@@ -394,6 +422,12 @@ using worker_actor = caf::typed_actor<
     /// a piece whose bytes came on it (in tpiece's place, in the same order)
     caf::replies_to<dlink_atom, std::uint16_t, std::string>::with<bool>,
     caf::replies_to<tpieceref_atom, tensor_piece_ref>::with<std::uint64_t>,
+    /// a volunteer that fetches its own weights: location, header bytes, SHA-256 (hex) of them
+    /// -> whether it reads the same file there (errors say why not: not allowed to, cannot
+    /// reach it, other bytes); then a range in the place of its pieces (its reply is their
+    /// bytes added)
+    caf::replies_to<tprobe_atom, std::string, std::uint64_t, std::string>::with<bool>,
+    caf::replies_to<tfetch_atom, tensor_fetch>::with<std::uint64_t>,
     // sessions
     caf::replies_to<sopen_atom, std::string>::with<bool>,
     caf::replies_to<sclose_atom, std::string>::with<bool>,

@@ -51,7 +51,7 @@ const char* serve_usage =
     "                   [--worker-memory SIZE] [--graph-timeout-ms MS] [--body-limit SIZE]\n"
     "                   [--durable-budget SIZE] [--v2-quota SIZE] [--graph-budget SIZE]\n"
     "                   [--threads N] [--web DIR]\n"
-    "                   [--cluster-port N] [--backend cpu|cuda|auto]\n"
+    "                   [--cluster-port N] [--volunteer-fetch on|off] [--backend cpu|cuda|auto]\n"
     "                   [--allow-local DIR]... [--allow-private-sources]\n"
     "                   [--max-connections N] [--max-connections-per-address N]\n"
     "                   [--header-timeout-ms MS] [--body-timeout-ms MS] [--generations-per-key N]\n"
@@ -100,6 +100,11 @@ const char* serve_usage =
     "                      its certificate; each volunteer is offered a one-time ticket over the\n"
     "                      cluster link). Default: the cluster port + 1 (any free port when that\n"
     "                      is 0); off: weights go over the cluster link\n"
+    "  --volunteer-fetch on|off\n"
+    "                      on (default): a volunteer that is not spot-checked reads its weights\n"
+    "                      from the model host itself, for each file it proves to read the same\n"
+    "                      there (and may: see `mpakt worker --host-fetch`), sparing this process\n"
+    "                      every byte; loads that send a hub token always go through here\n"
     "  --cluster-cert FILE the cluster port's certificate (PEM) and its key; by default a key\n"
     "  --cluster-key FILE  pair and self-signed certificate made in DIR/cluster on first start\n"
     "  --log-format F      stderr log lines: text, or json (one object per line); default text\n"
@@ -193,6 +198,10 @@ int cmd_serve(const std::vector<std::string>& args) {
       else if (v->empty() || v->find_first_not_of("0123456789") != std::string::npos || std::atoi(v->c_str()) > 65535)
         return bad("--data-port takes a port (0: any free one) or off");
       else data_port = std::atoi(v->c_str());
+    }
+    else if (a == "--volunteer-fetch") {
+      if (!(v = value()) || (*v != "on" && *v != "off")) return bad("--volunteer-fetch takes on or off");
+      ccfg.load.volunteer_fetch = *v == "on";
     }
     else if (a == "--cluster-cert") { if (!(v = value()) || v->empty()) return bad("--cluster-cert needs a PEM file"); cluster_cert = *v; }
     else if (a == "--cluster-key") { if (!(v = value()) || v->empty()) return bad("--cluster-key needs a PEM file"); cluster_key = *v; }

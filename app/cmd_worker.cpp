@@ -19,6 +19,7 @@
 #include "actors/cluster_tls.hpp"
 #include "actors/errors.hpp"
 #include "actors/coordinator/load_job.hpp"
+#include "actors/loader/host_fetch.hpp"
 #include "actors/worker/worker_actor.hpp"
 #include "app/backend_choice.hpp"
 #include "app/commands.hpp"
@@ -35,7 +36,8 @@ const char* worker_usage =
     "usage: mpakt worker --join HOST:PORT --token TOKEN (--coordinator-fingerprint HEX | --ca FILE)\n"
     "                    [--id NAME] [--memory SIZE] [--threads N]\n"
     "                    [--join-timeout-ms MS] [--legacy] [--reference] [--without OPS]\n"
-    "                    [--delay-ms MS] [--backend cpu|cuda|auto] [--fault WHAT]\n"
+    "                    [--delay-ms MS] [--backend cpu|cuda|auto] [--host-fetch public|any|off]\n"
+    "                    [--fault WHAT]\n"
     "\n"
     "Runs a volunteer: a worker that joins the coordinator started with\n"
     "`mpakt serve --cluster-port PORT` and holds weights and sessions for the grid.\n"
@@ -84,6 +86,12 @@ const char* worker_usage =
     "  --fault no-data-link\n"
     "                      a testing aid: never reach the coordinator's data port (as behind a\n"
     "                      firewall that blocks it): weights then come over the cluster link\n"
+    "  --host-fetch W      whether it reads its weights from the model host itself when the\n"
+    "                      coordinator asks (it then proves it reads the same file there; a\n"
+    "                      spot-checked volunteer is never asked): public (default) from public\n"
+    "                      addresses only; any also from loopback and private ones (a host on\n"
+    "                      this machine or this network); off never. Otherwise, or when it\n"
+    "                      cannot, its weights come through the coordinator\n"
     "  --delay-ms MS       answer every graph call MS late, like a slow or distant volunteer\n"
     "                      (the pool measures it and ranks it below faster workers)\n";
 
@@ -103,6 +111,7 @@ int cmd_worker(const std::vector<std::string>& args) {
   if (const char* t = std::getenv("MPAKT_VOLUNTEER_TOKEN")) token = t;
   worker_config wc;
   bool no_data_link = false;
+  std::string host_fetch = "public";
   int threads = std::max(1u, std::thread::hardware_concurrency());
   if (const char* t = std::getenv("MPAKT_THREADS"); t && std::atoi(t) > 0) threads = std::atoi(t);
   long patience_ms = 30000;
@@ -135,6 +144,9 @@ int cmd_worker(const std::vector<std::string>& args) {
     } else if (a == "--join-timeout-ms") {
       if (!(v = value()) || std::atol(v->c_str()) < 0) return bad("--join-timeout-ms takes a number");
       patience_ms = std::atol(v->c_str());
+    } else if (a == "--host-fetch") {
+      if (!(v = value()) || (*v != "public" && *v != "any" && *v != "off")) return bad("--host-fetch takes public, any or off");
+      host_fetch = *v;
     } else if (a == "--delay-ms") {
       if (!(v = value()) || std::atoi(v->c_str()) < 0) return bad("--delay-ms takes a number of milliseconds");
       wc.delay_ms = std::atoi(v->c_str());
@@ -273,6 +285,12 @@ int cmd_worker(const std::vector<std::string>& args) {
     *data_client = std::move(*c);
     return ok_status();
   };
+
+  if (host_fetch != "off") {
+    loader::host_fetcher::options fo;
+    fo.allow_private = host_fetch == "any";
+    wc.fetcher = std::make_shared<loader::host_fetcher>(fo);
+  }
 
   sigset_t stop_signals = block_stop_signals();
   caf::actor_system_config cfg;

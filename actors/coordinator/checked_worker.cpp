@@ -1220,6 +1220,15 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         return to_caf(errc::invalid, "volunteer " + self->state.sh->v.name + "'s stand-in takes pieces whole (tpiece)");
       },
       [=](dlink_atom a, std::uint16_t port, const std::string& ticket) { return self->delegate(V(), a, port, ticket); },
+      // (its weights pass through here to be hashed on their way: it never reads them itself)
+      [=](tprobe_atom, const std::string&, std::uint64_t, const std::string&) -> caf::result<bool> {
+        return to_caf(errc::invalid, "volunteer " + self->state.sh->v.name +
+                                         " is spot-checked: its weights pass through the coordinator to be hashed");
+      },
+      [=](tfetch_atom, const tensor_fetch&) -> caf::result<std::uint64_t> {
+        return to_caf(errc::invalid, "volunteer " + self->state.sh->v.name +
+                                         " is spot-checked: its weights pass through the coordinator to be hashed");
+      },
       [=](tabort_atom a, const std::string& model) {
         caf::anon_send(self->state.verifier, a, model);
         self->state.forget(model);

@@ -21,8 +21,9 @@
 #include "actors/loader/selection.hpp"
 #include "actors/loader/source.hpp"
 #include "actors/loader/stream.hpp"
-#include "runtime/stages.hpp"
+#include "runtime/log.hpp"
 #include "runtime/metrics.hpp"
+#include "runtime/stages.hpp"
 
 namespace mpakt {
 
@@ -255,6 +256,35 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
   std::vector<loader::tensor_location> where;
   for (const auto& tp : plan->tensors) where.push_back(loader::locate(ctx->index, ctx->index.tensors[tp.tensor]));
   auto units = loader::plan_fetches(where);
+  // Volunteers that read their own bytes from the model host: whoever proves it reads the same
+  // file there (its header's digest) gets ranges instead of pieces; any other worker — an
+  // embedded one, a spot-checked volunteer, one that may not or cannot reach the host — gets
+  // the bytes through here as before. A hub token is never handed on, so such loads relay.
+  std::set<std::pair<caf::actor_addr, std::string>> fetching_itself;  // (worker, file)
+  const bool token_sent = ctx->source.kind == loader::source_kind::hub && !(req.token.empty() && cfg.hf_token.empty());
+  if (cfg.volunteer_fetch && ctx->source.remote() && !token_sent) {
+    std::set<std::pair<caf::actor_addr, std::string>> asked;
+    std::set<caf::actor_addr> refused;  // (one refusal or failure is enough: its other files relay too)
+    for (std::size_t k = 0; k < plan->tensors.size(); ++k) {
+      const auto& file = ctx->index.files[ctx->index.tensors[plan->tensors[k].tensor].file];
+      const auto who = part_of[k].address();
+      if (file.header_sha256.empty() || refused.count(who) || !asked.emplace(who, file.location).second) continue;
+      auto r = ask<bool>(self, part_of[k], cfg.worker_timeout, tprobe_atom::value, file.location, file.data_start,
+                         file.header_sha256);
+      if (r) {
+        fetching_itself.emplace(who, file.location);
+        continue;
+      }
+      refused.insert(who);
+      if (r.err().code != errc::invalid)  // (invalid: it does not, by what it is or by its rules)
+        log::line("info", "load", "model " + req.model_id + ": a worker reads " + file.location +
+                                      " through the coordinator: " + r.err().message);
+    }
+    for (auto& u : units)
+      u.remote = !u.segments.empty() && std::all_of(u.segments.begin(), u.segments.end(), [&](const auto& seg) {
+        return fetching_itself.count({part_of[seg.tensor].address(), u.location}) > 0;
+      });
+  }
   loader::fetch_pool fetcher(where, std::move(units), ctx->make_reader,
                              {cfg.fetch_connections, std::uint64_t(cfg.pieces_held) * loader::piece_bytes});
 
@@ -287,6 +317,16 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
     }
     return ok_status();
   };
+  auto begin_of = [&](const loader::tensor_plan& tp, const loader::tensor_info& t) {
+    tensor_begin_request b;
+    b.model_id = req.model_id;
+    b.name = t.entry.name;
+    b.file_dtype = t.entry.file_dtype;
+    b.shape = t.entry.shape;
+    b.resident = std::string(dtype_name(tp.resident));
+    b.published_bytes = tp.published_bytes;
+    return b;
+  };
   for (std::size_t u = 0; u < fetcher.size(); ++u) {
     // Answers are taken while waiting for the unit, so pieces the workers finished free room
     // for the fetch threads.
@@ -300,24 +340,41 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
     }
     if (!*got) return abort_load(got->err());
     auto& parts = (*got)->parts;
-    const auto& segs = fetcher.unit(u).segments;
+    const auto& unit = fetcher.unit(u);
+    const auto& segs = unit.segments;
+    if (unit.remote) {
+      // Its worker reads it: the tensors it begins, the range in their pieces' place, the
+      // tensors it ends (all on one worker, so they arrive in this order).
+      const worker_actor& worker = part_of[segs.front().tensor];
+      tensor_fetch f{req.model_id, unit.location, unit.first, unit.length, {}};
+      for (const auto& seg : segs) {
+        const auto& tp = plan->tensors[seg.tensor];
+        const auto& t = ctx->index.tensors[tp.tensor];
+        if (seg.offset == 0)
+          flying.push_back({in_flight::kind::begin, seg.tensor, 0,
+                            answer_of<bool>(self->request(worker, cfg.worker_timeout, tbegin_atom::value, begin_of(tp, t)))});
+        if (seg.length > 0) f.parts.push_back({t.entry.name, seg.offset, seg.length});
+      }
+      if (unit.length > 0)
+        flying.push_back({in_flight::kind::piece, segs.front().tensor, unit.length,
+                          answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tfetch_atom::value, std::move(f)))});
+      for (const auto& seg : segs) {
+        const auto& t = ctx->index.tensors[plan->tensors[seg.tensor].tensor];
+        if (seg.offset + seg.length == t.bytes())
+          flying.push_back({in_flight::kind::end, seg.tensor, 0,
+                            answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tend_atom::value, req.model_id, t.entry.name))});
+      }
+      continue;
+    }
     for (std::size_t s = 0; s < segs.size(); ++s) {
       const auto& seg = segs[s];
       const std::size_t k = seg.tensor;
       const auto& tp = plan->tensors[k];
       const auto& t = ctx->index.tensors[tp.tensor];
       const worker_actor& worker = part_of[k];
-      if (seg.offset == 0) {
-        tensor_begin_request b;
-        b.model_id = req.model_id;
-        b.name = t.entry.name;
-        b.file_dtype = t.entry.file_dtype;
-        b.shape = t.entry.shape;
-        b.resident = std::string(dtype_name(tp.resident));
-        b.published_bytes = tp.published_bytes;
+      if (seg.offset == 0)
         flying.push_back({in_flight::kind::begin, k, 0,
-                          answer_of<bool>(self->request(worker, cfg.worker_timeout, tbegin_atom::value, std::move(b)))});
-      }
+                          answer_of<bool>(self->request(worker, cfg.worker_timeout, tbegin_atom::value, begin_of(tp, t)))});
       if (seg.length > 0) {
         tensor_piece p{req.model_id, t.entry.name, seg.offset, std::move(parts[s])};
         flying.push_back({in_flight::kind::piece, k, seg.length,

@@ -41,8 +41,13 @@ struct load_job_config {
   /// Range requests a load keeps in flight to its model host (one connection each).
   int fetch_connections = 4;
   /// Pieces of weights (16 MB each) the coordinator may hold at once for one load: fetched
-  /// ahead, or on their way to a worker and not yet acknowledged.
+  /// ahead, or on their way to a worker and not yet acknowledged (a volunteer's own ranges
+  /// in flight count the same).
   int pieces_held = 4;
+  /// Whether volunteers may read their own weights from the model host (`serve
+  /// --volunteer-fetch off` turns it off): asked per volunteer and file, never for a
+  /// spot-checked volunteer or a load that sends a hub token (actors/loader/host_fetch.hpp).
+  bool volunteer_fetch = true;
 };
 
 /// What a load job does: the load as asked for (source, selection, quantize, the caller's own

@@ -622,6 +622,14 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           self->state.tally.count();
           return to_caf(errc::invalid, not_here + "it takes no data connection");
         },
+        [=](tprobe_atom, const std::string&, std::uint64_t, const std::string&) -> caf::result<bool> {
+          self->state.tally.count();
+          return to_caf(errc::invalid, not_here + "its tensors are loaded onto those workers directly");
+        },
+        [=](tfetch_atom, const tensor_fetch&) -> caf::result<std::uint64_t> {
+          self->state.tally.count();
+          return to_caf(errc::invalid, not_here + "its tensors are loaded onto those workers directly");
+        },
         [=](tabort_atom, const std::string&) { self->state.tally.count(); return true; },
         [=](dropmodel_atom, const std::string&) {
           self->state.tally.count();

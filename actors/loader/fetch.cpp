@@ -81,6 +81,7 @@ result<fetched_unit> fetch_pool::fetch(byte_reader& reader, std::size_t index) {
   const fetch_unit& u = units_[index];
   fetched_unit out;
   out.index = index;
+  if (u.remote) return out;
   out.parts.reserve(u.segments.size());
   std::vector<std::span<char>> spans;
   for (const auto& s : u.segments) {

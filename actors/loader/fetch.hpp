@@ -54,13 +54,17 @@ struct fetch_unit {
   std::uint64_t first = 0;   ///< absolute offset in the file
   std::uint64_t length = 0;  ///< the segments' lengths added up
   std::vector<fetch_segment> segments;
+  /// Read by its worker itself from the model host (a volunteer that fetches its own weights,
+  /// host_fetch.hpp): the pool reads nothing for it, but counts its bytes as held from its
+  /// turn until they are released, so the worker's ranges in flight share the pool's bound.
+  bool remote = false;
 };
 
 /// Cuts `tensors` (in order) into fetch units of at most `piece` bytes. Every tensor appears,
 /// in order: an empty one as a segment of length 0.
 std::vector<fetch_unit> plan_fetches(const std::vector<tensor_location>& tensors, std::uint64_t piece = piece_bytes);
 
-/// A unit's bytes: one buffer per segment.
+/// A unit's bytes: one buffer per segment (none for a remote unit).
 struct fetched_unit {
   std::size_t index = 0;
   std::vector<std::string> parts;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "actors/digest.hpp"
 #include "runtime/json.hpp"
 
 namespace mpakt::loader {
@@ -42,11 +43,11 @@ status add_file(model_index& idx, model_file file, const st_header& h, Keep keep
 }
 
 result<model_index> index_single(const model_source& src, const std::string& location, st_header h,
-                                 std::optional<std::uint64_t> size) {
+                                 std::optional<std::uint64_t> size, std::string digest) {
   model_index idx;
   idx.source = src.text;
   idx.remote = src.remote();
-  model_file f{file_name_of(location), location, h.data_start, size};
+  model_file f{file_name_of(location), location, h.data_start, size, std::move(digest)};
   MPAKT_TRY(add_file(idx, std::move(f), h, [](const st_entry&) { return true; }));
   return idx;
 }
@@ -79,13 +80,14 @@ result<model_index> index_sharded(const model_source& src, const std::string& lo
   for (const auto& shard : shard_names) {
     auto loc = shard_location(location, shard, src.remote());
     if (!loc) return std::move(loc).err();
-    auto h = read_header(reader, *loc);
+    std::string digest;
+    auto h = read_header(reader, *loc, &digest);
     if (!h) {
       if (h.err().code == errc::not_found)
         return invalid("index " + location + " names shard " + shard + ", but " + *loc + " does not exist");
       return std::move(h).err();
     }
-    model_file f{shard, *loc, h->first.data_start, h->second};
+    model_file f{shard, *loc, h->first.data_start, h->second, std::move(digest)};
     MPAKT_TRY(add_file(idx, std::move(f), h->first, [&](const st_entry& e) {
       auto it = tensor_shard.find(e.name);
       return it != tensor_shard.end() && it->second == shard;
@@ -106,8 +108,8 @@ const tensor_info* model_index::find(std::string_view name) const {
   return it == by_name.end() ? nullptr : &tensors[it->second];
 }
 
-result<std::pair<st_header, std::optional<std::uint64_t>>> read_header(byte_reader& reader,
-                                                                       const std::string& location) {
+result<std::pair<st_header, std::optional<std::uint64_t>>> read_header(byte_reader& reader, const std::string& location,
+                                                                       std::string* digest) {
   auto first = reader.read_range(location, 0, header_probe_bytes);
   if (!first) return std::move(first).err();
   std::string& bytes = first->bytes;
@@ -132,6 +134,11 @@ result<std::pair<st_header, std::optional<std::uint64_t>>> read_header(byte_read
   if (size) data_bytes = *size - need;
   auto h = parse_safetensors_header(json, *n, data_bytes);
   if (!h) return invalid(location + ": " + h.err().message);
+  if (digest) {
+    sha256_stream sha;
+    sha.add(std::string_view(bytes).substr(0, std::size_t(need)));
+    *digest = sha.hex();
+  }
   return std::make_pair(std::move(*h), size);
 }
 
@@ -147,13 +154,14 @@ result<model_index> inspect_source(const model_source& src, byte_reader& reader)
       if (!json) return std::move(json).err();
       return index_sharded(src, c.location, *json, reader);
     }
-    auto h = read_header(reader, c.location);
+    std::string digest;
+    auto h = read_header(reader, c.location, &digest);
     if (!h && h.err().code == errc::not_found) {
       absent.push_back(c.location);
       continue;
     }
     if (!h) return std::move(h).err();
-    return index_single(src, c.location, std::move(h->first), h->second);
+    return index_single(src, c.location, std::move(h->first), h->second, std::move(digest));
   }
   std::string list;
   for (std::size_t i = 0; i < absent.size(); ++i) list += (i ? (i + 1 == absent.size() ? " nor " : ", ") : "") + absent[i];

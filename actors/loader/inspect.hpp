@@ -38,6 +38,9 @@ struct model_file {
   std::string location;               ///< URL or absolute path
   std::uint64_t data_start = 0;       ///< 8 + header length: where tensor offsets start
   std::optional<std::uint64_t> size;  ///< whole file size, when the host said
+  /// SHA-256 (hex) of bytes [0, data_start): what a volunteer that fetches its own weights
+  /// compares with what it reads there, so that it reads this very file (docs/protocol.md).
+  std::string header_sha256;
 };
 
 /// One tensor and where its published bytes are.
@@ -72,8 +75,9 @@ struct model_index {
 
 /// Reads and checks one safetensors header at `location` (one request, two when the header is
 /// longer than header_probe_bytes). errc::not_found passes through when the file is absent.
-result<std::pair<st_header, std::optional<std::uint64_t>>> read_header(byte_reader& reader,
-                                                                       const std::string& location);
+/// With `digest`, SHA-256 (hex) of the header's bytes (the length prefix included) goes there.
+result<std::pair<st_header, std::optional<std::uint64_t>>> read_header(byte_reader& reader, const std::string& location,
+                                                                       std::string* digest = nullptr);
 
 /// Builds the index of `src`, trying its candidates in order (LOAD-13). `reader` must suit the
 /// source (an HTTP reader for remote sources, a local one otherwise).

@@ -5,6 +5,8 @@
 #include <set>
 
 #include "actors/errors.hpp"
+#include "actors/loader/host_fetch.hpp"
+#include "runtime/log.hpp"
 #include "runtime/tensor_builder.hpp"
 
 namespace mpakt {
@@ -28,18 +30,31 @@ struct receiver_state {
 
   /// Forgets a model's tensors in progress and those not yet adopted.
   /// Adds a piece's bytes to its tensor; the reply is the tensor's bytes received so far.
-  caf::result<std::uint64_t> add_piece(const std::string& model, const std::string& name, std::uint64_t offset,
-                                       const std::string& bytes) {
+  /// Bytes a fetch wrote straight into the tensor (host_fetch.hpp).
+  status wrote(const std::string& model, const std::string& name, std::uint64_t offset, std::uint64_t n) {
     auto m = loading.find(model);
     if (m == loading.end() || !m->second.count(name))
-      return to_caf(errc::conflict, "tensor " + name + " of model " + model + " is not being loaded");
+      return make_error(errc::conflict, "tensor " + name + " of model " + model + " is not being loaded");
+    return m->second.at(name).builder.wrote(offset, n);
+  }
+  result<std::uint64_t> add_bytes(const std::string& model, const std::string& name, std::uint64_t offset,
+                                  std::string_view bytes) {
+    auto m = loading.find(model);
+    if (m == loading.end() || !m->second.count(name))
+      return make_error(errc::conflict, "tensor " + name + " of model " + model + " is not being loaded");
     auto& b = m->second.at(name).builder;
-    auto s = b.add(offset, bytes);
-    if (!s) return to_caf(s.err());
+    MPAKT_TRY(b.add(offset, bytes));
     return b.received_bytes();
+  }
+  caf::result<std::uint64_t> add_piece(const std::string& model, const std::string& name, std::uint64_t offset,
+                                       const std::string& bytes) {
+    auto r = add_bytes(model, name, offset, bytes);
+    if (!r) return to_caf(r.err());
+    return *r;
   }
 
   void forget(const std::string& model) {
+    if (shared->cfg.fetcher) shared->cfg.fetcher->forget_model(model);
     std::lock_guard<std::mutex> lock(shared->m);
     if (auto m = loading.find(model); m != loading.end()) {
       for (auto& [_, in] : m->second) shared->loading -= std::min(shared->loading, in.resident);
@@ -71,6 +86,16 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
         [=](tbegin_atom, tensor_begin_request& r) -> caf::result<bool> {
           auto& st = self->state;
           auto& w = *st.shared;
+          // Ranges of this tensor that the worker fetches itself wait to learn where its bytes
+          // go: into the tensor (below), or, whatever went wrong here, a buffer.
+          struct destined_t {
+            loader::host_fetcher* fetcher;
+            const tensor_begin_request& r;
+            tensor where;
+            ~destined_t() {
+              if (fetcher) fetcher->destine(r.model_id, r.name, std::move(where));
+            }
+          } destined{w.cfg.fetcher.get(), r, tensor()};
           auto resident = dtype_from_name(r.resident);
           if (!resident) return to_caf(errc::invalid, "unknown resident dtype " + r.resident);
           if (w.cfg.legacy) resident = dtype::f32;  // an old worker widens everything
@@ -90,7 +115,9 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
             if (res != w.reserved.end()) res->second -= std::min(res->second, *bytes);
             w.loading += *bytes;
           }
-          st.loading[r.model_id].emplace(r.name, receiver_state::incoming{tensor_builder(r.file_dtype, r.shape, *resident, r.name), *bytes});
+          auto [in, _] = st.loading[r.model_id].emplace(
+              r.name, receiver_state::incoming{tensor_builder(r.file_dtype, r.shape, *resident, r.name), *bytes});
+          destined.where = in->second.builder.destination();
           return true;
         },
         [=](tpiece_atom, tensor_piece& p) -> caf::result<std::uint64_t> {
@@ -118,6 +145,33 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
           if (!opened) return to_caf(opened.err());
           return true;
         },
+        [=](tprobe_atom, const std::string& location, std::uint64_t header_bytes, const std::string& sha) -> caf::result<bool> {
+          auto& w = *self->state.shared;
+          if (!w.cfg.fetcher) return to_caf(errc::invalid, "worker " + w.cfg.worker_id + " fetches no weights itself");
+          if (auto ok = w.cfg.fetcher->probe(location, header_bytes, sha); !ok)
+            return to_caf(ok.err().code, "worker " + w.cfg.worker_id + " does not fetch " + location + " itself: " + ok.err().message);
+          log::line("info", "worker", "reads " + location + " from the model host itself");
+          return true;
+        },
+        [=](tfetch_atom, tensor_fetch& f, std::uint64_t number) -> caf::result<std::uint64_t> {
+          auto& w = *self->state.shared;
+          auto got = w.cfg.fetcher->take(number);  // (the front started it: the fetcher exists)
+          if (!got) return to_caf(got.err());
+          status added = ok_status();
+          for (std::size_t i = 0; i < f.parts.size() && added; ++i) {
+            const auto& p = f.parts[i];
+            if (got->in_place[i]) {
+              added = self->state.wrote(f.model_id, p.name, p.offset, p.length);
+            } else {
+              auto r = self->state.add_bytes(f.model_id, p.name, p.offset,
+                                             std::string_view(got->bytes[i]).substr(0, std::size_t(p.length)));
+              if (!r) added = std::move(r).err();
+            }
+          }
+          w.cfg.fetcher->recycle(std::move(got->bytes));
+          if (!added) return to_caf(added.err());
+          return f.length;
+        },
         [=](tend_atom, const std::string& model, const std::string& name) -> caf::result<std::uint64_t> {
           auto& st = self->state;
           auto m = st.loading.find(model);
@@ -125,6 +179,7 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
             return to_caf(errc::conflict, "tensor " + name + " of model " + model + " is not being loaded");
           auto node = m->second.extract(name);
           if (m->second.empty()) st.loading.erase(m);
+          if (st.shared->cfg.fetcher) st.shared->cfg.fetcher->forget(model, name);
           auto t = node.mapped().builder.finish();
           std::lock_guard<std::mutex> lock(st.shared->m);
           st.shared->loading -= std::min(st.shared->loading, node.mapped().resident);

@@ -25,6 +25,10 @@ using load_receiver_actor = caf::typed_actor<
     caf::replies_to<tpieceref_atom, tensor_piece_ref>::with<std::uint64_t>,
     /// opens the data connection the coordinator offers (worker_config::open_data_link)
     caf::replies_to<dlink_atom, std::uint16_t, std::string>::with<bool>,
+    /// a file the coordinator would have the worker read itself (worker_config::fetcher), and
+    /// one of its ranges, started by the front under that number, in the place of pieces
+    caf::replies_to<tprobe_atom, std::string, std::uint64_t, std::string>::with<bool>,
+    caf::replies_to<tfetch_atom, tensor_fetch, std::uint64_t>::with<std::uint64_t>,
     caf::replies_to<tend_atom, std::string, std::string>::with<std::uint64_t>,
     /// drops the model's tensors in progress and waiting, and has the compute side drop the
     /// ones it adopted

@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "actors/errors.hpp"
+#include "actors/loader/host_fetch.hpp"
 #include "actors/off_thread.hpp"
 #include "actors/worker/compute_actor.hpp"
 #include "actors/worker/load_receiver.hpp"
@@ -204,6 +205,23 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
       [=](dlink_atom, std::uint16_t port, const std::string& ticket) {
         self->state.tally.count();
         return self->delegate(self->state.receiver, dlink_atom::value, port, ticket);
+      },
+      [=](tprobe_atom, const std::string& location, std::uint64_t header_bytes, const std::string& sha) {
+        self->state.tally.count();
+        return self->delegate(self->state.receiver, tprobe_atom::value, location, header_bytes, sha);
+      },
+      [=](tfetch_atom, tensor_fetch& f) -> caf::result<std::uint64_t> {
+        self->state.tally.count();
+        // The read starts here, at once, so that the next ranges are on their way while the
+        // receiver adds earlier ones; the receiver takes it in order with tbegin and tend.
+        const auto& w = *self->state.shared;
+        if (!w.cfg.fetcher) return to_caf(errc::invalid, "worker " + w.cfg.worker_id + " fetches no weights itself");
+        auto number = w.cfg.fetcher->start(f);
+        if (!number) {
+          self->state.tally.failed(number.err().message);
+          return to_caf(number.err().code, "worker " + w.cfg.worker_id + ": " + number.err().message);
+        }
+        return self->delegate(self->state.receiver, tfetch_atom::value, std::move(f), *number);
       },
       [=](tend_atom, const std::string& model, const std::string& name) {
         self->state.tally.count();

@@ -30,6 +30,10 @@
 #include "actors/protocol.hpp"
 #include "backends/backend.hpp"
 
+namespace mpakt::loader {
+class host_fetcher;
+}
+
 namespace mpakt {
 
 struct worker_config {
@@ -89,6 +93,10 @@ struct worker_config {
   /// offers.
   std::shared_ptr<datalink::piece_inbox> pieces;
   std::function<status(std::uint16_t, const std::string&)> open_data_link;
+  /// A volunteer that reads its own weights from the model host where the coordinator asks
+  /// (actors/loader/host_fetch.hpp: `tprobe`, then `tfetch` in the place of pieces). Null: it
+  /// refuses, and its weights come through the coordinator.
+  std::shared_ptr<loader::host_fetcher> fetcher;
 };
 
 /// Spawns a worker (its front, compute side and receiver); returns the front.

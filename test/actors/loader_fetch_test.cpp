@@ -163,6 +163,34 @@ TEST(FetchPool, ParallelRequestsHandOverTheFilesBytesInOrder) {
   EXPECT_EQ(pool.requests(), n);
 }
 
+TEST(FetchPool, UnitsItsWorkerReadsItselfAreNotReadButCountAgainstTheBound) {
+  fake_host h;
+  auto ts = tensors_in(h, "f", {1000, 1000, 1000, 1000});
+  auto units = plan_fetches(ts, 1000);
+  ASSERT_EQ(units.size(), 4u);
+  units[1].remote = units[2].remote = true;
+  fetch_pool pool(ts, units, [&] { return h.reader(); }, {4, 2000});
+  auto a = pool.next();
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->parts.size(), 1u);
+  auto b = pool.next();
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->index, 1u);
+  EXPECT_TRUE(b->parts.empty());  // read by its worker: no bytes here
+  EXPECT_EQ(pool.peak_bytes(), 2000u);  // yet it holds its place under the bound
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(pool.try_next().has_value());  // the third waits for room
+  pool.release(1000);
+  auto c = pool.next();
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->parts.empty());
+  pool.release(2000);
+  auto d = pool.next();
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->parts[0], h.files["f"].substr(3000, 1000));
+  EXPECT_EQ(pool.requests(), 2u);  // units 0 and 3 only
+}
+
 TEST(FetchPool, HoldsNoMoreThanItsBoundUntilBytesAreReleased) {
   fake_host h;
   auto ts = tensors_in(h, "f", {1000, 1000, 1000, 1000});

@@ -26,7 +26,9 @@
 #include <vector>
 
 #include "test/support/host_process.hpp"
+#include "actors/digest.hpp"
 #include "actors/loader/fetch.hpp"
+#include "actors/loader/host_fetch.hpp"
 #include "actors/loader/inspect.hpp"
 #include "actors/loader/selection.hpp"
 #include "actors/loader/stream.hpp"
@@ -457,6 +459,96 @@ TEST_F(LoaderHost, FetchFromAHostIgnoringRangeFailsNamingTheTensor) {
   EXPECT_NE(f.err().message.find("tensor " + ts[0].name + ": host " + ts[0].location + " does not honour Range requests"),
             std::string::npos)
       << f.err().message;
+}
+
+/// A volunteer's own fetching (host_fetch.hpp): it reads a file's ranges only after proving,
+/// by the header's digest, that the address gives it the coordinator's file; it reads public
+/// addresses only unless allowed more; ranges come back whole and in their parts.
+TEST_F(LoaderHost, HostFetcherReadsOnlyFilesItProvedTheSame) {
+  auto r = make_http_reader();
+  auto idx = inspect("hf:org/sharded", *host_, *r);
+  ASSERT_TRUE(idx.ok()) << idx.err().message;
+  ASSERT_EQ(idx->files.size(), 2u);
+  for (const auto& f : idx->files) ASSERT_EQ(f.header_sha256.size(), 64u) << f.location;
+  const auto& file = idx->files[0];
+
+  host_fetcher::options o;
+  o.allow_private = true;
+  o.max_ranges = 2;
+  host_fetcher fetcher(o);
+  std::vector<tensor_location> ts;
+  for (const auto& t : idx->tensors)
+    if (t.file == 0) ts.push_back(locate(*idx, t));
+  auto units = plan_fetches(ts, piece_bytes);
+  ASSERT_EQ(units.size(), 1u);  // (both tensors of the first shard in one range)
+  tensor_fetch f{"m", units[0].location, units[0].first, units[0].length, {}};
+  for (const auto& seg : units[0].segments) f.parts.push_back({ts[seg.tensor].name, seg.offset, seg.length});
+
+  // not probed yet: refused, nothing read
+  auto early = fetcher.start(f);
+  ASSERT_FALSE(early.ok());
+  EXPECT_EQ(early.err().code, errc::invalid);
+  // other bytes than the coordinator's: refused
+  auto other = fetcher.probe(file.location, file.data_start, std::string(64, '0'));
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.err().code, errc::conflict) << other.err().message;
+  EXPECT_FALSE(fetcher.start(f).ok());
+  auto shorter = fetcher.probe(file.location, file.data_start - 1, file.header_sha256);
+  EXPECT_FALSE(shorter.ok());
+
+  ASSERT_TRUE(fetcher.probe(file.location, file.data_start, file.header_sha256).ok());
+  // the first tensor is kept as published: its part is read straight into it; the second is
+  // converted (to f32), so its part comes in a buffer
+  tensor_builder kept(ts[0].file_dtype, ts[0].shape, dtype::bf16, ts[0].name);
+  ASSERT_FALSE(kept.destination().empty());
+  ASSERT_TRUE(tensor_builder(ts[1].file_dtype, ts[1].shape, dtype::f32).destination().empty());
+  auto n = fetcher.start(f);
+  ASSERT_TRUE(n.ok()) << n.err().message;
+  fetcher.destine("m", ts[0].name, kept.destination());  // (the fetch waits for these)
+  fetcher.destine("m", ts[1].name, tensor());
+  auto got = fetcher.take(*n);
+  ASSERT_TRUE(got.ok()) << got.err().message;
+  ASSERT_EQ(got->in_place, (std::vector<bool>{true, false}));
+  std::ifstream in(folder_->root / "org/sharded/model-00000-of-00002.safetensors", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(kept.wrote(0, ts[0].length).ok());
+  auto t0 = kept.finish();
+  ASSERT_TRUE(t0.ok());
+  EXPECT_TRUE(std::string_view(reinterpret_cast<const char*>(t0->data()), t0->nbytes()) ==
+              bytes.substr(std::size_t(ts[0].first), std::size_t(ts[0].length)));
+  EXPECT_TRUE(std::string_view(got->bytes[1]).substr(0, std::size_t(ts[1].length)) ==
+              bytes.substr(std::size_t(ts[1].first), std::size_t(ts[1].length)));
+  fetcher.recycle(std::move(got->bytes));
+  EXPECT_EQ(fetcher.bytes_fetched(), units[0].length);
+  fetcher.forget_model("m");  // (later ranges of these tensors would wait again, then take buffers)
+  // the second shard was not probed: its ranges are not fetched
+  tensor_fetch g = f;
+  g.location = idx->files[1].location;
+  EXPECT_FALSE(fetcher.start(g).ok());
+  // parts that do not add up to the range, or a range larger than a piece: refused
+  tensor_fetch bad = f;
+  bad.parts.back().length += 1;
+  EXPECT_FALSE(fetcher.start(bad).ok());
+  bad = f;
+  bad.length = 3 * piece_bytes;
+  bad.parts = {{"x", 0, 3 * piece_bytes}};
+  EXPECT_FALSE(fetcher.start(bad).ok());
+  // at most max_ranges waiting to be taken
+  fetcher.destine("m", ts[0].name, tensor());
+  fetcher.destine("m", ts[1].name, tensor());
+  auto a = fetcher.start(f), b = fetcher.start(f), c = fetcher.start(f);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.err().code, errc::limit);
+  EXPECT_TRUE(fetcher.take(*b).ok());
+  EXPECT_TRUE(fetcher.take(*a).ok());
+  EXPECT_FALSE(fetcher.take(*b + 100).ok());  // never started
+
+  // public addresses only (a volunteer's default): the loopback host is refused
+  host_fetcher careful({});
+  auto refused = careful.probe(file.location, file.data_start, file.header_sha256);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.err().code, errc::invalid) << refused.err().message;
 }
 
 }  // namespace

@@ -201,6 +201,77 @@ def test_with_the_data_port_off_weights_travel_over_the_cluster_link(start_serve
         c.server.process.terminate()
 
 
+NO_CHECKS = ("--verify-fraction", "0", "--verify-first", "0")
+
+
+def chat_text(c, model):
+    r = expect(c.server.api.post("/api/v3/chat", {"model": model, "messages": [{"role": "user", "content": "Once upon a time"}],
+                                                  "maxTokens": 24, "temperature": 0, "stream": False}, key=c.key, timeout=60), 200)
+    assert r["ok"] and r["usage"]["completionTokens"] > 0
+    return r["text"]
+
+
+def test_a_volunteer_reads_its_weights_from_the_model_host_itself_where_it_may(start_server, tmp_path_factory):
+    """LOAD-22 (weights stream from the model host straight to the volunteers;
+    actors/loader/host_fetch.hpp): a volunteer that is not spot-checked and may read the host's
+    address (`--host-fetch any`: the host is on loopback here) proves it reads the same file
+    there and then fetches every range itself — its data connection carries no byte, the load
+    still reports the published bytes, and the weights decode the golden tokens. A volunteer
+    that may read public addresses only (the default) gets the same model through the
+    coordinator; so does everyone with `serve --volunteer-fetch off`."""
+    c = start_cluster(start_server, tmp_path_factory, "hostfetch", options=NO_CHECKS)
+    try:
+        w = c.join("w_a", "1G", "--host-fetch", "any")
+        r = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
+        [st] = c.status(c.key)["pool"]
+        assert st["dataLink"] == {"state": "up", "bytes": 0}, st["dataLink"]
+        assert r["bytesTransferred"] == expect(c.server.api.get("/api/v3/models/inspect?source=hf:local/stories260K",
+                                                                  key=c.key), 200)["totalBytes"]
+        assert "from the model host itself" in w.output()
+        decode_golden(c.server.api, c.key, r["modelId"])
+        # quantized as the ranges arrive (read into buffers, then converted): the same answer as
+        # the same load relayed (QNT-09: the conversion does not depend on the way the bytes came)
+        q8 = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K", "quantize": "q8"},
+                                      key=c.key, timeout=60), 200)
+        assert q8["quantize"] == "q8" and q8["bytesTransferred"] == r["bytesTransferred"]
+        assert c.status(c.key)["pool"][0]["dataLink"]["bytes"] == 0
+        fetched = chat_text(c, q8["modelId"])
+        c.stop_all()
+        # public addresses only: the probe is refused there, and the bytes come through here
+        w = c.join("w_b", "1G")
+        r = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
+        s = c.wait_for(lambda s: s["pool"][0]["dataLink"]["bytes"] >= r["bytesTransferred"], "the relayed bytes")
+        assert s["pool"][0]["dataLink"] == {"state": "up", "bytes": r["bytesTransferred"]}
+        assert "from the model host itself" not in w.output()
+        decode_golden(c.server.api, c.key, r["modelId"])
+        q8 = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K", "quantize": "q8"},
+                                      key=c.key, timeout=60), 200)
+        assert chat_text(c, q8["modelId"]) == fetched
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
+    c = start_cluster(start_server, tmp_path_factory, "hostfetchoff", options=(*NO_CHECKS, "--volunteer-fetch", "off"))
+    try:
+        w = c.join("w_a", "1G", "--host-fetch", "any")
+        r = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
+        c.wait_for(lambda s: s["pool"][0]["dataLink"]["bytes"] == r["bytesTransferred"], "the relayed bytes")
+        assert "from the model host itself" not in w.output()
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
+
+
+def test_a_spot_checked_volunteer_never_reads_its_weights_itself(cluster):
+    """The weight checks hash the published bytes as they pass the checked worker, so a
+    spot-checked volunteer gets them through the coordinator even where it could fetch them."""
+    w = cluster.join("w_a", "1G", "--host-fetch", "any")
+    r = expect(cluster.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=cluster.key, timeout=60), 200)
+    cluster.wait_for(lambda s: s["pool"][0]["dataLink"]["bytes"] == r["bytesTransferred"], "the relayed bytes")
+    assert "from the model host itself" not in w.output()
+    checks = cluster.wait_for(lambda s: (s["pool"][0]["checks"] or {}).get("weightsChecked", 0) > 0, "weights checked")
+    assert checks["pool"][0]["checks"]["weightsChecked"] > 0
+
+
 def test_a_volunteer_that_dies_is_noticed_and_others_keep_serving(pair):
     api, key = pair.server.api, pair.key
     other = "w_b" if pair.holder == "w_a" else "w_a"

@@ -1,0 +1,231 @@
+#include "actors/loader/host_fetch.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+
+#include "actors/digest.hpp"
+#include "actors/loader/stream.hpp"
+
+namespace mpakt::loader {
+
+namespace {
+
+http_reader_options reader_options(const host_fetcher::options& o) {
+  http_reader_options ho;
+  ho.timeout_ms = o.timeout_ms;
+  ho.verify_tls = o.verify_tls;
+  ho.allow_private = o.allow_private;
+  return ho;  // (no trusted endpoint and no token: the volunteer has neither)
+}
+
+bool is_url(const std::string& s) { return s.rfind("http://", 0) == 0 || s.rfind("https://", 0) == 0; }
+
+}  // namespace
+
+host_fetcher::host_fetcher(options opts) : opts_([&] {
+  opts.connections = std::max(1, opts.connections);
+  opts.max_ranges = std::max(1, opts.max_ranges);
+  return opts;
+}()) {
+  for (int i = 0; i < opts_.connections; ++i) threads_.emplace_back([this] { run_thread(); });
+}
+
+host_fetcher::~host_fetcher() {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+status host_fetcher::probe(const std::string& location, std::uint64_t header_bytes, const std::string& sha256_hex) {
+  if (!is_url(location)) return make_error(errc::invalid, "fetches only http(s) URLs, not " + location);
+  if (header_bytes < 8 || header_bytes > (std::uint64_t(100) << 20))
+    return make_error(errc::invalid, "a safetensors header of " + std::to_string(header_bytes) + " bytes is not one to probe");
+  // (a host that cannot be reached from here should cost the load little before it relays)
+  auto ro = reader_options(opts_);
+  ro.timeout_ms = std::min(ro.timeout_ms, 10000);
+  auto reader = make_http_reader(ro);
+  auto got = reader->read_range(location, 0, header_bytes);
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    requests_ += reader->requests();
+  }
+  if (!got) return std::move(got).err();
+  sha256_stream sha;
+  sha.add(got->bytes);
+  if (got->bytes.size() != header_bytes || sha.hex() != sha256_hex)
+    return make_error(errc::conflict, location + " answers here with other bytes than the coordinator read there");
+  std::lock_guard<std::mutex> lock(m_);
+  probed_.insert(location);
+  return ok_status();
+}
+
+result<std::uint64_t> host_fetcher::start(const tensor_fetch& f) {
+  // (a range is at most a piece: plan_fetches never makes a larger one)
+  if (f.length > 2 * piece_bytes)
+    return invalid("a range of " + std::to_string(f.length) + " bytes is larger than " + std::to_string(2 * piece_bytes));
+  std::uint64_t sum = 0;
+  for (const auto& p : f.parts) sum += std::min(p.length, 2 * piece_bytes + 1);
+  if (sum != f.length || f.parts.empty())
+    return invalid("the range of " + std::to_string(f.length) + " bytes at " + f.location + " does not match its parts");
+  std::lock_guard<std::mutex> lock(m_);
+  if (!probed_.count(f.location)) return invalid(f.location + " was not probed here; its ranges are not fetched");
+  if (waiting_ >= std::size_t(opts_.max_ranges))
+    return make_error(errc::limit, std::to_string(waiting_) + " ranges are already being fetched");
+  const std::uint64_t n = next_++;
+  queue_.emplace_back(n, f);
+  ++waiting_;
+  cv_.notify_all();
+  return n;
+}
+
+void host_fetcher::destine(const std::string& model, const std::string& name, tensor storage) {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    destinations_[{model, name}] = std::move(storage);
+  }
+  cv_.notify_all();
+}
+
+void host_fetcher::forget(const std::string& model, const std::string& name) {
+  std::lock_guard<std::mutex> lock(m_);
+  destinations_.erase({model, name});
+}
+
+void host_fetcher::forget_model(const std::string& model) {
+  std::lock_guard<std::mutex> lock(m_);
+  for (auto it = destinations_.lower_bound({model, std::string()}); it != destinations_.end() && it->first.first == model;)
+    it = destinations_.erase(it);
+}
+
+tensor host_fetcher::destination_of(const std::string& model, const std::string& name) {
+  std::unique_lock<std::mutex> lock(m_);
+  const std::pair<std::string, std::string> key{model, name};
+  cv_.wait_for(lock, std::chrono::milliseconds(opts_.destine_patience_ms),
+               [&] { return stop_ || destinations_.count(key) > 0; });
+  auto it = destinations_.find(key);
+  return it == destinations_.end() ? tensor() : it->second;
+}
+
+result<host_fetcher::range> host_fetcher::take(std::uint64_t number) {
+  std::unique_lock<std::mutex> lock(m_);
+  if (number == 0 || number >= next_) return invalid("no range numbered " + std::to_string(number) + " was started");
+  cv_.wait(lock, [&] { return done_.count(number) > 0 || stop_; });
+  auto it = done_.find(number);
+  if (it == done_.end()) return make_error(errc::unavailable, "the worker is shutting down");
+  auto r = std::move(it->second);
+  done_.erase(it);
+  --waiting_;
+  return r;
+}
+
+void host_fetcher::recycle(std::vector<std::string> parts) {
+  std::lock_guard<std::mutex> lock(m_);
+  // (what a few ranges in flight need; the rest is freed)
+  const std::uint64_t cap = std::uint64_t(opts_.max_ranges) * 2 * piece_bytes;
+  std::uint64_t kept = 0;
+  for (const auto& p : spares_) kept += p.size();
+  for (auto& p : parts)
+    if (p.size() >= (std::size_t(64) << 10) && spares_.size() < 64 && kept + p.size() <= cap) {
+      kept += p.size();
+      spares_.push_back(std::move(p));
+    }
+}
+
+std::string host_fetcher::buffer(std::uint64_t n) {
+  std::string b;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    // the smallest spare that holds n, so the large ones stay for large parts; else the largest
+    auto best = spares_.end();
+    for (auto it = spares_.begin(); it != spares_.end(); ++it)
+      if (best == spares_.end() || (it->size() >= n ? best->size() < n || it->size() < best->size() : it->size() > best->size()))
+        best = it;
+    if (best != spares_.end()) {
+      b = std::move(*best);
+      spares_.erase(best);
+    }
+  }
+  // A buffer may be longer than its part (only its first n bytes are read into and used): a
+  // spare is never shrunk, so it is never filled again when it serves a larger part later.
+  if (b.size() < n) b.resize(std::size_t(n));
+  return b;
+}
+
+void host_fetcher::run_thread() {
+  auto reader = make_http_reader(reader_options(opts_));
+  std::uint64_t counted = 0;
+  for (;;) {
+    std::pair<std::uint64_t, tensor_fetch> job;
+    {
+      std::unique_lock<std::mutex> lock(m_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    auto r = fetch(*reader, job.second);
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      requests_ += reader->requests() - counted;
+      counted = reader->requests();
+      if (r) bytes_ += job.second.length;
+      done_.emplace(job.first, std::move(r));
+    }
+    cv_.notify_all();
+  }
+}
+
+result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tensor_fetch& f) {
+  range out;
+  std::vector<tensor> held;  // the destinations written into: alive until the read is over
+  std::vector<std::span<char>> spans;
+  for (const auto& p : f.parts) {
+    tensor t = destination_of(f.model_id, p.name);
+    if (!t.empty() && p.offset <= t.nbytes() && p.length <= t.nbytes() - p.offset) {
+      spans.emplace_back(reinterpret_cast<char*>(t.data()) + p.offset, std::size_t(p.length));
+      out.bytes.emplace_back();
+      out.in_place.push_back(true);
+      held.push_back(std::move(t));
+    } else {
+      out.bytes.push_back(buffer(p.length));
+      out.in_place.push_back(false);
+      spans.emplace_back(out.bytes.back().data(), std::size_t(p.length));
+    }
+  }
+  auto& parts = out.bytes;
+  auto transient = [](const error& e) { return e.code == errc::unavailable || e.code == errc::timeout; };
+  result<std::uint64_t> got = std::uint64_t(0);
+  for (int attempt = 0;; ++attempt) {
+    got = reader.read_range_into(f.location, f.first, spans);
+    if (got || attempt >= piece_retries || !transient(got.err())) break;
+  }
+  const std::string which = "tensor " + f.parts.front().name + " (bytes " + std::to_string(f.first) + "+" +
+                            std::to_string(f.length) + " of " + f.location + ")";
+  if (!got) {
+    recycle(std::move(parts));
+    error e = std::move(got).err();
+    e.message = which + ": " + e.message;
+    return e;
+  }
+  if (*got != f.length) {
+    recycle(std::move(parts));
+    return invalid(which + ": the file ends after " + std::to_string(*got) + " of them");
+  }
+  return out;
+}
+
+std::uint64_t host_fetcher::bytes_fetched() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return bytes_;
+}
+
+std::uint64_t host_fetcher::requests() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return requests_;
+}
+
+}  // namespace mpakt::loader
