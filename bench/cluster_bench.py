@@ -6,8 +6,9 @@ volunteer (`mpakt worker --join`) on loopback. Reports
 
   * load throughput (MB/s of published bytes over the client's wall time, host -> coordinator
     -> worker) for the embedded worker and for the volunteer, as published (bf16) and quantized
-    on load (q8), the volunteer both over its data connection (the default) and with
-    `--data-port off` (`vol-link`: the bytes inside the cluster link's messages),
+    on load (q8), the volunteer reading the host itself (`vol-fetch`, `--host-fetch any`),
+    relayed over its data connection and with `--data-port off` (`vol-link`: the bytes inside
+    the cluster link's messages),
     `--load-repeats` times each (median), each repeat beside the loopback TCP
     bandwidth measured just before it (one socket, 1 GiB, Python), so the volunteer's share of
     the link is a ratio taken within one repeat; and the CPU seconds each process (host,
@@ -130,9 +131,11 @@ def timed_loads(api, source, quantize, pids):
 def load_section(args, tmp, host_url, host_pid, model_bytes):
     """Loads of the whole model into an embedded worker and into one volunteer, bf16 and q8,
     `--load-repeats` rounds; each round measures loopback first, then every cell once."""
-    # "volunteer" loads over its data connection (the default); "vol-link" is the same volunteer
-    # setup with `--data-port off`, its weights inside the cluster link's messages
-    wheres = ("embedded", "volunteer", "vol-link")
+    # "vol-fetch" reads its weights from the host itself (`--host-fetch any`: the host is on
+    # loopback); "volunteer" gets them relayed over its data connection (a volunteer's default
+    # reads public hosts only, so here it is refused and relayed); "vol-link" is the relay with
+    # `--data-port off`, its weights inside the cluster link's messages
+    wheres = ("embedded", "vol-fetch", "volunteer", "vol-link")
     cells = [(where, q) for where in wheres for q in ("none", "q8")]
     servers = {}
     procs = []
@@ -153,7 +156,8 @@ def load_section(args, tmp, host_url, host_pid, model_bytes):
             pids = {"host": host_pid, "coordinator": serve.p.pid}
             if where != "embedded":
                 w = db.Proc("w_load", [args.binary, "worker", "--join", f"127.0.0.1:{cport}", "--id", "w_load",
-                                       "--memory", "2G", *dev_token(data / "serve.log")], data / "worker.log")
+                                       "--memory", "2G", *dev_token(data / "serve.log"),
+                                       *(["--host-fetch", "any"] if where == "vol-fetch" else [])], data / "worker.log")
                 procs.append(w)
                 w.start(r"mpakt worker: \S+ joined")
                 pids["volunteer"] = w.p.pid
