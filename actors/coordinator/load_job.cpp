@@ -294,6 +294,7 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
     std::size_t tensor;      ///< index into plan->tensors
     std::uint64_t bytes = 0; ///< a piece's bytes
     std::function<result<std::uint64_t>()> answer;  ///< waits for it
+    bool remote = false;     ///< a range its worker reads itself
   };
   std::deque<in_flight> flying;
   // Takes the oldest answer.
@@ -303,7 +304,7 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
     auto r = f.answer();
     if (!r) return std::move(r).err();
     if (f.what == in_flight::kind::piece) {
-      fetcher.release(f.bytes);
+      fetcher.release(f.bytes, f.remote);
       transferred += f.bytes;
       progress.transferred = transferred;
     } else if (f.what == in_flight::kind::end) {
@@ -357,7 +358,8 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
       }
       if (unit.length > 0)
         flying.push_back({in_flight::kind::piece, segs.front().tensor, unit.length,
-                          answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tfetch_atom::value, std::move(f)))});
+                          answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tfetch_atom::value, std::move(f))),
+                          true});
       for (const auto& seg : segs) {
         const auto& t = ctx->index.tensors[plan->tensors[seg.tensor].tensor];
         if (seg.offset + seg.length == t.bytes())

@@ -65,7 +65,8 @@ void fetch_pool::run_thread(byte_reader& reader) {
       if (stop_ || next_start_ >= units_.size()) return;
       i = next_start_++;
       held_ += units_[i].length;
-      peak_ = std::max(peak_, held_);
+      if (units_[i].remote) remote_held_ += units_[i].length;
+      peak_ = std::max(peak_, held_ - remote_held_);
     }
     auto r = fetch(reader, i);
     {
@@ -141,10 +142,11 @@ result<fetched_unit> fetch_pool::next() {
   return r;
 }
 
-void fetch_pool::release(std::uint64_t bytes) {
+void fetch_pool::release(std::uint64_t bytes, bool remote) {
   {
     std::lock_guard<std::mutex> lock(m_);
     held_ -= std::min(held_, bytes);
+    if (remote) remote_held_ -= std::min(remote_held_, bytes);
   }
   cv_.notify_all();
 }

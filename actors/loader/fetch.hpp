@@ -93,11 +93,12 @@ class fetch_pool {
   std::optional<result<fetched_unit>> try_next();
   /// The next unit in order, waiting for it.
   result<fetched_unit> next();
-  /// Gives back `bytes` of a handed-over unit (its piece reached the worker), so later
-  /// units can start.
-  void release(std::uint64_t bytes);
+  /// Gives back `bytes` of a handed-over unit (its piece reached the worker; `remote`: a unit
+  /// its worker read itself), so later units can start.
+  void release(std::uint64_t bytes, bool remote = false);
 
-  /// The most weight bytes held at once so far (fetching, waiting or not yet released).
+  /// The most weight bytes held at once so far (fetching, waiting or not yet released; remote
+  /// units, whose bytes are never here, do not count).
   std::uint64_t peak_bytes() const;
   /// Range requests made (retries included).
   std::uint64_t requests() const;
@@ -115,6 +116,7 @@ class fetch_pool {
   std::size_t next_start_ = 0;   ///< the next unit a thread takes
   std::size_t next_hand_ = 0;    ///< the next unit handed to the caller
   std::uint64_t held_ = 0;       ///< bytes of units started and not released
+  std::uint64_t remote_held_ = 0;  ///< of which remote units
   std::uint64_t peak_ = 0;
   std::uint64_t requests_ = 0;
   bool stop_ = false;            ///< the destructor, or a unit failed: start nothing more

@@ -225,6 +225,7 @@ def test_a_volunteer_reads_its_weights_from_the_model_host_itself_where_it_may(s
         r = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
         [st] = c.status(c.key)["pool"]
         assert st["dataLink"] == {"state": "up", "bytes": 0}, st["dataLink"]
+        assert r["coordinatorPeakBytes"] == 0  # (no weight byte was ever in the coordinator)
         assert r["bytesTransferred"] == expect(c.server.api.get("/api/v3/models/inspect?source=hf:local/stories260K",
                                                                   key=c.key), 200)["totalBytes"]
         assert "from the model host itself" in w.output()
