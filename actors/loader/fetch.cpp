@@ -147,6 +147,17 @@ void fetch_pool::release(std::uint64_t bytes, bool remote) {
     std::lock_guard<std::mutex> lock(m_);
     held_ -= std::min(held_, bytes);
     if (remote) remote_held_ -= std::min(remote_held_, bytes);
+    // Remote units that now fit are handed over at once, not after a fetch thread wakes: the
+    // caller's next try_next finds them, so a worker's next range goes out without delay.
+    while (!stop_ && next_start_ < units_.size() && units_[next_start_].remote &&
+           held_ + units_[next_start_].length <= opts_.max_bytes) {
+      const std::size_t i = next_start_++;
+      held_ += units_[i].length;
+      remote_held_ += units_[i].length;
+      fetched_unit out;
+      out.index = i;
+      done_.emplace(i, std::move(out));
+    }
   }
   cv_.notify_all();
 }
