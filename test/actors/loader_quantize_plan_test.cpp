@@ -14,7 +14,7 @@ struct spec {
 model_index make_index(const std::vector<spec>& tensors) {
   model_index idx;
   idx.source = "hf:Test/Model";
-  idx.files.push_back({"model.safetensors", "/nowhere/model.safetensors", 8, std::nullopt});
+  idx.files.push_back({"model.safetensors", "/nowhere/model.safetensors", 8, std::nullopt, {}});
   std::uint64_t off = 0;
   for (const auto& s : tensors) {
     tensor_info t;

@@ -9,7 +9,7 @@ namespace {
 model_index make_index(const std::vector<std::pair<std::string, std::string>>& tensors) {
   model_index idx;
   idx.source = "hf:Test/Model";
-  idx.files.push_back({"model.safetensors", "/nowhere/model.safetensors", 8, std::nullopt});
+  idx.files.push_back({"model.safetensors", "/nowhere/model.safetensors", 8, std::nullopt, {}});
   std::uint64_t off = 0;
   for (const auto& [name, dt] : tensors) {
     tensor_info t;
