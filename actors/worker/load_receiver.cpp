@@ -28,8 +28,6 @@ struct receiver_state {
   /// model -> names finished (so a second tbegin of one is refused); forgotten with the model
   std::map<std::string, std::set<std::string>> received;
 
-  /// Forgets a model's tensors in progress and those not yet adopted.
-  /// Adds a piece's bytes to its tensor; the reply is the tensor's bytes received so far.
   /// Bytes a fetch wrote straight into the tensor (host_fetch.hpp).
   status wrote(const std::string& model, const std::string& name, std::uint64_t offset, std::uint64_t n) {
     auto m = loading.find(model);
@@ -37,6 +35,7 @@ struct receiver_state {
       return make_error(errc::conflict, "tensor " + name + " of model " + model + " is not being loaded");
     return m->second.at(name).builder.wrote(offset, n);
   }
+  /// Adds a piece's bytes to its tensor; the answer is the tensor's bytes received so far.
   result<std::uint64_t> add_bytes(const std::string& model, const std::string& name, std::uint64_t offset,
                                   std::string_view bytes) {
     auto m = loading.find(model);
@@ -53,6 +52,7 @@ struct receiver_state {
     return *r;
   }
 
+  /// Forgets a model's tensors in progress and those not yet adopted.
   void forget(const std::string& model) {
     if (shared->cfg.fetcher) shared->cfg.fetcher->forget_model(model);
     std::lock_guard<std::mutex> lock(shared->m);
