@@ -286,13 +286,14 @@ int cmd_worker(const std::vector<std::string>& args) {
     return ok_status();
   };
 
+  sigset_t stop_signals = block_stop_signals();
+  // (after the stop signals are blocked: its threads inherit the mask, so a stop signal goes to
+  // the thread that waits for it and never ends the process on a fetch thread)
   if (host_fetch != "off") {
     loader::host_fetcher::options fo;
     fo.allow_private = host_fetch == "any";
     wc.fetcher = std::make_shared<loader::host_fetcher>(fo);
   }
-
-  sigset_t stop_signals = block_stop_signals();
   caf::actor_system_config cfg;
   configure_actor_system(cfg, true);
   tls::configure_link(cfg, *files);
