@@ -91,16 +91,10 @@ result<fetched_unit> fetch_pool::fetch(byte_reader& reader, std::size_t index) {
   }
   const tensor_location& lead = tensors_[u.segments.front().tensor];
   if (u.length == 0) return out;
-  auto transient = [](const error& e) { return e.code == errc::unavailable || e.code == errc::timeout; };
-  result<std::uint64_t> got = std::uint64_t(0);
-  for (int attempt = 0;; ++attempt) {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      ++requests_;
-    }
-    got = reader.read_range_into(u.location, u.first, spans);
-    if (got || attempt >= piece_retries || !transient(got.err())) break;
-  }
+  auto got = read_range_into_retrying(reader, u.location, u.first, spans, [&] {
+    std::lock_guard<std::mutex> lock(m_);
+    ++requests_;
+  });
   if (!got) {
     error e = std::move(got).err();
     e.message = "tensor " + lead.name + ": " + e.message;

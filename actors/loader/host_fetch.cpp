@@ -196,23 +196,17 @@ result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tenso
       spans.emplace_back(out.bytes.back().data(), std::size_t(p.length));
     }
   }
-  auto& parts = out.bytes;
-  auto transient = [](const error& e) { return e.code == errc::unavailable || e.code == errc::timeout; };
-  result<std::uint64_t> got = std::uint64_t(0);
-  for (int attempt = 0;; ++attempt) {
-    got = reader.read_range_into(f.location, f.first, spans);
-    if (got || attempt >= piece_retries || !transient(got.err())) break;
-  }
+  auto got = read_range_into_retrying(reader, f.location, f.first, spans);
   const std::string which = "tensor " + f.parts.front().name + " (bytes " + std::to_string(f.first) + "+" +
                             std::to_string(f.length) + " of " + f.location + ")";
   if (!got) {
-    recycle(std::move(parts));
+    recycle(std::move(out.bytes));
     error e = std::move(got).err();
     e.message = which + ": " + e.message;
     return e;
   }
   if (*got != f.length) {
-    recycle(std::move(parts));
+    recycle(std::move(out.bytes));
     return invalid(which + ": the file ends after " + std::to_string(*got) + " of them");
   }
   return out;

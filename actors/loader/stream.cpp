@@ -15,6 +15,18 @@ tensor_location locate(const model_index& index, const tensor_info& t) {
   return l;
 }
 
+bool transient(const error& e) { return e.code == errc::unavailable || e.code == errc::timeout; }
+
+result<std::uint64_t> read_range_into_retrying(byte_reader& reader, const std::string& location, std::uint64_t first,
+                                               std::span<const std::span<char>> parts,
+                                               const std::function<void()>& each_request) {
+  for (int attempt = 0;; ++attempt) {
+    if (each_request) each_request();
+    auto got = reader.read_range_into(location, first, parts);
+    if (got || attempt >= piece_retries || !transient(got.err())) return got;
+  }
+}
+
 result<stream_stats> stream_tensor(byte_reader& reader, const tensor_location& t, const piece_sink& sink,
                                    std::uint64_t piece) {
   stream_stats stats;
@@ -22,8 +34,7 @@ result<stream_stats> stream_tensor(byte_reader& reader, const tensor_location& t
   for (std::uint64_t off = 0; off < t.length;) {
     const std::uint64_t n = std::min(piece, t.length - off);
     auto r = reader.read_range(t.location, t.first + off, n);
-    for (int retry = 0; retry < piece_retries && !r && (r.err().code == errc::unavailable || r.err().code == errc::timeout);
-         ++retry)
+    for (int retry = 0; retry < piece_retries && !r && transient(r.err()); ++retry)
       r = reader.read_range(t.location, t.first + off, n);
     if (!r) {
       error e = std::move(r).err();

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,13 @@ inline constexpr std::uint64_t piece_bytes = 16'000'000;
 /// connection, a CDN hiccup) is asked for again up to this many times; the sink has not seen
 /// it, so a retry is invisible downstream. Other errors (404, Range not honoured) are final.
 inline constexpr int piece_retries = 2;
+/// Whether a failed read may succeed when asked again (errc::unavailable or timeout).
+bool transient(const error& e);
+/// `reader.read_range_into`, asked again up to piece_retries times after a transient failure;
+/// `each_request`, when given, is called before every request (counting them).
+result<std::uint64_t> read_range_into_retrying(byte_reader& reader, const std::string& location, std::uint64_t first,
+                                               std::span<const std::span<char>> parts,
+                                               const std::function<void()>& each_request = {});
 
 /// Where a tensor's published bytes are: everything needed to fetch it again later (a lost
 /// worker's tensors are re-fetched from the same URL and byte range — DUR-02).
