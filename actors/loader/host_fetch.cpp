@@ -122,6 +122,17 @@ result<host_fetcher::range> host_fetcher::take(std::uint64_t number) {
   return r;
 }
 
+void host_fetcher::when_done(std::uint64_t number, std::function<void()> done) {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    if (!done_.count(number)) {
+      on_done_[number] = std::move(done);
+      return;
+    }
+  }
+  done();
+}
+
 void host_fetcher::recycle(std::vector<std::string> parts) {
   std::lock_guard<std::mutex> lock(m_);
   // (what a few ranges in flight need; the rest is freed)
@@ -168,14 +179,20 @@ void host_fetcher::run_thread() {
       queue_.pop_front();
     }
     auto r = fetch(*reader, job.second);
+    std::function<void()> done;
     {
       std::lock_guard<std::mutex> lock(m_);
       requests_ += reader->requests() - counted;
       counted = reader->requests();
       if (r) bytes_ += job.second.length;
       done_.emplace(job.first, std::move(r));
+      if (auto it = on_done_.find(job.first); it != on_done_.end()) {
+        done = std::move(it->second);
+        on_done_.erase(it);
+      }
     }
     cv_.notify_all();
+    if (done) done();
   }
 }
 

@@ -22,9 +22,11 @@
 /// number, in order with tbegin/tend. Beginning a tensor, the receiver says where its bytes go
 /// (`destine`: the tensor itself when they are kept as published, else nothing); a fetch
 /// thread waits for that and reads those parts straight into the tensor — the bytes land once,
-/// in their final place — and the others into buffers. The receiver `take`s the range
-/// (waiting for it), records the parts written in place, converts the others into their
-/// tensors and gives the buffers back (`recycle`), so steady loading allocates nothing.
+/// in their final place — and the others into buffers. The receiver asks to hear when the
+/// range is over (`when_done`; it never blocks on one, so the tensors of the ranges behind it
+/// are begun, and those ranges read, meanwhile), then `take`s it, records the parts written
+/// in place, converts the others into their tensors and gives the buffers back (`recycle`),
+/// so steady loading allocates nothing.
 /// A destination is a tensor handle, so its storage outlives any write in flight.
 ///
 /// Thread-safety: every member may be called from any thread. Lifecycle: owned by the
@@ -34,6 +36,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,6 +93,10 @@ class host_fetcher {
   };
   /// Range `number`, waiting for it.
   result<range> take(std::uint64_t number);
+  /// Calls `done` once range `number` is over (read or failed; `take` then returns at once):
+  /// on the fetch thread that ends it, or here when it is over already. Not called for a
+  /// range that never ends because the fetcher stops.
+  void when_done(std::uint64_t number, std::function<void()> done);
   /// Buffers of parts that were used, kept for later ranges (a few at most).
   void recycle(std::vector<std::string> parts);
 
@@ -109,6 +116,7 @@ class host_fetcher {
   std::set<std::string> probed_;
   std::deque<std::pair<std::uint64_t, tensor_fetch>> queue_;
   std::map<std::uint64_t, result<range>> done_;
+  std::map<std::uint64_t, std::function<void()>> on_done_;
   std::map<std::pair<std::string, std::string>, tensor> destinations_;  ///< (model, name) -> where
   std::size_t waiting_ = 0;  ///< started and not yet taken
   std::uint64_t next_ = 1;

@@ -1,6 +1,8 @@
 #include "actors/worker/load_receiver.hpp"
 
 #include <algorithm>
+#include <deque>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -28,6 +30,66 @@ struct receiver_state {
   /// model -> names finished (so a second tbegin of one is refused); forgotten with the model
   std::map<std::string, std::set<std::string>> received;
 
+  /// What waits, in order, behind a range still being read: that range first (`fetch`, its
+  /// number; `over` once the fetcher said so), then anything but tbegin that came after it.
+  struct waiting {
+    std::string model;
+    std::uint64_t fetch = 0;  ///< a range's number; 0 for anything else
+    bool over = false;
+    std::function<void()> run;               ///< does it and answers
+    std::function<void(caf::error)> refuse;  ///< answers with an error instead
+  };
+  std::deque<waiting> queue;
+  /// Ranges of stopped loads still being read: taken and dropped when they end.
+  std::set<std::uint64_t> orphans;
+
+  /// Runs what waits, up to the first range not over yet.
+  void drain() {
+    while (!queue.empty() && (queue.front().fetch == 0 || queue.front().over)) {
+      auto run = std::move(queue.front().run);
+      queue.pop_front();
+      run();
+    }
+  }
+  /// Answers whatever of `model` waits with an error; its ranges are dropped when they end.
+  void refuse_waiting(const std::string& model) {
+    for (auto it = queue.begin(); it != queue.end();) {
+      if (it->model != model) {
+        ++it;
+        continue;
+      }
+      if (it->fetch != 0) {
+        if (it->over) drop_range(it->fetch);
+        else orphans.insert(it->fetch);
+      }
+      it->refuse(to_caf(errc::conflict, "the load of model " + model + " was stopped"));
+      it = queue.erase(it);
+    }
+    drain();
+  }
+  void drop_range(std::uint64_t number) {
+    if (auto got = shared->cfg.fetcher->take(number)) shared->cfg.fetcher->recycle(std::move(got->bytes));
+  }
+  /// A range that is over: its parts recorded in (or added to) their tensors.
+  result<std::uint64_t> add_range(const tensor_fetch& f, std::uint64_t number) {
+    auto& fetcher = *shared->cfg.fetcher;
+    auto got = fetcher.take(number);  // (over: this does not wait)
+    if (!got) return std::move(got).err();
+    status added = ok_status();
+    for (std::size_t i = 0; i < f.parts.size() && added; ++i) {
+      const auto& p = f.parts[i];
+      if (got->in_place[i]) {
+        added = wrote(f.model_id, p.name, p.offset, p.length);
+      } else {
+        auto r = add_bytes(f.model_id, p.name, p.offset, std::string_view(got->bytes[i]).substr(0, std::size_t(p.length)));
+        if (!r) added = std::move(r).err();
+      }
+    }
+    fetcher.recycle(std::move(got->bytes));
+    if (!added) return added.err();
+    return f.length;
+  }
+
   /// Bytes a fetch wrote straight into the tensor (host_fetch.hpp).
   status wrote(const std::string& model, const std::string& name, std::uint64_t offset, std::uint64_t n) {
     auto m = loading.find(model);
@@ -45,11 +107,42 @@ struct receiver_state {
     MPAKT_TRY(b.add(offset, bytes));
     return b.received_bytes();
   }
-  caf::result<std::uint64_t> add_piece(const std::string& model, const std::string& name, std::uint64_t offset,
-                                       const std::string& bytes) {
-    auto r = add_bytes(model, name, offset, bytes);
-    if (!r) return to_caf(r.err());
-    return *r;
+  /// A piece whose bytes came on the data connection.
+  result<std::uint64_t> add_piece_ref(const tensor_piece_ref& r) {
+    auto& w = *shared;
+    if (!w.cfg.pieces) return invalid("worker " + w.cfg.worker_id + " has no data connection");
+    // (taken even for a tensor not being loaded: the inbox must drop it either way)
+    auto bytes = w.cfg.pieces->take(r.seq, std::chrono::minutes(2));
+    const std::string which = "the piece at byte " + std::to_string(r.offset) + " of tensor " + r.name + " of model " + r.model_id;
+    if (!bytes) return make_error(errc::unavailable, which + ": " + bytes.err().message);
+    if (bytes->size() != r.length)
+      return invalid(which + " came with " + std::to_string(bytes->size()) + " bytes, not the " + std::to_string(r.length) +
+                     " announced");
+    auto added = add_bytes(r.model_id, r.name, r.offset, *bytes);
+    w.cfg.pieces->recycle(std::move(*bytes));
+    return added;
+  }
+  /// The tensor is complete: finished, and left for the compute side; the answer is its bytes.
+  result<std::uint64_t> end(const std::string& model, const std::string& name) {
+    auto m = loading.find(model);
+    if (m == loading.end() || !m->second.count(name))
+      return make_error(errc::conflict, "tensor " + name + " of model " + model + " is not being loaded");
+    auto node = m->second.extract(name);
+    if (m->second.empty()) loading.erase(m);
+    if (shared->cfg.fetcher) shared->cfg.fetcher->forget(model, name);
+    auto t = node.mapped().builder.finish();
+    std::lock_guard<std::mutex> lock(shared->m);
+    shared->loading -= std::min(shared->loading, node.mapped().resident);
+    if (!t) return std::move(t).err();
+    // q8/q4 matrices in the form this worker's kernels read (the same values, reordered)
+    if (shared->lanes && lanes_fit(t->type(), t->shape())) (void)t->to_lanes16();
+    if (shared->cfg.corrupt_weights && t->nbytes() > 0)
+      t->data()[t->nbytes() / 2] ^= std::byte{0x40};  // (--fault corrupt-weights)
+    const std::uint64_t n = t->nbytes();
+    shared->arrived += n;
+    shared->inbox.push_back({model, name, std::move(*t)});
+    received[model].insert(name);
+    return n;
   }
 
   /// Forgets a model's tensors in progress and those not yet adopted.
@@ -75,6 +168,29 @@ struct receiver_state {
 };
 
 using receiver_pointer = load_receiver_actor::stateful_pointer<receiver_state>;
+
+template <class T>
+caf::result<T> answer(result<T> r) {
+  if (!r) return to_caf(r.err());
+  return std::move(*r);
+}
+template <class T>
+void deliver(caf::typed_response_promise<T>& rp, result<T> r) {
+  if (r) rp.deliver(std::move(*r));
+  else rp.deliver(to_caf(r.err()));
+}
+
+/// Does `work` (-> result<std::uint64_t>) now when no range is still being read before it,
+/// else answers when its turn comes.
+template <class Work>
+caf::result<std::uint64_t> in_turn(receiver_pointer self, const std::string& model, Work work) {
+  auto& st = self->state;
+  if (st.queue.empty()) return answer(work());
+  auto rp = self->make_response_promise<std::uint64_t>();
+  st.queue.push_back({model, 0, false, [rp, work]() mutable { deliver(rp, work()); },
+                      [rp](caf::error e) mutable { rp.deliver(std::move(e)); }});
+  return rp;
+}
 
 }  // namespace
 
@@ -121,21 +237,12 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
           return true;
         },
         [=](tpiece_atom, tensor_piece& p) -> caf::result<std::uint64_t> {
-          return self->state.add_piece(p.model_id, p.name, p.offset, p.bytes);
+          auto piece = std::make_shared<tensor_piece>(std::move(p));
+          return in_turn(self, piece->model_id,
+                         [self, piece] { return self->state.add_bytes(piece->model_id, piece->name, piece->offset, piece->bytes); });
         },
         [=](tpieceref_atom, tensor_piece_ref& r) -> caf::result<std::uint64_t> {
-          auto& w = *self->state.shared;
-          if (!w.cfg.pieces) return to_caf(errc::invalid, "worker " + w.cfg.worker_id + " has no data connection");
-          // (taken even for a tensor not being loaded: the inbox must drop it either way)
-          auto bytes = w.cfg.pieces->take(r.seq, std::chrono::minutes(2));
-          const std::string which = "the piece at byte " + std::to_string(r.offset) + " of tensor " + r.name + " of model " + r.model_id;
-          if (!bytes) return to_caf(errc::unavailable, which + ": " + bytes.err().message);
-          if (bytes->size() != r.length)
-            return to_caf(errc::invalid, which + " came with " + std::to_string(bytes->size()) + " bytes, not the " +
-                                             std::to_string(r.length) + " announced");
-          auto added = self->state.add_piece(r.model_id, r.name, r.offset, *bytes);
-          w.cfg.pieces->recycle(std::move(*bytes));
-          return added;
+          return in_turn(self, r.model_id, [self, r] { return self->state.add_piece_ref(r); });
         },
         [=](dlink_atom, std::uint16_t port, const std::string& ticket) -> caf::result<bool> {
           auto& w = *self->state.shared;
@@ -154,55 +261,50 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
           return true;
         },
         [=](tfetch_atom, tensor_fetch& f, std::uint64_t number) -> caf::result<std::uint64_t> {
-          auto& w = *self->state.shared;
-          auto got = w.cfg.fetcher->take(number);  // (the front started it: the fetcher exists)
-          if (!got) return to_caf(got.err());
-          status added = ok_status();
-          for (std::size_t i = 0; i < f.parts.size() && added; ++i) {
-            const auto& p = f.parts[i];
-            if (got->in_place[i]) {
-              added = self->state.wrote(f.model_id, p.name, p.offset, p.length);
-            } else {
-              auto r = self->state.add_bytes(f.model_id, p.name, p.offset,
-                                             std::string_view(got->bytes[i]).substr(0, std::size_t(p.length)));
-              if (!r) added = std::move(r).err();
-            }
-          }
-          w.cfg.fetcher->recycle(std::move(got->bytes));
-          if (!added) return to_caf(added.err());
-          return f.length;
+          // (the front started it, so the fetcher exists) Waited for in turn, without blocking:
+          // the tbegins behind it run meanwhile (see load_receiver.hpp).
+          auto& st = self->state;
+          auto rp = self->make_response_promise<std::uint64_t>();
+          auto range = std::make_shared<tensor_fetch>(std::move(f));
+          st.queue.push_back({range->model_id, number, false,
+                              [self, rp, range, number]() mutable { deliver(rp, self->state.add_range(*range, number)); },
+                              [rp](caf::error e) mutable { rp.deliver(std::move(e)); }});
+          st.shared->cfg.fetcher->when_done(number, [me = self->address(), number] {
+            if (auto h = caf::actor_cast<load_receiver_actor>(me)) caf::anon_send(h, tfetched_atom::value, number);
+          });
+          return rp;
+        },
+        [=](tfetched_atom, std::uint64_t number) {
+          auto& st = self->state;
+          if (st.orphans.erase(number)) return st.drop_range(number);
+          for (auto& w : st.queue)
+            if (w.fetch == number) w.over = true;
+          st.drain();
         },
         [=](tend_atom, const std::string& model, const std::string& name) -> caf::result<std::uint64_t> {
-          auto& st = self->state;
-          auto m = st.loading.find(model);
-          if (m == st.loading.end() || !m->second.count(name))
-            return to_caf(errc::conflict, "tensor " + name + " of model " + model + " is not being loaded");
-          auto node = m->second.extract(name);
-          if (m->second.empty()) st.loading.erase(m);
-          if (st.shared->cfg.fetcher) st.shared->cfg.fetcher->forget(model, name);
-          auto t = node.mapped().builder.finish();
-          std::lock_guard<std::mutex> lock(st.shared->m);
-          st.shared->loading -= std::min(st.shared->loading, node.mapped().resident);
-          if (!t) return to_caf(t.err());
-          // q8/q4 matrices in the form this worker's kernels read (the same values, reordered)
-          if (st.shared->lanes && lanes_fit(t->type(), t->shape())) (void)t->to_lanes16();
-          if (st.shared->cfg.corrupt_weights && t->nbytes() > 0)
-            t->data()[t->nbytes() / 2] ^= std::byte{0x40};  // (--fault corrupt-weights)
-          const std::uint64_t n = t->nbytes();
-          st.shared->arrived += n;
-          st.shared->inbox.push_back({model, name, std::move(*t)});
-          st.received[model].insert(name);
-          return n;
+          return in_turn(self, model, [self, model, name] { return self->state.end(model, name); });
         },
         [=](tabort_atom, const std::string& model) {
           self->state.forget(model);
+          self->state.refuse_waiting(model);
           // What the compute side adopted already goes too (after what it is running now).
           caf::anon_send(self->state.compute, dropmodel_atom::value, model);
           return true;
         },
-        [=](dropmodel_atom, const std::string& model) { self->state.forget(model); },
-        [=](tdigest_atom a, const std::string& model, const std::string& name, const std::string& nonce) {
-          return self->delegate(self->state.compute, a, model, name, nonce);
+        [=](dropmodel_atom, const std::string& model) {
+          self->state.forget(model);
+          self->state.refuse_waiting(model);
+        },
+        [=](tdigest_atom a, const std::string& model, const std::string& name, const std::string& nonce) -> caf::result<std::string> {
+          auto& st = self->state;
+          if (st.queue.empty()) return self->delegate(st.compute, a, model, name, nonce);
+          // after the tensors ended before it, which wait behind a range
+          auto rp = self->make_response_promise<std::string>();
+          st.queue.push_back({model, 0, false, [rp, compute = st.compute, a, model, name, nonce]() mutable {
+                                rp.delegate(compute, a, model, name, nonce);
+                              },
+                              [rp](caf::error e) mutable { rp.deliver(std::move(e)); }});
+          return rp;
         },
     };
   });

@@ -8,6 +8,12 @@
 /// which must not hold up the front or CAF's scheduler) by spawn_worker, linked to the front,
 /// which passes it tbegin, tpiece, tend and tabort in order. It draws each tensor's bytes from
 /// the model's reservation (worker_shared::reserved) when the load made one.
+///
+/// Ranges the worker reads itself (tfetch) are waited for without blocking: behind a range
+/// still being read, pieces, ends, digests and later ranges wait in order (a tensor's bytes
+/// are added in order, and it ends after all of them), while tbegin runs at once — so the
+/// tensors of the next ranges have their destinations, and those ranges are read on the
+/// fetcher's other connections, while this one is still arriving.
 
 #include <memory>
 #include <string>
@@ -17,6 +23,8 @@
 #include "actors/worker/worker_shared.hpp"
 
 namespace mpakt {
+
+using tfetched_atom = caf::atom_constant<caf::atom("tfetched")>;
 
 using load_receiver_actor = caf::typed_actor<
     caf::replies_to<tbegin_atom, tensor_begin_request>::with<bool>,
@@ -29,6 +37,8 @@ using load_receiver_actor = caf::typed_actor<
     /// one of its ranges, started by the front under that number, in the place of pieces
     caf::replies_to<tprobe_atom, std::string, std::uint64_t, std::string>::with<bool>,
     caf::replies_to<tfetch_atom, tensor_fetch, std::uint64_t>::with<std::uint64_t>,
+    /// (from the fetcher's thread) the range of that number is over: `take` it
+    caf::reacts_to<tfetched_atom, std::uint64_t>,
     caf::replies_to<tend_atom, std::string, std::string>::with<std::uint64_t>,
     /// drops the model's tensors in progress and waiting, and has the compute side drop the
     /// ones it adopted
