@@ -9,7 +9,9 @@ void add_protocol_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<tensor_piece_ref>("tensor_piece_ref");
   cfg.add_message_type<tensor_fetch_part>("tensor_fetch_part");
   cfg.add_message_type<std::vector<tensor_fetch_part>>("std::vector<tensor_fetch_part>");
+  cfg.add_message_type<std::vector<tensor_begin_request>>("std::vector<tensor_begin_request>");
   cfg.add_message_type<tensor_fetch>("tensor_fetch");
+  cfg.add_message_type<tensor_fetch_reply>("tensor_fetch_reply");
   cfg.add_message_type<run_request>("run_request");
   cfg.add_message_type<run_reply>("run_reply");
   cfg.add_message_type<compile_request>("compile_request");

@@ -148,7 +148,9 @@ struct tensor_piece_ref {
 /// that fetches its own weights, docs/protocol.md "Volunteers fetching from the model host"),
 /// in the place of the pieces the coordinator would otherwise send: bytes [first, first +
 /// length) of `location`, which are the `parts` back to back — each the bytes of one tensor
-/// from its `offset` on.
+/// from its `offset` on. It carries the tbegin of the tensors that start in it (done first)
+/// and the tend of those that end with it (done after its bytes are added): one message per
+/// range instead of one per tensor and step.
 struct tensor_fetch_part {
   std::string name;
   std::uint64_t offset = 0;
@@ -160,6 +162,14 @@ struct tensor_fetch {
   std::uint64_t first = 0;
   std::uint64_t length = 0;
   std::vector<tensor_fetch_part> parts;
+  std::vector<tensor_begin_request> begins;  ///< of this model, in order
+  std::vector<std::string> ends;             ///< names, in order
+};
+/// The answer to a tensor_fetch: the range's bytes, and each ended tensor's resident bytes
+/// (as tend answers), in the order of `ends`.
+struct tensor_fetch_reply {
+  std::uint64_t bytes = 0;
+  std::vector<std::uint64_t> resident;
 };
 
 /// Runs a graph on the worker: inline (`graph_json`) or a compiled template already
@@ -271,7 +281,11 @@ typename Inspector::result_type inspect(Inspector& f, tensor_fetch_part& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_fetch& x) {
-  return f(caf::meta::type_name("tensor_fetch"), x.model_id, x.location, x.first, x.length, x.parts);
+  return f(caf::meta::type_name("tensor_fetch"), x.model_id, x.location, x.first, x.length, x.parts, x.begins, x.ends);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor_fetch_reply& x) {
+  return f(caf::meta::type_name("tensor_fetch_reply"), x.bytes, x.resident);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tensor_piece_ref& x) {
@@ -427,7 +441,7 @@ using worker_actor = caf::typed_actor<
     /// reach it, other bytes); then a range in the place of its pieces (its reply is their
     /// bytes added)
     caf::replies_to<tprobe_atom, std::string, std::uint64_t, std::string>::with<bool>,
-    caf::replies_to<tfetch_atom, tensor_fetch>::with<std::uint64_t>,
+    caf::replies_to<tfetch_atom, tensor_fetch>::with<tensor_fetch_reply>,
     // sessions
     caf::replies_to<sopen_atom, std::string>::with<bool>,
     caf::replies_to<sclose_atom, std::string>::with<bool>,

@@ -1225,7 +1225,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         return to_caf(errc::invalid, "volunteer " + self->state.sh->v.name +
                                          " is spot-checked: its weights pass through the coordinator to be hashed");
       },
-      [=](tfetch_atom, const tensor_fetch&) -> caf::result<std::uint64_t> {
+      [=](tfetch_atom, const tensor_fetch&) -> caf::result<tensor_fetch_reply> {
         return to_caf(errc::invalid, "volunteer " + self->state.sh->v.name +
                                          " is spot-checked: its weights pass through the coordinator to be hashed");
       },

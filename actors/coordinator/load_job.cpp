@@ -290,31 +290,49 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
 
   // Requests sent and not yet answered, oldest first; answers come back in this order.
   struct in_flight {
-    enum class kind { begin, piece, end } what;
+    enum class kind { begin, piece, end, range } what;
     std::size_t tensor;      ///< index into plan->tensors
-    std::uint64_t bytes = 0; ///< a piece's bytes
-    std::function<result<std::uint64_t>()> answer;  ///< waits for it
-    bool remote = false;     ///< a range its worker reads itself
+    std::uint64_t bytes = 0; ///< a piece's or range's bytes
+    std::function<result<std::uint64_t>()> answer;  ///< waits for it (not for a range)
+    /// A range its worker reads itself: waits for it; `ends` are the tensors it ends.
+    std::function<result<tensor_fetch_reply>()> range_answer;
+    std::vector<std::size_t> ends;
   };
   std::deque<in_flight> flying;
   // Takes the oldest answer.
+  auto ended = [&](std::size_t k, std::uint64_t bytes) {
+    const worker_actor& worker = part_of[k];
+    resident += bytes;
+    for (std::size_t p = 0; p < out.part_workers.size(); ++p)
+      if (out.part_workers[p] == worker) out.part_bytes[p] += bytes;
+    out.tensor_ids.emplace_back(new_id("t_"), ctx->index.tensors[plan->tensors[k].tensor].entry.name);
+    progress.resident = resident;
+    progress.tensors_done = std::uint32_t(out.tensor_ids.size());
+  };
   auto settle = [&]() -> status {
     in_flight f = std::move(flying.front());
     flying.pop_front();
+    if (f.what == in_flight::kind::range) {
+      auto r = f.range_answer();
+      if (!r) return std::move(r).err();
+      if (r->bytes != f.bytes || r->resident.size() != f.ends.size())
+        return make_error(errc::internal, "a worker answered a range of " + std::to_string(f.bytes) + " bytes ending " +
+                                              std::to_string(f.ends.size()) + " tensors with " + std::to_string(r->bytes) +
+                                              " bytes and " + std::to_string(r->resident.size()) + " tensors");
+      fetcher.release(f.bytes, true);
+      transferred += f.bytes;
+      progress.transferred = transferred;
+      for (std::size_t i = 0; i < f.ends.size(); ++i) ended(f.ends[i], r->resident[i]);
+      return ok_status();
+    }
     auto r = f.answer();
     if (!r) return std::move(r).err();
     if (f.what == in_flight::kind::piece) {
-      fetcher.release(f.bytes, f.remote);
+      fetcher.release(f.bytes, false);
       transferred += f.bytes;
       progress.transferred = transferred;
     } else if (f.what == in_flight::kind::end) {
-      const worker_actor& worker = part_of[f.tensor];
-      resident += *r;
-      for (std::size_t p = 0; p < out.part_workers.size(); ++p)
-        if (out.part_workers[p] == worker) out.part_bytes[p] += *r;
-      out.tensor_ids.emplace_back(new_id("t_"), ctx->index.tensors[plan->tensors[f.tensor].tensor].entry.name);
-      progress.resident = resident;
-      progress.tensors_done = std::uint32_t(out.tensor_ids.size());
+      ended(f.tensor, *r);
     }
     return ok_status();
   };
@@ -344,28 +362,28 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
     const auto& unit = fetcher.unit(u);
     const auto& segs = unit.segments;
     if (unit.remote) {
-      // Its worker reads it: the tensors it begins, the range in their pieces' place, the
-      // tensors it ends (all on one worker, so they arrive in this order).
+      // Its worker reads it: one message begins the tensors starting in it, reads the range
+      // in their pieces' place and ends the tensors ending with it (all on one worker).
       const worker_actor& worker = part_of[segs.front().tensor];
-      tensor_fetch f{req.model_id, unit.location, unit.first, unit.length, {}};
+      tensor_fetch f{req.model_id, unit.location, unit.first, unit.length, {}, {}, {}};
+      in_flight fl{in_flight::kind::range, segs.front().tensor, unit.length, {}, {}, {}};
       for (const auto& seg : segs) {
         const auto& tp = plan->tensors[seg.tensor];
         const auto& t = ctx->index.tensors[tp.tensor];
-        if (seg.offset == 0)
-          flying.push_back({in_flight::kind::begin, seg.tensor, 0,
-                            answer_of<bool>(self->request(worker, cfg.worker_timeout, tbegin_atom::value, begin_of(tp, t)))});
+        if (seg.offset == 0) f.begins.push_back(begin_of(tp, t));
         if (seg.length > 0) f.parts.push_back({t.entry.name, seg.offset, seg.length});
+        if (seg.offset + seg.length == t.bytes()) {
+          f.ends.push_back(t.entry.name);
+          fl.ends.push_back(seg.tensor);
+        }
       }
-      if (unit.length > 0)
-        flying.push_back({in_flight::kind::piece, segs.front().tensor, unit.length,
-                          answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tfetch_atom::value, std::move(f))),
-                          true});
-      for (const auto& seg : segs) {
-        const auto& t = ctx->index.tensors[plan->tensors[seg.tensor].tensor];
-        if (seg.offset + seg.length == t.bytes())
-          flying.push_back({in_flight::kind::end, seg.tensor, 0,
-                            answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tend_atom::value, req.model_id, t.entry.name))});
-      }
+      auto h = self->request(worker, cfg.worker_timeout, tfetch_atom::value, std::move(f));
+      fl.range_answer = [h]() mutable -> result<tensor_fetch_reply> {
+        result<tensor_fetch_reply> r = error{errc::internal, "no reply"};
+        h.receive([&](tensor_fetch_reply& x) { r = std::move(x); }, [&](caf::error& e) { r = from_caf(e); });
+        return r;
+      };
+      flying.push_back(std::move(fl));
       continue;
     }
     for (std::size_t s = 0; s < segs.size(); ++s) {
@@ -376,15 +394,15 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
       const worker_actor& worker = part_of[k];
       if (seg.offset == 0)
         flying.push_back({in_flight::kind::begin, k, 0,
-                          answer_of<bool>(self->request(worker, cfg.worker_timeout, tbegin_atom::value, begin_of(tp, t)))});
+                          answer_of<bool>(self->request(worker, cfg.worker_timeout, tbegin_atom::value, begin_of(tp, t))), {}, {}});
       if (seg.length > 0) {
         tensor_piece p{req.model_id, t.entry.name, seg.offset, std::move(parts[s])};
         flying.push_back({in_flight::kind::piece, k, seg.length,
-                          answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tpiece_atom::value, std::move(p)))});
+                          answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tpiece_atom::value, std::move(p))), {}, {}});
       }
       if (seg.offset + seg.length == t.bytes()) {
         flying.push_back({in_flight::kind::end, k, 0,
-                          answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tend_atom::value, req.model_id, t.entry.name))});
+                          answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tend_atom::value, req.model_id, t.entry.name)), {}, {}});
       }
     }
   }

@@ -626,7 +626,7 @@ pipeline_actor spawn_pipeline(caf::actor_system& sys, std::string model_id, std:
           self->state.tally.count();
           return to_caf(errc::invalid, not_here + "its tensors are loaded onto those workers directly");
         },
-        [=](tfetch_atom, const tensor_fetch&) -> caf::result<std::uint64_t> {
+        [=](tfetch_atom, const tensor_fetch&) -> caf::result<tensor_fetch_reply> {
           self->state.tally.count();
           return to_caf(errc::invalid, not_here + "its tensors are loaded onto those workers directly");
         },

@@ -19,7 +19,8 @@
 /// How a range travels: the coordinator sends `tfetch` in the place of the pieces; the worker's
 /// front calls `start` (never blocks: the range goes to a fetch thread at once, so several
 /// are read while the receiver works on earlier ones) and hands the receiver the range's
-/// number, in order with tbegin/tend. Beginning a tensor, the receiver says where its bytes go
+/// number, in order with the other load messages (the range's own message begins the tensors
+/// starting in it and ends those ending with it). Beginning a tensor, the receiver says where its bytes go
 /// (`destine`: the tensor itself when they are kept as published, else nothing); a fetch
 /// thread waits for that and reads those parts straight into the tensor — the bytes land once,
 /// in their final place — and the others into buffers. The receiver asks to hear when the
@@ -60,7 +61,7 @@ class host_fetcher {
     int connections = 4;   ///< fetch threads, each with its own connection
     int max_ranges = 8;    ///< ranges started and not yet taken, at most
     int timeout_ms = 30000;
-    /// How long a part waits for its tensor's destination (its tbegin comes first, so only a
+    /// How long a part waits for its tensor's destination (its begin comes first, so only a
     /// coordinator that skipped it makes a part wait this long).
     int destine_patience_ms = 30000;
   };

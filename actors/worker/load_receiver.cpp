@@ -70,7 +70,20 @@ struct receiver_state {
   void drop_range(std::uint64_t number) {
     if (auto got = shared->cfg.fetcher->take(number)) shared->cfg.fetcher->recycle(std::move(got->bytes));
   }
-  /// A range that is over: its parts recorded in (or added to) their tensors.
+  /// A range that is over: its parts recorded in (or added to) their tensors, then the tensors
+  /// that end with it ended.
+  result<tensor_fetch_reply> finish_range(const tensor_fetch& f, std::uint64_t number) {
+    tensor_fetch_reply out;
+    auto added = add_range(f, number);
+    if (!added) return std::move(added).err();
+    out.bytes = *added;
+    for (const auto& name : f.ends) {
+      auto n = end(f.model_id, name);
+      if (!n) return std::move(n).err();
+      out.resident.push_back(*n);
+    }
+    return out;
+  }
   result<std::uint64_t> add_range(const tensor_fetch& f, std::uint64_t number) {
     auto& fetcher = *shared->cfg.fetcher;
     auto got = fetcher.take(number);  // (over: this does not wait)
@@ -88,6 +101,44 @@ struct receiver_state {
     fetcher.recycle(std::move(got->bytes));
     if (!added) return added.err();
     return f.length;
+  }
+
+  /// A tensor begins: its resident bytes drawn from the model's reservation or the free memory,
+  /// its builder made.
+  status begin(const tensor_begin_request& r) {
+    auto& w = *shared;
+    // Ranges of this tensor that the worker fetches itself wait to learn where its bytes
+    // go: into the tensor (below), or, whatever went wrong here, a buffer.
+    struct destined_t {
+      loader::host_fetcher* fetcher;
+      const tensor_begin_request& r;
+      tensor where;
+      ~destined_t() {
+        if (fetcher) fetcher->destine(r.model_id, r.name, std::move(where));
+      }
+    } destined{w.cfg.fetcher.get(), r, tensor()};
+    auto resident = dtype_from_name(r.resident);
+    if (!resident) return invalid("unknown resident dtype " + r.resident);
+    if (w.cfg.legacy) resident = dtype::f32;  // an old worker widens everything
+    if (loading[r.model_id].count(r.name) || received[r.model_id].count(r.name))
+      return make_error(errc::conflict, "tensor " + r.name + " of model " + r.model_id + " is already on worker " + w.cfg.worker_id);
+    auto bytes = storage_bytes(*resident, shape_numel(r.shape));
+    if (!bytes) return invalid("tensor " + r.name + " has an invalid shape");
+    {
+      // The model's reservation counts as free for its own tensors, and shrinks by each.
+      std::lock_guard<std::mutex> lock(w.m);
+      auto res = w.reserved.find(r.model_id);
+      const std::uint64_t mine = res == w.reserved.end() ? 0 : res->second;
+      const std::uint64_t avail = w.free_locked() + mine;
+      if (*bytes > avail)
+        return make_error(errc::unavailable, "tensor " + r.name + " needs " + mb(*bytes) + " but worker " + w.cfg.worker_id +
+                                                 " has " + mb(avail) + " free");
+      if (res != w.reserved.end()) res->second -= std::min(res->second, *bytes);
+      w.loading += *bytes;
+    }
+    auto [in, _] = loading[r.model_id].emplace(r.name, incoming{tensor_builder(r.file_dtype, r.shape, *resident, r.name), *bytes});
+    destined.where = in->second.builder.destination();
+    return ok_status();
   }
 
   /// Bytes a fetch wrote straight into the tensor (host_fetch.hpp).
@@ -200,40 +251,7 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
     self->state.compute = compute;
     return {
         [=](tbegin_atom, tensor_begin_request& r) -> caf::result<bool> {
-          auto& st = self->state;
-          auto& w = *st.shared;
-          // Ranges of this tensor that the worker fetches itself wait to learn where its bytes
-          // go: into the tensor (below), or, whatever went wrong here, a buffer.
-          struct destined_t {
-            loader::host_fetcher* fetcher;
-            const tensor_begin_request& r;
-            tensor where;
-            ~destined_t() {
-              if (fetcher) fetcher->destine(r.model_id, r.name, std::move(where));
-            }
-          } destined{w.cfg.fetcher.get(), r, tensor()};
-          auto resident = dtype_from_name(r.resident);
-          if (!resident) return to_caf(errc::invalid, "unknown resident dtype " + r.resident);
-          if (w.cfg.legacy) resident = dtype::f32;  // an old worker widens everything
-          if (st.loading[r.model_id].count(r.name) || st.received[r.model_id].count(r.name))
-            return to_caf(errc::conflict, "tensor " + r.name + " of model " + r.model_id + " is already on worker " + w.cfg.worker_id);
-          auto bytes = storage_bytes(*resident, shape_numel(r.shape));
-          if (!bytes) return to_caf(errc::invalid, "tensor " + r.name + " has an invalid shape");
-          {
-            // The model's reservation counts as free for its own tensors, and shrinks by each.
-            std::lock_guard<std::mutex> lock(w.m);
-            auto res = w.reserved.find(r.model_id);
-            const std::uint64_t mine = res == w.reserved.end() ? 0 : res->second;
-            const std::uint64_t avail = w.free_locked() + mine;
-            if (*bytes > avail)
-              return to_caf(errc::unavailable, "tensor " + r.name + " needs " + mb(*bytes) + " but worker " + w.cfg.worker_id +
-                                                   " has " + mb(avail) + " free");
-            if (res != w.reserved.end()) res->second -= std::min(res->second, *bytes);
-            w.loading += *bytes;
-          }
-          auto [in, _] = st.loading[r.model_id].emplace(
-              r.name, receiver_state::incoming{tensor_builder(r.file_dtype, r.shape, *resident, r.name), *bytes});
-          destined.where = in->second.builder.destination();
+          if (auto ok = self->state.begin(r); !ok) return to_caf(ok.err());
           return true;
         },
         [=](tpiece_atom, tensor_piece& p) -> caf::result<std::uint64_t> {
@@ -260,18 +278,29 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
           log::line("info", "worker", "reads " + location + " from the model host itself");
           return true;
         },
-        [=](tfetch_atom, tensor_fetch& f, std::uint64_t number) -> caf::result<std::uint64_t> {
-          // (the front started it, so the fetcher exists) Waited for in turn, without blocking:
-          // the tbegins behind it run meanwhile (see load_receiver.hpp).
+        [=](tfetch_atom, tensor_fetch& f, std::uint64_t number) -> caf::result<tensor_fetch_reply> {
+          // (the front started it, so the fetcher exists) Its tensors begin now; the range is
+          // waited for in turn, without blocking: the tbegins behind it run meanwhile
+          // (load_receiver.hpp).
           auto& st = self->state;
-          auto rp = self->make_response_promise<std::uint64_t>();
+          auto told = [me = self->address(), number] {
+            if (auto h = caf::actor_cast<load_receiver_actor>(me)) caf::anon_send(h, tfetched_atom::value, number);
+          };
+          for (const auto& b : f.begins) {
+            status ok = b.model_id == f.model_id ? st.begin(b)
+                                                 : invalid("tensor " + b.name + " begins in a range of another model");
+            if (!ok) {
+              st.orphans.insert(number);  // (dropped when it ends)
+              st.shared->cfg.fetcher->when_done(number, told);
+              return to_caf(ok.err());
+            }
+          }
+          auto rp = self->make_response_promise<tensor_fetch_reply>();
           auto range = std::make_shared<tensor_fetch>(std::move(f));
           st.queue.push_back({range->model_id, number, false,
-                              [self, rp, range, number]() mutable { deliver(rp, self->state.add_range(*range, number)); },
+                              [self, rp, range, number]() mutable { deliver(rp, self->state.finish_range(*range, number)); },
                               [rp](caf::error e) mutable { rp.deliver(std::move(e)); }});
-          st.shared->cfg.fetcher->when_done(number, [me = self->address(), number] {
-            if (auto h = caf::actor_cast<load_receiver_actor>(me)) caf::anon_send(h, tfetched_atom::value, number);
-          });
+          st.shared->cfg.fetcher->when_done(number, told);
           return rp;
         },
         [=](tfetched_atom, std::uint64_t number) {

@@ -36,7 +36,7 @@ using load_receiver_actor = caf::typed_actor<
     /// a file the coordinator would have the worker read itself (worker_config::fetcher), and
     /// one of its ranges, started by the front under that number, in the place of pieces
     caf::replies_to<tprobe_atom, std::string, std::uint64_t, std::string>::with<bool>,
-    caf::replies_to<tfetch_atom, tensor_fetch, std::uint64_t>::with<std::uint64_t>,
+    caf::replies_to<tfetch_atom, tensor_fetch, std::uint64_t>::with<tensor_fetch_reply>,
     /// (from the fetcher's thread) the range of that number is over: `take` it
     caf::reacts_to<tfetched_atom, std::uint64_t>,
     caf::replies_to<tend_atom, std::string, std::string>::with<std::uint64_t>,

@@ -210,7 +210,7 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
         self->state.tally.count();
         return self->delegate(self->state.receiver, tprobe_atom::value, location, header_bytes, sha);
       },
-      [=](tfetch_atom, tensor_fetch& f) -> caf::result<std::uint64_t> {
+      [=](tfetch_atom, tensor_fetch& f) -> caf::result<tensor_fetch_reply> {
         self->state.tally.count();
         // The read starts here, at once, so that the next ranges are on their way while the
         // receiver adds earlier ones; the receiver takes it in order with tbegin and tend.

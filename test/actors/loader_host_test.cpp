@@ -497,7 +497,7 @@ TEST_F(LoaderHost, HostFetcherReadsOnlyFilesItProvedTheSame) {
     if (t.file == 0) ts.push_back(locate(*idx, t));
   auto units = plan_fetches(ts, piece_bytes);
   ASSERT_EQ(units.size(), 1u);  // (both tensors of the first shard in one range)
-  tensor_fetch f{"m", units[0].location, units[0].first, units[0].length, {}};
+  tensor_fetch f{"m", units[0].location, units[0].first, units[0].length, {}, {}, {}};
   for (const auto& seg : units[0].segments) f.parts.push_back({ts[seg.tensor].name, seg.offset, seg.length});
 
   // not probed yet: refused, nothing read
@@ -601,21 +601,15 @@ TEST_F(LoaderHost, AWorkerBeginsTheNextRangesTensorsWhileARangeIsStillArriving) 
   auto fail = [](caf::error& e) { FAIL() << from_caf(e).message; };
   me->request(w, 10s, tprobe_atom::value, location, file.data_start, file.header_sha256)
       .receive([](bool ok) { EXPECT_TRUE(ok); }, fail);
-  auto begin = [&](const tensor_location& t) {
-    tensor_begin_request b{"m", t.name, t.file_dtype, t.shape, "bf16", t.length};
-    return me->request(w, 30s, tbegin_atom::value, b);
-  };
+  // each range begins its tensor, reads it and ends it (as the coordinator sends them)
   auto fetch = [&](const tensor_location& t) {
-    return me->request(w, 30s, tfetch_atom::value, tensor_fetch{"m", location, t.first, t.length, {{t.name, 0, t.length}}});
+    tensor_fetch f{"m", location, t.first, t.length, {{t.name, 0, t.length}}, {}, {t.name}};
+    f.begins.push_back(tensor_begin_request{"m", t.name, t.file_dtype, t.shape, "bf16", t.length});
+    return me->request(w, 30s, tfetch_atom::value, std::move(f));
   };
-  auto b0 = begin(ts[0]);
   auto f0 = fetch(ts[0]);
-  auto b1 = begin(ts[1]);
   auto f1 = fetch(ts[1]);
-  auto e0 = me->request(w, 30s, tend_atom::value, std::string("m"), ts[0].name);
-  auto e1 = me->request(w, 30s, tend_atom::value, std::string("m"), ts[1].name);
-  // the second tensor is begun, and its range asked for, while the first range is held
-  b1.receive([](bool ok) { EXPECT_TRUE(ok); }, fail);
+  // the second range's tensor is begun, and its range asked for, while the first is held
   const std::string second = "range: bytes=" + std::to_string(ts[1].first) + "-";
   bool asked = false;
   for (int i = 0; i < 500 && !asked; ++i) {
@@ -627,11 +621,13 @@ TEST_F(LoaderHost, AWorkerBeginsTheNextRangesTensorsWhileARangeIsStillArriving) 
   }
   EXPECT_TRUE(asked) << "the second range was not requested while the first was held";
   proxy.release();
-  b0.receive([](bool ok) { EXPECT_TRUE(ok); }, fail);
-  f0.receive([&](std::uint64_t n) { EXPECT_EQ(n, ts[0].length); }, fail);
-  f1.receive([&](std::uint64_t n) { EXPECT_EQ(n, ts[1].length); }, fail);
-  e0.receive([&](std::uint64_t n) { EXPECT_EQ(n, ts[0].length); }, fail);
-  e1.receive([&](std::uint64_t n) { EXPECT_EQ(n, ts[1].length); }, fail);
+  for (auto [h, t] : {std::pair{&f0, &ts[0]}, std::pair{&f1, &ts[1]}})
+    h->receive(
+        [&](tensor_fetch_reply& r) {
+          EXPECT_EQ(r.bytes, t->length);
+          EXPECT_EQ(r.resident, std::vector<std::uint64_t>{t->length});  // (bf16 kept as published)
+        },
+        fail);
   // the bytes are the file's: each tensor's digest as the worker holds it, against the file's
   std::ifstream in(folder_->root / "org/sharded/model-00000-of-00002.safetensors", std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
