@@ -142,7 +142,7 @@ TEST(checked_worker, CallersHearAtOnceWhenTheVolunteerGoes) {
         return {[=](status_atom) { held->push_back(self->make_response_promise()); }};
       },
       0);
-  auto checked = spawn_checked_worker(sys, {caf::actor_cast<worker_actor>(silent), "hostA", "d1"}, verify_config{},
+  auto checked = spawn_checked_worker(sys, {caf::actor_cast<worker_actor>(silent), "hostA", "d1", {}}, verify_config{},
                                       std::make_shared<quarantine_registry>());
   std::thread leaves([&] {
     std::this_thread::sleep_for(300ms);  // (the call is with the volunteer by then)
