@@ -17,6 +17,7 @@
 #include "actors/coordinator/coordinator_actor.hpp"
 #include "actors/coordinator/gate_actor.hpp"
 #include "actors/coordinator/pool_actor.hpp"
+#include "actors/loader/host_fetch.hpp"
 #include "actors/worker/worker_actor.hpp"
 #include "actors/cluster.hpp"
 #include "actors/cluster_tls.hpp"
@@ -51,7 +52,7 @@ const char* serve_usage =
     "                   [--worker-memory SIZE] [--graph-timeout-ms MS] [--body-limit SIZE]\n"
     "                   [--durable-budget SIZE] [--v2-quota SIZE] [--graph-budget SIZE]\n"
     "                   [--threads N] [--web DIR]\n"
-    "                   [--cluster-port N] [--volunteer-fetch on|off] [--backend cpu|cuda|auto]\n"
+    "                   [--cluster-port N] [--worker-fetch on|off] [--backend cpu|cuda|auto]\n"
     "                   [--allow-local DIR]... [--allow-private-sources]\n"
     "                   [--max-connections N] [--max-connections-per-address N]\n"
     "                   [--header-timeout-ms MS] [--body-timeout-ms MS] [--generations-per-key N]\n"
@@ -100,11 +101,12 @@ const char* serve_usage =
     "                      its certificate; each volunteer is offered a one-time ticket over the\n"
     "                      cluster link). Default: the cluster port + 1 (any free port when that\n"
     "                      is 0); off: weights go over the cluster link\n"
-    "  --volunteer-fetch on|off\n"
-    "                      on (default): a volunteer that is not spot-checked reads its weights\n"
-    "                      from the model host itself, for each file it proves to read the same\n"
-    "                      there (and may: see `mpakt worker --host-fetch`), sparing this process\n"
-    "                      every byte; loads that send a hub token always go through here\n"
+    "  --worker-fetch on|off\n"
+    "                      on (default): workers read their weights from the model host\n"
+    "                      themselves, straight into the tensors: the embedded ones, and each\n"
+    "                      volunteer that is not spot-checked, for each file it proves to read\n"
+    "                      the same there (and may: see `mpakt worker --host-fetch`); off, or a\n"
+    "                      load that sends a hub token: every byte comes through this process\n"
     "  --cluster-cert FILE the cluster port's certificate (PEM) and its key; by default a key\n"
     "  --cluster-key FILE  pair and self-signed certificate made in DIR/cluster on first start\n"
     "  --log-format F      stderr log lines: text, or json (one object per line); default text\n"
@@ -199,9 +201,9 @@ int cmd_serve(const std::vector<std::string>& args) {
         return bad("--data-port takes a port (0: any free one) or off");
       else data_port = std::atoi(v->c_str());
     }
-    else if (a == "--volunteer-fetch") {
-      if (!(v = value()) || (*v != "on" && *v != "off")) return bad("--volunteer-fetch takes on or off");
-      ccfg.load.volunteer_fetch = *v == "on";
+    else if (a == "--worker-fetch") {
+      if (!(v = value()) || (*v != "on" && *v != "off")) return bad("--worker-fetch takes on or off");
+      ccfg.load.worker_fetch = *v == "on";
     }
     else if (a == "--cluster-cert") { if (!(v = value()) || v->empty()) return bad("--cluster-cert needs a PEM file"); cluster_cert = *v; }
     else if (a == "--cluster-key") { if (!(v = value()) || v->empty()) return bad("--cluster-key needs a PEM file"); cluster_key = *v; }
@@ -345,6 +347,16 @@ int cmd_serve(const std::vector<std::string>& args) {
       wc.memory_bytes = worker_memory;
       wc.device = backends_chosen[std::size_t(i)].device;
       wc.backend_note = backends_chosen[std::size_t(i)].note;
+      if (ccfg.load.worker_fetch) {
+        // The coordinator's own rules for what it may read (it probes only files it inspected
+        // under them); its threads start after the stop signals are blocked.
+        loader::host_fetcher::options fo;
+        fo.allow_private = ccfg.load.allow_private_sources;
+        fo.trusted_endpoint = ccfg.load.hf_endpoint;
+        fo.verify_tls = ccfg.load.verify_tls;
+        wc.fetcher = std::make_shared<loader::host_fetcher>(fo);
+        wc.fetch_converted = false;  // (worker_config::fetch_converted)
+      }
       local_workers.push_back(spawn_worker(*sys, wc));
       caf::anon_send(pool, add_atom::value, local_workers.back());
     }

@@ -6,7 +6,9 @@ volunteer (`mpakt worker --join`) on loopback. Reports
 
   * load throughput (MB/s of published bytes over the client's wall time, host -> coordinator
     -> worker) for the embedded worker and for the volunteer, as published (bf16) and quantized
-    on load (q8), the volunteer reading the host itself (`vol-fetch`, `--host-fetch any`),
+    on load (q8), the embedded worker reading the host itself (`embedded`, the default) and
+    relayed by the coordinator (`emb-relay`, `--worker-fetch off`), the volunteer reading the
+    host itself (`vol-fetch`, `--host-fetch any`),
     relayed over its data connection and with `--data-port off` (`vol-link`: the bytes inside
     the cluster link's messages),
     `--load-repeats` times each (median), each repeat beside the loopback TCP
@@ -131,11 +133,12 @@ def timed_loads(api, source, quantize, pids):
 def load_section(args, tmp, host_url, host_pid, model_bytes):
     """Loads of the whole model into an embedded worker and into one volunteer, bf16 and q8,
     `--load-repeats` rounds; each round measures loopback first, then every cell once."""
-    # "vol-fetch" reads its weights from the host itself (`--host-fetch any`: the host is on
-    # loopback); "volunteer" gets them relayed over its data connection (a volunteer's default
+    # "embedded" reads its weights from the host itself (the default), "emb-relay" gets them
+    # through the coordinator (`--worker-fetch off`); "vol-fetch" reads them from the host
+    # itself (`--host-fetch any`: the host is on loopback); "volunteer" gets them relayed over its data connection (a volunteer's default
     # reads public hosts only, so here it is refused and relayed); "vol-link" is the relay with
     # `--data-port off`, its weights inside the cluster link's messages
-    wheres = ("embedded", "vol-fetch", "volunteer", "vol-link")
+    wheres = ("embedded", "emb-relay", "vol-fetch", "volunteer", "vol-link")
     cells = [(where, q) for where in wheres for q in ("none", "q8")]
     servers = {}
     procs = []
@@ -146,7 +149,10 @@ def load_section(args, tmp, host_url, host_pid, model_bytes):
             data.mkdir()
             # (spot-checks off: their verifier would convert a second copy of every weight in the
             # coordinator, which this benchmark of the link does not measure)
-            extra = ["--workers", "0", "--cluster-port", str(cport), "--data-port", "0", *NO_CHECKS] if where != "embedded" else []
+            embedded = where in ("embedded", "emb-relay")
+            extra = ["--workers", "0", "--cluster-port", str(cport), "--data-port", "0", *NO_CHECKS] if not embedded else []
+            if where == "emb-relay":
+                extra = ["--worker-fetch", "off"]
             if where == "vol-link":
                 extra[extra.index("--data-port") + 1] = "off"
             serve = db.Proc(f"serve {where}", [args.binary, "serve", "--port", port, "--data-dir", data, "--dev",
@@ -154,7 +160,7 @@ def load_section(args, tmp, host_url, host_pid, model_bytes):
             procs.append(serve)
             serve.start(r"mpakt serve: listening on http://")
             pids = {"host": host_pid, "coordinator": serve.p.pid}
-            if where != "embedded":
+            if not embedded:
                 w = db.Proc("w_load", [args.binary, "worker", "--join", f"127.0.0.1:{cport}", "--id", "w_load",
                                        "--memory", "2G", *dev_token(data / "serve.log"),
                                        *(["--host-fetch", "any"] if where == "vol-fetch" else [])], data / "worker.log")

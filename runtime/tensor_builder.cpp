@@ -7,6 +7,12 @@
 
 namespace mpakt {
 
+bool tensor_builder::keeps_as_published(const std::string& file_dtype, dtype resident) {
+  // (a published dtype held as f32 is kept only when it is F32: F64, I64, BOOL are widened)
+  const auto held = resident_dtype(file_dtype);
+  return held && *held == resident && (*held != dtype::f32 || file_dtype == "F32");
+}
+
 tensor_builder::tensor_builder(std::string file_dtype, shape_t shape, dtype resident, std::string name)
     : file_dtype_(std::move(file_dtype)), shape_(std::move(shape)), resident_(resident), name_(std::move(name)) {
   in_size_ = std::size_t(std::max(0, published_dtype_size(file_dtype_)));
@@ -21,10 +27,8 @@ tensor_builder::tensor_builder(std::string file_dtype, shape_t shape, dtype resi
     return;
   }
   const bool is_float = file_dtype_ == "F32" || file_dtype_ == "BF16" || file_dtype_ == "F16" || file_dtype_ == "F64";
-  if (resident_ == *held && *held != dtype::f32) {
-    path_ = path::copy;  // bf16, f16 kept as published
-  } else if (resident_ == *held && file_dtype_ == "F32") {
-    path_ = path::copy;
+  if (keeps_as_published(file_dtype_, resident_)) {
+    path_ = path::copy;  // f32, bf16, f16 kept as published
   } else if (resident_ == dtype::f32) {
     path_ = path::widen;  // F64/I64/BOOL → f32, or BF16/F16 → f32 on a worker that widens
   } else if (is_quantized(resident_) && is_float) {

@@ -37,6 +37,9 @@ class tensor_builder {
   /// `name` is used in error messages only.
   tensor_builder(std::string file_dtype, shape_t shape, dtype resident, std::string name = {});
 
+  /// Whether a tensor published as `file_dtype` and held as `resident` is kept as published
+  /// (its bytes are its published bytes; destination() is then the tensor).
+  static bool keeps_as_published(const std::string& file_dtype, dtype resident);
   /// Adds the published bytes [offset, offset + bytes.size()). Pieces must arrive in order
   /// (offset == received_bytes()) and not run past expected_bytes().
   status add(std::uint64_t offset, std::string_view bytes);

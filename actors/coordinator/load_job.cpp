@@ -24,6 +24,7 @@
 #include "runtime/log.hpp"
 #include "runtime/metrics.hpp"
 #include "runtime/stages.hpp"
+#include "runtime/tensor_builder.hpp"
 
 namespace mpakt {
 
@@ -256,13 +257,14 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
   std::vector<loader::tensor_location> where;
   for (const auto& tp : plan->tensors) where.push_back(loader::locate(ctx->index, ctx->index.tensors[tp.tensor]));
   auto units = loader::plan_fetches(where);
-  // Volunteers that read their own bytes from the model host: whoever proves it reads the same
-  // file there (its header's digest) gets ranges instead of pieces; any other worker — an
-  // embedded one, a spot-checked volunteer, one that may not or cannot reach the host — gets
-  // the bytes through here as before. A hub token is never handed on, so such loads relay.
-  std::set<std::pair<caf::actor_addr, std::string>> fetching_itself;  // (worker, file)
+  // Workers that read their own bytes from the model host: whoever proves it reads the same
+  // file there (its header's digest) gets ranges instead of pieces — of every tensor, or
+  // (its answer) only of tensors it keeps as published; any other worker — a spot-checked
+  // volunteer, one that may not or cannot reach the host — gets the bytes through here as
+  // before. A hub token is never handed on, so such loads relay.
+  std::map<std::pair<caf::actor_addr, std::string>, bool> fetching_itself;  // (worker, file) -> converted ones too
   const bool token_sent = ctx->source.kind == loader::source_kind::hub && !(req.token.empty() && cfg.hf_token.empty());
-  if (cfg.volunteer_fetch && ctx->source.remote() && !token_sent) {
+  if (cfg.worker_fetch && ctx->source.remote() && !token_sent) {
     std::set<std::pair<caf::actor_addr, std::string>> asked;
     std::set<caf::actor_addr> refused;  // (one refusal or failure is enough: its other files relay too)
     for (std::size_t k = 0; k < plan->tensors.size(); ++k) {
@@ -272,7 +274,7 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
       auto r = ask<bool>(self, part_of[k], cfg.worker_timeout, tprobe_atom::value, file.location, file.data_start,
                          file.header_sha256);
       if (r) {
-        fetching_itself.emplace(who, file.location);
+        fetching_itself.emplace(std::pair{who, file.location}, std::get<0>(*r));
         continue;
       }
       refused.insert(who);
@@ -282,7 +284,10 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
     }
     for (auto& u : units)
       u.remote = !u.segments.empty() && std::all_of(u.segments.begin(), u.segments.end(), [&](const auto& seg) {
-        return fetching_itself.count({part_of[seg.tensor].address(), u.location}) > 0;
+        auto it = fetching_itself.find({part_of[seg.tensor].address(), u.location});
+        if (it == fetching_itself.end()) return false;
+        const auto& tp = plan->tensors[seg.tensor];
+        return it->second || tensor_builder::keeps_as_published(ctx->index.tensors[tp.tensor].entry.file_dtype, tp.resident);
       });
   }
   loader::fetch_pool fetcher(where, std::move(units), ctx->make_reader,

@@ -44,10 +44,11 @@ struct load_job_config {
   /// ahead, or on their way to a worker and not yet acknowledged (a volunteer's own ranges
   /// in flight count the same).
   int pieces_held = 4;
-  /// Whether volunteers may read their own weights from the model host (`serve
-  /// --volunteer-fetch off` turns it off): asked per volunteer and file, never for a
-  /// spot-checked volunteer or a load that sends a hub token (actors/loader/host_fetch.hpp).
-  bool volunteer_fetch = true;
+  /// Whether workers may read their own weights from the model host (`serve --worker-fetch
+  /// off` turns it off): asked per worker and file — embedded workers and volunteers alike —
+  /// never for a spot-checked volunteer or a load that sends a hub token
+  /// (actors/loader/host_fetch.hpp).
+  bool worker_fetch = true;
 };
 
 /// What a load job does: the load as asked for (source, selection, quantize, the caller's own

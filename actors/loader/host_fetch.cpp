@@ -16,7 +16,8 @@ http_reader_options reader_options(const host_fetcher::options& o) {
   ho.timeout_ms = o.timeout_ms;
   ho.verify_tls = o.verify_tls;
   ho.allow_private = o.allow_private;
-  return ho;  // (no trusted endpoint and no token: the volunteer has neither)
+  ho.trusted_endpoint = o.trusted_endpoint;
+  return ho;  // (no token: never handed on)
 }
 
 bool is_url(const std::string& s) { return s.rfind("http://", 0) == 0 || s.rfind("https://", 0) == 0; }
@@ -144,6 +145,14 @@ void host_fetcher::recycle(std::vector<std::string> parts) {
       kept += p.size();
       spares_.push_back(std::move(p));
     }
+}
+
+void host_fetcher::drop_spares() {
+  std::vector<std::string> gone;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    gone.swap(spares_);
+  }
 }
 
 std::string host_fetcher::buffer(std::uint64_t n) {

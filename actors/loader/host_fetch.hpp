@@ -57,6 +57,8 @@ class host_fetcher {
   struct options {
     /// May URLs (and redirects) lead to loopback, link-local or private addresses?
     bool allow_private = false;
+    /// A host exempt from `allow_private` (an embedded worker: the coordinator's --hf-endpoint).
+    std::string trusted_endpoint;
     bool verify_tls = true;
     int connections = 4;   ///< fetch threads, each with its own connection
     int max_ranges = 8;    ///< ranges started and not yet taken, at most
@@ -100,6 +102,8 @@ class host_fetcher {
   void when_done(std::uint64_t number, std::function<void()> done);
   /// Buffers of parts that were used, kept for later ranges (a few at most).
   void recycle(std::vector<std::string> parts);
+  /// Frees the buffers kept (a load ended: they would otherwise stay until the next).
+  void drop_spares();
 
   std::uint64_t bytes_fetched() const;
   std::uint64_t requests() const;

@@ -276,7 +276,7 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
           if (auto ok = w.cfg.fetcher->probe(location, header_bytes, sha); !ok)
             return to_caf(ok.err().code, "worker " + w.cfg.worker_id + " does not fetch " + location + " itself: " + ok.err().message);
           log::line("info", "worker", "reads " + location + " from the model host itself");
-          return true;
+          return w.cfg.fetch_converted;
         },
         [=](tfetch_atom, tensor_fetch& f, std::uint64_t number) -> caf::result<tensor_fetch_reply> {
           // (the front started it, so the fetcher exists) Its tensors begin now; the range is

@@ -167,7 +167,9 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
         auto it = w.reserved.find(model);
         const std::uint64_t mine = it == w.reserved.end() ? 0 : it->second;
         if (bytes == 0) {
+          // (the load ended: what its own reads kept for the next ranges goes)
           w.reserved.erase(model);
+          if (w.cfg.fetcher) w.cfg.fetcher->drop_spares();
           return true;
         }
         const std::uint64_t avail = w.free_locked() + mine;

@@ -93,10 +93,15 @@ struct worker_config {
   /// offers.
   std::shared_ptr<datalink::piece_inbox> pieces;
   std::function<status(std::uint16_t, const std::string&)> open_data_link;
-  /// A volunteer that reads its own weights from the model host where the coordinator asks
+  /// A worker that reads its own weights from the model host where the coordinator asks
   /// (actors/loader/host_fetch.hpp: `tprobe`, then `tfetch` in the place of pieces). Null: it
   /// refuses, and its weights come through the coordinator.
   std::shared_ptr<loader::host_fetcher> fetcher;
+  /// Whether it reads the ranges of tensors it converts (quantizes, widens) too, or only of
+  /// those it keeps as published (its `tprobe` answer). A volunteer reads all: relayed, each
+  /// byte would cross the network twice. An embedded worker reads only the kept ones: pieces
+  /// cost it no copy across a network, and converting them as they arrive loads faster.
+  bool fetch_converted = true;
 };
 
 /// Spawns a worker (its front, compute side and receiver); returns the front.

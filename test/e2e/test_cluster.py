@@ -218,7 +218,7 @@ def test_a_volunteer_reads_its_weights_from_the_model_host_itself_where_it_may(s
     there and then fetches every range itself — its data connection carries no byte, the load
     still reports the published bytes, and the weights decode the golden tokens. A volunteer
     that may read public addresses only (the default) gets the same model through the
-    coordinator; so does everyone with `serve --volunteer-fetch off`."""
+    coordinator; so does everyone with `serve --worker-fetch off`."""
     c = start_cluster(start_server, tmp_path_factory, "hostfetch", options=NO_CHECKS)
     try:
         w = c.join("w_a", "1G", "--host-fetch", "any")
@@ -251,7 +251,7 @@ def test_a_volunteer_reads_its_weights_from_the_model_host_itself_where_it_may(s
     finally:
         c.stop_all()
         c.server.process.terminate()
-    c = start_cluster(start_server, tmp_path_factory, "hostfetchoff", options=(*NO_CHECKS, "--volunteer-fetch", "off"))
+    c = start_cluster(start_server, tmp_path_factory, "hostfetchoff", options=(*NO_CHECKS, "--worker-fetch", "off"))
     try:
         w = c.join("w_a", "1G", "--host-fetch", "any")
         r = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)

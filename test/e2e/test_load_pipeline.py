@@ -72,9 +72,12 @@ def widen(dtype, raw):
     return [struct.unpack("<f", b"\0\0" + raw[2 * i:2 * i + 2])[0] for i in range(len(raw) // 2)]
 
 
-def test_every_tensor_arrives_whole(start_server, mixed_model):
+@pytest.mark.parametrize("fetch", ["off", "on"])
+def test_every_tensor_arrives_whole(start_server, mixed_model, fetch):
+    """Relayed through the coordinator, and read by the worker itself (kept-as-published
+    tensors straight into place, converted ones through buffers)."""
     source, tensors = mixed_model
-    server = start_server("--worker-memory", "1G", "--dev")
+    server = start_server("--worker-memory", "1G", "--dev", "--worker-fetch", fetch)
     _, key = server.account("pipeline")
     api = server.api
     r = expect(api.post("/api/v3/models", {"source": source}, key=key, timeout=WORK_S), 200)
@@ -82,8 +85,11 @@ def test_every_tensor_arrives_whole(start_server, mixed_model):
     assert r["bytesTransferred"] == published
     assert r["residentBytes"] == published
     assert [t["name"] for t in r["tensors"]] == list(tensors)
-    # a few pieces at most, never the model
-    assert 0 < r["coordinatorPeakBytes"] <= 4 * 16_000_000
+    # a few pieces at most, never the model; none when the worker reads them itself
+    if fetch == "off":
+        assert 0 < r["coordinatorPeakBytes"] <= 4 * 16_000_000
+    else:
+        assert r["coordinatorPeakBytes"] == 0
     model = r["modelId"]
     for name, (dtype, shape, raw) in tensors.items():
         if not shape[0]:

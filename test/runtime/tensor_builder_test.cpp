@@ -178,6 +178,17 @@ TEST(TensorBuilder, BytesWrittenInPlaceCountInOrderAndOnlyWhereNothingIsConverte
   EXPECT_FALSE(widen.wrote(0, 4).ok());
   tensor_builder q8("BF16", {1, 32}, dtype::q8, "w");
   EXPECT_TRUE(q8.destination().empty());
+  // what the coordinator asks before it lets an embedded worker read a tensor's range itself:
+  // the same answer as the builder's (a destination exactly where it keeps as published)
+  for (const auto& [file_dtype, resident, kept] : std::vector<std::tuple<std::string, dtype, bool>>{
+           {"BF16", dtype::bf16, true}, {"F16", dtype::f16, true}, {"F32", dtype::f32, true},
+           {"BF16", dtype::f32, false}, {"F16", dtype::f32, false}, {"BF16", dtype::q8, false},
+           {"F32", dtype::q4, false}, {"F64", dtype::f32, false}, {"I64", dtype::f32, false},
+           {"BOOL", dtype::f32, false}}) {
+    EXPECT_EQ(tensor_builder::keeps_as_published(file_dtype, resident), kept) << file_dtype << " " << dtype_name(resident);
+    EXPECT_EQ(!tensor_builder(file_dtype, {2, 32}, resident, "w").destination().empty(), kept)
+        << file_dtype << " " << dtype_name(resident);
+  }
 }
 
 TEST(TensorBuilder, FinishNamesMissingBytes) {
