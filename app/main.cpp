@@ -1,5 +1,7 @@
 // mpakt: one binary, one subcommand per role (see docs/architecture.md).
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -29,6 +31,22 @@ void usage(FILE* out) {
       out);
 }
 
+/// The allocator's thresholds fixed for processes that load models (serve, worker). glibc
+/// starts by mapping every block of 128 KB or more from the kernel and raises that threshold
+/// with each such block freed, so a process's first loads took their tensors fresh from the
+/// kernel twice over — the first as separate mappings, the second from a heap grown anew —
+/// page-faulting every byte both times (a volunteer's second load: 52,000 faults and a
+/// quarter of the speed of later ones). Fixed, blocks below 4 MB (tensors and all) come from
+/// the heap from the first load on and a freed model's memory serves the next one; blocks of
+/// 4 MB and more — larger tensors (runtime/tensor.cpp maps those itself), 16 MB pieces and
+/// buffers — are mapped and returned when freed, so a load's transient pieces never stay in
+/// the heap; at most 64 MB of free heap top is kept (glibc's own bound once its thresholds
+/// have moved).
+void fix_allocator_thresholds() {
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,6 +66,7 @@ int main(int argc, char** argv) {
   if (const char* t = std::getenv("MPAKT_THREADS"); t && std::atoi(t) > 0) mpakt::cpu_fast::set_kernel_threads(std::atoi(t));
   const std::string cmd = args[0];
   args.erase(args.begin());
+  if (cmd == "serve" || cmd == "worker") fix_allocator_thresholds();
   if (cmd == "ops") return mpakt::app::cmd_ops(args);
   if (cmd == "serve") return mpakt::app::cmd_serve(args);
   if (cmd == "run") return mpakt::app::cmd_run(args);
