@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -35,9 +36,13 @@ struct aligned_free {
 
 /// Storage of this size or more is mapped from the kernel directly: its pages arrive zeroed,
 /// so a weight written once as it loads is not cleared first (and a page never touched costs
-/// nothing). Huge pages were tried (MADV_HUGEPAGE) and made loads slower here: each fault
-/// then clears 2 MB at once, under the memory cgroup's accounting.
+/// nothing). Its whole 2 MB pages are asked to be huge pages (MADV_HUGEPAGE; where the kernel
+/// has none to give it uses small ones): a decode step streams every weight, and with 4 KB
+/// pages the 1.2 GB of a Qwen3-0.6B bf16 model took 300,000 TLB entries a token — huge pages
+/// gave its two-thread decode 8–18 % (17.1 → 20.2 and 16.8 → 18.1 tok/s, alternated on a
+/// Xeon), while loads measured the same within noise (each fault then clears 2 MB at once).
 constexpr std::size_t mapped_storage_bytes = std::size_t(4) << 20;
+constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
 
 struct unmap {
   std::size_t bytes = 0;
@@ -59,10 +64,18 @@ result<tensor> tensor::allocate(dtype t, shape_t shape, bool zeroed) {
   const std::size_t alloc = (*bytes + 63) / 64 * 64 + 64;
   std::shared_ptr<std::byte[]> storage;
   if (alloc >= mapped_storage_bytes) {
-    void* p = ::mmap(nullptr, alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    // (mapped one huge page larger, so the storage can start on a huge page's boundary; the
+    // bytes before it are never touched, so they take no memory)
+    const std::size_t mapped = alloc + huge_page_bytes;
+    void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
       return make_error(errc::too_large, "cannot allocate " + std::to_string(*bytes) + " bytes for " + shape_str(shape));
-    storage = std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), unmap{alloc});
+    auto* base = static_cast<std::byte*>(p);
+    const auto first = (reinterpret_cast<std::uintptr_t>(base) + huge_page_bytes - 1) & ~(huge_page_bytes - 1);
+    auto* start = reinterpret_cast<std::byte*>(first);
+    (void)::madvise(start, alloc / huge_page_bytes * huge_page_bytes, MADV_HUGEPAGE);
+    const std::shared_ptr<std::byte[]> mapping(base, unmap{mapped});
+    storage = std::shared_ptr<std::byte[]>(mapping, start);  // (owns the whole mapping)
   } else {
     void* p = std::aligned_alloc(64, alloc);
     if (!p) return make_error(errc::too_large, "cannot allocate " + std::to_string(*bytes) + " bytes for " + shape_str(shape));
