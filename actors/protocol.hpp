@@ -436,10 +436,11 @@ using worker_actor = caf::typed_actor<
     /// a piece whose bytes came on it (in tpiece's place, in the same order)
     caf::replies_to<dlink_atom, std::uint16_t, std::string>::with<bool>,
     caf::replies_to<tpieceref_atom, tensor_piece_ref>::with<std::uint64_t>,
-    /// a volunteer that fetches its own weights: location, header bytes, SHA-256 (hex) of them
-    /// -> whether it reads the same file there (errors say why not: not allowed to, cannot
-    /// reach it, other bytes); then a range in the place of its pieces (its reply is their
-    /// bytes added)
+    /// a worker that fetches its own weights: location, header bytes, SHA-256 (hex) of them ->
+    /// it reads the same file there, and whether it also reads the ranges of tensors it
+    /// converts (errors say why not: not allowed to, cannot reach it, other bytes); then a
+    /// range in the place of its pieces, beginning and ending its tensors (its reply: the bytes
+    /// added and each ended tensor's resident bytes)
     caf::replies_to<tprobe_atom, std::string, std::uint64_t, std::string>::with<bool>,
     caf::replies_to<tfetch_atom, tensor_fetch>::with<tensor_fetch_reply>,
     // sessions

@@ -196,25 +196,29 @@ struct receiver_state {
     return n;
   }
 
-  /// Forgets a model's tensors in progress and those not yet adopted.
+  /// Forgets a model's tensors in progress and those not yet adopted, and answers what of it
+  /// waits behind a range with an error.
   void forget(const std::string& model) {
     if (shared->cfg.fetcher) shared->cfg.fetcher->forget_model(model);
-    std::lock_guard<std::mutex> lock(shared->m);
-    if (auto m = loading.find(model); m != loading.end()) {
-      for (auto& [_, in] : m->second) shared->loading -= std::min(shared->loading, in.resident);
-      loading.erase(m);
-    }
-    auto& inbox = shared->inbox;
-    for (auto it = inbox.begin(); it != inbox.end();) {
-      if (it->model != model) {
-        ++it;
-        continue;
+    {
+      std::lock_guard<std::mutex> lock(shared->m);
+      if (auto m = loading.find(model); m != loading.end()) {
+        for (auto& [_, in] : m->second) shared->loading -= std::min(shared->loading, in.resident);
+        loading.erase(m);
       }
-      shared->arrived -= std::min<std::uint64_t>(shared->arrived, it->t.nbytes());
-      it = inbox.erase(it);
+      auto& inbox = shared->inbox;
+      for (auto it = inbox.begin(); it != inbox.end();) {
+        if (it->model != model) {
+          ++it;
+          continue;
+        }
+        shared->arrived -= std::min<std::uint64_t>(shared->arrived, it->t.nbytes());
+        it = inbox.erase(it);
+      }
+      received.erase(model);
+      shared->reserved.erase(model);
     }
-    received.erase(model);
-    shared->reserved.erase(model);
+    refuse_waiting(model);  // (outside the lock: what runs after them may take it)
   }
 };
 
@@ -315,15 +319,11 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
         },
         [=](tabort_atom, const std::string& model) {
           self->state.forget(model);
-          self->state.refuse_waiting(model);
           // What the compute side adopted already goes too (after what it is running now).
           caf::anon_send(self->state.compute, dropmodel_atom::value, model);
           return true;
         },
-        [=](dropmodel_atom, const std::string& model) {
-          self->state.forget(model);
-          self->state.refuse_waiting(model);
-        },
+        [=](dropmodel_atom, const std::string& model) { self->state.forget(model); },
         [=](tdigest_atom a, const std::string& model, const std::string& name, const std::string& nonce) -> caf::result<std::string> {
           auto& st = self->state;
           if (st.queue.empty()) return self->delegate(st.compute, a, model, name, nonce);
