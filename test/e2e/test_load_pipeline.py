@@ -101,6 +101,29 @@ def test_every_tensor_arrives_whole(start_server, mixed_model, fetch):
     server.assert_up()
 
 
+def test_an_embedded_worker_reads_only_the_tensors_it_keeps_as_published(start_server, mixed_model):
+    """Quantized on load, an embedded worker's converted tensors still come as pieces through
+    the coordinator (converting pieces as they arrive is its faster way); what it keeps as
+    published it reads from the host itself. (Read by the worker alone, coordinatorPeakBytes
+    would be 0, as the bf16/f32 load above shows.)"""
+    source, tensors = mixed_model
+    server = start_server("--worker-memory", "1G", "--dev")
+    _, key = server.account("pipeline-q8")
+    api = server.api
+    r = expect(api.post("/api/v3/models", {"source": source, "quantize": "q8"}, key=key, timeout=WORK_S), 200)
+    published = sum(len(raw) for _, _, raw in tensors.values())
+    assert r["quantize"] == "q8"
+    assert r["bytesTransferred"] == published
+    assert r["residentBytes"] < published  # (matrices held as q8)
+    assert 0 < r["coordinatorPeakBytes"] <= 4 * 16_000_000
+    # a tensor kept as published arrived byte for byte
+    dtype, shape, raw = tensors["d.norm"]
+    g = {"inputs": [{"name": "w", "model": r["modelId"], "weight": "d.norm"}], "steps": [], "outputs": ["w"]}
+    out = expect(api.post("/api/v3/graph", {"graph": g, "encoding": "base64"}, key=key), 200)["outputs"]["w"]
+    assert base64.b64decode(out["dataB64"]) == raw
+    server.assert_up()
+
+
 class _FailingHost(http.server.BaseHTTPRequestHandler):
     """Serves one checkpoint with Range; ranges reaching past `fail_from` answer 500."""
     path_re = re.compile(r"^/local/mixed/resolve/main/(.+)$")
