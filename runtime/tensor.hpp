@@ -42,10 +42,10 @@ class tensor {
   /// Allocates zeroed storage. Fails (errc::too_large) when the size overflows or the
   /// allocation fails, so a hostile shape never aborts the process.
   static result<tensor> make(dtype t, shape_t shape);
-  /// As make, for a caller that writes every byte before anything reads the tensor (a
-  /// weight built from its published bytes): the storage is not cleared first (only the
-  /// padding after the last byte is).
-  static result<tensor> make_for_writing(dtype t, shape_t shape);
+  /// As make, for a model's weight (built once from its published bytes, then streamed by
+  /// every decode step): its storage lies on huge pages, in a mapping of its own from 4 MB,
+  /// carved from shared slabs below (see tensor.cpp).
+  static result<tensor> make_weight(dtype t, shape_t shape);
   /// Wraps existing storage (e.g. a slice or reshape view); offset in bytes.
   static tensor view(const tensor& base, dtype t, shape_t shape, std::size_t byte_offset);
 
@@ -98,7 +98,7 @@ class tensor {
   std::weak_ptr<const std::byte[]> storage_watch() const { return storage_; }
 
  private:
-  static result<tensor> allocate(dtype t, shape_t shape, bool zeroed);
+  static result<tensor> allocate(dtype t, shape_t shape, bool weight);
   dtype type_ = dtype::f32;
   shape_t shape_;
   std::int64_t numel_ = 0;

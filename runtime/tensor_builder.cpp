@@ -41,7 +41,7 @@ tensor_builder::tensor_builder(std::string file_dtype, shape_t shape, dtype resi
   cols_ = shape_.empty() ? 1 : shape_.back();
   total_in_ = std::uint64_t(n) * in_size_;
   unit_bytes_ = path_ == path::copy ? 1 : path_ == path::widen ? in_size_ : std::size_t(cols_) * in_size_;
-  auto t = tensor::make_for_writing(resident_, shape_);  // (finish() needs every byte to have arrived)
+  auto t = tensor::make_weight(resident_, shape_);  // (finish() needs every byte to have arrived)
   if (!t) {
     error_ = make_error(t.err().code, what() + ": " + t.err().message);
     return;

@@ -1,7 +1,14 @@
 #include "runtime/tensor.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 namespace mpakt {
@@ -45,6 +52,51 @@ TEST(Tensor, LargeStorageStartsOnAHugePageBoundary) {
   auto small = tensor::make(dtype::f32, {16});
   ASSERT_TRUE(small);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small->data()) % 64, 0u);
+}
+
+/// The VmFlags line of /proc/self/smaps for the mapping holding `p`.
+std::string vm_flags_of(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find('-') < line.find(' ')) inside = lo <= at && at < hi;
+    else if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return {};
+}
+
+// Weights under 4 MB are carved one after another from shared slabs on huge pages
+// (runtime/tensor.cpp); a weight freed gives its whole pages back at once and leaves its
+// neighbours' bytes alone.
+TEST(Tensor, SmallWeightsAreCarvedFromHugePageSlabsAndGiveTheirPagesBack) {
+  const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
+  auto a = tensor::make_weight(dtype::bf16, {300, 576});  // 345,600 bytes: not whole pages
+  auto b = tensor::make_weight(dtype::bf16, {1000, 576});
+  auto c = tensor::make_weight(dtype::f32, {77});
+  ASSERT_TRUE(a && b && c);
+  const auto* pa = a->data();
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(pa) % 64, 0u);
+  EXPECT_EQ(b->data(), pa + (a->nbytes() + 63) / 64 * 64 + 64) << "the next weight follows in the same slab";
+  EXPECT_EQ(c->data(), b->data() + (b->nbytes() + 63) / 64 * 64 + 64);
+  EXPECT_NE(vm_flags_of(pa).find(" hg"), std::string::npos) << vm_flags_of(pa);
+  for (auto* t : {&*a, &*b, &*c}) {
+    EXPECT_EQ(t->data()[0], std::byte{0});
+    EXPECT_EQ(t->data()[t->nbytes() - 1], std::byte{0});
+    std::memset(t->data(), 0x5a, t->nbytes());
+  }
+  // b's whole pages go back to the kernel; a's and c's bytes (sharing b's first and last
+  // pages) stay as written.
+  const auto first = (reinterpret_cast<std::uintptr_t>(b->data()) + page - 1) / page * page;
+  const auto last = (reinterpret_cast<std::uintptr_t>(b->data()) + b->nbytes()) / page * page;
+  ASSERT_GT(last, first + page);
+  *b = tensor();
+  std::vector<unsigned char> in_core((last - first) / page);
+  ASSERT_EQ(::mincore(reinterpret_cast<void*>(first), last - first, in_core.data()), 0);
+  for (std::size_t i = 0; i < in_core.size(); ++i) EXPECT_EQ(in_core[i] & 1, 0) << "page " << i << " is still resident";
+  for (auto* t : {&*a, &*c})
+    for (std::size_t i = 0; i < t->nbytes(); ++i) ASSERT_EQ(t->data()[i], std::byte{0x5a}) << "byte " << i;
 }
 
 }  // namespace
