@@ -77,47 +77,64 @@ inline __m256i narrow_in_order(const __m256* q) {
 bool quantize_q8_row_avx2(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 lo_q = _mm256_set1_ps(-127.0f), hi_q = _mm256_set1_ps(127.0f);
-  for (std::int64_t b = 0; b < n / 32; ++b) {
-    __m256 x[4];
-    load32(src, from, b * 32, x);
-    if (non_finite(x)) return false;
+  const auto amax_of = [&](const __m256* x) {
     const __m256 m01 = _mm256_max_ps(_mm256_andnot_ps(sign, x[0]), _mm256_andnot_ps(sign, x[1]));
     const __m256 m23 = _mm256_max_ps(_mm256_andnot_ps(sign, x[2]), _mm256_andnot_ps(sign, x[3]));
-    const float amax = hmax(_mm256_max_ps(m01, m23));
-    const std::uint16_t d16 = to_f16(amax / 127.0f);
-    const float d = from_f16(d16);
-    std::uint8_t* blk = dst + b * 34;
-    __builtin_memcpy(blk, &d16, 2);
+    return hmax(_mm256_max_ps(m01, m23));
+  };
+  const auto values = [&](const __m256* x, float d, std::uint8_t* blk) {
     if (d == 0) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), _mm256_setzero_si256());
-      continue;
+      return;
     }
     const __m256 dv = _mm256_set1_ps(d);
     __m256 q[4];
     for (int i = 0; i < 4; ++i) q[i] = _mm256_min_ps(_mm256_max_ps(round_away(_mm256_div_ps(x[i], dv)), lo_q), hi_q);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), narrow_in_order(q));
+  };
+  const std::int64_t blocks = n / 32;
+  std::int64_t b = 0;
+  // Eight blocks at a time: their extremes, then eight scales in one division and one
+  // rounding to f16 (lane for lane the scalar steps below), then each block's values.
+  for (; b + 8 <= blocks; b += 8) {
+    alignas(32) float amax[8];
+    for (int i = 0; i < 8; ++i) {
+      __m256 x[4];
+      load32(src, from, (b + i) * 32, x);
+      if (non_finite(x)) return false;
+      amax[i] = amax_of(x);
+    }
+    const __m128i d16 = _mm256_cvtps_ph(_mm256_div_ps(_mm256_load_ps(amax), _mm256_set1_ps(127.0f)), _MM_FROUND_TO_NEAREST_INT);
+    alignas(32) float d[8];
+    alignas(16) std::uint16_t d16s[8];
+    _mm256_store_ps(d, _mm256_cvtph_ps(d16));
+    _mm_store_si128(reinterpret_cast<__m128i*>(d16s), d16);
+    for (int i = 0; i < 8; ++i) {
+      __m256 x[4];
+      load32(src, from, (b + i) * 32, x);
+      std::uint8_t* blk = dst + (b + i) * 34;
+      __builtin_memcpy(blk, &d16s[i], 2);
+      values(x, d[i], blk);
+    }
+  }
+  for (; b < blocks; ++b) {
+    __m256 x[4];
+    load32(src, from, b * 32, x);
+    if (non_finite(x)) return false;
+    const std::uint16_t d16 = to_f16(amax_of(x) / 127.0f);
+    std::uint8_t* blk = dst + b * 34;
+    __builtin_memcpy(blk, &d16, 2);
+    values(x, from_f16(d16), blk);
   }
   return true;
 }
 
 bool quantize_q4_row_avx2(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
   const __m256 zero = _mm256_setzero_ps(), fifteen = _mm256_set1_ps(15.0f);
-  for (std::int64_t b = 0; b < n / 32; ++b) {
-    __m256 x[4];
-    load32(src, from, b * 32, x);
-    if (non_finite(x)) return false;
-    const float lo = hmin(_mm256_min_ps(_mm256_min_ps(x[0], x[1]), _mm256_min_ps(x[2], x[3])));
-    const float hi = hmax(_mm256_max_ps(_mm256_max_ps(x[0], x[1]), _mm256_max_ps(x[2], x[3])));
-    if (lo == 0 || hi == 0) return false;  // which zero the reference keeps depends on order
-    const std::uint16_t d16 = to_f16((hi - lo) / 15.0f);
-    const std::uint16_t m16 = to_f16(lo);
-    const float d = from_f16(d16), m = from_f16(m16);
-    std::uint8_t* blk = dst + b * 20;
-    __builtin_memcpy(blk, &d16, 2);
-    __builtin_memcpy(blk + 2, &m16, 2);
+  const auto values = [&](const __m256* x, float d, float m, std::uint8_t* blk) {
     if (d == 0) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm_setzero_si128());
-      continue;
+      return;
     }
     const __m256 dv = _mm256_set1_ps(d), mv = _mm256_set1_ps(m);
     __m256 q[4];
@@ -130,6 +147,52 @@ bool quantize_q4_row_avx2(const void* src, quant_source from, std::uint8_t* dst,
                                            _mm256_slli_epi16(_mm256_srli_epi16(pairs, 8), 4));
     const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(joined, _mm256_setzero_si256()), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm256_castsi256_si128(bytes));
+  };
+  const auto lo_of = [](const __m256* x) { return hmin(_mm256_min_ps(_mm256_min_ps(x[0], x[1]), _mm256_min_ps(x[2], x[3]))); };
+  const auto hi_of = [](const __m256* x) { return hmax(_mm256_max_ps(_mm256_max_ps(x[0], x[1]), _mm256_max_ps(x[2], x[3]))); };
+  const std::int64_t blocks = n / 32;
+  std::int64_t b = 0;
+  // Eight blocks at a time, as q8: extremes, then eight scales and minimums together.
+  for (; b + 8 <= blocks; b += 8) {
+    alignas(32) float lo[8], hi[8];
+    for (int i = 0; i < 8; ++i) {
+      __m256 x[4];
+      load32(src, from, (b + i) * 32, x);
+      if (non_finite(x)) return false;
+      lo[i] = lo_of(x);
+      hi[i] = hi_of(x);
+      if (lo[i] == 0 || hi[i] == 0) return false;  // which zero the reference keeps depends on order
+    }
+    const __m256 lov = _mm256_load_ps(lo), hiv = _mm256_load_ps(hi);
+    const __m128i d16 = _mm256_cvtps_ph(_mm256_div_ps(_mm256_sub_ps(hiv, lov), _mm256_set1_ps(15.0f)), _MM_FROUND_TO_NEAREST_INT);
+    const __m128i m16 = _mm256_cvtps_ph(lov, _MM_FROUND_TO_NEAREST_INT);
+    alignas(32) float d[8], m[8];
+    alignas(16) std::uint16_t d16s[8], m16s[8];
+    _mm256_store_ps(d, _mm256_cvtph_ps(d16));
+    _mm256_store_ps(m, _mm256_cvtph_ps(m16));
+    _mm_store_si128(reinterpret_cast<__m128i*>(d16s), d16);
+    _mm_store_si128(reinterpret_cast<__m128i*>(m16s), m16);
+    for (int i = 0; i < 8; ++i) {
+      __m256 x[4];
+      load32(src, from, (b + i) * 32, x);
+      std::uint8_t* blk = dst + (b + i) * 20;
+      __builtin_memcpy(blk, &d16s[i], 2);
+      __builtin_memcpy(blk + 2, &m16s[i], 2);
+      values(x, d[i], m[i], blk);
+    }
+  }
+  for (; b < blocks; ++b) {
+    __m256 x[4];
+    load32(src, from, b * 32, x);
+    if (non_finite(x)) return false;
+    const float lo = lo_of(x), hi = hi_of(x);
+    if (lo == 0 || hi == 0) return false;  // which zero the reference keeps depends on order
+    const std::uint16_t d16 = to_f16((hi - lo) / 15.0f);
+    const std::uint16_t m16 = to_f16(lo);
+    std::uint8_t* blk = dst + b * 20;
+    __builtin_memcpy(blk, &d16, 2);
+    __builtin_memcpy(blk + 2, &m16, 2);
+    values(x, from_f16(d16), from_f16(m16), blk);
   }
   return true;
 }
