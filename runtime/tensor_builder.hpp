@@ -15,7 +15,8 @@
 ///
 /// Lifecycle: constructed when a tensor's first piece is due, fed with add() in order, then
 /// finish() hands over the tensor once. Any error is sticky: later calls return it again.
-/// Thread-safety: none; one builder belongs to the one worker thread filling it.
+/// Thread-safety: none; one builder belongs to the one worker thread filling it (which lends
+/// a piece of many rows to the kernel threads while it quantizes, and waits for them).
 
 #include <cstdint>
 #include <optional>
@@ -70,6 +71,12 @@ class tensor_builder {
   std::string what() const;
   /// Converts `n` complete units (elements or rows) starting at `src`.
   void emit(const char* src, std::uint64_t n);
+  /// How many parts of the kernel threads (backends/cpu/fast/parallel.hpp) quantize `rows`
+  /// complete rows (1: on this thread alone).
+  int quantize_parts(std::uint64_t rows) const;
+  /// Quantizes rows [from, to) of the `n` at `src` into rows units_done_ + from … of the tensor;
+  /// `scratch` holds cols_ floats and belongs to the caller.
+  void quantize_rows(const char* src, std::uint64_t from, std::uint64_t to, float* scratch);
   /// Published elements → f32.
   void widen(const char* src, std::size_t n, float* dst) const;
 

@@ -1,5 +1,7 @@
 #include "runtime/tensor_builder.hpp"
 
+#include "backends/cpu/fast/parallel.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -128,6 +130,32 @@ TEST(TensorBuilder, OnePieceAndOneBytePiecesAgree) {
   auto b = bytewise.finish();
   ASSERT_TRUE(b.ok());
   expect_same(*b, want, "byte by byte");
+}
+
+TEST(TensorBuilder, PiecesOfManyRowsQuantizedByTheKernelThreadsMatchWholeConversion) {
+  // Pieces of hundreds of KiB are quantized by the kernel threads together (several parts,
+  // each with its scratch row); the bytes must be those of one thread, wherever the pieces
+  // cut the rows.
+  cpu_fast::set_kernel_threads(2);
+  std::mt19937 rng(11);
+  const shape_t shape{700, 576};
+  for (const path_case c : {path_case{"BF16", dtype::q8}, path_case{"BF16", dtype::q4}, path_case{"F64", dtype::q8},
+                            path_case{"F32", dtype::q4}}) {
+    const std::string bytes = random_published(c.file_dtype, shape_numel(shape), rng);
+    const tensor want = convert_whole(c.file_dtype, shape, c.resident, bytes);
+    for (int trial = 0; trial < 3; ++trial) {
+      tensor_builder b(c.file_dtype, shape, c.resident, "w");
+      for (std::size_t off = 0; off < bytes.size();) {
+        const std::size_t n = std::min(bytes.size() - off, std::size_t(300'000 + rng() % 900'000));
+        ASSERT_TRUE(b.add(off, std::string_view(bytes).substr(off, n)).ok());
+        off += n;
+      }
+      auto got = b.finish();
+      ASSERT_TRUE(got.ok()) << got.err().message;
+      expect_same(*got, want, c.file_dtype + " -> " + std::string(dtype_name(c.resident)));
+    }
+  }
+  cpu_fast::set_kernel_threads(1);
 }
 
 TEST(TensorBuilder, RefusesPiecesOutOfOrderOrPastTheEnd) {
