@@ -3,6 +3,11 @@
 
 #include "http/server.hpp"
 
+// GCC 12 pairs Boost.Asio's coroutine frame deallocation (awaitable_frame_base's sized
+// operator delete) with the wrong allocation function when it inlines a frame's destruction,
+// and warns -Wmismatched-new-delete; both are Asio's own pair.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

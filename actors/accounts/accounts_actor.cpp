@@ -75,7 +75,7 @@ accounts_actor spawn_accounts(caf::actor_system& sys, std::unique_ptr<accounts::
           self->state.tally.count();
           auto id = st.check_key(key);
           if (!id) return refuse(id.err());
-          return {caller{id->username, id->key_id}, id->admin};
+          return {caller{id->username, id->key_id, {}}, id->admin};
         },
         [=, &st](approve_atom, const std::string& user) -> caf::result<account_reply> {
           self->state.tally.count();

@@ -216,7 +216,7 @@ graph_actor spawn_graph(caf::actor_system& sys, std::string graph_id, std::strin
           if (compiled_on(w)) return self->state.last_compile;  // already planned there
           auto rp = self->make_response_promise<compile_reply>();
           const auto call = self->state.compiles.open(rp);
-          self->request(w, self->state.t.graph, compile_atom::value, compile_request{self->state.id, self->state.graph_json})
+          self->request(w, self->state.t.graph, compile_atom::value, compile_request{self->state.id, self->state.graph_json, {}})
               .then(
                   [=](compile_reply& c) mutable {
                     auto rp = self->state.compiles.close(call);
@@ -256,7 +256,7 @@ graph_actor spawn_graph(caf::actor_system& sys, std::string graph_id, std::strin
           } else {
             // (the call, whose bindings may be large, waits for the compile behind a pointer)
             auto held = std::make_shared<run_request>(std::move(r));
-            self->request(w, self->state.t.graph, compile_atom::value, compile_request{self->state.id, self->state.graph_json})
+            self->request(w, self->state.t.graph, compile_atom::value, compile_request{self->state.id, self->state.graph_json, {}})
                 .then(
                     [=](compile_reply&) mutable {
                       if (!self->state.runs.calls.count(call)) return;  // answered: the graph was deleted

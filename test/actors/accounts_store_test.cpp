@@ -526,7 +526,7 @@ TEST_F(AccountsStore, VolunteerTokensAreCheckedRevokedReplacedAndExpire) {
   EXPECT_EQ(g->digest, as_bytes(sha256(t->token)));
   EXPECT_TRUE(store_->check_volunteer_digest(g->digest, t0).ok());
 
-  for (const std::string bad : {std::string("mpv_") + std::string(43, 'A'), std::string("mpk_") + t->token.substr(4),
+  for (const std::string& bad : {std::string("mpv_") + std::string(43, 'A'), std::string("mpk_") + t->token.substr(4),
                                 std::string(""), t->token + "x"}) {
     auto r = store_->check_volunteer_token(bad, t0);
     ASSERT_FALSE(r.ok()) << bad;

@@ -34,7 +34,9 @@ struct restore {
 tensor quantized(const tensor& f, dtype t, bool lanes) {
   auto q = convert_tensor(f, t);
   EXPECT_TRUE(q.ok());
-  if (lanes) EXPECT_TRUE(q->to_lanes16().ok());
+  if (lanes) {
+    EXPECT_TRUE(q->to_lanes16().ok());
+  }
   return *q;
 }
 
@@ -162,7 +164,9 @@ TEST(Lanes, MatmulOnEveryLevelAgreesAndKeepsEachRowsBits) {
             }
           }
         }
-  if (cpu_isa::best() >= cpu_isa::level::avx512_vnni) EXPECT_GT(lanes_kernel, 0);
+  if (cpu_isa::best() >= cpu_isa::level::avx512_vnni) {
+    EXPECT_GT(lanes_kernel, 0);
+  }
 }
 
 /// A q4 layer's products of one activation as they arrive together — q and k (q4) and v (q8)

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <thread>
@@ -70,7 +71,7 @@ TEST(ParallelMatmul, TwoCallersAtOnceBothGetTheirResult) {
   auto caller = [&] {
     for (int i = 0; i < 50; ++i) {
       auto out = test::run_op("matmul", R"({"transB": true})", {x, w}, fast_matmul());
-      if (!out.ok() || std::vector<float>(out->f32_span().begin(), out->f32_span().end()) != expected) wrong++;
+      if (!out.ok() || !std::equal(out->f32_span().begin(), out->f32_span().end(), expected.begin(), expected.end())) wrong++;
     }
   };
   std::thread a(caller), b(caller);

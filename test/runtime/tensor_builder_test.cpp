@@ -139,7 +139,7 @@ TEST(TensorBuilder, PiecesOfManyRowsQuantizedByTheKernelThreadsMatchWholeConvers
   cpu_fast::set_kernel_threads(2);
   std::mt19937 rng(11);
   const shape_t shape{700, 576};
-  for (const path_case c : {path_case{"BF16", dtype::q8}, path_case{"BF16", dtype::q4}, path_case{"F64", dtype::q8},
+  for (const path_case& c : {path_case{"BF16", dtype::q8}, path_case{"BF16", dtype::q4}, path_case{"F64", dtype::q8},
                             path_case{"F32", dtype::q4}}) {
     const std::string bytes = random_published(c.file_dtype, shape_numel(shape), rng);
     const tensor want = convert_whole(c.file_dtype, shape, c.resident, bytes);

@@ -20,6 +20,11 @@
 /// next block's product runs on the other C tile. The weights are unpacked once per 16 rows
 /// into tiles (their 34- and 20-byte blocks do not load as tiles in place).
 
+// GCC 12's AVX-512 headers start many intrinsics from a self-initialised "undefined" vector,
+// which -W(maybe-)uninitialized reports wherever they are inlined here (a false alarm).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 #include <immintrin.h>
 
 #include <cstdint>

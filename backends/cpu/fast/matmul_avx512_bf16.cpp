@@ -15,6 +15,10 @@
 /// 32 rows side by side: two registers), without widening; each activation pair is broadcast
 /// against it, so every instruction serves 32 outputs and no sum crosses lanes.
 
+// GCC 12's AVX-512 headers start many intrinsics from a self-initialised "undefined" vector,
+// which -Wmaybe-uninitialized reports wherever they are inlined here (a false alarm).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <immintrin.h>
 
 #include <cstdint>
