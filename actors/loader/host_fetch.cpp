@@ -37,6 +37,7 @@ host_fetcher::~host_fetcher() {
     std::lock_guard<std::mutex> lock(m_);
     stop_ = true;
   }
+  work_cv_.notify_all();
   cv_.notify_all();
   for (auto& t : threads_) t.join();
 }
@@ -79,7 +80,7 @@ result<std::uint64_t> host_fetcher::start(const tensor_fetch& f) {
   const std::uint64_t n = next_++;
   queue_.emplace_back(n, f);
   ++waiting_;
-  cv_.notify_all();
+  work_cv_.notify_one();
   return n;
 }
 
@@ -182,7 +183,7 @@ void host_fetcher::run_thread() {
     std::pair<std::uint64_t, tensor_fetch> job;
     {
       std::unique_lock<std::mutex> lock(m_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (stop_) return;
       job = std::move(queue_.front());
       queue_.pop_front();

@@ -117,6 +117,9 @@ class host_fetcher {
 
   const options opts_;
   mutable std::mutex m_;
+  /// Fetch threads wait on work_cv_ for a range to read; everyone else (a destination, a
+  /// range's end) on cv_ — so a tensor's begin does not wake every idle fetch thread.
+  std::condition_variable work_cv_;
   std::condition_variable cv_;
   std::set<std::string> probed_;
   std::deque<std::pair<std::uint64_t, tensor_fetch>> queue_;
