@@ -156,6 +156,13 @@ void host_fetcher::drop_spares() {
   }
 }
 
+std::uint64_t host_fetcher::spare_bytes() const {
+  std::lock_guard<std::mutex> lock(m_);
+  std::uint64_t n = 0;
+  for (const auto& p : spares_) n += p.size();
+  return n;
+}
+
 std::string host_fetcher::buffer(std::uint64_t n) {
   std::string b;
   {

@@ -104,6 +104,8 @@ class host_fetcher {
   void recycle(std::vector<std::string> parts);
   /// Frees the buffers kept (a load ended: they would otherwise stay until the next).
   void drop_spares();
+  /// Bytes of the buffers kept for later ranges.
+  std::uint64_t spare_bytes() const;
 
   std::uint64_t bytes_fetched() const;
   std::uint64_t requests() const;

@@ -536,6 +536,16 @@ TEST_F(LoaderHost, HostFetcherReadsOnlyFilesItProvedTheSame) {
               bytes.substr(std::size_t(ts[1].first), std::size_t(ts[1].length)));
   fetcher.recycle(std::move(got->bytes));
   EXPECT_EQ(fetcher.bytes_fetched(), units[0].length);
+  // Buffers of 64 KiB and more are kept for later ranges, up to a bound, until a load's end
+  // drops them (the receiver's `reserve 0`).
+  fetcher.drop_spares();
+  fetcher.recycle({std::string(std::size_t(1) << 20, 'x'), std::string(100, 'y')});
+  EXPECT_EQ(fetcher.spare_bytes(), std::uint64_t(1) << 20) << "a small buffer is not kept";
+  std::vector<std::string> many(64, std::string(std::size_t(8) << 20, 'z'));
+  fetcher.recycle(std::move(many));
+  EXPECT_LE(fetcher.spare_bytes(), std::uint64_t(o.max_ranges) * 2 * piece_bytes) << "kept buffers are bounded";
+  fetcher.drop_spares();
+  EXPECT_EQ(fetcher.spare_bytes(), 0u);
   fetcher.forget_model("m");  // (later ranges of these tensors would wait again, then take buffers)
   // the second shard was not probed: its ranges are not fetched
   tensor_fetch g = f;
