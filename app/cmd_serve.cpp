@@ -356,7 +356,6 @@ int cmd_serve(const std::vector<std::string>& args) {
         fo.trusted_endpoint = ccfg.load.hf_endpoint;
         fo.verify_tls = ccfg.load.verify_tls;
         wc.fetcher = std::make_shared<loader::host_fetcher>(fo);
-        wc.fetch_converted = false;  // (worker_config::fetch_converted)
       }
       local_workers.push_back(spawn_worker(*sys, wc));
       caf::anon_send(pool, add_atom::value, local_workers.back());

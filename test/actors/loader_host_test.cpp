@@ -609,8 +609,19 @@ TEST_F(LoaderHost, AWorkerBeginsTheNextRangesTensorsWhileARangeIsStillArriving) 
   auto w = spawn_worker(sys, wc);
   caf::scoped_actor me{sys};
   auto fail = [](caf::error& e) { FAIL() << from_caf(e).message; };
+  // (the probe's answer: whether it reads the tensors it converts too — every worker the
+  // program starts does; one configured not to gets those relayed)
   me->request(w, 10s, tprobe_atom::value, location, file.data_start, file.header_sha256)
-      .receive([](bool ok) { EXPECT_TRUE(ok); }, fail);
+      .receive([](bool converted_too) { EXPECT_TRUE(converted_too); }, fail);
+  {
+    worker_config kept_only = wc;
+    kept_only.worker_id = "w_kept_only";
+    kept_only.fetch_converted = false;
+    auto k = spawn_worker(sys, kept_only);
+    me->request(k, 10s, tprobe_atom::value, location, file.data_start, file.header_sha256)
+        .receive([](bool converted_too) { EXPECT_FALSE(converted_too); }, fail);
+    anon_send_exit(k, caf::exit_reason::user_shutdown);
+  }
   // each range begins its tensor, reads it and ends it (as the coordinator sends them)
   auto fetch = [&](const tensor_location& t) {
     tensor_fetch f{"m", location, t.first, t.length, {{t.name, 0, t.length}}, {}, {t.name}};

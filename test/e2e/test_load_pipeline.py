@@ -101,27 +101,38 @@ def test_every_tensor_arrives_whole(start_server, mixed_model, fetch):
     server.assert_up()
 
 
-def test_an_embedded_worker_reads_only_the_tensors_it_keeps_as_published(start_server, mixed_model):
-    """Quantized on load, an embedded worker's converted tensors still come as pieces through
-    the coordinator (converting pieces as they arrive is its faster way); what it keeps as
-    published it reads from the host itself. (Read by the worker alone, coordinatorPeakBytes
-    would be 0, as the bf16/f32 load above shows.)"""
+def test_an_embedded_worker_quantizes_the_ranges_it_reads_as_the_relay_would(start_server, mixed_model):
+    """Quantized on load, an embedded worker reads every tensor from the host itself — those it
+    converts too (no byte passes through the coordinator) — and holds the same q8 values as a
+    worker whose pieces are relayed (`--worker-fetch off`): the converting builder sees the
+    bytes cut where ranges end instead of where pieces do."""
     source, tensors = mixed_model
-    server = start_server("--worker-memory", "1G", "--dev")
-    _, key = server.account("pipeline-q8")
-    api = server.api
-    r = expect(api.post("/api/v3/models", {"source": source, "quantize": "q8"}, key=key, timeout=WORK_S), 200)
     published = sum(len(raw) for _, _, raw in tensors.values())
-    assert r["quantize"] == "q8"
-    assert r["bytesTransferred"] == published
-    assert r["residentBytes"] < published  # (matrices held as q8)
-    assert 0 < r["coordinatorPeakBytes"] <= 4 * 16_000_000
-    # a tensor kept as published arrived byte for byte
-    dtype, shape, raw = tensors["d.norm"]
-    g = {"inputs": [{"name": "w", "model": r["modelId"], "weight": "d.norm"}], "steps": [], "outputs": ["w"]}
-    out = expect(api.post("/api/v3/graph", {"graph": g, "encoding": "base64"}, key=key), 200)["outputs"]["w"]
-    assert base64.b64decode(out["dataB64"]) == raw
-    server.assert_up()
+    held = {}
+    for fetch in ("on", "off"):
+        server = start_server("--worker-memory", "1G", "--dev", "--worker-fetch", fetch)
+        _, key = server.account("pipeline-q8")
+        api = server.api
+        r = expect(api.post("/api/v3/models", {"source": source, "quantize": "q8"}, key=key, timeout=WORK_S), 200)
+        assert r["quantize"] == "q8"
+        assert r["bytesTransferred"] == published
+        assert r["residentBytes"] < published  # (matrices held as q8)
+        if fetch == "on":
+            assert r["coordinatorPeakBytes"] == 0
+        else:
+            assert 0 < r["coordinatorPeakBytes"] <= 4 * 16_000_000
+        # a tensor kept as published arrived byte for byte
+        g = {"inputs": [{"name": "w", "model": r["modelId"], "weight": "d.norm"}], "steps": [], "outputs": ["w"]}
+        out = expect(api.post("/api/v3/graph", {"graph": g, "encoding": "base64"}, key=key), 200)["outputs"]["w"]
+        assert base64.b64decode(out["dataB64"]) == tensors["d.norm"][2]
+        held[fetch] = {name: read_back(api, key, r["modelId"], name, shape[0])
+                       for name, (_, shape, _) in tensors.items() if shape[0] and len(shape) == 2}
+        server.assert_up()
+    # (the bf16 patterns hold NaNs, which compare unequal to themselves: compared as text)
+    assert repr(held["on"]) == repr(held["off"])
+    # (and quantized: the big f32 matrix's values are not all as published)
+    big = held["on"]["big.weight"][0][2]
+    assert big != widen("F32", tensors["big.weight"][2][:len(big) * 4])
 
 
 class _FailingHost(http.server.BaseHTTPRequestHandler):
