@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
+#include <string>
 #include <new>
 
 namespace mpakt {
@@ -68,64 +70,69 @@ std::shared_ptr<std::byte[]> map_huge(std::size_t bytes) {
 }
 
 /// Weights smaller than mapped_storage_bytes (most of a small model's: SmolLM2-135M's largest
-/// matrix is 1.8 MB) are carved one after another from shared 32 MB slabs on huge pages, so
-/// they too stream through few TLB entries: a 1.8 MB bf16 product read 22 GB/s from 4 KB pages
-/// where one of 6 MB on huge pages read 28 (two threads, the same Xeon run). A slab is never
-/// carved twice over: a weight freed gives its whole small pages back to the kernel at once
-/// (MADV_DONTNEED; the address space stays until the slab's last weight goes), so models
-/// loaded side by side and unloaded in any order leave at most a page or two per weight behind.
+/// matrix is 1.8 MB) are carved one after another from 32 MB slabs on huge pages, so they too
+/// stream through few TLB entries: a 1.8 MB bf16 product read 22 GB/s from 4 KB pages where
+/// one of 6 MB on huge pages read 28 (two threads, the same Xeon run). Each group (a model:
+/// the loader passes its id) has slabs of its own, so a model's weights go with it: a slab is
+/// unmapped whole when its last weight is freed — never given back a weight at a time, which
+/// would split its huge pages (measured: a model's deletion then cost more than its load) —
+/// and models loaded side by side never hold each other's slabs. What a group's last slab
+/// leaves untouched costs nothing.
 class weight_slabs {
  public:
   static weight_slabs& get() {
-    static weight_slabs w;
-    return w;
+    static weight_slabs* w = new weight_slabs();  // (leaked: weights may outlive static destruction)
+    return *w;
   }
 
-  /// `bytes` (a multiple of 64, under slab_bytes) of zeroed storage; null when mapping fails.
-  std::shared_ptr<std::byte[]> carve(std::size_t bytes) {
+  /// `bytes` (a multiple of 64, under slab_bytes) of zeroed storage in `group`'s slabs; null
+  /// when mapping fails.
+  std::shared_ptr<std::byte[]> carve(const std::string& group, std::size_t bytes) {
     std::shared_ptr<std::byte[]> slab;
     std::size_t at = 0;
     {
       std::lock_guard lock(mutex_);
-      slab = current_.lock();
-      if (!slab || used_ + bytes > slab_bytes) {
+      auto& g = groups_[group];
+      slab = g.slab.lock();
+      if (!slab || g.used + bytes > slab_bytes) {
         slab = map_huge(slab_bytes);
         if (!slab) return nullptr;
-        current_ = slab;
-        used_ = 0;
+        g.slab = slab;
+        g.used = 0;
+        forget_gone_groups();
       }
-      at = used_;
-      used_ += bytes;
+      at = g.used;
+      g.used += bytes;
     }
-    return std::shared_ptr<std::byte[]>(slab.get() + at, give_back{slab, bytes});
+    // (a control block of its own, so the weight's storage_watch expires with the weight)
+    return std::shared_ptr<std::byte[]>(slab.get() + at, [slab](std::byte*) mutable { slab.reset(); });
   }
 
   static constexpr std::size_t slab_bytes = std::size_t(32) << 20;
 
  private:
-  struct give_back {
-    std::shared_ptr<std::byte[]> slab;  // (keeps the slab mapped while this weight lives)
-    std::size_t bytes = 0;
-    void operator()(std::byte* p) {
-      const std::size_t page = 4096;
-      const auto from = (reinterpret_cast<std::uintptr_t>(p) + page - 1) & ~(page - 1);
-      const auto to = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(page - 1);
-      if (to > from) (void)::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
-      slab.reset();
-    }
+  struct group_slab {
+    std::weak_ptr<std::byte[]> slab;  ///< the one being carved (unmapped with its last weight)
+    std::size_t used = 0;
   };
 
+  /// Drops the entries of groups whose slabs are all gone (a model unloaded).
+  void forget_gone_groups() {
+    for (auto it = groups_.begin(); it != groups_.end();) it = it->second.slab.expired() ? groups_.erase(it) : std::next(it);
+  }
+
   std::mutex mutex_;
-  std::weak_ptr<std::byte[]> current_;  // (a slab whose weights are all gone is unmapped)
-  std::size_t used_ = 0;
+  std::map<std::string, group_slab> groups_;
 };
 }  // namespace
 
-result<tensor> tensor::make(dtype t, shape_t shape) { return allocate(t, std::move(shape), false); }
+result<tensor> tensor::make(dtype t, shape_t shape) { return allocate(t, std::move(shape), false, {}); }
 
-result<tensor> tensor::make_weight(dtype t, shape_t shape) { return allocate(t, std::move(shape), true); }
+result<tensor> tensor::make_weight(dtype t, shape_t shape, const std::string& group) {
+  return allocate(t, std::move(shape), true, group);
+}
 
-result<tensor> tensor::allocate(dtype t, shape_t shape, bool weight) {
+result<tensor> tensor::allocate(dtype t, shape_t shape, bool weight, const std::string& group) {
   const std::int64_t n = shape_numel(shape);
   if (n < 0) return make_error(errc::too_large, "shape " + shape_str(shape) + " is not a valid size");
   if (is_quantized(t) && (shape.empty() || shape.back() % quant_block != 0))
@@ -139,7 +146,7 @@ result<tensor> tensor::allocate(dtype t, shape_t shape, bool weight) {
     if (!storage)
       return make_error(errc::too_large, "cannot allocate " + std::to_string(*bytes) + " bytes for " + shape_str(shape));
   } else if (weight) {
-    storage = weight_slabs::get().carve(alloc);
+    storage = weight_slabs::get().carve(group, alloc);
     if (!storage)
       return make_error(errc::too_large, "cannot allocate " + std::to_string(*bytes) + " bytes for " + shape_str(shape));
   } else {

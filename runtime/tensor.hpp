@@ -44,8 +44,9 @@ class tensor {
   static result<tensor> make(dtype t, shape_t shape);
   /// As make, for a model's weight (built once from its published bytes, then streamed by
   /// every decode step): its storage lies on huge pages, in a mapping of its own from 4 MB,
-  /// carved from shared slabs below (see tensor.cpp).
-  static result<tensor> make_weight(dtype t, shape_t shape);
+  /// below that carved from slabs that only weights of the same `group` (a model) share
+  /// (see tensor.cpp).
+  static result<tensor> make_weight(dtype t, shape_t shape, const std::string& group = {});
   /// Wraps existing storage (e.g. a slice or reshape view); offset in bytes.
   static tensor view(const tensor& base, dtype t, shape_t shape, std::size_t byte_offset);
 
@@ -98,7 +99,7 @@ class tensor {
   std::weak_ptr<const std::byte[]> storage_watch() const { return storage_; }
 
  private:
-  static result<tensor> allocate(dtype t, shape_t shape, bool weight);
+  static result<tensor> allocate(dtype t, shape_t shape, bool weight, const std::string& group);
   dtype type_ = dtype::f32;
   shape_t shape_;
   std::int64_t numel_ = 0;

@@ -14,7 +14,8 @@ bool tensor_builder::keeps_as_published(const std::string& file_dtype, dtype res
   return held && *held == resident && (*held != dtype::f32 || file_dtype == "F32");
 }
 
-tensor_builder::tensor_builder(std::string file_dtype, shape_t shape, dtype resident, std::string name)
+tensor_builder::tensor_builder(std::string file_dtype, shape_t shape, dtype resident, std::string name,
+                               const std::string& group)
     : file_dtype_(std::move(file_dtype)), shape_(std::move(shape)), resident_(resident), name_(std::move(name)) {
   in_size_ = std::size_t(std::max(0, published_dtype_size(file_dtype_)));
   const auto held = resident_dtype(file_dtype_);
@@ -42,7 +43,7 @@ tensor_builder::tensor_builder(std::string file_dtype, shape_t shape, dtype resi
   cols_ = shape_.empty() ? 1 : shape_.back();
   total_in_ = std::uint64_t(n) * in_size_;
   unit_bytes_ = path_ == path::copy ? 1 : path_ == path::widen ? in_size_ : std::size_t(cols_) * in_size_;
-  auto t = tensor::make_weight(resident_, shape_);  // (finish() needs every byte to have arrived)
+  auto t = tensor::make_weight(resident_, shape_, group);  // (finish() needs every byte to have arrived)
   if (!t) {
     error_ = make_error(t.err().code, what() + ": " + t.err().message);
     return;

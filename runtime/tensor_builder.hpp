@@ -35,8 +35,10 @@ class tensor_builder {
   /// `file_dtype` as published ("BF16", "F64", …); `resident` what to hold. Accepted pairs:
   /// a published dtype with its resident_dtype; BF16/F16 with f32; F32/BF16/F16/F64 with q8 or
   /// q4 (last dimension a multiple of 32). Anything else fails on the first add()/finish().
-  /// `name` is used in error messages only.
-  tensor_builder(std::string file_dtype, shape_t shape, dtype resident, std::string name = {});
+  /// `name` is used in error messages only; `group` is the weight's storage group (its model:
+  /// tensor::make_weight).
+  tensor_builder(std::string file_dtype, shape_t shape, dtype resident, std::string name = {},
+                 const std::string& group = {});
 
   /// Whether a tensor published as `file_dtype` and held as `resident` is kept as published
   /// (its bytes are its published bytes; destination() is then the tensor).
