@@ -75,8 +75,9 @@ std::shared_ptr<std::byte[]> map_huge(std::size_t bytes) {
 /// one of 6 MB on huge pages read 28 (two threads, the same Xeon run). Each group (a model:
 /// the loader passes its id) has slabs of its own, so a model's weights go with it: a slab is
 /// unmapped whole when its last weight is freed — never given back a weight at a time, which
-/// would split its huge pages (measured: a model's deletion then cost more than its load) —
-/// and models loaded side by side never hold each other's slabs. What a group's last slab
+/// splits the huge pages a weight shares with its neighbours (~100 per SmolLM2-sized model
+/// deleted, when slabs were shared) — and models loaded side by side never hold each other's
+/// slabs. What a group's last slab
 /// leaves untouched costs nothing.
 class weight_slabs {
  public:

@@ -5,6 +5,7 @@
 
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/quantize.hpp"
+#include "runtime/interrupt.hpp"
 
 namespace mpakt {
 
@@ -82,6 +83,7 @@ void tensor_builder::emit(const char* src, std::uint64_t n) {
     // rows is quantized by the kernel threads together: one thread converted ~1 GB/s of a
     // q8 load, below what the network delivers.
     const std::uint64_t per = (n + std::uint64_t(parts) - 1) / std::uint64_t(parts);
+    const interrupt_scope whole{interrupt{}};  // (no run's stop may leave rows unconverted)
     cpu_fast::parallel_for(parts, [&](int p) {
       const std::uint64_t from = std::uint64_t(p) * per, to = std::min(n, from + per);
       std::vector<float> scratch(static_cast<std::size_t>(cols_));
