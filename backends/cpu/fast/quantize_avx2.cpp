@@ -8,6 +8,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backends/cpu/fast/quantize_kernels.hpp"
@@ -51,9 +52,6 @@ inline float hmin(__m256 v) {
   return _mm_cvtss_f32(_mm_min_ss(m, _mm_movehdup_ps(m)));
 }
 
-inline std::uint16_t to_f16(float x) { return std::uint16_t(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
-inline float from_f16(std::uint16_t h) { return _cvtsh_ss(h); }
-
 /// Round half away from zero of v (finite, or ±∞/NaN passed through), as std::round.
 inline __m256 round_away(__m256 v) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -77,94 +75,61 @@ inline __m256i narrow_in_order(const __m256* q) {
 bool quantize_q8_row_avx2(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 lo_q = _mm256_set1_ps(-127.0f), hi_q = _mm256_set1_ps(127.0f);
-  const auto amax_of = [&](const __m256* x) {
-    const __m256 m01 = _mm256_max_ps(_mm256_andnot_ps(sign, x[0]), _mm256_andnot_ps(sign, x[1]));
-    const __m256 m23 = _mm256_max_ps(_mm256_andnot_ps(sign, x[2]), _mm256_andnot_ps(sign, x[3]));
-    return hmax(_mm256_max_ps(m01, m23));
-  };
-  const auto values = [&](const __m256* x, float d, std::uint8_t* blk) {
-    if (d == 0) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), _mm256_setzero_si256());
-      return;
-    }
-    const __m256 dv = _mm256_set1_ps(d);
-    __m256 q[4];
-    for (int i = 0; i < 4; ++i) q[i] = _mm256_min_ps(_mm256_max_ps(round_away(_mm256_div_ps(x[i], dv)), lo_q), hi_q);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), narrow_in_order(q));
-  };
   const std::int64_t blocks = n / 32;
-  std::int64_t b = 0;
-  // Eight blocks at a time: their extremes, then eight scales in one division and one
-  // rounding to f16 (lane for lane the scalar steps below), then each block's values.
-  for (; b + 8 <= blocks; b += 8) {
-    alignas(32) float amax[8];
-    for (int i = 0; i < 8; ++i) {
+  // Eight blocks at a time (the last group may be shorter): their extremes, then their scales
+  // in one division and one rounding to f16 (lane for lane the reference's scalar steps), then
+  // each block's values. Lanes past the last block hold 0 and are never stored.
+  for (std::int64_t b = 0; b < blocks; b += 8) {
+    const int count = int(std::min<std::int64_t>(8, blocks - b));
+    alignas(32) float amax[8] = {};
+    for (int i = 0; i < count; ++i) {
       __m256 x[4];
       load32(src, from, (b + i) * 32, x);
       if (non_finite(x)) return false;
-      amax[i] = amax_of(x);
+      const __m256 m01 = _mm256_max_ps(_mm256_andnot_ps(sign, x[0]), _mm256_andnot_ps(sign, x[1]));
+      const __m256 m23 = _mm256_max_ps(_mm256_andnot_ps(sign, x[2]), _mm256_andnot_ps(sign, x[3]));
+      amax[i] = hmax(_mm256_max_ps(m01, m23));
     }
     const __m128i d16 = _mm256_cvtps_ph(_mm256_div_ps(_mm256_load_ps(amax), _mm256_set1_ps(127.0f)), _MM_FROUND_TO_NEAREST_INT);
     alignas(32) float d[8];
     alignas(16) std::uint16_t d16s[8];
     _mm256_store_ps(d, _mm256_cvtph_ps(d16));
     _mm_store_si128(reinterpret_cast<__m128i*>(d16s), d16);
-    for (int i = 0; i < 8; ++i) {
-      __m256 x[4];
-      load32(src, from, (b + i) * 32, x);
+    for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 34;
       __builtin_memcpy(blk, &d16s[i], 2);
-      values(x, d[i], blk);
+      if (d[i] == 0) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), _mm256_setzero_si256());
+        continue;
+      }
+      __m256 x[4];
+      load32(src, from, (b + i) * 32, x);
+      const __m256 dv = _mm256_set1_ps(d[i]);
+      __m256 q[4];
+      for (int k = 0; k < 4; ++k) q[k] = _mm256_min_ps(_mm256_max_ps(round_away(_mm256_div_ps(x[k], dv)), lo_q), hi_q);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), narrow_in_order(q));
     }
-  }
-  for (; b < blocks; ++b) {
-    __m256 x[4];
-    load32(src, from, b * 32, x);
-    if (non_finite(x)) return false;
-    const std::uint16_t d16 = to_f16(amax_of(x) / 127.0f);
-    std::uint8_t* blk = dst + b * 34;
-    __builtin_memcpy(blk, &d16, 2);
-    values(x, from_f16(d16), blk);
   }
   return true;
 }
 
 bool quantize_q4_row_avx2(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
   const __m256 zero = _mm256_setzero_ps(), fifteen = _mm256_set1_ps(15.0f);
-  const auto values = [&](const __m256* x, float d, float m, std::uint8_t* blk) {
-    if (d == 0) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm_setzero_si128());
-      return;
-    }
-    const __m256 dv = _mm256_set1_ps(d), mv = _mm256_set1_ps(m);
-    __m256 q[4];
-    for (int i = 0; i < 4; ++i)
-      q[i] = _mm256_min_ps(_mm256_max_ps(round_away(_mm256_div_ps(_mm256_sub_ps(x[i], mv), dv)), zero), fifteen);
-    // Byte i of the block = value 2i | value 2i+1 << 4: the values in order as bytes, pairs
-    // as 16-bit lanes, each pair joined and narrowed.
-    const __m256i pairs = narrow_in_order(q);
-    const __m256i joined = _mm256_or_si256(_mm256_and_si256(pairs, _mm256_set1_epi16(0x00ff)),
-                                           _mm256_slli_epi16(_mm256_srli_epi16(pairs, 8), 4));
-    const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(joined, _mm256_setzero_si256()), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm256_castsi256_si128(bytes));
-  };
-  const auto lo_of = [](const __m256* x) { return hmin(_mm256_min_ps(_mm256_min_ps(x[0], x[1]), _mm256_min_ps(x[2], x[3]))); };
-  const auto hi_of = [](const __m256* x) { return hmax(_mm256_max_ps(_mm256_max_ps(x[0], x[1]), _mm256_max_ps(x[2], x[3]))); };
   const std::int64_t blocks = n / 32;
-  std::int64_t b = 0;
-  // Eight blocks at a time, as q8: extremes, then eight scales and minimums together.
-  for (; b + 8 <= blocks; b += 8) {
-    alignas(32) float lo[8], hi[8];
-    for (int i = 0; i < 8; ++i) {
+  // Eight blocks at a time, as q8: extremes, then their scales and minimums together.
+  for (std::int64_t b = 0; b < blocks; b += 8) {
+    const int count = int(std::min<std::int64_t>(8, blocks - b));
+    alignas(32) float lo[8] = {}, hi[8] = {};
+    for (int i = 0; i < count; ++i) {
       __m256 x[4];
       load32(src, from, (b + i) * 32, x);
       if (non_finite(x)) return false;
-      lo[i] = lo_of(x);
-      hi[i] = hi_of(x);
+      lo[i] = hmin(_mm256_min_ps(_mm256_min_ps(x[0], x[1]), _mm256_min_ps(x[2], x[3])));
+      hi[i] = hmax(_mm256_max_ps(_mm256_max_ps(x[0], x[1]), _mm256_max_ps(x[2], x[3])));
       if (lo[i] == 0 || hi[i] == 0) return false;  // which zero the reference keeps depends on order
     }
     const __m256 lov = _mm256_load_ps(lo), hiv = _mm256_load_ps(hi);
-    const __m128i d16 = _mm256_cvtps_ph(_mm256_div_ps(_mm256_sub_ps(hiv, lov), _mm256_set1_ps(15.0f)), _MM_FROUND_TO_NEAREST_INT);
+    const __m128i d16 = _mm256_cvtps_ph(_mm256_div_ps(_mm256_sub_ps(hiv, lov), fifteen), _MM_FROUND_TO_NEAREST_INT);
     const __m128i m16 = _mm256_cvtps_ph(lov, _MM_FROUND_TO_NEAREST_INT);
     alignas(32) float d[8], m[8];
     alignas(16) std::uint16_t d16s[8], m16s[8];
@@ -172,27 +137,28 @@ bool quantize_q4_row_avx2(const void* src, quant_source from, std::uint8_t* dst,
     _mm256_store_ps(m, _mm256_cvtph_ps(m16));
     _mm_store_si128(reinterpret_cast<__m128i*>(d16s), d16);
     _mm_store_si128(reinterpret_cast<__m128i*>(m16s), m16);
-    for (int i = 0; i < 8; ++i) {
-      __m256 x[4];
-      load32(src, from, (b + i) * 32, x);
+    for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 20;
       __builtin_memcpy(blk, &d16s[i], 2);
       __builtin_memcpy(blk + 2, &m16s[i], 2);
-      values(x, d[i], m[i], blk);
+      if (d[i] == 0) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm_setzero_si128());
+        continue;
+      }
+      __m256 x[4];
+      load32(src, from, (b + i) * 32, x);
+      const __m256 dv = _mm256_set1_ps(d[i]), mv = _mm256_set1_ps(m[i]);
+      __m256 q[4];
+      for (int k = 0; k < 4; ++k)
+        q[k] = _mm256_min_ps(_mm256_max_ps(round_away(_mm256_div_ps(_mm256_sub_ps(x[k], mv), dv)), zero), fifteen);
+      // Byte i of the block = value 2i | value 2i+1 << 4: the values in order as bytes, pairs
+      // as 16-bit lanes, each pair joined and narrowed.
+      const __m256i pairs = narrow_in_order(q);
+      const __m256i joined = _mm256_or_si256(_mm256_and_si256(pairs, _mm256_set1_epi16(0x00ff)),
+                                             _mm256_slli_epi16(_mm256_srli_epi16(pairs, 8), 4));
+      const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(joined, _mm256_setzero_si256()), 0x08);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm256_castsi256_si128(bytes));
     }
-  }
-  for (; b < blocks; ++b) {
-    __m256 x[4];
-    load32(src, from, b * 32, x);
-    if (non_finite(x)) return false;
-    const float lo = lo_of(x), hi = hi_of(x);
-    if (lo == 0 || hi == 0) return false;  // which zero the reference keeps depends on order
-    const std::uint16_t d16 = to_f16((hi - lo) / 15.0f);
-    const std::uint16_t m16 = to_f16(lo);
-    std::uint8_t* blk = dst + b * 20;
-    __builtin_memcpy(blk, &d16, 2);
-    __builtin_memcpy(blk + 2, &m16, 2);
-    values(x, from_f16(d16), from_f16(m16), blk);
   }
   return true;
 }

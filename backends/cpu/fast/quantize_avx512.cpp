@@ -13,6 +13,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backends/cpu/fast/quantize_kernels.hpp"
@@ -30,14 +31,11 @@ inline __m512 load16(const void* src, quant_source from, std::int64_t first) {
   return _mm512_loadu_ps(static_cast<const float*>(src) + first);
 }
 
-/// Whether any lane is NaN or ±∞.
-inline bool non_finite(__m512 a, __m512 b) {
+/// Lanes of `a` or `b` that are NaN or ±∞.
+inline __mmask16 non_finite(__m512 a, __m512 b) {
   constexpr int nan_or_inf = 0x01 | 0x08 | 0x10 | 0x80;  // QNaN, +∞, −∞, SNaN
-  return (_mm512_fpclass_ps_mask(a, nan_or_inf) | _mm512_fpclass_ps_mask(b, nan_or_inf)) != 0;
+  return _mm512_fpclass_ps_mask(a, nan_or_inf) | _mm512_fpclass_ps_mask(b, nan_or_inf);
 }
-
-inline std::uint16_t to_f16(float x) { return std::uint16_t(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)); }
-inline float from_f16(std::uint16_t h) { return _cvtsh_ss(h); }
 
 /// round half away from zero of v (finite, |v| < 2^23), exactly as std::round.
 inline __m512 round_away(__m512 v) {
@@ -55,17 +53,17 @@ bool quantize_q8_row_avx512(const void* src, quant_source from, std::uint8_t* ds
   const __m512 sign = _mm512_set1_ps(-0.0f);
   const __m512 lo_q = _mm512_set1_ps(-127.0f), hi_q = _mm512_set1_ps(127.0f);
   const std::int64_t blocks = n / 32;
-  std::int64_t b = 0;
-  // Sixteen blocks at a time: their extremes first, then their sixteen scales in one division
-  // and one rounding to f16 (lane for lane the scalar steps below, which made a chain of
-  // dependent scalar operations per block), then each block's values divided.
-  for (; b + 16 <= blocks; b += 16) {
-    alignas(64) float amax[16];
+  // Sixteen blocks at a time (the last group may be shorter): their extremes first, then their
+  // scales in one division and one rounding to f16 — lane for lane the reference's scalar
+  // steps, which block by block made a chain of dependent operations — then each block's
+  // values divided. Lanes past the last block hold 0 and are never stored.
+  for (std::int64_t b = 0; b < blocks; b += 16) {
+    const int count = int(std::min<std::int64_t>(16, blocks - b));
+    alignas(64) float amax[16] = {};
     __mmask16 bad = 0;
-    constexpr int nan_or_inf = 0x01 | 0x08 | 0x10 | 0x80;
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < count; ++i) {
       const __m512 x0 = load16(src, from, (b + i) * 32), x1 = load16(src, from, (b + i) * 32 + 16);
-      bad |= _mm512_fpclass_ps_mask(x0, nan_or_inf) | _mm512_fpclass_ps_mask(x1, nan_or_inf);
+      bad |= non_finite(x0, x1);
       amax[i] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_andnot_ps(sign, x1)));
     }
     if (bad) return false;
@@ -74,7 +72,7 @@ bool quantize_q8_row_avx512(const void* src, quant_source from, std::uint8_t* ds
     alignas(32) std::uint16_t d16s[16];
     _mm512_store_ps(d, _mm512_cvtph_ps(d16));
     _mm256_store_si256(reinterpret_cast<__m256i*>(d16s), d16);
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 34;
       __builtin_memcpy(blk, &d16s[i], 2);
       if (d[i] == 0) {
@@ -89,69 +87,29 @@ bool quantize_q8_row_avx512(const void* src, quant_source from, std::uint8_t* ds
       }
     }
   }
-  for (; b < blocks; ++b) {
-    const __m512 x0 = load16(src, from, b * 32), x1 = load16(src, from, b * 32 + 16);
-    if (non_finite(x0, x1)) return false;
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_andnot_ps(sign, x1)));
-    const std::uint16_t d16 = to_f16(amax / 127.0f);
-    const float d = from_f16(d16);
-    std::uint8_t* blk = dst + b * 34;
-    __builtin_memcpy(blk, &d16, 2);
-    if (d == 0) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), _mm256_setzero_si256());
-      continue;
-    }
-    const __m512 dv = _mm512_set1_ps(d);
-    for (int h = 0; h < 2; ++h) {
-      __m512 q = round_away(_mm512_div_ps(h ? x1 : x0, dv));
-      q = _mm512_min_ps(_mm512_max_ps(q, lo_q), hi_q);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 2 + 16 * h), _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(q)));
-    }
-  }
   return true;
 }
 
-namespace {
-
-/// One q4 block's values from its widened scale `d` (non-zero) and minimum `m`.
-inline void q4_values(__m512 x0, __m512 x1, float d, float m, std::uint8_t* blk) {
-  const __m512 zero = _mm512_setzero_ps(), fifteen = _mm512_set1_ps(15.0f);
-  const __m512 dv = _mm512_set1_ps(d), mv = _mm512_set1_ps(m);
-  __m128i q8[2];
-  for (int h = 0; h < 2; ++h) {
-    __m512 q = round_away(_mm512_div_ps(_mm512_sub_ps(h ? x1 : x0, mv), dv));
-    q = _mm512_min_ps(_mm512_max_ps(q, zero), fifteen);
-    q8[h] = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q));  // values 0..15, one per byte
-  }
-  // Byte i of the block = value 2i | value 2i+1 << 4: pairs as 16-bit lanes, then narrowed.
-  const __m256i pairs = _mm256_set_m128i(q8[1], q8[0]);
-  const __m256i packed = _mm256_or_si256(_mm256_and_si256(pairs, _mm256_set1_epi16(0x00ff)),
-                                         _mm256_slli_epi16(_mm256_srli_epi16(pairs, 8), 4));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm256_cvtepi16_epi8(packed));
-}
-
-}  // namespace
-
 bool quantize_q4_row_avx512(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
+  const __m512 zero = _mm512_setzero_ps(), fifteen = _mm512_set1_ps(15.0f);
   const std::int64_t blocks = n / 32;
-  std::int64_t b = 0;
-  // Sixteen blocks at a time, as q8: extremes, then sixteen scales and minimums together.
-  for (; b + 16 <= blocks; b += 16) {
-    alignas(64) float lo[16], hi[16];
+  // Sixteen blocks at a time, as q8: extremes, then their scales and minimums together.
+  for (std::int64_t b = 0; b < blocks; b += 16) {
+    const int count = int(std::min<std::int64_t>(16, blocks - b));
+    const __mmask16 used = __mmask16((1u << count) - 1);
+    alignas(64) float lo[16] = {}, hi[16] = {};
     __mmask16 bad = 0;
-    constexpr int nan_or_inf = 0x01 | 0x08 | 0x10 | 0x80;
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < count; ++i) {
       const __m512 x0 = load16(src, from, (b + i) * 32), x1 = load16(src, from, (b + i) * 32 + 16);
-      bad |= _mm512_fpclass_ps_mask(x0, nan_or_inf) | _mm512_fpclass_ps_mask(x1, nan_or_inf);
+      bad |= non_finite(x0, x1);
       lo[i] = _mm512_reduce_min_ps(_mm512_min_ps(x0, x1));
       hi[i] = _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));
     }
     if (bad) return false;
     const __m512 lov = _mm512_load_ps(lo), hiv = _mm512_load_ps(hi);
     // (which zero the reference keeps depends on order)
-    if (_mm512_cmp_ps_mask(lov, _mm512_setzero_ps(), _CMP_EQ_OQ) | _mm512_cmp_ps_mask(hiv, _mm512_setzero_ps(), _CMP_EQ_OQ))
-      return false;
-    const __m256i d16 = _mm512_cvtps_ph(_mm512_div_ps(_mm512_sub_ps(hiv, lov), _mm512_set1_ps(15.0f)), _MM_FROUND_TO_NEAREST_INT);
+    if ((_mm512_cmp_ps_mask(lov, zero, _CMP_EQ_OQ) | _mm512_cmp_ps_mask(hiv, zero, _CMP_EQ_OQ)) & used) return false;
+    const __m256i d16 = _mm512_cvtps_ph(_mm512_div_ps(_mm512_sub_ps(hiv, lov), fifteen), _MM_FROUND_TO_NEAREST_INT);
     const __m256i m16 = _mm512_cvtps_ph(lov, _MM_FROUND_TO_NEAREST_INT);
     alignas(64) float d[16], m[16];
     alignas(32) std::uint16_t d16s[16], m16s[16];
@@ -159,7 +117,7 @@ bool quantize_q4_row_avx512(const void* src, quant_source from, std::uint8_t* ds
     _mm512_store_ps(m, _mm512_cvtph_ps(m16));
     _mm256_store_si256(reinterpret_cast<__m256i*>(d16s), d16);
     _mm256_store_si256(reinterpret_cast<__m256i*>(m16s), m16);
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 20;
       __builtin_memcpy(blk, &d16s[i], 2);
       __builtin_memcpy(blk + 2, &m16s[i], 2);
@@ -167,26 +125,19 @@ bool quantize_q4_row_avx512(const void* src, quant_source from, std::uint8_t* ds
         _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm_setzero_si128());
         continue;
       }
-      q4_values(load16(src, from, (b + i) * 32), load16(src, from, (b + i) * 32 + 16), d[i], m[i], blk);
+      const __m512 dv = _mm512_set1_ps(d[i]), mv = _mm512_set1_ps(m[i]);
+      __m128i q8[2];
+      for (int h = 0; h < 2; ++h) {
+        __m512 q = round_away(_mm512_div_ps(_mm512_sub_ps(load16(src, from, (b + i) * 32 + 16 * h), mv), dv));
+        q = _mm512_min_ps(_mm512_max_ps(q, zero), fifteen);
+        q8[h] = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q));  // values 0..15, one per byte
+      }
+      // Byte i of the block = value 2i | value 2i+1 << 4: pairs as 16-bit lanes, then narrowed.
+      const __m256i pairs = _mm256_set_m128i(q8[1], q8[0]);
+      const __m256i packed = _mm256_or_si256(_mm256_and_si256(pairs, _mm256_set1_epi16(0x00ff)),
+                                             _mm256_slli_epi16(_mm256_srli_epi16(pairs, 8), 4));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm256_cvtepi16_epi8(packed));
     }
-  }
-  for (; b < blocks; ++b) {
-    const __m512 x0 = load16(src, from, b * 32), x1 = load16(src, from, b * 32 + 16);
-    if (non_finite(x0, x1)) return false;
-    const float lo = _mm512_reduce_min_ps(_mm512_min_ps(x0, x1));
-    const float hi = _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));
-    if (lo == 0 || hi == 0) return false;  // which zero the reference keeps depends on order
-    const std::uint16_t d16 = to_f16((hi - lo) / 15.0f);
-    const std::uint16_t m16 = to_f16(lo);
-    const float d = from_f16(d16), m = from_f16(m16);
-    std::uint8_t* blk = dst + b * 20;
-    __builtin_memcpy(blk, &d16, 2);
-    __builtin_memcpy(blk + 2, &m16, 2);
-    if (d == 0) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm_setzero_si128());
-      continue;
-    }
-    q4_values(x0, x1, d, m, blk);
   }
   return true;
 }
