@@ -8,8 +8,8 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <string>
 #include <new>
+#include <string>
 
 namespace mpakt {
 
@@ -77,8 +77,7 @@ std::shared_ptr<std::byte[]> map_huge(std::size_t bytes) {
 /// unmapped whole when its last weight is freed — never given back a weight at a time, which
 /// splits the huge pages a weight shares with its neighbours (~100 per SmolLM2-sized model
 /// deleted, when slabs were shared) — and models loaded side by side never hold each other's
-/// slabs. What a group's last slab
-/// leaves untouched costs nothing.
+/// slabs. What a group's last slab leaves untouched costs nothing.
 class weight_slabs {
  public:
   static weight_slabs& get() {
@@ -144,18 +143,13 @@ result<tensor> tensor::allocate(dtype t, shape_t shape, bool weight, const std::
   std::shared_ptr<std::byte[]> storage;
   if (alloc >= mapped_storage_bytes) {
     storage = map_huge(alloc);
-    if (!storage)
-      return make_error(errc::too_large, "cannot allocate " + std::to_string(*bytes) + " bytes for " + shape_str(shape));
   } else if (weight) {
     storage = weight_slabs::get().carve(group, alloc);
-    if (!storage)
-      return make_error(errc::too_large, "cannot allocate " + std::to_string(*bytes) + " bytes for " + shape_str(shape));
-  } else {
-    void* p = std::aligned_alloc(64, alloc);
-    if (!p) return make_error(errc::too_large, "cannot allocate " + std::to_string(*bytes) + " bytes for " + shape_str(shape));
+  } else if (void* p = std::aligned_alloc(64, alloc)) {
     std::memset(p, 0, alloc);
     storage = std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), aligned_free{});
   }
+  if (!storage) return make_error(errc::too_large, "cannot allocate " + std::to_string(*bytes) + " bytes for " + shape_str(shape));
   tensor out;
   out.type_ = t;
   out.shape_ = std::move(shape);
