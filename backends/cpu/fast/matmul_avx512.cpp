@@ -32,6 +32,14 @@ inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
 /// two-column tile (a weight row from each half of the range) ask for their weight rows' lines.
 constexpr i64 stream_ahead = 512, pair_ahead = 2048;
 
+/// How far ahead (bytes) a float tile of several activation rows asks for its weight rows'
+/// lines. Such a tile spends many multiply-adds on each line and left the hardware's stream
+/// prefetch behind: bf16 [1536, 576] × 8 rows on a 2-vCPU Xeon drew 8.1 GB/s from memory on one
+/// thread and 13.7 on two where the same tile ran 14.8 and 22.2 in cache, memory and arithmetic
+/// taking turns; asked 1–8 KB ahead, 12.2–13.3 and 19.2–20.1 (4 KB best); four rows 18.1 →
+/// 23.4, two 22.2 → 25.4 (two threads). A one-row tile (decode) is left to the hardware.
+constexpr i64 batch_ahead = 4096;
+
 /// Keeps loaded values in registers: g++ otherwise folds a row's activation load into each of
 /// a tile's multiply-adds as a memory operand, loading it once per weight row. A 512-bit load
 /// takes both of a Zen 4's load ports, so an 8 × 2 tile of batched decode issued 32 of them for
@@ -141,8 +149,17 @@ void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
   // Decode and small batches read the weights once per pass, each weight row a sequential
   // stream that the hardware's prefetch follows: asking for its lines ahead in software held
   // one thread's bf16 decode at 0.81 of the read probe from memory on a Zen 4, 0.96–1.00
-  // without (docs/performance.md).
+  // without (docs/performance.md). Several rows (batched decode, verify passes) ask
+  // (batch_ahead), the first row tile only: the later ones find the weight rows in L1.
+  constexpr i64 elem = T == wtype::f32 ? 4 : 2;
+  const bool ask = a.rows > 1 && r0 == 0;
   for (i64 k0 = 0; k0 < full; k0 += 32) {
+    if (ask) {
+#pragma GCC unroll 16
+      for (int j = 0; j < NT; ++j)
+#pragma GCC unroll 2
+        for (i64 l = 0; l < 32 * elem; l += 64) _mm_prefetch(reinterpret_cast<const char*>(wr[j] + batch_ahead + k0 * elem + l), _MM_HINT_T0);
+    }
     __m512 wl[NT], wh[NT];
 #pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) widen<T>::full(wr[j], k0, wl[j], wh[j]);
