@@ -1,6 +1,7 @@
 #include "runtime/dtype.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -206,15 +207,50 @@ void q4_from_lane(const std::byte* in, std::byte* blk, std::int64_t l) {
   std::memcpy(blk + 2, in + 32 + 2 * l, 2);
   for (int j = 0; j < 4; ++j) std::memcpy(blk + 4 + 4 * j, in + 64 + 64 * j + 4 * l, 4);
 }
-/// q8: value v of a block sits in run (v % 2)·4 + v / 8, byte v / 2 % 4 of the row's four.
-inline std::int64_t q8_lane_at(int v, std::int64_t l) { return 32 + 64 * ((v % 2) * 4 + v / 8) + 4 * l + (v / 2) % 4; }
+/// q8: value v of a block sits in run (v % 2)·4 + v / 8, byte v / 2 % 4 of the row's four: the
+/// eight values 8j … 8j+7 give run j their even bytes and run 4 + j their odd ones, each XOR
+/// 0x80. Eight bytes at a time in a 64-bit word (a byte at a time ran at about 1 GB/s, longer
+/// than quantizing the same rows on load).
+static_assert(std::endian::native == std::endian::little, "the words below hold bytes in little-endian order");
+inline std::uint64_t load8(const std::byte* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+inline std::uint32_t load4(const std::byte* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+/// Bytes 0, 2, 4, 6 of x (little-endian) as four bytes in order.
+inline std::uint32_t even_bytes(std::uint64_t x) {
+  x &= 0x00ff00ff00ff00ffull;
+  x = (x | (x >> 8)) & 0x0000ffff0000ffffull;
+  return std::uint32_t(x | (x >> 16));
+}
+/// The four bytes of u at bytes 0, 2, 4, 6 of a word, zeros between.
+inline std::uint64_t spread_bytes(std::uint32_t u) {
+  std::uint64_t x = u;
+  x = (x | (x << 16)) & 0x0000ffff0000ffffull;
+  return (x | (x << 8)) & 0x00ff00ff00ff00ffull;
+}
+constexpr std::uint32_t q8_offset = 0x80808080u;
 void q8_to_lane(const std::byte* blk, std::byte* out, std::int64_t l) {
   std::memcpy(out + 2 * l, blk, 2);
-  for (int v = 0; v < 32; ++v) out[q8_lane_at(v, l)] = blk[2 + v] ^ std::byte{0x80};
+  for (int j = 0; j < 4; ++j) {
+    const std::uint64_t x = load8(blk + 2 + 8 * j);
+    const std::uint32_t even = even_bytes(x) ^ q8_offset, odd = even_bytes(x >> 8) ^ q8_offset;
+    std::memcpy(out + 32 + 64 * j + 4 * l, &even, 4);
+    std::memcpy(out + 32 + 64 * (4 + j) + 4 * l, &odd, 4);
+  }
 }
 void q8_from_lane(const std::byte* in, std::byte* blk, std::int64_t l) {
   std::memcpy(blk, in + 2 * l, 2);
-  for (int v = 0; v < 32; ++v) blk[2 + v] = in[q8_lane_at(v, l)] ^ std::byte{0x80};
+  for (int j = 0; j < 4; ++j) {
+    const std::uint64_t x = spread_bytes(load4(in + 32 + 64 * j + 4 * l) ^ q8_offset) |
+                            spread_bytes(load4(in + 32 + 64 * (4 + j) + 4 * l) ^ q8_offset) << 8;
+    std::memcpy(blk + 2 + 8 * j, &x, 8);
+  }
 }
 
 }  // namespace
