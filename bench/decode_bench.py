@@ -382,8 +382,9 @@ def read_sse(resp):
 
 
 class ModelBench:
-    def __init__(self, name, api, binary, config_path, source, prompt, n, serve_pid):
+    def __init__(self, name, api, binary, config_path, source, prompt, n, serve_pid, quantize="none"):
         self.name, self.api, self.binary = name, api, binary
+        self.quantize = quantize
         self.config_path, self.source, self.prompt, self.n = config_path, source, prompt, n
         self.cfg = json.loads(Path(config_path).read_text())
         self.serve_pid = serve_pid
@@ -394,7 +395,10 @@ class ModelBench:
     def setup(self):
         api = self.api
         t = time.perf_counter()
-        r = api.post("/api/v3/models", {"source": self.source})
+        body = {"source": self.source}
+        if self.quantize != "none":
+            body["quantize"] = self.quantize
+        r = api.post("/api/v3/models", body)
         self.load = {"wall_s": time.perf_counter() - t, **{k: r.get(k) for k in (
             "bytesTransferred", "residentBytes", "throughputMBs", "elapsedMs", "quantize")}}
         self.model = r["modelId"]
@@ -575,6 +579,10 @@ def summarize(mb: ModelBench, runs, bw_Bps, header):
     med = statistics.median
     mean_rows = mb.start + (n - 1) / 2 + 1
     wbytes = weight_bytes_per_token(header, mb.cfg)
+    if mb.quantize != "none":
+        # quantized on load: the published bytes a step reads, scaled by the load's resident/published
+        published = sum(e["data_offsets"][1] - e["data_offsets"][0] for e in header.values())
+        wbytes = wbytes * mb.load["residentBytes"] / published
     kvbytes = kv_bytes_per_token(mb.cfg, mean_rows)
     bpt = wbytes + kvbytes
     roof = bw_Bps / bpt
@@ -613,7 +621,7 @@ def summarize(mb: ModelBench, runs, bw_Bps, header):
             row["acceptance"] = med(x["accepted"] / x["drafted"] if x["drafted"] else 0.0 for x in s)
             row["tokens_per_pass"] = med(n / max(1, x["verifies"] + x["plain"]) for x in s)
         rows.append(row)
-    return {"model": mb.name, "source": mb.source, "config": mb.cfg, "prompt": mb.prompt, "start_pos": mb.start,
+    return {"model": mb.name, "source": mb.source, "quantize": mb.quantize, "config": mb.cfg, "prompt": mb.prompt, "start_pos": mb.start,
             "cache_rows": mb.rows, "load": mb.load, "prefill_s": mb.prefill_s,
             "weight_bytes_per_token": wbytes, "kv_bytes_per_token": kvbytes, "mean_kv_rows": mean_rows,
             "bytes_per_token": bpt, "bandwidth_Bps": bw_Bps, "roofline_tokens_per_s": roof,
@@ -636,7 +644,8 @@ def print_table(results):
           f"(probes {', '.join(f'{x / 1e9:.1f}' for x in bw['probes_Bps'])}; numpy f32 sum alone "
           f"{bw['before']['methods_Bps']['sum_f32'] / 1e9:.1f})")
     for m in results["models"]:
-        print(f"\n== {m['model']} ({m['source']}), {results['tokens']} tokens from pos "
+        q = f", quantized to {m['quantize']} on load" if m.get("quantize", "none") != "none" else ""
+        print(f"\n== {m['model']} ({m['source']}{q}), {results['tokens']} tokens from pos "
               f"{m['start_pos']}, median of {results['repeats']}")
         print(f"   bytes/token {m['weight_bytes_per_token'] / 1e6:.2f} MB weights + {m['kv_bytes_per_token'] / 1e6:.2f} MB KV "
               f"-> roofline {m['roofline_tokens_per_s']:.0f} tok/s")
@@ -673,6 +682,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one repeat and fewer tokens: a smoke run")
     ap.add_argument("--repeats", type=int, default=None, help="repeats per path (default 3; 1 with --quick)")
     ap.add_argument("--models", default="stories,smol", help="comma list of stories, smol")
+    ap.add_argument("--quantize", default="none", choices=("none", "q8", "q4"),
+                    help="load the SmolLM2-shaped model quantized on load (its roofline from the resident bytes)")
     ap.add_argument("--binary", default=os.environ.get("MPAKT_BINARY") or str(REPO / "build" / "mpakt"),
                     help="the mpakt binary (default $MPAKT_BINARY or build/mpakt)")
     args = ap.parse_args()
@@ -741,7 +752,8 @@ def main():
         out_models = []
         for name, d, source, prompt in models:
             log(f"== {name}")
-            mb = ModelBench(name, api, binary, d / "config.json", source, prompt, n, serve.p.pid)
+            mb = ModelBench(name, api, binary, d / "config.json", source, prompt, n, serve.p.pid,
+                            args.quantize if name == "smol" else "none")
             mb.setup()
             plain, runs, costs = mb.run(repeats)
             mb.teardown()
