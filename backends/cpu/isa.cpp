@@ -185,6 +185,6 @@ std::string describe() {
   return s;
 }
 
-bool quantized_in_lanes() { return current() >= level::avx512_vnni && current() < level::amx; }
+bool quantized_in_lanes() { return current() >= level::avx512_vnni; }
 
 }  // namespace mpakt::cpu_isa

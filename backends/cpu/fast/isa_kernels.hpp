@@ -165,6 +165,17 @@ void pack_int8_activations(const float* x, std::int64_t rows, std::int64_t k, st
                            std::int8_t* xq, float* xs, float* xsum);
 /// Whole blocks of 16 weight rows [nb_begin, nb_end).
 void int8_product_range(const amx_int_product& a, std::int64_t nb_begin, std::int64_t nb_end);
+/// Packs row blocks [m_begin, m_end) of x [rows, k] for int8_held_lanes_range: xq as A tiles
+/// (16 rows × 32 bytes per block: a row's even values, then its odd ones — the order of a
+/// lane block's runs), xs and xsum as pack_int8_activations gives them, and xtot the blocks'
+/// sums of quantized values ([row block][block][16]).
+void pack_int8_lane_activations(const float* x, std::int64_t rows, std::int64_t k, std::int64_t m_begin,
+                                std::int64_t m_end, std::int8_t* xq, float* xs, float* xsum, std::int32_t* xtot);
+/// int8_product_range for q8/q4 weights held in lanes (runtime/dtype.hpp; a.w the groups,
+/// a.xq from pack_int8_lane_activations, xtot its sums): groups of 16 weight rows
+/// [nb_begin, nb_end). The same bits as int8_product_range on the weights held as rows.
+void int8_held_lanes_range(const amx_int_product& a, const std::int32_t* xtot, std::int64_t nb_begin,
+                           std::int64_t nb_end);
 }  // namespace amx
 
 /// What each vector level (AVX2, AVX-512) provides, declared once for both namespaces.

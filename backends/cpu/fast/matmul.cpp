@@ -681,6 +681,42 @@ status products_lanes(std::span<const kernel_call> calls) {
     split_lane_groups(a, count, 16, [&](std::size_t i, std::int64_t b, std::int64_t e) { range(p[i], b, e); });
     return ok_status();
   };
+  // Many rows on AMX tiles, which take the lanes as B tiles in place (the AMX path's bits of
+  // weights held as rows: its row thresholds, its int8 activations and their sums).
+  if (cpu_isa::current() >= cpu_isa::level::amx && a[0].k > 0 && !mixed && !keep_rows_alone(a[0].rows) &&
+      a[0].rows >= amx_free_min_rows) {
+    const std::int64_t blocks = a[0].k / 32, m_blocks = (a[0].rows + 15) / 16, cells = m_blocks * blocks * 16;
+    const bool q4 = a[0].type == wtype::q4;
+    workspace& ws = *calls[0].scratch;
+    auto* xq = reinterpret_cast<std::int8_t*>(ws.ints(std::size_t(cells * 8), 7));
+    std::int32_t* xtot = ws.ints(std::size_t(cells), 8);
+    float* xs = ws.floats(std::size_t(cells), 7);
+    float* xsum = q4 ? ws.floats(std::size_t(cells), 8) : nullptr;
+    split_row_blocks(a[0].rows, [&](std::int64_t b, std::int64_t e) {
+      amx::pack_int8_lane_activations(a[0].x, a[0].rows, a[0].k, b, e, xq, xs, xsum, xtot);
+    });
+    bool finite = true;
+    for (std::int64_t i = 0; i < cells && finite; ++i) finite = !std::isnan(xs[i]);
+    if (finite) {
+      amx_int_product p[max_group];
+      for (std::size_t i = 0; i < count; ++i) {
+        p[i].xq = xq;
+        p[i].xs = xs;
+        p[i].xsum = xsum;
+        p[i].w = a[i].w;
+        p[i].type = a[i].type;
+        p[i].bias = a[i].bias;
+        p[i].y = a[i].y;
+        p[i].rows = a[i].rows;
+        p[i].k = a[i].k;
+        p[i].n = a[i].n;
+      }
+      split_lane_groups(a, count, 16, [&](std::size_t i, std::int64_t b, std::int64_t e) {
+        amx::int8_held_lanes_range(p[i], xtot, b / 16, e / 16);
+      });
+      return ok_status();
+    }
+  }
   if (cpu_isa::current() >= cpu_isa::level::avx512_vnni && a[0].k > 0) {
     if (!many) {
       float_product layout = a[0];

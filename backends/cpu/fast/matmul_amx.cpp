@@ -45,13 +45,21 @@ struct alignas(64) tile_config {
   std::uint8_t rows[16] = {};
 };
 
+/// Loads a tile configuration. GCC 12 does not treat ldtilecfg's operand as read: where a
+/// configuring function was compiled out of line it dropped the stores of the rows and widths
+/// (a zeroed configuration, and the first tile load faulted); the barrier keeps them.
+inline void load_config(const tile_config& c) {
+  asm volatile("" : : "r"(&c) : "memory");
+  _tile_loadconfig(&c);
+}
+
 void configure() {
   tile_config c;
   for (int t = 0; t < 8; ++t) {
     c.colsb[t] = 64;
     c.rows[t] = 16;
   }
-  _tile_loadconfig(&c);
+  load_config(c);
 }
 
 inline std::uint16_t to_bf16(float f) {
@@ -258,7 +266,7 @@ void configure_int() {
     c.colsb[t] = 64;
     c.rows[t] = 8;
   }
-  _tile_loadconfig(&c);
+  load_config(c);
 }
 
 /// The 16 weight rows from n0 as A tiles, one per block ([block][row][32 values]: int8 for
@@ -399,6 +407,141 @@ void int8_product_range(const amx_int_product& a, i64 nb_begin, i64 nb_end) {
   delete[] wq;
   delete[] d;
   delete[] m;
+}
+
+// ------------------------------------------------------------------ q8/q4 weights held in lanes
+//
+// A lane block (runtime/dtype.hpp) holds, per 16 weight rows and block, runs of 64 bytes with
+// four values of each row side by side: the layout of an AMX B tile (rows of four values of k,
+// sixteen columns), so the weight is the B operand and loads in place (q8: its eight runs of
+// q + 128; q4: its four runs of nibbles, split once per group into the low nibbles' four rows
+// and the high nibbles' four). The runs hold a block's even values, then its odd ones; the
+// activations' A tiles take that order (pack_int8_lane_activations). Both are unsigned
+// weights against signed activations (tdpbsud): q8's sum is offset by 128·Σx, taken off in
+// integers before the conversion. Each output then gets int8_product_range's integer sum and
+// the same f32 steps in the same order (dot·(d·s), q4's + m·(s·Σq)): the same bits. A C tile
+// (16 activation rows × 16 weight rows) folds into one accumulator per activation row, whose
+// lanes are that row's sixteen outputs, stored as they are.
+
+void pack_int8_lane_activations(const float* x, i64 rows, i64 k, i64 m_begin, i64 m_end, std::int8_t* xq, float* xs,
+                                float* xsum, std::int32_t* xtot) {
+  const i64 blocks = k / 32;
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512i evens_first = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (i64 mb = m_begin; mb < m_end; ++mb)
+    for (i64 b = 0; b < blocks; ++b) {
+      std::int8_t* tile = xq + (mb * blocks + b) * int_tile_bytes;
+      float* s = xs + (mb * blocks + b) * 16;
+      float* sm = xsum ? xsum + (mb * blocks + b) * 16 : nullptr;
+      std::int32_t* st = xtot + (mb * blocks + b) * 16;
+      for (i64 m = 0; m < 16; ++m) {
+        const i64 row = mb * 16 + m;
+        __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+        float scale = 0;
+        std::int32_t total = 0;
+        bool finite = true;
+        if (row < rows) {
+          // (pack_int8_activations' steps, value for value)
+          const float* p = x + row * k + b * 32;
+          const __m512 v0 = _mm512_loadu_ps(p), v1 = _mm512_loadu_ps(p + 16);
+          const float amax =
+              _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+          finite = (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) == 0;
+          const __m512 iv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+          i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv));
+          i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
+          scale = amax / 127.0f;
+          total = finite ? _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)) : 0;
+        }
+        // the row of the A tile: values 0, 2, …, 30, then 1, 3, …, 31
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(tile + m * 32), _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(i0, evens_first, i1)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(tile + m * 32 + 16), _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(i0, odds, i1)));
+        s[m] = finite ? scale : __builtin_nanf("");
+        if (sm) sm[m] = scale * float(total);
+        st[m] = total;
+      }
+    }
+}
+
+void int8_held_lanes_range(const amx_int_product& a, const std::int32_t* xtot, i64 nb_begin, i64 nb_end) {
+  const i64 blocks = a.k / 32, m_blocks = (a.rows + 15) / 16;
+  const bool q4 = a.type == wtype::q4;
+  const i64 lane_block = 16 * (q4 ? q4_bytes : q8_bytes);
+  // per group (q4): its runs split into B tiles, one per block
+  std::uint8_t* split = q4 ? new std::uint8_t[std::size_t(blocks * int_tile_bytes)] : nullptr;
+  configure_int();
+  for (i64 nb = nb_begin; nb < nb_end; ++nb) {
+    const i64 n0 = nb * 16;
+    const std::uint8_t* group = a.w + nb * blocks * lane_block;
+    if (q4) {
+      const __m512i nib = _mm512_set1_epi8(0x0f);
+      for (i64 b = 0; b < blocks; ++b) {
+        const std::uint8_t* runs = group + b * lane_block + 64;
+        std::uint8_t* t = split + b * int_tile_bytes;
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          const __m512i w = _mm512_loadu_si512(runs + 64 * j);
+          _mm512_storeu_si512(t + 64 * j, _mm512_and_si512(w, nib));
+          _mm512_storeu_si512(t + 64 * (4 + j), _mm512_and_si512(_mm512_srli_epi16(w, 4), nib));
+        }
+      }
+    }
+    auto b_tile = [&](i64 b) -> const void* { return q4 ? static_cast<const void*>(split + b * int_tile_bytes) : group + b * lane_block + 32; };
+    auto factors = [&](i64 b, __m512& d, __m512& m) {
+      const auto* h = reinterpret_cast<const __m256i*>(group + b * lane_block);
+      d = _mm512_cvtph_ps(_mm256_loadu_si256(h));
+      if (q4) m = _mm512_cvtph_ps(_mm256_loadu_si256(h + 1));
+    };
+    for (i64 mb = 0; mb < m_blocks; ++mb) {
+      __m512 acc[16];
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+      alignas(64) std::int32_t c[16 * 16];
+      auto fold = [&](i64 b) {
+        __m512 d, mv = _mm512_setzero_ps();
+        factors(b, d, mv);
+        const float* xs = a.xs + (mb * blocks + b) * 16;
+        const std::int32_t* tot = xtot + (mb * blocks + b) * 16;
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; ++r) {
+          __m512i dot = _mm512_load_si512(c + r * 16);
+          if (!q4) dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(128 * tot[r]));  // (q + 128)·x − 128·Σx
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(xs[r])), acc[r]);
+        }
+        if (q4) {
+          const float* xm = a.xsum + (mb * blocks + b) * 16;
+#pragma GCC unroll 16
+          for (int r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(xm[r]), acc[r]);
+        }
+      };
+#define MPAKT_AMX_LANES(C, A, B, b)                                       \
+  do {                                                                    \
+    _tile_loadd(A, a.xq + (mb * blocks + (b)) * int_tile_bytes, 32);      \
+    _tile_loadd(B, b_tile(b), 64);                                        \
+    _tile_zero(C);                                                        \
+    _tile_dpbsud(C, A, B);                                                \
+  } while (0)
+      // two C tiles in turn: block b+1's product runs while block b's is folded in
+      MPAKT_AMX_LANES(0, 2, 4, 0);
+      for (i64 b = 0; b < blocks; b += 2) {
+        if (b + 1 < blocks) MPAKT_AMX_LANES(1, 3, 5, b + 1);
+        _tile_stored(0, c, 64);
+        fold(b);
+        if (b + 1 < blocks) {
+          if (b + 2 < blocks) MPAKT_AMX_LANES(0, 2, 4, b + 2);
+          _tile_stored(1, c, 64);
+          fold(b + 1);
+        }
+      }
+#undef MPAKT_AMX_LANES
+      const i64 rows = a.rows - mb * 16 < 16 ? a.rows - mb * 16 : 16;
+      const __m512 bias = a.bias ? _mm512_loadu_ps(a.bias + n0) : _mm512_setzero_ps();
+      for (i64 i = 0; i < rows; ++i) _mm512_storeu_ps(a.y + (mb * 16 + i) * a.n + n0, _mm512_add_ps(acc[i], bias));
+    }
+  }
+  _tile_release();
+  delete[] split;
 }
 
 }  // namespace mpakt::cpu_fast::amx
