@@ -314,6 +314,30 @@ inline void fold_block(const amx_int_product& a, const std::int32_t* c, i64 mb, 
   }
 }
 
+/// One activation row's block of 32 values quantized to int8 for the tiles (as llama.cpp's
+/// q8_0 activations): the values times 127/max|x|, rounded to nearest even (saturated to int8
+/// when stored), the scale max|x|/127, the sum of the integers (0 for a block holding NaN or
+/// ±∞: no sum of out-of-range integers). A row past the activations is the default: zeros.
+struct int8_block {
+  __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+  float scale = 0;
+  std::int32_t total = 0;
+  bool finite = true;
+};
+inline int8_block quantize_int8_block(const float* p) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512 v0 = _mm512_loadu_ps(p), v1 = _mm512_loadu_ps(p + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+  int8_block b;
+  b.finite = (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) == 0;
+  const __m512 iv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+  b.i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv));
+  b.i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
+  b.scale = amax / 127.0f;
+  b.total = b.finite ? _mm512_reduce_add_epi32(_mm512_add_epi32(b.i0, b.i1)) : 0;
+  return b;
+}
+
 // Block b's product into C tile C from A tile A and B tile B (q8's weights are signed, q4's
 // nibbles unsigned), and storing a C tile. The tile registers are named in the instructions,
 // so these are macros, not functions taking the numbers.
@@ -331,7 +355,6 @@ inline void fold_block(const amx_int_product& a, const std::int32_t* c, i64 mb, 
 void pack_int8_activations(const float* x, i64 rows, i64 k, i64 m_begin, i64 m_end, std::int8_t* xq, float* xs,
                            float* xsum) {
   const i64 blocks = k / 32;
-  const __m512 sign = _mm512_set1_ps(-0.0f);
   for (i64 mb = m_begin; mb < m_end; ++mb)
     for (i64 b = 0; b < blocks; ++b) {
       std::int8_t* tile = xq + (mb * blocks + b) * int_tile_bytes;
@@ -340,26 +363,13 @@ void pack_int8_activations(const float* x, i64 rows, i64 k, i64 m_begin, i64 m_e
       for (i64 m = 0; m < 16; ++m) {
         const i64 row = mb * 16 + m;
         alignas(16) std::int8_t q[32] = {};
-        float scale = 0;
-        std::int32_t total = 0;
-        bool finite = true;
-        if (row < rows) {
-          const float* p = x + row * k + b * 32;
-          const __m512 v0 = _mm512_loadu_ps(p), v1 = _mm512_loadu_ps(p + 16);
-          const float amax =
-              _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
-          finite = (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) == 0;
-          const __m512 iv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-          const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv)), i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
-          _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(i0));
-          _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(i1));
-          scale = amax / 127.0f;
-          total = finite ? _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)) : 0;  // (no sum of out-of-range integers)
-        }
+        const int8_block v = row < rows ? quantize_int8_block(x + row * k + b * 32) : int8_block{};
+        _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(v.i0));
+        _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(v.i1));
         // B tile row r holds values 4r … 4r+3 of every activation row, side by side
         for (int r = 0; r < 8; ++r) __builtin_memcpy(tile + r * 64 + m * 4, q + 4 * r, 4);
-        s[m] = finite ? scale : __builtin_nanf("");
-        if (sm) sm[m] = scale * float(total);
+        s[m] = v.finite ? v.scale : __builtin_nanf("");
+        if (sm) sm[m] = v.scale * float(v.total);
       }
     }
 }
@@ -426,7 +436,6 @@ void int8_product_range(const amx_int_product& a, i64 nb_begin, i64 nb_end) {
 void pack_int8_lane_activations(const float* x, i64 rows, i64 k, i64 m_begin, i64 m_end, std::int8_t* xq, float* xs,
                                 float* xsum, std::int32_t* xtot) {
   const i64 blocks = k / 32;
-  const __m512 sign = _mm512_set1_ps(-0.0f);
   const __m512i evens_first = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odds = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   for (i64 mb = m_begin; mb < m_end; ++mb)
@@ -437,29 +446,13 @@ void pack_int8_lane_activations(const float* x, i64 rows, i64 k, i64 m_begin, i6
       std::int32_t* st = xtot + (mb * blocks + b) * 16;
       for (i64 m = 0; m < 16; ++m) {
         const i64 row = mb * 16 + m;
-        __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
-        float scale = 0;
-        std::int32_t total = 0;
-        bool finite = true;
-        if (row < rows) {
-          // (pack_int8_activations' steps, value for value)
-          const float* p = x + row * k + b * 32;
-          const __m512 v0 = _mm512_loadu_ps(p), v1 = _mm512_loadu_ps(p + 16);
-          const float amax =
-              _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
-          finite = (_mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99)) == 0;
-          const __m512 iv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-          i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, iv));
-          i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, iv));
-          scale = amax / 127.0f;
-          total = finite ? _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)) : 0;
-        }
+        const int8_block v = row < rows ? quantize_int8_block(x + row * k + b * 32) : int8_block{};
         // the row of the A tile: values 0, 2, …, 30, then 1, 3, …, 31
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(tile + m * 32), _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(i0, evens_first, i1)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(tile + m * 32 + 16), _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(i0, odds, i1)));
-        s[m] = finite ? scale : __builtin_nanf("");
-        if (sm) sm[m] = scale * float(total);
-        st[m] = total;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(tile + m * 32), _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(v.i0, evens_first, v.i1)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(tile + m * 32 + 16), _mm512_cvtsepi32_epi8(_mm512_permutex2var_epi32(v.i0, odds, v.i1)));
+        s[m] = v.finite ? v.scale : __builtin_nanf("");
+        if (sm) sm[m] = v.scale * float(v.total);
+        st[m] = v.total;
       }
     }
 }
