@@ -363,21 +363,34 @@ void split_row_blocks(std::int64_t rows, F&& f) {
   parallel_for(parts, [&](int p) { f(m_blocks * p / parts, m_blocks * (p + 1) / parts); });
 }
 
-/// A q8/q4 product on AMX-INT8 tiles (int8 activations); the last N mod 16 columns on the
-/// AVX-512 integer kernel. A row holding NaN or ±∞ takes the vector kernels' path.
-status product_amx_int(const kernel_call& c, const float_product& a) {
-  const std::int64_t blocks = a.k / 32, m_blocks = (a.rows + 15) / 16;
-  const bool q4 = a.type == wtype::q4;
-  auto* xq = reinterpret_cast<std::int8_t*>(c.scratch->ints(std::size_t(m_blocks * blocks * 128), 7));
-  float* xs = c.scratch->floats(std::size_t(m_blocks * blocks * 16), 7);
-  float* xsum = q4 ? c.scratch->floats(std::size_t(m_blocks * blocks * 16), 8) : nullptr;
-  split_row_blocks(a.rows, [&](std::int64_t b, std::int64_t e) { amx::pack_int8_activations(a.x, a.rows, a.k, b, e, xq, xs, xsum); });
-  for (std::int64_t i = 0; i < m_blocks * blocks * 16; ++i)
-    if (std::isnan(xs[i])) return product<avx512_vnni_kernels>(c);
+/// A product's activations packed for AMX-INT8 tiles, in the scratch.
+struct amx_int8_x {
+  std::int8_t* xq = nullptr;
+  float* xs = nullptr;
+  float* xsum = nullptr;  ///< q4 only
+};
+
+/// Packs a's activations for AMX-INT8 in the scratch — pack(m_begin, m_end, xq, xs, xsum) over
+/// the threads, row blocks apart — into x; false when a block holds NaN or ±∞ (its scale is
+/// NaN), which the tiles cannot take.
+template <class Pack>
+bool pack_amx_int8(workspace& ws, const float_product& a, Pack&& pack, amx_int8_x& x) {
+  const std::int64_t scales = (a.rows + 15) / 16 * (a.k / 32) * 16;
+  x.xq = reinterpret_cast<std::int8_t*>(ws.ints(std::size_t(scales * 8), 7));  // (32 bytes a scale)
+  x.xs = ws.floats(std::size_t(scales), 7);
+  x.xsum = a.type == wtype::q4 ? ws.floats(std::size_t(scales), 8) : nullptr;
+  split_row_blocks(a.rows, [&](std::int64_t b, std::int64_t e) { pack(b, e, x.xq, x.xs, x.xsum); });
+  for (std::int64_t i = 0; i < scales; ++i)
+    if (std::isnan(x.xs[i])) return false;
+  return true;
+}
+
+/// Product a against activations x, for the AMX-INT8 kernels.
+amx_int_product amx_int_args(const float_product& a, const amx_int8_x& x) {
   amx_int_product p;
-  p.xq = xq;
-  p.xs = xs;
-  p.xsum = xsum;
+  p.xq = x.xq;
+  p.xs = x.xs;
+  p.xsum = x.xsum;
   p.w = a.w;
   p.w_row_bytes = a.w_row_bytes;
   p.type = a.type;
@@ -386,6 +399,18 @@ status product_amx_int(const kernel_call& c, const float_product& a) {
   p.rows = a.rows;
   p.k = a.k;
   p.n = a.n;
+  return p;
+}
+
+/// A q8/q4 product on AMX-INT8 tiles (int8 activations); the last N mod 16 columns on the
+/// AVX-512 integer kernel. A row holding NaN or ±∞ takes the vector kernels' path.
+status product_amx_int(const kernel_call& c, const float_product& a) {
+  amx_int8_x x;
+  const auto pack = [&](std::int64_t b, std::int64_t e, std::int8_t* xq, float* xs, float* xsum) {
+    amx::pack_int8_activations(a.x, a.rows, a.k, b, e, xq, xs, xsum);
+  };
+  if (!pack_amx_int8(*c.scratch, a, pack, x)) return product<avx512_vnni_kernels>(c);
+  const amx_int_product p = amx_int_args(a, x);
   const std::int64_t n_blocks = a.n / 16;
   split_blocks(n_blocks, [&](std::int64_t b, std::int64_t e) { amx::int8_product_range(p, b, e); });
   if (n_blocks * 16 < a.n) int_run(avx512_vnni_kernels, a, *c.scratch, n_blocks * 16);
@@ -685,32 +710,15 @@ status products_lanes(std::span<const kernel_call> calls) {
   // weights held as rows: its row thresholds, its int8 activations and their sums).
   if (cpu_isa::current() >= cpu_isa::level::amx && a[0].k > 0 && !mixed && !keep_rows_alone(a[0].rows) &&
       a[0].rows >= amx_free_min_rows) {
-    const std::int64_t blocks = a[0].k / 32, m_blocks = (a[0].rows + 15) / 16, cells = m_blocks * blocks * 16;
-    const bool q4 = a[0].type == wtype::q4;
     workspace& ws = *calls[0].scratch;
-    auto* xq = reinterpret_cast<std::int8_t*>(ws.ints(std::size_t(cells * 8), 7));
-    std::int32_t* xtot = ws.ints(std::size_t(cells), 8);
-    float* xs = ws.floats(std::size_t(cells), 7);
-    float* xsum = q4 ? ws.floats(std::size_t(cells), 8) : nullptr;
-    split_row_blocks(a[0].rows, [&](std::int64_t b, std::int64_t e) {
+    std::int32_t* xtot = ws.ints(std::size_t((a[0].rows + 15) / 16 * (a[0].k / 32) * 16), 8);
+    const auto pack = [&](std::int64_t b, std::int64_t e, std::int8_t* xq, float* xs, float* xsum) {
       amx::pack_int8_lane_activations(a[0].x, a[0].rows, a[0].k, b, e, xq, xs, xsum, xtot);
-    });
-    bool finite = true;
-    for (std::int64_t i = 0; i < cells && finite; ++i) finite = !std::isnan(xs[i]);
-    if (finite) {
+    };
+    amx_int8_x x;
+    if (pack_amx_int8(ws, a[0], pack, x)) {
       amx_int_product p[max_group];
-      for (std::size_t i = 0; i < count; ++i) {
-        p[i].xq = xq;
-        p[i].xs = xs;
-        p[i].xsum = xsum;
-        p[i].w = a[i].w;
-        p[i].type = a[i].type;
-        p[i].bias = a[i].bias;
-        p[i].y = a[i].y;
-        p[i].rows = a[i].rows;
-        p[i].k = a[i].k;
-        p[i].n = a[i].n;
-      }
+      for (std::size_t i = 0; i < count; ++i) p[i] = amx_int_args(a[i], x);
       split_lane_groups(a, count, 16, [&](std::size_t i, std::int64_t b, std::int64_t e) {
         amx::int8_held_lanes_range(p[i], xtot, b / 16, e / 16);
       });
