@@ -1199,14 +1199,50 @@ TEST(FastSimpleOps, RopeOfAPassLongerThanOneTableIsTheReferences) {
   // 40,000 rows of 32 frequencies: more than one table holds, so the rows go in pieces, with
   // the frequencies of the whole pass (what dynamic scaling depends on)
   const tensor x = random_f32({40000, 64}, 81);
-  kernel_fn fast = nullptr;
-  for (const auto& lk : test::fast_kernels_on_this_cpu("rope")) fast = lk.fn;
-  ASSERT_NE(fast, nullptr);
+  const auto levels = test::fast_kernels_on_this_cpu("rope");
+  ASSERT_FALSE(levels.empty());
   for (const char* params : {R"({"headDim":64,"offset":3})",
                              R"({"headDim":64,"offset":3,"scaling":{"rope_type":"dynamic","factor":4.0,"max_position_embeddings":2048}})"}) {
     SCOPED_TRACE(params);
-    EXPECT_EQ(run_values("rope", params, {x}, fast), run_values("rope", params, {x}));
+    const auto want = run_values("rope", params, {x});
+    for (const auto& lk : levels) EXPECT_EQ(run_values("rope", params, {x}, lk.fn), want) << lk.level;
   }
+}
+
+/// Every level's rotation (vectors of doubles on AVX2 and AVX-512, the reference's loop for
+/// interleaved pairs) is the reference's, bit for bit: head widths whose half is not a whole
+/// number of vectors, a partial rotary width, interleaved pairs, values near overflow and
+/// subnormals, one row (decode) and a pass split over two threads.
+TEST(FastSimpleOps, RopeOnEveryLevelIsTheReferences) {
+  const auto levels = test::fast_kernels_on_this_cpu("rope");
+  ASSERT_GE(levels.size(), cpu_isa::best() >= cpu_isa::level::avx512 ? 3u : 1u);
+  struct shape_case {
+    std::int64_t rows, width;
+    const char* params;
+  };
+  const shape_case cases[] = {
+      {1, 576, R"({"headDim":64,"offset":700})"},
+      {300, 576, R"({"headDim":64,"offset":0})"},
+      {37, 1024, R"({"headDim":128,"offset":5,"base":1000000})"},
+      {64, 240, R"({"headDim":80,"offset":11})"},
+      {64, 240, R"({"headDim":80,"offset":11,"rotaryDim":24})"},
+      {50, 256, R"({"headDim":64,"offset":2,"rotaryDim":32,"interleaved":true})"},
+      {33, 192, R"({"headDim":96,"offset":9,"attentionFactor":1.25})"},
+  };
+  for (const int threads : {1, 2}) {
+    cpu_fast::set_kernel_threads(threads);
+    for (const auto& c : cases) {
+      SCOPED_TRACE(std::string(c.params) + " rows " + std::to_string(c.rows) + ", threads " + std::to_string(threads));
+      tensor x = random_f32({c.rows, c.width}, 97 + std::uint64_t(c.rows));
+      float* v = x.f32();
+      v[0] = 3.0e38f;
+      v[1] = -1.5e-42f;
+      v[c.width / 2] = -2.9e38f;
+      const auto want = run_values("rope", c.params, {x});
+      for (const auto& lk : levels) EXPECT_EQ(run_values("rope", c.params, {x}, lk.fn), want) << lk.level;
+    }
+  }
+  cpu_fast::set_kernel_threads(1);
 }
 
 }  // namespace

@@ -190,6 +190,9 @@ void int8_held_lanes_range(const amx_int_product& a, const std::int32_t* xtot, s
 ///    out = a op b (op 0 add, 1 sub, 2 mul) with b_kind 0: b has a's shape, 1: b is one row as
 ///    wide as a's `cols`, 2: b is one value — in f32, the same bits as the reference's double
 ///    arithmetic rounded once (a sum, difference or product of two floats rounds the same).
+///  - rope_half_rows: rows [r_begin, r_end) of heads rotated by rope in pairs (i, i + rotaryDim/2)
+///    with the cos/sin table rows cs, sn (rotaryDim/2 each per row), in double rounded once:
+///    the reference's bits (backends/cpu/rope_rotate.hpp); src may be dst.
 ///  - rmsnorm_rows: groups [g_begin, g_end) of `group` values normalised by their root mean
 ///    square, times gamma + offset.
 ///  - argmax_rows: rows [r_begin, r_end) of `cols` values: the index of each row's first
@@ -211,6 +214,8 @@ void int8_held_lanes_range(const amx_int_product& a, const std::int32_t* xtot, s
   void silu_range(const float* x, float* out, std::int64_t begin, std::int64_t end);                                  \
   void binary_range(int op, const float* a, const float* b, float* out, std::int64_t cols, std::int64_t b_kind,       \
                     std::int64_t begin, std::int64_t end);                                                            \
+  void rope_half_rows(const float* src, float* dst, std::int64_t width, std::int64_t head_dim, std::int64_t rotary_dim, \
+                      const float* cs, const float* sn, std::int64_t r_begin, std::int64_t r_end);                    \
   void rmsnorm_rows(const float* x, const float* gamma, float* out, std::int64_t group, std::int64_t g_begin,         \
                     std::int64_t g_end, double eps, float weight_offset);                                             \
   void argmax_rows(const float* x, float* out, std::int64_t cols, std::int64_t r_begin, std::int64_t r_end);          \

@@ -2,13 +2,17 @@
 /// cos/sin table kept between steps. Every layer of a pass ropes q and k at the same
 /// positions with the same frequencies, so the table a step computes (cos and sin in double
 /// of the f32 angles, as transformers computes them) is reused by the others: one table per
-/// pass instead of two per layer. The result is the reference's, bit for bit.
+/// pass instead of two per layer. The rotation runs in vectors of doubles on AVX2 and AVX-512
+/// (pairs i, i + rotaryDim/2; interleaved pairs take the reference's loop) and a pass's rows
+/// are split over the kernel threads. The result is the reference's, bit for bit.
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "backends/cpu/fast/families.hpp"
+#include "backends/cpu/fast/isa_kernels.hpp"
+#include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/rope_rotate.hpp"
 #include "runtime/ops/rope_params.hpp"
 
@@ -22,8 +26,17 @@ constexpr int table_slot = 12;
 /// roped a piece at a time.
 constexpr std::int64_t max_table_entries = std::int64_t(1) << 20;
 
+/// A level's rotation of rows [r_begin, r_end) in pairs (i, i + rotaryDim/2)
+/// (isa_kernels.hpp, rope_half_rows); nullptr: the reference's loop.
+using half_rows_fn = void (*)(const float*, float*, std::int64_t, std::int64_t, std::int64_t, const float*, const float*,
+                              std::int64_t, std::int64_t);
+
+/// Below this many values a pass is roped on the caller alone (a decode step's q and k).
+constexpr std::int64_t parallel_min_values = std::int64_t(1) << 14;
+
 /// Ropes rows [r0, r0 + rows) of the pass, positions offset + r, with the frequencies `inv`
 /// (half of them) and attention factor of the whole pass.
+template <half_rows_fn F>
 void rope_rows(const kernel_call& call, const float* inv, float factor, std::int64_t r0, std::int64_t rows) {
   const auto& p = params_of<ops::rope_params>(call);
   const tensor& x = *call.inputs[0];
@@ -54,13 +67,18 @@ void rope_rows(const kernel_call& call, const float* inv, float factor, std::int
     t[3] = factor;
     std::memcpy(key, inv, std::size_t(half) * sizeof(float));
   }
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* src = x.f32() + (r0 + r) * width;
-    float* dst = call.output->f32() + (r0 + r) * width;
-    for (std::int64_t h = 0; h < heads; ++h)
-      cpu_rope::rotate_head(src + h * p.head_dim, dst + h * p.head_dim, cs + r * half, sn + r * half, p.head_dim, p.rotary_dim,
-                  p.interleaved);
-  }
+  const float* src = x.f32() + r0 * width;
+  float* dst = call.output->f32() + r0 * width;
+  auto rotate = [&](std::int64_t b, std::int64_t e) {
+    if (F != nullptr && !p.interleaved) return F(src, dst, width, p.head_dim, p.rotary_dim, cs, sn, b, e);
+    for (std::int64_t r = b; r < e; ++r)
+      for (std::int64_t h = 0; h < heads; ++h)
+        cpu_rope::rotate_head(src + r * width + h * p.head_dim, dst + r * width + h * p.head_dim, cs + r * half,
+                              sn + r * half, p.head_dim, p.rotary_dim, p.interleaved);
+  };
+  const int parts = int(std::min<std::int64_t>(kernel_threads(), rows));
+  if (parts <= 1 || rows * width < parallel_min_values) return rotate(0, rows);
+  parallel_for(parts, [&](int part) { rotate(rows * part / parts, rows * (part + 1) / parts); });
 }
 
 /// The workspace slot keeping plain rope's frequencies between calls (no other kernel uses it).
@@ -103,6 +121,7 @@ const float* frequencies(const kernel_call& call, const ops::rope_params& p, std
   return inv;
 }
 
+template <half_rows_fn F>
 status rope_cached(const kernel_call& call) {
   const auto& p = params_of<ops::rope_params>(call);
   const std::int64_t rows = call.inputs[0]->rows(), half = p.rotary_dim / 2;
@@ -111,7 +130,7 @@ status rope_cached(const kernel_call& call) {
   float factor = 1;
   const float* inv = frequencies(call, p, offset + rows, factor);
   const std::int64_t piece = std::max<std::int64_t>(1, max_table_entries / std::max<std::int64_t>(half, 1));
-  for (std::int64_t r0 = 0; r0 < rows; r0 += piece) rope_rows(call, inv, factor, r0, std::min(piece, rows - r0));
+  for (std::int64_t r0 = 0; r0 < rows; r0 += piece) rope_rows<F>(call, inv, factor, r0, std::min(piece, rows - r0));
   return ok_status();
 }
 
@@ -120,7 +139,9 @@ bool accepts_rope(std::span<const tensor_desc> inputs, const op_params&) { retur
 }  // namespace
 
 void add_rope_kernels(std::vector<cpu_kernel>& out) {
-  out.push_back({"rope", rope_cached, accepts_rope, "cached", cpu_isa::level::scalar});
+  out.push_back({"rope", rope_cached<avx512::rope_half_rows>, accepts_rope, "avx512", cpu_isa::level::avx512});
+  out.push_back({"rope", rope_cached<avx2::rope_half_rows>, accepts_rope, "avx2", cpu_isa::level::avx2});
+  out.push_back({"rope", rope_cached<nullptr>, accepts_rope, "cached", cpu_isa::level::scalar});
 }
 
 }  // namespace mpakt::cpu_fast
