@@ -5,7 +5,8 @@
 /// partial softmax folded in chunk order. Many query rows (prefill, verify): the (kv head,
 /// row) pairs are dealt round-robin to the threads, so the long rows at the end of a causal
 /// prefill spread evenly. Few rows (decode): each (kv head, chunk) runs on its own and the
-/// partials are folded after — flash-decoding — so a long context keeps every thread busy.
+/// partials are folded after — flash-decoding — so a long context keeps every thread busy;
+/// over one chunk of keys, the query heads are shared out evenly when the kv heads are not.
 /// Either way a row gets the same bits, whatever the pass or the thread count: a verify pass
 /// or a batched step decides exactly as a one-token step would.
 ///
@@ -32,7 +33,7 @@ namespace {
 /// One level's attention functions.
 struct level_fns {
   std::int64_t (*chunks)(const attention_args&);
-  void (*rows)(const attention_args&, std::int64_t, std::int64_t, int);
+  void (*rows)(const attention_args&, std::int64_t, std::int64_t, int, int, int);
   void (*partials)(const attention_args&, std::int64_t, std::int64_t, int, int, std::int64_t, std::int64_t,
                    const attention_partial*);
   void (*fold)(const attention_args&, std::int64_t, std::int64_t, int, const attention_partial&);
@@ -136,7 +137,7 @@ status attention_kernel(const kernel_call& call) {
       for (int g = 0; g < a.kv_heads; ++g)
         for (std::int64_t r = 0; r < a.rows; r += 64) {
           if (stop.requested()) return ok_status();
-          F.rows(a, r, std::min<std::int64_t>(a.rows, r + 64), g);
+          F.rows(a, r, std::min<std::int64_t>(a.rows, r + 64), g, 0, group);
         }
       return ok_status();
     }
@@ -145,11 +146,29 @@ status attention_kernel(const kernel_call& call) {
     // through the keys together)
     const std::int64_t runs = (a.rows + rows_together - 1) / rows_together;
     const std::int64_t pairs = std::int64_t(a.kv_heads) * runs;
+    if (a.rows <= few_rows && pairs % threads != 0 && group > 1) {
+      // A few rows whose kv heads do not divide among the threads (a decode step of three kv
+      // heads on two): each thread takes an equal share of the query heads instead, in (run,
+      // kv head, head) order, so a kv head may be split between two threads (its keys then
+      // read twice, the second time mostly from the shared cache). A head's bits do not
+      // depend on which heads run beside it.
+      const std::int64_t units = runs * a.heads;
+      parallel_for(threads, [&](int part) {
+        for (std::int64_t u = units * part / threads, end = units * (part + 1) / threads; u < end;) {
+          const std::int64_t r = u / a.heads * rows_together;
+          const int g = int(u % a.heads) / group, hg = int(u % a.heads) % group;
+          const int hg_end = int(std::min<std::int64_t>(group, hg + (end - u)));
+          F.rows(a, r, std::min(a.rows, r + rows_together), g, hg, hg_end);
+          u += hg_end - hg;
+        }
+      });
+      return ok_status();
+    }
     const int parts = int(std::min<std::int64_t>(pairs, 8 * threads));
     parallel_for(parts, [&](int part) {
       for (std::int64_t i = part; i < pairs; i += parts) {
         const std::int64_t r = i / a.kv_heads * rows_together;
-        F.rows(a, r, std::min(a.rows, r + rows_together), int(i % a.kv_heads));
+        F.rows(a, r, std::min(a.rows, r + rows_together), int(i % a.kv_heads), 0, group);
       }
     });
     return ok_status();
@@ -251,7 +270,7 @@ status attention_group(std::span<const kernel_call> calls) {
     while (j >= plan[i].first_job + plan[i].jobs) ++i;
     const planned& p = plan[i];
     const int l = j - p.first_job;
-    if (!p.partial) return F.rows(p.a, 0, p.a.rows, l);
+    if (!p.partial) return F.rows(p.a, 0, p.a.rows, l, 0, p.a.heads / p.a.kv_heads);
     const std::int64_t c = l / p.a.kv_heads;
     const int g = l % p.a.kv_heads;
     F.partials(p.a, 0, p.a.rows, g, g + 1, c, c + 1 == p.used ? p.chunks : c + 1, parts.data() + p.parts);

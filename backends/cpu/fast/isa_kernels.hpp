@@ -180,7 +180,8 @@ void int8_held_lanes_range(const amx_int_product& a, const std::int32_t* xtot, s
 
 /// What each vector level (AVX2, AVX-512) provides, declared once for both namespaces.
 ///  - attention_chunks: the chunks a pass has, ceil(keys / attention_chunk).
-///  - attention_rows: rows [t_begin, t_end) of kv head g's query heads, finished into a.out
+///  - attention_rows: rows [t_begin, t_end) of kv head g's query heads [hg_begin, hg_end) of its
+///    group (each head's bits do not depend on which others run with it), finished into a.out
 ///    (head_dim and v_head_dim multiples of 16, at most 256 and 512).
 ///  - attention_partials / attention_fold: the partials of chunks [c_begin, c_end) for the
 ///    rows' query heads of kv heads [g_begin, g_end) (parts[g] holds kv head g's; a decode
@@ -205,7 +206,8 @@ void int8_held_lanes_range(const amx_int_product& a, const std::int32_t* xtot, s
 ///    scale and (when not null) sums.
 #define MPAKT_VECTOR_LEVEL_API                                                                                         \
   std::int64_t attention_chunks(const attention_args& a);                                                            \
-  void attention_rows(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g);                      \
+  void attention_rows(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g, int hg_begin,         \
+                      int hg_end);                                                                                    \
   void attention_partials(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g_begin, int g_end, \
                           std::int64_t c_begin, std::int64_t c_end, const attention_partial* parts);                  \
   void attention_fold(const attention_args& a, std::int64_t t_begin, std::int64_t t_end, int g,                       \
