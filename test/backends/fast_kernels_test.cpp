@@ -452,7 +452,12 @@ TEST(FastMatmul, VnniLanesGiveTheBitsOfAvx2Lanes) {
 TEST(FastMatmul, AmxActivationPackingMatchesItsOneValueAtATimeForm) {
   if (cpu_isa::best() < cpu_isa::level::amx) GTEST_SKIP() << "no AMX here";
   for (std::int64_t rows : {1, 16, 37}) {
-    const tensor x = random_f32({rows, 96}, unsigned(rows) + 3, 3.0f);
+    tensor x = random_f32({rows, 96}, unsigned(rows) + 3, 3.0f);
+    // rounding's edges: a tie (to even), subnormals (one rounding up to the least normal), a
+    // NaN made quiet, infinities, the largest float (rounding to infinity)
+    const std::uint32_t edges[] = {0x3f808000u, 0x3f818000u, 0x00000001u, 0x807fffffu, 0x007fffffu,
+                                   0x7f800001u, 0xff800000u, 0x7f800000u, 0x7f7fffffu, 0x80000000u};
+    for (std::size_t i = 0; i < std::size(edges); ++i) x.f32()[i * 7 % std::size_t(rows * 96)] = std::bit_cast<float>(edges[i]);
     const std::int64_t n = cpu_fast::amx::packed_halves(rows, 96);
     const auto size = static_cast<std::size_t>(n);
     std::vector<std::uint16_t> hv(size), lv(size), hr(size), lr(size);
@@ -461,6 +466,9 @@ TEST(FastMatmul, AmxActivationPackingMatchesItsOneValueAtATimeForm) {
     cpu_fast::amx::pack_activations_reference(x.f32(), rows, 96, 0, blocks, hr.data(), lr.data());
     EXPECT_EQ(hv, hr) << rows;
     EXPECT_EQ(lv, lr) << rows;
+    std::vector<std::uint16_t> alone(size);  // (hi alone: no lo asked for)
+    cpu_fast::amx::pack_activations(x.f32(), rows, 96, 0, blocks, alone.data(), nullptr);
+    EXPECT_EQ(alone, hr) << rows;
   }
 }
 

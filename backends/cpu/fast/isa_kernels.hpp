@@ -149,8 +149,9 @@ struct amx_int_product {
 namespace amx {
 /// Bytes of packed activations (each half) for `rows` rows of width k.
 inline std::int64_t packed_halves(std::int64_t rows, std::int64_t k) { return (rows + 15) / 16 * k * 16; }
-/// Packs row blocks [m_begin, m_end) (16 rows each) of x [rows, k] into hi and lo (each
-/// packed_halves(rows, k) values).
+/// Packs row blocks [m_begin, m_end) (16 rows each) of x [rows, k] into hi, x rounded to bf16
+/// (nearest even; a NaN made quiet), and, when lo is not null, lo, the rounding error rounded
+/// (each packed_halves(rows, k) values).
 void pack_activations(const float* x, std::int64_t rows, std::int64_t k, std::int64_t m_begin, std::int64_t m_end,
                       std::uint16_t* hi, std::uint16_t* lo);
 /// The same, one value at a time (the tests' oracle for the vector version).

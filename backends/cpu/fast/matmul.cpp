@@ -417,33 +417,55 @@ status product_amx_int(const kernel_call& c, const float_product& a) {
   return ok_status();
 }
 
-/// A product with many rows on AMX tiles: bf16 weights (the activations rounded to bf16:
-/// rounds_activations), or q8/q4 (product_amx_int). Whole blocks of 16 weight rows there, the
-/// last N mod 16 columns on the AVX-512 kernel.
+/// bf16 products of many rows on AMX tiles, `count` of them against the same activations: the
+/// activations packed once for all (rounded to bf16 in the packing: rounds_activations' bits),
+/// then whole blocks of 16 weight rows of every product over the threads as one pass; the last
+/// N mod 16 columns of each on the AVX-512 kernel (with the activations rounded for it).
+void bf16_products_amx(float_product* a, std::size_t count, workspace& ws) {
+  const std::int64_t halves = amx::packed_halves(a[0].rows, a[0].k);
+  auto* hi = reinterpret_cast<std::uint16_t*>(ws.ints(std::size_t((halves + 1) / 2), 4));
+  split_row_blocks(a[0].rows,
+                   [&](std::int64_t b, std::int64_t e) { amx::pack_activations(a[0].x, a[0].rows, a[0].k, b, e, hi, nullptr); });
+  amx_product p[max_group];
+  std::int64_t first[max_group + 1] = {0};  // each product's first block in the pass
+  bool tails = false;
+  for (std::size_t i = 0; i < count; ++i) {
+    p[i].xhi = hi;
+    p[i].xlo = nullptr;  // (activations in bf16: no lo halves)
+    p[i].w = a[i].w;
+    p[i].w_row_bytes = a[i].w_row_bytes;
+    p[i].bias = a[i].bias;
+    p[i].y = a[i].y;
+    p[i].rows = a[i].rows;
+    p[i].k = a[i].k;
+    p[i].n = a[i].n;
+    // (an odd block count is rounded up to a pair, so no pair straddles two products)
+    first[i + 1] = first[i] + (a[i].n / 16 + 1) / 2 * 2;
+    tails = tails || a[i].n % 16 != 0;
+  }
+  split_blocks(first[count], [&](std::int64_t b, std::int64_t e) {
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::int64_t lo = std::max(b, first[i]) - first[i], hi_b = std::min(e, first[i + 1]) - first[i];
+      const std::int64_t blocks = a[i].n / 16;
+      if (std::min(hi_b, blocks) > lo) amx::bf16_product_range(p[i], lo, std::min(hi_b, blocks));
+    }
+  });
+  if (!tails) return;
+  round_activations(a, count, ws);
+  for (std::size_t i = 0; i < count; ++i)
+    if (a[i].n % 16 != 0) avx512::float_product_range(a[i], a[i].n / 16 * 16, a[i].n);
+}
+
+/// A product with many rows on AMX tiles: bf16 weights (bf16_products_amx), or q8/q4
+/// (product_amx_int). Whole blocks of 16 weight rows there, the last N mod 16 columns on the
+/// AVX-512 kernel.
 status product_amx(const kernel_call& c) {
   float_product a = args_of(c);
   if (a.rows == 0 || a.n == 0) return ok_status();
   if (keep_rows_alone(a.rows))  // what claims fewer rows on an AMX machine
     return a.type == wtype::q8 || a.type == wtype::q4 ? product_vnni_int8(c) : product<avx512_vnni_kernels>(c);
   if (a.type == wtype::q8 || a.type == wtype::q4) return product_amx_int(c, a);
-  round_activations(&a, 1, *c.scratch);  // (always, here: lo halves zero)
-  const std::int64_t halves = amx::packed_halves(a.rows, a.k);
-  auto* hi = reinterpret_cast<std::uint16_t*>(c.scratch->ints(std::size_t((halves + 1) / 2), 4));
-  auto* lo = reinterpret_cast<std::uint16_t*>(c.scratch->ints(std::size_t((halves + 1) / 2), 5));
-  split_row_blocks(a.rows, [&](std::int64_t b, std::int64_t e) { amx::pack_activations(a.x, a.rows, a.k, b, e, hi, lo); });
-  amx_product p;
-  p.xhi = hi;
-  p.xlo = nullptr;  // (the activations are bf16 already: their lo halves are zero)
-  p.w = a.w;
-  p.w_row_bytes = a.w_row_bytes;
-  p.bias = a.bias;
-  p.y = a.y;
-  p.rows = a.rows;
-  p.k = a.k;
-  p.n = a.n;
-  const std::int64_t n_blocks = a.n / 16;
-  split_blocks(n_blocks, [&](std::int64_t b, std::int64_t e) { amx::bf16_product_range(p, b, e); });
-  if (n_blocks * 16 < a.n) avx512::float_product_range(a, n_blocks * 16, a.n);
+  bf16_products_amx(&a, 1, *c.scratch);
   return ok_status();
 }
 
@@ -459,9 +481,14 @@ bool accepts_amx(std::span<const tensor_desc> inputs, const op_params& params) {
 /// when rows keep their bits alone (a batched pass of 16 to 32 rows), else one by one.
 status products_amx(std::span<const kernel_call> calls) {
   float_product a[max_group];
-  if (same_input(calls, a) && keep_rows_alone(a[0].rows))
+  if (!same_input(calls, a)) return one_by_one(calls, product_amx);
+  if (keep_rows_alone(a[0].rows))
     return a[0].type == wtype::q8 || a[0].type == wtype::q4 ? products_vnni_int8(calls) : products<avx512_vnni_kernels>(calls);
-  return one_by_one(calls, product_amx);
+  if (a[0].type != wtype::bf16 || a[0].rows == 0) return one_by_one(calls, product_amx);
+  for (std::size_t i = 0; i < calls.size(); ++i)
+    if (a[i].n == 0) return one_by_one(calls, product_amx);
+  bf16_products_amx(a, calls.size(), *calls[0].scratch);
+  return ok_status();
 }
 
 /// A q8/q4 product on a CPU with VNNI, below the AMX tiles' rows (decode, batches, verify

@@ -6,10 +6,10 @@
 /// tiles (16 weight rows × 32 values) load straight from where it is held, with its row
 /// stride: nothing of the weight is copied or reordered. The activations are the B operand:
 /// converted once per call to bf16 and laid out as AMX wants (pairs of k side by side, rows
-/// of x across: pack_activations). pack_activations splits each in two bf16 halves, x = hi +
-/// lo (lo = the rounding error of hi, itself rounded); the products take the activations
-/// rounded to bf16 already (matmul.cpp, rounds_activations: every path's prefill numbers), so
-/// lo is zero and only hi is multiplied in (amx_product::xlo null). Each C tile
+/// of x across: pack_activations). pack_activations rounds each to bf16 (nearest even, as
+/// matmul.cpp's rounds_activations has every path's prefill take them) as it packs, and can
+/// give the rounding error too, x = hi + lo (lo itself rounded); the products take hi alone
+/// (amx_product::xlo null). Each C tile
 /// (16 weight rows × 16 activation rows, f32) is stored once at the end and written
 /// transposed into y.
 ///
@@ -171,6 +171,17 @@ void block(const amx_product& a, i64 n0, i64 mb) {
 
 void pack_activations(const float* x, i64 rows, i64 k, i64 m_begin, i64 m_end, std::uint16_t* hi, std::uint16_t* lo) {
   const i64 kb_count = k / 32;
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), infinity = _mm512_set1_epi32(0x7f800000);
+  const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x400000);
+  // x rounded to bf16, nearest even, in its high half (a NaN kept, made quiet; subnormals kept):
+  // to_bf16's bits, and round_to_bf16's (matmul_avx2.cpp) — so unrounded activations pack as
+  // the rounded ones do
+  auto rounded = [&](__m512 v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, magnitude), infinity);
+    const __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    return _mm512_mask_or_epi32(r, nan, u, quiet);
+  };
   // Tile (mb, kb), row r, entry (m, j) holds x[mb·16 + m][kb·32 + 2r + j]: row m of the
   // 16 × 32 block, converted to 16 pairs of bf16, is column m of the tile — a transpose of
   // 32-bit pairs. Rows past the end of x are zeros (their results are never written).
@@ -184,23 +195,25 @@ void pack_activations(const float* x, i64 rows, i64 k, i64 m_begin, i64 m_end, s
           v0 = _mm512_loadu_ps(x + row * k + kb * 32);
           v1 = _mm512_loadu_ps(x + row * k + kb * 32 + 16);
         }
-        // round to nearest even (subnormal inputs count as zero, as the tiles would take them)
-        const __m512i hv = __m512i(_mm512_cvtne2ps_pbh(v1, v0));
-        const __m512 h0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hv)), 16));
-        const __m512 h1 =
-            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hv, 1)), 16));
-        h[m] = hv;
-        l[m] = __m512i(_mm512_cvtne2ps_pbh(_mm512_sub_ps(v1, h1), _mm512_sub_ps(v0, h0)));
+        const __m512i r0 = _mm512_srli_epi32(rounded(v0), 16), r1 = _mm512_srli_epi32(rounded(v1), 16);
+        h[m] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(r0)), _mm512_cvtepi32_epi16(r1), 1);
+        if (lo) {
+          // the rounding error of hi, itself rounded (nearest even)
+          const __m512 h0 = _mm512_castsi512_ps(_mm512_slli_epi32(r0, 16)), h1 = _mm512_castsi512_ps(_mm512_slli_epi32(r1, 16));
+          const __m512i e0 = _mm512_srli_epi32(rounded(_mm512_sub_ps(v0, h0)), 16);
+          const __m512i e1 = _mm512_srli_epi32(rounded(_mm512_sub_ps(v1, h1)), 16);
+          l[m] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(e0)), _mm512_cvtepi32_epi16(e1), 1);
+        }
       }
       transpose16(h);
-      transpose16(l);
       std::uint16_t* th = hi + (mb * kb_count + kb) * tile_elems;
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) _mm512_storeu_si512(th + r * 32, h[r]);
+      if (!lo) continue;
+      transpose16(l);
       std::uint16_t* tl = lo + (mb * kb_count + kb) * tile_elems;
 #pragma GCC unroll 16
-      for (int r = 0; r < 16; ++r) {
-        _mm512_storeu_si512(th + r * 32, h[r]);
-        _mm512_storeu_si512(tl + r * 32, l[r]);
-      }
+      for (int r = 0; r < 16; ++r) _mm512_storeu_si512(tl + r * 32, l[r]);
     }
 }
 
