@@ -478,7 +478,8 @@ bool accepts_amx(std::span<const tensor_desc> inputs, const op_params& params) {
 }
 
 /// product_amx for several calls of the same activations: as one group on the vector kernels
-/// when rows keep their bits alone (a batched pass of 16 to 32 rows), else one by one.
+/// when rows keep their bits alone (a batched pass of 16 to 32 rows), bf16 ones on the tiles as
+/// one group (bf16_products_amx), q8/q4 weights held as rows one by one.
 status products_amx(std::span<const kernel_call> calls) {
   float_product a[max_group];
   if (!same_input(calls, a)) return one_by_one(calls, product_amx);
