@@ -253,7 +253,9 @@ def test_stop_ends_a_long_generation(page, server, user, key, slow_model):
         send(d, "Once upon a time")
         wait_for(d, lambda: len(reply_text(d)) >= 3, 60, "no streamed text")
         if by_id(d, "stop-button").is_displayed():
-            assert generations(server, key) <= 1
+            # (0 only when the reply ended by itself since the button showed: not stopped below)
+            running = generations(server, key)
+            assert running <= 1
             # A click through the page's script: text streaming above the button may move it
             # between Selenium finding it and clicking (the composer is sticky, but the race is
             # Selenium's).
@@ -263,6 +265,7 @@ def test_stop_ends_a_long_generation(page, server, user, key, slow_model):
                      detail=lambda: f"the reply is {last_reply(d).get_attribute('data-state')!r} "
                                     f"after {len(reply_text(d))} characters, its notes: {last_reply(d).text[-160:]!r}")
             if last_reply(d).get_attribute("data-state") == "stopped":
+                assert running == 1, "the reply Stop ended was not counted as a generation"
                 break
         else:
             wait_for(d, lambda: last_reply(d).get_attribute("data-state") == "done", 5, "a reply that ended was not done",
