@@ -1259,6 +1259,7 @@ TEST(FastSimpleOps, RopeOfAPassLongerThanOneTableIsTheReferences) {
 /// number of vectors, a partial rotary width, interleaved pairs, values near overflow and
 /// subnormals, one row (decode) and a pass split over two threads.
 TEST(FastSimpleOps, RopeOnEveryLevelIsTheReferences) {
+  threads_guard tg;
   const auto levels = test::fast_kernels_on_this_cpu("rope");
   ASSERT_GE(levels.size(), cpu_isa::best() >= cpu_isa::level::avx512 ? 3u : 1u);
   struct shape_case {
@@ -1287,7 +1288,6 @@ TEST(FastSimpleOps, RopeOnEveryLevelIsTheReferences) {
       for (const auto& lk : levels) EXPECT_EQ(run_values("rope", c.params, {x}, lk.fn), want) << lk.level;
     }
   }
-  cpu_fast::set_kernel_threads(1);
 }
 
 }  // namespace
