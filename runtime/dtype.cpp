@@ -255,19 +255,24 @@ void q8_from_lane(const std::byte* in, std::byte* blk, std::int64_t l) {
 
 }  // namespace
 
-void rows_to_lanes(dtype t, std::byte* data, std::int64_t rows, std::int64_t cols) {
+void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t cols) {
   const std::int64_t bb = lane_block_bytes(t) / lane_rows, blocks = cols / quant_block, row_bytes = blocks * bb;
+  for (std::int64_t b = 0; b < blocks; ++b)
+    for (std::int64_t l = 0; l < lane_rows; ++l) {
+      const std::byte* blk = rows + l * row_bytes + b * bb;
+      std::byte* at = out + b * lane_block_bytes(t);
+      if (t == dtype::q8) q8_to_lane(blk, at, l);
+      else q4_to_lane(blk, at, l);
+    }
+}
+
+void rows_to_lanes(dtype t, std::byte* data, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t row_bytes = cols / quant_block * (lane_block_bytes(t) / lane_rows);
   std::vector<std::byte> group(std::size_t(lane_rows * row_bytes));
   for (std::int64_t g = 0; g < rows / lane_rows; ++g) {
     std::byte* at = data + g * lane_rows * row_bytes;
     std::memcpy(group.data(), at, group.size());
-    for (std::int64_t b = 0; b < blocks; ++b)
-      for (std::int64_t l = 0; l < lane_rows; ++l) {
-        const std::byte* blk = group.data() + l * row_bytes + b * bb;
-        std::byte* out = at + b * lane_block_bytes(t);
-        if (t == dtype::q8) q8_to_lane(blk, out, l);
-        else q4_to_lane(blk, out, l);
-      }
+    group_to_lanes(t, group.data(), at, cols);
   }
 }
 

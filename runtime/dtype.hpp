@@ -107,6 +107,9 @@ constexpr std::int64_t lane_block_bytes(dtype t) {
 /// Whether a tensor of this dtype and shape may be held in lanes: q8 or q4, two dimensions,
 /// rows a multiple of 16.
 bool lanes_fit(dtype t, const std::vector<std::int64_t>& shape);
+/// Writes one group in lanes at `out` (the group's place: 16 rows' bytes) from its 16 rows of
+/// `cols` values, row-major at `rows` (elsewhere: not in place).
+void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t cols);
 /// Reorders `rows` q8/q4 rows of `cols` values (rows a multiple of 16) into lanes, in place.
 void rows_to_lanes(dtype t, std::byte* data, std::int64_t rows, std::int64_t cols);
 /// Row r of q8/q4 data held in lanes, as its row-major bytes (cols / 32 blocks).

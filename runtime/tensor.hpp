@@ -99,6 +99,7 @@ class tensor {
   std::weak_ptr<const std::byte[]> storage_watch() const { return storage_; }
 
  private:
+  friend class tensor_builder;  // (builds a matrix in lanes group by group, then marks it)
   static result<tensor> allocate(dtype t, shape_t shape, bool weight, const std::string& group);
   dtype type_ = dtype::f32;
   shape_t shape_;

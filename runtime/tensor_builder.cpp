@@ -16,7 +16,7 @@ bool tensor_builder::keeps_as_published(const std::string& file_dtype, dtype res
 }
 
 tensor_builder::tensor_builder(std::string file_dtype, shape_t shape, dtype resident, std::string name,
-                               const std::string& group)
+                               const std::string& group, bool lanes)
     : file_dtype_(std::move(file_dtype)), shape_(std::move(shape)), resident_(resident), name_(std::move(name)) {
   in_size_ = std::size_t(std::max(0, published_dtype_size(file_dtype_)));
   const auto held = resident_dtype(file_dtype_);
@@ -55,6 +55,8 @@ tensor_builder::tensor_builder(std::string file_dtype, shape_t shape, dtype resi
     if (file_dtype_ == "F32") quant_from_ = dtype::f32;
     else if (file_dtype_ == "BF16") quant_from_ = dtype::bf16;
     else if (file_dtype_ == "F16") quant_from_ = dtype::f16;
+    lanes_ = lanes && lanes_fit(resident_, shape_);
+    if (lanes_) group_.resize(std::size_t(lane_rows) * out_.row_bytes());
   }
 }
 
@@ -78,6 +80,8 @@ void tensor_builder::widen(const char* src, std::size_t n, float* dst) const {
 void tensor_builder::emit(const char* src, std::uint64_t n) {
   if (path_ == path::widen) {
     widen(src, std::size_t(n), out_.f32() + units_done_);
+  } else if (lanes_) {
+    emit_lanes(src, n);
   } else if (const int parts = quantize_parts(n); parts > 1) {
     // Rows are independent (each row's bytes depend on that row alone), so a piece of many
     // rows is quantized by the kernel threads together: one thread converted ~1 GB/s of a
@@ -106,18 +110,61 @@ int tensor_builder::quantize_parts(std::uint64_t rows) const {
 }
 
 void tensor_builder::quantize_rows(const char* src, std::uint64_t from, std::uint64_t to, float* scratch) {
-  const std::size_t row_in = unit_bytes_;
-  for (std::uint64_t r = from; r < to; ++r) {
-    void* dst = out_.row(std::int64_t(units_done_ + r));
-    if (quant_from_) {
-      cpu_fast::quantize_row_from(*quant_from_, resident_, src + r * row_in, dst, cols_, scratch);
-    } else {
-      // f64: widened first; the row is aligned, so the quantizer reads it in place and
-      // never needs the scratch it shares.
-      widen(src + r * row_in, std::size_t(cols_), scratch);
-      cpu_fast::quantize_row_from(dtype::f32, resident_, scratch, dst, cols_, scratch);
-    }
+  for (std::uint64_t r = from; r < to; ++r) quantize_row(src + r * unit_bytes_, out_.row(std::int64_t(units_done_ + r)), scratch);
+}
+
+void tensor_builder::quantize_row(const char* src, void* dst, float* scratch) {
+  if (quant_from_) {
+    cpu_fast::quantize_row_from(*quant_from_, resident_, src, dst, cols_, scratch);
+  } else {
+    // f64: widened first; the row is aligned, so the quantizer reads it in place and never
+    // needs the scratch it shares.
+    widen(src, std::size_t(cols_), scratch);
+    cpu_fast::quantize_row_from(dtype::f32, resident_, scratch, dst, cols_, scratch);
   }
+}
+
+void tensor_builder::emit_lanes(const char* src, std::uint64_t n) {
+  const std::size_t row_out = out_.row_bytes(), group_bytes = std::size_t(lane_rows) * row_out;
+  const auto group_at = [&](std::uint64_t g) { return out_.data() + g * group_bytes; };
+  // Rows that finish the group an earlier piece began (or begin one this piece does not finish).
+  std::uint64_t r = 0;
+  const auto into_group = [&](std::uint64_t upto) {
+    for (; r < upto; ++r) {
+      const std::uint64_t at = units_done_ + r;
+      quantize_row(src + r * unit_bytes_, group_.data() + (at % lane_rows) * row_out, row_f32_.data());
+      if (at % lane_rows == lane_rows - 1) cpu_fast::group_to_lanes(resident_, group_.data(), group_at(at / lane_rows), cols_);
+    }
+  };
+  into_group(std::min<std::uint64_t>(n, (lane_rows - units_done_ % lane_rows) % lane_rows));
+  // Whole groups, shared among the kernel threads.
+  const std::uint64_t first = (units_done_ + r) / lane_rows, groups = (n - r) / lane_rows;
+  if (groups > 0) {
+    const char* from = src + r * unit_bytes_;
+    const auto run = [&](std::uint64_t g0, std::uint64_t g1, float* scratch, std::byte* rows) {
+      for (std::uint64_t g = g0; g < g1; ++g) {
+        for (std::int64_t l = 0; l < lane_rows; ++l)
+          quantize_row(from + (g * lane_rows + std::uint64_t(l)) * unit_bytes_, rows + std::size_t(l) * row_out, scratch);
+        cpu_fast::group_to_lanes(resident_, rows, group_at(first + g), cols_);
+      }
+    };
+    const int parts = int(std::min<std::uint64_t>(std::uint64_t(quantize_parts(groups * lane_rows)), groups));
+    if (parts > 1) {
+      const std::uint64_t per = (groups + std::uint64_t(parts) - 1) / std::uint64_t(parts);
+      const interrupt_scope whole{interrupt{}};  // (as in emit)
+      cpu_fast::parallel_for(parts, [&](int p) {
+        const std::uint64_t g0 = std::uint64_t(p) * per, g1 = std::min(groups, g0 + per);
+        std::vector<float> scratch(static_cast<std::size_t>(cols_));
+        std::vector<std::byte> rows(group_bytes);
+        if (g0 < g1) run(g0, g1, scratch.data(), rows.data());
+      });
+    } else {
+      std::vector<std::byte> rows(group_bytes);
+      run(0, groups, row_f32_.data(), rows.data());
+    }
+    r += groups * lane_rows;
+  }
+  into_group(n);  // (the rows of a group the next piece finishes)
 }
 
 status tensor_builder::admit(std::uint64_t offset, std::uint64_t n) {
@@ -170,6 +217,7 @@ result<tensor> tensor_builder::finish() {
     return fail(invalid(what() + ": only " + std::to_string(received_) + " of its " + std::to_string(total_in_) +
                         " bytes arrived"));
   finished_ = true;
+  out_.lanes16_ = lanes_;
   return std::move(out_);
 }
 

@@ -8,8 +8,9 @@
 ///    f64/int64/bool narrowed or widened to f32: element by element (convert_piece);
 ///  - f32/bf16/f16/f64 quantized to q8/q4: row by row as each row completes, straight from
 ///    the piece's bytes into the tensor (backends/cpu/quantize.hpp: the reference's bytes,
-///    with AVX-512 where the CPU has it).
-/// Only one partial element or row is ever buffered besides the tensor itself. The result is
+///    with AVX-512 where the CPU has it) — or, for a tensor built in lanes, group by group.
+/// Only one partial element or row (in lanes: one partial group of rows) is ever buffered
+/// besides the tensor itself. The result is
 /// bit-identical to converting the whole tensor at once (convert_piece then convert_tensor),
 /// whatever the piece boundaries — quantization is deterministic (QNT-09).
 ///
@@ -36,9 +37,11 @@ class tensor_builder {
   /// a published dtype with its resident_dtype; BF16/F16 with f32; F32/BF16/F16/F64 with q8 or
   /// q4 (last dimension a multiple of 32). Anything else fails on the first add()/finish().
   /// `name` is used in error messages only; `group` is the weight's storage group (its model:
-  /// tensor::make_weight).
+  /// tensor::make_weight). `lanes`: a q8/q4 matrix that lanes_fit is built in lanes
+  /// (tensor::lanes16, the CPU kernels' resident form): each group of 16 rows is reordered as it
+  /// is quantized, while its bytes are in cache, instead of in a pass over the whole tensor.
   tensor_builder(std::string file_dtype, shape_t shape, dtype resident, std::string name = {},
-                 const std::string& group = {});
+                 const std::string& group = {}, bool lanes = false);
 
   /// Whether a tensor published as `file_dtype` and held as `resident` is kept as published
   /// (its bytes are its published bytes; destination() is then the tensor).
@@ -79,6 +82,12 @@ class tensor_builder {
   /// Quantizes rows [from, to) of the `n` at `src` into rows units_done_ + from … of the tensor;
   /// `scratch` holds cols_ floats and belongs to the caller.
   void quantize_rows(const char* src, std::uint64_t from, std::uint64_t to, float* scratch);
+  /// Quantizes one row of published bytes at `src` into `dst` (row-major).
+  void quantize_row(const char* src, void* dst, float* scratch);
+  /// emit() for a tensor built in lanes: rows of a group begun or left unfinished by a piece go
+  /// through group_; whole groups are quantized into a buffer of each thread and reordered
+  /// into place.
+  void emit_lanes(const char* src, std::uint64_t n);
   /// Published elements → f32.
   void widen(const char* src, std::size_t n, float* dst) const;
 
@@ -99,6 +108,8 @@ class tensor_builder {
   /// empty (f64) when rows are widened to f32 first.
   std::optional<dtype> quant_from_;
   tensor out_;
+  bool lanes_ = false;             ///< built in lanes (emit_lanes)
+  std::vector<std::byte> group_;   ///< in lanes: the rows of the group not complete yet
   std::optional<error> error_;
   bool finished_ = false;
 };

@@ -136,7 +136,7 @@ struct receiver_state {
       if (res != w.reserved.end()) res->second -= std::min(res->second, *bytes);
       w.loading += *bytes;
     }
-    auto [in, _] = loading[r.model_id].emplace(r.name, incoming{tensor_builder(r.file_dtype, r.shape, *resident, r.name, r.model_id), *bytes});
+    auto [in, _] = loading[r.model_id].emplace(r.name, incoming{tensor_builder(r.file_dtype, r.shape, *resident, r.name, r.model_id, w.lanes), *bytes});
     destined.where = in->second.builder.destination();
     return ok_status();
   }

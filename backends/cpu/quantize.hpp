@@ -17,4 +17,8 @@ namespace mpakt::cpu_fast {
 /// floats, for the reference path.
 void quantize_row_from(dtype from, dtype to, const void* src, void* dst, std::int64_t n, float* scratch);
 
+/// runtime/dtype.hpp's group_to_lanes (16 q8/q4 rows of `cols` values → their group in
+/// lanes), with AVX-512 where the kernel level allows it: the same bytes.
+void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t cols);
+
 }  // namespace mpakt::cpu_fast

@@ -152,5 +152,30 @@ TEST(QuantizeOnLoad, RandomBitPatternsToo) {
   }
 }
 
+TEST(QuantizeOnLoad, GroupsInLanesAreTheReferencesOnEveryLevel) {
+  // Random bytes (any scale, any value: the reorder moves bytes and flips q8's top bits);
+  // widths of one block up, and rows longer than their blocks would need none of.
+  level_restore restore;
+  std::mt19937 g(3);
+  for (dtype t : {dtype::q8, dtype::q4})
+    for (std::int64_t cols : {32, 96, 576, 2048}) {
+      const std::size_t row_bytes = *storage_bytes(t, cols);
+      std::vector<std::byte> rows(16 * row_bytes);
+      for (auto& b : rows) b = std::byte(g());
+      std::vector<std::byte> want(rows.size()), got(rows.size());
+      group_to_lanes(t, rows.data(), want.data(), cols);
+      for (auto level : cpu_isa::supported_levels()) {
+        ASSERT_TRUE(cpu_isa::set_level(level));
+        std::fill(got.begin(), got.end(), std::byte{0x5a});
+        cpu_fast::group_to_lanes(t, rows.data(), got.data(), cols);
+        EXPECT_EQ(got, want) << dtype_name(t) << " cols " << cols << " at " << cpu_isa::level_name(level);
+      }
+      // and the reference is the reorder tensors take in place
+      std::vector<std::byte> in_place = rows;
+      rows_to_lanes(t, in_place.data(), 16, cols);
+      EXPECT_EQ(in_place, want) << dtype_name(t) << " cols " << cols;
+    }
+}
+
 }  // namespace
 }  // namespace mpakt

@@ -3,6 +3,7 @@
 
 #include "backends/cpu/quantize.hpp"
 
+#include <cstdint>
 #include <cstring>
 
 #include "backends/cpu/fast/quantize_kernels.hpp"
@@ -28,6 +29,17 @@ void quantize_row_from(dtype from, dtype to, const void* src, void* dst, std::in
     x = scratch;
   }
   quantize_row(to, x, dst, n);
+}
+
+void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t cols) {
+  const std::int64_t blocks = cols / quant_block, row_bytes = storage_bytes(t, cols).value_or(0);
+  if (cpu_isa::current() >= cpu_isa::level::avx512 && row_bytes * lane_rows <= INT32_MAX) {
+    const auto* in = reinterpret_cast<const std::uint8_t*>(rows);
+    auto* at = reinterpret_cast<std::uint8_t*>(out);
+    if (t == dtype::q8) return group_to_lanes_q8_avx512(in, at, blocks, row_bytes);
+    if (t == dtype::q4) return group_to_lanes_q4_avx512(in, at, blocks, row_bytes);
+  }
+  mpakt::group_to_lanes(t, rows, out, cols);
 }
 
 }  // namespace mpakt::cpu_fast

@@ -142,4 +142,49 @@ bool quantize_q4_row_avx512(const void* src, quant_source from, std::uint8_t* ds
   return true;
 }
 
+void group_to_lanes_q8_avx512(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes) {
+  // Per row, one vpshufb puts each 128-bit half's even values, then its odd ones, in dwords:
+  // E0 E1 O0 O1 | E2 E3 O2 O3 (Ej: values 8j, 8j+2, 8j+4, 8j+6; Oj the odd ones); the XOR
+  // makes them unsigned. Run r of the sixteen rows is then dword k(r) of each, gathered.
+  const __m256i order = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,  //
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i flip = _mm256_set1_epi8(char(0x80));
+  const __m512i row_dwords = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+  const __m512i row_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                 _mm512_set1_epi32(std::int32_t(row_bytes)));
+  constexpr int dword_of_run[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+  alignas(64) std::uint32_t sorted[16 * 8];
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* blk = rows + b * 34;
+    std::uint8_t* o = out + b * 544;
+    // the sixteen scales: the low half of a dword at each row's block
+    const __m512i d = _mm512_i32gather_epi32(row_offsets, blk, 1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm512_cvtepi32_epi16(d));
+    for (int l = 0; l < 16; ++l) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + l * row_bytes + 2));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(sorted + 8 * l), _mm256_xor_si256(_mm256_shuffle_epi8(v, order), flip));
+    }
+    for (int r = 0; r < 8; ++r) {
+      const __m512i run = _mm512_i32gather_epi32(_mm512_add_epi32(row_dwords, _mm512_set1_epi32(dword_of_run[r])), sorted, 4);
+      _mm512_storeu_si512(o + 32 + 64 * r, run);
+    }
+  }
+}
+
+void group_to_lanes_q4_avx512(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes) {
+  // The scales and minimums are one dword per row (d low, m high); run j is dword j of each
+  // row's nibbles: all gathered straight from the rows.
+  const __m512i row_offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                 _mm512_set1_epi32(std::int32_t(row_bytes)));
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* blk = rows + b * 20;
+    std::uint8_t* o = out + b * 320;
+    const __m512i dm = _mm512_i32gather_epi32(row_offsets, blk, 1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm512_cvtepi32_epi16(dm));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32), _mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+    for (int j = 0; j < 4; ++j)
+      _mm512_storeu_si512(o + 64 + 64 * j, _mm512_i32gather_epi32(row_offsets, blk + 4 + 4 * j, 1));
+  }
+}
+
 }  // namespace mpakt::cpu_fast

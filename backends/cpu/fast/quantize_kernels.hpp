@@ -25,4 +25,10 @@ bool quantize_q4_row_avx512(const void* src, quant_source from, std::uint8_t* ds
 bool quantize_q8_row_avx2(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n);
 bool quantize_q4_row_avx2(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n);
 
+/// One group of 16 q8 (q4) rows, `blocks` blocks each, row-major at `rows` (row r at
+/// r · row_bytes, 16 · row_bytes < 2^31) → the group in lanes at `out` (runtime/dtype.hpp's
+/// group_to_lanes: the same bytes).
+void group_to_lanes_q8_avx512(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes);
+void group_to_lanes_q4_avx512(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes);
+
 }  // namespace mpakt::cpu_fast
