@@ -266,6 +266,14 @@ void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t
     }
 }
 
+void row_to_lanes(dtype t, const std::byte* row, std::byte* group, std::int64_t cols, std::int64_t l) {
+  const std::int64_t bb = lane_block_bytes(t) / lane_rows;
+  for (std::int64_t b = 0; b < cols / quant_block; ++b) {
+    if (t == dtype::q8) q8_to_lane(row + b * bb, group + b * lane_block_bytes(t), l);
+    else q4_to_lane(row + b * bb, group + b * lane_block_bytes(t), l);
+  }
+}
+
 void rows_to_lanes(dtype t, std::byte* data, std::int64_t rows, std::int64_t cols) {
   const std::int64_t row_bytes = cols / quant_block * (lane_block_bytes(t) / lane_rows);
   std::vector<std::byte> group(std::size_t(lane_rows * row_bytes));

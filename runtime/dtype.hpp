@@ -110,6 +110,9 @@ bool lanes_fit(dtype t, const std::vector<std::int64_t>& shape);
 /// Writes one group in lanes at `out` (the group's place: 16 rows' bytes) from its 16 rows of
 /// `cols` values, row-major at `rows` (elsewhere: not in place).
 void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t cols);
+/// Writes one row (row-major, `cols` values) as row `l` of the group at `group`: only that
+/// row's bytes of the group change, so the rows of a group may be written by different threads.
+void row_to_lanes(dtype t, const std::byte* row, std::byte* group, std::int64_t cols, std::int64_t l);
 /// Reorders `rows` q8/q4 rows of `cols` values (rows a multiple of 16) into lanes, in place.
 void rows_to_lanes(dtype t, std::byte* data, std::int64_t rows, std::int64_t cols);
 /// Row r of q8/q4 data held in lanes, as its row-major bytes (cols / 32 blocks).

@@ -51,12 +51,15 @@ tensor_builder::tensor_builder(std::string file_dtype, shape_t shape, dtype resi
   }
   out_ = std::move(*t);
   if (path_ == path::quantize) {
-    row_f32_.resize(std::size_t(cols_));
-    if (file_dtype_ == "F32") quant_from_ = dtype::f32;
-    else if (file_dtype_ == "BF16") quant_from_ = dtype::bf16;
-    else if (file_dtype_ == "F16") quant_from_ = dtype::f16;
-    lanes_ = lanes && lanes_fit(resident_, shape_);
-    if (lanes_) group_.resize(std::size_t(lane_rows) * out_.row_bytes());
+    conv_.out_ = out_;
+    conv_.file_dtype_ = file_dtype_;
+    if (file_dtype_ == "F32") conv_.from_ = dtype::f32;
+    else if (file_dtype_ == "BF16") conv_.from_ = dtype::bf16;
+    else if (file_dtype_ == "F16") conv_.from_ = dtype::f16;
+    conv_.to_ = resident_;
+    conv_.cols_ = cols_;
+    conv_.row_in_ = unit_bytes_;
+    conv_.lanes_ = lanes && lanes_fit(resident_, shape_);
   }
 }
 
@@ -67,34 +70,77 @@ error tensor_builder::fail(error e) {
   return e;
 }
 
-void tensor_builder::widen(const char* src, std::size_t n, float* dst) const {
-  if (file_dtype_ == "F32") {
+namespace {
+
+/// `n` published elements of `file_dtype` → f32.
+void widen_published(const std::string& file_dtype, const char* src, std::size_t n, float* dst) {
+  if (file_dtype == "F32") {
     std::memcpy(dst, src, n * 4);
-  } else if (file_dtype_ == "BF16" || file_dtype_ == "F16") {
-    dequantize_row(file_dtype_ == "BF16" ? dtype::bf16 : dtype::f16, src, dst, std::int64_t(n));  // (pieces carry no alignment)
+  } else if (file_dtype == "BF16" || file_dtype == "F16") {
+    dequantize_row(file_dtype == "BF16" ? dtype::bf16 : dtype::f16, src, dst, std::int64_t(n));  // (pieces carry no alignment)
   } else {
-    convert_piece(file_dtype_, reinterpret_cast<const std::byte*>(src), n, reinterpret_cast<std::byte*>(dst));
+    convert_piece(file_dtype, reinterpret_cast<const std::byte*>(src), n, reinterpret_cast<std::byte*>(dst));
+  }
+}
+
+}  // namespace
+
+void tensor_builder::widen(const char* src, std::size_t n, float* dst) const { widen_published(file_dtype_, src, n, dst); }
+
+void row_converter::quantize_one(const char* src, void* dst, float* scratch) const {
+  if (from_) {
+    cpu_fast::quantize_row_from(*from_, to_, src, dst, cols_, scratch);
+  } else {
+    // f64: widened first; the row is aligned, so the quantizer reads it in place and never
+    // needs the scratch it shares.
+    widen_published(file_dtype_, src, std::size_t(cols_), scratch);
+    cpu_fast::quantize_row_from(dtype::f32, to_, scratch, dst, cols_, scratch);
+  }
+}
+
+void row_converter::convert(std::uint64_t first, const char* src, std::uint64_t n) const {
+  // (each thread's own: a row of floats, and 16 quantized rows for the lanes)
+  thread_local std::vector<float> scratch;
+  thread_local std::vector<std::byte> rows;
+  if (scratch.size() < std::size_t(cols_)) scratch.resize(std::size_t(cols_));
+  if (!lanes_) {
+    for (std::uint64_t r = 0; r < n; ++r) quantize_one(src + r * row_in_, out_.row(std::int64_t(first + r)), scratch.data());
+    return;
+  }
+  const std::size_t row_out = out_.row_bytes(), group_bytes = std::size_t(lane_rows) * row_out;
+  if (rows.size() < group_bytes) rows.resize(group_bytes);
+  std::byte* const base = out_.data();
+  for (std::uint64_t r = 0; r < n;) {
+    const std::uint64_t at = first + r, g = at / lane_rows;
+    if (at % lane_rows == 0 && n - r >= std::uint64_t(lane_rows)) {
+      for (std::int64_t l = 0; l < lane_rows; ++l)
+        quantize_one(src + (r + std::uint64_t(l)) * row_in_, rows.data() + std::size_t(l) * row_out, scratch.data());
+      cpu_fast::group_to_lanes(to_, rows.data(), base + g * group_bytes, cols_);
+      r += lane_rows;
+    } else {
+      quantize_one(src + r * row_in_, rows.data(), scratch.data());
+      row_to_lanes(to_, rows.data(), base + g * group_bytes, cols_, std::int64_t(at % lane_rows));
+      ++r;
+    }
   }
 }
 
 void tensor_builder::emit(const char* src, std::uint64_t n) {
   if (path_ == path::widen) {
     widen(src, std::size_t(n), out_.f32() + units_done_);
-  } else if (lanes_) {
-    emit_lanes(src, n);
   } else if (const int parts = quantize_parts(n); parts > 1) {
     // Rows are independent (each row's bytes depend on that row alone), so a piece of many
     // rows is quantized by the kernel threads together: one thread converted ~1 GB/s of a
-    // q8 load, below what the network delivers.
-    const std::uint64_t per = (n + std::uint64_t(parts) - 1) / std::uint64_t(parts);
+    // q8 load, below what the network delivers. (Parts of whole groups where rows allow:
+    // a group cut between two parts is written a row at a time.)
+    const std::uint64_t per = (n / std::uint64_t(parts) + lane_rows - 1) / lane_rows * lane_rows;
     const interrupt_scope whole{interrupt{}};  // (no run's stop may leave rows unconverted)
     cpu_fast::parallel_for(parts, [&](int p) {
-      const std::uint64_t from = std::uint64_t(p) * per, to = std::min(n, from + per);
-      std::vector<float> scratch(static_cast<std::size_t>(cols_));
-      if (from < to) quantize_rows(src, from, to, scratch.data());
+      const std::uint64_t from = std::min(n, std::uint64_t(p) * per), to = p == parts - 1 ? n : std::min(n, from + per);
+      if (from < to) conv_.convert(units_done_ + from, src + from * unit_bytes_, to - from);
     });
   } else {
-    quantize_rows(src, 0, n, row_f32_.data());
+    conv_.convert(units_done_, src, n);
   }
   units_done_ += n;
 }
@@ -107,64 +153,6 @@ int tensor_builder::quantize_parts(std::uint64_t rows) const {
   if (threads <= 1) return 1;
   const std::uint64_t by_size = rows * unit_bytes_ / part_bytes;
   return int(std::clamp<std::uint64_t>(by_size, 1, std::uint64_t(threads) * 4));
-}
-
-void tensor_builder::quantize_rows(const char* src, std::uint64_t from, std::uint64_t to, float* scratch) {
-  for (std::uint64_t r = from; r < to; ++r) quantize_row(src + r * unit_bytes_, out_.row(std::int64_t(units_done_ + r)), scratch);
-}
-
-void tensor_builder::quantize_row(const char* src, void* dst, float* scratch) {
-  if (quant_from_) {
-    cpu_fast::quantize_row_from(*quant_from_, resident_, src, dst, cols_, scratch);
-  } else {
-    // f64: widened first; the row is aligned, so the quantizer reads it in place and never
-    // needs the scratch it shares.
-    widen(src, std::size_t(cols_), scratch);
-    cpu_fast::quantize_row_from(dtype::f32, resident_, scratch, dst, cols_, scratch);
-  }
-}
-
-void tensor_builder::emit_lanes(const char* src, std::uint64_t n) {
-  const std::size_t row_out = out_.row_bytes(), group_bytes = std::size_t(lane_rows) * row_out;
-  const auto group_at = [&](std::uint64_t g) { return out_.data() + g * group_bytes; };
-  // Rows that finish the group an earlier piece began (or begin one this piece does not finish).
-  std::uint64_t r = 0;
-  const auto into_group = [&](std::uint64_t upto) {
-    for (; r < upto; ++r) {
-      const std::uint64_t at = units_done_ + r;
-      quantize_row(src + r * unit_bytes_, group_.data() + (at % lane_rows) * row_out, row_f32_.data());
-      if (at % lane_rows == lane_rows - 1) cpu_fast::group_to_lanes(resident_, group_.data(), group_at(at / lane_rows), cols_);
-    }
-  };
-  into_group(std::min<std::uint64_t>(n, (lane_rows - units_done_ % lane_rows) % lane_rows));
-  // Whole groups, shared among the kernel threads.
-  const std::uint64_t first = (units_done_ + r) / lane_rows, groups = (n - r) / lane_rows;
-  if (groups > 0) {
-    const char* from = src + r * unit_bytes_;
-    const auto run = [&](std::uint64_t g0, std::uint64_t g1, float* scratch, std::byte* rows) {
-      for (std::uint64_t g = g0; g < g1; ++g) {
-        for (std::int64_t l = 0; l < lane_rows; ++l)
-          quantize_row(from + (g * lane_rows + std::uint64_t(l)) * unit_bytes_, rows + std::size_t(l) * row_out, scratch);
-        cpu_fast::group_to_lanes(resident_, rows, group_at(first + g), cols_);
-      }
-    };
-    const int parts = int(std::min<std::uint64_t>(std::uint64_t(quantize_parts(groups * lane_rows)), groups));
-    if (parts > 1) {
-      const std::uint64_t per = (groups + std::uint64_t(parts) - 1) / std::uint64_t(parts);
-      const interrupt_scope whole{interrupt{}};  // (as in emit)
-      cpu_fast::parallel_for(parts, [&](int p) {
-        const std::uint64_t g0 = std::uint64_t(p) * per, g1 = std::min(groups, g0 + per);
-        std::vector<float> scratch(static_cast<std::size_t>(cols_));
-        std::vector<std::byte> rows(group_bytes);
-        if (g0 < g1) run(g0, g1, scratch.data(), rows.data());
-      });
-    } else {
-      std::vector<std::byte> rows(group_bytes);
-      run(0, groups, row_f32_.data(), rows.data());
-    }
-    r += groups * lane_rows;
-  }
-  into_group(n);  // (the rows of a group the next piece finishes)
 }
 
 status tensor_builder::admit(std::uint64_t offset, std::uint64_t n) {
@@ -183,6 +171,17 @@ status tensor_builder::wrote(std::uint64_t offset, std::uint64_t n) {
   MPAKT_TRY(admit(offset, n));
   if (path_ != path::copy) return fail(invalid(what() + ": its bytes are converted, so they cannot be written in place"));
   received_ += n;
+  return ok_status();
+}
+
+status tensor_builder::converted(std::uint64_t offset, std::uint64_t n) {
+  MPAKT_TRY(admit(offset, n));
+  if (path_ != path::quantize) return fail(invalid(what() + ": its bytes are not quantized, so no rows were converted elsewhere"));
+  if (!partial_.empty() || n % unit_bytes_ != 0)
+    return fail(invalid(what() + ": rows converted elsewhere must be whole rows from a row's start (bytes " +
+                        std::to_string(offset) + "+" + std::to_string(n) + ")"));
+  received_ += n;
+  units_done_ += n / unit_bytes_;
   return ok_status();
 }
 
@@ -217,7 +216,8 @@ result<tensor> tensor_builder::finish() {
     return fail(invalid(what() + ": only " + std::to_string(received_) + " of its " + std::to_string(total_in_) +
                         " bytes arrived"));
   finished_ = true;
-  out_.lanes16_ = lanes_;
+  out_.lanes16_ = conv_.lanes_;
+  conv_ = row_converter();
   return std::move(out_);
 }
 

@@ -8,16 +8,17 @@
 ///    f64/int64/bool narrowed or widened to f32: element by element (convert_piece);
 ///  - f32/bf16/f16/f64 quantized to q8/q4: row by row as each row completes, straight from
 ///    the piece's bytes into the tensor (backends/cpu/quantize.hpp: the reference's bytes,
-///    with AVX-512 where the CPU has it) — or, for a tensor built in lanes, group by group.
-/// Only one partial element or row (in lanes: one partial group of rows) is ever buffered
-/// besides the tensor itself. The result is
+///    with AVX-512 where the CPU has it) — in lanes, whole groups of 16 rows at once; or by a
+///    reader on another thread, through conversion().
+/// Only one partial element or row is ever buffered besides the tensor itself. The result is
 /// bit-identical to converting the whole tensor at once (convert_piece then convert_tensor),
 /// whatever the piece boundaries — quantization is deterministic (QNT-09).
 ///
 /// Lifecycle: constructed when a tensor's first piece is due, fed with add() in order, then
 /// finish() hands over the tensor once. Any error is sticky: later calls return it again.
 /// Thread-safety: none; one builder belongs to the one worker thread filling it (which lends
-/// a piece of many rows to the kernel threads while it quantizes, and waits for them).
+/// a piece of many rows to the kernel threads while it quantizes, and waits for them). Its
+/// row_converter may be used from any thread.
 
 #include <cstdint>
 #include <optional>
@@ -30,6 +31,37 @@
 #include "runtime/tensor.hpp"
 
 namespace mpakt {
+
+/// Converts whole published rows into the quantized tensor a builder builds, from any thread:
+/// rows are independent, and in lanes a row writes only its own bytes of its group, so threads
+/// converting different rows never write the same byte (a reader converts the rows of a range
+/// as they arrive while the builder converts the rows that ranges cut: host_fetch.hpp). A copy
+/// shares the tensor's storage, which so outlives a conversion in flight. Empty (false) where
+/// the builder does not quantize.
+class row_converter {
+ public:
+  row_converter() = default;
+  explicit operator bool() const { return !out_.empty(); }
+  /// Published bytes of one row.
+  std::size_t row_bytes() const { return row_in_; }
+  /// Rows of the tensor.
+  std::uint64_t rows() const { return row_in_ == 0 ? 0 : out_.nbytes() == 0 ? 0 : std::uint64_t(out_.rows()); }
+  /// Converts the `n` whole published rows at `src` into rows first … first + n - 1 (the caller
+  /// keeps them within rows()). Whole groups of 16 in lanes are quantized into a buffer and
+  /// written into place at once; a group's other rows one at a time.
+  void convert(std::uint64_t first, const char* src, std::uint64_t n) const;
+
+ private:
+  friend class tensor_builder;
+  void quantize_one(const char* src, void* dst, float* scratch) const;
+  mutable tensor out_;  ///< (only rows given to convert are written)
+  std::string file_dtype_;
+  std::optional<dtype> from_;  ///< what the quantizer reads directly (f32, bf16, f16); empty: f64, widened first
+  dtype to_ = dtype::q8;
+  std::int64_t cols_ = 0;
+  std::size_t row_in_ = 0;
+  bool lanes_ = false;
+};
 
 class tensor_builder {
  public:
@@ -56,6 +88,12 @@ class tensor_builder {
   tensor destination() const { return path_ == path::copy && !error_ ? out_ : tensor(); }
   /// Records bytes [offset, offset + n) written into destination() — in order, as add().
   status wrote(std::uint64_t offset, std::uint64_t n);
+  /// The converter of a builder that quantizes (empty otherwise, or after an error): a reader
+  /// may convert whole rows with it and record them with converted().
+  row_converter conversion() const { return path_ == path::quantize && !error_ ? conv_ : row_converter(); }
+  /// Records bytes [offset, offset + n) converted with conversion() — in order, as add(), and
+  /// whole rows: offset at a row's start (no partial row pending) and n whole rows.
+  status converted(std::uint64_t offset, std::uint64_t n);
 
   /// The finished tensor; errors when bytes are missing (or an earlier add failed).
   result<tensor> finish();
@@ -79,15 +117,6 @@ class tensor_builder {
   /// How many parts of the kernel threads (backends/cpu/fast/parallel.hpp) quantize `rows`
   /// complete rows (1: on this thread alone).
   int quantize_parts(std::uint64_t rows) const;
-  /// Quantizes rows [from, to) of the `n` at `src` into rows units_done_ + from … of the tensor;
-  /// `scratch` holds cols_ floats and belongs to the caller.
-  void quantize_rows(const char* src, std::uint64_t from, std::uint64_t to, float* scratch);
-  /// Quantizes one row of published bytes at `src` into `dst` (row-major).
-  void quantize_row(const char* src, void* dst, float* scratch);
-  /// emit() for a tensor built in lanes: rows of a group begun or left unfinished by a piece go
-  /// through group_; whole groups are quantized into a buffer of each thread and reordered
-  /// into place.
-  void emit_lanes(const char* src, std::uint64_t n);
   /// Published elements → f32.
   void widen(const char* src, std::size_t n, float* dst) const;
 
@@ -103,13 +132,8 @@ class tensor_builder {
   std::uint64_t received_ = 0;
   std::uint64_t units_done_ = 0;
   std::string partial_;         ///< an incomplete unit, carried to the next piece
-  std::vector<float> row_f32_;  ///< one row widened before quantizing (or the fallback's scratch)
-  /// Quantizing: the published dtype when the quantizer reads it directly (f32, bf16, f16);
-  /// empty (f64) when rows are widened to f32 first.
-  std::optional<dtype> quant_from_;
   tensor out_;
-  bool lanes_ = false;             ///< built in lanes (emit_lanes)
-  std::vector<std::byte> group_;   ///< in lanes: the rows of the group not complete yet
+  row_converter conv_;          ///< quantizing: how rows are converted (sharing out_'s storage)
   std::optional<error> error_;
   bool finished_ = false;
 };

@@ -84,10 +84,10 @@ result<std::uint64_t> host_fetcher::start(const tensor_fetch& f) {
   return n;
 }
 
-void host_fetcher::destine(const std::string& model, const std::string& name, tensor storage) {
+void host_fetcher::destine(const std::string& model, const std::string& name, tensor storage, row_converter rows) {
   {
     std::lock_guard<std::mutex> lock(m_);
-    destinations_[{model, name}] = std::move(storage);
+    destinations_[{model, name}] = destination{std::move(storage), std::move(rows)};
   }
   cv_.notify_all();
 }
@@ -103,13 +103,13 @@ void host_fetcher::forget_model(const std::string& model) {
     it = destinations_.erase(it);
 }
 
-tensor host_fetcher::destination_of(const std::string& model, const std::string& name) {
+host_fetcher::destination host_fetcher::destination_of(const std::string& model, const std::string& name) {
   std::unique_lock<std::mutex> lock(m_);
   const std::pair<std::string, std::string> key{model, name};
   cv_.wait_for(lock, std::chrono::milliseconds(opts_.destine_patience_ms),
                [&] { return stop_ || destinations_.count(key) > 0; });
   auto it = destinations_.find(key);
-  return it == destinations_.end() ? tensor() : it->second;
+  return it == destinations_.end() ? destination() : it->second;
 }
 
 result<host_fetcher::range> host_fetcher::take(std::uint64_t number) {
@@ -185,6 +185,7 @@ std::string host_fetcher::buffer(std::uint64_t n) {
 
 void host_fetcher::run_thread() {
   auto reader = make_http_reader(reader_options(opts_));
+  std::string window;  // (rows converted as they come: this thread's, kept while it lives)
   std::uint64_t counted = 0;
   for (;;) {
     std::pair<std::uint64_t, tensor_fetch> job;
@@ -195,7 +196,7 @@ void host_fetcher::run_thread() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    auto r = fetch(*reader, job.second);
+    auto r = fetch(*reader, job.second, window);
     std::function<void()> done;
     {
       std::lock_guard<std::mutex> lock(m_);
@@ -213,35 +214,89 @@ void host_fetcher::run_thread() {
   }
 }
 
-result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tensor_fetch& f) {
+result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tensor_fetch& f, std::string& window) {
+  // Rows converted as they come are read this many bytes at a time (one range request each,
+  // with whatever parts lie before them): a few MB, so they are still in cache when quantized.
+  constexpr std::uint64_t window_bytes = 2 << 20;
   range out;
+  const std::size_t n = f.parts.size();
+  // (reserved: spans point into these strings, which must not move — a short one keeps its
+  // bytes inside the string object)
+  out.bytes.reserve(n);
+  out.tails.reserve(n);
+  out.in_place.reserve(n);
+  out.converted.reserve(n);
   std::vector<tensor> held;  // the destinations written into: alive until the read is over
-  std::vector<std::span<char>> spans;
-  for (const auto& p : f.parts) {
-    tensor t = destination_of(f.model_id, p.name);
-    if (!t.empty() && p.offset <= t.nbytes() && p.length <= t.nbytes() - p.offset) {
-      spans.emplace_back(reinterpret_cast<char*>(t.data()) + p.offset, std::size_t(p.length));
-      out.bytes.emplace_back();
-      out.in_place.push_back(true);
-      held.push_back(std::move(t));
-    } else {
-      out.bytes.push_back(buffer(p.length));
-      out.in_place.push_back(false);
-      spans.emplace_back(out.bytes.back().data(), std::size_t(p.length));
-    }
-  }
-  auto got = read_range_into_retrying(reader, f.location, f.first, spans);
+  std::vector<std::span<char>> spans;  // read by the next request
+  std::uint64_t at = f.first, pending = 0;
   const std::string which = "tensor " + f.parts.front().name + " (bytes " + std::to_string(f.first) + "+" +
                             std::to_string(f.length) + " of " + f.location + ")";
-  if (!got) {
-    recycle(std::move(out.bytes));
-    error e = std::move(got).err();
-    e.message = which + ": " + e.message;
-    return e;
+  const auto read = [&]() -> status {
+    if (pending == 0) return ok_status();
+    auto got = read_range_into_retrying(reader, f.location, at, spans);
+    if (!got) {
+      error e = std::move(got).err();
+      e.message = which + ": " + e.message;
+      return e;
+    }
+    if (*got != pending)
+      return invalid(which + ": the file ends after " + std::to_string(at - f.first + *got) + " of them");
+    at += pending;
+    pending = 0;
+    spans.clear();
+    return ok_status();
+  };
+  const auto add_span = [&](char* p, std::uint64_t len) {
+    if (len == 0) return;
+    spans.emplace_back(p, std::size_t(len));
+    pending += len;
+  };
+  status ok = ok_status();
+  for (std::size_t i = 0; i < n && ok; ++i) {
+    const auto& p = f.parts[i];
+    destination d = destination_of(f.model_id, p.name);
+    out.tails.emplace_back();
+    out.converted.push_back(0);
+    tensor t = std::move(d.storage);
+    if (!t.empty() && p.offset <= t.nbytes() && p.length <= t.nbytes() - p.offset) {
+      out.bytes.emplace_back();
+      out.in_place.push_back(true);
+      add_span(reinterpret_cast<char*>(t.data()) + p.offset, p.length);
+      held.push_back(t);
+      continue;
+    }
+    out.in_place.push_back(false);
+    const row_converter& rows = d.rows;
+    const std::uint64_t rb = rows ? rows.row_bytes() : 0;
+    const std::uint64_t head = rb ? std::min(p.length, (rb - p.offset % rb) % rb) : 0;
+    const std::uint64_t whole = rb ? (p.length - head) / rb : 0;
+    // (a part past the tensor's rows is the receiver's to refuse: it gets the bytes)
+    if (whole == 0 || (p.offset + head) / rb + whole > rows.rows()) {
+      out.bytes.push_back(buffer(p.length));
+      add_span(out.bytes.back().data(), p.length);
+      continue;
+    }
+    out.bytes.emplace_back(std::size_t(head), '\0');
+    add_span(out.bytes.back().data(), head);
+    const std::uint64_t first_row = (p.offset + head) / rb, per = std::max<std::uint64_t>(1, window_bytes / rb);
+    for (std::uint64_t k = 0, m; k < whole && ok; k += m) {
+      m = std::min(per, whole - k);
+      // (a window ends where a group of 16 rows does when it can: in lanes a whole group is
+      // written at once, a cut one a row at a time)
+      if (m < whole - k && m > std::uint64_t(lane_rows)) m -= (first_row + k + m) % lane_rows;
+      if (window.size() < m * rb) window.resize(std::size_t(m * rb));
+      add_span(window.data(), m * rb);
+      ok = read();
+      if (ok) rows.convert(first_row + k, window.data(), m);
+    }
+    out.converted.back() = whole * rb;
+    out.tails.back().resize(std::size_t(p.length - head - whole * rb));
+    add_span(out.tails.back().data(), out.tails.back().size());
   }
-  if (*got != f.length) {
+  if (ok) ok = read();
+  if (!ok) {
     recycle(std::move(out.bytes));
-    return invalid(which + ": the file ends after " + std::to_string(*got) + " of them");
+    return ok.err();
   }
   return out;
 }

@@ -21,9 +21,10 @@
 /// are read while the receiver works on earlier ones) and hands the receiver the range's
 /// number, in order with the other load messages (the range's own message begins the tensors
 /// starting in it and ends those ending with it). Beginning a tensor, the receiver says where its bytes go
-/// (`destine`: the tensor itself when they are kept as published, else nothing); a fetch
-/// thread waits for that and reads those parts straight into the tensor — the bytes land once,
-/// in their final place — and the others into buffers. The receiver asks to hear when the
+/// (`destine`: the tensor itself when they are kept as published, its row converter when
+/// they are quantized, else nothing); a fetch thread waits for that and reads those parts
+/// straight into the tensor — the bytes land once, in their final place —, converts the
+/// whole rows of quantized ones as they arrive, and reads the others into buffers. The receiver asks to hear when the
 /// range is over (`when_done`; it never blocks on one, so the tensors of the ranges behind it
 /// are begun, and those ranges read, meanwhile), then `take`s it, records the parts written
 /// in place, converts the others into their tensors and gives the buffers back (`recycle`),
@@ -49,6 +50,7 @@
 #include "actors/loader/reader.hpp"
 #include "actors/protocol.hpp"
 #include "runtime/tensor.hpp"
+#include "runtime/tensor_builder.hpp"
 
 namespace mpakt::loader {
 
@@ -81,18 +83,26 @@ class host_fetcher {
   /// file not probed or a range whose parts do not add up, errc::limit with too many waiting.
   result<std::uint64_t> start(const tensor_fetch& f);
   /// Where tensor `name` of `model` is built: `storage` when its published bytes are its bytes
-  /// (a part of it is then read straight into place), or an empty tensor (read into a buffer).
-  /// A range's part waits for this (at most `destine_patience`; then it takes a buffer).
-  void destine(const std::string& model, const std::string& name, tensor storage);
+  /// (a part of it is then read straight into place); else, for a tensor quantized on load,
+  /// `rows` converts the whole rows of a part on the fetch thread as they arrive (read a few
+  /// MB at a time into the thread's own window, so they are quantized while in cache and no
+  /// buffer of the part's size is filled); else neither (read into a buffer). A range's part
+  /// waits for this (at most `destine_patience`; then it takes a buffer).
+  void destine(const std::string& model, const std::string& name, tensor storage, row_converter rows = {});
   /// The tensor is finished or dropped: later ranges do not write into it.
   void forget(const std::string& model, const std::string& name);
   void forget_model(const std::string& model);
-  /// A range's parts, in order: each either written into its tensor's storage (`in_place`)
-  /// or held in the first `length` bytes of `bytes` (a buffer may be longer; empty for those
+  /// A range's parts, in order: each either written into its tensor's storage (`in_place`),
+  /// or converted on the fetch thread (`converted` > 0: `bytes` holds the part's first bytes,
+  /// which end a row begun before it — maybe none —, then `converted` bytes of whole rows were
+  /// converted into the tensor, and `tails` holds the rest, a row the next range ends), or
+  /// held in the first `length` bytes of `bytes` (a buffer may be longer; empty for those
   /// written in place).
   struct range {
     std::vector<std::string> bytes;
     std::vector<bool> in_place;
+    std::vector<std::uint64_t> converted;
+    std::vector<std::string> tails;
   };
   /// Range `number`, waiting for it.
   result<range> take(std::uint64_t number);
@@ -112,10 +122,15 @@ class host_fetcher {
 
  private:
   void run_thread();
-  result<range> fetch(byte_reader& reader, const tensor_fetch& f);
+  /// Reads range `f`; `window` is the calling thread's buffer for rows converted as they come.
+  result<range> fetch(byte_reader& reader, const tensor_fetch& f, std::string& window);
   std::string buffer(std::uint64_t n);
-  /// The destination of a part (waiting for it), or an empty tensor.
-  tensor destination_of(const std::string& model, const std::string& name);
+  struct destination {
+    tensor storage;
+    row_converter rows;
+  };
+  /// The destination of a part (waiting for it), or an empty one.
+  destination destination_of(const std::string& model, const std::string& name);
 
   const options opts_;
   mutable std::mutex m_;
@@ -127,7 +142,7 @@ class host_fetcher {
   std::deque<std::pair<std::uint64_t, tensor_fetch>> queue_;
   std::map<std::uint64_t, result<range>> done_;
   std::map<std::uint64_t, std::function<void()>> on_done_;
-  std::map<std::pair<std::string, std::string>, tensor> destinations_;  ///< (model, name) -> where
+  std::map<std::pair<std::string, std::string>, destination> destinations_;  ///< (model, name) -> where
   std::size_t waiting_ = 0;  ///< started and not yet taken
   std::uint64_t next_ = 1;
   std::vector<std::string> spares_;

@@ -93,6 +93,16 @@ struct receiver_state {
       const auto& p = f.parts[i];
       if (got->in_place[i]) {
         added = wrote(f.model_id, p.name, p.offset, p.length);
+      } else if (const std::uint64_t rows = got->converted[i]; rows > 0) {
+        // the end of a row begun before, the rows the fetch converted, the start of the next
+        const auto& head = got->bytes[i];
+        auto r = add_bytes(f.model_id, p.name, p.offset, head);
+        if (r) added = converted(f.model_id, p.name, p.offset + head.size(), rows);
+        else added = std::move(r).err();
+        if (added) {
+          r = add_bytes(f.model_id, p.name, p.offset + head.size() + rows, got->tails[i]);
+          if (!r) added = std::move(r).err();
+        }
       } else {
         auto r = add_bytes(f.model_id, p.name, p.offset, std::string_view(got->bytes[i]).substr(0, std::size_t(p.length)));
         if (!r) added = std::move(r).err();
@@ -113,10 +123,11 @@ struct receiver_state {
       loader::host_fetcher* fetcher;
       const tensor_begin_request& r;
       tensor where;
+      row_converter rows;
       ~destined_t() {
-        if (fetcher) fetcher->destine(r.model_id, r.name, std::move(where));
+        if (fetcher) fetcher->destine(r.model_id, r.name, std::move(where), std::move(rows));
       }
-    } destined{w.cfg.fetcher.get(), r, tensor()};
+    } destined{w.cfg.fetcher.get(), r, tensor(), row_converter()};
     auto resident = dtype_from_name(r.resident);
     if (!resident) return invalid("unknown resident dtype " + r.resident);
     if (w.cfg.legacy) resident = dtype::f32;  // an old worker widens everything
@@ -138,6 +149,7 @@ struct receiver_state {
     }
     auto [in, _] = loading[r.model_id].emplace(r.name, incoming{tensor_builder(r.file_dtype, r.shape, *resident, r.name, r.model_id, w.lanes), *bytes});
     destined.where = in->second.builder.destination();
+    destined.rows = in->second.builder.conversion();
     return ok_status();
   }
 
@@ -147,6 +159,13 @@ struct receiver_state {
     if (m == loading.end() || !m->second.count(name))
       return make_error(errc::conflict, "tensor " + name + " of model " + model + " is not being loaded");
     return m->second.at(name).builder.wrote(offset, n);
+  }
+  /// Whole rows a fetch converted straight into the tensor (host_fetch.hpp).
+  status converted(const std::string& model, const std::string& name, std::uint64_t offset, std::uint64_t n) {
+    auto m = loading.find(model);
+    if (m == loading.end() || !m->second.count(name))
+      return make_error(errc::conflict, "tensor " + name + " of model " + model + " is not being loaded");
+    return m->second.at(name).builder.converted(offset, n);
   }
   /// Adds a piece's bytes to its tensor; the answer is the tensor's bytes received so far.
   result<std::uint64_t> add_bytes(const std::string& model, const std::string& name, std::uint64_t offset,

@@ -198,6 +198,9 @@ struct hub_folder {
     write_file(root / "org/sharded/model.safetensors.index.json",
                R"({"metadata":{"total_size":10240},"weight_map":{"a.weight":"model-00000-of-00002.safetensors",)"
                R"("b.weight":"model-00000-of-00002.safetensors","c.weight":"model-00001-of-00002.safetensors"}})");
+    write_file(root / "org/wide/model.safetensors",
+               safetensors_bytes({{"norm.weight", "BF16", {1024}}, {"w.weight", "BF16", {2048, 1024}},
+                                  {"v.weight", "F32", {48, 96}}, {"u.weight", "BF16", {40, 64}}}));
     write_file(root / "org/big/model.safetensors",
                safetensors_bytes({{"model.norm.weight", "BF16", {64}}, {"model.embed_tokens.weight", "BF16", {5000, 2048}}}));
   }
@@ -575,6 +578,90 @@ TEST_F(LoaderHost, HostFetcherReadsOnlyFilesItProvedTheSame) {
   auto refused = careful.probe(file.location, file.data_start, file.header_sha256);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.err().code, errc::invalid) << refused.err().message;
+}
+
+TEST_F(LoaderHost, HostFetcherConvertsTheWholeRowsOfQuantizedTensorsAsTheyArrive) {
+  // Ranges cut the 4 MiB matrix mid-row (3 MB or 1 MB pieces), the fetch reads its whole rows
+  // through the 2 MiB window and converts them on its thread; the rows the ranges cut go
+  // through the builder, as a worker's receiver does (load_receiver.cpp). The tensors must
+  // be those of converting the file whole, in rows and in lanes; the norm is read in place.
+  auto r = make_http_reader();
+  auto idx = inspect("hf:org/wide", *host_, *r);
+  ASSERT_TRUE(idx.ok()) << idx.err().message;
+  const auto& file = idx->files[0];
+  const std::string bytes = [&] {
+    std::ifstream in(folder_->root / "org/wide/model.safetensors", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  std::vector<tensor_location> ts;
+  for (const auto& t : idx->tensors) ts.push_back(locate(*idx, t));
+  host_fetcher::options o;
+  o.allow_private = true;
+  host_fetcher fetcher(o);
+  ASSERT_TRUE(fetcher.probe(file.location, file.data_start, file.header_sha256).ok());
+  int round = 0;
+  for (std::uint64_t piece : {std::uint64_t(3'000'000), std::uint64_t(1'000'000), piece_bytes})
+    for (dtype q : {dtype::q8, dtype::q4})
+      for (bool lanes : {false, true}) {
+        const std::string model = "m" + std::to_string(round++);
+        const std::string what = std::string(dtype_name(q)) + (lanes ? " in lanes" : "") + ", pieces of " + std::to_string(piece);
+        std::map<std::string, tensor_builder> builders;
+        for (const auto& t : ts) {
+          const dtype held = t.shape.size() == 1 ? dtype::bf16 : q;
+          auto& b = builders.try_emplace(t.name, t.file_dtype, t.shape, held, t.name, model, lanes).first->second;
+          fetcher.destine(model, t.name, b.destination(), b.conversion());
+        }
+        std::uint64_t converted = 0;
+        for (const auto& u : plan_fetches(ts, piece)) {
+          tensor_fetch f{model, u.location, u.first, u.length, {}, {}, {}};
+          for (const auto& seg : u.segments) f.parts.push_back({ts[seg.tensor].name, seg.offset, seg.length});
+          auto n = fetcher.start(f);
+          ASSERT_TRUE(n.ok()) << n.err().message;
+          auto got = fetcher.take(*n);
+          ASSERT_TRUE(got.ok()) << got.err().message;
+          for (std::size_t i = 0; i < f.parts.size(); ++i) {
+            const auto& p = f.parts[i];
+            auto& b = builders.at(p.name);
+            if (got->in_place[i]) {
+              ASSERT_TRUE(b.wrote(p.offset, p.length).ok()) << what;
+            } else if (got->converted[i] > 0) {
+              const std::uint64_t head = got->bytes[i].size(), mid = got->converted[i];
+              ASSERT_EQ(head + mid + got->tails[i].size(), p.length) << what;
+              ASSERT_TRUE(b.add(p.offset, got->bytes[i]).ok()) << what;
+              ASSERT_TRUE(b.converted(p.offset + head, mid).ok()) << what;
+              ASSERT_TRUE(b.add(p.offset + head + mid, got->tails[i]).ok()) << what;
+              converted += mid;
+            } else {
+              ASSERT_TRUE(b.add(p.offset, std::string_view(got->bytes[i]).substr(0, std::size_t(p.length))).ok()) << what;
+            }
+          }
+          fetcher.recycle(std::move(got->bytes));
+        }
+        // every matrix but the rows the ranges cut was converted on the fetch threads
+        EXPECT_GT(converted, ts[1].length - 4 * 2048) << what;
+        for (const auto& t : ts) {
+          auto got = builders.at(t.name).finish();
+          ASSERT_TRUE(got.ok()) << what << ": " << got.err().message;
+          const std::string_view published = std::string_view(bytes).substr(std::size_t(t.first), std::size_t(t.length));
+          if (t.shape.size() == 1) {
+            EXPECT_TRUE(std::string_view(reinterpret_cast<const char*>(got->data()), got->nbytes()) == published) << t.name;
+            continue;
+          }
+          auto whole = tensor::make(*resident_dtype(t.file_dtype), t.shape);
+          ASSERT_TRUE(whole.ok());
+          std::memcpy(whole->data(), published.data(), published.size());
+          auto want = convert_tensor(*whole, q);
+          ASSERT_TRUE(want.ok());
+          const bool in_lanes = lanes && lanes_fit(q, t.shape);
+          if (in_lanes) {
+            ASSERT_TRUE(want->to_lanes16().ok());
+          }
+          EXPECT_EQ(got->lanes16(), in_lanes) << what << " " << t.name;
+          ASSERT_EQ(got->nbytes(), want->nbytes());
+          EXPECT_EQ(std::memcmp(got->data(), want->data(), want->nbytes()), 0) << what << " " << t.name;
+        }
+        fetcher.forget_model(model);
+      }
 }
 
 /// A volunteer's worker waits for a range it reads itself without holding up the tensors

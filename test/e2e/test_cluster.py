@@ -230,7 +230,7 @@ def test_a_volunteer_reads_its_weights_from_the_model_host_itself_where_it_may(s
                                                                   key=c.key), 200)["totalBytes"]
         assert "from the model host itself" in w.output()
         decode_golden(c.server.api, c.key, r["modelId"])
-        # quantized as the ranges arrive (read into buffers, then converted): the same answer as
+        # quantized as the ranges arrive (whole rows converted on the fetch threads): the same answer as
         # the same load relayed (QNT-09: the conversion does not depend on the way the bytes came)
         q8 = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K", "quantize": "q8"},
                                       key=c.key, timeout=60), 200)

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace mpakt {
@@ -219,6 +220,45 @@ TEST(TensorBuilder, GroupsInLanesQuantizedByTheKernelThreadsMatchTheWholeReorder
     }
   }
   cpu_fast::set_kernel_threads(1);
+}
+
+TEST(TensorBuilder, RowsConvertedElsewhereCountOnlyAsWholeRowsInOrder) {
+  // A reader converts whole rows with conversion() from its own thread (two threads here, the
+  // rows of one group split between them) and records them with converted(); the builder adds
+  // the rows around them. Only a quantizing builder has a converter.
+  std::mt19937 rng(17);
+  const shape_t shape{48, 64};
+  const std::string bytes = random_published("BF16", shape_numel(shape), rng);
+  const std::size_t row = 64 * 2;
+  for (bool lanes : {false, true}) {
+    tensor_builder b("BF16", shape, dtype::q8, "w", {}, lanes);
+    const row_converter rows = b.conversion();
+    ASSERT_TRUE(bool(rows));
+    ASSERT_EQ(rows.row_bytes(), row);
+    ASSERT_EQ(rows.rows(), 48u);
+    ASSERT_TRUE(b.add(0, std::string_view(bytes).substr(0, 3 * row + 5)).ok());  // rows 0-2, and 5 bytes of row 3
+    // mid-row: refused (and sticky)
+    tensor_builder c("BF16", shape, dtype::q8, "w", {}, lanes);
+    ASSERT_TRUE(c.add(0, std::string_view(bytes).substr(0, 5)).ok());
+    EXPECT_FALSE(c.converted(5, row).ok());
+    ASSERT_TRUE(b.add(3 * row + 5, std::string_view(bytes).substr(3 * row + 5, row - 5)).ok());  // row 3 whole
+    std::thread t1([&] { rows.convert(4, bytes.data() + 4 * row, 6); });   // rows 4-9 (group 0 cut)
+    std::thread t2([&] { rows.convert(10, bytes.data() + 10 * row, 30); });  // rows 10-39
+    t1.join();
+    t2.join();
+    EXPECT_FALSE(tensor_builder("BF16", shape, dtype::q8, "w", {}, lanes).converted(0, row + 1).ok()) << "not whole rows";
+    ASSERT_TRUE(b.converted(4 * row, 36 * row).ok());
+    ASSERT_TRUE(b.add(40 * row, std::string_view(bytes).substr(40 * row)).ok());
+    auto got = b.finish();
+    ASSERT_TRUE(got.ok()) << got.err().message;
+    const tensor want = lanes ? convert_whole_in_lanes("BF16", shape, dtype::q8, bytes) : convert_whole("BF16", shape, dtype::q8, bytes);
+    EXPECT_EQ(got->lanes16(), lanes);
+    expect_same(*got, want, lanes ? "in lanes" : "in rows");
+  }
+  // kept as published or widened: no converter, and converted() is refused
+  EXPECT_FALSE(bool(tensor_builder("BF16", shape, dtype::bf16).conversion()));
+  EXPECT_FALSE(bool(tensor_builder("BF16", shape, dtype::f32).conversion()));
+  EXPECT_FALSE(tensor_builder("BF16", shape, dtype::f32).converted(0, row).ok());
 }
 
 TEST(TensorBuilder, RefusesPiecesOutOfOrderOrPastTheEnd) {
