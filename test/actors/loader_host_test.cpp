@@ -201,6 +201,10 @@ struct hub_folder {
     write_file(root / "org/wide/model.safetensors",
                safetensors_bytes({{"norm.weight", "BF16", {1024}}, {"w.weight", "BF16", {2048, 1024}},
                                   {"v.weight", "F32", {48, 96}}, {"u.weight", "BF16", {40, 64}}}));
+    write_file(root / "org/tiny/model.safetensors",
+               safetensors_bytes({{"a", "F32", {2}}, {"b", "F32", {3}}, {"c", "BF16", {5}}, {"d", "F32", {1}},
+                                  {"e", "F16", {4}}, {"f", "F32", {2}}, {"g", "BF16", {3}}, {"h", "F32", {2}},
+                                  {"i", "F32", {3}}}));
     write_file(root / "org/big/model.safetensors",
                safetensors_bytes({{"model.norm.weight", "BF16", {64}}, {"model.embed_tokens.weight", "BF16", {5000, 2048}}}));
   }
@@ -662,6 +666,45 @@ TEST_F(LoaderHost, HostFetcherConvertsTheWholeRowsOfQuantizedTensorsAsTheyArrive
         }
         fetcher.forget_model(model);
       }
+}
+
+TEST_F(LoaderHost, HostFetcherReadsRangesOfManyTinyTensorsIntoTheirBuffers) {
+  // Nine tensors of a few bytes share one range, each read into its own buffer (nothing is
+  // destined): a buffer that short keeps its bytes inside the string object, so the list of
+  // buffers must not move while the read fills them.
+  auto r = make_http_reader();
+  auto idx = inspect("hf:org/tiny", *host_, *r);
+  ASSERT_TRUE(idx.ok()) << idx.err().message;
+  const auto& file = idx->files[0];
+  const std::string bytes = [&] {
+    std::ifstream in(folder_->root / "org/tiny/model.safetensors", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  std::vector<tensor_location> ts;
+  for (const auto& t : idx->tensors) ts.push_back(locate(*idx, t));
+  host_fetcher::options o;
+  o.allow_private = true;
+  host_fetcher fetcher(o);
+  ASSERT_TRUE(fetcher.probe(file.location, file.data_start, file.header_sha256).ok());
+  auto units = plan_fetches(ts, piece_bytes);
+  ASSERT_EQ(units.size(), 1u);
+  tensor_fetch f{"m", units[0].location, units[0].first, units[0].length, {}, {}, {}};
+  for (const auto& seg : units[0].segments) {
+    f.parts.push_back({ts[seg.tensor].name, seg.offset, seg.length});
+    fetcher.destine("m", ts[seg.tensor].name, tensor());
+  }
+  ASSERT_EQ(f.parts.size(), 9u);
+  auto n = fetcher.start(f);
+  ASSERT_TRUE(n.ok()) << n.err().message;
+  auto got = fetcher.take(*n);
+  ASSERT_TRUE(got.ok()) << got.err().message;
+  for (std::size_t i = 0; i < f.parts.size(); ++i) {
+    const auto& t = ts[units[0].segments[i].tensor];
+    EXPECT_FALSE(got->in_place[i]);
+    EXPECT_TRUE(std::string_view(got->bytes[i]).substr(0, std::size_t(t.length)) ==
+                std::string_view(bytes).substr(std::size_t(t.first), std::size_t(t.length)))
+        << t.name;
+  }
 }
 
 /// A volunteer's worker waits for a range it reads itself without holding up the tensors
