@@ -239,6 +239,26 @@ class LoaderHost : public testing::Test {
     return inspect_source(*src, r);
   }
 
+  /// A single-file model of the folder as a fetcher sees it: its tensors, the file's bytes,
+  /// and the file probed by `fetcher`.
+  struct probed_model {
+    std::vector<tensor_location> tensors;
+    std::string bytes;
+  };
+  static probed_model probe_model(const std::string& model, host_fetcher& fetcher) {
+    probed_model out;
+    auto r = make_http_reader();
+    auto idx = inspect("hf:org/" + model, *host_, *r);
+    EXPECT_TRUE(idx.ok()) << idx.err().message;
+    if (!idx) return out;
+    const auto& file = idx->files[0];
+    EXPECT_TRUE(fetcher.probe(file.location, file.data_start, file.header_sha256).ok());
+    for (const auto& t : idx->tensors) out.tensors.push_back(locate(*idx, t));
+    std::ifstream in(folder_->root / ("org/" + model + "/model.safetensors"), std::ios::binary);
+    out.bytes.assign(std::istreambuf_iterator<char>(in), {});
+    return out;
+  }
+
   static inline hub_folder* folder_ = nullptr;
   static inline host_process* host_ = nullptr;
   static inline host_process* no_range_ = nullptr;
@@ -589,20 +609,11 @@ TEST_F(LoaderHost, HostFetcherConvertsTheWholeRowsOfQuantizedTensorsAsTheyArrive
   // through the 2 MiB window and converts them on its thread; the rows the ranges cut go
   // through the builder, as a worker's receiver does (load_receiver.cpp). The tensors must
   // be those of converting the file whole, in rows and in lanes; the norm is read in place.
-  auto r = make_http_reader();
-  auto idx = inspect("hf:org/wide", *host_, *r);
-  ASSERT_TRUE(idx.ok()) << idx.err().message;
-  const auto& file = idx->files[0];
-  const std::string bytes = [&] {
-    std::ifstream in(folder_->root / "org/wide/model.safetensors", std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }();
-  std::vector<tensor_location> ts;
-  for (const auto& t : idx->tensors) ts.push_back(locate(*idx, t));
   host_fetcher::options o;
   o.allow_private = true;
   host_fetcher fetcher(o);
-  ASSERT_TRUE(fetcher.probe(file.location, file.data_start, file.header_sha256).ok());
+  const auto [ts, bytes] = probe_model("wide", fetcher);
+  ASSERT_EQ(ts.size(), 4u);
   int round = 0;
   for (std::uint64_t piece : {std::uint64_t(3'000'000), std::uint64_t(1'000'000), piece_bytes})
     for (dtype q : {dtype::q8, dtype::q4})
@@ -672,20 +683,10 @@ TEST_F(LoaderHost, HostFetcherReadsRangesOfManyTinyTensorsIntoTheirBuffers) {
   // Nine tensors of a few bytes share one range, each read into its own buffer (nothing is
   // destined): a buffer that short keeps its bytes inside the string object, so the list of
   // buffers must not move while the read fills them.
-  auto r = make_http_reader();
-  auto idx = inspect("hf:org/tiny", *host_, *r);
-  ASSERT_TRUE(idx.ok()) << idx.err().message;
-  const auto& file = idx->files[0];
-  const std::string bytes = [&] {
-    std::ifstream in(folder_->root / "org/tiny/model.safetensors", std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }();
-  std::vector<tensor_location> ts;
-  for (const auto& t : idx->tensors) ts.push_back(locate(*idx, t));
   host_fetcher::options o;
   o.allow_private = true;
   host_fetcher fetcher(o);
-  ASSERT_TRUE(fetcher.probe(file.location, file.data_start, file.header_sha256).ok());
+  const auto [ts, bytes] = probe_model("tiny", fetcher);
   auto units = plan_fetches(ts, piece_bytes);
   ASSERT_EQ(units.size(), 1u);
   tensor_fetch f{"m", units[0].location, units[0].first, units[0].length, {}, {}, {}};

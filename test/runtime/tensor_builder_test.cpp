@@ -52,6 +52,13 @@ tensor convert_whole(const std::string& file_dtype, const shape_t& shape, dtype 
   return *c;
 }
 
+/// The whole conversion, reordered into lanes by the pass over the finished tensor.
+tensor convert_whole_in_lanes(const std::string& file_dtype, const shape_t& shape, dtype resident, const std::string& bytes) {
+  tensor t = convert_whole(file_dtype, shape, resident, bytes);
+  EXPECT_TRUE(t.to_lanes16().ok());
+  return t;
+}
+
 /// Feeds `bytes` in pieces cut at random points (empty, one-byte and unaligned pieces included).
 result<tensor> build_in_pieces(const std::string& file_dtype, const shape_t& shape, dtype resident,
                                const std::string& bytes, std::mt19937& rng, std::size_t* max_pending = nullptr,
@@ -136,40 +143,38 @@ TEST(TensorBuilder, OnePieceAndOneBytePiecesAgree) {
 
 TEST(TensorBuilder, PiecesOfManyRowsQuantizedByTheKernelThreadsMatchWholeConversion) {
   // Pieces of hundreds of KiB are quantized by the kernel threads together (several parts,
-  // each with its scratch row); the bytes must be those of one thread, wherever the pieces
-  // cut the rows.
+  // each with its scratch row; in lanes, its buffer of 16 rows, a group two parts share
+  // written a row at a time); the bytes must be those of one thread, wherever the pieces cut
+  // the rows.
   cpu_fast::set_kernel_threads(2);
   std::mt19937 rng(11);
-  const shape_t shape{700, 576};
-  for (const path_case& c : {path_case{"BF16", dtype::q8}, path_case{"BF16", dtype::q4}, path_case{"F64", dtype::q8},
-                            path_case{"F32", dtype::q4}}) {
-    const std::string bytes = random_published(c.file_dtype, shape_numel(shape), rng);
-    const tensor want = convert_whole(c.file_dtype, shape, c.resident, bytes);
-    for (int trial = 0; trial < 3; ++trial) {
-      tensor_builder b(c.file_dtype, shape, c.resident, "w");
-      for (std::size_t off = 0; off < bytes.size();) {
-        const std::size_t n = std::min(bytes.size() - off, std::size_t(300'000 + rng() % 900'000));
-        ASSERT_TRUE(b.add(off, std::string_view(bytes).substr(off, n)).ok());
-        off += n;
+  for (bool lanes : {false, true}) {
+    const shape_t shape{lanes ? 704 : 700, 576};
+    for (const path_case& c : {path_case{"BF16", dtype::q8}, path_case{"BF16", dtype::q4}, path_case{"F64", dtype::q8},
+                              path_case{"F32", dtype::q4}}) {
+      const std::string bytes = random_published(c.file_dtype, shape_numel(shape), rng);
+      const tensor want = lanes ? convert_whole_in_lanes(c.file_dtype, shape, c.resident, bytes)
+                                : convert_whole(c.file_dtype, shape, c.resident, bytes);
+      for (int trial = 0; trial < 3; ++trial) {
+        tensor_builder b(c.file_dtype, shape, c.resident, "w", {}, lanes);
+        for (std::size_t off = 0; off < bytes.size();) {
+          const std::size_t n = std::min(bytes.size() - off, std::size_t(300'000 + rng() % 900'000));
+          ASSERT_TRUE(b.add(off, std::string_view(bytes).substr(off, n)).ok());
+          off += n;
+        }
+        auto got = b.finish();
+        ASSERT_TRUE(got.ok()) << got.err().message;
+        EXPECT_EQ(got->lanes16(), lanes);
+        expect_same(*got, want, c.file_dtype + " -> " + std::string(dtype_name(c.resident)) + (lanes ? " in lanes" : ""));
       }
-      auto got = b.finish();
-      ASSERT_TRUE(got.ok()) << got.err().message;
-      expect_same(*got, want, c.file_dtype + " -> " + std::string(dtype_name(c.resident)));
     }
   }
   cpu_fast::set_kernel_threads(1);
 }
 
-/// The whole conversion, reordered into lanes by the pass over the finished tensor.
-tensor convert_whole_in_lanes(const std::string& file_dtype, const shape_t& shape, dtype resident, const std::string& bytes) {
-  tensor t = convert_whole(file_dtype, shape, resident, bytes);
-  EXPECT_TRUE(t.to_lanes16().ok());
-  return t;
-}
-
 TEST(TensorBuilder, BuiltInLanesGroupByGroupMatchesTheWholeReorderedWhereverPiecesCut) {
-  // Pieces end mid-row and mid-group, so a group is finished by a later piece (group_), and
-  // pieces of one byte leave every row to the carried partial row; one thread.
+  // Pieces end mid-row and mid-group, so a group's rows come in several pieces (written a row
+  // at a time), and pieces of one byte leave every row to the carried partial row; one thread.
   std::mt19937 rng(5);
   for (const path_case& c : {path_case{"F32", dtype::q8}, path_case{"BF16", dtype::q8}, path_case{"F16", dtype::q8},
                              path_case{"F64", dtype::q8}, path_case{"F32", dtype::q4}, path_case{"BF16", dtype::q4},
@@ -194,32 +199,6 @@ TEST(TensorBuilder, BuiltInLanesGroupByGroupMatchesTheWholeReorderedWhereverPiec
     EXPECT_FALSE(got->lanes16()) << shape_str(shape);
     expect_same(*got, convert_whole("BF16", shape, dtype::q8, bytes), shape_str(shape));
   }
-}
-
-TEST(TensorBuilder, GroupsInLanesQuantizedByTheKernelThreadsMatchTheWholeReordered) {
-  // Pieces of hundreds of KiB: their whole groups are shared among two threads, each with its
-  // buffer of 16 rows; the groups pieces cut go through the builder's own.
-  cpu_fast::set_kernel_threads(2);
-  std::mt19937 rng(13);
-  const shape_t shape{704, 576};
-  for (const path_case& c : {path_case{"BF16", dtype::q8}, path_case{"BF16", dtype::q4}, path_case{"F64", dtype::q8},
-                             path_case{"F32", dtype::q4}}) {
-    const std::string bytes = random_published(c.file_dtype, shape_numel(shape), rng);
-    const tensor want = convert_whole_in_lanes(c.file_dtype, shape, c.resident, bytes);
-    for (int trial = 0; trial < 3; ++trial) {
-      tensor_builder b(c.file_dtype, shape, c.resident, "w", {}, true);
-      for (std::size_t off = 0; off < bytes.size();) {
-        const std::size_t n = std::min(bytes.size() - off, std::size_t(300'000 + rng() % 900'000));
-        ASSERT_TRUE(b.add(off, std::string_view(bytes).substr(off, n)).ok());
-        off += n;
-      }
-      auto got = b.finish();
-      ASSERT_TRUE(got.ok()) << got.err().message;
-      EXPECT_TRUE(got->lanes16());
-      expect_same(*got, want, c.file_dtype + " -> " + std::string(dtype_name(c.resident)) + " in lanes");
-    }
-  }
-  cpu_fast::set_kernel_threads(1);
 }
 
 TEST(TensorBuilder, RowsConvertedElsewhereCountOnlyAsWholeRowsInOrder) {
