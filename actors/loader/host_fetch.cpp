@@ -270,8 +270,9 @@ result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tenso
     const std::uint64_t rb = rows ? rows.row_bytes() : 0;
     const std::uint64_t head = rb ? std::min(p.length, (rb - p.offset % rb) % rb) : 0;
     const std::uint64_t whole = rb ? (p.length - head) / rb : 0;
-    // (a part past the tensor's rows is the receiver's to refuse: it gets the bytes)
-    if (whole == 0 || (p.offset + head) / rb + whole > rows.rows()) {
+    // (a part past the tensor's bytes is the receiver's to refuse: it gets them in a buffer)
+    const std::uint64_t tensor_bytes = rows ? rows.rows() * rb : 0;
+    if (whole == 0 || p.offset > tensor_bytes || p.length > tensor_bytes - p.offset) {
       out.bytes.push_back(buffer(p.length));
       add_span(out.bytes.back().data(), p.length);
       continue;
