@@ -237,6 +237,12 @@ def test_a_volunteer_reads_its_weights_from_the_model_host_itself_where_it_may(s
         assert q8["quantize"] == "q8" and q8["bytesTransferred"] == r["bytesTransferred"]
         assert c.status(c.key)["pool"][0]["dataLink"]["bytes"] == 0
         fetched = chat_text(c, q8["modelId"])
+        q4 = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K", "quantize": "q4"},
+                                      key=c.key, timeout=60), 200)
+        assert q4["quantize"] == "q4" and c.status(c.key)["pool"][0]["dataLink"]["bytes"] == 0
+        fetched_q4 = chat_text(c, q4["modelId"])
+        for m in (r, q8, q4):  # (a key holds four models at most)
+            expect(c.server.api.delete(f"/api/v3/models/{m['modelId']}", key=c.key), 200)
         c.stop_all()
         # public addresses only: the probe is refused there, and the bytes come through here
         w = c.join("w_b", "1G")
@@ -248,6 +254,9 @@ def test_a_volunteer_reads_its_weights_from_the_model_host_itself_where_it_may(s
         q8 = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K", "quantize": "q8"},
                                       key=c.key, timeout=60), 200)
         assert chat_text(c, q8["modelId"]) == fetched
+        q4 = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K", "quantize": "q4"},
+                                      key=c.key, timeout=60), 200)
+        assert chat_text(c, q4["modelId"]) == fetched_q4
     finally:
         c.stop_all()
         c.server.process.terminate()
