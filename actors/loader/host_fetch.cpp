@@ -295,6 +295,8 @@ result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tenso
     add_span(out.tails.back().data(), out.tails.back().size());
   }
   if (ok) ok = read();
+  // (a window grown past its size for rows longer than it is not kept for the thread's life)
+  if (window.size() > window_bytes) std::string().swap(window);
   if (!ok) {
     recycle(std::move(out.bytes));
     return ok.err();
