@@ -147,6 +147,7 @@ struct receiver_state {
       if (res != w.reserved.end()) res->second -= std::min(res->second, *bytes);
       w.loading += *bytes;
     }
+    // (q8/q4 matrices are built in the form this worker's kernels read: lanes where they read them)
     auto [in, _] = loading[r.model_id].emplace(r.name, incoming{tensor_builder(r.file_dtype, r.shape, *resident, r.name, r.model_id, w.lanes), *bytes});
     destined.where = in->second.builder.destination();
     destined.rows = in->second.builder.conversion();
@@ -204,8 +205,6 @@ struct receiver_state {
     std::lock_guard<std::mutex> lock(shared->m);
     shared->loading -= std::min(shared->loading, node.mapped().resident);
     if (!t) return std::move(t).err();
-    // q8/q4 matrices in the form this worker's kernels read (the same values, reordered)
-    if (shared->lanes && lanes_fit(t->type(), t->shape())) (void)t->to_lanes16();
     if (shared->cfg.corrupt_weights && t->nbytes() > 0)
       t->data()[t->nbytes() / 2] ^= std::byte{0x40};  // (--fault corrupt-weights)
     const std::uint64_t n = t->nbytes();
