@@ -255,23 +255,17 @@ void q8_from_lane(const std::byte* in, std::byte* blk, std::int64_t l) {
 
 }  // namespace
 
-void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t cols) {
-  const std::int64_t bb = lane_block_bytes(t) / lane_rows, blocks = cols / quant_block, row_bytes = blocks * bb;
-  for (std::int64_t b = 0; b < blocks; ++b)
-    for (std::int64_t l = 0; l < lane_rows; ++l) {
-      const std::byte* blk = rows + l * row_bytes + b * bb;
-      std::byte* at = out + b * lane_block_bytes(t);
-      if (t == dtype::q8) q8_to_lane(blk, at, l);
-      else q4_to_lane(blk, at, l);
-    }
-}
-
 void row_to_lanes(dtype t, const std::byte* row, std::byte* group, std::int64_t cols, std::int64_t l) {
   const std::int64_t bb = lane_block_bytes(t) / lane_rows;
   for (std::int64_t b = 0; b < cols / quant_block; ++b) {
     if (t == dtype::q8) q8_to_lane(row + b * bb, group + b * lane_block_bytes(t), l);
     else q4_to_lane(row + b * bb, group + b * lane_block_bytes(t), l);
   }
+}
+
+void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t cols) {
+  const std::int64_t row_bytes = cols / quant_block * (lane_block_bytes(t) / lane_rows);
+  for (std::int64_t l = 0; l < lane_rows; ++l) row_to_lanes(t, rows + l * row_bytes, out, cols, l);
 }
 
 void rows_to_lanes(dtype t, std::byte* data, std::int64_t rows, std::int64_t cols) {

@@ -45,7 +45,7 @@ class row_converter {
   /// Published bytes of one row.
   std::size_t row_bytes() const { return row_in_; }
   /// Rows of the tensor.
-  std::uint64_t rows() const { return row_in_ == 0 ? 0 : out_.nbytes() == 0 ? 0 : std::uint64_t(out_.rows()); }
+  std::uint64_t rows() const { return std::uint64_t(out_.rows()); }
   /// Converts the `n` whole published rows at `src` into rows first … first + n - 1 (the caller
   /// keeps them within rows()). Whole groups of 16 in lanes are quantized into a buffer and
   /// written into place at once; a group's other rows one at a time.

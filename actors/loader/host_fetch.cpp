@@ -262,7 +262,7 @@ result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tenso
       out.bytes.emplace_back();
       out.in_place.push_back(true);
       add_span(reinterpret_cast<char*>(t.data()) + p.offset, p.length);
-      held.push_back(t);
+      held.push_back(std::move(t));
       continue;
     }
     out.in_place.push_back(false);
