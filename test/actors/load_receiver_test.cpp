@@ -26,6 +26,9 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(LoadReceiver, QuantizedMatricesAreHeldInLanesWhereTheWorkerReadsLanes) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "spawns worker actors, which UBSan stops inside CAF 0.17 (checked_worker_test.cpp)";
+#endif
   caf::actor_system_config cfg;
   add_protocol_types(cfg);
   caf::actor_system sys{cfg};
