@@ -185,6 +185,6 @@ std::string describe() {
   return s;
 }
 
-bool quantized_in_lanes() { return current() >= level::avx512_vnni; }
+bool quantized_in_lanes() { return current() >= level::avx2; }
 
 }  // namespace mpakt::cpu_isa

@@ -60,15 +60,15 @@ std::optional<level> level_from_name(std::string_view name);
 /// quantization). Two workers compute the same bits only when both their level and this agree,
 /// which is what lets a spot-check demand equal bits from a volunteer (checked_worker.hpp);
 /// a volunteer on an older build then gets the tolerance between kernel paths instead.
-inline constexpr int arithmetic_revision = 12;
+inline constexpr int arithmetic_revision = 13;
 
 /// One line for banners and status: the level in use, the features behind it, whether q8/q4
 /// matrices are held in lanes, and the arithmetic revision, e.g. "avx512_bf16 (avx2 fma f16c
 /// avx512f avx512bw avx512vl avx512dq avx512_vnni avx512_bf16, q8/q4 in lanes, arithmetic 12)".
 std::string describe();
 /// Whether a CPU worker at the current level holds its q8/q4 matrices in lanes (tensor::lanes16):
-/// the VNNI levels and AMX, whose matmul kernels read that form (AMX tiles take its runs as B
-/// tiles in place).
+/// every level from AVX2, whose matmul kernels read that form (AVX2's and VNNI's held-lanes
+/// kernels; AMX tiles take its runs as B tiles in place).
 bool quantized_in_lanes();
 /// The feature names present, in a fixed order (status JSON).
 std::vector<std::string> feature_names();

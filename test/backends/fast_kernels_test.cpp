@@ -94,11 +94,11 @@ TEST(CpuIsa, TheKernelsLineNamesLevelFeaturesAndArithmetic) {
   const std::string tail = ", arithmetic " + std::to_string(cpu_isa::arithmetic_revision) + ")";
   ASSERT_GE(d.size(), tail.size());
   EXPECT_EQ(d.substr(d.size() - tail.size()), tail) << d;
-  // and says when quantized matrices are held in lanes (the VNNI levels and AMX), on every level
+  // and says when quantized matrices are held in lanes (every level from AVX2), on every level
   test::level_guard g;
   for (auto l : cpu_isa::supported_levels()) {
     ASSERT_TRUE(cpu_isa::set_level(l));
-    const bool lanes = l >= cpu_isa::level::avx512_vnni;
+    const bool lanes = l >= cpu_isa::level::avx2;
     EXPECT_EQ(cpu_isa::describe().find(", q8/q4 in lanes") != std::string::npos, lanes) << cpu_isa::describe();
     EXPECT_EQ(cpu_backend{}.holds_in_lanes(), lanes) << cpu_isa::level_name(l);
   }

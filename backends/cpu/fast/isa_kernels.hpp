@@ -76,7 +76,7 @@ struct integer_product {
   const float* bias = nullptr;
   float* y = nullptr;
   std::int64_t n = 0;
-  /// q8/q4 weights held in lanes (tensor::lanes16; dtype.hpp): only the VNNI kernels read them.
+  /// q8/q4 weights held in lanes (tensor::lanes16; dtype.hpp): only the held-lanes kernels read them.
   bool w_lanes = false;
 };
 
@@ -251,8 +251,13 @@ namespace avx2 {
 /// filled when not null).
 void int8_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, std::int64_t r_end, std::int8_t* q,
                         float* scale, float* sums, std::int32_t* qsums = nullptr);
-/// Output columns [n_begin, n_end), eight weight rows at a time with one output per lane.
+/// Output columns [n_begin, n_end), eight weight rows at a time with one output per lane
+/// (a.w_lanes: packed from weights held in lanes, the same registers and bits).
 void int8_lanes_range(const int8_lanes_product& a, std::int64_t n_begin, std::int64_t n_end);
+/// Output columns [n_begin, n_end) (multiples of 16) of a product with q8/q4 weights held in
+/// lanes (a.w_lanes), at most 32 rows, against the int16 activations of quantize_rows with
+/// `sums` (Σq·s per block, for q8 as well): each row computed alone, eight outputs per register.
+void int16_held_lanes_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
 /// Rows [0, rows) of x (row stride k) rounded to bf16, nearest even (NaN stays NaN, quiet), as
 /// f32: the values runtime/dtype.hpp's f32_to_bf16 gives, widened again. `panel_order`: each
 /// row's pairs of values swapped (value i at i ^ 1 when its partner is in the row), the order

@@ -693,7 +693,7 @@ bool accepts_bf16_pairs(std::span<const tensor_desc> inputs, const op_params& pa
   return k > 0 && rows >= amx_free_min_rows;
 }
 
-// ---- q8/q4 weights held in lanes (tensor::lanes16): a CPU worker's resident form on VNNI CPUs
+// ---- q8/q4 weights held in lanes (tensor::lanes16): a CPU worker's resident form from AVX2 on
 
 bool lanes_weight(const kernel_call& c) { return c.inputs.size() > 1 && c.inputs[1]->lanes16(); }
 
@@ -702,8 +702,10 @@ bool lanes_weight(const kernel_call& c) { return c.inputs.size() > 1 && c.inputs
 /// passes; fewer than 16 or 24 in a call whose rows are free) on the lanes kernel with the
 /// two-plane int16 activations (laid out once, as for q4, for every product of the group),
 /// each row its bits alone; more on the sixteen-column many-row kernel, which packs from the
-/// lanes the registers it packs from rows (the same bits). Below VNNI, or for a row that is not
-/// finite, the reference's arithmetic reads the rows through packed_row.
+/// lanes the registers it packs from rows (the same bits). Below VNNI, AVX2's held-lanes kernel
+/// (int16 activations, eight outputs per register) and its eight-column many-row lanes; below
+/// AVX2, or for a row that is not finite, the reference's arithmetic reads the rows through
+/// packed_row.
 status products_lanes(std::span<const kernel_call> calls);
 status product_lanes(const kernel_call& c) { return products_lanes(std::span<const kernel_call>(&c, 1)); }
 
@@ -762,6 +764,21 @@ status products_lanes(std::span<const kernel_call> calls) {
     } else {
       int8_plain_rows x;
       if (lanes_quantize(a[0], *calls[0].scratch, true, x)) return run(x, avx512_vnni::int8_lanes_range);
+    }
+  } else if (cpu_isa::current() >= cpu_isa::level::avx2 && a[0].k > 0) {
+    // AVX2 (and AVX-512 without VNNI): the int16 activations of the row kernels, quantized with
+    // their Σq·s for q8 as well (the offset's term), eight outputs per register; many rows on
+    // AVX2's eight-column lanes, packed from the lanes
+    if (!many) {
+      float_product layout = a[0];
+      layout.type = wtype::q4;  // (so the quantizer gives the sums)
+      quantized_rows x;
+      if (int16_quantize(avx2_kernels, layout, *calls[0].scratch, x)) return run(x, avx2::int16_held_lanes_range);
+    } else if (mixed) {
+      return one_by_one(calls, product_lanes);
+    } else {
+      int8_plain_rows x;
+      if (lanes_quantize(a[0], *calls[0].scratch, false, x)) return run(x, avx2::int8_lanes_range);
     }
   }
   for (std::size_t i = 0; i < count; ++i) {

@@ -371,6 +371,141 @@ int_product with_q4_order(const int_product& a, const float*& pairs) {
   return p;
 }
 
+// ------------------------------------------------------------------ q8/q4 held in lanes: int16, rows in the lanes
+
+/// Weights held in lanes (tensor::lanes16, runtime/dtype.hpp: per sixteen rows and block, the
+/// scales, then 64-byte runs of four bytes of each row) against the int16 activations of the
+/// row kernels (the same integers), eight weight rows per register. A run's four bytes of a
+/// row hold, in 16-bit pairs, the values (8j + u, 8j + u + 4) for u = 0–3 after one shift and
+/// one mask each (q4: its nibbles at shifts 0, 4, 8, 12; q8: q + 128, the even run at shifts
+/// 0 and 8 giving u = 0 and 2, the odd run u = 1 and 3), so the activations are laid out once
+/// per call as those pairs (`held_pairs`) and each meets eight rows in one vpmaddwd. A block's
+/// exact integer dot then sits in its output's lane, and one conversion and two multiply-adds
+/// scale eight outputs — VNNI's held-lanes arithmetic (q4: + m·S; q8: − 128·d·S for the
+/// offset, S = Σq·s), where the row kernels widen, shift and scale each row's block alone
+/// (about 24 operations per block and row, against about 16 here).
+template <wtype T>
+constexpr i64 held_block = 16 * (T == wtype::q8 ? q8_bytes : q4_bytes);
+template <wtype T>
+constexpr i64 held_runs = T == wtype::q8 ? 32 : 64;
+
+/// Rows of int16 activations as held_pairs: per block 16 words, word 4j + u holding values
+/// 8j + u (low half) and 8j + u + 4 (high half).
+const std::int32_t* held_pairs(const int_product& a) {
+  const i64 total = a.x.rows * a.x.k;
+  auto* out = static_cast<std::int32_t*>(kernel_scratch(scratch_slot::reordered_activations, std::size_t(total) * 2));
+  for (i64 o = 0; o < total; o += 16) {
+    // per 128-bit lane (eight values of one run): values 0–3 with values 4–7
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x.q + o));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + o / 2), _mm256_unpacklo_epi16(v, _mm256_srli_si256(v, 8)));
+  }
+  return out;
+}
+
+/// Activation rows [r0, r0 + RT) against the sixteen-row groups g0 and g0 + dg (NT of them),
+/// each group as two registers of eight rows. Each output adds its blocks in order whatever
+/// the tile, so a row's bits do not depend on the rows beside it.
+template <wtype T, int RT, int NT>
+void held_tile(const int_product& a, const std::int32_t* xp, i64 r0, i64 g0, i64 dg) {
+  constexpr i64 lb = held_block<T>;
+  const i64 k = a.x.k, blocks = k / 32;
+  const std::uint8_t* gw[NT];
+#pragma GCC unroll 2
+  for (int j = 0; j < NT; ++j) gw[j] = a.w + (g0 + j * dg) * blocks * lb;
+  __m256 acc[RT][NT][2];
+#pragma GCC unroll 2
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 2
+    for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
+  const __m256i mask = _mm256_set1_epi32(T == wtype::q8 ? 0x00ff00ff : 0x000f000f);
+  for (i64 b = 0; b < blocks; ++b) {
+    // the first row tile asks for the lines stream_ahead on while it reads these (from memory,
+    // one-thread q8 decode read at half the probe's rate without, on a Zen 1); later row tiles
+    // find the group in L1
+    if (r0 == 0)
+#pragma GCC unroll 2
+      for (int g = 0; g < NT; ++g)
+        for (i64 o = 0; o < lb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(gw[g] + b * lb + stream_ahead + o), _MM_HINT_T0);
+    __m256i dot[RT][NT][2];
+#pragma GCC unroll 2
+    for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 2
+      for (int j = 0; j < NT; ++j) dot[i][j][0] = dot[i][j][1] = _mm256_setzero_si256();
+    // pairs u of run j: q4 run j at shift 4u; q8 even run j at 0 (u = 0) and 8 (u = 2), odd
+    // run 4 + j at 0 (u = 1) and 8 (u = 3)
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) {
+        const int run = T == wtype::q4 ? j : (u % 2 == 0 ? j : 4 + j);
+        const int shift = T == wtype::q4 ? 4 * u : 8 * (u / 2);
+        __m256i w[NT][2];
+#pragma GCC unroll 2
+        for (int g = 0; g < NT; ++g)
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gw[g] + b * lb + held_runs<T> + 64 * run + 32 * h));
+            w[g][h] = _mm256_and_si256(shift ? _mm256_srli_epi32(v, shift) : v, mask);
+          }
+#pragma GCC unroll 2
+        for (int i = 0; i < RT; ++i) {
+          const __m256i p = _mm256_set1_epi32(xp[(r0 + i) * (k / 2) + b * 16 + 4 * j + u]);
+#pragma GCC unroll 2
+          for (int g = 0; g < NT; ++g)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) dot[i][g][h] = _mm256_add_epi32(dot[i][g][h], _mm256_madd_epi16(w[g][h], p));
+        }
+      }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < NT; ++g) {
+      const std::uint8_t* blk = gw[g] + b * lb;
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+        const __m256 m = T == wtype::q4 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h))) : d;
+#pragma GCC unroll 2
+        for (int i = 0; i < RT; ++i) {
+          const i64 at = (r0 + i) * blocks + b;
+          const __m256 s = _mm256_set1_ps(a.x.scale[at]);
+          const __m256 sum = _mm256_set1_ps(T == wtype::q8 ? -128.0f * a.x.sums[at] : a.x.sums[at]);
+          acc[i][g][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i][g][h]), _mm256_mul_ps(d, s), acc[i][g][h]);
+          acc[i][g][h] = _mm256_fmadd_ps(m, sum, acc[i][g][h]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int i = 0; i < RT; ++i)
+#pragma GCC unroll 2
+    for (int g = 0; g < NT; ++g)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const i64 n0 = (g0 + g * dg) * 16 + 8 * h;
+        __m256 v = acc[i][g][h];
+        if (a.bias) v = _mm256_add_ps(v, _mm256_loadu_ps(a.bias + n0));
+        _mm256_storeu_ps(a.y + (r0 + i) * a.n + n0, v);
+      }
+}
+
+/// Groups [g_begin, g_end): decode (one row) two groups at a time, one from each half of the
+/// range (two sequential streams per thread, as float_range); more rows a group at a time,
+/// two activation rows per tile, the group's blocks found in L1 by the later tiles.
+template <wtype T>
+void held_range(const int_product& a, const std::int32_t* xp, i64 g_begin, i64 g_end) {
+  if (a.x.rows == 1) {
+    const i64 half = (g_end - g_begin) / 2;
+    for (i64 g = g_begin; g < g_begin + half; ++g) held_tile<T, 1, 2>(a, xp, 0, g, half);
+    if ((g_end - g_begin) % 2) held_tile<T, 1, 1>(a, xp, 0, g_end - 1, 1);
+    return;
+  }
+  for (i64 g = g_begin; g < g_end; ++g) {
+    i64 r0 = 0;
+    for (; r0 + 2 <= a.x.rows; r0 += 2) held_tile<T, 2, 1>(a, xp, r0, g, 1);
+    if (r0 < a.x.rows) held_tile<T, 1, 1>(a, xp, r0, g, 1);
+  }
+}
+
 // ------------------------------------------------------------------ many rows: int8, columns in lanes
 
 /// A product with many rows (prefill) meets int8 activations eight weight rows at a time, one
@@ -424,6 +559,51 @@ void pack_lanes(const int8_lanes_product& a, i64 n0, int nc, __m256i* wv, float*
         _mm256_store_si256(wv + b * regs + 8 + j, col[j]);
       } else {
         _mm256_store_si256(wv + b * regs + j, col[j]);
+      }
+    }
+  }
+}
+
+/// pack_lanes for weights held in lanes (n0 a multiple of 8, all eight rows there: half n0/8
+/// mod 2 of a sixteen-row group): a run's four bytes of a row are its even values (q4: low
+/// nibbles; q8: the even run) and odd values (high nibbles; the odd run); interleaving the two
+/// byte by byte gives each row's eight values in order, and one dword shuffle per register puts
+/// values 4j..4j+3 of the eight rows side by side — the registers pack_lanes makes from rows.
+template <wtype T>
+void pack_lanes_held(const int8_lanes_product& a, i64 n0, __m256i* wv, float* d, float* m) {
+  constexpr i64 bb = T == wtype::q8 ? q8_bytes : q4_bytes, lb = 16 * bb;
+  constexpr int regs = T == wtype::q8 ? 16 : 8;
+  const i64 blocks = a.x.k / 32, h = (n0 / 8) % 2;
+  const std::uint8_t* group = a.w + (n0 / 16) * blocks * lb;
+  const __m256i nib = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(char(0x80));
+  for (i64 b = 0; b < blocks; ++b) {
+    const std::uint8_t* in = group + b * lb;
+    _mm256_storeu_ps(d + b * 8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 16 * h))));
+    if constexpr (T == wtype::q4)
+      _mm256_storeu_ps(m + b * 8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 32 + 16 * h))));
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      __m256i ev, od;
+      if constexpr (T == wtype::q4) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 64 + 64 * r + 32 * h));
+        ev = _mm256_and_si256(v, nib);
+        od = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+      } else {
+        ev = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32 + 64 * r + 32 * h)), flip);
+        od = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + 32 + 64 * (4 + r) + 32 * h)), flip);
+      }
+      // per 128-bit lane: rows 4L, 4L+1 (lo) and 4L+2, 4L+3 (hi), each as [values 0–3, 4–7]
+      const __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi8(ev, od)), hi = _mm256_castsi256_ps(_mm256_unpackhi_epi8(ev, od));
+      const __m256i first = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, 0x88));
+      const __m256i second = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, 0xdd));
+      if constexpr (T == wtype::q8) {
+        _mm256_store_si256(wv + b * regs + 2 * r, _mm256_abs_epi8(first));
+        _mm256_store_si256(wv + b * regs + 8 + 2 * r, first);
+        _mm256_store_si256(wv + b * regs + 2 * r + 1, _mm256_abs_epi8(second));
+        _mm256_store_si256(wv + b * regs + 8 + 2 * r + 1, second);
+      } else {
+        _mm256_store_si256(wv + b * regs + 2 * r, first);
+        _mm256_store_si256(wv + b * regs + 2 * r + 1, second);
       }
     }
   }
@@ -497,9 +677,11 @@ void lanes_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
   auto* mbuf = static_cast<float*>(kernel_scratch(scratch_slot::lane_offsets, std::size_t(blocks * 8) * 4));
   for (i64 n0 = n_begin; n0 < n_end; n0 += lane_cols) {
     const int nc = int(min_i64(lane_cols, n_end - n0));
-    pack_lanes<T>(a, n0, nc, wbuf, dbuf, mbuf);
-    // the next group's weight rows are asked for while this group's rows compute
-    const i64 next_nc = min_i64(lane_cols, n_end - n0 - lane_cols);
+    if (a.w_lanes) pack_lanes_held<T>(a, n0, wbuf, dbuf, mbuf);
+    else pack_lanes<T>(a, n0, nc, wbuf, dbuf, mbuf);
+    // the next group's weight rows are asked for while this group's rows compute (lanes: a
+    // group's blocks lie end to end, which the hardware's stream prefetch follows)
+    const i64 next_nc = a.w_lanes ? 0 : min_i64(lane_cols, n_end - n0 - lane_cols);
     for (i64 c = 0; c < next_nc; ++c) {
       const std::uint8_t* row = a.w + (n0 + lane_cols + c) * a.w_row_bytes;
       for (i64 b = 0; b < a.w_row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + b), _MM_HINT_T1);
@@ -676,6 +858,12 @@ void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int8
       }
     }
   }
+}
+
+void int16_held_lanes_range(const int_product& a, i64 n_begin, i64 n_end) {
+  const std::int32_t* xp = held_pairs(a);
+  if (a.type == wtype::q8) held_range<wtype::q8>(a, xp, n_begin / 16, n_end / 16);
+  else held_range<wtype::q4>(a, xp, n_begin / 16, n_end / 16);
 }
 
 void int8_lanes_range(const int8_lanes_product& a, i64 n_begin, i64 n_end) {
