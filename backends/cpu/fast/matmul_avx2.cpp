@@ -402,35 +402,28 @@ const std::int32_t* held_pairs(const int_product& a) {
   return out;
 }
 
-/// Activation rows [r0, r0 + RT) against the sixteen-row groups g0 and g0 + dg (NT of them),
-/// each group as two registers of eight rows. Each output adds its blocks in order whatever
-/// the tile, so a row's bits do not depend on the rows beside it.
-template <wtype T, int RT, int NT>
-void held_tile(const int_product& a, const std::int32_t* xp, i64 r0, i64 g0, i64 dg) {
+/// Activation rows [r0, r0 + RT) against sixteen-row group g, as two registers of eight rows.
+/// Each output adds its blocks in order whatever the tile, so a row's bits do not depend on the
+/// rows beside it.
+template <wtype T, int RT>
+void held_tile(const int_product& a, const std::int32_t* xp, i64 r0, i64 g) {
   constexpr i64 lb = held_block<T>;
   const i64 k = a.x.k, blocks = k / 32;
-  const std::uint8_t* gw[NT];
+  const std::uint8_t* gw = a.w + g * blocks * lb;
+  __m256 acc[RT][2];
 #pragma GCC unroll 2
-  for (int j = 0; j < NT; ++j) gw[j] = a.w + (g0 + j * dg) * blocks * lb;
-  __m256 acc[RT][NT][2];
-#pragma GCC unroll 2
-  for (int i = 0; i < RT; ++i)
-#pragma GCC unroll 2
-    for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
+  for (int i = 0; i < RT; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
   const __m256i mask = _mm256_set1_epi32(T == wtype::q8 ? 0x00ff00ff : 0x000f000f);
   for (i64 b = 0; b < blocks; ++b) {
-    // the first row tile asks for the lines stream_ahead on while it reads these (from memory,
-    // one-thread q8 decode read at half the probe's rate without, on a Zen 1); later row tiles
+    const std::uint8_t* blk = gw + b * lb;
+    // the first row tile asks for the lines stream_ahead on while it reads these (one-thread
+    // q8 decode from memory read at 0.6–0.7 of the probe without, on a Zen 1); later row tiles
     // find the group in L1
     if (r0 == 0)
+      for (i64 o = 0; o < lb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk + stream_ahead + o), _MM_HINT_T0);
+    __m256i dot[RT][2];
 #pragma GCC unroll 2
-      for (int g = 0; g < NT; ++g)
-        for (i64 o = 0; o < lb; o += 64) _mm_prefetch(reinterpret_cast<const char*>(gw[g] + b * lb + stream_ahead + o), _MM_HINT_T0);
-    __m256i dot[RT][NT][2];
-#pragma GCC unroll 2
-    for (int i = 0; i < RT; ++i)
-#pragma GCC unroll 2
-      for (int j = 0; j < NT; ++j) dot[i][j][0] = dot[i][j][1] = _mm256_setzero_si256();
+    for (int i = 0; i < RT; ++i) dot[i][0] = dot[i][1] = _mm256_setzero_si256();
     // pairs u of run j: q4 run j at shift 4u; q8 even run j at 0 (u = 0) and 8 (u = 2), odd
     // run 4 + j at 0 (u = 1) and 8 (u = 3)
 #pragma GCC unroll 4
@@ -439,53 +432,43 @@ void held_tile(const int_product& a, const std::int32_t* xp, i64 r0, i64 g0, i64
       for (int u = 0; u < 4; ++u) {
         const int run = T == wtype::q4 ? j : (u % 2 == 0 ? j : 4 + j);
         const int shift = T == wtype::q4 ? 4 * u : 8 * (u / 2);
-        __m256i w[NT][2];
+        __m256i w[2];
 #pragma GCC unroll 2
-        for (int g = 0; g < NT; ++g)
-#pragma GCC unroll 2
-          for (int h = 0; h < 2; ++h) {
-            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gw[g] + b * lb + held_runs<T> + 64 * run + 32 * h));
-            w[g][h] = _mm256_and_si256(shift ? _mm256_srli_epi32(v, shift) : v, mask);
-          }
+        for (int h = 0; h < 2; ++h) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + held_runs<T> + 64 * run + 32 * h));
+          w[h] = _mm256_and_si256(shift ? _mm256_srli_epi32(v, shift) : v, mask);
+        }
 #pragma GCC unroll 2
         for (int i = 0; i < RT; ++i) {
           const __m256i p = _mm256_set1_epi32(xp[(r0 + i) * (k / 2) + b * 16 + 4 * j + u]);
 #pragma GCC unroll 2
-          for (int g = 0; g < NT; ++g)
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; ++h) dot[i][g][h] = _mm256_add_epi32(dot[i][g][h], _mm256_madd_epi16(w[g][h], p));
+          for (int h = 0; h < 2; ++h) dot[i][h] = _mm256_add_epi32(dot[i][h], _mm256_madd_epi16(w[h], p));
         }
       }
     }
 #pragma GCC unroll 2
-    for (int g = 0; g < NT; ++g) {
-      const std::uint8_t* blk = gw[g] + b * lb;
+    for (int h = 0; h < 2; ++h) {
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+      const __m256 m = T == wtype::q4 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h))) : d;
 #pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-        const __m256 m = T == wtype::q4 ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h))) : d;
-#pragma GCC unroll 2
-        for (int i = 0; i < RT; ++i) {
-          const i64 at = (r0 + i) * blocks + b;
-          const __m256 s = _mm256_set1_ps(a.x.scale[at]);
-          const __m256 sum = _mm256_set1_ps(T == wtype::q8 ? -128.0f * a.x.sums[at] : a.x.sums[at]);
-          acc[i][g][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i][g][h]), _mm256_mul_ps(d, s), acc[i][g][h]);
-          acc[i][g][h] = _mm256_fmadd_ps(m, sum, acc[i][g][h]);
-        }
+      for (int i = 0; i < RT; ++i) {
+        const i64 at = (r0 + i) * blocks + b;
+        const __m256 s = _mm256_set1_ps(a.x.scale[at]);
+        const __m256 sum = _mm256_set1_ps(T == wtype::q8 ? -128.0f * a.x.sums[at] : a.x.sums[at]);
+        acc[i][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i][h]), _mm256_mul_ps(d, s), acc[i][h]);
+        acc[i][h] = _mm256_fmadd_ps(m, sum, acc[i][h]);
       }
     }
   }
 #pragma GCC unroll 2
   for (int i = 0; i < RT; ++i)
 #pragma GCC unroll 2
-    for (int g = 0; g < NT; ++g)
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const i64 n0 = (g0 + g * dg) * 16 + 8 * h;
-        __m256 v = acc[i][g][h];
-        if (a.bias) v = _mm256_add_ps(v, _mm256_loadu_ps(a.bias + n0));
-        _mm256_storeu_ps(a.y + (r0 + i) * a.n + n0, v);
-      }
+    for (int h = 0; h < 2; ++h) {
+      const i64 n0 = g * 16 + 8 * h;
+      __m256 v = acc[i][h];
+      if (a.bias) v = _mm256_add_ps(v, _mm256_loadu_ps(a.bias + n0));
+      _mm256_storeu_ps(a.y + (r0 + i) * a.n + n0, v);
+    }
 }
 
 /// Groups [g_begin, g_end) in order, each against every activation row, two at a time (a
@@ -497,8 +480,8 @@ template <wtype T>
 void held_range(const int_product& a, const std::int32_t* xp, i64 g_begin, i64 g_end) {
   for (i64 g = g_begin; g < g_end; ++g) {
     i64 r0 = 0;
-    for (; r0 + 2 <= a.x.rows; r0 += 2) held_tile<T, 2, 1>(a, xp, r0, g, 1);
-    if (r0 < a.x.rows) held_tile<T, 1, 1>(a, xp, r0, g, 1);
+    for (; r0 + 2 <= a.x.rows; r0 += 2) held_tile<T, 2>(a, xp, r0, g);
+    if (r0 < a.x.rows) held_tile<T, 1>(a, xp, r0, g);
   }
 }
 
