@@ -38,14 +38,23 @@ std::vector<std::vector<float>> hard_rows(std::int64_t cols, int rows, std::uint
   std::vector<std::vector<float>> out;
   for (int r = 0; r < rows; ++r) {
     std::vector<float> x(static_cast<std::size_t>(cols));
-    const int kind = r % 12;
+    const int kind = r % 14;
+    float s = 1;  // (families 10 and 11: the block's scale)
     for (std::int64_t i = 0; i < cols; ++i) {
       float v = normal(g);
-      // Rows 10 and 11 mix the families block by block (the kernels take sixteen blocks'
+      // Rows 12 and 13 mix the families block by block (the kernels take sixteen blocks'
       // scales together): every family, then every one without zeros (which q4 leaves to the
       // reference).
-      static constexpr int no_zeros[] = {0, 1, 2, 3, 5, 7, 8, 9};
-      const int family = kind == 10 ? int((i / 32) % 10) : kind == 11 ? no_zeros[(i / 32) % 8] : kind;
+      static constexpr int no_zeros[] = {0, 1, 2, 3, 5, 7, 8, 9, 10, 11};
+      const int family = kind == 12 ? int((i / 32) % 12) : kind == 13 ? no_zeros[(i / 32) % 10] : kind;
+      // Families 10 (q8) and 11 (q4): a block whose scale is an f16 value s exactly, its values
+      // one to three ulps beside (k + ½)·s, so that value / scale lies a hair from a rounding
+      // boundary (where a product with 1/s may round otherwise than the quotient).
+      if ((family == 10 || family == 11) && i % 32 == 0) s = std::ldexp(1.0f + float(g() % 1024) / 1024, int(g() % 12) - 10);
+      const auto beside = [&](float x) {
+        for (int n = 1 + int(g() % 3); n > 0; --n) x = std::nextafter(x, (g() & 1) ? 1e30f : -1e30f);
+        return x;
+      };
       switch (family) {
         case 0: break;                                                    // ordinary weights
         case 1: v = float(int(g() % 255) - 127) * 0.5f; break;           // ties on the grid
@@ -57,6 +66,8 @@ std::vector<std::vector<float>> hard_rows(std::int64_t cols, int rows, std::uint
         case 7: v = -std::fabs(normal(g)); break;                        // all negative
         case 8: v = float(g() % 16) * 0.125f - 1.0f; break;              // exact q4 steps
         case 9: v = normal(g) * 3e4f; break;                             // near the f16 range
+        case 10: v = i % 32 == 0 ? 127 * s : beside((float(int(g() % 255) - 127) + 0.5f) * s); break;
+        case 11: v = i % 32 == 0 ? -8 * s : i % 32 == 1 ? 7 * s : beside((float(g() % 15) - 7.5f) * s); break;
       }
       x[std::size_t(i)] = v;
     }
@@ -75,7 +86,7 @@ std::vector<std::vector<float>> hard_rows(std::int64_t cols, int rows, std::uint
 
 void expect_same_as_reference(dtype to) {
   const std::int64_t cols = 576;
-  const auto rows = hard_rows(cols, 60, 7);
+  const auto rows = hard_rows(cols, 70, 7);
   const std::size_t row_bytes = *storage_bytes(to, cols);
   std::vector<float> scratch(static_cast<std::size_t>(cols));
   level_restore restore;

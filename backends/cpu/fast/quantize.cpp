@@ -33,11 +33,16 @@ void quantize_row_from(dtype from, dtype to, const void* src, void* dst, std::in
 
 void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t cols) {
   const std::int64_t blocks = cols / quant_block, row_bytes = storage_bytes(t, cols).value_or(0);
-  if (cpu_isa::current() >= cpu_isa::level::avx512 && row_bytes * lane_rows <= INT32_MAX) {
-    const auto* in = reinterpret_cast<const std::uint8_t*>(rows);
-    auto* at = reinterpret_cast<std::uint8_t*>(out);
+  const auto* in = reinterpret_cast<const std::uint8_t*>(rows);
+  auto* at = reinterpret_cast<std::uint8_t*>(out);
+  const cpu_isa::level level = cpu_isa::current();
+  if (level >= cpu_isa::level::avx512 && row_bytes * lane_rows <= INT32_MAX) {  // (the gathers' offsets)
     if (t == dtype::q8) return group_to_lanes_q8_avx512(in, at, blocks, row_bytes);
     if (t == dtype::q4) return group_to_lanes_q4_avx512(in, at, blocks, row_bytes);
+  }
+  if (level >= cpu_isa::level::avx2) {
+    if (t == dtype::q8) return group_to_lanes_q8_avx2(in, at, blocks, row_bytes);
+    if (t == dtype::q4) return group_to_lanes_q4_avx2(in, at, blocks, row_bytes);
   }
   mpakt::group_to_lanes(t, rows, out, cols);
 }

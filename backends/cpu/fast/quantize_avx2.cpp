@@ -1,10 +1,12 @@
 // Quantize-on-load kernels for AVX2 (with F16C for the scales): the AVX-512 kernels' steps at
 // half the width, for the many volunteers whose CPUs stop at AVX2. Each block of 32 values
-// takes the reference's IEEE operations in the same order — the scale from the block's
-// extreme values divided by 127 (q8) or 15 (q4), rounded to f16 by F16C (nearest even, as
-// f32_to_f16 does for finite values), each value divided by the widened scale, rounded half
-// away from zero without std::round (t = trunc(v); v − t is exact at these magnitudes; one is
-// added away from zero when |v − t| ≥ 0.5), clamped, narrowed and packed.
+// gives the reference's bytes — the scale from the block's extreme values divided by 127 (q8)
+// or 15 (q4), rounded to f16 by F16C (nearest even, as f32_to_f16 does for finite values),
+// each value divided by the widened scale, rounded half away from zero without std::round
+// (t = trunc(v); v − t is exact at these magnitudes; one is added away from zero when
+// |v − t| ≥ 0.5), clamped, narrowed and packed. The division of each value is done as a
+// product with the scale's reciprocal where that cannot change the result (see
+// `round_away_checked`); a block with a value near a rounding boundary is divided again.
 
 #include <immintrin.h>
 
@@ -62,6 +64,23 @@ inline __m256 round_away(__m256 v) {
   return _mm256_blendv_ps(t, _mm256_add_ps(t, one_away), up);
 }
 
+/// round_away(v) for v = x · (1/d), the product standing in for the reference's x / d, and
+/// whether a lane lies too near a rounding boundary for the product to be trusted. Both
+/// roundings (of 1/d, then of the product) are within half an ulp, so v is within 3·2^−24·|v|
+/// of x / d's IEEE quotient: under 2^−14 while |v| < 256, the only magnitudes that are not
+/// clamped either way (|v| ≥ 128 gives ±127 for q8, v ≥ 16 or v < 0 the ends of q4's range).
+/// Rounding half away from zero changes only at k + ½, so a lane whose fraction is at least
+/// 2^−14 from ½ rounds as the quotient does; `near` gains the others.
+inline __m256 round_away_checked(__m256 v, __m256& near) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+  const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+  near = _mm256_or_ps(near, _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(frac, half)), _mm256_set1_ps(0x1p-14f), _CMP_LT_OQ));
+  const __m256 up = _mm256_cmp_ps(frac, half, _CMP_GE_OQ);
+  const __m256 one_away = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+  return _mm256_add_ps(t, _mm256_and_ps(up, one_away));
+}
+
 /// Four registers of whole numbers in [−128, 127] (values 0–31 in order) → 32 bytes in order.
 inline __m256i narrow_in_order(const __m256* q) {
   const __m256i w01 = _mm256_packs_epi32(_mm256_cvttps_epi32(q[0]), _mm256_cvttps_epi32(q[1]));
@@ -70,9 +89,185 @@ inline __m256i narrow_in_order(const __m256* q) {
   return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w01, w23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+/// q8 from bf16 words, the common case of a load (checkpoints are published in bf16). The
+/// block's largest magnitude is found on the words themselves (a bf16 value's magnitude bits
+/// order as integers; any above 0x7f7f is NaN or ±∞): eight blocks' per-lane maxima reduced
+/// together. Each value's quotient is a product with the scale's reciprocal, rounded to
+/// nearest; where that lies within 2^−14 of k + ½ the block is divided as the reference does
+/// (see round_away_checked: otherwise both round alike, ties included). The words are widened
+/// by interleaving with zeros, which the later narrowing packs undo.
+bool quantize_q8_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int64_t blocks) {
+  const __m256i magnitude = _mm256_set1_epi16(0x7fff), zero = _mm256_setzero_si256();
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 trusted = _mm256_set1_ps(0.5f - 0x1p-14f);
+  const __m256i lowest = _mm256_set1_epi8(-127);
+  for (std::int64_t b = 0; b < blocks; b += 8) {
+    const int count = int(std::min<std::int64_t>(8, blocks - b));
+    const std::uint16_t* p = src + b * 32;
+    __m128i m[8];
+    for (int i = 0; i < 8; ++i) {
+      if (i >= count) {
+        m[i] = _mm_setzero_si128();
+        continue;
+      }
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i + 16));
+      const __m256i a = _mm256_max_epu16(_mm256_and_si256(w0, magnitude), _mm256_and_si256(w1, magnitude));
+      m[i] = _mm_max_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    }
+    // blocks (2k, 2k+1) interleaved in 16-bit lanes, then pairs of those in 32-bit, then 64-bit:
+    // each step a maximum over twice the lanes, ending with block i's maximum in lane i
+    __m128i u[4], v[2];
+    for (int k = 0; k < 4; ++k)
+      u[k] = _mm_max_epu16(_mm_unpacklo_epi16(m[2 * k], m[2 * k + 1]), _mm_unpackhi_epi16(m[2 * k], m[2 * k + 1]));
+    for (int k = 0; k < 2; ++k)
+      v[k] = _mm_max_epu16(_mm_unpacklo_epi32(u[2 * k], u[2 * k + 1]), _mm_unpackhi_epi32(u[2 * k], u[2 * k + 1]));
+    const __m128i amax_bits = _mm_max_epu16(_mm_unpacklo_epi64(v[0], v[1]), _mm_unpackhi_epi64(v[0], v[1]));
+    if (_mm_movemask_epi8(_mm_cmpgt_epi16(amax_bits, _mm_set1_epi16(0x7f7f))) != 0) return false;
+    const __m256 amax = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(amax_bits), 16));
+    const __m128i d16 = _mm256_cvtps_ph(_mm256_div_ps(amax, _mm256_set1_ps(127.0f)), _MM_FROUND_TO_NEAREST_INT);
+    const __m256 dw = _mm256_cvtph_ps(d16);
+    alignas(32) float d[8], inv[8];
+    alignas(16) std::uint16_t d16s[8];
+    _mm256_store_ps(d, dw);
+    _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), dw));
+    _mm_store_si128(reinterpret_cast<__m128i*>(d16s), d16);
+    for (int i = 0; i < count; ++i) {
+      std::uint8_t* blk = dst + (b + i) * 34;
+      __builtin_memcpy(blk, &d16s[i], 2);
+      if (d[i] == 0) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), _mm256_setzero_si256());
+        continue;
+      }
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i + 16));
+      // values 0–3 | 8–11, 4–7 | 12–15, 16–19 | 24–27, 20–23 | 28–31
+      const __m256 x[4] = {_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w0)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w0)),
+                           _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w1)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w1))};
+      const __m256 iv = _mm256_set1_ps(inv[i]);
+      __m256 r[4], off = _mm256_setzero_ps();
+      for (int k = 0; k < 4; ++k) {
+        const __m256 v = _mm256_mul_ps(x[k], iv);
+        r[k] = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        off = _mm256_max_ps(off, _mm256_andnot_ps(sign, _mm256_sub_ps(v, r[k])));
+      }
+      if (_mm256_movemask_ps(_mm256_cmp_ps(off, trusted, _CMP_GT_OQ)) != 0) {
+        const __m256 dv = _mm256_set1_ps(d[i]);
+        for (int k = 0; k < 4; ++k) r[k] = round_away(_mm256_div_ps(x[k], dv));
+      }
+      // |quotient| < 2^8 (the scale is at least amax / 127 less a rounding), so the packs
+      // saturate only past ±127: the lower end is −127, not −128
+      const __m256i lo = _mm256_packs_epi32(_mm256_cvttps_epi32(r[0]), _mm256_cvttps_epi32(r[1]));  // 0–7 | 8–15
+      const __m256i hi = _mm256_packs_epi32(_mm256_cvttps_epi32(r[2]), _mm256_cvttps_epi32(r[3]));  // 16–23 | 24–31
+      const __m256i bytes = _mm256_max_epi8(_mm256_packs_epi16(lo, hi), lowest);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), _mm256_permute4x64_epi64(bytes, 0xd8));
+    }
+  }
+  return true;
+}
+
+/// Signed 16-bit keys of bf16 words that order as the values do (negative values' magnitude
+/// bits flipped; −0 comes just below +0). The same steps turn a key back into its word.
+inline __m256i order_key(__m256i w) { return _mm256_xor_si256(w, _mm256_and_si256(_mm256_srai_epi16(w, 15), _mm256_set1_epi16(0x7fff))); }
+inline __m128i order_key(__m128i w) { return _mm_xor_si128(w, _mm_and_si128(_mm_srai_epi16(w, 15), _mm_set1_epi16(0x7fff))); }
+
+/// Eight blocks' per-lane extremes (eight 16-bit lanes each) → block i's extreme in lane i.
+template <class Pick>
+inline __m128i reduce8(const __m128i* m, Pick pick) {
+  __m128i u[4], v[2];
+  for (int k = 0; k < 4; ++k) u[k] = pick(_mm_unpacklo_epi16(m[2 * k], m[2 * k + 1]), _mm_unpackhi_epi16(m[2 * k], m[2 * k + 1]));
+  for (int k = 0; k < 2; ++k) v[k] = pick(_mm_unpacklo_epi32(u[2 * k], u[2 * k + 1]), _mm_unpackhi_epi32(u[2 * k], u[2 * k + 1]));
+  return pick(_mm_unpacklo_epi64(v[0], v[1]), _mm_unpackhi_epi64(v[0], v[1]));
+}
+
+/// 16-bit words (bf16 bits, eight) → f32 values.
+inline __m256 widen8(__m128i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(w), 16)); }
+
+/// q4 from bf16 words, as quantize_q8_bf16_avx2: each block's extremes found on order keys
+/// (a key past +FLT_MAX's or below −FLT_MAX's is NaN or ±∞), eight blocks reduced together;
+/// the products with the scale's reciprocal trusted where not within 2^−14 of k + ½.
+bool quantize_q4_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int64_t blocks) {
+  const __m256i zero_i = _mm256_setzero_si256();
+  const __m256 zero = _mm256_setzero_ps(), fifteen = _mm256_set1_ps(15.0f), sign = _mm256_set1_ps(-0.0f);
+  const __m256 trusted = _mm256_set1_ps(0.5f - 0x1p-14f);
+  const auto pmin = [](__m128i a, __m128i b) { return _mm_min_epi16(a, b); };
+  const auto pmax = [](__m128i a, __m128i b) { return _mm_max_epi16(a, b); };
+  for (std::int64_t b = 0; b < blocks; b += 8) {
+    const int count = int(std::min<std::int64_t>(8, blocks - b));
+    const std::uint16_t* p = src + b * 32;
+    __m128i lo_k[8], hi_k[8];
+    for (int i = 0; i < 8; ++i) {
+      if (i >= count) {
+        lo_k[i] = hi_k[i] = _mm_set1_epi16(0x3f80);  // 1.0: past the last block, never used
+        continue;
+      }
+      const __m256i k0 = order_key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i)));
+      const __m256i k1 = order_key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i + 16)));
+      const __m256i lo = _mm256_min_epi16(k0, k1), hi = _mm256_max_epi16(k0, k1);
+      lo_k[i] = _mm_min_epi16(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+      hi_k[i] = _mm_max_epi16(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+    }
+    const __m128i lo_keys = reduce8(lo_k, pmin), hi_keys = reduce8(hi_k, pmax);
+    const __m128i bad = _mm_or_si128(_mm_cmpgt_epi16(hi_keys, _mm_set1_epi16(0x7f7f)),
+                                     _mm_cmplt_epi16(lo_keys, _mm_set1_epi16(std::int16_t(0x8080))));
+    if (_mm_movemask_epi8(bad) != 0) return false;
+    const __m256 lov = widen8(order_key(lo_keys)), hiv = widen8(order_key(hi_keys));
+    // (which zero the reference keeps depends on order)
+    if (_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(lov, zero, _CMP_EQ_OQ), _mm256_cmp_ps(hiv, zero, _CMP_EQ_OQ))) != 0) return false;
+    const __m128i d16 = _mm256_cvtps_ph(_mm256_div_ps(_mm256_sub_ps(hiv, lov), fifteen), _MM_FROUND_TO_NEAREST_INT);
+    const __m128i m16 = _mm256_cvtps_ph(lov, _MM_FROUND_TO_NEAREST_INT);
+    const __m256 dw = _mm256_cvtph_ps(d16);
+    alignas(32) float d[8], m[8], inv[8];
+    alignas(16) std::uint16_t d16s[8], m16s[8];
+    _mm256_store_ps(d, dw);
+    _mm256_store_ps(m, _mm256_cvtph_ps(m16));
+    _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), dw));
+    _mm_store_si128(reinterpret_cast<__m128i*>(d16s), d16);
+    _mm_store_si128(reinterpret_cast<__m128i*>(m16s), m16);
+    for (int i = 0; i < count; ++i) {
+      std::uint8_t* blk = dst + (b + i) * 20;
+      __builtin_memcpy(blk, &d16s[i], 2);
+      __builtin_memcpy(blk + 2, &m16s[i], 2);
+      if (d[i] == 0) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm_setzero_si128());
+        continue;
+      }
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i + 16));
+      const __m256 mv = _mm256_set1_ps(m[i]), iv = _mm256_set1_ps(inv[i]);
+      // values 0–3 | 8–11, 4–7 | 12–15, 16–19 | 24–27, 20–23 | 28–31, less the minimum
+      __m256 x[4] = {_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero_i, w0)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero_i, w0)),
+                     _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero_i, w1)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero_i, w1))};
+      __m256 r[4], off = _mm256_setzero_ps();
+      for (int k = 0; k < 4; ++k) {
+        x[k] = _mm256_sub_ps(x[k], mv);
+        const __m256 v = _mm256_mul_ps(x[k], iv);
+        r[k] = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        off = _mm256_max_ps(off, _mm256_andnot_ps(sign, _mm256_sub_ps(v, r[k])));
+      }
+      if (_mm256_movemask_ps(_mm256_cmp_ps(off, trusted, _CMP_GT_OQ)) != 0) {
+        const __m256 dv = _mm256_set1_ps(d[i]);
+        for (int k = 0; k < 4; ++k) r[k] = round_away(_mm256_div_ps(x[k], dv));
+      }
+      for (int k = 0; k < 4; ++k) r[k] = _mm256_min_ps(_mm256_max_ps(r[k], zero), fifteen);
+      const __m256i lo = _mm256_packs_epi32(_mm256_cvttps_epi32(r[0]), _mm256_cvttps_epi32(r[1]));  // 0–7 | 8–15
+      const __m256i hi = _mm256_packs_epi32(_mm256_cvttps_epi32(r[2]), _mm256_cvttps_epi32(r[3]));  // 16–23 | 24–31
+      // bytes 0–7, 16–23 | 8–15, 24–31; as 16-bit pairs (2i, 2i+1) joined into a byte each
+      const __m256i pairs = _mm256_packus_epi16(lo, hi);
+      const __m256i joined = _mm256_or_si256(_mm256_and_si256(pairs, _mm256_set1_epi16(0x00ff)), _mm256_slli_epi16(_mm256_srli_epi16(pairs, 8), 4));
+      // dwords: values 0–7, 16–23, 0, 0 | 8–15, 24–31, 0, 0
+      const __m256i nibbles = _mm256_packus_epi16(joined, zero_i);
+      const __m256i in_order = _mm256_permutevar8x32_epi32(nibbles, _mm256_setr_epi32(0, 4, 1, 5, 2, 3, 6, 7));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm256_castsi256_si128(in_order));
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 bool quantize_q8_row_avx2(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
+  if (from == quant_source::bf16) return quantize_q8_bf16_avx2(static_cast<const std::uint16_t*>(src), dst, n / 32);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 lo_q = _mm256_set1_ps(-127.0f), hi_q = _mm256_set1_ps(127.0f);
   const std::int64_t blocks = n / 32;
@@ -91,9 +286,11 @@ bool quantize_q8_row_avx2(const void* src, quant_source from, std::uint8_t* dst,
       amax[i] = hmax(_mm256_max_ps(m01, m23));
     }
     const __m128i d16 = _mm256_cvtps_ph(_mm256_div_ps(_mm256_load_ps(amax), _mm256_set1_ps(127.0f)), _MM_FROUND_TO_NEAREST_INT);
-    alignas(32) float d[8];
+    alignas(32) float d[8], inv[8];
     alignas(16) std::uint16_t d16s[8];
-    _mm256_store_ps(d, _mm256_cvtph_ps(d16));
+    const __m256 dw = _mm256_cvtph_ps(d16);
+    _mm256_store_ps(d, dw);
+    _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), dw));
     _mm_store_si128(reinterpret_cast<__m128i*>(d16s), d16);
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 34;
@@ -104,9 +301,14 @@ bool quantize_q8_row_avx2(const void* src, quant_source from, std::uint8_t* dst,
       }
       __m256 x[4];
       load32(src, from, (b + i) * 32, x);
-      const __m256 dv = _mm256_set1_ps(d[i]);
-      __m256 q[4];
-      for (int k = 0; k < 4; ++k) q[k] = _mm256_min_ps(_mm256_max_ps(round_away(_mm256_div_ps(x[k], dv)), lo_q), hi_q);
+      const __m256 iv = _mm256_set1_ps(inv[i]);
+      __m256 q[4], near = _mm256_setzero_ps();
+      for (int k = 0; k < 4; ++k) q[k] = round_away_checked(_mm256_mul_ps(x[k], iv), near);
+      if (_mm256_movemask_ps(near) != 0) {
+        const __m256 dv = _mm256_set1_ps(d[i]);
+        for (int k = 0; k < 4; ++k) q[k] = round_away(_mm256_div_ps(x[k], dv));
+      }
+      for (int k = 0; k < 4; ++k) q[k] = _mm256_min_ps(_mm256_max_ps(q[k], lo_q), hi_q);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), narrow_in_order(q));
     }
   }
@@ -114,6 +316,7 @@ bool quantize_q8_row_avx2(const void* src, quant_source from, std::uint8_t* dst,
 }
 
 bool quantize_q4_row_avx2(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
+  if (from == quant_source::bf16) return quantize_q4_bf16_avx2(static_cast<const std::uint16_t*>(src), dst, n / 32);
   const __m256 zero = _mm256_setzero_ps(), fifteen = _mm256_set1_ps(15.0f);
   const std::int64_t blocks = n / 32;
   // Eight blocks at a time, as q8: extremes, then their scales and minimums together.
@@ -131,9 +334,11 @@ bool quantize_q4_row_avx2(const void* src, quant_source from, std::uint8_t* dst,
     const __m256 lov = _mm256_load_ps(lo), hiv = _mm256_load_ps(hi);
     const __m128i d16 = _mm256_cvtps_ph(_mm256_div_ps(_mm256_sub_ps(hiv, lov), fifteen), _MM_FROUND_TO_NEAREST_INT);
     const __m128i m16 = _mm256_cvtps_ph(lov, _MM_FROUND_TO_NEAREST_INT);
-    alignas(32) float d[8], m[8];
+    alignas(32) float d[8], m[8], inv[8];
     alignas(16) std::uint16_t d16s[8], m16s[8];
-    _mm256_store_ps(d, _mm256_cvtph_ps(d16));
+    const __m256 dw = _mm256_cvtph_ps(d16);
+    _mm256_store_ps(d, dw);
+    _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), dw));
     _mm256_store_ps(m, _mm256_cvtph_ps(m16));
     _mm_store_si128(reinterpret_cast<__m128i*>(d16s), d16);
     _mm_store_si128(reinterpret_cast<__m128i*>(m16s), m16);
@@ -147,10 +352,17 @@ bool quantize_q4_row_avx2(const void* src, quant_source from, std::uint8_t* dst,
       }
       __m256 x[4];
       load32(src, from, (b + i) * 32, x);
-      const __m256 dv = _mm256_set1_ps(d[i]), mv = _mm256_set1_ps(m[i]);
-      __m256 q[4];
-      for (int k = 0; k < 4; ++k)
-        q[k] = _mm256_min_ps(_mm256_max_ps(round_away(_mm256_div_ps(_mm256_sub_ps(x[k], mv), dv)), zero), fifteen);
+      const __m256 iv = _mm256_set1_ps(inv[i]), mv = _mm256_set1_ps(m[i]);
+      __m256 q[4], near = _mm256_setzero_ps();
+      for (int k = 0; k < 4; ++k) {
+        x[k] = _mm256_sub_ps(x[k], mv);
+        q[k] = round_away_checked(_mm256_mul_ps(x[k], iv), near);
+      }
+      if (_mm256_movemask_ps(near) != 0) {
+        const __m256 dv = _mm256_set1_ps(d[i]);
+        for (int k = 0; k < 4; ++k) q[k] = round_away(_mm256_div_ps(x[k], dv));
+      }
+      for (int k = 0; k < 4; ++k) q[k] = _mm256_min_ps(_mm256_max_ps(q[k], zero), fifteen);
       // Byte i of the block = value 2i | value 2i+1 << 4: the values in order as bytes, pairs
       // as 16-bit lanes, each pair joined and narrowed.
       const __m256i pairs = narrow_in_order(q);
@@ -161,6 +373,75 @@ bool quantize_q4_row_avx2(const void* src, quant_source from, std::uint8_t* dst,
     }
   }
   return true;
+}
+
+namespace {
+
+/// Transposes eight rows of eight dwords: t[k] gets dword k of every row, row l in dword l.
+inline void transpose8x8(const __m256i* r, __m256i* t) {
+  __m256i a[8], b[8];
+  for (int i = 0; i < 4; ++i) {
+    a[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);      // r0k0 r1k0 r0k1 r1k1 | k4 k5
+    a[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);  // k2 k3 | k6 k7
+  }
+  for (int i = 0; i < 2; ++i) {
+    b[4 * i] = _mm256_unpacklo_epi64(a[4 * i], a[4 * i + 2]);          // k0 of 4 rows | k4
+    b[4 * i + 1] = _mm256_unpackhi_epi64(a[4 * i], a[4 * i + 2]);      // k1 | k5
+    b[4 * i + 2] = _mm256_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);  // k2 | k6
+    b[4 * i + 3] = _mm256_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);  // k3 | k7
+  }
+  for (int k = 0; k < 4; ++k) {
+    t[k] = _mm256_permute2x128_si256(b[k], b[4 + k], 0x20);
+    t[k + 4] = _mm256_permute2x128_si256(b[k], b[4 + k], 0x31);
+  }
+}
+
+}  // namespace
+
+void group_to_lanes_q8_avx2(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes) {
+  // Per row, one vpshufb puts each 128-bit half's even values, then its odd ones, in dwords:
+  // E0 E1 O0 O1 | E2 E3 O2 O3 (Ej: values 8j, 8j+2, 8j+4, 8j+6; Oj the odd ones); the XOR
+  // makes them unsigned. Eight rows' dwords transposed give eight runs' halves.
+  const __m256i order = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,  //
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i flip = _mm256_set1_epi8(char(0x80));
+  constexpr int run_of_dword[8] = {0, 1, 4, 5, 2, 3, 6, 7};
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* blk = rows + b * 34;
+    std::uint8_t* o = out + b * 544;
+    for (int l = 0; l < 16; ++l) __builtin_memcpy(o + 2 * l, blk + l * row_bytes, 2);
+    for (int h = 0; h < 2; ++h) {
+      __m256i r[8], t[8];
+      for (int l = 0; l < 8; ++l) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + (8 * h + l) * row_bytes + 2));
+        r[l] = _mm256_xor_si256(_mm256_shuffle_epi8(v, order), flip);
+      }
+      transpose8x8(r, t);
+      for (int k = 0; k < 8; ++k) _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 + 64 * run_of_dword[k] + 32 * h), t[k]);
+    }
+  }
+}
+
+void group_to_lanes_q4_avx2(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes) {
+  // Run j is dword j of each row's sixteen bytes of nibbles: four rows' dwords transposed at a
+  // time; the scales and minimums are copied.
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* blk = rows + b * 20;
+    std::uint8_t* o = out + b * 320;
+    for (int l = 0; l < 16; ++l) {
+      __builtin_memcpy(o + 2 * l, blk + l * row_bytes, 2);
+      __builtin_memcpy(o + 32 + 2 * l, blk + l * row_bytes + 2, 2);
+    }
+    for (int g = 0; g < 4; ++g) {
+      __m128i r[4];
+      for (int l = 0; l < 4; ++l) r[l] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (4 * g + l) * row_bytes + 4));
+      const __m128i a0 = _mm_unpacklo_epi32(r[0], r[1]), a1 = _mm_unpackhi_epi32(r[0], r[1]);
+      const __m128i a2 = _mm_unpacklo_epi32(r[2], r[3]), a3 = _mm_unpackhi_epi32(r[2], r[3]);
+      const __m128i t[4] = {_mm_unpacklo_epi64(a0, a2), _mm_unpackhi_epi64(a0, a2), _mm_unpacklo_epi64(a1, a3),
+                            _mm_unpackhi_epi64(a1, a3)};
+      for (int j = 0; j < 4; ++j) _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 64 + 64 * j + 16 * g), t[j]);
+    }
+  }
 }
 
 }  // namespace mpakt::cpu_fast

@@ -30,5 +30,8 @@ bool quantize_q4_row_avx2(const void* src, quant_source from, std::uint8_t* dst,
 /// group_to_lanes: the same bytes).
 void group_to_lanes_q8_avx512(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes);
 void group_to_lanes_q4_avx512(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes);
+/// The same two on AVX2.
+void group_to_lanes_q8_avx2(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes);
+void group_to_lanes_q4_avx2(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes);
 
 }  // namespace mpakt::cpu_fast
