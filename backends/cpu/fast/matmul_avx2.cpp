@@ -155,7 +155,8 @@ void float_tile_rows(const float_product& a, int rt, i64 r0, i64 n0, i64 dn) {
 /// Weight rows n0, n0 + dn, … (NT of them) against every activation row.
 template <wtype T, int NT>
 void float_columns(const float_product& a, i64 n0, i64 dn) {
-  constexpr int RT = NT == 3 ? 4 : NT == 2 ? 3 : 6;  // (NT 2: decode; NT 1: the columns left over)
+  // (NT 4: one-row decode; NT 2: two or three rows; NT 1: the columns left over)
+  constexpr int RT = NT == 3 ? 4 : NT == 2 ? 3 : NT == 4 ? 1 : 6;
   for (i64 r0 = 0; r0 < a.rows; r0 += RT) float_tile_rows<T, NT, RT>(a, int(min_i64(RT, a.rows - r0)), r0, n0, dn);
 }
 
@@ -173,11 +174,14 @@ inline void order_run(const float* src, float* dst) {
 
 #include "backends/cpu/fast/bf16_order.inc"
 
-/// Decode (up to 3 rows) reads each thread's columns as two sequential streams, a weight row
-/// from each half of its range at a time: four adjacent rows a tile (four streams 1–3 KB apart)
-/// drew a tenth to a fifth less bandwidth on a Zen 3, and one row at a time leaves a single
-/// chain of dependent multiply-adds (eight values of k per four cycles' latency), which bounds
-/// a thread below its memory's rate on a Zen 4. Batched and verify steps take three adjacent
+/// Decode (one row) reads each thread's columns as four sequential streams, a weight row from
+/// each quarter of its range at a time; two and three rows, two streams (halves). Four
+/// adjacent rows a tile (four streams 1–3 KB apart) drew a tenth to a fifth less bandwidth on
+/// a Zen 3, and one row at a time leaves a single chain of dependent multiply-adds (eight
+/// values of k per four cycles' latency), which bounds a thread below its memory's rate on a
+/// Zen 4. Two chains still bound a Zen 1 core (multiply-adds of five cycles' latency, 256-bit
+/// operations as two halves): four long streams decoded the SmolLM2 shape 1.35× faster on
+/// one thread, 1.2× on two, than two. Batched and verify steps take three adjacent
 /// weight rows against four activation rows, the widest tile whose sums, weights and one
 /// activation fit AVX2's sixteen registers. Every tile sums each output in the same order, so
 /// the shape of the tile never changes a bit.
@@ -188,10 +192,14 @@ void float_range(const float_product& in, i64 n_begin, i64 n_end) {
   i64 n0 = n_begin;
   if (a.rows > 3) {
     for (; n0 + 3 <= n_end; n0 += 3) float_columns<T, 3>(a, n0, 1);
-  } else {
+  } else if (a.rows > 1) {
     const i64 half = (n_end - n_begin) / 2;
     for (; n0 < n_begin + half; ++n0) float_columns<T, 2>(a, n0, half);
     n0 = n_begin + 2 * half;
+  } else {
+    const i64 quarter = (n_end - n_begin) / 4;
+    for (; n0 < n_begin + quarter; ++n0) float_columns<T, 4>(a, n0, quarter);
+    n0 = n_begin + 4 * quarter;
   }
   for (; n0 < n_end; ++n0) float_columns<T, 1>(a, n0, 1);
 }
