@@ -86,17 +86,21 @@ struct client::impl {
     const std::function<bool(std::string_view)>* sink = nullptr;
     std::span<const std::span<char>> parts;
     std::uint64_t* received = nullptr;
+    const std::function<void(std::size_t)>* filled = nullptr;  ///< (mode::into) a part is full
   };
 
   /// A write position over the caller's parts (mode::into).
   struct parts_cursor {
     std::span<const std::span<char>> parts;
+    const std::function<void(std::size_t)>* filled = nullptr;
     std::size_t part = 0;
     std::size_t offset = 0;  ///< within parts[part]
 
-    /// Where the next bytes go: the rest of the current part (empty when all are full).
+    /// Where the next bytes go: the rest of the current part (empty when all are full). The
+    /// parts it passes, full, are announced to `filled` first.
     std::span<char> room() {
       while (part < parts.size() && offset == parts[part].size()) {
+        if (filled) (*filled)(part);
         ++part;
         offset = 0;
       }
@@ -437,7 +441,7 @@ struct client::impl {
                         const body_target& t, bool& reusable) {
     std::uint64_t cap = 0;
     for (const auto& part : t.parts) cap += part.size();
-    parts_cursor cur{t.parts};
+    parts_cursor cur{t.parts, t.filled};
     const auto more_than_asked = [&] {
       return make_error(errc::conflict, "GET " + u.str() + ": the answer has more bytes than the " + std::to_string(cap) +
                                             " asked for");
@@ -452,6 +456,7 @@ struct client::impl {
         return !over;
       }));
       if (over) return more_than_asked();
+      cur.room();  // (announces the parts the body filled)
       *t.received = got;
       reusable = p.is_done();
       return ok_status();
@@ -481,6 +486,7 @@ struct client::impl {
       cur.advance(n);
       done += n;
     }
+    cur.room();  // (announces the parts the body filled)
     *t.received = done;
     reusable = true;
     return ok_status();
@@ -557,11 +563,13 @@ result<client_response> client::get_stream(const std::string& url, std::optional
 }
 
 result<client_response> client::get_range_into(const std::string& url, byte_range range,
-                                               std::span<const std::span<char>> parts, std::uint64_t& received) {
+                                               std::span<const std::span<char>> parts, std::uint64_t& received,
+                                               const std::function<void(std::size_t)>* filled) {
   received = 0;
   impl::body_target t;
   t.parts = parts;
   t.received = &received;
+  t.filled = filled;
   return p_->perform(url, impl::mode::into, range, t);
 }
 

@@ -99,9 +99,12 @@ class client {
   /// fast path for weights. `received` is set to the bytes written. Only a 206 answer fills
   /// the parts; anything else comes back as get_stream's would (status set, parts untouched).
   /// A body longer than the parts is errc::conflict ("more bytes than asked for") and the
-  /// parts are not to be trusted; so is anything read before an error mid-body.
+  /// parts are not to be trusted; so is anything read before an error mid-body. `filled`,
+  /// when given, is called with a part's index once it holds all its bytes, before any byte
+  /// of a later part is written (so one buffer may be named as several parts in a row).
   result<client_response> get_range_into(const std::string& url, byte_range range, std::span<const std::span<char>> parts,
-                                         std::uint64_t& received);
+                                         std::uint64_t& received,
+                                         const std::function<void(std::size_t)>* filled = nullptr);
 
  private:
   struct impl;

@@ -215,8 +215,10 @@ void host_fetcher::run_thread() {
 }
 
 result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tensor_fetch& f, std::string& window) {
-  // Rows converted as they come are read this many bytes at a time (one range request each,
-  // with whatever parts lie before them): a few MB, so they are still in cache when quantized.
+  // Rows converted as they come pass through this many bytes of the thread's window at a
+  // time: a few MB, so they are still in cache when quantized. The whole range is one
+  // request; the window is named as one part after another, each converted as soon as it is
+  // full (part_filled), before the next fills it.
   constexpr std::uint64_t window_bytes = 2 << 20;
   range out;
   const std::size_t n = f.parts.size();
@@ -227,32 +229,24 @@ result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tenso
   out.in_place.reserve(n);
   out.converted.reserve(n);
   std::vector<tensor> held;  // the destinations written into: alive until the read is over
-  std::vector<std::span<char>> spans;  // read by the next request
-  std::uint64_t at = f.first, pending = 0;
+  std::vector<std::span<char>> spans;  // read by one request
+  /// The rows a window part holds, converted when it is full.
+  struct rows_in_window {
+    std::size_t span;
+    row_converter rows;
+    std::uint64_t first_row, count;
+  };
+  std::vector<rows_in_window> windows;
+  std::uint64_t pending = 0;
   const std::string which = "tensor " + f.parts.front().name + " (bytes " + std::to_string(f.first) + "+" +
                             std::to_string(f.length) + " of " + f.location + ")";
-  const auto read = [&]() -> status {
-    if (pending == 0) return ok_status();
-    auto got = read_range_into_retrying(reader, f.location, at, spans);
-    if (!got) {
-      error e = std::move(got).err();
-      e.message = which + ": " + e.message;
-      return e;
-    }
-    if (*got != pending)
-      return invalid(which + ": the file ends after " + std::to_string(at - f.first + *got) + " of them");
-    at += pending;
-    pending = 0;
-    spans.clear();
-    return ok_status();
-  };
   const auto add_span = [&](char* p, std::uint64_t len) {
     if (len == 0) return;
     spans.emplace_back(p, std::size_t(len));
     pending += len;
   };
   status ok = ok_status();
-  for (std::size_t i = 0; i < n && ok; ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     const auto& p = f.parts[i];
     destination d = destination_of(f.model_id, p.name);
     out.tails.emplace_back();
@@ -280,21 +274,40 @@ result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tenso
     out.bytes.emplace_back(std::size_t(head), '\0');
     add_span(out.bytes.back().data(), head);
     const std::uint64_t first_row = (p.offset + head) / rb, per = std::max<std::uint64_t>(1, window_bytes / rb);
-    for (std::uint64_t k = 0, m; k < whole && ok; k += m) {
+    for (std::uint64_t k = 0, m; k < whole; k += m) {
       m = std::min(per, whole - k);
       // (a window ends where a group of 16 rows does when it can: in lanes a whole group is
       // written at once, a cut one a row at a time)
       if (m < whole - k && m > std::uint64_t(lane_rows)) m -= (first_row + k + m) % lane_rows;
       if (window.size() < m * rb) window.resize(std::size_t(m * rb));
+      windows.push_back({spans.size(), rows, first_row + k, m});
       add_span(window.data(), m * rb);
-      ok = read();
-      if (ok) rows.convert(first_row + k, window.data(), m);
     }
     out.converted.back() = whole * rb;
     out.tails.back().resize(std::size_t(p.length - head - whole * rb));
     add_span(out.tails.back().data(), out.tails.back().size());
   }
-  if (ok) ok = read();
+  if (pending > 0) {
+    // (a window part is named after window's last resize: every span into it is valid)
+    for (const auto& w : windows) spans[w.span] = std::span<char>(window.data(), spans[w.span].size());
+    std::size_t next = 0;  // the first window part not yet converted in this attempt
+    const part_filled convert = [&](std::size_t part) {
+      if (next < windows.size() && windows[next].span == part) {
+        const auto& w = windows[next++];
+        w.rows.convert(w.first_row, window.data(), w.count);
+      }
+    };
+    // (a retry fills every part again, from the first)
+    auto got = read_range_into_retrying(reader, f.location, f.first, spans, [&] { next = 0; },
+                                        windows.empty() ? part_filled{} : convert);
+    if (!got) {
+      error e = std::move(got).err();
+      e.message = which + ": " + e.message;
+      ok = e;
+    } else if (*got != pending) {
+      ok = invalid(which + ": the file ends after " + std::to_string(*got) + " of them");
+    }
+  }
   // (a window grown past its size for rows longer than it is not kept for the thread's life)
   if (window.size() > window_bytes) std::string().swap(window);
   if (!ok) {

@@ -164,14 +164,14 @@ class http_reader final : public byte_reader {
   }
 
   result<std::uint64_t> read_range_into(const std::string& url, std::uint64_t first,
-                                        std::span<const std::span<char>> parts) override {
+                                        std::span<const std::span<char>> parts, const part_filled& filled) override {
     std::uint64_t length = 0;
     for (const auto& p : parts) length += p.size();
     if (length == 0) return std::uint64_t(0);
     ++requests_;
     const http::byte_range range{first, first + length - 1};
     std::uint64_t got = 0;
-    auto r = client_.get_range_into(url, range, parts, got);
+    auto r = client_.get_range_into(url, range, parts, got, filled ? &filled : nullptr);
     if (!r && r.err().code == errc::conflict) return no_range(url, "it sent more bytes than the range asked for");
     if (!r) return client_error(url, std::move(r).err(), trusted(url));
     note_commit(*r);

@@ -40,15 +40,17 @@ class local_reader final : public byte_reader {
   }
 
   result<std::uint64_t> read_range_into(const std::string& location, std::uint64_t first,
-                                        std::span<const std::span<char>> parts) override {
+                                        std::span<const std::span<char>> parts, const part_filled& filled) override {
     auto f = open(location);
     if (!f) return std::move(f).err();
     auto size = file_size(f->get(), location);
     if (!size) return std::move(size).err();
     const int fd = fileno(f->get());
     std::uint64_t pos = first, read = 0;
-    for (const auto& part : parts) {
-      for (std::size_t at = 0; at < part.size() && pos < *size;) {
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const auto& part = parts[i];
+      std::size_t at = 0;
+      for (; at < part.size() && pos < *size;) {
         const std::size_t want = std::size_t(std::min<std::uint64_t>(part.size() - at, *size - pos));
         const ssize_t n = ::pread(fd, part.data() + at, want, off_t(pos));
         if (n < 0 && errno == EINTR) continue;
@@ -58,6 +60,8 @@ class local_reader final : public byte_reader {
         pos += std::uint64_t(n);
         read += std::uint64_t(n);
       }
+      if (at < part.size()) break;  // (the file ended)
+      if (filled) filled(i);
     }
     return read;
   }

@@ -11,6 +11,7 @@
 /// destroyed when it ends; an HTTP reader keeps one connection alive between its calls.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -27,6 +28,11 @@ struct range_read {
   std::optional<std::uint64_t> file_size;  ///< the whole file's size, when the source says
 };
 
+/// Called with a part's index as soon as that part of a read_range_into holds all its bytes,
+/// in order, before any byte of a later part is written: a caller may name one buffer as
+/// several parts in a row, using each up (converting it) before the next fills it.
+using part_filled = std::function<void(std::size_t part)>;
+
 class byte_reader {
  public:
   virtual ~byte_reader() = default;
@@ -42,10 +48,11 @@ class byte_reader {
   /// up, straight into `parts` one after another: the buffers that then travel to a worker,
   /// with no copy on the way where the reader can avoid one (both of ours do). Returns the
   /// bytes read: fewer only when the file ends first. Errors as read_range; after an error
-  /// the parts hold nothing to trust. This default reads with read_range and copies (fakes
-  /// in tests).
+  /// the parts hold nothing to trust. `filled`, when set, hears of each part filled (never
+  /// of a part the file ended in). This default reads with read_range and copies (fakes in
+  /// tests).
   virtual result<std::uint64_t> read_range_into(const std::string& location, std::uint64_t first,
-                                                std::span<const std::span<char>> parts);
+                                                std::span<const std::span<char>> parts, const part_filled& filled);
 
   /// Reads a whole small file (an index JSON) of at most `max_bytes`; errc::not_found as above,
   /// errc::too_large past the limit.

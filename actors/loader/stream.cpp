@@ -19,10 +19,10 @@ bool transient(const error& e) { return e.code == errc::unavailable || e.code ==
 
 result<std::uint64_t> read_range_into_retrying(byte_reader& reader, const std::string& location, std::uint64_t first,
                                                std::span<const std::span<char>> parts,
-                                               const std::function<void()>& each_request) {
+                                               const std::function<void()>& each_request, const part_filled& filled) {
   for (int attempt = 0;; ++attempt) {
     if (each_request) each_request();
-    auto got = reader.read_range_into(location, first, parts);
+    auto got = reader.read_range_into(location, first, parts, filled);
     if (got || attempt >= piece_retries || !transient(got.err())) return got;
   }
 }

@@ -32,10 +32,12 @@ inline constexpr int piece_retries = 2;
 /// Whether a failed read may succeed when asked again (errc::unavailable or timeout).
 bool transient(const error& e);
 /// `reader.read_range_into`, asked again up to piece_retries times after a transient failure;
-/// `each_request`, when given, is called before every request (counting them).
+/// `each_request`, when given, is called before every request (counting them); `filled` hears
+/// of each part filled, in every attempt (a retry fills and announces the parts again).
 result<std::uint64_t> read_range_into_retrying(byte_reader& reader, const std::string& location, std::uint64_t first,
                                                std::span<const std::span<char>> parts,
-                                               const std::function<void()>& each_request = {});
+                                               const std::function<void()>& each_request = {},
+                                               const part_filled& filled = {});
 
 /// Where a tensor's published bytes are: everything needed to fetch it again later (a lost
 /// worker's tensors are re-fetched from the same URL and byte range — DUR-02).

@@ -81,6 +81,9 @@ class counting_proxy {
     hold_ = std::move(text);
   }
   void release() { released_ = true; }
+  /// The next answer the host sends is cut after `bytes` bytes (head included): the proxy
+  /// passes that many on and closes both connections, as a host that drops mid-body.
+  void cut_next_answer_after(std::size_t bytes) { cut_after_ = std::int64_t(bytes); }
 
  private:
   void accept_loop() {
@@ -128,7 +131,17 @@ class counting_proxy {
         }
         if (p[1].revents) {
           const ssize_t n = ::recv(up, buf.data(), buf.size(), 0);
-          if (n <= 0 || !write_all(client, buf.data(), std::size_t(n))) break;
+          if (n <= 0) break;
+          if (const std::int64_t cut = cut_after_.load(); cut >= 0) {
+            const std::size_t pass = std::size_t(std::min<std::int64_t>(cut, n));
+            cut_after_ = cut - std::int64_t(pass);
+            if (pass < std::size_t(n)) {
+              cut_after_ = -1;
+              write_all(client, buf.data(), pass);
+              break;
+            }
+          }
+          if (!write_all(client, buf.data(), std::size_t(n))) break;
         }
       }
     }
@@ -146,6 +159,7 @@ class counting_proxy {
   std::vector<std::string> heads_;
   std::string hold_;
   std::atomic<bool> released_{false};
+  std::atomic<std::int64_t> cut_after_{-1};
 };
 
 struct st_tensor {
@@ -627,7 +641,9 @@ TEST_F(LoaderHost, HostFetcherConvertsTheWholeRowsOfQuantizedTensorsAsTheyArrive
           fetcher.destine(model, t.name, b.destination(), b.conversion());
         }
         std::uint64_t converted = 0;
-        for (const auto& u : plan_fetches(ts, piece)) {
+        const std::uint64_t requests_before = fetcher.requests();
+        const auto units = plan_fetches(ts, piece);
+        for (const auto& u : units) {
           tensor_fetch f{model, u.location, u.first, u.length, {}, {}, {}};
           for (const auto& seg : u.segments) f.parts.push_back({ts[seg.tensor].name, seg.offset, seg.length});
           auto n = fetcher.start(f);
@@ -652,8 +668,10 @@ TEST_F(LoaderHost, HostFetcherConvertsTheWholeRowsOfQuantizedTensorsAsTheyArrive
           }
           fetcher.recycle(std::move(got->bytes));
         }
-        // every matrix but the rows the ranges cut was converted on the fetch threads
+        // every matrix but the rows the ranges cut was converted on the fetch threads, each
+        // range read with one request however many windows its rows took
         EXPECT_GT(converted, ts[1].length - 4 * 2048) << what;
+        EXPECT_EQ(fetcher.requests() - requests_before, units.size()) << what;
         for (const auto& t : ts) {
           auto got = builders.at(t.name).finish();
           ASSERT_TRUE(got.ok()) << what << ": " << got.err().message;
@@ -677,6 +695,86 @@ TEST_F(LoaderHost, HostFetcherConvertsTheWholeRowsOfQuantizedTensorsAsTheyArrive
         }
         fetcher.forget_model(model);
       }
+}
+
+TEST_F(LoaderHost, HostFetcherConvertsTheRowsAgainWhenARangeIsCutAndAskedForAgain) {
+  // One range request carries a range's bytes through the window a part at a time, each
+  // converted as it fills; a host that drops the answer after the first window leaves rows
+  // converted and the rest unread: the range is asked for again, every window converted again,
+  // and the tensor is that of converting the file whole.
+  counting_proxy proxy(host_->port());
+  host_fetcher::options o;
+  o.allow_private = true;
+  o.trusted_endpoint = proxy.endpoint();  // (the operator's own host: a dropped answer is asked for again)
+  host_fetcher fetcher(o);
+  auto r = make_http_reader();
+  auto idx = inspect("hf:org/wide", *host_, *r);
+  ASSERT_TRUE(idx.ok()) << idx.err().message;
+  const auto& file = idx->files[0];
+  const std::string location = proxy.endpoint() + file.location.substr(host_->endpoint().size());
+  ASSERT_TRUE(fetcher.probe(location, file.data_start, file.header_sha256).ok());
+  std::vector<tensor_location> ts;
+  for (const auto& t : idx->tensors) ts.push_back(locate(*idx, t));
+  std::ifstream in(folder_->root / "org/wide/model.safetensors", std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(in), {}};
+  int round = 0;
+  for (dtype q : {dtype::q8, dtype::q4}) {
+    const std::string model = "cut" + std::to_string(round++);
+    std::map<std::string, tensor_builder> builders;
+    for (const auto& t : ts) {
+      const dtype held = t.shape.size() == 1 ? dtype::bf16 : q;
+      auto& b = builders.try_emplace(t.name, t.file_dtype, t.shape, held, t.name, model, true).first->second;
+      fetcher.destine(model, t.name, b.destination(), b.conversion());
+    }
+    const auto units = plan_fetches(ts, 3'000'000);
+    const auto requests_before = proxy.requests().size();
+    bool cut = false;
+    for (const auto& u : units) {
+      tensor_fetch f{model, location, u.first, u.length, {}, {}, {}};
+      for (const auto& seg : u.segments) f.parts.push_back({ts[seg.tensor].name, seg.offset, seg.length});
+      if (!cut && u.length > (std::uint64_t(5) << 19)) {  // (a range of more than one window)
+        proxy.cut_next_answer_after(std::size_t(5) << 19);
+        cut = true;
+      }
+      auto n = fetcher.start(f);
+      ASSERT_TRUE(n.ok()) << n.err().message;
+      auto got = fetcher.take(*n);
+      ASSERT_TRUE(got.ok()) << got.err().message;
+      for (std::size_t i = 0; i < f.parts.size(); ++i) {
+        const auto& p = f.parts[i];
+        auto& b = builders.at(p.name);
+        if (got->in_place[i]) {
+          ASSERT_TRUE(b.wrote(p.offset, p.length).ok());
+        } else if (got->converted[i] > 0) {
+          const std::uint64_t head = got->bytes[i].size(), mid = got->converted[i];
+          ASSERT_TRUE(b.add(p.offset, got->bytes[i]).ok());
+          ASSERT_TRUE(b.converted(p.offset + head, mid).ok());
+          ASSERT_TRUE(b.add(p.offset + head + mid, got->tails[i]).ok());
+        } else {
+          ASSERT_TRUE(b.add(p.offset, std::string_view(got->bytes[i]).substr(0, std::size_t(p.length))).ok());
+        }
+      }
+      fetcher.recycle(std::move(got->bytes));
+    }
+    ASSERT_TRUE(cut);
+    EXPECT_EQ(proxy.requests().size() - requests_before, units.size() + 1) << "one range asked for twice";
+    for (const auto& t : ts) {
+      auto got = builders.at(t.name).finish();
+      ASSERT_TRUE(got.ok()) << got.err().message;
+      if (t.shape.size() == 1) continue;
+      auto whole = tensor::make(*resident_dtype(t.file_dtype), t.shape);
+      ASSERT_TRUE(whole.ok());
+      std::memcpy(whole->data(), bytes.data() + t.first, std::size_t(t.length));
+      auto want = convert_tensor(*whole, q);
+      ASSERT_TRUE(want.ok());
+      if (lanes_fit(q, t.shape)) {
+        ASSERT_TRUE(want->to_lanes16().ok());
+      }
+      ASSERT_EQ(got->nbytes(), want->nbytes());
+      EXPECT_EQ(std::memcmp(got->data(), want->data(), want->nbytes()), 0) << dtype_name(q) << " " << t.name;
+    }
+    fetcher.forget_model(model);
+  }
 }
 
 TEST_F(LoaderHost, HostFetcherReadsRangesOfManyTinyTensorsIntoTheirBuffers) {
