@@ -444,7 +444,11 @@ void held_tile(const int_product& a, const std::int32_t* xp, i64 r0, i64 g) {
 #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + held_runs<T> + 64 * run + 32 * h));
-          w[h] = _mm256_and_si256(shift ? _mm256_srli_epi32(v, shift) : v, mask);
+          // (a pair's top field shifted down each 16-bit word on its own needs no mask: one
+          // instruction where a shift of the dwords took two)
+          if (shift == 0) w[h] = _mm256_and_si256(v, mask);
+          else if (shift == (T == wtype::q8 ? 8 : 12)) w[h] = _mm256_srli_epi16(v, shift);
+          else w[h] = _mm256_and_si256(_mm256_srli_epi32(v, shift), mask);
         }
 #pragma GCC unroll 2
         for (int i = 0; i < RT; ++i) {
