@@ -618,6 +618,38 @@ TEST_F(LoaderHost, HostFetcherReadsOnlyFilesItProvedTheSame) {
   EXPECT_EQ(refused.err().code, errc::invalid) << refused.err().message;
 }
 
+/// Reads range `f` with `fetcher` and hands its parts to their builders as a worker's receiver
+/// does (load_receiver.cpp): parts written in place, rows converted on the fetch thread with
+/// the rows a range boundary cut added as bytes, the rest added; returns the bytes converted.
+std::uint64_t fetch_into(host_fetcher& fetcher, const tensor_fetch& f, std::map<std::string, tensor_builder>& builders,
+                         const std::string& what) {
+  std::uint64_t converted = 0;
+  auto n = fetcher.start(f);
+  EXPECT_TRUE(n.ok()) << what << ": " << n.err().message;
+  if (!n) return converted;
+  auto got = fetcher.take(*n);
+  EXPECT_TRUE(got.ok()) << what << ": " << got.err().message;
+  if (!got) return converted;
+  for (std::size_t i = 0; i < f.parts.size(); ++i) {
+    const auto& p = f.parts[i];
+    auto& b = builders.at(p.name);
+    if (got->in_place[i]) {
+      EXPECT_TRUE(b.wrote(p.offset, p.length).ok()) << what;
+    } else if (got->converted[i] > 0) {
+      const std::uint64_t head = got->bytes[i].size(), mid = got->converted[i];
+      EXPECT_EQ(head + mid + got->tails[i].size(), p.length) << what;
+      EXPECT_TRUE(b.add(p.offset, got->bytes[i]).ok()) << what;
+      EXPECT_TRUE(b.converted(p.offset + head, mid).ok()) << what;
+      EXPECT_TRUE(b.add(p.offset + head + mid, got->tails[i]).ok()) << what;
+      converted += mid;
+    } else {
+      EXPECT_TRUE(b.add(p.offset, std::string_view(got->bytes[i]).substr(0, std::size_t(p.length))).ok()) << what;
+    }
+  }
+  fetcher.recycle(std::move(got->bytes));
+  return converted;
+}
+
 TEST_F(LoaderHost, HostFetcherConvertsTheWholeRowsOfQuantizedTensorsAsTheyArrive) {
   // Ranges cut the 4 MiB matrix mid-row (3 MB or 1 MB pieces), the fetch reads its whole rows
   // through the 2 MiB window and converts them on its thread; the rows the ranges cut go
@@ -646,27 +678,7 @@ TEST_F(LoaderHost, HostFetcherConvertsTheWholeRowsOfQuantizedTensorsAsTheyArrive
         for (const auto& u : units) {
           tensor_fetch f{model, u.location, u.first, u.length, {}, {}, {}};
           for (const auto& seg : u.segments) f.parts.push_back({ts[seg.tensor].name, seg.offset, seg.length});
-          auto n = fetcher.start(f);
-          ASSERT_TRUE(n.ok()) << n.err().message;
-          auto got = fetcher.take(*n);
-          ASSERT_TRUE(got.ok()) << got.err().message;
-          for (std::size_t i = 0; i < f.parts.size(); ++i) {
-            const auto& p = f.parts[i];
-            auto& b = builders.at(p.name);
-            if (got->in_place[i]) {
-              ASSERT_TRUE(b.wrote(p.offset, p.length).ok()) << what;
-            } else if (got->converted[i] > 0) {
-              const std::uint64_t head = got->bytes[i].size(), mid = got->converted[i];
-              ASSERT_EQ(head + mid + got->tails[i].size(), p.length) << what;
-              ASSERT_TRUE(b.add(p.offset, got->bytes[i]).ok()) << what;
-              ASSERT_TRUE(b.converted(p.offset + head, mid).ok()) << what;
-              ASSERT_TRUE(b.add(p.offset + head + mid, got->tails[i]).ok()) << what;
-              converted += mid;
-            } else {
-              ASSERT_TRUE(b.add(p.offset, std::string_view(got->bytes[i]).substr(0, std::size_t(p.length))).ok()) << what;
-            }
-          }
-          fetcher.recycle(std::move(got->bytes));
+          converted += fetch_into(fetcher, f, builders, what);
         }
         // every matrix but the rows the ranges cut was converted on the fetch threads, each
         // range read with one request however many windows its rows took
@@ -736,25 +748,7 @@ TEST_F(LoaderHost, HostFetcherConvertsTheRowsAgainWhenARangeIsCutAndAskedForAgai
         proxy.cut_next_answer_after(std::size_t(5) << 19);
         cut = true;
       }
-      auto n = fetcher.start(f);
-      ASSERT_TRUE(n.ok()) << n.err().message;
-      auto got = fetcher.take(*n);
-      ASSERT_TRUE(got.ok()) << got.err().message;
-      for (std::size_t i = 0; i < f.parts.size(); ++i) {
-        const auto& p = f.parts[i];
-        auto& b = builders.at(p.name);
-        if (got->in_place[i]) {
-          ASSERT_TRUE(b.wrote(p.offset, p.length).ok());
-        } else if (got->converted[i] > 0) {
-          const std::uint64_t head = got->bytes[i].size(), mid = got->converted[i];
-          ASSERT_TRUE(b.add(p.offset, got->bytes[i]).ok());
-          ASSERT_TRUE(b.converted(p.offset + head, mid).ok());
-          ASSERT_TRUE(b.add(p.offset + head + mid, got->tails[i]).ok());
-        } else {
-          ASSERT_TRUE(b.add(p.offset, std::string_view(got->bytes[i]).substr(0, std::size_t(p.length))).ok());
-        }
-      }
-      fetcher.recycle(std::move(got->bytes));
+      fetch_into(fetcher, f, builders, std::string(dtype_name(q)));
     }
     ASSERT_TRUE(cut);
     EXPECT_EQ(proxy.requests().size() - requests_before, units.size() + 1) << "one range asked for twice";

@@ -89,6 +89,73 @@ inline __m256i narrow_in_order(const __m256* q) {
   return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w01, w23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+/// Eight blocks' scales as the reference makes them — q8: amax / 127; q4: (hi − lo) / 15 and
+/// the minimum — rounded to f16 (their bits, `d16`/`m16`), widened again, and the scales'
+/// reciprocals.
+struct block_scales {
+  alignas(32) float d[8], m[8], inv[8];
+  alignas(16) std::uint16_t d16[8], m16[8];
+
+  void set(__m128i d_bits) {
+    const __m256 dw = _mm256_cvtph_ps(d_bits);
+    _mm256_store_ps(d, dw);
+    _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), dw));
+    _mm_store_si128(reinterpret_cast<__m128i*>(d16), d_bits);
+  }
+  void q8(__m256 amax) { set(_mm256_cvtps_ph(_mm256_div_ps(amax, _mm256_set1_ps(127.0f)), _MM_FROUND_TO_NEAREST_INT)); }
+  /// Writes block i's scale (q8) at `blk`; false for a zero scale, whose values are written
+  /// as zeros too (nothing left to compute).
+  bool start_q8(int i, std::uint8_t* blk) const {
+    __builtin_memcpy(blk, &d16[i], 2);
+    if (d[i] != 0) return true;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), _mm256_setzero_si256());
+    return false;
+  }
+  /// The same for q4: scale and minimum.
+  bool start_q4(int i, std::uint8_t* blk) const {
+    __builtin_memcpy(blk, &d16[i], 2);
+    __builtin_memcpy(blk + 2, &m16[i], 2);
+    if (d[i] != 0) return true;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm_setzero_si128());
+    return false;
+  }
+  void q4(__m256 lo, __m256 hi) {
+    set(_mm256_cvtps_ph(_mm256_div_ps(_mm256_sub_ps(hi, lo), _mm256_set1_ps(15.0f)), _MM_FROUND_TO_NEAREST_INT));
+    const __m128i m_bits = _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT);
+    _mm256_store_ps(m, _mm256_cvtph_ps(m_bits));
+    _mm_store_si128(reinterpret_cast<__m128i*>(m16), m_bits);
+  }
+};
+
+/// A block's 32 bf16 words widened, in the order the narrowing packs undo: values 0–3 | 8–11,
+/// 4–7 | 12–15, 16–19 | 24–27, 20–23 | 28–31 (interleaved with zeros, no shifts).
+inline void widen_block(const std::uint16_t* p, __m256* x) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+  x[0] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w0));
+  x[1] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w0));
+  x[2] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w1));
+  x[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w1));
+}
+
+/// round_away(x[k] / d) for a block's four registers, as products with `inv` (1/d) rounded to
+/// nearest where none lies within 2^−14 of k + ½ (round_away_checked gives the bound: there
+/// both round alike, ties included), else every value divided as the reference does.
+inline void rounded_quotients(const __m256* x, float inv, float d, __m256* r) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), iv = _mm256_set1_ps(inv);
+  __m256 off = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) {
+    const __m256 v = _mm256_mul_ps(x[k], iv);
+    r[k] = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    off = _mm256_max_ps(off, _mm256_andnot_ps(sign, _mm256_sub_ps(v, r[k])));
+  }
+  if (_mm256_movemask_ps(_mm256_cmp_ps(off, _mm256_set1_ps(0.5f - 0x1p-14f), _CMP_GT_OQ)) != 0) {
+    const __m256 dv = _mm256_set1_ps(d);
+    for (int k = 0; k < 4; ++k) r[k] = round_away(_mm256_div_ps(x[k], dv));
+  }
+}
+
 /// q8 from bf16 words, the common case of a load (checkpoints are published in bf16). The
 /// block's largest magnitude is found on the words themselves (a bf16 value's magnitude bits
 /// order as integers; any above 0x7f7f is NaN or ±∞): eight blocks' per-lane maxima reduced
@@ -97,9 +164,7 @@ inline __m256i narrow_in_order(const __m256* q) {
 /// (see round_away_checked: otherwise both round alike, ties included). The words are widened
 /// by interleaving with zeros, which the later narrowing packs undo.
 bool quantize_q8_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int64_t blocks) {
-  const __m256i magnitude = _mm256_set1_epi16(0x7fff), zero = _mm256_setzero_si256();
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256 trusted = _mm256_set1_ps(0.5f - 0x1p-14f);
+  const __m256i magnitude = _mm256_set1_epi16(0x7fff);
   const __m256i lowest = _mm256_set1_epi8(-127);
   for (std::int64_t b = 0; b < blocks; b += 8) {
     const int count = int(std::min<std::int64_t>(8, blocks - b));
@@ -125,36 +190,15 @@ bool quantize_q8_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int
     const __m128i amax_bits = _mm_max_epu16(_mm_unpacklo_epi64(v[0], v[1]), _mm_unpackhi_epi64(v[0], v[1]));
     if (_mm_movemask_epi8(_mm_cmpgt_epi16(amax_bits, _mm_set1_epi16(0x7f7f))) != 0) return false;
     const __m256 amax = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(amax_bits), 16));
-    const __m128i d16 = _mm256_cvtps_ph(_mm256_div_ps(amax, _mm256_set1_ps(127.0f)), _MM_FROUND_TO_NEAREST_INT);
-    const __m256 dw = _mm256_cvtph_ps(d16);
-    alignas(32) float d[8], inv[8];
-    alignas(16) std::uint16_t d16s[8];
-    _mm256_store_ps(d, dw);
-    _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), dw));
-    _mm_store_si128(reinterpret_cast<__m128i*>(d16s), d16);
+    block_scales sc;
+    sc.q8(amax);
+    const float *d = sc.d, *inv = sc.inv;
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 34;
-      __builtin_memcpy(blk, &d16s[i], 2);
-      if (d[i] == 0) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), _mm256_setzero_si256());
-        continue;
-      }
-      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
-      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i + 16));
-      // values 0–3 | 8–11, 4–7 | 12–15, 16–19 | 24–27, 20–23 | 28–31
-      const __m256 x[4] = {_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w0)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w0)),
-                           _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, w1)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w1))};
-      const __m256 iv = _mm256_set1_ps(inv[i]);
-      __m256 r[4], off = _mm256_setzero_ps();
-      for (int k = 0; k < 4; ++k) {
-        const __m256 v = _mm256_mul_ps(x[k], iv);
-        r[k] = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        off = _mm256_max_ps(off, _mm256_andnot_ps(sign, _mm256_sub_ps(v, r[k])));
-      }
-      if (_mm256_movemask_ps(_mm256_cmp_ps(off, trusted, _CMP_GT_OQ)) != 0) {
-        const __m256 dv = _mm256_set1_ps(d[i]);
-        for (int k = 0; k < 4; ++k) r[k] = round_away(_mm256_div_ps(x[k], dv));
-      }
+      if (!sc.start_q8(i, blk)) continue;
+      __m256 x[4], r[4];
+      widen_block(p + 32 * i, x);
+      rounded_quotients(x, inv[i], d[i], r);
       // |quotient| < 2^8 (the scale is at least amax / 127 less a rounding), so the packs
       // saturate only past ±127: the lower end is −127, not −128
       const __m256i lo = _mm256_packs_epi32(_mm256_cvttps_epi32(r[0]), _mm256_cvttps_epi32(r[1]));  // 0–7 | 8–15
@@ -188,8 +232,7 @@ inline __m256 widen8(__m128i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(_
 /// the products with the scale's reciprocal trusted where not within 2^−14 of k + ½.
 bool quantize_q4_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int64_t blocks) {
   const __m256i zero_i = _mm256_setzero_si256();
-  const __m256 zero = _mm256_setzero_ps(), fifteen = _mm256_set1_ps(15.0f), sign = _mm256_set1_ps(-0.0f);
-  const __m256 trusted = _mm256_set1_ps(0.5f - 0x1p-14f);
+  const __m256 zero = _mm256_setzero_ps(), fifteen = _mm256_set1_ps(15.0f);
   const auto pmin = [](__m128i a, __m128i b) { return _mm_min_epi16(a, b); };
   const auto pmax = [](__m128i a, __m128i b) { return _mm_max_epi16(a, b); };
   for (std::int64_t b = 0; b < blocks; b += 8) {
@@ -214,41 +257,17 @@ bool quantize_q4_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int
     const __m256 lov = widen8(order_key(lo_keys)), hiv = widen8(order_key(hi_keys));
     // (which zero the reference keeps depends on order)
     if (_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(lov, zero, _CMP_EQ_OQ), _mm256_cmp_ps(hiv, zero, _CMP_EQ_OQ))) != 0) return false;
-    const __m128i d16 = _mm256_cvtps_ph(_mm256_div_ps(_mm256_sub_ps(hiv, lov), fifteen), _MM_FROUND_TO_NEAREST_INT);
-    const __m128i m16 = _mm256_cvtps_ph(lov, _MM_FROUND_TO_NEAREST_INT);
-    const __m256 dw = _mm256_cvtph_ps(d16);
-    alignas(32) float d[8], m[8], inv[8];
-    alignas(16) std::uint16_t d16s[8], m16s[8];
-    _mm256_store_ps(d, dw);
-    _mm256_store_ps(m, _mm256_cvtph_ps(m16));
-    _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), dw));
-    _mm_store_si128(reinterpret_cast<__m128i*>(d16s), d16);
-    _mm_store_si128(reinterpret_cast<__m128i*>(m16s), m16);
+    block_scales sc;
+    sc.q4(lov, hiv);
+    const float *d = sc.d, *m = sc.m, *inv = sc.inv;
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 20;
-      __builtin_memcpy(blk, &d16s[i], 2);
-      __builtin_memcpy(blk + 2, &m16s[i], 2);
-      if (d[i] == 0) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm_setzero_si128());
-        continue;
-      }
-      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
-      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i + 16));
-      const __m256 mv = _mm256_set1_ps(m[i]), iv = _mm256_set1_ps(inv[i]);
-      // values 0–3 | 8–11, 4–7 | 12–15, 16–19 | 24–27, 20–23 | 28–31, less the minimum
-      __m256 x[4] = {_mm256_castsi256_ps(_mm256_unpacklo_epi16(zero_i, w0)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero_i, w0)),
-                     _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero_i, w1)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero_i, w1))};
-      __m256 r[4], off = _mm256_setzero_ps();
-      for (int k = 0; k < 4; ++k) {
-        x[k] = _mm256_sub_ps(x[k], mv);
-        const __m256 v = _mm256_mul_ps(x[k], iv);
-        r[k] = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        off = _mm256_max_ps(off, _mm256_andnot_ps(sign, _mm256_sub_ps(v, r[k])));
-      }
-      if (_mm256_movemask_ps(_mm256_cmp_ps(off, trusted, _CMP_GT_OQ)) != 0) {
-        const __m256 dv = _mm256_set1_ps(d[i]);
-        for (int k = 0; k < 4; ++k) r[k] = round_away(_mm256_div_ps(x[k], dv));
-      }
+      if (!sc.start_q4(i, blk)) continue;
+      __m256 x[4], r[4];
+      widen_block(p + 32 * i, x);  // (less the minimum below)
+      const __m256 mv = _mm256_set1_ps(m[i]);
+      for (int k = 0; k < 4; ++k) x[k] = _mm256_sub_ps(x[k], mv);
+      rounded_quotients(x, inv[i], d[i], r);
       for (int k = 0; k < 4; ++k) r[k] = _mm256_min_ps(_mm256_max_ps(r[k], zero), fifteen);
       const __m256i lo = _mm256_packs_epi32(_mm256_cvttps_epi32(r[0]), _mm256_cvttps_epi32(r[1]));  // 0–7 | 8–15
       const __m256i hi = _mm256_packs_epi32(_mm256_cvttps_epi32(r[2]), _mm256_cvttps_epi32(r[3]));  // 16–23 | 24–31
@@ -285,20 +304,12 @@ bool quantize_q8_row_avx2(const void* src, quant_source from, std::uint8_t* dst,
       const __m256 m23 = _mm256_max_ps(_mm256_andnot_ps(sign, x[2]), _mm256_andnot_ps(sign, x[3]));
       amax[i] = hmax(_mm256_max_ps(m01, m23));
     }
-    const __m128i d16 = _mm256_cvtps_ph(_mm256_div_ps(_mm256_load_ps(amax), _mm256_set1_ps(127.0f)), _MM_FROUND_TO_NEAREST_INT);
-    alignas(32) float d[8], inv[8];
-    alignas(16) std::uint16_t d16s[8];
-    const __m256 dw = _mm256_cvtph_ps(d16);
-    _mm256_store_ps(d, dw);
-    _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), dw));
-    _mm_store_si128(reinterpret_cast<__m128i*>(d16s), d16);
+    block_scales sc;
+    sc.q8(_mm256_load_ps(amax));
+    const float *d = sc.d, *inv = sc.inv;
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 34;
-      __builtin_memcpy(blk, &d16s[i], 2);
-      if (d[i] == 0) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), _mm256_setzero_si256());
-        continue;
-      }
+      if (!sc.start_q8(i, blk)) continue;
       __m256 x[4];
       load32(src, from, (b + i) * 32, x);
       const __m256 iv = _mm256_set1_ps(inv[i]);
@@ -332,24 +343,12 @@ bool quantize_q4_row_avx2(const void* src, quant_source from, std::uint8_t* dst,
       if (lo[i] == 0 || hi[i] == 0) return false;  // which zero the reference keeps depends on order
     }
     const __m256 lov = _mm256_load_ps(lo), hiv = _mm256_load_ps(hi);
-    const __m128i d16 = _mm256_cvtps_ph(_mm256_div_ps(_mm256_sub_ps(hiv, lov), fifteen), _MM_FROUND_TO_NEAREST_INT);
-    const __m128i m16 = _mm256_cvtps_ph(lov, _MM_FROUND_TO_NEAREST_INT);
-    alignas(32) float d[8], m[8], inv[8];
-    alignas(16) std::uint16_t d16s[8], m16s[8];
-    const __m256 dw = _mm256_cvtph_ps(d16);
-    _mm256_store_ps(d, dw);
-    _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), dw));
-    _mm256_store_ps(m, _mm256_cvtph_ps(m16));
-    _mm_store_si128(reinterpret_cast<__m128i*>(d16s), d16);
-    _mm_store_si128(reinterpret_cast<__m128i*>(m16s), m16);
+    block_scales sc;
+    sc.q4(lov, hiv);
+    const float *d = sc.d, *m = sc.m, *inv = sc.inv;
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 20;
-      __builtin_memcpy(blk, &d16s[i], 2);
-      __builtin_memcpy(blk + 2, &m16s[i], 2);
-      if (d[i] == 0) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm_setzero_si128());
-        continue;
-      }
+      if (!sc.start_q4(i, blk)) continue;
       __m256 x[4];
       load32(src, from, (b + i) * 32, x);
       const __m256 iv = _mm256_set1_ps(inv[i]), mv = _mm256_set1_ps(m[i]);
