@@ -254,9 +254,14 @@ void int8_quantize_rows(const float* x, std::int64_t k, std::int64_t r_begin, st
 /// Output columns [n_begin, n_end), eight weight rows at a time with one output per lane
 /// (a.w_lanes: packed from weights held in lanes, the same registers and bits).
 void int8_lanes_range(const int8_lanes_product& a, std::int64_t n_begin, std::int64_t n_end);
+/// The int16 activations of quantize_rows (n values, a multiple of 16) laid out for
+/// int16_held_lanes_range: per block 16 dwords, dword 4j + u holding values 8j + u (low half)
+/// and 8j + u + 4 (high half).
+void held_pairs(const std::int16_t* q, std::int64_t n, std::int32_t* out);
 /// Output columns [n_begin, n_end) (multiples of 16) of a product with q8/q4 weights held in
 /// lanes (a.w_lanes), at most 32 rows, against the int16 activations of quantize_rows with
-/// `sums` (Σq·s per block, for q8 as well): each row computed alone, eight outputs per register.
+/// `sums` (Σq·s per block, for q8 as well), a.x.q laid out by held_pairs: each row computed
+/// alone, eight outputs per register.
 void int16_held_lanes_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
 /// Rows [0, rows) of x (row stride k) rounded to bf16, nearest even (NaN stays NaN, quiet), as
 /// f32: the values runtime/dtype.hpp's f32_to_bf16 gives, widened again. `panel_order`: each

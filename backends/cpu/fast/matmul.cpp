@@ -773,7 +773,13 @@ status products_lanes(std::span<const kernel_call> calls) {
       float_product layout = a[0];
       layout.type = wtype::q4;  // (so the quantizer gives the sums)
       quantized_rows x;
-      if (int16_quantize(avx2_kernels, layout, *calls[0].scratch, x)) return run(x, avx2::int16_held_lanes_range);
+      if (int16_quantize(avx2_kernels, layout, *calls[0].scratch, x)) {
+        // laid out once for every product and part of the call
+        std::int32_t* pairs = calls[0].scratch->ints(std::size_t(x.rows * x.k / 2), 9);
+        avx2::held_pairs(x.q, x.rows * x.k, pairs);
+        x.q = reinterpret_cast<const std::int16_t*>(pairs);
+        return run(x, avx2::int16_held_lanes_range);
+      }
     } else if (mixed) {
       return one_by_one(calls, product_lanes);
     } else {

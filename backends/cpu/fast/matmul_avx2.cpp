@@ -384,10 +384,11 @@ int_product with_q4_order(const int_product& a, const float*& pairs) {
 /// Weights held in lanes (tensor::lanes16, runtime/dtype.hpp: per sixteen rows and block, the
 /// scales, then 64-byte runs of four bytes of each row) against the int16 activations of the
 /// row kernels (the same integers), eight weight rows per register. A run's four bytes of a
-/// row hold, in 16-bit pairs, the values (8j + u, 8j + u + 4) for u = 0–3 after one shift and
-/// one mask each (q4: its nibbles at shifts 0, 4, 8, 12; q8: q + 128, the even run at shifts
-/// 0 and 8 giving u = 0 and 2, the odd run u = 1 and 3), so the activations are laid out once
-/// per call as those pairs (`held_pairs`) and each meets eight rows in one vpmaddwd. A block's
+/// row hold, in 16-bit pairs, the values (8j + u, 8j + u + 4) for u = 0–3 after a shift and a
+/// mask (the top field a 16-bit shift alone; q4: its nibbles at shifts 0, 4, 8, 12; q8: q + 128,
+/// the even run at shifts 0 and 8 giving u = 0 and 2, the odd run u = 1 and 3), so the
+/// activations are laid out once per call as those pairs (`held_pairs`, by the caller before
+/// the columns are split) and each meets eight rows in one vpmaddwd. A block's
 /// exact integer dot then sits in its output's lane, and one conversion and two multiply-adds
 /// scale eight outputs — VNNI's held-lanes arithmetic (q4: + m·S; q8: − 128·d·S for the
 /// offset, S = Σq·s), where the row kernels widen, shift and scale each row's block alone
@@ -397,18 +398,6 @@ constexpr i64 held_block = 16 * (T == wtype::q8 ? q8_bytes : q4_bytes);
 template <wtype T>
 constexpr i64 held_runs = T == wtype::q8 ? 32 : 64;
 
-/// Rows of int16 activations as held_pairs: per block 16 words, word 4j + u holding values
-/// 8j + u (low half) and 8j + u + 4 (high half).
-const std::int32_t* held_pairs(const int_product& a) {
-  const i64 total = a.x.rows * a.x.k;
-  auto* out = static_cast<std::int32_t*>(kernel_scratch(scratch_slot::reordered_activations, std::size_t(total) * 2));
-  for (i64 o = 0; o < total; o += 16) {
-    // per 128-bit lane (eight values of one run): values 0–3 with values 4–7
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.x.q + o));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + o / 2), _mm256_unpacklo_epi16(v, _mm256_srli_si256(v, 8)));
-  }
-  return out;
-}
 
 /// Activation rows [r0, r0 + RT) against sixteen-row group g, as two registers of eight rows.
 /// Each output adds its blocks in order whatever the tile, so a row's bits do not depend on the
@@ -851,8 +840,16 @@ void int8_quantize_rows(const float* x, i64 k, i64 r_begin, i64 r_end, std::int8
   }
 }
 
+void held_pairs(const std::int16_t* q, i64 n, std::int32_t* out) {
+  for (i64 o = 0; o < n; o += 16) {
+    // per 128-bit lane (eight values of one run): values 0–3 with values 4–7
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + o));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + o / 2), _mm256_unpacklo_epi16(v, _mm256_srli_si256(v, 8)));
+  }
+}
+
 void int16_held_lanes_range(const int_product& a, i64 n_begin, i64 n_end) {
-  const std::int32_t* xp = held_pairs(a);
+  const auto* xp = reinterpret_cast<const std::int32_t*>(a.x.q);
   if (a.type == wtype::q8) held_range<wtype::q8>(a, xp, n_begin / 16, n_end / 16);
   else held_range<wtype::q4>(a, xp, n_begin / 16, n_end / 16);
 }
