@@ -6,7 +6,7 @@
 // (t = trunc(v); v − t is exact at these magnitudes; one is added away from zero when
 // |v − t| ≥ 0.5), clamped, narrowed and packed. The division of each value is done as a
 // product with the scale's reciprocal where that cannot change the result (see
-// `round_away_checked`); a block with a value near a rounding boundary is divided again.
+// `rounded_quotients`); a block with a value near a rounding boundary is divided again.
 
 #include <immintrin.h>
 
@@ -62,23 +62,6 @@ inline __m256 round_away(__m256 v) {
   const __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
   const __m256 one_away = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
   return _mm256_blendv_ps(t, _mm256_add_ps(t, one_away), up);
-}
-
-/// round_away(v) for v = x · (1/d), the product standing in for the reference's x / d, and
-/// whether a lane lies too near a rounding boundary for the product to be trusted. Both
-/// roundings (of 1/d, then of the product) are within half an ulp, so v is within 3·2^−24·|v|
-/// of x / d's IEEE quotient: under 2^−14 while |v| < 256, the only magnitudes that are not
-/// clamped either way (|v| ≥ 128 gives ±127 for q8, v ≥ 16 or v < 0 the ends of q4's range).
-/// Rounding half away from zero changes only at k + ½, so a lane whose fraction is at least
-/// 2^−14 from ½ rounds as the quotient does; `near` gains the others.
-inline __m256 round_away_checked(__m256 v, __m256& near) {
-  const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
-  const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
-  near = _mm256_or_ps(near, _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(frac, half)), _mm256_set1_ps(0x1p-14f), _CMP_LT_OQ));
-  const __m256 up = _mm256_cmp_ps(frac, half, _CMP_GE_OQ);
-  const __m256 one_away = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
-  return _mm256_add_ps(t, _mm256_and_ps(up, one_away));
 }
 
 /// Four registers of whole numbers in [−128, 127] (values 0–31 in order) → 32 bytes in order.
@@ -139,9 +122,14 @@ inline void widen_block(const std::uint16_t* p, __m256* x) {
   x[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w1));
 }
 
-/// round_away(x[k] / d) for a block's four registers, as products with `inv` (1/d) rounded to
-/// nearest where none lies within 2^−14 of k + ½ (round_away_checked gives the bound: there
-/// both round alike, ties included), else every value divided as the reference does.
+/// round_away(x[k] / d) for a block's four registers, as the products with `inv` (1/d) rounded
+/// to nearest where none lies within 2^−14 of k + ½, else every value divided as the reference
+/// does. Both roundings (of 1/d, then of the product) are within half an ulp, so a product v
+/// is within 3·2^−24·|v| of the IEEE quotient x / d: under 2^−14 while |v| < 256, the only
+/// magnitudes that are not clamped either way (|v| ≥ 128 gives ±127 for q8, v ≥ 16 or v < 0
+/// the ends of q4's range). Rounding changes only at k + ½, so a product at least 2^−14 from it
+/// rounds as the quotient does (to nearest or half away from zero: they differ only at ties,
+/// which the fallback takes).
 inline void rounded_quotients(const __m256* x, float inv, float d, __m256* r) {
   const __m256 sign = _mm256_set1_ps(-0.0f), iv = _mm256_set1_ps(inv);
   __m256 off = _mm256_setzero_ps();
@@ -156,12 +144,26 @@ inline void rounded_quotients(const __m256* x, float inv, float d, __m256* r) {
   }
 }
 
+/// Eight blocks' per-lane extremes (eight 16-bit lanes each) → block i's extreme in lane i:
+/// blocks (2k, 2k+1) interleaved in 16-bit lanes, then pairs of those in 32-bit, then 64-bit,
+/// each step an extreme over twice the lanes.
+template <class Pick>
+inline __m128i reduce8(const __m128i* m, Pick pick) {
+  __m128i u[4], v[2];
+  for (int k = 0; k < 4; ++k) u[k] = pick(_mm_unpacklo_epi16(m[2 * k], m[2 * k + 1]), _mm_unpackhi_epi16(m[2 * k], m[2 * k + 1]));
+  for (int k = 0; k < 2; ++k) v[k] = pick(_mm_unpacklo_epi32(u[2 * k], u[2 * k + 1]), _mm_unpackhi_epi32(u[2 * k], u[2 * k + 1]));
+  return pick(_mm_unpacklo_epi64(v[0], v[1]), _mm_unpackhi_epi64(v[0], v[1]));
+}
+
+/// 16-bit words (bf16 bits, eight) → f32 values.
+inline __m256 widen8(__m128i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(w), 16)); }
+
 /// q8 from bf16 words, the common case of a load (checkpoints are published in bf16). The
 /// block's largest magnitude is found on the words themselves (a bf16 value's magnitude bits
 /// order as integers; any above 0x7f7f is NaN or ±∞): eight blocks' per-lane maxima reduced
 /// together. Each value's quotient is a product with the scale's reciprocal, rounded to
 /// nearest; where that lies within 2^−14 of k + ½ the block is divided as the reference does
-/// (see round_away_checked: otherwise both round alike, ties included). The words are widened
+/// (see rounded_quotients: otherwise both round alike, ties included). The words are widened
 /// by interleaving with zeros, which the later narrowing packs undo.
 bool quantize_q8_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int64_t blocks) {
   const __m256i magnitude = _mm256_set1_epi16(0x7fff);
@@ -180,18 +182,10 @@ bool quantize_q8_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int
       const __m256i a = _mm256_max_epu16(_mm256_and_si256(w0, magnitude), _mm256_and_si256(w1, magnitude));
       m[i] = _mm_max_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
     }
-    // blocks (2k, 2k+1) interleaved in 16-bit lanes, then pairs of those in 32-bit, then 64-bit:
-    // each step a maximum over twice the lanes, ending with block i's maximum in lane i
-    __m128i u[4], v[2];
-    for (int k = 0; k < 4; ++k)
-      u[k] = _mm_max_epu16(_mm_unpacklo_epi16(m[2 * k], m[2 * k + 1]), _mm_unpackhi_epi16(m[2 * k], m[2 * k + 1]));
-    for (int k = 0; k < 2; ++k)
-      v[k] = _mm_max_epu16(_mm_unpacklo_epi32(u[2 * k], u[2 * k + 1]), _mm_unpackhi_epi32(u[2 * k], u[2 * k + 1]));
-    const __m128i amax_bits = _mm_max_epu16(_mm_unpacklo_epi64(v[0], v[1]), _mm_unpackhi_epi64(v[0], v[1]));
+    const __m128i amax_bits = reduce8(m, [](__m128i a, __m128i b) { return _mm_max_epu16(a, b); });
     if (_mm_movemask_epi8(_mm_cmpgt_epi16(amax_bits, _mm_set1_epi16(0x7f7f))) != 0) return false;
-    const __m256 amax = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(amax_bits), 16));
     block_scales sc;
-    sc.q8(amax);
+    sc.q8(widen8(amax_bits));
     const float *d = sc.d, *inv = sc.inv;
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 34;
@@ -214,18 +208,6 @@ bool quantize_q8_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int
 /// bits flipped; −0 comes just below +0). The same steps turn a key back into its word.
 inline __m256i order_key(__m256i w) { return _mm256_xor_si256(w, _mm256_and_si256(_mm256_srai_epi16(w, 15), _mm256_set1_epi16(0x7fff))); }
 inline __m128i order_key(__m128i w) { return _mm_xor_si128(w, _mm_and_si128(_mm_srai_epi16(w, 15), _mm_set1_epi16(0x7fff))); }
-
-/// Eight blocks' per-lane extremes (eight 16-bit lanes each) → block i's extreme in lane i.
-template <class Pick>
-inline __m128i reduce8(const __m128i* m, Pick pick) {
-  __m128i u[4], v[2];
-  for (int k = 0; k < 4; ++k) u[k] = pick(_mm_unpacklo_epi16(m[2 * k], m[2 * k + 1]), _mm_unpackhi_epi16(m[2 * k], m[2 * k + 1]));
-  for (int k = 0; k < 2; ++k) v[k] = pick(_mm_unpacklo_epi32(u[2 * k], u[2 * k + 1]), _mm_unpackhi_epi32(u[2 * k], u[2 * k + 1]));
-  return pick(_mm_unpacklo_epi64(v[0], v[1]), _mm_unpackhi_epi64(v[0], v[1]));
-}
-
-/// 16-bit words (bf16 bits, eight) → f32 values.
-inline __m256 widen8(__m128i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(w), 16)); }
 
 /// q4 from bf16 words, as quantize_q8_bf16_avx2: each block's extremes found on order keys
 /// (a key past +FLT_MAX's or below −FLT_MAX's is NaN or ±∞), eight blocks reduced together;
@@ -310,15 +292,9 @@ bool quantize_q8_row_avx2(const void* src, quant_source from, std::uint8_t* dst,
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 34;
       if (!sc.start_q8(i, blk)) continue;
-      __m256 x[4];
+      __m256 x[4], q[4];
       load32(src, from, (b + i) * 32, x);
-      const __m256 iv = _mm256_set1_ps(inv[i]);
-      __m256 q[4], near = _mm256_setzero_ps();
-      for (int k = 0; k < 4; ++k) q[k] = round_away_checked(_mm256_mul_ps(x[k], iv), near);
-      if (_mm256_movemask_ps(near) != 0) {
-        const __m256 dv = _mm256_set1_ps(d[i]);
-        for (int k = 0; k < 4; ++k) q[k] = round_away(_mm256_div_ps(x[k], dv));
-      }
+      rounded_quotients(x, inv[i], d[i], q);
       for (int k = 0; k < 4; ++k) q[k] = _mm256_min_ps(_mm256_max_ps(q[k], lo_q), hi_q);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), narrow_in_order(q));
     }
@@ -349,18 +325,11 @@ bool quantize_q4_row_avx2(const void* src, quant_source from, std::uint8_t* dst,
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 20;
       if (!sc.start_q4(i, blk)) continue;
-      __m256 x[4];
+      __m256 x[4], q[4];
       load32(src, from, (b + i) * 32, x);
-      const __m256 iv = _mm256_set1_ps(inv[i]), mv = _mm256_set1_ps(m[i]);
-      __m256 q[4], near = _mm256_setzero_ps();
-      for (int k = 0; k < 4; ++k) {
-        x[k] = _mm256_sub_ps(x[k], mv);
-        q[k] = round_away_checked(_mm256_mul_ps(x[k], iv), near);
-      }
-      if (_mm256_movemask_ps(near) != 0) {
-        const __m256 dv = _mm256_set1_ps(d[i]);
-        for (int k = 0; k < 4; ++k) q[k] = round_away(_mm256_div_ps(x[k], dv));
-      }
+      const __m256 mv = _mm256_set1_ps(m[i]);
+      for (int k = 0; k < 4; ++k) x[k] = _mm256_sub_ps(x[k], mv);
+      rounded_quotients(x, inv[i], d[i], q);
       for (int k = 0; k < 4; ++k) q[k] = _mm256_min_ps(_mm256_max_ps(q[k], zero), fifteen);
       // Byte i of the block = value 2i | value 2i+1 << 4: the values in order as bytes, pairs
       // as 16-bit lanes, each pair joined and narrowed.
