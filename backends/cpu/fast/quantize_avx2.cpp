@@ -19,6 +19,8 @@ namespace mpakt::cpu_fast {
 
 namespace {
 
+#include "backends/cpu/fast/quantize_blocks.inc"
+
 /// Values [first, first + 32) widened to f32, eight per register.
 inline void load32(const void* src, quant_source from, std::int64_t first, __m256* x) {
   if (from == quant_source::bf16) {
@@ -72,44 +74,6 @@ inline __m256i narrow_in_order(const __m256* q) {
   return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w01, w23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/// Eight blocks' scales as the reference makes them — q8: amax / 127; q4: (hi − lo) / 15 and
-/// the minimum — rounded to f16 (their bits, `d16`/`m16`), widened again, and the scales'
-/// reciprocals.
-struct block_scales {
-  alignas(32) float d[8], m[8], inv[8];
-  alignas(16) std::uint16_t d16[8], m16[8];
-
-  void set(__m128i d_bits) {
-    const __m256 dw = _mm256_cvtph_ps(d_bits);
-    _mm256_store_ps(d, dw);
-    _mm256_store_ps(inv, _mm256_div_ps(_mm256_set1_ps(1.0f), dw));
-    _mm_store_si128(reinterpret_cast<__m128i*>(d16), d_bits);
-  }
-  void q8(__m256 amax) { set(_mm256_cvtps_ph(_mm256_div_ps(amax, _mm256_set1_ps(127.0f)), _MM_FROUND_TO_NEAREST_INT)); }
-  /// Writes block i's scale (q8) at `blk`; false for a zero scale, whose values are written
-  /// as zeros too (nothing left to compute).
-  bool start_q8(int i, std::uint8_t* blk) const {
-    __builtin_memcpy(blk, &d16[i], 2);
-    if (d[i] != 0) return true;
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), _mm256_setzero_si256());
-    return false;
-  }
-  /// The same for q4: scale and minimum.
-  bool start_q4(int i, std::uint8_t* blk) const {
-    __builtin_memcpy(blk, &d16[i], 2);
-    __builtin_memcpy(blk + 2, &m16[i], 2);
-    if (d[i] != 0) return true;
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm_setzero_si128());
-    return false;
-  }
-  void q4(__m256 lo, __m256 hi) {
-    set(_mm256_cvtps_ph(_mm256_div_ps(_mm256_sub_ps(hi, lo), _mm256_set1_ps(15.0f)), _MM_FROUND_TO_NEAREST_INT));
-    const __m128i m_bits = _mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT);
-    _mm256_store_ps(m, _mm256_cvtph_ps(m_bits));
-    _mm_store_si128(reinterpret_cast<__m128i*>(m16), m_bits);
-  }
-};
-
 /// A block's 32 bf16 words widened, in the order the narrowing packs undo: values 0–3 | 8–11,
 /// 4–7 | 12–15, 16–19 | 24–27, 20–23 | 28–31 (interleaved with zeros, no shifts).
 inline void widen_block(const std::uint16_t* p, __m256* x) {
@@ -122,14 +86,9 @@ inline void widen_block(const std::uint16_t* p, __m256* x) {
   x[3] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, w1));
 }
 
-/// round_away(x[k] / d) for a block's four registers, as the products with `inv` (1/d) rounded
+/// round_away(x[k] / d) for a block's four registers: the products with `inv` (1/d) rounded
 /// to nearest where none lies within 2^−14 of k + ½, else every value divided as the reference
-/// does. Both roundings (of 1/d, then of the product) are within half an ulp, so a product v
-/// is within 3·2^−24·|v| of the IEEE quotient x / d: under 2^−14 while |v| < 256, the only
-/// magnitudes that are not clamped either way (|v| ≥ 128 gives ±127 for q8, v ≥ 16 or v < 0
-/// the ends of q4's range). Rounding changes only at k + ½, so a product at least 2^−14 from it
-/// rounds as the quotient does (to nearest or half away from zero: they differ only at ties,
-/// which the fallback takes).
+/// does (why that gives the reference's quotients: quantize_blocks.inc).
 inline void rounded_quotients(const __m256* x, float inv, float d, __m256* r) {
   const __m256 sign = _mm256_set1_ps(-0.0f), iv = _mm256_set1_ps(inv);
   __m256 off = _mm256_setzero_ps();
@@ -143,20 +102,6 @@ inline void rounded_quotients(const __m256* x, float inv, float d, __m256* r) {
     for (int k = 0; k < 4; ++k) r[k] = round_away(_mm256_div_ps(x[k], dv));
   }
 }
-
-/// Eight blocks' per-lane extremes (eight 16-bit lanes each) → block i's extreme in lane i:
-/// blocks (2k, 2k+1) interleaved in 16-bit lanes, then pairs of those in 32-bit, then 64-bit,
-/// each step an extreme over twice the lanes.
-template <class Pick>
-inline __m128i reduce8(const __m128i* m, Pick pick) {
-  __m128i u[4], v[2];
-  for (int k = 0; k < 4; ++k) u[k] = pick(_mm_unpacklo_epi16(m[2 * k], m[2 * k + 1]), _mm_unpackhi_epi16(m[2 * k], m[2 * k + 1]));
-  for (int k = 0; k < 2; ++k) v[k] = pick(_mm_unpacklo_epi32(u[2 * k], u[2 * k + 1]), _mm_unpackhi_epi32(u[2 * k], u[2 * k + 1]));
-  return pick(_mm_unpacklo_epi64(v[0], v[1]), _mm_unpackhi_epi64(v[0], v[1]));
-}
-
-/// 16-bit words (bf16 bits, eight) → f32 values.
-inline __m256 widen8(__m128i w) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(w), 16)); }
 
 /// q8 from bf16 words, the common case of a load (checkpoints are published in bf16). The
 /// block's largest magnitude is found on the words themselves (a bf16 value's magnitude bits
@@ -204,10 +149,8 @@ bool quantize_q8_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int
   return true;
 }
 
-/// Signed 16-bit keys of bf16 words that order as the values do (negative values' magnitude
-/// bits flipped; −0 comes just below +0). The same steps turn a key back into its word.
+/// order_key (quantize_blocks.inc) of sixteen words.
 inline __m256i order_key(__m256i w) { return _mm256_xor_si256(w, _mm256_and_si256(_mm256_srai_epi16(w, 15), _mm256_set1_epi16(0x7fff))); }
-inline __m128i order_key(__m128i w) { return _mm_xor_si128(w, _mm_and_si128(_mm_srai_epi16(w, 15), _mm_set1_epi16(0x7fff))); }
 
 /// q4 from bf16 words, as quantize_q8_bf16_avx2: each block's extremes found on order keys
 /// (a key past +FLT_MAX's or below −FLT_MAX's is NaN or ±∞), eight blocks reduced together;

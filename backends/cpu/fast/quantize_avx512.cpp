@@ -1,11 +1,12 @@
 // Quantize-on-load kernels for AVX-512 (F/BW/VL/DQ, with F16C for the scales). Each block of
-// 32 values takes the reference's steps in the same IEEE operations, 16 lanes at a time:
-// the scale from the block's extreme values divided by 127 (q8) or 15 (q4) and rounded to
-// f16 (F16C rounds to nearest even, as f32_to_f16 does for finite values), each value divided
-// by the widened scale (an exact IEEE division, like the reference's), rounded half away from
-// zero, clamped and packed. Rounding half away from zero is done exactly, without the
-// reference's std::round call: t = trunc(v); v − t is exact for these magnitudes; one is
-// added away from zero when |v − t| ≥ 0.5.
+// 32 values gives the reference's bytes — the scale from the block's extreme values divided
+// by 127 (q8) or 15 (q4), rounded to f16 by F16C (nearest even, as f32_to_f16 does for finite
+// values), each value divided by the widened scale, rounded half away from zero without
+// std::round (t = trunc(v); v − t is exact at these magnitudes; one is added away from zero
+// when |v − t| ≥ 0.5), clamped and packed. As on AVX2 (quantize_avx2.cpp), eight blocks'
+// scales are found together, and each value's division is a product with the scale's
+// reciprocal where that cannot change the result (quantize_blocks.inc); a block with a value
+// near a rounding boundary is divided again.
 
 // GCC 12's AVX-512 headers start many intrinsics from a self-initialised "undefined" vector,
 // which -Wmaybe-uninitialized reports wherever they are inlined here (a false alarm).
@@ -22,14 +23,7 @@ namespace mpakt::cpu_fast {
 
 namespace {
 
-/// 16 values from `first` on, widened to f32.
-inline __m512 load16(const void* src, quant_source from, std::int64_t first) {
-  if (from == quant_source::bf16) {
-    const __m256i words = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(src) + first));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(words), 16));
-  }
-  return _mm512_loadu_ps(static_cast<const float*>(src) + first);
-}
+#include "backends/cpu/fast/quantize_blocks.inc"
 
 /// Lanes of `a` or `b` that are NaN or ±∞.
 inline __mmask16 non_finite(__m512 a, __m512 b) {
@@ -47,43 +41,159 @@ inline __m512 round_away(__m512 v) {
   return _mm512_mask_add_ps(t, up, t, one_away);
 }
 
+/// round_away(x[k] / d) for a block's two registers: the products with `inv` (1/d) rounded to
+/// nearest where none lies within 2^−14 of k + ½, else both divided as the reference does.
+inline void rounded_quotients(const __m512* x, float inv, float d, __m512* r) {
+  const __m512 sign = _mm512_set1_ps(-0.0f), iv = _mm512_set1_ps(inv);
+  const __m512 v0 = _mm512_mul_ps(x[0], iv), v1 = _mm512_mul_ps(x[1], iv);
+  r[0] = _mm512_roundscale_ps(v0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  r[1] = _mm512_roundscale_ps(v1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 off = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_sub_ps(v0, r[0])), _mm512_andnot_ps(sign, _mm512_sub_ps(v1, r[1])));
+  if (_mm512_cmp_ps_mask(off, _mm512_set1_ps(0.5f - 0x1p-14f), _CMP_GT_OQ) != 0) {
+    const __m512 dv = _mm512_set1_ps(d);
+    r[0] = round_away(_mm512_div_ps(x[0], dv));
+    r[1] = round_away(_mm512_div_ps(x[1], dv));
+  }
+}
+
+/// A block's 32 bf16 words widened by interleaving with zeros: values 0–3 | 8–11 | 16–19 |
+/// 24–27 in x[0], the other four of each eight in x[1] — the order the packs below undo.
+inline void widen_block(const std::uint16_t* p, __m512* x) {
+  const __m512i w = _mm512_loadu_si512(p), zero = _mm512_setzero_si512();
+  x[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, w));
+  x[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, w));
+}
+
+/// Whole numbers of a block in widen_block's order → the 32 values as 16-bit words in order.
+inline __m512i words_in_order(const __m512* r) { return _mm512_packs_epi32(_mm512_cvttps_epi32(r[0]), _mm512_cvttps_epi32(r[1])); }
+
+/// The per-lane extremes of a block's 32 lanes folded to eight.
+inline __m128i fold_max_epu16(__m512i a) {
+  const __m256i h = _mm256_max_epu16(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+  return _mm_max_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+inline __m128i fold_min_epi16(__m512i a) {
+  const __m256i h = _mm256_min_epi16(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+  return _mm_min_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+inline __m128i fold_max_epi16(__m512i a) {
+  const __m256i h = _mm256_max_epi16(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+  return _mm_max_epi16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+/// q8 from bf16 words (checkpoints are published in bf16), as quantize_avx2.cpp's: each
+/// block's largest magnitude found on the words (magnitude bits order as integers; any above
+/// 0x7f7f is NaN or ±∞), eight blocks reduced together; products with the scale's reciprocal.
+bool quantize_q8_bf16_avx512(const std::uint16_t* src, std::uint8_t* dst, std::int64_t blocks) {
+  const __m512i magnitude = _mm512_set1_epi16(0x7fff);
+  const __m256i lowest = _mm256_set1_epi8(-127);
+  for (std::int64_t b = 0; b < blocks; b += 8) {
+    const int count = int(std::min<std::int64_t>(8, blocks - b));
+    const std::uint16_t* p = src + b * 32;
+    __m128i m[8];
+    for (int i = 0; i < 8; ++i)
+      m[i] = i < count ? fold_max_epu16(_mm512_and_si512(_mm512_loadu_si512(p + 32 * i), magnitude)) : _mm_setzero_si128();
+    const __m128i amax_bits = reduce8(m, [](__m128i a, __m128i b) { return _mm_max_epu16(a, b); });
+    if (_mm_movemask_epi8(_mm_cmpgt_epi16(amax_bits, _mm_set1_epi16(0x7f7f))) != 0) return false;
+    block_scales sc;
+    sc.q8(widen8(amax_bits));
+    for (int i = 0; i < count; ++i) {
+      std::uint8_t* blk = dst + (b + i) * 34;
+      if (!sc.start_q8(i, blk)) continue;
+      __m512 x[2], r[2];
+      widen_block(p + 32 * i, x);
+      rounded_quotients(x, sc.inv[i], sc.d[i], r);
+      // |quotient| < 2^8, so the narrowings saturate only past ±127: the lower end is −127
+      const __m256i bytes = _mm256_max_epi8(_mm512_cvtsepi16_epi8(words_in_order(r)), lowest);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), bytes);
+    }
+  }
+  return true;
+}
+
+/// Byte j of a q4 block = value 2j | value 2j+1 << 4, from the values (0–15) as words in order.
+inline __m128i q4_nibbles(__m512i words) { return _mm512_cvtepi32_epi8(_mm512_or_si512(words, _mm512_srli_epi32(words, 12))); }
+
+/// q4 from bf16 words: each block's extremes found on order keys (a key past +FLT_MAX's or
+/// below −FLT_MAX's is NaN or ±∞), eight blocks reduced together; products with the scale's
+/// reciprocal.
+bool quantize_q4_bf16_avx512(const std::uint16_t* src, std::uint8_t* dst, std::int64_t blocks) {
+  const __m512i flip = _mm512_set1_epi16(0x7fff);
+  const __m512 zero = _mm512_setzero_ps(), fifteen = _mm512_set1_ps(15.0f);
+  for (std::int64_t b = 0; b < blocks; b += 8) {
+    const int count = int(std::min<std::int64_t>(8, blocks - b));
+    const std::uint16_t* p = src + b * 32;
+    __m128i lo_k[8], hi_k[8];
+    for (int i = 0; i < 8; ++i) {
+      if (i >= count) {
+        lo_k[i] = hi_k[i] = _mm_set1_epi16(0x3f80);  // 1.0: past the last block, never used
+        continue;
+      }
+      const __m512i w = _mm512_loadu_si512(p + 32 * i);
+      const __m512i key = _mm512_xor_si512(w, _mm512_and_si512(_mm512_srai_epi16(w, 15), flip));
+      lo_k[i] = fold_min_epi16(key);
+      hi_k[i] = fold_max_epi16(key);
+    }
+    const __m128i lo_keys = reduce8(lo_k, [](__m128i a, __m128i b) { return _mm_min_epi16(a, b); });
+    const __m128i hi_keys = reduce8(hi_k, [](__m128i a, __m128i b) { return _mm_max_epi16(a, b); });
+    const __m128i bad = _mm_or_si128(_mm_cmpgt_epi16(hi_keys, _mm_set1_epi16(0x7f7f)),
+                                     _mm_cmplt_epi16(lo_keys, _mm_set1_epi16(std::int16_t(0x8080))));
+    if (_mm_movemask_epi8(bad) != 0) return false;
+    const __m256 lov = widen8(order_key(lo_keys)), hiv = widen8(order_key(hi_keys));
+    // (which zero the reference keeps depends on order)
+    if (_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(lov, _mm256_setzero_ps(), _CMP_EQ_OQ),
+                                        _mm256_cmp_ps(hiv, _mm256_setzero_ps(), _CMP_EQ_OQ))) != 0)
+      return false;
+    block_scales sc;
+    sc.q4(lov, hiv);
+    for (int i = 0; i < count; ++i) {
+      std::uint8_t* blk = dst + (b + i) * 20;
+      if (!sc.start_q4(i, blk)) continue;
+      __m512 x[2], r[2];
+      widen_block(p + 32 * i, x);
+      const __m512 mv = _mm512_set1_ps(sc.m[i]);
+      x[0] = _mm512_sub_ps(x[0], mv);
+      x[1] = _mm512_sub_ps(x[1], mv);
+      rounded_quotients(x, sc.inv[i], sc.d[i], r);
+      for (int k = 0; k < 2; ++k) r[k] = _mm512_min_ps(_mm512_max_ps(r[k], zero), fifteen);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), q4_nibbles(words_in_order(r)));
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 bool quantize_q8_row_avx512(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
+  if (from == quant_source::bf16) return quantize_q8_bf16_avx512(static_cast<const std::uint16_t*>(src), dst, n / 32);
+  const float* x = static_cast<const float*>(src);
   const __m512 sign = _mm512_set1_ps(-0.0f);
   const __m512 lo_q = _mm512_set1_ps(-127.0f), hi_q = _mm512_set1_ps(127.0f);
   const std::int64_t blocks = n / 32;
-  // Sixteen blocks at a time (the last group may be shorter): their extremes first, then their
-  // scales in one division and one rounding to f16 — lane for lane the reference's scalar
-  // steps, which block by block made a chain of dependent operations — then each block's
-  // values divided. Lanes past the last block hold 0 and are never stored.
-  for (std::int64_t b = 0; b < blocks; b += 16) {
-    const int count = int(std::min<std::int64_t>(16, blocks - b));
-    alignas(64) float amax[16] = {};
+  // Eight blocks at a time (the last group may be shorter): their extremes, then their scales
+  // together (lane for lane the reference's scalar steps), then each block's values. Lanes
+  // past the last block hold 0 and are never stored.
+  for (std::int64_t b = 0; b < blocks; b += 8) {
+    const int count = int(std::min<std::int64_t>(8, blocks - b));
+    alignas(32) float amax[8] = {};
     __mmask16 bad = 0;
     for (int i = 0; i < count; ++i) {
-      const __m512 x0 = load16(src, from, (b + i) * 32), x1 = load16(src, from, (b + i) * 32 + 16);
+      const __m512 x0 = _mm512_loadu_ps(x + (b + i) * 32), x1 = _mm512_loadu_ps(x + (b + i) * 32 + 16);
       bad |= non_finite(x0, x1);
       amax[i] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_andnot_ps(sign, x1)));
     }
     if (bad) return false;
-    const __m256i d16 = _mm512_cvtps_ph(_mm512_div_ps(_mm512_load_ps(amax), _mm512_set1_ps(127.0f)), _MM_FROUND_TO_NEAREST_INT);
-    alignas(64) float d[16];
-    alignas(32) std::uint16_t d16s[16];
-    _mm512_store_ps(d, _mm512_cvtph_ps(d16));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d16s), d16);
+    block_scales sc;
+    sc.q8(_mm256_load_ps(amax));
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 34;
-      __builtin_memcpy(blk, &d16s[i], 2);
-      if (d[i] == 0) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(blk + 2), _mm256_setzero_si256());
-        continue;
-      }
-      const __m512 dv = _mm512_set1_ps(d[i]);
+      if (!sc.start_q8(i, blk)) continue;
+      const __m512 v[2] = {_mm512_loadu_ps(x + (b + i) * 32), _mm512_loadu_ps(x + (b + i) * 32 + 16)};
+      __m512 q[2];
+      rounded_quotients(v, sc.inv[i], sc.d[i], q);
       for (int h = 0; h < 2; ++h) {
-        __m512 q = round_away(_mm512_div_ps(load16(src, from, (b + i) * 32 + 16 * h), dv));
-        q = _mm512_min_ps(_mm512_max_ps(q, lo_q), hi_q);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 2 + 16 * h), _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(q)));
+        q[h] = _mm512_min_ps(_mm512_max_ps(q[h], lo_q), hi_q);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 2 + 16 * h), _mm512_cvtsepi32_epi8(_mm512_cvttps_epi32(q[h])));
       }
     }
   }
@@ -91,51 +201,38 @@ bool quantize_q8_row_avx512(const void* src, quant_source from, std::uint8_t* ds
 }
 
 bool quantize_q4_row_avx512(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
+  if (from == quant_source::bf16) return quantize_q4_bf16_avx512(static_cast<const std::uint16_t*>(src), dst, n / 32);
+  const float* x = static_cast<const float*>(src);
   const __m512 zero = _mm512_setzero_ps(), fifteen = _mm512_set1_ps(15.0f);
   const std::int64_t blocks = n / 32;
-  // Sixteen blocks at a time, as q8: extremes, then their scales and minimums together.
-  for (std::int64_t b = 0; b < blocks; b += 16) {
-    const int count = int(std::min<std::int64_t>(16, blocks - b));
-    const __mmask16 used = __mmask16((1u << count) - 1);
-    alignas(64) float lo[16] = {}, hi[16] = {};
+  // Eight blocks at a time, as q8: extremes, then their scales and minimums together.
+  for (std::int64_t b = 0; b < blocks; b += 8) {
+    const int count = int(std::min<std::int64_t>(8, blocks - b));
+    alignas(32) float lo[8] = {}, hi[8] = {};
     __mmask16 bad = 0;
     for (int i = 0; i < count; ++i) {
-      const __m512 x0 = load16(src, from, (b + i) * 32), x1 = load16(src, from, (b + i) * 32 + 16);
+      const __m512 x0 = _mm512_loadu_ps(x + (b + i) * 32), x1 = _mm512_loadu_ps(x + (b + i) * 32 + 16);
       bad |= non_finite(x0, x1);
       lo[i] = _mm512_reduce_min_ps(_mm512_min_ps(x0, x1));
       hi[i] = _mm512_reduce_max_ps(_mm512_max_ps(x0, x1));
+      if (lo[i] == 0 || hi[i] == 0) return false;  // which zero the reference keeps depends on order
     }
     if (bad) return false;
-    const __m512 lov = _mm512_load_ps(lo), hiv = _mm512_load_ps(hi);
-    // (which zero the reference keeps depends on order)
-    if ((_mm512_cmp_ps_mask(lov, zero, _CMP_EQ_OQ) | _mm512_cmp_ps_mask(hiv, zero, _CMP_EQ_OQ)) & used) return false;
-    const __m256i d16 = _mm512_cvtps_ph(_mm512_div_ps(_mm512_sub_ps(hiv, lov), fifteen), _MM_FROUND_TO_NEAREST_INT);
-    const __m256i m16 = _mm512_cvtps_ph(lov, _MM_FROUND_TO_NEAREST_INT);
-    alignas(64) float d[16], m[16];
-    alignas(32) std::uint16_t d16s[16], m16s[16];
-    _mm512_store_ps(d, _mm512_cvtph_ps(d16));
-    _mm512_store_ps(m, _mm512_cvtph_ps(m16));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(d16s), d16);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(m16s), m16);
+    block_scales sc;
+    sc.q4(_mm256_load_ps(lo), _mm256_load_ps(hi));
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 20;
-      __builtin_memcpy(blk, &d16s[i], 2);
-      __builtin_memcpy(blk + 2, &m16s[i], 2);
-      if (d[i] == 0) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm_setzero_si128());
-        continue;
-      }
-      const __m512 dv = _mm512_set1_ps(d[i]), mv = _mm512_set1_ps(m[i]);
-      __m128i q8[2];
-      for (int h = 0; h < 2; ++h) {
-        __m512 q = round_away(_mm512_div_ps(_mm512_sub_ps(load16(src, from, (b + i) * 32 + 16 * h), mv), dv));
-        q = _mm512_min_ps(_mm512_max_ps(q, zero), fifteen);
-        q8[h] = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q));  // values 0..15, one per byte
-      }
-      // Byte i of the block = value 2i | value 2i+1 << 4: pairs as 16-bit lanes, then narrowed.
-      const __m256i pairs = _mm256_set_m128i(q8[1], q8[0]);
-      const __m256i packed = _mm256_or_si256(_mm256_and_si256(pairs, _mm256_set1_epi16(0x00ff)),
-                                             _mm256_slli_epi16(_mm256_srli_epi16(pairs, 8), 4));
+      if (!sc.start_q4(i, blk)) continue;
+      const __m512 mv = _mm512_set1_ps(sc.m[i]);
+      const __m512 v[2] = {_mm512_sub_ps(_mm512_loadu_ps(x + (b + i) * 32), mv), _mm512_sub_ps(_mm512_loadu_ps(x + (b + i) * 32 + 16), mv)};
+      __m512 q[2];
+      rounded_quotients(v, sc.inv[i], sc.d[i], q);
+      for (int h = 0; h < 2; ++h) q[h] = _mm512_min_ps(_mm512_max_ps(q[h], zero), fifteen);
+      // values in order: 0–15 in q[0], 16–31 in q[1]; as words in widen_block's order they
+      // are not, so pair them here: byte j = value 2j | value 2j+1 << 4
+      const __m128i b0 = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q[0])), b1 = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q[1]));
+      const __m256i pairs = _mm256_set_m128i(b1, b0);
+      const __m256i packed = _mm256_or_si256(_mm256_and_si256(pairs, _mm256_set1_epi16(0x00ff)), _mm256_slli_epi16(_mm256_srli_epi16(pairs, 8), 4));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm256_cvtepi16_epi8(packed));
     }
   }
