@@ -17,6 +17,7 @@ http_reader_options reader_options(const host_fetcher::options& o) {
   ho.verify_tls = o.verify_tls;
   ho.allow_private = o.allow_private;
   ho.trusted_endpoint = o.trusted_endpoint;
+  ho.every_host_transient = true;  // (every host here is one the coordinator sent us to)
   return ho;  // (no token: never handed on)
 }
 

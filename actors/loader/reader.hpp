@@ -83,6 +83,13 @@ struct http_reader_options {
   /// `allow_private`, and the one host whose failures are the server's (503) rather than
   /// the caller's (400 naming the URL).
   std::string trusted_endpoint;
+  /// Whether every host's failures keep their transient codes — errc::unavailable for a
+  /// dropped connection or a 5xx answer, errc::timeout — as `trusted_endpoint`'s do, instead
+  /// of becoming the caller's error (errc::invalid naming the URL). A worker's host fetcher
+  /// sets it: each host it reads is one the coordinator sent it to (its header's digest
+  /// checked), so a failure there is the grid's, and a dropped answer is asked for again
+  /// (read_range_into_retrying) rather than ending the load. Reaching addresses is unchanged.
+  bool every_host_transient = false;
   /// A Hugging Face token for gated or private repositories: sent as Authorization: Bearer to
   /// `trusted_endpoint`'s origin only (never to a URL source, nor to a host a redirect leads
   /// to). Never logged, never part of a message.
