@@ -116,21 +116,14 @@ bool quantize_q8_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int
   for (std::int64_t b = 0; b < blocks; b += 8) {
     const int count = int(std::min<std::int64_t>(8, blocks - b));
     const std::uint16_t* p = src + b * 32;
-    __m128i m[8];
-    for (int i = 0; i < 8; ++i) {
-      if (i >= count) {
-        m[i] = _mm_setzero_si128();
-        continue;
-      }
+    const auto maxima = [&](int i) {
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i + 16));
       const __m256i a = _mm256_max_epu16(_mm256_and_si256(w0, magnitude), _mm256_and_si256(w1, magnitude));
-      m[i] = _mm_max_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    }
-    const __m128i amax_bits = reduce8(m, [](__m128i a, __m128i b) { return _mm_max_epu16(a, b); });
-    if (_mm_movemask_epi8(_mm_cmpgt_epi16(amax_bits, _mm_set1_epi16(0x7f7f))) != 0) return false;
+      return _mm_max_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    };
     block_scales sc;
-    sc.q8(widen8(amax_bits));
+    if (!q8_scales_of(count, maxima, sc)) return false;
     const float *d = sc.d, *inv = sc.inv;
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 34;
@@ -158,32 +151,18 @@ inline __m256i order_key(__m256i w) { return _mm256_xor_si256(w, _mm256_and_si25
 bool quantize_q4_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int64_t blocks) {
   const __m256i zero_i = _mm256_setzero_si256();
   const __m256 zero = _mm256_setzero_ps(), fifteen = _mm256_set1_ps(15.0f);
-  const auto pmin = [](__m128i a, __m128i b) { return _mm_min_epi16(a, b); };
-  const auto pmax = [](__m128i a, __m128i b) { return _mm_max_epi16(a, b); };
   for (std::int64_t b = 0; b < blocks; b += 8) {
     const int count = int(std::min<std::int64_t>(8, blocks - b));
     const std::uint16_t* p = src + b * 32;
-    __m128i lo_k[8], hi_k[8];
-    for (int i = 0; i < 8; ++i) {
-      if (i >= count) {
-        lo_k[i] = hi_k[i] = _mm_set1_epi16(0x3f80);  // 1.0: past the last block, never used
-        continue;
-      }
+    const auto extremes = [&](int i, __m128i& lo_k, __m128i& hi_k) {
       const __m256i k0 = order_key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i)));
       const __m256i k1 = order_key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i + 16)));
       const __m256i lo = _mm256_min_epi16(k0, k1), hi = _mm256_max_epi16(k0, k1);
-      lo_k[i] = _mm_min_epi16(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
-      hi_k[i] = _mm_max_epi16(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
-    }
-    const __m128i lo_keys = reduce8(lo_k, pmin), hi_keys = reduce8(hi_k, pmax);
-    const __m128i bad = _mm_or_si128(_mm_cmpgt_epi16(hi_keys, _mm_set1_epi16(0x7f7f)),
-                                     _mm_cmplt_epi16(lo_keys, _mm_set1_epi16(std::int16_t(0x8080))));
-    if (_mm_movemask_epi8(bad) != 0) return false;
-    const __m256 lov = widen8(order_key(lo_keys)), hiv = widen8(order_key(hi_keys));
-    // (which zero the reference keeps depends on order)
-    if (_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(lov, zero, _CMP_EQ_OQ), _mm256_cmp_ps(hiv, zero, _CMP_EQ_OQ))) != 0) return false;
+      lo_k = _mm_min_epi16(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+      hi_k = _mm_max_epi16(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+    };
     block_scales sc;
-    sc.q4(lov, hiv);
+    if (!q4_scales_of(count, extremes, sc)) return false;
     const float *d = sc.d, *m = sc.m, *inv = sc.inv;
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 20;

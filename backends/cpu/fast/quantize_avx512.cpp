@@ -90,13 +90,9 @@ bool quantize_q8_bf16_avx512(const std::uint16_t* src, std::uint8_t* dst, std::i
   for (std::int64_t b = 0; b < blocks; b += 8) {
     const int count = int(std::min<std::int64_t>(8, blocks - b));
     const std::uint16_t* p = src + b * 32;
-    __m128i m[8];
-    for (int i = 0; i < 8; ++i)
-      m[i] = i < count ? fold_max_epu16(_mm512_and_si512(_mm512_loadu_si512(p + 32 * i), magnitude)) : _mm_setzero_si128();
-    const __m128i amax_bits = reduce8(m, [](__m128i a, __m128i b) { return _mm_max_epu16(a, b); });
-    if (_mm_movemask_epi8(_mm_cmpgt_epi16(amax_bits, _mm_set1_epi16(0x7f7f))) != 0) return false;
+    const auto maxima = [&](int i) { return fold_max_epu16(_mm512_and_si512(_mm512_loadu_si512(p + 32 * i), magnitude)); };
     block_scales sc;
-    sc.q8(widen8(amax_bits));
+    if (!q8_scales_of(count, maxima, sc)) return false;
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 34;
       if (!sc.start_q8(i, blk)) continue;
@@ -123,29 +119,14 @@ bool quantize_q4_bf16_avx512(const std::uint16_t* src, std::uint8_t* dst, std::i
   for (std::int64_t b = 0; b < blocks; b += 8) {
     const int count = int(std::min<std::int64_t>(8, blocks - b));
     const std::uint16_t* p = src + b * 32;
-    __m128i lo_k[8], hi_k[8];
-    for (int i = 0; i < 8; ++i) {
-      if (i >= count) {
-        lo_k[i] = hi_k[i] = _mm_set1_epi16(0x3f80);  // 1.0: past the last block, never used
-        continue;
-      }
+    const auto extremes = [&](int i, __m128i& lo_k, __m128i& hi_k) {
       const __m512i w = _mm512_loadu_si512(p + 32 * i);
       const __m512i key = _mm512_xor_si512(w, _mm512_and_si512(_mm512_srai_epi16(w, 15), flip));
-      lo_k[i] = fold_min_epi16(key);
-      hi_k[i] = fold_max_epi16(key);
-    }
-    const __m128i lo_keys = reduce8(lo_k, [](__m128i a, __m128i b) { return _mm_min_epi16(a, b); });
-    const __m128i hi_keys = reduce8(hi_k, [](__m128i a, __m128i b) { return _mm_max_epi16(a, b); });
-    const __m128i bad = _mm_or_si128(_mm_cmpgt_epi16(hi_keys, _mm_set1_epi16(0x7f7f)),
-                                     _mm_cmplt_epi16(lo_keys, _mm_set1_epi16(std::int16_t(0x8080))));
-    if (_mm_movemask_epi8(bad) != 0) return false;
-    const __m256 lov = widen8(order_key(lo_keys)), hiv = widen8(order_key(hi_keys));
-    // (which zero the reference keeps depends on order)
-    if (_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(lov, _mm256_setzero_ps(), _CMP_EQ_OQ),
-                                        _mm256_cmp_ps(hiv, _mm256_setzero_ps(), _CMP_EQ_OQ))) != 0)
-      return false;
+      lo_k = fold_min_epi16(key);
+      hi_k = fold_max_epi16(key);
+    };
     block_scales sc;
-    sc.q4(lov, hiv);
+    if (!q4_scales_of(count, extremes, sc)) return false;
     for (int i = 0; i < count; ++i) {
       std::uint8_t* blk = dst + (b + i) * 20;
       if (!sc.start_q4(i, blk)) continue;
