@@ -13,6 +13,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 
 import pytest
@@ -269,6 +270,104 @@ def test_a_volunteer_reads_its_weights_from_the_model_host_itself_where_it_may(s
     finally:
         c.stop_all()
         c.server.process.terminate()
+
+
+class CuttingProxy:
+    """A TCP proxy in front of the model host that drops one connection: in the answer to the
+    first range request for data (not a file's start, at least 64 KB long), after `cut_after`
+    bytes of the answer have passed. Records every range asked for."""
+
+    def __init__(self, upstream_url, cut_after=32 * 1024):
+        self.upstream = int(upstream_url.rsplit(":", 1)[1])
+        self.cut_after = cut_after
+        self.lock = threading.Lock()
+        self.armed, self.cuts, self.ranges = True, 0, []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client):
+        upstream = socket.create_connection(("127.0.0.1", self.upstream))
+        cut = threading.Event()
+
+        def close_both():
+            for s in (client, upstream):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        def to_host():
+            while data := client.recv(65536):
+                for first, last in re.findall(rb"[Rr]ange: bytes=(\d+)-(\d+)", data):
+                    first, last = int(first), int(last)
+                    with self.lock:
+                        self.ranges.append((first, last))
+                        if self.armed and first > 0 and last - first >= 65536:
+                            self.armed = False
+                            cut.set()
+                upstream.sendall(data)
+
+        def to_client():
+            passed = 0
+            while data := upstream.recv(65536):
+                if cut.is_set():
+                    if passed + len(data) >= self.cut_after:
+                        client.sendall(data[:self.cut_after - passed])
+                        with self.lock:
+                            self.cuts += 1
+                        close_both()
+                        return
+                    passed += len(data)
+                client.sendall(data)
+
+        threads = [threading.Thread(target=f, daemon=True) for f in (to_host, to_client)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        close_both()
+        client.close()
+        upstream.close()
+
+    def close(self):
+        self.listener.close()
+
+
+def test_a_volunteer_reading_the_model_host_asks_again_for_a_range_the_host_dropped(start_server, tmp_path_factory,
+                                                                                     host_url):
+    """A volunteer that reads its weights from the model host itself, and loses the connection
+    in the middle of a range's answer, asks for that range again and the load goes on (a
+    dropped answer is the grid's trouble, not a bad source: actors/loader/reader.hpp,
+    every_host_transient) — where before its first such cut failed the whole load as "cannot
+    reach source". The coordinator's --hf-endpoint is a proxy that cuts one data range."""
+    proxy = CuttingProxy(host_url)
+    cport = cluster_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), *NO_CHECKS, hf_endpoint=proxy.url)
+    c = Cluster(server, cport, tmp_path_factory.mktemp("hostcut-logs"))
+    c.key = server.account("hostcut")[1]
+    try:
+        w = c.join("w_a", "1G", "--host-fetch", "any")
+        r = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
+        assert "from the model host itself" in w.output()
+        assert c.status(c.key)["pool"][0]["dataLink"]["bytes"] == 0  # (nothing was relayed)
+        assert proxy.cuts == 1, proxy.ranges
+        cut = next(rg for rg in proxy.ranges if rg[0] > 0 and rg[1] - rg[0] >= 65536)
+        assert proxy.ranges.count(cut) == 2, proxy.ranges  # asked for again, once
+        decode_golden(c.server.api, c.key, r["modelId"])
+        c.server.assert_up()
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
+        proxy.close()
 
 
 def test_a_spot_checked_volunteer_never_reads_its_weights_itself(cluster):
