@@ -60,7 +60,7 @@ std::optional<level> level_from_name(std::string_view name);
 /// quantization). Two workers compute the same bits only when both their level and this agree,
 /// which is what lets a spot-check demand equal bits from a volunteer (checked_worker.hpp);
 /// a volunteer on an older build then gets the tolerance between kernel paths instead.
-inline constexpr int arithmetic_revision = 13;
+inline constexpr int arithmetic_revision = 14;
 
 /// One line for banners and status: the level in use, the features behind it, whether q8/q4
 /// matrices are held in lanes, and the arithmetic revision, e.g. "avx512_bf16 (avx2 fma f16c

@@ -862,8 +862,18 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
     out.push_back({op, unless_lanes<product_vnni_int8>, accepts_vnni_int8, "avx512_vnni", level::avx512_vnni,
                    unless_lanes_group<products_vnni_int8>});
     for (const auto& e : levels) {
-      // AVX2's many-row q8/q4 products, ahead of its general kernel (AVX-512 machines take
-      // their own kernels, registered before)
+      // AVX2's many-row q8/q4 products, ahead of the general kernels of AVX2 and of AVX-512
+      // without VNNI (VNNI machines take their own, registered before), with each level's own
+      // kernels for the rows that keep their bits alone: a matrix held as rows gets the bits
+      // its lanes would (product_lanes takes this kernel for many rows on both levels) —
+      // before, AVX-512's int16 row kernels took a rows-held matrix's many-row products
+      if (e.min == level::avx512)
+        out.push_back({op,
+                       unless_lanes<product_int8_lanes<avx2::int8_lanes_range, 8, false, avx512_kernels,
+                                                       product<avx512_kernels>, products<avx512_kernels>>>,
+                       accepts_int8_lanes, "avx512", level::avx512,
+                       unless_lanes_group<products_int8_lanes<avx2::int8_lanes_range, 8, false, avx512_kernels,
+                                                              product<avx512_kernels>, products<avx512_kernels>>>});
       if (e.min == level::avx2)
         out.push_back({op,
                        unless_lanes<product_int8_lanes<avx2::int8_lanes_range, 8, false, avx2_kernels,
