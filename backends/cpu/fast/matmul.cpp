@@ -827,6 +827,15 @@ status product_scalar(const kernel_call& c) {
   return ok_status();
 }
 
+/// AVX2's many-row q8/q4 lanes kernel as the entry of `l`, whose own kernels (LK) take the rows
+/// that keep their bits alone and those that are not finite.
+template <const level_kernels& LK>
+cpu_kernel avx2_int8_lanes_entry(const char* op, level l) {
+  return {op, unless_lanes<product_int8_lanes<avx2::int8_lanes_range, 8, false, LK, product<LK>, products<LK>>>,
+          accepts_int8_lanes, cpu_isa::level_name(l), l,
+          unless_lanes_group<products_int8_lanes<avx2::int8_lanes_range, 8, false, LK, product<LK>, products<LK>>>};
+}
+
 }  // namespace
 
 void add_matmul_kernels(std::vector<cpu_kernel>& out) {
@@ -867,20 +876,8 @@ void add_matmul_kernels(std::vector<cpu_kernel>& out) {
       // kernels for the rows that keep their bits alone: a matrix held as rows gets the bits
       // its lanes would (product_lanes takes this kernel for many rows on both levels) —
       // before, AVX-512's int16 row kernels took a rows-held matrix's many-row products
-      if (e.min == level::avx512)
-        out.push_back({op,
-                       unless_lanes<product_int8_lanes<avx2::int8_lanes_range, 8, false, avx512_kernels,
-                                                       product<avx512_kernels>, products<avx512_kernels>>>,
-                       accepts_int8_lanes, "avx512", level::avx512,
-                       unless_lanes_group<products_int8_lanes<avx2::int8_lanes_range, 8, false, avx512_kernels,
-                                                              product<avx512_kernels>, products<avx512_kernels>>>});
-      if (e.min == level::avx2)
-        out.push_back({op,
-                       unless_lanes<product_int8_lanes<avx2::int8_lanes_range, 8, false, avx2_kernels,
-                                                       product<avx2_kernels>, products<avx2_kernels>>>,
-                       accepts_int8_lanes, "avx2", level::avx2,
-                       unless_lanes_group<products_int8_lanes<avx2::int8_lanes_range, 8, false, avx2_kernels,
-                                                              product<avx2_kernels>, products<avx2_kernels>>>});
+      if (e.min == level::avx512) out.push_back(avx2_int8_lanes_entry<avx512_kernels>(op, level::avx512));
+      if (e.min == level::avx2) out.push_back(avx2_int8_lanes_entry<avx2_kernels>(op, level::avx2));
       out.push_back({op, e.fn, accepts_trans_b, cpu_isa::level_name(e.min), e.min, e.group});
     }
   }
