@@ -209,12 +209,10 @@ bool quantize_q4_row_avx512(const void* src, quant_source from, std::uint8_t* ds
       __m512 q[2];
       rounded_quotients(v, sc.inv[i], sc.d[i], q);
       for (int h = 0; h < 2; ++h) q[h] = _mm512_min_ps(_mm512_max_ps(q[h], zero), fifteen);
-      // values in order: 0–15 in q[0], 16–31 in q[1]; as words in widen_block's order they
-      // are not, so pair them here: byte j = value 2j | value 2j+1 << 4
-      const __m128i b0 = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q[0])), b1 = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q[1]));
-      const __m256i pairs = _mm256_set_m128i(b1, b0);
-      const __m256i packed = _mm256_or_si256(_mm256_and_si256(pairs, _mm256_set1_epi16(0x00ff)), _mm256_slli_epi16(_mm256_srli_epi16(pairs, 8), 4));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), _mm256_cvtepi16_epi8(packed));
+      // values in order (0–15 in q[0], 16–31 in q[1]): narrowed to words in order, then paired
+      const __m512i words = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(_mm512_cvttps_epi32(q[0]))),
+                                               _mm512_cvtepi32_epi16(_mm512_cvttps_epi32(q[1])), 1);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(blk + 4), q4_nibbles(words));
     }
   }
   return true;
