@@ -89,6 +89,55 @@ struct widen<wtype::f16> {
   static float one(const std::uint8_t* row, i64 i) { return half_to_float(reinterpret_cast<const std::uint16_t*>(row)[i]); }
 };
 
+/// Sixteen values of k of the batched bf16 tile (four activation rows × three weight rows):
+/// the steps of float_tile below, with the registers named. Its twelve sums, three widened
+/// weights and one activation fill AVX2's sixteen registers; compiled from intrinsics, GCC
+/// kept one sum in memory (a chain through a store and a load each step) and folded some
+/// activation loads into the multiply-adds, which held the tile to half its rate on a Zen 3.
+/// The odd values' mask is read from memory for the same reason. The same operations in the
+/// same order as the intrinsics: the same bits.
+alignas(32) constexpr std::uint32_t bf16_odd_mask[8] = {0xffff0000u, 0xffff0000u, 0xffff0000u, 0xffff0000u,
+                                                          0xffff0000u, 0xffff0000u, 0xffff0000u, 0xffff0000u};
+
+/// `w`: the first weight row's sixteen values, the others `ws` bytes apart; `x`: the first
+/// activation row's, the others `xs` bytes apart (operands are few: GCC allows thirty, and
+/// each sum counts twice).
+inline void bf16_tile_4x3_step(__m256 (&acc)[4][3], const std::uint8_t* w, i64 ws, const float* x, i64 xs) {
+  const float* x3 = reinterpret_cast<const float*>(reinterpret_cast<const char*>(x) + 3 * xs);
+#define MPAKT_ROW(x, a, b, c)            \
+  "vmovups " x ", %%ymm15\n\t"           \
+  "vfmadd231ps %%ymm12, %%ymm15, " a "\n\t" \
+  "vfmadd231ps %%ymm13, %%ymm15, " b "\n\t" \
+  "vfmadd231ps %%ymm14, %%ymm15, " c "\n\t"
+  asm("vmovdqu (%[w]), %%ymm12\n\t"
+      "vmovdqu (%[w],%[ws],1), %%ymm13\n\t"
+      "vmovdqu (%[w],%[ws],2), %%ymm14\n\t"
+      "vpslld $16, %%ymm12, %%ymm12\n\t"
+      "vpslld $16, %%ymm13, %%ymm13\n\t"
+      "vpslld $16, %%ymm14, %%ymm14\n\t"
+      MPAKT_ROW("(%[x])", "%[a00]", "%[a01]", "%[a02]")
+      MPAKT_ROW("(%[x],%[xs],1)", "%[a10]", "%[a11]", "%[a12]")
+      MPAKT_ROW("(%[x],%[xs],2)", "%[a20]", "%[a21]", "%[a22]")
+      MPAKT_ROW("(%[x3])", "%[a30]", "%[a31]", "%[a32]")
+      "vmovdqu (%[w]), %%ymm12\n\t"
+      "vmovdqu (%[w],%[ws],1), %%ymm13\n\t"
+      "vmovdqu (%[w],%[ws],2), %%ymm14\n\t"
+      "vpand %[mask], %%ymm12, %%ymm12\n\t"
+      "vpand %[mask], %%ymm13, %%ymm13\n\t"
+      "vpand %[mask], %%ymm14, %%ymm14\n\t"
+      MPAKT_ROW("32(%[x])", "%[a00]", "%[a01]", "%[a02]")
+      MPAKT_ROW("32(%[x],%[xs],1)", "%[a10]", "%[a11]", "%[a12]")
+      MPAKT_ROW("32(%[x],%[xs],2)", "%[a20]", "%[a21]", "%[a22]")
+      MPAKT_ROW("32(%[x3])", "%[a30]", "%[a31]", "%[a32]")
+      : [a00] "+x"(acc[0][0]), [a01] "+x"(acc[0][1]), [a02] "+x"(acc[0][2]), [a10] "+x"(acc[1][0]),
+        [a11] "+x"(acc[1][1]), [a12] "+x"(acc[1][2]), [a20] "+x"(acc[2][0]), [a21] "+x"(acc[2][1]),
+        [a22] "+x"(acc[2][2]), [a30] "+x"(acc[3][0]), [a31] "+x"(acc[3][1]), [a32] "+x"(acc[3][2])
+      : [w] "r"(w), [ws] "r"(ws), [x] "r"(x), [xs] "r"(xs), [x3] "r"(x3),
+        [mask] "m"(*reinterpret_cast<const __m256i*>(bf16_odd_mask))
+      : "xmm12", "xmm13", "xmm14", "xmm15", "memory");
+#undef MPAKT_ROW
+}
+
 /// RT rows × NT weight rows, 16 values of K per step, taken eight at a time.
 template <wtype T, int RT, int NT>
 void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
@@ -116,6 +165,10 @@ void float_tile(const float_product& a, i64 r0, i64 n0, i64 dn) {
 #pragma GCC unroll 16
         for (int j = 0; j < NT; ++j) _mm_prefetch(reinterpret_cast<const char*>(wr[j] + ahead + k0 * elem), _MM_HINT_T0);
       }
+    }
+    if constexpr (T == wtype::bf16 && RT == 4 && NT == 3) {
+      bf16_tile_4x3_step(acc, wr[0] + k0 * elem, dn * a.w_row_bytes, xr + k0, k * i64(sizeof(float)));
+      continue;
     }
     // Eight values of K at a time: NT weight registers, then one activation register per
     // row, so a 4 × 3 tile's twelve sums stay in registers (sixteen in all).
