@@ -21,6 +21,11 @@ inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
 
 inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
 
+/// Keeps a running integer sum a chain: exact in any order, so GCC reassociates unrolled sums
+/// into trees of every product first, which overflowed the sixteen registers into the stack
+/// (the q8/q4 held and lanes kernels); an empty assembly statement fixes the order written.
+inline void sum_in_order(__m256i& v) { asm("" : "+x"(v)); }
+
 inline float bf16_to_float(std::uint16_t h) {
   const std::uint32_t u = std::uint32_t(h) << 16;
   float f;
@@ -496,7 +501,10 @@ void held_tile(const int_product& a, const std::int32_t* xp, i64 r0, i64 g) {
         for (int i = 0; i < RT; ++i) {
           const __m256i p = _mm256_set1_epi32(xp[(r0 + i) * (k / 2) + b * 16 + 4 * j + u]);
 #pragma GCC unroll 2
-          for (int h = 0; h < 2; ++h) dot[i][h] = _mm256_add_epi32(dot[i][h], _mm256_madd_epi16(w[h], p));
+          for (int h = 0; h < 2; ++h) {
+            dot[i][h] = _mm256_add_epi32(dot[i][h], _mm256_madd_epi16(w[h], p));
+            sum_in_order(dot[i][h]);
+          }
         }
       }
     }
@@ -669,9 +677,11 @@ void lanes_rows(const int8_lanes_product& a, const __m256i* wv, const float* d, 
         if constexpr (T == wtype::q4) {
           const __m256i p = _mm256_maddubs_epi16(w, x);
           s[i] = j == 0 ? p : _mm256_add_epi16(s[i], p);
+          sum_in_order(s[i]);
         } else {
           const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_sign_epi8(x, ws)), ones);
           s[i] = j == 0 ? p : _mm256_add_epi32(s[i], p);
+          sum_in_order(s[i]);
         }
       }
     }
