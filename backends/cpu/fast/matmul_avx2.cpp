@@ -109,38 +109,41 @@ alignas(32) constexpr std::uint32_t bf16_odd_mask[8] = {0xffff0000u, 0xffff0000u
 /// each sum counts twice).
 inline void bf16_tile_4x3_step(__m256 (&acc)[4][3], const std::uint8_t* w, i64 ws, const float* x, i64 xs) {
   const float* x3 = reinterpret_cast<const float*>(reinterpret_cast<const char*>(x) + 3 * xs);
-#define MPAKT_ROW(x, a, b, c)            \
-  "vmovups " x ", %%ymm15\n\t"           \
-  "vfmadd231ps %%ymm12, %%ymm15, " a "\n\t" \
-  "vfmadd231ps %%ymm13, %%ymm15, " b "\n\t" \
+// the three weight rows' sixteen bf16 values, then eight values of k of the four activation
+// rows (`o`: their byte offset) against the widened weights
+#define MPAKT_LOAD_W                      \
+  "vmovdqu (%[w]), %%ymm12\n\t"           \
+  "vmovdqu (%[w],%[ws],1), %%ymm13\n\t"   \
+  "vmovdqu (%[w],%[ws],2), %%ymm14\n\t"
+#define MPAKT_ROW(x, a, b, c)                  \
+  "vmovups " x ", %%ymm15\n\t"                 \
+  "vfmadd231ps %%ymm12, %%ymm15, " a "\n\t"    \
+  "vfmadd231ps %%ymm13, %%ymm15, " b "\n\t"    \
   "vfmadd231ps %%ymm14, %%ymm15, " c "\n\t"
-  asm("vmovdqu (%[w]), %%ymm12\n\t"
-      "vmovdqu (%[w],%[ws],1), %%ymm13\n\t"
-      "vmovdqu (%[w],%[ws],2), %%ymm14\n\t"
+#define MPAKT_ROWS(o)                                               \
+  MPAKT_ROW(o "(%[x])", "%[a00]", "%[a01]", "%[a02]")               \
+  MPAKT_ROW(o "(%[x],%[xs],1)", "%[a10]", "%[a11]", "%[a12]")       \
+  MPAKT_ROW(o "(%[x],%[xs],2)", "%[a20]", "%[a21]", "%[a22]")       \
+  MPAKT_ROW(o "(%[x3])", "%[a30]", "%[a31]", "%[a32]")
+  asm(MPAKT_LOAD_W  // the even values: each word's low half moved up
       "vpslld $16, %%ymm12, %%ymm12\n\t"
       "vpslld $16, %%ymm13, %%ymm13\n\t"
       "vpslld $16, %%ymm14, %%ymm14\n\t"
-      MPAKT_ROW("(%[x])", "%[a00]", "%[a01]", "%[a02]")
-      MPAKT_ROW("(%[x],%[xs],1)", "%[a10]", "%[a11]", "%[a12]")
-      MPAKT_ROW("(%[x],%[xs],2)", "%[a20]", "%[a21]", "%[a22]")
-      MPAKT_ROW("(%[x3])", "%[a30]", "%[a31]", "%[a32]")
-      "vmovdqu (%[w]), %%ymm12\n\t"
-      "vmovdqu (%[w],%[ws],1), %%ymm13\n\t"
-      "vmovdqu (%[w],%[ws],2), %%ymm14\n\t"
+      MPAKT_ROWS("")
+      MPAKT_LOAD_W  // the odd values: each word's high half, the low one masked off
       "vpand %[mask], %%ymm12, %%ymm12\n\t"
       "vpand %[mask], %%ymm13, %%ymm13\n\t"
       "vpand %[mask], %%ymm14, %%ymm14\n\t"
-      MPAKT_ROW("32(%[x])", "%[a00]", "%[a01]", "%[a02]")
-      MPAKT_ROW("32(%[x],%[xs],1)", "%[a10]", "%[a11]", "%[a12]")
-      MPAKT_ROW("32(%[x],%[xs],2)", "%[a20]", "%[a21]", "%[a22]")
-      MPAKT_ROW("32(%[x3])", "%[a30]", "%[a31]", "%[a32]")
+      MPAKT_ROWS("32")
       : [a00] "+x"(acc[0][0]), [a01] "+x"(acc[0][1]), [a02] "+x"(acc[0][2]), [a10] "+x"(acc[1][0]),
         [a11] "+x"(acc[1][1]), [a12] "+x"(acc[1][2]), [a20] "+x"(acc[2][0]), [a21] "+x"(acc[2][1]),
         [a22] "+x"(acc[2][2]), [a30] "+x"(acc[3][0]), [a31] "+x"(acc[3][1]), [a32] "+x"(acc[3][2])
       : [w] "r"(w), [ws] "r"(ws), [x] "r"(x), [xs] "r"(xs), [x3] "r"(x3),
         [mask] "m"(*reinterpret_cast<const __m256i*>(bf16_odd_mask))
       : "xmm12", "xmm13", "xmm14", "xmm15", "memory");
+#undef MPAKT_ROWS
 #undef MPAKT_ROW
+#undef MPAKT_LOAD_W
 }
 
 /// RT rows × NT weight rows, 16 values of K per step, taken eight at a time. Not inlined:
