@@ -239,13 +239,16 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
     progress.workers = std::uint32_t(std::max<std::size_t>(1, out.part_workers.size()));
     progress.phase = 1;
   }
-  auto abort_load = [&](error e) -> error {
+  auto tell_workers_to_drop = [&] {
     // Sent after everything in flight (messages between two actors keep their order), so
     // the workers drop whatever of this model they received, whatever state it was in.
     std::vector<worker_actor> touched = out.part_workers;
     if (touched.empty()) touched.push_back(out.worker);
     for (const auto& w : touched)
       self->request(w, cfg.worker_timeout, tabort_atom::value, req.model_id).receive([](bool) {}, [](caf::error&) {});
+  };
+  auto abort_load = [&](error e) -> error {
+    tell_workers_to_drop();
     release();
     return e;
   };
@@ -256,7 +259,6 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
   // or sent and not yet acknowledged — to a few pieces.
   std::vector<loader::tensor_location> where;
   for (const auto& tp : plan->tensors) where.push_back(loader::locate(ctx->index, ctx->index.tensors[tp.tensor]));
-  auto units = loader::plan_fetches(where);
   // Workers that read their own bytes from the model host: whoever proves it reads the same
   // file there (its header's digest) gets ranges instead of pieces — of every tensor, or
   // (its answer) only of tensors it keeps as published; any other worker — a spot-checked
@@ -282,138 +284,168 @@ result<load_outcome> run_load(caf::actor_system& sys, const load_job_config& cfg
         log::line("info", "load", "model " + req.model_id + ": a worker reads " + file.location +
                                       " through the coordinator: " + r.err().message);
     }
-    for (auto& u : units)
-      u.remote = !u.segments.empty() && std::all_of(u.segments.begin(), u.segments.end(), [&](const auto& seg) {
-        auto it = fetching_itself.find({part_of[seg.tensor].address(), u.location});
-        if (it == fetching_itself.end()) return false;
-        const auto& tp = plan->tensors[seg.tensor];
-        return it->second || tensor_builder::keeps_as_published(ctx->index.tensors[tp.tensor].entry.file_dtype, tp.resident);
-      });
   }
-  loader::fetch_pool fetcher(where, std::move(units), ctx->make_reader,
-                             {cfg.fetch_connections, std::uint64_t(cfg.pieces_held) * loader::piece_bytes});
+  // A range a worker reads itself that still fails after its own retries (the host stopped
+  // answering it, the route between them broke) does not fail the load: every request in
+  // flight is answered, the workers drop what they hold of the model, and the load starts
+  // again with every byte relayed through here (docs/decisions.md, "Loading").
+  std::uint64_t peak_held = 0;
+  for (bool relay_all = false;; relay_all = true) {
+    auto units = loader::plan_fetches(where);
+    if (!relay_all)
+      for (auto& u : units)
+        u.remote = !u.segments.empty() && std::all_of(u.segments.begin(), u.segments.end(), [&](const auto& seg) {
+          auto it = fetching_itself.find({part_of[seg.tensor].address(), u.location});
+          if (it == fetching_itself.end()) return false;
+          const auto& tp = plan->tensors[seg.tensor];
+          return it->second || tensor_builder::keeps_as_published(ctx->index.tensors[tp.tensor].entry.file_dtype, tp.resident);
+        });
+    transferred = resident = 0;
+    out.tensor_ids.clear();
+    for (auto& b : out.part_bytes) b = 0;
+    progress.transferred = progress.resident = 0;
+    progress.tensors_done = 0;
+    bool range_failed = false;
+    loader::fetch_pool fetcher(where, std::move(units), ctx->make_reader,
+                               {cfg.fetch_connections, std::uint64_t(cfg.pieces_held) * loader::piece_bytes});
 
-  // Requests sent and not yet answered, oldest first; answers come back in this order.
-  struct in_flight {
-    enum class kind { begin, piece, end, range } what;
-    std::size_t tensor;      ///< index into plan->tensors
-    std::uint64_t bytes = 0; ///< a piece's or range's bytes
-    std::function<result<std::uint64_t>()> answer;  ///< waits for it (not for a range)
-    /// A range its worker reads itself: waits for it; `ends` are the tensors it ends.
-    std::function<result<tensor_fetch_reply>()> range_answer;
-    std::vector<std::size_t> ends;
-  };
-  std::deque<in_flight> flying;
-  // Takes the oldest answer.
-  auto ended = [&](std::size_t k, std::uint64_t bytes) {
-    const worker_actor& worker = part_of[k];
-    resident += bytes;
-    for (std::size_t p = 0; p < out.part_workers.size(); ++p)
-      if (out.part_workers[p] == worker) out.part_bytes[p] += bytes;
-    out.tensor_ids.emplace_back(new_id("t_"), ctx->index.tensors[plan->tensors[k].tensor].entry.name);
-    progress.resident = resident;
-    progress.tensors_done = std::uint32_t(out.tensor_ids.size());
-  };
-  auto settle = [&]() -> status {
-    in_flight f = std::move(flying.front());
-    flying.pop_front();
-    if (f.what == in_flight::kind::range) {
-      auto r = f.range_answer();
-      if (!r) return std::move(r).err();
-      if (r->bytes != f.bytes || r->resident.size() != f.ends.size())
-        return make_error(errc::internal, "a worker answered a range of " + std::to_string(f.bytes) + " bytes ending " +
-                                              std::to_string(f.ends.size()) + " tensors with " + std::to_string(r->bytes) +
-                                              " bytes and " + std::to_string(r->resident.size()) + " tensors");
-      fetcher.release(f.bytes, true);
-      transferred += f.bytes;
-      progress.transferred = transferred;
-      for (std::size_t i = 0; i < f.ends.size(); ++i) ended(f.ends[i], r->resident[i]);
-      return ok_status();
-    }
-    auto r = f.answer();
-    if (!r) return std::move(r).err();
-    if (f.what == in_flight::kind::piece) {
-      fetcher.release(f.bytes, false);
-      transferred += f.bytes;
-      progress.transferred = transferred;
-    } else if (f.what == in_flight::kind::end) {
-      ended(f.tensor, *r);
-    }
-    return ok_status();
-  };
-  auto begin_of = [&](const loader::tensor_plan& tp, const loader::tensor_info& t) {
-    tensor_begin_request b;
-    b.model_id = req.model_id;
-    b.name = t.entry.name;
-    b.file_dtype = t.entry.file_dtype;
-    b.shape = t.entry.shape;
-    b.resident = std::string(dtype_name(tp.resident));
-    b.published_bytes = tp.published_bytes;
-    return b;
-  };
-  for (std::size_t u = 0; u < fetcher.size(); ++u) {
-    // Answers are taken while waiting for the unit, so pieces the workers finished free room
-    // for the fetch threads.
-    std::optional<result<loader::fetched_unit>> got;
-    while (!(got = fetcher.try_next())) {
-      if (flying.empty()) {
-        got = fetcher.next();
-        break;
+    // Requests sent and not yet answered, oldest first; answers come back in this order.
+    struct in_flight {
+      enum class kind { begin, piece, end, range } what;
+      std::size_t tensor;      ///< index into plan->tensors
+      std::uint64_t bytes = 0; ///< a piece's or range's bytes
+      std::function<result<std::uint64_t>()> answer;  ///< waits for it (not for a range)
+      /// A range its worker reads itself: waits for it; `ends` are the tensors it ends.
+      std::function<result<tensor_fetch_reply>()> range_answer;
+      std::vector<std::size_t> ends;
+    };
+    std::deque<in_flight> flying;
+    // Takes the oldest answer.
+    auto ended = [&](std::size_t k, std::uint64_t bytes) {
+      const worker_actor& worker = part_of[k];
+      resident += bytes;
+      for (std::size_t p = 0; p < out.part_workers.size(); ++p)
+        if (out.part_workers[p] == worker) out.part_bytes[p] += bytes;
+      out.tensor_ids.emplace_back(new_id("t_"), ctx->index.tensors[plan->tensors[k].tensor].entry.name);
+      progress.resident = resident;
+      progress.tensors_done = std::uint32_t(out.tensor_ids.size());
+    };
+    auto settle = [&]() -> status {
+      in_flight f = std::move(flying.front());
+      flying.pop_front();
+      if (f.what == in_flight::kind::range) {
+        auto r = f.range_answer();
+        if (!r) {
+          range_failed = true;
+          return std::move(r).err();
+        }
+        if (r->bytes != f.bytes || r->resident.size() != f.ends.size())
+          return make_error(errc::internal, "a worker answered a range of " + std::to_string(f.bytes) + " bytes ending " +
+                                                std::to_string(f.ends.size()) + " tensors with " + std::to_string(r->bytes) +
+                                                " bytes and " + std::to_string(r->resident.size()) + " tensors");
+        fetcher.release(f.bytes, true);
+        transferred += f.bytes;
+        progress.transferred = transferred;
+        for (std::size_t i = 0; i < f.ends.size(); ++i) ended(f.ends[i], r->resident[i]);
+        return ok_status();
       }
-      if (auto st = settle(); !st) return abort_load(st.err());
-    }
-    if (!*got) return abort_load(got->err());
-    auto& parts = (*got)->parts;
-    const auto& unit = fetcher.unit(u);
-    const auto& segs = unit.segments;
-    if (unit.remote) {
-      // Its worker reads it: one message begins the tensors starting in it, reads the range
-      // in their pieces' place and ends the tensors ending with it (all on one worker).
-      const worker_actor& worker = part_of[segs.front().tensor];
-      tensor_fetch f{req.model_id, unit.location, unit.first, unit.length, {}, {}, {}};
-      in_flight fl{in_flight::kind::range, segs.front().tensor, unit.length, {}, {}, {}};
-      for (const auto& seg : segs) {
-        const auto& tp = plan->tensors[seg.tensor];
-        const auto& t = ctx->index.tensors[tp.tensor];
-        if (seg.offset == 0) f.begins.push_back(begin_of(tp, t));
-        if (seg.length > 0) f.parts.push_back({t.entry.name, seg.offset, seg.length});
-        if (seg.offset + seg.length == t.bytes()) {
-          f.ends.push_back(t.entry.name);
-          fl.ends.push_back(seg.tensor);
+      auto r = f.answer();
+      if (!r) return std::move(r).err();
+      if (f.what == in_flight::kind::piece) {
+        fetcher.release(f.bytes, false);
+        transferred += f.bytes;
+        progress.transferred = transferred;
+      } else if (f.what == in_flight::kind::end) {
+        ended(f.tensor, *r);
+      }
+      return ok_status();
+    };
+    auto begin_of = [&](const loader::tensor_plan& tp, const loader::tensor_info& t) {
+      tensor_begin_request b;
+      b.model_id = req.model_id;
+      b.name = t.entry.name;
+      b.file_dtype = t.entry.file_dtype;
+      b.shape = t.entry.shape;
+      b.resident = std::string(dtype_name(tp.resident));
+      b.published_bytes = tp.published_bytes;
+      return b;
+    };
+    auto send_all = [&]() -> status {
+      for (std::size_t u = 0; u < fetcher.size(); ++u) {
+        // Answers are taken while waiting for the unit, so pieces the workers finished free room
+        // for the fetch threads.
+        std::optional<result<loader::fetched_unit>> got;
+        while (!(got = fetcher.try_next())) {
+          if (flying.empty()) {
+            got = fetcher.next();
+            break;
+          }
+          if (auto st = settle(); !st) return st;
+        }
+        if (!*got) return got->err();
+        auto& parts = (*got)->parts;
+        const auto& unit = fetcher.unit(u);
+        const auto& segs = unit.segments;
+        if (unit.remote) {
+          // Its worker reads it: one message begins the tensors starting in it, reads the range
+          // in their pieces' place and ends the tensors ending with it (all on one worker).
+          const worker_actor& worker = part_of[segs.front().tensor];
+          tensor_fetch f{req.model_id, unit.location, unit.first, unit.length, {}, {}, {}};
+          in_flight fl{in_flight::kind::range, segs.front().tensor, unit.length, {}, {}, {}};
+          for (const auto& seg : segs) {
+            const auto& tp = plan->tensors[seg.tensor];
+            const auto& t = ctx->index.tensors[tp.tensor];
+            if (seg.offset == 0) f.begins.push_back(begin_of(tp, t));
+            if (seg.length > 0) f.parts.push_back({t.entry.name, seg.offset, seg.length});
+            if (seg.offset + seg.length == t.bytes()) {
+              f.ends.push_back(t.entry.name);
+              fl.ends.push_back(seg.tensor);
+            }
+          }
+          auto h = self->request(worker, cfg.worker_timeout, tfetch_atom::value, std::move(f));
+          fl.range_answer = [h]() mutable -> result<tensor_fetch_reply> {
+            result<tensor_fetch_reply> r = error{errc::internal, "no reply"};
+            h.receive([&](tensor_fetch_reply& x) { r = std::move(x); }, [&](caf::error& e) { r = from_caf(e); });
+            return r;
+          };
+          flying.push_back(std::move(fl));
+          continue;
+        }
+        for (std::size_t s = 0; s < segs.size(); ++s) {
+          const auto& seg = segs[s];
+          const std::size_t k = seg.tensor;
+          const auto& tp = plan->tensors[k];
+          const auto& t = ctx->index.tensors[tp.tensor];
+          const worker_actor& worker = part_of[k];
+          if (seg.offset == 0)
+            flying.push_back({in_flight::kind::begin, k, 0,
+                              answer_of<bool>(self->request(worker, cfg.worker_timeout, tbegin_atom::value, begin_of(tp, t))), {}, {}});
+          if (seg.length > 0) {
+            tensor_piece p{req.model_id, t.entry.name, seg.offset, std::move(parts[s])};
+            flying.push_back({in_flight::kind::piece, k, seg.length,
+                              answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tpiece_atom::value, std::move(p))), {}, {}});
+          }
+          if (seg.offset + seg.length == t.bytes()) {
+            flying.push_back({in_flight::kind::end, k, 0,
+                              answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tend_atom::value, req.model_id, t.entry.name)), {}, {}});
+          }
         }
       }
-      auto h = self->request(worker, cfg.worker_timeout, tfetch_atom::value, std::move(f));
-      fl.range_answer = [h]() mutable -> result<tensor_fetch_reply> {
-        result<tensor_fetch_reply> r = error{errc::internal, "no reply"};
-        h.receive([&](tensor_fetch_reply& x) { r = std::move(x); }, [&](caf::error& e) { r = from_caf(e); });
-        return r;
-      };
-      flying.push_back(std::move(fl));
-      continue;
+      while (!flying.empty())
+        if (auto st = settle(); !st) return st;
+      return ok_status();
+    };
+    status sent = send_all();
+    if (sent) {
+      peak_held = fetcher.peak_bytes();
+      break;
     }
-    for (std::size_t s = 0; s < segs.size(); ++s) {
-      const auto& seg = segs[s];
-      const std::size_t k = seg.tensor;
-      const auto& tp = plan->tensors[k];
-      const auto& t = ctx->index.tensors[tp.tensor];
-      const worker_actor& worker = part_of[k];
-      if (seg.offset == 0)
-        flying.push_back({in_flight::kind::begin, k, 0,
-                          answer_of<bool>(self->request(worker, cfg.worker_timeout, tbegin_atom::value, begin_of(tp, t))), {}, {}});
-      if (seg.length > 0) {
-        tensor_piece p{req.model_id, t.entry.name, seg.offset, std::move(parts[s])};
-        flying.push_back({in_flight::kind::piece, k, seg.length,
-                          answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tpiece_atom::value, std::move(p))), {}, {}});
-      }
-      if (seg.offset + seg.length == t.bytes()) {
-        flying.push_back({in_flight::kind::end, k, 0,
-                          answer_of<std::uint64_t>(self->request(worker, cfg.worker_timeout, tend_atom::value, req.model_id, t.entry.name)), {}, {}});
-      }
-    }
+    while (!flying.empty()) (void)settle();
+    if (!range_failed || relay_all) return abort_load(std::move(sent).err());
+    log::line("warn", "load", "model " + req.model_id + ": a worker could not read its range from the model host (" +
+                                  sent.err().message + "); loading it again through the coordinator");
+    tell_workers_to_drop();
   }
-  while (!flying.empty())
-    if (auto st = settle(); !st) return abort_load(st.err());
-  const std::uint64_t peak_held = fetcher.peak_bytes();
   release();  // what the tensors did not draw (nothing, when the plan was exact)
   const double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
   out.published_bytes = transferred;

@@ -273,15 +273,16 @@ def test_a_volunteer_reads_its_weights_from_the_model_host_itself_where_it_may(s
 
 
 class CuttingProxy:
-    """A TCP proxy in front of the model host that drops one connection: in the answer to the
-    first range request for data (not a file's start, at least 64 KB long), after `cut_after`
-    bytes of the answer have passed. Records every range asked for."""
+    """A TCP proxy in front of the model host that drops connections: in the answers to the
+    first `times` requests for the first data range asked for (not a file's start, at least
+    64 KB long), after `cut_after` bytes of each answer have passed. Records every range asked
+    for."""
 
-    def __init__(self, upstream_url, cut_after=32 * 1024):
+    def __init__(self, upstream_url, cut_after=32 * 1024, times=1):
         self.upstream = int(upstream_url.rsplit(":", 1)[1])
         self.cut_after = cut_after
         self.lock = threading.Lock()
-        self.armed, self.cuts, self.ranges = True, 0, []
+        self.target, self.left, self.cuts, self.ranges = None, times, 0, []
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
@@ -311,8 +312,10 @@ class CuttingProxy:
                     first, last = int(first), int(last)
                     with self.lock:
                         self.ranges.append((first, last))
-                        if self.armed and first > 0 and last - first >= 65536:
-                            self.armed = False
+                        if self.target is None and first > 0 and last - first >= 65536:
+                            self.target = (first, last)
+                        if (first, last) == self.target and self.left > 0:
+                            self.left -= 1
                             cut.set()
                 upstream.sendall(data)
 
@@ -362,6 +365,34 @@ def test_a_volunteer_reading_the_model_host_asks_again_for_a_range_the_host_drop
         assert proxy.cuts == 1, proxy.ranges
         cut = next(rg for rg in proxy.ranges if rg[0] > 0 and rg[1] - rg[0] >= 65536)
         assert proxy.ranges.count(cut) == 2, proxy.ranges  # asked for again, once
+        decode_golden(c.server.api, c.key, r["modelId"])
+        c.server.assert_up()
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
+        proxy.close()
+
+
+def test_a_range_a_volunteer_cannot_read_from_the_model_host_is_relayed_instead(start_server, tmp_path_factory,
+                                                                               host_url):
+    """A volunteer reading its weights from the model host whose range fails every time it
+    asks (its first try and both retries cut) does not fail the load: the coordinator has
+    every request answered, the volunteer drops what it got, and loads the model again through
+    itself (actors/coordinator/load_job.cpp) — the golden tokens decode, the bytes crossed the
+    cluster link. Before, the user saw the load fail with "cannot reach source"."""
+    proxy = CuttingProxy(host_url, times=3)
+    cport = cluster_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), *NO_CHECKS, hf_endpoint=proxy.url)
+    c = Cluster(server, cport, tmp_path_factory.mktemp("hostfail-logs"))
+    c.key = server.account("hostfail")[1]
+    try:
+        w = c.join("w_a", "1G", "--host-fetch", "any")
+        r = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=90), 200)
+        assert "from the model host itself" in w.output()
+        assert proxy.cuts == 3, proxy.ranges
+        assert proxy.ranges.count(proxy.target) == 4, proxy.ranges  # three by the volunteer, then the relay's
+        assert "loading it again through the coordinator" in c.server.process.output()
+        c.wait_for(lambda s: s["pool"][0]["dataLink"]["bytes"] == r["bytesTransferred"], "the relayed bytes")
         decode_golden(c.server.api, c.key, r["modelId"])
         c.server.assert_up()
     finally:
