@@ -5,6 +5,7 @@ session on it fails with an error saying to prefill again, and a volunteer that 
 used at once. Real processes on loopback, killed with SIGKILL."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -345,6 +346,25 @@ class CuttingProxy:
         self.listener.close()
 
 
+@contextlib.contextmanager
+def volunteer_behind_cuts(start_server, tmp_path_factory, host_url, times):
+    """A coordinator whose --hf-endpoint is a CuttingProxy(times) in front of the model host,
+    and one volunteer that reads its weights from that host itself (w_a, --host-fetch any).
+    Yields (cluster, volunteer, proxy)."""
+    proxy = CuttingProxy(host_url, times=times)
+    cport = cluster_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), *NO_CHECKS, hf_endpoint=proxy.url)
+    c = Cluster(server, cport, tmp_path_factory.mktemp("hostcut-logs"))
+    c.key = server.account("hostcut")[1]
+    try:
+        yield c, c.join("w_a", "1G", "--host-fetch", "any"), proxy
+        c.server.assert_up()
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
+        proxy.close()
+
+
 def test_a_volunteer_reading_the_model_host_asks_again_for_a_range_the_host_dropped(start_server, tmp_path_factory,
                                                                                      host_url):
     """A volunteer that reads its weights from the model host itself, and loses the connection
@@ -352,25 +372,13 @@ def test_a_volunteer_reading_the_model_host_asks_again_for_a_range_the_host_drop
     dropped answer is the grid's trouble, not a bad source: actors/loader/reader.hpp,
     every_host_transient) — where before its first such cut failed the whole load as "cannot
     reach source". The coordinator's --hf-endpoint is a proxy that cuts one data range."""
-    proxy = CuttingProxy(host_url)
-    cport = cluster_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), *NO_CHECKS, hf_endpoint=proxy.url)
-    c = Cluster(server, cport, tmp_path_factory.mktemp("hostcut-logs"))
-    c.key = server.account("hostcut")[1]
-    try:
-        w = c.join("w_a", "1G", "--host-fetch", "any")
+    with volunteer_behind_cuts(start_server, tmp_path_factory, host_url, times=1) as (c, w, proxy):
         r = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
         assert "from the model host itself" in w.output()
         assert c.status(c.key)["pool"][0]["dataLink"]["bytes"] == 0  # (nothing was relayed)
         assert proxy.cuts == 1, proxy.ranges
-        cut = next(rg for rg in proxy.ranges if rg[0] > 0 and rg[1] - rg[0] >= 65536)
-        assert proxy.ranges.count(cut) == 2, proxy.ranges  # asked for again, once
+        assert proxy.ranges.count(proxy.target) == 2, proxy.ranges  # asked for again, once
         decode_golden(c.server.api, c.key, r["modelId"])
-        c.server.assert_up()
-    finally:
-        c.stop_all()
-        c.server.process.terminate()
-        proxy.close()
 
 
 def test_a_range_a_volunteer_cannot_read_from_the_model_host_is_relayed_instead(start_server, tmp_path_factory,
@@ -380,13 +388,7 @@ def test_a_range_a_volunteer_cannot_read_from_the_model_host_is_relayed_instead(
     every request answered, the volunteer drops what it got, and loads the model again through
     itself (actors/coordinator/load_job.cpp) — the golden tokens decode, the bytes crossed the
     cluster link. Before, the user saw the load fail with "cannot reach source"."""
-    proxy = CuttingProxy(host_url, times=3)
-    cport = cluster_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), *NO_CHECKS, hf_endpoint=proxy.url)
-    c = Cluster(server, cport, tmp_path_factory.mktemp("hostfail-logs"))
-    c.key = server.account("hostfail")[1]
-    try:
-        w = c.join("w_a", "1G", "--host-fetch", "any")
+    with volunteer_behind_cuts(start_server, tmp_path_factory, host_url, times=3) as (c, w, proxy):
         r = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=90), 200)
         assert "from the model host itself" in w.output()
         assert proxy.cuts == 3, proxy.ranges
@@ -394,11 +396,6 @@ def test_a_range_a_volunteer_cannot_read_from_the_model_host_is_relayed_instead(
         assert "loading it again through the coordinator" in c.server.process.output()
         c.wait_for(lambda s: s["pool"][0]["dataLink"]["bytes"] == r["bytesTransferred"], "the relayed bytes")
         decode_golden(c.server.api, c.key, r["modelId"])
-        c.server.assert_up()
-    finally:
-        c.stop_all()
-        c.server.process.terminate()
-        proxy.close()
 
 
 def test_a_spot_checked_volunteer_never_reads_its_weights_itself(cluster):
