@@ -70,11 +70,11 @@ class Cluster:
             time.sleep(0.1)
 
 
-def start_cluster(start_server, tmp_path_factory, name, cls=Cluster, options=()):
-    """A coordinator with no worker of its own (and `options`), accepting volunteers, and an
-    account on it."""
+def start_cluster(start_server, tmp_path_factory, name, cls=Cluster, options=(), **server_args):
+    """A coordinator with no worker of its own (and `options`; `server_args` go to
+    start_server, e.g. hf_endpoint), accepting volunteers, and an account on it."""
     cport = cluster_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), *options)
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), *options, **server_args)
     assert f"mpakt worker --join 127.0.0.1:{cport}" in server.process.output()
     c = cls(server, cport, tmp_path_factory.mktemp(name))
     c.key = server.account(name)[1]
@@ -352,10 +352,7 @@ def volunteer_behind_cuts(start_server, tmp_path_factory, host_url, times):
     and one volunteer that reads its weights from that host itself (w_a, --host-fetch any).
     Yields (cluster, volunteer, proxy)."""
     proxy = CuttingProxy(host_url, times=times)
-    cport = cluster_port()
-    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), *NO_CHECKS, hf_endpoint=proxy.url)
-    c = Cluster(server, cport, tmp_path_factory.mktemp("hostcut-logs"))
-    c.key = server.account("hostcut")[1]
+    c = start_cluster(start_server, tmp_path_factory, "hostcut", options=NO_CHECKS, hf_endpoint=proxy.url)
     try:
         yield c, c.join("w_a", "1G", "--host-fetch", "any"), proxy
         c.server.assert_up()
@@ -387,7 +384,8 @@ def test_a_range_a_volunteer_cannot_read_from_the_model_host_is_relayed_instead(
     asks (its first try and both retries cut) does not fail the load: the coordinator has
     every request answered, the volunteer drops what it got, and loads the model again through
     itself (actors/coordinator/load_job.cpp) — the golden tokens decode, the bytes crossed the
-    cluster link. Before, the user saw the load fail with "cannot reach source"."""
+    cluster link. Before, the load failed with the host's error (503, "reading the body
+    failed: partial message")."""
     with volunteer_behind_cuts(start_server, tmp_path_factory, host_url, times=3) as (c, w, proxy):
         r = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=90), 200)
         assert "from the model host itself" in w.output()
