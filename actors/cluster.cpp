@@ -14,12 +14,10 @@ void configure_cluster(caf::actor_system_config& cfg) {
 }
 
 result<std::uint16_t> publish_gate(caf::actor_system& sys, const gate_actor& gate, const std::string& address,
-                                   std::uint16_t port) {
-  auto bound = caf::openssl::publish(gate, port, address.c_str(), true);
-  if (!bound)
-    return make_error(errc::unavailable, "cannot accept volunteers on " + address + ":" + std::to_string(port) + ": " +
-                                             sys.render(bound.error()));
-  return *bound;
+                                   std::uint16_t port, cluster_guard& guard, const tls::link_files& files) {
+  auto inner = caf::io::publish(gate, 0, "127.0.0.1", true);
+  if (!inner) return make_error(errc::unavailable, "cannot publish the gate on loopback: " + sys.render(inner.error()));
+  return guard.start(address, port, files, *inner);
 }
 
 result<gate_actor> connect_gate(caf::actor_system& sys, const std::string& host, std::uint16_t port,

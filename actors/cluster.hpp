@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <string>
 
+#include "actors/cluster_guard.hpp"
+#include "actors/cluster_tls.hpp"
 #include "actors/protocol.hpp"
 #include "runtime/status.hpp"
 
@@ -22,9 +24,12 @@ namespace mpakt {
 /// second; a peer silent for five is declared dead). Call before creating the actor system.
 void configure_cluster(caf::actor_system_config& cfg);
 
-/// Publishes the gate on `address:port` (0 = any free port); returns the port bound.
+/// Publishes the gate: to CAF's middleman on loopback only (plain), and to volunteers on
+/// `address:port` (0 = any free port) through `guard` (actors/cluster_guard.hpp: TLS with
+/// `files`, every frame a volunteer sends looked at before CAF reads it); returns the port
+/// volunteers join.
 result<std::uint16_t> publish_gate(caf::actor_system& sys, const gate_actor& gate, const std::string& address,
-                                   std::uint16_t port);
+                                   std::uint16_t port, cluster_guard& guard, const tls::link_files& files);
 
 /// Connects to a published gate, retrying until `patience` has passed.
 result<gate_actor> connect_gate(caf::actor_system& sys, const std::string& host, std::uint16_t port,

@@ -1,12 +1,13 @@
 #pragma once
-/// TLS on the cluster port (CAF 0.17's OpenSSL module): the files each side hands CAF, and
-/// what a volunteer does before it joins.
+/// TLS on the cluster port — the coordinator's front (actors/cluster_guard.hpp) and, on each
+/// volunteer, CAF 0.17's OpenSSL module: the files each side uses, and what a volunteer does
+/// before it joins.
 ///
 /// - The coordinator presents its own certificate: `--cluster-cert`/`--cluster-key`, or a key
 ///   pair and self-signed certificate made in `<data-dir>/cluster/` on first start. Volunteers
 ///   pin its SHA-256 fingerprint (`--coordinator-fingerprint`) or trust a CA (`--ca FILE`).
 /// - CAF's module, once any certificate is configured, makes both ends present one and verify
-///   the other's. Volunteers are authenticated by their join token (the gate), not by a
+///   the other's (the front asks the same of volunteers). Volunteers are authenticated by their join token (the gate), not by a
 ///   certificate, so every volunteer presents the same *link certificate*: an Ed25519 key pair
 ///   derived from a fixed, public seed and a self-signed certificate with fixed fields, made
 ///   byte for byte the same on every host. It proves nothing and is not meant to; the
@@ -84,7 +85,8 @@ result<std::string> peer_certificate(ssl_st* ssl);
 /// connect, reads and writes; -1 with `why` set when none answers.
 int connect_tcp(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, std::string& why);
 
-/// Loads CAF's OpenSSL module with `files` (after the middleman: configure_cluster).
+/// Loads CAF's OpenSSL module with `files` (after the middleman: configure_cluster): a
+/// volunteer's side of the link.
 void configure_link(caf::actor_system_config& cfg, const link_files& files);
 
 }  // namespace mpakt::tls

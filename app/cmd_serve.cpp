@@ -313,13 +313,17 @@ int cmd_serve(const std::vector<std::string>& args) {
   configure_actor_system(cfg, cluster_port >= 0);
   // The cluster port speaks TLS with the coordinator's certificate (actors/cluster_tls.hpp).
   std::string fingerprint;
+  // (CAF's middleman serves the gate on loopback only; volunteers reach it through the
+  // cluster port's front, which speaks TLS with these files: actors/cluster_guard.hpp)
+  tls::link_files link_files;
+  auto guard = std::make_shared<cluster_guard>();
   std::shared_ptr<datalink::data_server> data_server;
   std::string data_line;
   if (cluster_port >= 0) {
     auto files = tls::coordinator_files((std::filesystem::path(data_dir) / "cluster").string(), cluster_cert, cluster_key,
                                         &fingerprint);
     if (!files) { std::fprintf(stderr, "mpakt serve: the cluster port's certificate: %s\n", files.err().message.c_str()); return 1; }
-    tls::configure_link(cfg, *files);
+    link_files = *files;
     // Volunteers' weights travel on connections of their own (actors/data_link.hpp); without
     // the port they go over the cluster link, slower but the same.
     if (data_port != -1) {
@@ -379,8 +383,9 @@ int cmd_serve(const std::vector<std::string>& args) {
       gcfg.verify = gcfg.checks.fraction > 0 || gcfg.checks.first_passes > 0;
       gcfg.checks.budget = std::make_shared<verify_budget>(gcfg.checks.memory);  // (all verifiers together)
       gcfg.data = data_server;
+      gcfg.guard = guard;
       gate = spawn_gate(*sys, pool, std::move(gate_store), gcfg);
-      auto bound = publish_gate(*sys, gate, address, std::uint16_t(cluster_port));
+      auto bound = publish_gate(*sys, gate, address, std::uint16_t(cluster_port), *guard, link_files);
       if (!bound) {
         std::fprintf(stderr, "mpakt serve: %s\n", bound.err().message.c_str());
         caf::anon_send_exit(gate, caf::exit_reason::user_shutdown);

@@ -142,6 +142,9 @@ struct grid_metrics {
   family<counter> joins_refused{"mpakt_volunteer_joins_refused_total", "Volunteer joins refused at the gate, by reason",
                                 kind::counter, {"reason"}};
   family<counter> joins{"mpakt_volunteer_joins_total", "Volunteers admitted at the gate", kind::counter, {}};
+  family<counter> links_closed{"mpakt_cluster_connections_closed_total",
+                               "Connections to the cluster port closed by its front before or instead of a join, by reason (tls, frame, busy, slow)",
+                               kind::counter, {"reason"}};
   // What the grid holds (set at each scrape from the coordinator and the pool)
   family<gauge> sessions{"mpakt_sessions", "Sessions open", kind::gauge, {}};
   family<gauge> graphs{"mpakt_compiled_graphs", "Compiled graphs held", kind::gauge, {}};

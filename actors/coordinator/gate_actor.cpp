@@ -71,7 +71,7 @@ std::deque<steady::time_point>& recent_failures(gate_pointer self, const std::st
 
 /// Decides a join once the client's address is known.
 void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, const std::string& address,
-            const std::string& token, worker_actor worker) {
+            const std::string& token, worker_actor worker, std::uint16_t link_port = 0) {
   auto& st = self->state;
   auto& fails = recent_failures(self, address);
   if (int(fails.size()) >= st.cfg.max_failures) {
@@ -104,6 +104,7 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
     return;
   }
   st.failures.erase(address);  // (a success clears the address's count; `fails` is gone now)
+  if (st.cfg.guard && link_port != 0) st.cfg.guard->admit(link_port);
   self->monitor(worker);
   // With a data port, the volunteer is reached through a relay that sends weights' bytes on
   // its data connection; the pool gets that behind its checked worker (spot-checks), or as it is.
@@ -192,8 +193,17 @@ gate_actor spawn_gate(caf::actor_system& sys, pool_actor pool, std::unique_ptr<a
           self->request(self->home_system().middleman().actor_handle(), std::chrono::seconds(5), caf::get_atom::value,
                         worker.node())
               .then(
-                  [self, rp, token, worker](const caf::node_id&, const std::string& host, std::uint16_t) mutable {
-                    decide(self, rp, host.empty() ? std::string("an unknown address") : host, token, std::move(worker));
+                  [self, rp, token, worker](const caf::node_id&, const std::string& host, std::uint16_t port) mutable {
+                    // behind the cluster port's front the middleman sees the front's loopback
+                    // connection: the front knows the volunteer's own address
+                    std::string from = host.empty() ? std::string("an unknown address") : host;
+                    std::uint16_t link_port = 0;
+                    if (const auto& guard = self->state.cfg.guard)
+                      if (auto peer = guard->peer_of(port)) {
+                        from = *peer;
+                        link_port = port;
+                      }
+                    decide(self, rp, from, token, std::move(worker), link_port);
                   },
                   [self, rp, token, worker](caf::error&) mutable {
                     decide(self, rp, "an unknown address", token, std::move(worker));

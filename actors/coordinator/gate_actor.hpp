@@ -17,6 +17,7 @@
 #include <string>
 
 #include "actors/accounts/accounts_store.hpp"
+#include "actors/cluster_guard.hpp"
 #include "actors/coordinator/checked_worker.hpp"
 #include "actors/data_link.hpp"
 #include "actors/protocol.hpp"
@@ -37,6 +38,10 @@ struct gate_config {
   /// and reached through a relay (actors/coordinator/data_relay.hpp). Null: weights travel over
   /// the cluster link.
   std::shared_ptr<datalink::data_server> data;
+  /// The cluster port's front (actors/cluster_guard.hpp): says where a volunteer connected
+  /// from, and hears of each admission (its frames are then no longer held to a joiner's).
+  /// Null: joins come straight through CAF's middleman (tests in one process).
+  std::shared_ptr<cluster_guard> guard;
 };
 
 gate_actor spawn_gate(caf::actor_system& sys, pool_actor pool, std::unique_ptr<accounts::accounts_store> store,

@@ -6,6 +6,7 @@ used at once. Real processes on loopback, killed with SIGKILL."""
 from __future__ import annotations
 
 import contextlib
+import base64
 import hashlib
 import json
 import os
@@ -13,6 +14,7 @@ import re
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import threading
 import time
@@ -831,6 +833,75 @@ def test_failed_joins_are_rate_limited_per_address_and_garbage_on_the_port_harms
                 time.sleep(0.2)
         server.assert_up()
         assert c.status(c.key)["workers"] == 0
+    finally:
+        c.stop_all()
+        server.process.terminate()
+
+
+def stranger_with_the_link_certificate(server, cport, tmp):
+    """A TLS connection to the cluster port as anyone can make one: presenting the link
+    certificate (public by design: actors/cluster_tls.hpp; its Ed25519 key is the SHA-256 of a
+    fixed sentence), not checking the coordinator's. Returns the socket after the coordinator's
+    first frame (its BASP handshake) arrived."""
+    seed = hashlib.sha256(b"mpakt cluster link certificate, public by design, v1").digest()
+    der = bytes.fromhex("302e020100300506032b657004220420") + seed  # PKCS#8 of an Ed25519 key
+    key = tmp / "link.key"
+    key.write_text("-----BEGIN PRIVATE KEY-----\n" + base64.b64encode(der).decode() + "\n-----END PRIVATE KEY-----\n")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.load_cert_chain(server.data_dir / "cluster" / "volunteer-link.pem", key)
+    sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", cport), timeout=10), server_hostname="coordinator")
+    assert len(sock.recv(65536)) >= 32  # (the coordinator speaks first)
+    return sock
+
+
+def rss_mb(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def test_a_stranger_announcing_a_huge_frame_is_cut_off_before_the_coordinator_makes_room_for_it(start_server,
+                                                                                               tmp_path_factory):
+    """CAF's middleman makes room for the payload a BASP header announces (up to 4 GiB) as soon
+    as it reads the header. Strangers presenting the public link certificate announce 4 GiB
+    payloads in 72 bytes each, several at once: the cluster port's front closes each connection
+    at its header (the coordinator's memory does not move, GET /metrics counts them, the log
+    names the frame), and a real volunteer then joins, loads and decodes as ever."""
+    cport = cluster_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--metrics-open")
+    tmp = tmp_path_factory.mktemp("bigframe")
+    c = Cluster(server, cport, tmp)
+    c.key = server.account("bigframe")[1]
+    pid = server.process.proc.pid
+    try:
+        before = rss_mb(pid)
+        strangers = [stranger_with_the_link_certificate(server, cport, tmp) for _ in range(6)]
+        for sock in strangers:  # a client handshake announcing 4 GiB - 16
+            sock.sendall(struct.pack(">BBBBIQQQ", 1, 0, 0, 0, 0xFFFFFFF0, 1, 0, 0) + b"\0" * 40)
+        peak = before
+        for sock in strangers:
+            try:
+                assert sock.recv(1) == b"", "the front left a connection that announced 4 GiB open"
+            except (ssl.SSLError, ConnectionError):
+                pass  # (closed while it wrote)
+            peak = max(peak, rss_mb(pid))
+        for _ in range(10):  # (the old middleman cleared its 4 GiB over seconds)
+            time.sleep(0.1)
+            peak = max(peak, rss_mb(pid))
+        assert peak - before < 256, f"the coordinator grew from {before:.0f} to {peak:.0f} MB"
+        out = server.process.output()
+        assert out.count("frame 1 announces 4294967280 bytes, more than the 1048576 allowed") == 6, out[-3000:]
+        text = server.api.get("/metrics").text
+        assert 'mpakt_cluster_connections_closed_total{reason="frame"} 6' in text, text
+        # the grid goes on: a volunteer joins, loads and decodes the golden tokens
+        c.join("w_after")
+        m = expect(server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
+        assert m["placement"][0]["workerId"] == "w_after"
+        decode_golden(server.api, c.key, m["modelId"])
+        server.assert_up()
     finally:
         c.stop_all()
         server.process.terminate()

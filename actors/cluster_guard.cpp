@@ -1,0 +1,380 @@
+#include "actors/cluster_guard.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "http/sigpipe_guard.hpp"
+#include "runtime/log.hpp"
+#include "runtime/metrics.hpp"
+
+namespace mpakt {
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+SSL* as_ssl(void* p) { return static_cast<SSL*>(p); }
+SSL_CTX* as_ctx(void* p) { return static_cast<SSL_CTX*>(p); }
+
+/// The address of a peer as text ("1.2.3.4", "::1").
+std::string address_of(const sockaddr_storage& a) {
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (a.ss_family == AF_INET) ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, buf, sizeof buf);
+  else if (a.ss_family == AF_INET6) ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, buf, sizeof buf);
+  std::string s = buf;
+  if (s.rfind("::ffff:", 0) == 0 && s.find('.') != std::string::npos) s = s.substr(7);  // (an IPv4 peer on a v6 socket)
+  return s;
+}
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+/// The bytes one side has to take, with how far it has taken them.
+struct pending {
+  std::vector<char> bytes;
+  std::size_t at = 0;
+  std::size_t size() const { return bytes.size() - at; }
+  void taken(std::size_t n) {
+    at += n;
+    if (at == bytes.size()) {
+      bytes.clear();
+      at = 0;
+    } else if (at >= compact_at) {  // (a side that never quite catches up: what it took goes)
+      bytes.erase(bytes.begin(), bytes.begin() + std::ptrdiff_t(at));
+      at = 0;
+    }
+  }
+  static constexpr std::size_t compact_at = 256u << 10;
+};
+
+/// Bytes read from one side while the other has this many still to take: past it, that side
+/// waits (each direction's backlog stays this small, whatever the peers do).
+constexpr std::size_t backlog = 1u << 20;
+constexpr std::size_t chunk = 64u << 10;
+
+}  // namespace
+
+// ---------------------------------------------------------------- basp_frames
+
+status basp_frames::feed(const char* p, std::size_t n, std::uint32_t max_payload) {
+  while (n > 0) {
+    if (payload_left_ > 0) {
+      const std::size_t take = std::size_t(std::min<std::uint64_t>(payload_left_, n));
+      payload_left_ -= take;
+      p += take;
+      n -= take;
+      continue;
+    }
+    const std::size_t take = std::min(n, header_size - have_);
+    std::memcpy(header_ + have_, p, take);
+    have_ += take;
+    p += take;
+    n -= take;
+    if (have_ < header_size) break;
+    have_ = 0;
+    ++frames_;
+    if (header_[0] > last_operation)
+      return make_error(errc::invalid, "frame " + std::to_string(frames_) + " is not a BASP message (operation " +
+                                           std::to_string(header_[0]) + ")");
+    const std::uint32_t len = std::uint32_t(header_[4]) << 24 | std::uint32_t(header_[5]) << 16 |
+                              std::uint32_t(header_[6]) << 8 | std::uint32_t(header_[7]);
+    if (len > max_payload)
+      return make_error(errc::limit, "frame " + std::to_string(frames_) + " announces " + std::to_string(len) +
+                                         " bytes, more than the " + std::to_string(max_payload) + " allowed");
+    payload_left_ = len;
+  }
+  return ok_status();
+}
+
+// ---------------------------------------------------------------- cluster_guard
+
+cluster_guard::cluster_guard(limits l) : limits_(l) {}
+
+cluster_guard::~cluster_guard() {
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    stopping_ = true;
+    for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+  }
+  if (wake_[1] >= 0) (void)!::write(wake_[1], "x", 1);
+  if (acceptor_.joinable()) acceptor_.join();
+  {
+    std::unique_lock<std::mutex> lock(m_);
+    ended_.wait(lock, [&] { return threads_ == 0; });
+  }
+  for (int fd : {listen_fd_, wake_[0], wake_[1]})
+    if (fd >= 0) ::close(fd);
+  if (ctx_) SSL_CTX_free(as_ctx(ctx_));
+}
+
+result<std::uint16_t> cluster_guard::start(const std::string& address, std::uint16_t port, const tls::link_files& files,
+                                           std::uint16_t caf_port) {
+  if (ctx_) return make_error(errc::internal, "the cluster port is already open");
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  ctx_ = ctx;
+  if (!ctx || SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1 ||
+      SSL_CTX_use_certificate_chain_file(ctx, files.certificate.c_str()) != 1 ||
+      SSL_CTX_use_PrivateKey_file(ctx, files.key.c_str(), SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1 ||
+      SSL_CTX_load_verify_locations(ctx, files.trusted.c_str(), nullptr) != 1)
+    return make_error(errc::internal, tls::ssl_error("the cluster port cannot use its certificate"));
+  // (as CAF's module: the client presents a certificate the trusted file issued — volunteers
+  // all present the link certificate; their token is checked by the gate)
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  caf_port_ = caf_port;
+
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string where = address + ":" + std::to_string(port);
+  if (const int rc = ::getaddrinfo(address.empty() ? nullptr : address.c_str(), std::to_string(port).c_str(), &hints, &found);
+      rc != 0)
+    return make_error(errc::invalid, "cannot accept volunteers on " + where + ": " + gai_strerror(rc));
+  std::string why = "no address to listen on";
+  for (addrinfo* a = found; a && listen_fd_ < 0; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
+      why = std::strerror(errno);
+      ::close(fd);
+      continue;
+    }
+    listen_fd_ = fd;
+  }
+  ::freeaddrinfo(found);
+  if (listen_fd_ < 0) return make_error(errc::unavailable, "cannot accept volunteers on " + where + ": " + why);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+  const std::uint16_t bound_port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                                     : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  if (::pipe2(wake_, O_CLOEXEC) != 0) return make_error(errc::internal, "the cluster port cannot make a pipe");
+  acceptor_ = std::thread([this] { accept_loop(); });
+  return bound_port;
+}
+
+std::optional<std::string> cluster_guard::peer_of(std::uint16_t p) const {
+  std::lock_guard<std::mutex> lock(m_);
+  auto it = links_.find(p);
+  if (it == links_.end()) return std::nullopt;
+  return it->second.peer;
+}
+
+void cluster_guard::admit(std::uint16_t p) {
+  std::lock_guard<std::mutex> lock(m_);
+  auto it = links_.find(p);
+  if (it == links_.end() || it->second.admitted) return;
+  it->second.admitted = true;
+  --joining_;
+  if (--joining_from_[it->second.peer] <= 0) joining_from_.erase(it->second.peer);
+}
+
+bool cluster_guard::admitted(std::uint16_t p) const {
+  std::lock_guard<std::mutex> lock(m_);
+  auto it = links_.find(p);
+  return it != links_.end() && it->second.admitted;
+}
+
+int cluster_guard::open_connections() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return int(fds_.size());
+}
+
+void cluster_guard::count_refused(const std::string& peer, const char* reason, const std::string& why) {
+  ++refused_;
+  metrics::m().links_closed.with({reason}).inc();
+  log::line("info", "gate", "closed a cluster connection from " + peer + ": " + why, {{"reason", reason}});
+}
+
+void cluster_guard::accept_loop() {
+  for (;;) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents) return;
+    sockaddr_storage from{};
+    socklen_t len = sizeof from;
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    std::string peer = address_of(from);
+    std::string refuse;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (stopping_) refuse = "the coordinator is stopping";
+      else if (joining_ >= limits_.max_joining)
+        refuse = std::to_string(joining_) + " connections are joining already";
+      else if (joining_from_[peer] >= limits_.max_joining_per_address)
+        refuse = std::to_string(joining_from_[peer]) + " connections from there are joining already";
+      if (refuse.empty()) {
+        ++joining_;
+        ++joining_from_[peer];
+        ++threads_;
+        fds_.insert(fd);
+      } else if (joining_from_[peer] == 0) {
+        joining_from_.erase(peer);
+      }
+    }
+    if (!refuse.empty()) {
+      ::close(fd);
+      count_refused(peer, "busy", refuse);
+      continue;
+    }
+    std::thread([this, fd, peer = std::move(peer)] { serve(fd, peer); }).detach();
+  }
+}
+
+void cluster_guard::serve(int fd, std::string peer) {
+  const http::sigpipe_guard no_sigpipe;  // (OpenSSL writes to a volunteer that may be gone)
+  tls::set_socket_timeouts(fd, limits_.handshake_patience, limits_.handshake_patience);
+  SSL* ssl = SSL_new(as_ctx(ctx_));
+  int caf = -1;
+  std::uint16_t local_port = 0;
+  std::string why;
+  if (!ssl || SSL_set_fd(ssl, fd) != 1 || SSL_accept(ssl) != 1) {
+    why = tls::ssl_error("no TLS handshake with the cluster's certificates");
+  } else {
+    caf = tls::connect_tcp("127.0.0.1", caf_port_, limits_.handshake_patience, why);
+    if (caf >= 0) {
+      sockaddr_in local{};
+      socklen_t len = sizeof local;
+      ::getsockname(caf, reinterpret_cast<sockaddr*>(&local), &len);
+      local_port = ntohs(local.sin_port);
+      const int one = 1;
+      ::setsockopt(caf, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+  }
+  ERR_clear_error();
+  bool was_admitted = false;
+  if (caf >= 0) {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      links_[local_port] = link{peer, false, fd};
+    }
+    tls::set_socket_timeouts(fd, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
+    set_nonblocking(fd);
+    set_nonblocking(caf);
+    pump(ssl, fd, caf, local_port);
+    ::close(caf);
+  } else {
+    count_refused(peer, "tls", why);
+  }
+  if (ssl) SSL_free(ssl);
+  std::lock_guard<std::mutex> lock(m_);
+  if (auto it = links_.find(local_port); caf >= 0 && it != links_.end()) {
+    was_admitted = it->second.admitted;
+    links_.erase(it);
+  }
+  if (!was_admitted) {
+    --joining_;
+    if (--joining_from_[peer] <= 0) joining_from_.erase(peer);
+  }
+  fds_.erase(fd);
+  ::close(fd);
+  if (--threads_ == 0) ended_.notify_all();
+}
+
+/// Moves bytes both ways until either side closes: the volunteer's through `frames` (a
+/// refused header closes the link before any of it reaches CAF), CAF's as they are. Each
+/// direction holds at most `backlog` bytes its receiver has not taken; the other side is not
+/// read meanwhile.
+void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_port) {
+  SSL* ssl = as_ssl(ssl_p);
+  basp_frames frames;
+  pending to_caf, to_client;
+  std::vector<char> buf(chunk);
+  const auto deadline = steady::now() + limits_.join_patience;
+  bool admitted_now = false;
+  for (;;) {
+    bool client_wants_read = false, client_wants_write = false;
+    bool moved = false;  // (bytes moved this round: go round again before waiting)
+    if (!admitted_now) {
+      admitted_now = admitted(local_port);
+      if (!admitted_now && steady::now() >= deadline) {
+        const auto ms = limits_.join_patience.count();
+        count_refused(peer_of(local_port).value_or("?"), "slow",
+                      "not admitted within " + (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms"));
+        return;
+      }
+    }
+    // the volunteer's frames, checked, towards CAF
+    while (to_caf.size() < backlog) {
+      std::size_t got = 0;
+      const int r = SSL_read_ex(ssl, buf.data(), buf.size(), &got);
+      if (r == 1) {
+        const std::uint32_t cap = admitted_now ? UINT32_MAX : limits_.joining_frame;
+        if (auto st = frames.feed(buf.data(), got, cap); !st) {
+          count_refused(peer_of(local_port).value_or("?"), "frame", st.err().message);
+          return;
+        }
+        to_caf.bytes.insert(to_caf.bytes.end(), buf.data(), buf.data() + got);
+        moved = true;
+        continue;
+      }
+      const int e = SSL_get_error(ssl, r);
+      if (e == SSL_ERROR_WANT_READ) client_wants_read = true;
+      else if (e == SSL_ERROR_WANT_WRITE) client_wants_write = true;
+      else return;  // (closed, or broken)
+      break;
+    }
+    while (to_caf.size() > 0) {
+      const ssize_t w = ::send(caf, to_caf.bytes.data() + to_caf.at, to_caf.size(), MSG_NOSIGNAL);
+      if (w > 0) to_caf.taken(std::size_t(w)), moved = true;
+      else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      else if (w < 0 && errno == EINTR) continue;
+      else return;
+    }
+    // CAF's bytes towards the volunteer
+    while (to_client.size() < backlog) {
+      const ssize_t r = ::recv(caf, buf.data(), buf.size(), 0);
+      if (r > 0) to_client.bytes.insert(to_client.bytes.end(), buf.data(), buf.data() + r), moved = true;
+      else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      else if (r < 0 && errno == EINTR) continue;
+      else return;  // (CAF closed the link)
+    }
+    while (to_client.size() > 0) {
+      std::size_t put = 0;
+      const int r = SSL_write_ex(ssl, to_client.bytes.data() + to_client.at, to_client.size(), &put);
+      if (r == 1) {
+        to_client.taken(put);
+        moved = true;
+        continue;
+      }
+      const int e = SSL_get_error(ssl, r);
+      if (e == SSL_ERROR_WANT_WRITE) client_wants_write = true;
+      else if (e == SSL_ERROR_WANT_READ) client_wants_read = true;
+      else return;
+      break;
+    }
+    if (moved) continue;
+    pollfd fds[2] = {{client, 0, 0}, {caf, 0, 0}};
+    if (client_wants_read && to_caf.size() < backlog) fds[0].events |= POLLIN;
+    if (client_wants_write) fds[0].events |= POLLOUT;
+    if (to_client.size() > 0 && !client_wants_read && !client_wants_write) fds[0].events |= POLLOUT;
+    if (to_client.size() < backlog) fds[1].events |= POLLIN;
+    if (to_caf.size() > 0) fds[1].events |= POLLOUT;
+    // (a second at most: the join patience is looked at again)
+    if (::poll(fds, 2, 1000) < 0 && errno != EINTR) return;
+    if ((fds[0].revents & (POLLERR | POLLNVAL)) || (fds[1].revents & (POLLERR | POLLNVAL))) return;
+  }
+}
+
+}  // namespace mpakt

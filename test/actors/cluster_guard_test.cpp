@@ -1,0 +1,418 @@
+// The cluster port's front (actors/cluster_guard.hpp): BASP frames followed across any split
+// of their bytes; a real TLS front on loopback in front of a plain TCP server standing in for
+// CAF's middleman. Frames pass both ways unchanged; a header CAF should never read closes the
+// connection before any of it reaches the server; a joiner's frames are small until it is
+// admitted; clients without the link certificate, too many joiners and slow joiners are
+// turned away; the server learns the client's own address through peer_of.
+
+#include "actors/cluster_guard.hpp"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "actors/cluster_tls.hpp"
+#include "http/sigpipe_guard.hpp"
+#include "test/support/files.hpp"
+
+namespace mpakt {
+namespace {
+
+using test::temp_dir;
+using namespace std::chrono_literals;
+
+/// A BASP header: operation, three zero bytes, the payload's length (big-endian), 24 bytes.
+std::string header(unsigned char op, std::uint32_t len) {
+  std::string h(basp_frames::header_size, '\0');
+  h[0] = char(op);
+  for (int i = 0; i < 4; ++i) h[4 + i] = char((len >> (24 - 8 * i)) & 0xff);
+  for (int i = 8; i < 32; ++i) h[std::size_t(i)] = char(i);  // (the rest passes as it is)
+  return h;
+}
+
+TEST(basp_frames, FramesAreFollowedAcrossAnySplitOfTheirBytes) {
+  const std::string stream = header(1, 5) + "hello" + header(6, 0) + header(2, 40) + std::string(40, 'x');
+  for (std::size_t piece : {std::size_t(1), std::size_t(3), std::size_t(32), std::size_t(37), stream.size()}) {
+    basp_frames f;
+    for (std::size_t at = 0; at < stream.size(); at += piece) {
+      auto st = f.feed(stream.data() + at, std::min(piece, stream.size() - at), 40);
+      ASSERT_TRUE(st) << piece << ": " << st.err().message;
+    }
+    EXPECT_EQ(f.frames(), 3u) << piece;
+  }
+  // a payload's bytes are never read as a header, whatever they hold
+  basp_frames f;
+  const std::string tricky = header(2, 32) + header(9, 0xffffffffu) + header(0, 1) + "z";
+  EXPECT_TRUE(f.feed(tricky.data(), tricky.size(), 32));
+  EXPECT_EQ(f.frames(), 2u);
+}
+
+TEST(basp_frames, AHeaderNotBASPsOrTooLargeIsRefusedNamingWhy) {
+  basp_frames a;
+  const std::string op = header(7, 0);
+  auto st = a.feed(op.data(), op.size(), 1000);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.err().message.find("not a BASP message (operation 7)"), std::string::npos) << st.err().message;
+
+  basp_frames b;
+  const std::string big = header(1, 0xfffffff0u);
+  // refused when its length arrives, not before: the first 7 bytes say nothing yet
+  EXPECT_TRUE(b.feed(big.data(), 7, 1u << 20));
+  st = b.feed(big.data() + 7, big.size() - 7, 1u << 20);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.err().code, errc::limit);
+  EXPECT_NE(st.err().message.find("frame 1 announces 4294967280 bytes, more than the 1048576 allowed"), std::string::npos)
+      << st.err().message;
+
+  basp_frames c;  // exactly the limit passes
+  const std::string edge = header(2, 64) + std::string(64, 'e');
+  EXPECT_TRUE(c.feed(edge.data(), edge.size(), 64));
+}
+
+/// A plain TCP server on loopback standing in for CAF's middleman: keeps what each
+/// connection sends, and the peer port of each (what the middleman would report).
+struct backend {
+  int listen_fd = -1;
+  std::uint16_t port = 0;
+  std::thread t;
+  std::mutex m;
+  std::vector<int> conns;
+  std::vector<std::uint16_t> peer_ports;
+  std::vector<std::string> received;
+  std::vector<bool> closed;
+  std::atomic<bool> stop{false};
+
+  backend() {
+    listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(listen_fd, 16), 0);
+    socklen_t len = sizeof a;
+    ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    t = std::thread([this] { run(); });
+  }
+  ~backend() {
+    stop = true;
+    t.join();
+    for (int fd : conns) ::close(fd);
+    ::close(listen_fd);
+  }
+  void run() {
+    char buf[65536];
+    while (!stop) {
+      std::vector<pollfd> fds{{listen_fd, POLLIN, 0}};
+      {
+        std::lock_guard<std::mutex> l(m);
+        for (std::size_t i = 0; i < conns.size(); ++i) fds.push_back({closed[i] ? -1 : conns[i], POLLIN, 0});
+      }
+      if (::poll(fds.data(), fds.size(), 20) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        sockaddr_in from{};
+        socklen_t len = sizeof from;
+        const int fd = ::accept(listen_fd, reinterpret_cast<sockaddr*>(&from), &len);
+        std::lock_guard<std::mutex> l(m);
+        conns.push_back(fd);
+        peer_ports.push_back(ntohs(from.sin_port));
+        received.emplace_back();
+        closed.push_back(false);
+      }
+      for (std::size_t i = 1; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
+        const ssize_t n = ::recv(fds[i].fd, buf, sizeof buf, 0);
+        std::lock_guard<std::mutex> l(m);
+        if (n > 0) received[i - 1].append(buf, std::size_t(n));
+        else closed[i - 1] = true;
+      }
+    }
+  }
+  std::size_t count() {
+    std::lock_guard<std::mutex> l(m);
+    return conns.size();
+  }
+  std::string got(std::size_t i) {
+    std::lock_guard<std::mutex> l(m);
+    return received[i];
+  }
+  std::size_t size(std::size_t i) {
+    std::lock_guard<std::mutex> l(m);
+    return received[i].size();
+  }
+  bool is_closed(std::size_t i) {
+    std::lock_guard<std::mutex> l(m);
+    return closed[i];
+  }
+  std::uint16_t peer_port(std::size_t i) {
+    std::lock_guard<std::mutex> l(m);
+    return peer_ports[i];
+  }
+  void send(std::size_t i, const std::string& s) {
+    int fd;
+    {
+      std::lock_guard<std::mutex> l(m);
+      fd = conns[i];
+    }
+    EXPECT_EQ(::send(fd, s.data(), s.size(), MSG_NOSIGNAL), ssize_t(s.size()));
+  }
+};
+
+void wait_until(const std::function<bool()>& cond, std::chrono::milliseconds patience = 5s) {
+  const auto end = std::chrono::steady_clock::now() + patience;
+  while (!cond() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(5ms);
+}
+
+/// A TCP connection to 127.0.0.1:port from `source` (another loopback address shows that the
+/// front reports the client's own).
+int tcp_from(const char* source, std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in src{};
+  src.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &src.sin_addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src), 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+
+/// A volunteer's side: TLS presenting `files`' certificate and trusting the coordinator's.
+struct client {
+  http::sigpipe_guard no_sigpipe;  // (writing to a connection the front closed is the point)
+  SSL_CTX* ctx = nullptr;
+  SSL* ssl = nullptr;
+  int fd = -1;
+  bool up = false;
+  client(const tls::link_files& mine, std::uint16_t port, const char* source = "127.0.0.1") {
+    ctx = SSL_CTX_new(TLS_client_method());
+    if (!mine.certificate.empty()) {
+      EXPECT_EQ(SSL_CTX_use_certificate_file(ctx, mine.certificate.c_str(), SSL_FILETYPE_PEM), 1);
+      EXPECT_EQ(SSL_CTX_use_PrivateKey_file(ctx, mine.key.c_str(), SSL_FILETYPE_PEM), 1);
+    }
+    EXPECT_EQ(SSL_CTX_load_verify_locations(ctx, mine.trusted.c_str(), nullptr), 1);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    fd = tcp_from(source, port);
+    tls::set_socket_timeouts(fd, 10s, 10s);
+    ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    up = SSL_connect(ssl) == 1;
+  }
+  ~client() {
+    if (ssl) SSL_free(ssl);
+    if (ctx) SSL_CTX_free(ctx);
+    if (fd >= 0) ::close(fd);
+  }
+  bool write(const std::string& s) {
+    std::size_t put = 0;
+    return SSL_write_ex(ssl, s.data(), s.size(), &put) == 1 && put == s.size();
+  }
+  /// Reads `n` bytes; what came before the end of the stream if fewer did.
+  std::string read(std::size_t n) {
+    std::string out;
+    char buf[4096];
+    while (out.size() < n) {
+      std::size_t got = 0;
+      if (SSL_read_ex(ssl, buf, std::min(sizeof buf, n - out.size()), &got) != 1) break;
+      out.append(buf, got);
+    }
+    return out;
+  }
+  /// Whether the other side closed the connection (a read that ends, not one that times out).
+  bool ended() {
+    char c;
+    std::size_t got = 0;
+    return SSL_read_ex(ssl, &c, 1, &got) != 1;
+  }
+};
+
+struct guarded {
+  temp_dir coordinator_dir, volunteer_dir;
+  tls::link_files coordinator, volunteer;
+  backend caf;
+  std::unique_ptr<cluster_guard> guard;
+  std::uint16_t port = 0;
+  explicit guarded(cluster_guard::limits l = {}) {
+    std::string fp;
+    auto c = tls::coordinator_files(coordinator_dir.path + "/cluster", "", "", &fp);
+    EXPECT_TRUE(c) << c.err().message;
+    coordinator = *c;
+    // the volunteer presents the link certificate and trusts the coordinator's
+    auto v = tls::volunteer_files(volunteer_dir.path, "");
+    EXPECT_TRUE(v) << v.err().message;
+    volunteer = *v;
+    volunteer.trusted = coordinator.certificate;
+    guard = std::make_unique<cluster_guard>(l);
+    auto p = guard->start("127.0.0.1", 0, coordinator, caf.port);
+    EXPECT_TRUE(p) << p.err().message;
+    port = p ? *p : 0;
+  }
+};
+
+TEST(cluster_guard, FramesPassBothWaysAndTheServerLearnsTheClientsAddress) {
+  guarded g;
+  client v(g.volunteer, g.port, "127.0.0.2");
+  ASSERT_TRUE(v.up);
+  const std::string hello = header(1, 5) + "hello" + header(6, 0);
+  ASSERT_TRUE(v.write(hello));
+  wait_until([&] { return g.caf.count() == 1 && g.caf.got(0).size() == hello.size(); });
+  ASSERT_EQ(g.caf.count(), 1u);
+  EXPECT_EQ(g.caf.got(0), hello);
+  // the middleman reports the front's port; the front maps it to the volunteer's address
+  EXPECT_EQ(g.guard->peer_of(g.caf.peer_port(0)).value_or("none"), "127.0.0.2");
+  EXPECT_FALSE(g.guard->peer_of(1));
+  // the coordinator's bytes go back unchanged and unchecked (here: not even frames)
+  const std::string back(200000, 'b');
+  g.caf.send(0, back);
+  EXPECT_EQ(v.read(back.size()), back);
+  EXPECT_EQ(g.guard->refused(), 0u);
+}
+
+TEST(cluster_guard, AHugeFrameFromAJoinerClosesItBeforeTheServerSeesTheHeader) {
+  guarded g;
+  client v(g.volunteer, g.port);
+  ASSERT_TRUE(v.up);
+  const std::string ok = header(1, 3) + "abc";
+  ASSERT_TRUE(v.write(ok));
+  wait_until([&] { return g.caf.count() == 1 && g.caf.got(0).size() == ok.size(); });
+  // 72 bytes that asked CAF for 4 GiB
+  ASSERT_TRUE(v.write(header(1, 0xfffffff0u) + std::string(40, '\0')));
+  EXPECT_TRUE(v.ended());
+  wait_until([&] { return g.caf.is_closed(0); });
+  EXPECT_TRUE(g.caf.is_closed(0));
+  EXPECT_EQ(g.caf.got(0), ok);  // nothing of the refused header
+  EXPECT_EQ(g.guard->refused(), 1u);
+  wait_until([&] { return g.guard->open_connections() == 0; });
+  EXPECT_EQ(g.guard->open_connections(), 0);
+  // the port still takes the next volunteer
+  client w(g.volunteer, g.port);
+  ASSERT_TRUE(w.up);
+  ASSERT_TRUE(w.write(ok));
+  wait_until([&] { return g.caf.count() == 2 && g.caf.got(1) == ok; });
+  EXPECT_EQ(g.caf.got(1), ok);
+}
+
+TEST(cluster_guard, AnAdmittedVolunteerMaySendLargerFrames) {
+  cluster_guard::limits l;
+  l.joining_frame = 100;
+  guarded g(l);
+  client v(g.volunteer, g.port);
+  ASSERT_TRUE(v.up);
+  ASSERT_TRUE(v.write(header(2, 100) + std::string(100, 'j')));  // a joiner's largest
+  wait_until([&] { return g.caf.count() == 1 && g.caf.got(0).size() == 132; });
+  ASSERT_EQ(g.caf.got(0).size(), 132u);
+  g.guard->admit(g.caf.peer_port(0));
+  const std::string reply = header(2, 300000) + std::string(300000, 'r');
+  ASSERT_TRUE(v.write(reply));
+  wait_until([&] { return g.caf.got(0).size() == 132 + reply.size(); });
+  EXPECT_EQ(g.caf.got(0).size(), 132 + reply.size());
+  EXPECT_FALSE(g.caf.is_closed(0));
+  // while a joiner that sends as much is closed
+  client j(g.volunteer, g.port);
+  ASSERT_TRUE(j.up);
+  ASSERT_TRUE(j.write(header(2, 101)));
+  EXPECT_TRUE(j.ended());
+  EXPECT_EQ(g.guard->refused(), 1u);
+}
+
+TEST(cluster_guard, ManyMegabytesPassIntactEachWay) {
+  guarded g;
+  client v(g.volunteer, g.port);
+  ASSERT_TRUE(v.up);
+  ASSERT_TRUE(v.write(header(1, 4) + "join"));
+  wait_until([&] { return g.caf.count() == 1 && g.caf.size(0) == 36; });
+  ASSERT_EQ(g.caf.count(), 1u);
+  g.guard->admit(g.caf.peer_port(0));
+  // 16 MB of frames from the volunteer (its checkpoint, say), many times the front's backlog
+  std::string up = header(1, 4) + "join";
+  for (int f = 0; f < 8; ++f) {
+    std::string payload(2u << 20, '\0');
+    for (std::size_t i = 0; i < payload.size(); i += 97) payload[i] = char(f * 31 + int(i % 251));
+    const std::string frame = header(2, std::uint32_t(payload.size())) + payload;
+    ASSERT_TRUE(v.write(frame));
+    up += frame;
+  }
+  wait_until([&] { return g.caf.size(0) == up.size(); }, 20s);
+  EXPECT_TRUE(g.caf.got(0) == up) << g.caf.size(0) << " of " << up.size() << " bytes";
+  // 8 MB from the coordinator, sent while the volunteer reads
+  std::string down(8u << 20, '\0');
+  for (std::size_t i = 0; i < down.size(); ++i) down[i] = char((i * 7 + i / 4099) & 0xff);
+  std::thread sender([&] { g.caf.send(0, down); });
+  EXPECT_EQ(v.read(down.size()), down);
+  sender.join();
+  EXPECT_EQ(g.guard->refused(), 0u);
+}
+
+TEST(cluster_guard, ClientsWithoutTheLinkCertificateNeverReachTheServer) {
+  guarded g;
+  tls::link_files none = g.volunteer;
+  none.certificate.clear();
+  none.key.clear();
+  client anonymous(none, g.port);
+  EXPECT_TRUE(!anonymous.up || anonymous.ended());
+  // a certificate of its own (the coordinator's, as a stranger might try) is not the link's
+  tls::link_files other = g.volunteer;
+  other.certificate = g.coordinator.certificate;
+  other.key = g.coordinator.key;
+  client stranger(other, g.port);
+  EXPECT_TRUE(!stranger.up || stranger.ended());
+  wait_until([&] { return g.guard->refused() >= 2; });
+  EXPECT_EQ(g.guard->refused(), 2u);
+  EXPECT_EQ(g.caf.count(), 0u);
+}
+
+TEST(cluster_guard, JoinersAreBoundedInNumberAndTime) {
+  cluster_guard::limits l;
+  l.max_joining_per_address = 2;
+  l.join_patience = 3s;  // (room for three TLS handshakes on a busy machine before the admission)
+  guarded g(l);
+  client a(g.volunteer, g.port), b(g.volunteer, g.port);
+  ASSERT_TRUE(a.up && b.up);
+  ASSERT_TRUE(a.write(header(1, 1) + "A") && b.write(header(1, 1) + "B"));
+  wait_until([&] { return g.caf.count() == 2 && g.caf.size(0) == 33 && g.caf.size(1) == 33; });
+  ASSERT_EQ(g.caf.count(), 2u);
+  const std::size_t ia = g.caf.got(0).back() == 'A' ? 0 : 1;  // (the front connects them in either order)
+  client c(g.volunteer, g.port);  // a third from the same address while two join
+  EXPECT_TRUE(!c.up || c.ended());
+  EXPECT_GE(g.guard->refused(), 1u);
+  // another address is not held to this one's count
+  client d(g.volunteer, g.port, "127.0.0.3");
+  EXPECT_TRUE(d.up);
+  // admitted, a connection stays past the patience; the others are closed by it
+  wait_until([&] { return g.caf.count() == 3; });
+  g.guard->admit(g.caf.peer_port(ia));
+  EXPECT_TRUE(b.ended());
+  EXPECT_TRUE(d.ended());
+  ASSERT_TRUE(a.write(header(6, 0)));
+  wait_until([&] { return g.caf.size(ia) == 65; });
+  EXPECT_EQ(g.caf.size(ia), 65u);
+  EXPECT_FALSE(g.caf.is_closed(ia));
+}
+
+TEST(cluster_guard, StoppingClosesEveryConnectionPromptly) {
+  auto g = std::make_unique<guarded>();
+  client a(g->volunteer, g->port);
+  ASSERT_TRUE(a.up);
+  const int silent = tcp_from("127.0.0.1", g->port);  // (still in its TLS handshake)
+  wait_until([&] { return g->caf.count() == 1; });
+  const auto t = std::chrono::steady_clock::now();
+  g->guard.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t, 3s);
+  EXPECT_TRUE(a.ended());
+  ::close(silent);
+}
+
+}  // namespace
+}  // namespace mpakt
