@@ -133,6 +133,7 @@ result<std::uint16_t> cluster_guard::start(const std::string& address, std::uint
   // all present the link certificate; their token is checked by the gate)
   SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  SSL_CTX_set_read_ahead(ctx, 1);  // (whole socket buffers at once, not a record's header and then its body)
   caf_port_ = caf_port;
 
   addrinfo hints{};
