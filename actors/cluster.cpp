@@ -17,7 +17,7 @@ result<std::uint16_t> publish_gate(caf::actor_system& sys, const gate_actor& gat
                                    std::uint16_t port, cluster_guard& guard, const tls::link_files& files) {
   auto inner = caf::io::publish(gate, 0, "127.0.0.1", true);
   if (!inner) return make_error(errc::unavailable, "cannot publish the gate on loopback: " + sys.render(inner.error()));
-  return guard.start(address, port, files, *inner);
+  return guard.start(address, port, files, *inner, gate.id());
 }
 
 result<gate_actor> connect_gate(caf::actor_system& sys, const std::string& host, std::uint16_t port,

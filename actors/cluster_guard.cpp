@@ -16,6 +16,8 @@
 #include <cstring>
 #include <vector>
 
+#include <caf/atom.hpp>
+
 #include "http/sigpipe_guard.hpp"
 #include "runtime/log.hpp"
 #include "runtime/metrics.hpp"
@@ -68,7 +70,10 @@ constexpr std::size_t chunk = 64u << 10;
 
 // ---------------------------------------------------------------- basp_frames
 
-status basp_frames::feed(const char* p, std::size_t n, std::uint32_t max_payload) {
+const std::uint64_t basp_frames::spawn_server = static_cast<std::uint64_t>(caf::atom("SpawnServ"));
+
+status basp_frames::feed(const char* p, std::size_t n, std::uint32_t max_payload, const std::set<std::uint64_t>* only_to,
+                         std::set<std::uint64_t>* senders) {
   while (n > 0) {
     if (payload_left_ > 0) {
       const std::size_t take = std::size_t(std::min<std::uint64_t>(payload_left_, n));
@@ -93,6 +98,21 @@ status basp_frames::feed(const char* p, std::size_t n, std::uint32_t max_payload
     if (len > max_payload)
       return make_error(errc::limit, "frame " + std::to_string(frames_) + " announces " + std::to_string(len) +
                                          " bytes, more than the " + std::to_string(max_payload) + " allowed");
+    std::uint64_t from = 0, to = 0;
+    for (int i = 16; i < 24; ++i) from = from << 8 | header_[i];
+    for (int i = 24; i < 32; ++i) to = to << 8 | header_[i];
+    if (senders && header_[0] == direct_message && senders->size() < max_senders) senders->insert(from);
+    if (only_to) {
+      if (header_[0] == routed_message)
+        return make_error(errc::unauthorized, "frame " + std::to_string(frames_) + " is a routed message, before the join");
+      // (CAF's middleman asks every peer it meets who it is, of the peer's spawn server)
+      const bool named = (header_[3] & named_receiver_flag) != 0;
+      const bool allowed = named ? to == spawn_server : only_to->count(to) > 0;
+      if (header_[0] == direct_message && !allowed)
+        return make_error(errc::unauthorized, "frame " + std::to_string(frames_) + " is a message for " +
+                                                  (named ? "a named actor (" + std::to_string(to) + ")" : "actor " + std::to_string(to)) +
+                                                  ", not the gate, before the join");
+    }
     payload_left_ = len;
   }
   return ok_status();
@@ -120,7 +140,7 @@ cluster_guard::~cluster_guard() {
 }
 
 result<std::uint16_t> cluster_guard::start(const std::string& address, std::uint16_t port, const tls::link_files& files,
-                                           std::uint16_t caf_port) {
+                                           std::uint16_t caf_port, std::uint64_t gate_actor_id) {
   if (ctx_) return make_error(errc::internal, "the cluster port is already open");
   SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
   ctx_ = ctx;
@@ -135,6 +155,7 @@ result<std::uint16_t> cluster_guard::start(const std::string& address, std::uint
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_read_ahead(ctx, 1);  // (whole socket buffers at once, not a record's header and then its body)
   caf_port_ = caf_port;
+  gate_id_ = gate_actor_id;
 
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -299,7 +320,8 @@ void cluster_guard::serve(int fd, std::string peer) {
 /// read meanwhile.
 void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_port) {
   SSL* ssl = as_ssl(ssl_p);
-  basp_frames frames;
+  basp_frames frames, theirs;  // (the volunteer's frames; the coordinator's, before the join)
+  std::set<std::uint64_t> may_reach{gate_id_};  ///< before the join: the gate, and actors that sent it messages
   pending to_caf, to_client;
   std::vector<char> buf(chunk);
   const auto deadline = steady::now() + limits_.join_patience;
@@ -322,7 +344,7 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
       const int r = SSL_read_ex(ssl, buf.data(), buf.size(), &got);
       if (r == 1) {
         const std::uint32_t cap = admitted_now ? UINT32_MAX : limits_.joining_frame;
-        if (auto st = frames.feed(buf.data(), got, cap); !st) {
+        if (auto st = frames.feed(buf.data(), got, cap, admitted_now ? nullptr : &may_reach); !st) {
           count_refused(peer_of(local_port).value_or("?"), "frame", st.err().message);
           return;
         }
@@ -346,7 +368,11 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
     // CAF's bytes towards the volunteer
     while (to_client.size() < backlog) {
       const ssize_t r = ::recv(caf, buf.data(), buf.size(), 0);
-      if (r > 0) to_client.bytes.insert(to_client.bytes.end(), buf.data(), buf.data() + r), moved = true;
+      if (r > 0) {
+        if (!admitted_now) (void)theirs.feed(buf.data(), std::size_t(r), UINT32_MAX, nullptr, &may_reach);
+        to_client.bytes.insert(to_client.bytes.end(), buf.data(), buf.data() + r);
+        moved = true;
+      }
       else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       else if (r < 0 && errno == EINTR) continue;
       else return;  // (CAF closed the link)

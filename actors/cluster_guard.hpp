@@ -16,8 +16,13 @@
 /// operation is not one of BASP's, or whose payload is larger than the connection may send,
 /// closes the connection before CAF sees that header. Until the gate admits the volunteer on a
 /// connection (`admit`), a frame carries at most `joining_frame` bytes (a handshake and a join
-/// are a few hundred), connections not yet admitted are bounded in number (in all and per
-/// address), and one not admitted within `join_patience` is closed. An admitted volunteer (it
+/// are a few hundred), and its messages may go only to the gate, to actors that sent it a
+/// message on this connection (their replies) and to CAF's spawn server (the middleman's own
+/// question to each peer it meets) — CAF delivers a message to any actor of the process whose
+/// handle ever crossed a link, the pool's and the coordinator's among them, by its number,
+/// which a stranger could guess: a message to the pool adding its own worker would skip the
+/// token. Connections not yet admitted are bounded in number (in all and per address), and one
+/// not admitted within `join_patience` is closed. An admitted volunteer (it
 /// presented a valid join token) may send frames as large as CAF allows: its replies carry
 /// graph outputs and checkpoints.
 ///
@@ -51,10 +56,18 @@ class basp_frames {
  public:
   static constexpr std::size_t header_size = 32;  ///< operation, 3 bytes, length (u32, big-endian), 3 × u64
   static constexpr unsigned char last_operation = 6;  ///< heartbeat; 0–6 are BASP's message types
+  static constexpr unsigned char direct_message = 2, routed_message = 3;
+  static constexpr unsigned char named_receiver_flag = 0x01;  ///< the receiver is a name (an atom), not a number
+  /// CAF's spawn server's name: a middleman asks it of every peer it meets.
+  static const std::uint64_t spawn_server;
   /// Takes the next `n` bytes; an error names the frame's fault when a header completed in
-  /// them is not BASP's or announces more than `max_payload` bytes (the bytes are then not to
-  /// be passed on: the connection is to be closed).
-  status feed(const char* p, std::size_t n, std::uint32_t max_payload);
+  /// them is not BASP's, announces more than `max_payload` bytes, or — with `only_to` — is a
+  /// message for an actor not in it (or a name other than the spawn server's), or a routed one
+  /// (the bytes are then not to be passed on: the connection is to be closed). With
+  /// `senders`, the sending actor of each message read goes in (at most `max_senders`).
+  status feed(const char* p, std::size_t n, std::uint32_t max_payload, const std::set<std::uint64_t>* only_to = nullptr,
+              std::set<std::uint64_t>* senders = nullptr);
+  static constexpr std::size_t max_senders = 4096;
   /// Frames whose header has been read.
   std::uint64_t frames() const { return frames_; }
 
@@ -83,9 +96,10 @@ class cluster_guard {
 
   /// Listens on `address:port` (0: any free port) with TLS (`files`: the coordinator's
   /// certificate and key; clients must present a certificate issued by `files.trusted`), and
-  /// passes every connection on to 127.0.0.1:`caf_port`. Returns the port bound. Once only.
+  /// passes every connection on to 127.0.0.1:`caf_port`, where actor `gate_actor_id` is
+  /// published. Returns the port bound. Once only.
   result<std::uint16_t> start(const std::string& address, std::uint16_t port, const tls::link_files& files,
-                              std::uint16_t caf_port);
+                              std::uint16_t caf_port, std::uint64_t gate_actor_id);
   /// The address of the volunteer whose connection reaches CAF from local port `p` (the port
   /// the middleman reports for that peer), while it is open.
   std::optional<std::string> peer_of(std::uint16_t p) const;
@@ -115,6 +129,7 @@ class cluster_guard {
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
   std::uint16_t caf_port_ = 0;
+  std::uint64_t gate_id_ = 0;  ///< the only actor a joiner may message
   std::thread acceptor_;
   mutable std::mutex m_;
   std::condition_variable ended_;

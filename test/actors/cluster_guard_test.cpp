@@ -17,7 +17,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <caf/atom.hpp>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -31,12 +33,19 @@ namespace {
 using test::temp_dir;
 using namespace std::chrono_literals;
 
-/// A BASP header: operation, three zero bytes, the payload's length (big-endian), 24 bytes.
-std::string header(unsigned char op, std::uint32_t len) {
+/// The gate's actor number in these tests.
+constexpr std::uint64_t gate = 7;
+const std::set<std::uint64_t> gates{gate};
+
+/// A BASP header: operation, three zero bytes, the payload's length, operation data, source
+/// and receiving actor (big-endian).
+std::string header(unsigned char op, std::uint32_t len, std::uint64_t to = gate, std::uint64_t from = 0) {
   std::string h(basp_frames::header_size, '\0');
   h[0] = char(op);
   for (int i = 0; i < 4; ++i) h[4 + i] = char((len >> (24 - 8 * i)) & 0xff);
-  for (int i = 8; i < 32; ++i) h[std::size_t(i)] = char(i);  // (the rest passes as it is)
+  for (int i = 8; i < 16; ++i) h[std::size_t(i)] = char(i);  // (operation data: passes as it is)
+  for (int i = 0; i < 8; ++i) h[16 + std::size_t(i)] = char((from >> (56 - 8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i) h[24 + std::size_t(i)] = char((to >> (56 - 8 * i)) & 0xff);
   return h;
 }
 
@@ -55,6 +64,49 @@ TEST(basp_frames, FramesAreFollowedAcrossAnySplitOfTheirBytes) {
   const std::string tricky = header(2, 32) + header(9, 0xffffffffu) + header(0, 1) + "z";
   EXPECT_TRUE(f.feed(tricky.data(), tricky.size(), 32));
   EXPECT_EQ(f.frames(), 2u);
+}
+
+TEST(basp_frames, BeforeTheJoinMessagesGoToTheGateAlone) {
+  const std::string ok = header(1, 2) + "hs" + header(6, 0) + header(2, 3, gate) + "abc" + header(4, 0, 99) + header(5, 0, 98);
+  basp_frames a;
+  EXPECT_TRUE(a.feed(ok.data(), ok.size(), 64, &gates));  // handshakes, heartbeats, monitor and down messages
+  basp_frames b;
+  const std::string pool = header(2, 3, 12) + "add";
+  auto st = b.feed(pool.data(), pool.size(), 64, &gates);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.err().code, errc::unauthorized);
+  EXPECT_NE(st.err().message.find("frame 1 is a message for actor 12, not the gate, before the join"), std::string::npos)
+      << st.err().message;
+  basp_frames c;
+  const std::string routed = header(3, 0, gate);
+  EXPECT_FALSE(c.feed(routed.data(), routed.size(), 64, &gates));
+  basp_frames d;  // admitted: any actor
+  EXPECT_TRUE(d.feed(pool.data(), pool.size(), 64));
+  // a name, not a number: CAF's own question to the spawn server passes, another name does not
+  auto named = [](std::uint64_t atom) {
+    std::string h = header(2, 0, atom);
+    h[3] = char(basp_frames::named_receiver_flag);
+    return h;
+  };
+  const std::string spawn = named(basp_frames::spawn_server), config = named(static_cast<std::uint64_t>(caf::atom("ConfigServ")));
+  basp_frames e;
+  EXPECT_TRUE(e.feed(spawn.data(), spawn.size(), 64, &gates));
+  st = e.feed(config.data(), config.size(), 64, &gates);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.err().message.find("is a message for a named actor"), std::string::npos) << st.err().message;
+  // the gate's number as a name is still not the gate
+  basp_frames f;
+  const std::string gate_named = named(gate);
+  EXPECT_FALSE(f.feed(gate_named.data(), gate_named.size(), 64, &gates));
+  // the other direction's senders are collected: whom a reply may go to
+  std::set<std::uint64_t> reach{gate};
+  basp_frames theirs;
+  const std::string asks = header(2, 1, 8, 15) + "?" + header(6, 0, 0, 16) + header(2, 0, 8, 17);
+  EXPECT_TRUE(theirs.feed(asks.data(), asks.size(), 64, nullptr, &reach));
+  EXPECT_EQ(reach, (std::set<std::uint64_t>{gate, 15, 17}));  // (a heartbeat is no message)
+  basp_frames g;
+  const std::string reply = header(2, 2, 15) + "ok";
+  EXPECT_TRUE(g.feed(reply.data(), reply.size(), 64, &reach));
 }
 
 TEST(basp_frames, AHeaderNotBASPsOrTooLargeIsRefusedNamingWhy) {
@@ -255,7 +307,7 @@ struct guarded {
     volunteer = *v;
     volunteer.trusted = coordinator.certificate;
     guard = std::make_unique<cluster_guard>(l);
-    auto p = guard->start("127.0.0.1", 0, coordinator, caf.port);
+    auto p = guard->start("127.0.0.1", 0, coordinator, caf.port, gate);
     EXPECT_TRUE(p) << p.err().message;
     port = p ? *p : 0;
   }
@@ -324,6 +376,36 @@ TEST(cluster_guard, AnAdmittedVolunteerMaySendLargerFrames) {
   ASSERT_TRUE(j.up);
   ASSERT_TRUE(j.write(header(2, 101)));
   EXPECT_TRUE(j.ended());
+  EXPECT_EQ(g.guard->refused(), 1u);
+}
+
+TEST(cluster_guard, AJoinerMessagingAnotherActorThanTheGateIsCutOff) {
+  guarded g;
+  client v(g.volunteer, g.port);
+  ASSERT_TRUE(v.up);
+  const std::string join = header(1, 2) + "hs" + header(2, 4) + "join";
+  ASSERT_TRUE(v.write(join));
+  wait_until([&] { return g.caf.count() == 1 && g.caf.size(0) == join.size(); });
+  // an actor that asks the joiner something may be answered
+  g.caf.send(0, header(2, 1, 8, 15) + "?");
+  EXPECT_EQ(v.read(33), header(2, 1, 8, 15) + "?");
+  const std::string answer = header(2, 1, 15) + "!";
+  ASSERT_TRUE(v.write(answer));
+  wait_until([&] { return g.caf.size(0) == join.size() + answer.size(); });
+  ASSERT_TRUE(v.write(header(2, 3, 3) + "add"));  // (actor 3: say, the pool)
+  EXPECT_TRUE(v.ended());
+  wait_until([&] { return g.caf.is_closed(0); });
+  EXPECT_EQ(g.caf.got(0), join + answer);
+  // admitted, a volunteer answers whoever asked it
+  client w(g.volunteer, g.port);
+  ASSERT_TRUE(w.up);
+  ASSERT_TRUE(w.write(join));
+  wait_until([&] { return g.caf.count() == 2 && g.caf.size(1) == join.size(); });
+  g.guard->admit(g.caf.peer_port(1));
+  const std::string reply = header(2, 2, 3) + "ok";
+  ASSERT_TRUE(w.write(reply));
+  wait_until([&] { return g.caf.size(1) == join.size() + reply.size(); });
+  EXPECT_EQ(g.caf.got(1), join + reply);
   EXPECT_EQ(g.guard->refused(), 1u);
 }
 

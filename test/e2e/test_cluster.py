@@ -869,7 +869,8 @@ def test_a_stranger_announcing_a_huge_frame_is_cut_off_before_the_coordinator_ma
     as it reads the header. Strangers presenting the public link certificate announce 4 GiB
     payloads in 72 bytes each, several at once: the cluster port's front closes each connection
     at its header (the coordinator's memory does not move, GET /metrics counts them, the log
-    names the frame), and a real volunteer then joins, loads and decodes as ever."""
+    names the frame); one more addresses a message to another actor than the gate and is
+    closed the same way; a real volunteer then joins, loads and decodes as ever."""
     cport = cluster_port()
     server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--metrics-open")
     tmp = tmp_path_factory.mktemp("bigframe")
@@ -894,8 +895,17 @@ def test_a_stranger_announcing_a_huge_frame_is_cut_off_before_the_coordinator_ma
         assert peak - before < 256, f"the coordinator grew from {before:.0f} to {peak:.0f} MB"
         out = server.process.output()
         assert out.count("frame 1 announces 4294967280 bytes, more than the 1048576 allowed") == 6, out[-3000:]
+        # CAF delivers a message to any actor whose handle crossed a link, by its number: before
+        # its join a connection may message the gate alone (actor 3 here stands for the pool)
+        sock = stranger_with_the_link_certificate(server, cport, tmp)
+        sock.sendall(struct.pack(">BBBBIQQQ", 2, 0, 0, 0, 8, 0, 1, 3) + b"\0" * 8)
+        try:
+            assert sock.recv(1) == b""
+        except (ssl.SSLError, ConnectionError):
+            pass
+        assert "frame 1 is a message for actor 3, not the gate, before the join" in server.process.output()
         text = server.api.get("/metrics").text
-        assert 'mpakt_cluster_connections_closed_total{reason="frame"} 6' in text, text
+        assert 'mpakt_cluster_connections_closed_total{reason="frame"} 7' in text, text
         # the grid goes on: a volunteer joins, loads and decodes the golden tokens
         c.join("w_after")
         m = expect(server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
