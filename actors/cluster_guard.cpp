@@ -157,35 +157,11 @@ result<std::uint16_t> cluster_guard::start(const std::string& address, std::uint
   caf_port_ = caf_port;
   gate_id_ = gate_actor_id;
 
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const std::string where = address + ":" + std::to_string(port);
-  if (const int rc = ::getaddrinfo(address.empty() ? nullptr : address.c_str(), std::to_string(port).c_str(), &hints, &found);
-      rc != 0)
-    return make_error(errc::invalid, "cannot accept volunteers on " + where + ": " + gai_strerror(rc));
-  std::string why = "no address to listen on";
-  for (addrinfo* a = found; a && listen_fd_ < 0; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
-      why = std::strerror(errno);
-      ::close(fd);
-      continue;
-    }
-    listen_fd_ = fd;
-  }
-  ::freeaddrinfo(found);
-  if (listen_fd_ < 0) return make_error(errc::unavailable, "cannot accept volunteers on " + where + ": " + why);
-  sockaddr_storage bound{};
-  socklen_t len = sizeof bound;
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
-  const std::uint16_t bound_port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                                                     : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  std::string why;
+  std::uint16_t bound_port = 0;
+  listen_fd_ = tls::listen_tcp(address, port, bound_port, why);
+  if (listen_fd_ < 0)
+    return make_error(errc::unavailable, "cannot accept volunteers on " + address + ":" + std::to_string(port) + ": " + why);
   if (::pipe2(wake_, O_CLOEXEC) != 0) return make_error(errc::internal, "the cluster port cannot make a pipe");
   acceptor_ = std::thread([this] { accept_loop(); });
   return bound_port;

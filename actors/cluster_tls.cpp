@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -21,6 +22,8 @@
 #include <openssl/x509v3.h>
 
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -207,6 +210,41 @@ int connect_tcp(const std::string& host, std::uint16_t port, std::chrono::millis
   }
   ::freeaddrinfo(found);
   return fd;
+}
+
+int listen_tcp(const std::string& address, std::uint16_t port, std::uint16_t& bound, std::string& why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(address.empty() ? nullptr : address.c_str(), std::to_string(port).c_str(), &hints, &found);
+      rc != 0) {
+    why = std::string("cannot resolve ") + address + ": " + gai_strerror(rc);
+    return -1;
+  }
+  why = "no address to listen on";
+  int listening = -1;
+  for (addrinfo* a = found; a && listening < 0; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
+      why = std::strerror(errno);
+      ::close(fd);
+      continue;
+    }
+    listening = fd;
+  }
+  ::freeaddrinfo(found);
+  if (listening < 0) return -1;
+  sockaddr_storage at{};
+  socklen_t len = sizeof at;
+  ::getsockname(listening, reinterpret_cast<sockaddr*>(&at), &len);
+  bound = ntohs(at.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&at)->sin6_port
+                                         : reinterpret_cast<sockaddr_in*>(&at)->sin_port);
+  return listening;
 }
 
 result<std::string> fingerprint_of(const std::string& pem) {

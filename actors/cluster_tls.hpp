@@ -85,6 +85,10 @@ result<std::string> peer_certificate(ssl_st* ssl);
 /// connect, reads and writes; -1 with `why` set when none answers.
 int connect_tcp(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, std::string& why);
 
+/// A listening TCP socket on `address:port` (the first address it resolves to that binds; port
+/// 0: any free one), close-on-exec; `bound` gets the port. -1 with `why` set when none binds.
+int listen_tcp(const std::string& address, std::uint16_t port, std::uint16_t& bound, std::string& why);
+
 /// Loads CAF's OpenSSL module with `files` (after the middleman: configure_cluster): a
 /// volunteer's side of the link.
 void configure_link(caf::actor_system_config& cfg, const link_files& files);

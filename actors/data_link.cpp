@@ -250,35 +250,10 @@ result<std::unique_ptr<data_server>> data_server::start(const std::string& addre
     return make_error(errc::internal, ssl_error("the data port cannot use the cluster certificate"));
   SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);  // (volunteers prove themselves by their ticket)
 
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const std::string where = address + ":" + std::to_string(port);
-  if (const int rc = ::getaddrinfo(address.empty() ? nullptr : address.c_str(), std::to_string(port).c_str(), &hints, &found);
-      rc != 0)
-    return make_error(errc::invalid, "the data port cannot resolve " + address + ": " + gai_strerror(rc));
-  std::string why = "no address to listen on";
-  for (addrinfo* a = found; a && s->listen_fd_ < 0; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
-      why = std::strerror(errno);
-      ::close(fd);
-      continue;
-    }
-    s->listen_fd_ = fd;
-  }
-  ::freeaddrinfo(found);
-  if (s->listen_fd_ < 0) return make_error(errc::unavailable, "the data port cannot listen on " + where + ": " + why);
-  sockaddr_storage bound{};
-  socklen_t len = sizeof bound;
-  ::getsockname(s->listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
-  s->port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  std::string why;
+  s->listen_fd_ = tls::listen_tcp(address, port, s->port_, why);
+  if (s->listen_fd_ < 0)
+    return make_error(errc::unavailable, "the data port cannot listen on " + address + ":" + std::to_string(port) + ": " + why);
   if (::pipe2(s->wake_, O_CLOEXEC) != 0) return make_error(errc::internal, "the data port cannot make a pipe");
   s->acceptor_ = std::thread([p = s.get()] { p->accept_loop(); });
   return s;

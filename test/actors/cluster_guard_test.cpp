@@ -26,11 +26,13 @@
 #include "actors/cluster_tls.hpp"
 #include "http/sigpipe_guard.hpp"
 #include "test/support/files.hpp"
+#include "test/support/wait.hpp"
 
 namespace mpakt {
 namespace {
 
 using test::temp_dir;
+using test::wait_until;
 using namespace std::chrono_literals;
 
 /// The gate's actor number in these tests.
@@ -219,11 +221,6 @@ struct backend {
     EXPECT_EQ(::send(fd, s.data(), s.size(), MSG_NOSIGNAL), ssize_t(s.size()));
   }
 };
-
-void wait_until(const std::function<bool()>& cond, std::chrono::milliseconds patience = 5s) {
-  const auto end = std::chrono::steady_clock::now() + patience;
-  while (!cond() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(5ms);
-}
 
 /// A TCP connection to 127.0.0.1:port from `source` (another loopback address shows that the
 /// front reports the client's own).

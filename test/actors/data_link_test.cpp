@@ -17,11 +17,13 @@
 
 #include "actors/cluster_tls.hpp"
 #include "test/support/files.hpp"
+#include "test/support/wait.hpp"
 
 namespace mpakt::datalink {
 namespace {
 
 using test::temp_dir;
+using test::wait_until;
 
 using namespace std::chrono_literals;
 
@@ -55,11 +57,6 @@ std::string pattern(std::size_t n, int seed) {
   std::string s(n, '\0');
   for (std::size_t i = 0; i < n; ++i) s[i] = char((i * 131 + std::size_t(seed) * 7) & 0xff);
   return s;
-}
-
-void wait_until(const std::function<bool()>& cond, std::chrono::milliseconds patience = 5s) {
-  const auto end = std::chrono::steady_clock::now() + patience;
-  while (!cond() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(5ms);
 }
 
 /// A plain TCP connection to the port (no TLS).
