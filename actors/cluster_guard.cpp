@@ -73,7 +73,7 @@ constexpr std::size_t chunk = 64u << 10;
 const std::uint64_t basp_frames::spawn_server = static_cast<std::uint64_t>(caf::atom("SpawnServ"));
 
 status basp_frames::feed(const char* p, std::size_t n, std::uint32_t max_payload, const std::set<std::uint64_t>* only_to,
-                         std::set<std::uint64_t>* senders) {
+                         std::set<std::uint64_t>* senders, bool routed) {
   while (n > 0) {
     if (payload_left_ > 0) {
       const std::size_t take = std::size_t(std::min<std::uint64_t>(payload_left_, n));
@@ -102,9 +102,9 @@ status basp_frames::feed(const char* p, std::size_t n, std::uint32_t max_payload
     for (int i = 16; i < 24; ++i) from = from << 8 | header_[i];
     for (int i = 24; i < 32; ++i) to = to << 8 | header_[i];
     if (senders && header_[0] == direct_message && senders->size() < max_senders) senders->insert(from);
+    if (header_[0] == routed_message && (!routed || only_to))
+      return make_error(errc::unauthorized, "frame " + std::to_string(frames_) + " is a routed message (for another node)");
     if (only_to) {
-      if (header_[0] == routed_message)
-        return make_error(errc::unauthorized, "frame " + std::to_string(frames_) + " is a routed message, before the join");
       // (CAF's middleman asks every peer it meets who it is, of the peer's spawn server)
       const bool named = (header_[3] & named_receiver_flag) != 0;
       const bool allowed = named ? to == spawn_server : only_to->count(to) > 0;
@@ -320,7 +320,7 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
       const int r = SSL_read_ex(ssl, buf.data(), buf.size(), &got);
       if (r == 1) {
         const std::uint32_t cap = admitted_now ? UINT32_MAX : limits_.joining_frame;
-        if (auto st = frames.feed(buf.data(), got, cap, admitted_now ? nullptr : &may_reach); !st) {
+        if (auto st = frames.feed(buf.data(), got, cap, admitted_now ? nullptr : &may_reach, nullptr, false); !st) {
           count_refused(peer_of(local_port).value_or("?"), "frame", st.err().message);
           return;
         }

@@ -22,7 +22,9 @@
 /// handle ever crossed a link, the pool's and the coordinator's among them, by its number,
 /// which a stranger could guess: a message to the pool adding its own worker would skip the
 /// token. Connections not yet admitted are bounded in number (in all and per address), and one
-/// not admitted within `join_patience` is closed. An admitted volunteer (it
+/// not admitted within `join_patience` is closed. No volunteer may send a routed message (one
+/// the coordinator's middleman would pass on to another node: to another volunteer's actors):
+/// every message of the grid goes between the coordinator and one volunteer. An admitted volunteer (it
 /// presented a valid join token) may send frames as large as CAF allows: its replies carry
 /// graph outputs and checkpoints.
 ///
@@ -61,12 +63,13 @@ class basp_frames {
   /// CAF's spawn server's name: a middleman asks it of every peer it meets.
   static const std::uint64_t spawn_server;
   /// Takes the next `n` bytes; an error names the frame's fault when a header completed in
-  /// them is not BASP's, announces more than `max_payload` bytes, or — with `only_to` — is a
-  /// message for an actor not in it (or a name other than the spawn server's), or a routed one
-  /// (the bytes are then not to be passed on: the connection is to be closed). With
-  /// `senders`, the sending actor of each message read goes in (at most `max_senders`).
+  /// them is not BASP's, announces more than `max_payload` bytes, is a routed message unless
+  /// `routed` (or `only_to` is given), or — with `only_to` — is a message for an actor not in
+  /// it (or a name other than the spawn server's). The bytes are then not to be passed on: the
+  /// connection is to be closed. With `senders`, the sending actor of each message read goes
+  /// in (at most `max_senders`).
   status feed(const char* p, std::size_t n, std::uint32_t max_payload, const std::set<std::uint64_t>* only_to = nullptr,
-              std::set<std::uint64_t>* senders = nullptr);
+              std::set<std::uint64_t>* senders = nullptr, bool routed = true);
   static constexpr std::size_t max_senders = 4096;
   /// Frames whose header has been read.
   std::uint64_t frames() const { return frames_; }

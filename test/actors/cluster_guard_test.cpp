@@ -81,7 +81,11 @@ TEST(basp_frames, BeforeTheJoinMessagesGoToTheGateAlone) {
       << st.err().message;
   basp_frames c;
   const std::string routed = header(3, 0, gate);
-  EXPECT_FALSE(c.feed(routed.data(), routed.size(), 64, &gates));
+  auto rt = c.feed(routed.data(), routed.size(), 64, &gates);
+  ASSERT_FALSE(rt);
+  EXPECT_NE(rt.err().message.find("frame 1 is a routed message (for another node)"), std::string::npos) << rt.err().message;
+  basp_frames member;  // nor, from a volunteer, after the join
+  EXPECT_FALSE(member.feed(routed.data(), routed.size(), 64, nullptr, nullptr, false));
   basp_frames d;  // admitted: any actor
   EXPECT_TRUE(d.feed(pool.data(), pool.size(), 64));
   // a name, not a number: CAF's own question to the spawn server passes, another name does not
@@ -403,7 +407,12 @@ TEST(cluster_guard, AJoinerMessagingAnotherActorThanTheGateIsCutOff) {
   ASSERT_TRUE(w.write(reply));
   wait_until([&] { return g.caf.size(1) == join.size() + reply.size(); });
   EXPECT_EQ(g.caf.got(1), join + reply);
-  EXPECT_EQ(g.guard->refused(), 1u);
+  // but nothing for the coordinator to pass on to another node (another volunteer's actors)
+  ASSERT_TRUE(w.write(header(3, 2, 3) + "hi"));
+  EXPECT_TRUE(w.ended());
+  wait_until([&] { return g.caf.is_closed(1); });
+  EXPECT_EQ(g.caf.got(1), join + reply);
+  EXPECT_EQ(g.guard->refused(), 2u);
 }
 
 TEST(cluster_guard, ManyMegabytesPassIntactEachWay) {
