@@ -26,12 +26,14 @@
 #include "actors/cluster_tls.hpp"
 #include "http/sigpipe_guard.hpp"
 #include "test/support/files.hpp"
+#include "test/support/net.hpp"
 #include "test/support/wait.hpp"
 
 namespace mpakt {
 namespace {
 
 using test::temp_dir;
+using test::connect_loopback;
 using test::wait_until;
 using namespace std::chrono_literals;
 
@@ -226,22 +228,6 @@ struct backend {
   }
 };
 
-/// A TCP connection to 127.0.0.1:port from `source` (another loopback address shows that the
-/// front reports the client's own).
-int tcp_from(const char* source, std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in src{};
-  src.sin_family = AF_INET;
-  ::inet_pton(AF_INET, source, &src.sin_addr);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src), 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  return fd;
-}
-
 /// A volunteer's side: TLS presenting `files`' certificate and trusting the coordinator's.
 struct client {
   http::sigpipe_guard no_sigpipe;  // (writing to a connection the front closed is the point)
@@ -257,7 +243,7 @@ struct client {
     }
     EXPECT_EQ(SSL_CTX_load_verify_locations(ctx, mine.trusted.c_str(), nullptr), 1);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
-    fd = tcp_from(source, port);
+    fd = connect_loopback(port, source);
     tls::set_socket_timeouts(fd, 10s, 10s);
     ssl = SSL_new(ctx);
     SSL_set_fd(ssl, fd);
@@ -493,7 +479,7 @@ TEST(cluster_guard, StoppingClosesEveryConnectionPromptly) {
   auto g = std::make_unique<guarded>();
   client a(g->volunteer, g->port);
   ASSERT_TRUE(a.up);
-  const int silent = tcp_from("127.0.0.1", g->port);  // (still in its TLS handshake)
+  const int silent = connect_loopback(g->port);  // (still in its TLS handshake)
   wait_until([&] { return g->caf.count() == 1; });
   const auto t = std::chrono::steady_clock::now();
   g->guard.reset();

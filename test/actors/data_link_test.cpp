@@ -17,12 +17,14 @@
 
 #include "actors/cluster_tls.hpp"
 #include "test/support/files.hpp"
+#include "test/support/net.hpp"
 #include "test/support/wait.hpp"
 
 namespace mpakt::datalink {
 namespace {
 
 using test::temp_dir;
+using test::connect_loopback;
 using test::wait_until;
 
 using namespace std::chrono_literals;
@@ -57,17 +59,6 @@ std::string pattern(std::size_t n, int seed) {
   std::string s(n, '\0');
   for (std::size_t i = 0; i < n; ++i) s[i] = char((i * 131 + std::size_t(seed) * 7) & 0xff);
   return s;
-}
-
-/// A plain TCP connection to the port (no TLS).
-int raw_connect(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  return fd;
 }
 
 TEST(data_link, PiecesArriveWholeInOrderAndAreCounted) {
@@ -156,10 +147,10 @@ TEST(data_link, ACertificateTheVolunteerDoesNotTrustGetsNoTicket) {
 TEST(data_link, GarbageAndSilenceOnThePortHarmNothing) {
   port_fixture p;
   // a stranger sending bytes that are not TLS, and one that connects and says nothing
-  const int garbage = raw_connect(p.server->port());
+  const int garbage = connect_loopback(p.server->port());
   const std::string junk(5000, 'G');
   EXPECT_EQ(::write(garbage, junk.data(), junk.size()), ssize_t(junk.size()));
-  const int silent = raw_connect(p.server->port());
+  const int silent = connect_loopback(p.server->port());
   auto sender = p.server->expect();
   auto inbox = std::make_shared<piece_inbox>();
   auto c = p.connect(sender->ticket(), inbox);
