@@ -6,8 +6,8 @@
 /// payload it announces (up to 4 GiB) and clears it, on the one I/O thread every link of the
 /// process shares. Anyone who can reach the port can present the link certificate (public by
 /// design, actors/cluster_tls.hpp), so before this front 72 bytes from a stranger made the
-/// coordinator claim and clear 4 GiB (and stall every volunteer's link while it did); a
-/// handful of such connections ended it. CAF has no setting that bounds a payload.
+/// coordinator claim and clear 4 GiB (and stall every volunteer's link while it did); six
+/// such connections at once outgrow a 24 GiB machine. CAF has no setting that bounds a payload.
 ///
 /// How: the port is this guard's. It speaks TLS as CAF's module did (the coordinator's
 /// certificate; the client must present one issued by the trusted file: the link certificate)
