@@ -917,6 +917,21 @@ def test_a_stranger_announcing_a_huge_frame_is_cut_off_before_the_coordinator_ma
         server.process.terminate()
 
 
+def test_an_admitted_volunteers_answers_may_be_larger_than_a_joiners_frames(cluster):
+    """The cluster port's front holds a connection to 1 MiB frames until the gate admits its
+    volunteer, and hears of the admission from the gate: a graph whose answer from the
+    volunteer is several MiB (400,000 floats) comes back whole, and the link stays up."""
+    cluster.join("w_big")
+    graph = {"steps": [{"op": "zeros", "in": [], "out": "z", "params": {"shape": [400000]}},
+                       {"op": "softmax", "in": ["z"], "out": "p"}], "outputs": ["p"]}
+    for _ in range(2):
+        r = expect(cluster.server.api.post("/api/v3/graph", {"graph": graph}, key=cluster.key, timeout=60), 200)
+        data = r["outputs"]["p"]["data"]
+        assert len(data) == 400000 and abs(data[0] - 2.5e-6) < 1e-9
+    assert "closed a cluster connection" not in cluster.server.process.output()
+    assert [w["workerId"] for w in cluster.status(cluster.key)["pool"]] == ["w_big"]
+
+
 def test_refused_volunteers_are_sent_no_weight_bytes_by_the_transfer_counters(start_server, tmp_path_factory):
     """Clients refused at the cluster port (wrong tokens, bytes that are not TLS) while
     a legitimate volunteer holds and loads models: the coordinator's counters (GET /metrics)
