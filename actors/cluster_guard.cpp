@@ -1,8 +1,6 @@
 #include "actors/cluster_guard.hpp"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -30,16 +28,6 @@ using steady = std::chrono::steady_clock;
 
 SSL* as_ssl(void* p) { return static_cast<SSL*>(p); }
 SSL_CTX* as_ctx(void* p) { return static_cast<SSL_CTX*>(p); }
-
-/// The address of a peer as text ("1.2.3.4", "::1").
-std::string address_of(const sockaddr_storage& a) {
-  char buf[INET6_ADDRSTRLEN] = "?";
-  if (a.ss_family == AF_INET) ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, buf, sizeof buf);
-  else if (a.ss_family == AF_INET6) ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, buf, sizeof buf);
-  std::string s = buf;
-  if (s.rfind("::ffff:", 0) == 0 && s.find('.') != std::string::npos) s = s.substr(7);  // (an IPv4 peer on a v6 socket)
-  return s;
-}
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
@@ -128,14 +116,11 @@ cluster_guard::~cluster_guard() {
     stopping_ = true;
     for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
   }
-  if (wake_[1] >= 0) (void)!::write(wake_[1], "x", 1);
-  if (acceptor_.joinable()) acceptor_.join();
+  listener_.stop();
   {
     std::unique_lock<std::mutex> lock(m_);
     ended_.wait(lock, [&] { return threads_ == 0; });
   }
-  for (int fd : {listen_fd_, wake_[0], wake_[1]})
-    if (fd >= 0) ::close(fd);
   if (ctx_) SSL_CTX_free(as_ctx(ctx_));
 }
 
@@ -157,14 +142,11 @@ result<std::uint16_t> cluster_guard::start(const std::string& address, std::uint
   caf_port_ = caf_port;
   gate_id_ = gate_actor_id;
 
-  std::string why;
-  std::uint16_t bound_port = 0;
-  listen_fd_ = tls::listen_tcp(address, port, bound_port, why);
-  if (listen_fd_ < 0)
-    return make_error(errc::unavailable, "cannot accept volunteers on " + address + ":" + std::to_string(port) + ": " + why);
-  if (::pipe2(wake_, O_CLOEXEC) != 0) return make_error(errc::internal, "the cluster port cannot make a pipe");
-  acceptor_ = std::thread([this] { accept_loop(); });
-  return bound_port;
+  auto bound = listener_.start(address, port, [this](int fd, const std::string& peer) { accepted(fd, peer); });
+  if (!bound)
+    return make_error(bound.err().code,
+                      "cannot accept volunteers on " + address + ":" + std::to_string(port) + ": " + bound.err().message);
+  return *bound;
 }
 
 std::optional<std::string> cluster_guard::peer_of(std::uint16_t p) const {
@@ -179,8 +161,12 @@ void cluster_guard::admit(std::uint16_t p) {
   auto it = links_.find(p);
   if (it == links_.end() || it->second.admitted) return;
   it->second.admitted = true;
+  left_joining(it->second.peer);
+}
+
+void cluster_guard::left_joining(const std::string& peer) {
   --joining_;
-  if (--joining_from_[it->second.peer] <= 0) joining_from_.erase(it->second.peer);
+  if (--joining_from_[peer] <= 0) joining_from_.erase(peer);
 }
 
 bool cluster_guard::admitted(std::uint16_t p) const {
@@ -200,43 +186,30 @@ void cluster_guard::count_refused(const std::string& peer, const char* reason, c
   log::line("info", "gate", "closed a cluster connection from " + peer + ": " + why, {{"reason", reason}});
 }
 
-void cluster_guard::accept_loop() {
-  for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
+void cluster_guard::accepted(int fd, const std::string& peer) {
+  std::string refuse;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    if (stopping_) refuse = "the coordinator is stopping";
+    else if (joining_ >= limits_.max_joining)
+      refuse = std::to_string(joining_) + " connections are joining already";
+    else if (joining_from_[peer] >= limits_.max_joining_per_address)
+      refuse = std::to_string(joining_from_[peer]) + " connections from there are joining already";
+    if (refuse.empty()) {
+      ++joining_;
+      ++joining_from_[peer];
+      ++threads_;
+      fds_.insert(fd);
+    } else if (joining_from_[peer] == 0) {
+      joining_from_.erase(peer);
     }
-    if (fds[1].revents) return;
-    sockaddr_storage from{};
-    socklen_t len = sizeof from;
-    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    std::string peer = address_of(from);
-    std::string refuse;
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      if (stopping_) refuse = "the coordinator is stopping";
-      else if (joining_ >= limits_.max_joining)
-        refuse = std::to_string(joining_) + " connections are joining already";
-      else if (joining_from_[peer] >= limits_.max_joining_per_address)
-        refuse = std::to_string(joining_from_[peer]) + " connections from there are joining already";
-      if (refuse.empty()) {
-        ++joining_;
-        ++joining_from_[peer];
-        ++threads_;
-        fds_.insert(fd);
-      } else if (joining_from_[peer] == 0) {
-        joining_from_.erase(peer);
-      }
-    }
-    if (!refuse.empty()) {
-      ::close(fd);
-      count_refused(peer, "busy", refuse);
-      continue;
-    }
-    std::thread([this, fd, peer = std::move(peer)] { serve(fd, peer); }).detach();
   }
+  if (!refuse.empty()) {
+    ::close(fd);
+    count_refused(peer, "busy", refuse);
+    return;
+  }
+  std::thread([this, fd, peer] { serve(fd, peer); }).detach();
 }
 
 void cluster_guard::serve(int fd, std::string peer) {
@@ -265,7 +238,7 @@ void cluster_guard::serve(int fd, std::string peer) {
   if (caf >= 0) {
     {
       std::lock_guard<std::mutex> lock(m_);
-      links_[local_port] = link{peer, false, fd};
+      links_[local_port] = link{peer, false};
     }
     tls::set_socket_timeouts(fd, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
     set_nonblocking(fd);
@@ -281,10 +254,7 @@ void cluster_guard::serve(int fd, std::string peer) {
     was_admitted = it->second.admitted;
     links_.erase(it);
   }
-  if (!was_admitted) {
-    --joining_;
-    if (--joining_from_[peer] <= 0) joining_from_.erase(peer);
-  }
+  if (!was_admitted) left_joining(peer);
   fds_.erase(fd);
   ::close(fd);
   if (--threads_ == 0) ended_.notify_all();

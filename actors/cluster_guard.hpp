@@ -118,10 +118,11 @@ class cluster_guard {
   struct link {
     std::string peer;
     bool admitted = false;
-    int fd = -1;  ///< the volunteer's side (shut down to stop the link)
   };
-  void accept_loop();
+  void accepted(int fd, const std::string& peer);
   void serve(int fd, std::string peer);
+  /// A connection from `peer` is no longer joining (admitted, or closed before); with m_ held.
+  void left_joining(const std::string& peer);
   void pump(void* ssl, int client, int caf, std::uint16_t local_port);
   bool admitted(std::uint16_t p) const;
   /// Counts and logs a connection closed: `reason` tls, frame, busy or slow.
@@ -129,11 +130,9 @@ class cluster_guard {
 
   const limits limits_;
   void* ctx_ = nullptr;  ///< SSL_CTX*, owned
-  int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};
+  tls::tcp_listener listener_;
   std::uint16_t caf_port_ = 0;
   std::uint64_t gate_id_ = 0;  ///< the only actor a joiner may message
-  std::thread acceptor_;
   mutable std::mutex m_;
   std::condition_variable ended_;
   bool stopping_ = false;

@@ -3,9 +3,11 @@
 #include <caf/io/middleman.hpp>
 #include <caf/openssl/manager.hpp>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -212,6 +214,10 @@ int connect_tcp(const std::string& host, std::uint16_t port, std::chrono::millis
   return fd;
 }
 
+namespace {
+
+/// A listening TCP socket on `address:port`, close-on-exec; `bound` gets the port. -1 with
+/// `why` set when none binds.
 int listen_tcp(const std::string& address, std::uint16_t port, std::uint16_t& bound, std::string& why) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -245,6 +251,55 @@ int listen_tcp(const std::string& address, std::uint16_t port, std::uint16_t& bo
   bound = ntohs(at.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&at)->sin6_port
                                          : reinterpret_cast<sockaddr_in*>(&at)->sin_port);
   return listening;
+}
+
+/// The address of a peer as text ("1.2.3.4", "::1").
+std::string address_of(const sockaddr_storage& a) {
+  char buf[INET6_ADDRSTRLEN] = "?";
+  if (a.ss_family == AF_INET) ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(a).sin_addr, buf, sizeof buf);
+  else if (a.ss_family == AF_INET6) ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(a).sin6_addr, buf, sizeof buf);
+  std::string s = buf;
+  if (s.rfind("::ffff:", 0) == 0 && s.find('.') != std::string::npos) s = s.substr(7);  // (an IPv4 peer on a v6 socket)
+  return s;
+}
+
+}  // namespace
+
+result<std::uint16_t> tcp_listener::start(const std::string& address, std::uint16_t port, accept_fn on_accept) {
+  if (fd_ >= 0) return make_error(errc::internal, "already listening");
+  std::string why;
+  std::uint16_t bound = 0;
+  fd_ = listen_tcp(address, port, bound, why);
+  if (fd_ < 0) return make_error(errc::unavailable, why);
+  if (::pipe2(wake_, O_CLOEXEC) != 0) return make_error(errc::internal, "cannot make a pipe");
+  on_accept_ = std::move(on_accept);
+  thread_ = std::thread([this] { accept_loop(); });
+  return bound;
+}
+
+void tcp_listener::stop() {
+  if (wake_[1] >= 0) (void)!::write(wake_[1], "x", 1);
+  if (thread_.joinable()) thread_.join();
+  for (int* fd : {&fd_, &wake_[0], &wake_[1]})
+    if (*fd >= 0) {
+      ::close(*fd);
+      *fd = -1;
+    }
+}
+
+void tcp_listener::accept_loop() {
+  for (;;) {
+    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents) return;
+    sockaddr_storage from{};
+    socklen_t len = sizeof from;
+    const int fd = ::accept4(fd_, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
+    if (fd >= 0) on_accept_(fd, address_of(from));
+  }
 }
 
 result<std::string> fingerprint_of(const std::string& pem) {

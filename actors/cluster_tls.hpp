@@ -23,7 +23,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <thread>
 
 #include <caf/actor_system_config.hpp>
 
@@ -85,9 +87,26 @@ result<std::string> peer_certificate(ssl_st* ssl);
 /// connect, reads and writes; -1 with `why` set when none answers.
 int connect_tcp(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout, std::string& why);
 
-/// A listening TCP socket on `address:port` (the first address it resolves to that binds; port
-/// 0: any free one), close-on-exec; `bound` gets the port. -1 with `why` set when none binds.
-int listen_tcp(const std::string& address, std::uint16_t port, std::uint16_t& bound, std::string& why);
+/// A listening TCP socket and the thread that accepts on it: the coordinator's data port and
+/// its cluster port's front. Each connection goes to `on_accept` (the socket, owned by it from
+/// then on, and the peer's address) on that thread. `stop` ends the thread and closes the
+/// socket (the destructor too); the owner stops it before what `on_accept` uses goes away.
+class tcp_listener {
+ public:
+  using accept_fn = std::function<void(int fd, const std::string& peer)>;
+  ~tcp_listener() { stop(); }
+  /// Listens on `address:port` (the first address it resolves to that binds; port 0: any free
+  /// one); the port bound. The error is the reason alone (the caller names the port).
+  result<std::uint16_t> start(const std::string& address, std::uint16_t port, accept_fn on_accept);
+  void stop();
+
+ private:
+  void accept_loop();
+  accept_fn on_accept_;
+  int fd_ = -1;
+  int wake_[2] = {-1, -1};  ///< a pipe that ends accept_loop's poll
+  std::thread thread_;
+};
 
 /// Loads CAF's OpenSSL module with `files` (after the middleman: configure_cluster): a
 /// volunteer's side of the link.

@@ -1,9 +1,6 @@
 #include "actors/data_link.hpp"
 
-#include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -250,12 +247,11 @@ result<std::unique_ptr<data_server>> data_server::start(const std::string& addre
     return make_error(errc::internal, ssl_error("the data port cannot use the cluster certificate"));
   SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);  // (volunteers prove themselves by their ticket)
 
-  std::string why;
-  s->listen_fd_ = tls::listen_tcp(address, port, s->port_, why);
-  if (s->listen_fd_ < 0)
-    return make_error(errc::unavailable, "the data port cannot listen on " + address + ":" + std::to_string(port) + ": " + why);
-  if (::pipe2(s->wake_, O_CLOEXEC) != 0) return make_error(errc::internal, "the data port cannot make a pipe");
-  s->acceptor_ = std::thread([p = s.get()] { p->accept_loop(); });
+  auto bound = s->listener_.start(address, port, [p = s.get()](int fd, const std::string&) { p->accepted(fd); });
+  if (!bound)
+    return make_error(bound.err().code, "the data port cannot listen on " + address + ":" + std::to_string(port) + ": " +
+                                            bound.err().message);
+  s->port_ = *bound;
   return s;
 }
 
@@ -265,14 +261,11 @@ data_server::~data_server() {
     stopping_ = true;
     for (int fd : in_handshake_) ::shutdown(fd, SHUT_RDWR);
   }
-  if (wake_[1] >= 0) (void)!::write(wake_[1], "x", 1);
-  if (acceptor_.joinable()) acceptor_.join();
+  listener_.stop();
   {
     std::unique_lock<std::mutex> lock(m_);
     handshakes_done_.wait(lock, [&] { return handshakes_ == 0; });
   }
-  for (int fd : {listen_fd_, wake_[0], wake_[1]})
-    if (fd >= 0) ::close(fd);
   if (ctx_) SSL_CTX_free(as_ctx(ctx_));
 }
 
@@ -287,26 +280,16 @@ std::shared_ptr<data_sender> data_server::expect(std::uint64_t max_queued) {
   return sender;
 }
 
-void data_server::accept_loop() {
-  for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
-    }
-    if (fds[1].revents) return;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    std::lock_guard<std::mutex> lock(m_);
-    if (stopping_ || handshakes_ >= max_handshakes) {
-      ::close(fd);
-      ++refused_;
-      continue;
-    }
-    ++handshakes_;
-    in_handshake_.insert(fd);
-    std::thread([this, fd] { handshake(fd); }).detach();
+void data_server::accepted(int fd) {
+  std::lock_guard<std::mutex> lock(m_);
+  if (stopping_ || handshakes_ >= max_handshakes) {
+    ::close(fd);
+    ++refused_;
+    return;
   }
+  ++handshakes_;
+  in_handshake_.insert(fd);
+  std::thread([this, fd] { handshake(fd); }).detach();
 }
 
 void data_server::handshake(int fd) {

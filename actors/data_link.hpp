@@ -50,6 +50,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/cluster_tls.hpp"
 #include "runtime/status.hpp"
 
 namespace mpakt::datalink {
@@ -165,10 +166,9 @@ class data_server {
 
  private:
   data_server() = default;
-  void accept_loop();
+  void accepted(int fd);
   void handshake(int fd);
-  int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};  ///< a pipe that ends accept_loop's poll
+  tls::tcp_listener listener_;
   std::uint16_t port_ = 0;
   void* ctx_ = nullptr;  ///< SSL_CTX*, owned
   std::mutex m_;
@@ -178,7 +178,6 @@ class data_server {
   std::set<int> in_handshake_;  ///< their sockets (shut down when the server ends)
   bool stopping_ = false;
   std::atomic<std::uint64_t> refused_{0};
-  std::thread acceptor_;
 };
 
 /// The volunteer's end: connects, checks the coordinator's certificate with `check_peer` (PEM
