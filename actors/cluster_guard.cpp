@@ -272,6 +272,10 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
   std::vector<char> buf(chunk);
   const auto deadline = steady::now() + limits_.join_patience;
   bool admitted_now = false;
+  // A side that closes may have sent its last messages (a volunteer's final answers) just
+  // before: they are passed on before the link ends, for at most handshake_patience.
+  bool client_closed = false, caf_closed = false;
+  steady::time_point drain_until{};
   for (;;) {
     bool client_wants_read = false, client_wants_write = false;
     bool moved = false;  // (bytes moved this round: go round again before waiting)
@@ -285,7 +289,7 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
       }
     }
     // the volunteer's frames, checked, towards CAF
-    while (to_caf.size() < backlog) {
+    while (!client_closed && to_caf.size() < backlog) {
       std::size_t got = 0;
       const int r = SSL_read_ex(ssl, buf.data(), buf.size(), &got);
       if (r == 1) {
@@ -301,7 +305,7 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
       const int e = SSL_get_error(ssl, r);
       if (e == SSL_ERROR_WANT_READ) client_wants_read = true;
       else if (e == SSL_ERROR_WANT_WRITE) client_wants_write = true;
-      else return;  // (closed, or broken)
+      else client_closed = true;  // (closed, or broken: what came before still goes on)
       break;
     }
     while (to_caf.size() > 0) {
@@ -312,7 +316,7 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
       else return;
     }
     // CAF's bytes towards the volunteer
-    while (to_client.size() < backlog) {
+    while (!caf_closed && to_client.size() < backlog) {
       const ssize_t r = ::recv(caf, buf.data(), buf.size(), 0);
       if (r > 0) {
         if (!admitted_now) (void)theirs.feed(buf.data(), std::size_t(r), UINT32_MAX, nullptr, &may_reach);
@@ -321,7 +325,10 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
       }
       else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       else if (r < 0 && errno == EINTR) continue;
-      else return;  // (CAF closed the link)
+      else {
+        caf_closed = true;  // (CAF closed the link)
+        break;
+      }
     }
     while (to_client.size() > 0) {
       std::size_t put = 0;
@@ -337,12 +344,17 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
       else return;
       break;
     }
+    if ((client_closed && to_caf.size() == 0) || (caf_closed && to_client.size() == 0)) return;
+    if (client_closed || caf_closed) {
+      if (drain_until == steady::time_point{}) drain_until = steady::now() + limits_.handshake_patience;
+      else if (steady::now() >= drain_until) return;
+    }
     if (moved) continue;
     pollfd fds[2] = {{client, 0, 0}, {caf, 0, 0}};
-    if (client_wants_read && to_caf.size() < backlog) fds[0].events |= POLLIN;
+    if (!client_closed && client_wants_read && to_caf.size() < backlog) fds[0].events |= POLLIN;
     if (client_wants_write) fds[0].events |= POLLOUT;
     if (to_client.size() > 0 && !client_wants_read && !client_wants_write) fds[0].events |= POLLOUT;
-    if (to_client.size() < backlog) fds[1].events |= POLLIN;
+    if (!caf_closed && to_client.size() < backlog) fds[1].events |= POLLIN;
     if (to_caf.size() > 0) fds[1].events |= POLLOUT;
     // (a second at most: the join patience is looked at again)
     if (::poll(fds, 2, 1000) < 0 && errno != EINTR) return;

@@ -429,6 +429,28 @@ TEST(cluster_guard, ManyMegabytesPassIntactEachWay) {
   EXPECT_EQ(g.guard->refused(), 0u);
 }
 
+TEST(cluster_guard, WhatAVolunteerSentJustBeforeLeavingStillReachesTheServer) {
+  guarded g;
+  std::string sent = header(1, 4) + "join";
+  client v(g.volunteer, g.port);
+  ASSERT_TRUE(v.up);
+  ASSERT_TRUE(v.write(sent));
+  wait_until([&] { return g.caf.count() == 1 && g.caf.size(0) == sent.size(); });
+  ASSERT_EQ(g.caf.count(), 1u);
+  g.guard->admit(g.caf.peer_port(0));
+  // its last answers, three times the front's backlog, then its end of the connection closes
+  for (int f = 0; f < 3; ++f) {
+    const std::string frame = header(2, 1u << 20) + std::string(1u << 20, char('a' + f));
+    ASSERT_TRUE(v.write(frame));
+    sent += frame;
+  }
+  ::shutdown(v.fd, SHUT_WR);
+  wait_until([&] { return g.caf.is_closed(0); }, 10s);
+  EXPECT_TRUE(g.caf.is_closed(0));
+  EXPECT_EQ(g.caf.size(0), sent.size());
+  EXPECT_TRUE(g.caf.got(0) == sent);
+}
+
 TEST(cluster_guard, ClientsWithoutTheLinkCertificateNeverReachTheServer) {
   guarded g;
   tls::link_files none = g.volunteer;
