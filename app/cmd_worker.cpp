@@ -83,6 +83,10 @@ const char* worker_usage =
     "                      a testing aid: alter every token of worker-side generations only\n"
     "  --fault malformed-answers\n"
     "                      a testing aid: answer every graph call with text that is not JSON\n"
+    "  --fault forge-messages\n"
+    "                      a testing aid: send the pool's add, with its own worker, to every\n"
+    "                      actor of the coordinator that asks it something (the coordinator's\n"
+    "                      cluster port cuts it)\n"
     "  --fault no-data-link\n"
     "                      a testing aid: never reach the coordinator's data port (as behind a\n"
     "                      firewall that blocks it): weights then come over the cluster link\n"
@@ -158,18 +162,20 @@ int cmd_worker(const std::vector<std::string>& args) {
       }
       if (v && (*v == "corrupt-weights" || *v == "corrupt-weights-later" || *v == "corrupt-caches" ||
                             *v == "corrupt-generation-caches" || *v == "corrupt-generation-tokens" ||
-                            *v == "malformed-answers")) {
+                            *v == "malformed-answers" || *v == "forge-messages")) {
         (*v == "corrupt-weights"             ? wc.corrupt_weights
          : *v == "corrupt-weights-later"     ? wc.corrupt_weights_later
          : *v == "corrupt-caches"            ? wc.corrupt_caches
          : *v == "corrupt-generation-caches" ? wc.corrupt_generation_caches
          : *v == "corrupt-generation-tokens" ? wc.corrupt_generation_tokens
+         : *v == "forge-messages"            ? wc.forge_messages
                                              : wc.malformed_answers) = true;
         continue;
       }
       if (!v || v->rfind(prefix, 0) != 0)
         return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights, corrupt-weights-later, "
-                   "corrupt-caches, corrupt-generation-caches, corrupt-generation-tokens, malformed-answers or no-data-link");
+                   "corrupt-caches, corrupt-generation-caches, corrupt-generation-tokens, malformed-answers, forge-messages or "
+                   "no-data-link");
       char* end = nullptr;
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");

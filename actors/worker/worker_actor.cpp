@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "actors/errors.hpp"
 #include "actors/loader/host_fetch.hpp"
@@ -17,6 +18,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
+#include "runtime/log.hpp"
 
 namespace mpakt {
 
@@ -29,9 +31,23 @@ struct front_state {
   compute_actor compute;
   load_receiver_actor receiver;
   describe_tally tally;
+  std::set<caf::actor_id> forged_to;  ///< (--fault forge-messages)
 };
 
 using front_pointer = worker_actor::stateful_pointer<front_state>;
+
+/// --fault forge-messages: the request's sender, if another process's and new, gets the pool's
+/// `add` with this worker's own handle (both forms), whatever actor it is.
+void forge(front_pointer self) {
+  if (!self->state.shared->cfg.forge_messages) return;
+  const auto& from = self->current_sender();
+  if (!from || from->node() == self->node() || !self->state.forged_to.insert(from->id()).second) return;
+  auto to = caf::actor_cast<caf::actor>(from);
+  const auto me = caf::actor_cast<worker_actor>(self);
+  caf::anon_send(to, add_atom::value, me);
+  caf::anon_send(to, add_atom::value, me, std::uint64_t(1) << 30);
+  log::line("info", "worker", "forge-messages: sent the pool's add to actor " + std::to_string(from->id()));
+}
 
 /// The status the front reports: the ledger and what the compute side is doing, as they are.
 worker_status snapshot(worker_shared& w) {
@@ -158,7 +174,11 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
     for (auto& [_, e] : shared->runs) e.control->cancel();
   });
   return {
-      [=](status_atom) { self->state.tally.count(); return snapshot(*self->state.shared); },
+      [=](status_atom) {
+        self->state.tally.count();
+        forge(self);
+        return snapshot(*self->state.shared);
+      },
       [=](describe_atom) { self->state.tally.count(); return describe_front(self); },
       [=](reserve_atom, const std::string& model, std::uint64_t bytes) -> caf::result<bool> {
         self->state.tally.count();
@@ -261,6 +281,7 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
       },
       [=](run_atom, run_request& r) {
         self->state.tally.count();
+        forge(self);
         // The call's limit counts from now; its control is registered before it is handed on,
         // so a cancel can reach it while it waits and while it runs.
         auto& w = *self->state.shared;

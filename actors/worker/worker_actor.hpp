@@ -87,6 +87,11 @@ struct worker_config {
   /// is not an outputs object (deeply nested and unfinished) — a hostile volunteer, for the
   /// coordinator's answer checks to catch.
   bool malformed_answers = false;
+  /// A testing aid (`mpakt worker --fault forge-messages`): to each actor of another process
+  /// that sends it a request, it sends the pool's `add` with its own handle, as a volunteer
+  /// would that addresses the coordinator's actors by number to join the pool a second time,
+  /// past its checked worker — for the cluster port's front to cut.
+  bool forge_messages = false;
   /// A volunteer's data connection (actors/data_link.hpp): where the bytes of pieces sent on it
   /// wait for their `tpieceref`, and how to open it when the coordinator offers one (data port,
   /// ticket; called on the receiver's thread). Both null for an embedded worker, which refuses
