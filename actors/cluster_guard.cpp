@@ -60,11 +60,11 @@ constexpr std::size_t chunk = 64u << 10;
 
 const std::uint64_t basp_frames::spawn_server = static_cast<std::uint64_t>(caf::atom("SpawnServ"));
 
-status basp_frames::feed(const char* p, std::size_t n, std::uint32_t max_payload, const std::set<std::uint64_t>* only_to,
-                         std::set<std::uint64_t>* senders, bool routed) {
+status basp_frames::feed(const char* p, std::size_t n, std::uint32_t max_payload, std::vector<char>& out, const judge& j) {
   while (n > 0) {
     if (payload_left_ > 0) {
       const std::size_t take = std::size_t(std::min<std::uint64_t>(payload_left_, n));
+      if (!dropping_) out.insert(out.end(), p, p + take);
       payload_left_ -= take;
       p += take;
       n -= take;
@@ -78,32 +78,86 @@ status basp_frames::feed(const char* p, std::size_t n, std::uint32_t max_payload
     if (have_ < header_size) break;
     have_ = 0;
     ++frames_;
-    if (header_[0] > last_operation)
+    basp_header h;
+    h.operation = header_[0];
+    h.flags = header_[3];
+    if (h.operation > basp_header::last_operation)
       return make_error(errc::invalid, "frame " + std::to_string(frames_) + " is not a BASP message (operation " +
-                                           std::to_string(header_[0]) + ")");
-    const std::uint32_t len = std::uint32_t(header_[4]) << 24 | std::uint32_t(header_[5]) << 16 |
-                              std::uint32_t(header_[6]) << 8 | std::uint32_t(header_[7]);
-    if (len > max_payload)
-      return make_error(errc::limit, "frame " + std::to_string(frames_) + " announces " + std::to_string(len) +
+                                           std::to_string(h.operation) + ")");
+    h.payload = std::uint32_t(header_[4]) << 24 | std::uint32_t(header_[5]) << 16 | std::uint32_t(header_[6]) << 8 |
+                std::uint32_t(header_[7]);
+    if (h.payload > max_payload)
+      return make_error(errc::limit, "frame " + std::to_string(frames_) + " announces " + std::to_string(h.payload) +
                                          " bytes, more than the " + std::to_string(max_payload) + " allowed");
-    std::uint64_t from = 0, to = 0;
-    for (int i = 16; i < 24; ++i) from = from << 8 | header_[i];
-    for (int i = 24; i < 32; ++i) to = to << 8 | header_[i];
-    if (senders && header_[0] == direct_message && senders->size() < max_senders) senders->insert(from);
-    if (header_[0] == routed_message && (!routed || only_to))
-      return make_error(errc::unauthorized, "frame " + std::to_string(frames_) + " is a routed message (for another node)");
-    if (only_to) {
-      // (CAF's middleman asks every peer it meets who it is, of the peer's spawn server)
-      const bool named = (header_[3] & named_receiver_flag) != 0;
-      const bool allowed = named ? to == spawn_server : only_to->count(to) > 0;
-      if (header_[0] == direct_message && !allowed)
-        return make_error(errc::unauthorized, "frame " + std::to_string(frames_) + " is a message for " +
-                                                  (named ? "a named actor (" + std::to_string(to) + ")" : "actor " + std::to_string(to)) +
-                                                  ", not the gate, before the join");
-    }
-    payload_left_ = len;
+    for (int i = 8; i < 16; ++i) h.data = h.data << 8 | header_[i];
+    for (int i = 16; i < 24; ++i) h.from = h.from << 8 | header_[i];
+    for (int i = 24; i < 32; ++i) h.to = h.to << 8 | header_[i];
+    auto v = j(h);
+    if (!v) return std::move(v).err();
+    dropping_ = *v == verdict::drop;
+    if (!dropping_) out.insert(out.end(), header_, header_ + header_size);
+    payload_left_ = h.payload;
   }
   return ok_status();
+}
+
+// ---------------------------------------------------------------- volunteer_rules
+
+volunteer_rules::volunteer_rules(std::uint64_t gate, std::shared_ptr<const listeners> l)
+    : gate_(gate), listeners_(std::move(l)) {}
+
+void volunteer_rules::heard(const basp_header& h, bool admitted) {
+  if (h.operation != basp_header::direct_message) return;
+  recent_senders_.add(h.from);
+  if (h.request()) {
+    const ask a{h.from, h.data & basp_header::request_number};
+    if (outstanding_.insert(a).second) asked_.push_back(a);
+    while (outstanding_.size() > max_outstanding) {  // (the oldest unanswered goes)
+      outstanding_.erase(asked_.front());
+      asked_.pop_front();
+    }
+    if (asked_.size() > 2 * max_outstanding) {  // (answered ones leave the order now and then)
+      std::deque<ask> kept;
+      for (const auto& x : asked_)
+        if (outstanding_.count(x)) kept.push_back(x);
+      asked_.swap(kept);
+    }
+  } else if (!h.response() && !admitted && early_senders_.size() < 64) {
+    early_senders_.insert(h.from);
+  }
+}
+
+result<basp_frames::verdict> volunteer_rules::judge(const basp_header& h, std::uint64_t frame, bool admitted) {
+  using verdict = basp_frames::verdict;
+  const std::string which = "frame " + std::to_string(frame);
+  switch (h.operation) {
+    case basp_header::routed_message:
+      return make_error(errc::unauthorized, which + " is a routed message (for another node)");
+    case basp_header::monitor_message: {
+      const bool known = h.to == gate_ || recent_senders_.has(h.to) || (admitted && listeners_ && listeners_->has(h.to));
+      if (known && monitored_.add(h.to)) return verdict::pass;
+      ++stray_monitors_;
+      return verdict::drop;
+    }
+    case basp_header::direct_message:
+      break;
+    default:
+      return verdict::pass;  // handshakes, down messages, heartbeats
+  }
+  if (h.named()) {
+    if (h.to == basp_frames::spawn_server) return verdict::pass;
+    return make_error(errc::unauthorized, which + " is a message for a named actor (" + std::to_string(h.to) + ")");
+  }
+  if (h.response()) {
+    if (outstanding_.erase(ask{h.to, h.data & basp_header::request_number})) return verdict::pass;
+    ++stray_replies_;
+    return verdict::drop;
+  }
+  if (h.to == gate_ || early_senders_.count(h.to) || (admitted && listeners_ && listeners_->has(h.to))) return verdict::pass;
+  if (!admitted)
+    return make_error(errc::unauthorized, which + " is a message for actor " + std::to_string(h.to) + ", not the gate, before the join");
+  return make_error(errc::unauthorized, which + " is a message for actor " + std::to_string(h.to) +
+                                            ", which is neither the gate nor a listener of this volunteer's generations");
 }
 
 // ---------------------------------------------------------------- cluster_guard
@@ -156,12 +210,39 @@ std::optional<std::string> cluster_guard::peer_of(std::uint16_t p) const {
   return it->second.peer;
 }
 
-void cluster_guard::admit(std::uint16_t p) {
+std::uint64_t cluster_guard::admit(std::uint16_t p) {
   std::lock_guard<std::mutex> lock(m_);
   auto it = links_.find(p);
-  if (it == links_.end() || it->second.admitted) return;
-  it->second.admitted = true;
-  left_joining(it->second.peer);
+  if (it == links_.end()) return 0;
+  if (!it->second.admitted) {
+    it->second.admitted = true;
+    left_joining(it->second.peer);
+  }
+  return it->second.number;
+}
+
+void cluster_guard::allow(std::uint64_t link, std::uint64_t id) {
+  std::shared_ptr<volunteer_rules::listeners> l;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    for (auto& [_, k] : links_)
+      if (k.number == link && k.admitted) l = k.listeners;
+  }
+  if (!l) return;
+  std::lock_guard<std::mutex> lock(l->m);
+  l->live.insert(id);
+}
+
+void cluster_guard::forget(std::uint64_t link, std::uint64_t id) {
+  std::shared_ptr<volunteer_rules::listeners> l;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    for (auto& [_, k] : links_)
+      if (k.number == link) l = k.listeners;
+  }
+  if (!l) return;
+  std::lock_guard<std::mutex> lock(l->m);
+  if (l->live.erase(id)) l->ended.add(id);
 }
 
 void cluster_guard::left_joining(const std::string& peer) {
@@ -236,14 +317,18 @@ void cluster_guard::serve(int fd, std::string peer) {
   ERR_clear_error();
   bool was_admitted = false;
   if (caf >= 0) {
+    std::shared_ptr<const volunteer_rules::listeners> listeners;
     {
       std::lock_guard<std::mutex> lock(m_);
-      links_[local_port] = link{peer, false};
+      link& k = links_[local_port] = link{};
+      k.peer = peer;
+      k.number = ++next_link_;
+      listeners = k.listeners;
     }
     tls::set_socket_timeouts(fd, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
     set_nonblocking(fd);
     set_nonblocking(caf);
-    pump(ssl, fd, caf, local_port);
+    pump(ssl, fd, caf, local_port, std::move(listeners));
     ::close(caf);
   } else {
     count_refused(peer, "tls", why);
@@ -264,14 +349,33 @@ void cluster_guard::serve(int fd, std::string peer) {
 /// refused header closes the link before any of it reaches CAF), CAF's as they are. Each
 /// direction holds at most `backlog` bytes its receiver has not taken; the other side is not
 /// read meanwhile.
-void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_port) {
+void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_port,
+                         std::shared_ptr<const volunteer_rules::listeners> l) {
   SSL* ssl = as_ssl(ssl_p);
-  basp_frames frames, theirs;  // (the volunteer's frames; the coordinator's, before the join)
-  std::set<std::uint64_t> may_reach{gate_id_};  ///< before the join: the gate, and actors that sent it messages
+  basp_frames frames, theirs;  // (the volunteer's frames; the coordinator's)
+  volunteer_rules rules(gate_id_, std::move(l));
   pending to_caf, to_client;
   std::vector<char> buf(chunk);
   const auto deadline = steady::now() + limits_.join_patience;
   bool admitted_now = false;
+  auto now_admitted = [&] { return admitted_now || (admitted_now = admitted(local_port)); };
+  const basp_frames::judge judge = [&](const basp_header& h) { return rules.judge(h, frames.frames(), now_admitted()); };
+  const basp_frames::judge hear = [&](const basp_header& h) -> result<basp_frames::verdict> {
+    rules.heard(h, now_admitted());
+    return basp_frames::verdict::pass;
+  };
+  std::uint64_t replies_counted = 0, monitors_counted = 0;
+  auto count_left_out = [&] {
+    if (rules.stray_replies() == replies_counted && rules.stray_monitors() == monitors_counted) return;
+    if (replies_counted == 0 && rules.stray_replies() > 0)
+      log::line("info", "gate", "left out a reply nobody on the coordinator awaited from " + peer_of(local_port).value_or("?"));
+    if (rules.stray_replies() > replies_counted)
+      metrics::m().frames_left_out.with({"reply"}).inc(double(rules.stray_replies() - replies_counted));
+    if (rules.stray_monitors() > monitors_counted)
+      metrics::m().frames_left_out.with({"monitor"}).inc(double(rules.stray_monitors() - monitors_counted));
+    replies_counted = rules.stray_replies();
+    monitors_counted = rules.stray_monitors();
+  };
   // A side that closes may have sent its last messages (a volunteer's final answers) just
   // before: they are passed on before the link ends, for at most handshake_patience.
   bool client_closed = false, caf_closed = false;
@@ -279,26 +383,23 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
   for (;;) {
     bool client_wants_read = false, client_wants_write = false;
     bool moved = false;  // (bytes moved this round: go round again before waiting)
-    if (!admitted_now) {
-      admitted_now = admitted(local_port);
-      if (!admitted_now && steady::now() >= deadline) {
-        const auto ms = limits_.join_patience.count();
-        count_refused(peer_of(local_port).value_or("?"), "slow",
-                      "not admitted within " + (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms"));
-        return;
-      }
+    if (!now_admitted() && steady::now() >= deadline) {
+      const auto ms = limits_.join_patience.count();
+      count_refused(peer_of(local_port).value_or("?"), "slow",
+                    "not admitted within " + (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms"));
+      return;
     }
-    // the volunteer's frames, checked, towards CAF
+    // the volunteer's frames, judged, towards CAF
     while (!client_closed && to_caf.size() < backlog) {
       std::size_t got = 0;
       const int r = SSL_read_ex(ssl, buf.data(), buf.size(), &got);
       if (r == 1) {
-        const std::uint32_t cap = admitted_now ? UINT32_MAX : limits_.joining_frame;
-        if (auto st = frames.feed(buf.data(), got, cap, admitted_now ? nullptr : &may_reach, nullptr, false); !st) {
+        const std::uint32_t cap = now_admitted() ? UINT32_MAX : limits_.joining_frame;
+        if (auto st = frames.feed(buf.data(), got, cap, to_caf.bytes, judge); !st) {
           count_refused(peer_of(local_port).value_or("?"), "frame", st.err().message);
           return;
         }
-        to_caf.bytes.insert(to_caf.bytes.end(), buf.data(), buf.data() + got);
+        count_left_out();
         moved = true;
         continue;
       }
@@ -319,8 +420,10 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
     while (!caf_closed && to_client.size() < backlog) {
       const ssize_t r = ::recv(caf, buf.data(), buf.size(), 0);
       if (r > 0) {
-        if (!admitted_now) (void)theirs.feed(buf.data(), std::size_t(r), UINT32_MAX, nullptr, &may_reach);
-        to_client.bytes.insert(to_client.bytes.end(), buf.data(), buf.data() + r);
+        if (auto st = theirs.feed(buf.data(), std::size_t(r), UINT32_MAX, to_client.bytes, hear); !st) {
+          log::line("error", "gate", "the coordinator's middleman sent " + peer_of(local_port).value_or("?") + " " + st.err().message);
+          return;
+        }
         moved = true;
       }
       else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;

@@ -12,21 +12,20 @@
 /// How: the port is this guard's. It speaks TLS as CAF's module did (the coordinator's
 /// certificate; the client must present one issued by the trusted file: the link certificate)
 /// and passes each connection's bytes both ways to the gate's CAF port, published on loopback
-/// only. It reads the frames a volunteer sends (never the coordinator's): a header whose
-/// operation is not one of BASP's, or whose payload is larger than the connection may send,
-/// closes the connection before CAF sees that header. Until the gate admits the volunteer on a
-/// connection (`admit`), a frame carries at most `joining_frame` bytes (a handshake and a join
-/// are a few hundred), and its messages may go only to the gate, to actors that sent it a
-/// message on this connection (their replies) and to CAF's spawn server (the middleman's own
-/// question to each peer it meets) — CAF delivers a message to any actor of the process whose
-/// handle ever crossed a link, the pool's and the coordinator's among them, by its number,
-/// which a stranger could guess: a message to the pool adding its own worker would skip the
-/// token. Connections not yet admitted are bounded in number (in all and per address), and one
-/// not admitted within `join_patience` is closed. No volunteer may send a routed message (one
-/// the coordinator's middleman would pass on to another node: to another volunteer's actors):
-/// every message of the grid goes between the coordinator and one volunteer. An admitted volunteer (it
-/// presented a valid join token) may send frames as large as CAF allows: its replies carry
-/// graph outputs and checkpoints.
+/// only. It reads the headers of the frames both ways (never a payload): a volunteer's header
+/// whose operation is not one of BASP's, or whose payload is larger than the connection may
+/// send (`joining_frame` until the gate admits the volunteer on it: a handshake and a join are a
+/// few hundred bytes), closes the connection before CAF sees that header. Whom a volunteer's
+/// messages may go to is `volunteer_rules`' (below): CAF delivers a message to any actor of
+/// the process whose handle ever crossed a link — the pool's and the coordinator's among them —
+/// by its number, which anyone could guess, so a volunteer's message to the pool adding its own
+/// worker would skip the token before the join, and the checked worker standing in for it
+/// after. Replies go only to the actor that asked that question on this connection; other
+/// messages only to the gate and, once admitted, to the listeners of the generations started
+/// on it, which the coordinator's stand-in for the volunteer grants (`allow`) as it starts each.
+/// Connections not yet admitted are bounded in number (in all and per address), and one not
+/// admitted within `join_patience` is closed. An admitted volunteer may send frames as large as
+/// CAF allows: its replies carry graph outputs and checkpoints.
 ///
 /// The gate learns a volunteer's address from the middleman, which now sees the guard's
 /// loopback connection; `peer_of` maps the port of that connection to the address the
@@ -40,37 +39,60 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "actors/cluster_tls.hpp"
 #include "runtime/status.hpp"
 
 namespace mpakt {
 
+/// A BASP header as CAF 0.17 writes it: operation, two padding bytes, flags, the payload's
+/// length (u32), operation data (a message's id), source and receiving actor (u64 each), all
+/// big-endian.
+struct basp_header {
+  static constexpr std::size_t size = 32;
+  static constexpr unsigned char last_operation = 6;  ///< heartbeat; 0–6 are BASP's message types
+  static constexpr unsigned char direct_message = 2, routed_message = 3, monitor_message = 4;
+  static constexpr unsigned char named_receiver_flag = 0x01;  ///< the receiver is a name (an atom), not a number
+  /// In a message's id (caf::message_id): it answers a request; the request's number.
+  static constexpr std::uint64_t response_flag = 0x8000000000000000ull, request_number = 0x0FFFFFFFFFFFFFFFull;
+
+  unsigned char operation = 0, flags = 0;
+  std::uint32_t payload = 0;
+  std::uint64_t data = 0, from = 0, to = 0;
+
+  bool named() const { return (flags & named_receiver_flag) != 0; }
+  bool response() const { return (data & response_flag) != 0; }
+  /// A request: a direct message with a request number that is not a response.
+  bool request() const { return operation == direct_message && !response() && (data & request_number) != 0; }
+};
+
 /// Follows the BASP frames of one direction of a link as its bytes arrive, in pieces of any
-/// size, and refuses a header CAF should never read.
+/// size, and passes on the frames a judge lets through.
 class basp_frames {
  public:
-  static constexpr std::size_t header_size = 32;  ///< operation, 3 bytes, length (u32, big-endian), 3 × u64
-  static constexpr unsigned char last_operation = 6;  ///< heartbeat; 0–6 are BASP's message types
-  static constexpr unsigned char direct_message = 2, routed_message = 3;
-  static constexpr unsigned char named_receiver_flag = 0x01;  ///< the receiver is a name (an atom), not a number
+  static constexpr std::size_t header_size = basp_header::size;
   /// CAF's spawn server's name: a middleman asks it of every peer it meets.
   static const std::uint64_t spawn_server;
-  /// Takes the next `n` bytes; an error names the frame's fault when a header completed in
-  /// them is not BASP's, announces more than `max_payload` bytes, is a routed message unless
-  /// `routed` (or `only_to` is given), or — with `only_to` — is a message for an actor not in
-  /// it (or a name other than the spawn server's). The bytes are then not to be passed on: the
-  /// connection is to be closed. With `senders`, the sending actor of each message read goes
-  /// in (at most `max_senders`).
-  status feed(const char* p, std::size_t n, std::uint32_t max_payload, const std::set<std::uint64_t>* only_to = nullptr,
-              std::set<std::uint64_t>* senders = nullptr, bool routed = true);
-  static constexpr std::size_t max_senders = 4096;
+  /// What becomes of a frame whose header is read: passed on, or left out (header and payload).
+  enum class verdict { pass, drop };
+  using judge = std::function<result<verdict>(const basp_header&)>;
+  /// Takes the next `n` bytes and appends to `out` those to pass on (a header once it is whole
+  /// and judged: at most 31 bytes are held). An error names the frame's fault — a header that
+  /// is not BASP's, a payload over `max_payload` bytes, or the judge's own — and the stream is
+  /// then not to be passed on further: the connection is to be closed.
+  status feed(const char* p, std::size_t n, std::uint32_t max_payload, std::vector<char>& out, const judge& j);
   /// Frames whose header has been read.
   std::uint64_t frames() const { return frames_; }
 
@@ -78,7 +100,82 @@ class basp_frames {
   unsigned char header_[header_size] = {};
   std::size_t have_ = 0;            ///< bytes of the current header read
   std::uint64_t payload_left_ = 0;  ///< bytes of the current payload still to come
+  bool dropping_ = false;           ///< the current payload is left out
   std::uint64_t frames_ = 0;
+};
+
+/// Whom a volunteer's connection may send messages to, judged frame by frame from the BASP
+/// headers of both directions (the payloads stay unread). CAF delivers a peer's message to any
+/// actor of the process whose handle ever crossed a link — the pool, the coordinator, the
+/// sessions — by its number, which is small and guessable; so a volunteer's messages may go:
+/// - as replies: to an actor that asked this connection that very question (a request the
+///   coordinator sent on it, its number and its sender, answered once); any other reply is
+///   left out (one answering another volunteer's question, or one asked long ago);
+/// - otherwise: to the gate; to CAF's spawn server by name (the middleman's own question to
+///   each peer); to an actor that sent this connection a message other than a request or a
+///   reply before the admission (the middleman's own, answering that question); and, once
+///   admitted, to the listeners of the generations started on this volunteer (`listeners`,
+///   which the coordinator fills as it starts them). Anything else closes the connection;
+/// - monitors (a proxy made for one of the coordinator's actors): of an actor that recently
+///   sent this connection a message, the gate or a listener, once each; others are left out
+///   (each would make the coordinator keep a note until that actor ends).
+/// No routed message (for another node). Thread-safety: one connection's pump thread, but
+/// `listeners` is shared with the coordinator's actors.
+class volunteer_rules {
+ public:
+  /// A set that forgets its oldest half when full: the last `max_remembered` insertions stay.
+  static constexpr std::size_t max_remembered = 4096;
+  struct recent {
+    std::set<std::uint64_t> now, before;
+    bool has(std::uint64_t x) const { return now.count(x) || before.count(x); }
+    /// Whether `x` is new.
+    bool add(std::uint64_t x) {
+      if (has(x)) return false;
+      if (now.size() >= max_remembered) before = std::exchange(now, {});
+      now.insert(x);
+      return true;
+    }
+  };
+  /// The listeners granted to one connection: live ones, and the last ones that ended (a
+  /// volunteer's last tokens may cross its listener's end; CAF drops messages for an ended
+  /// actor, whose number is never given again).
+  struct listeners {
+    mutable std::mutex m;
+    std::set<std::uint64_t> live;
+    recent ended;
+    bool has(std::uint64_t id) const {
+      std::lock_guard<std::mutex> lock(m);
+      return live.count(id) > 0 || ended.has(id);
+    }
+  };
+  /// Requests awaiting their reply, per connection: past this many, the oldest is forgotten.
+  static constexpr std::size_t max_outstanding = 1u << 16;
+
+  volunteer_rules(std::uint64_t gate, std::shared_ptr<const listeners> l);
+  /// A frame of the coordinator's, towards the volunteer (read before it is passed on).
+  void heard(const basp_header& h, bool admitted);
+  /// A frame of the volunteer's: pass it, leave it out, or an error (errc::unauthorized) naming
+  /// the frame and its receiver: close the connection.
+  result<basp_frames::verdict> judge(const basp_header& h, std::uint64_t frame, bool admitted);
+  /// Frames left out so far: replies nobody awaited, monitors of actors not the volunteer's.
+  std::uint64_t stray_replies() const { return stray_replies_; }
+  std::uint64_t stray_monitors() const { return stray_monitors_; }
+
+ private:
+  struct ask {
+    std::uint64_t actor, number;
+    bool operator==(const ask& o) const { return actor == o.actor && number == o.number; }
+  };
+  struct ask_hash {
+    std::size_t operator()(const ask& a) const { return std::hash<std::uint64_t>()(a.actor * 0x9E3779B97F4A7C15ull ^ a.number); }
+  };
+  const std::uint64_t gate_;
+  const std::shared_ptr<const listeners> listeners_;
+  std::unordered_set<ask, ask_hash> outstanding_;
+  std::deque<ask> asked_;                    ///< in the order asked (some answered since)
+  std::set<std::uint64_t> early_senders_;    ///< non-request messages' senders before the admission
+  recent recent_senders_, monitored_;
+  std::uint64_t stray_replies_ = 0, stray_monitors_ = 0;
 };
 
 class cluster_guard {
@@ -107,8 +204,13 @@ class cluster_guard {
   /// the middleman reports for that peer), while it is open.
   std::optional<std::string> peer_of(std::uint16_t p) const;
   /// The gate admitted the volunteer on the connection from local port `p`: no frame limit
-  /// but CAF's, and no join patience, from now on.
-  void admit(std::uint16_t p);
+  /// but CAF's, and no join patience, from now on. Returns the connection's number for
+  /// `allow` (0: no such connection open).
+  std::uint64_t admit(std::uint16_t p);
+  /// The admitted connection `link` may send messages to actor `id` (a listener of a
+  /// generation started on its volunteer: volunteer_rules), until `forget`.
+  void allow(std::uint64_t link, std::uint64_t id);
+  void forget(std::uint64_t link, std::uint64_t id);
   /// Connections closed before reaching CAF or for a frame refused, since the start.
   std::uint64_t refused() const { return refused_.load(); }
   /// Connections open now (for tests and status).
@@ -118,12 +220,14 @@ class cluster_guard {
   struct link {
     std::string peer;
     bool admitted = false;
+    std::uint64_t number = 0;
+    std::shared_ptr<volunteer_rules::listeners> listeners = std::make_shared<volunteer_rules::listeners>();
   };
   void accepted(int fd, const std::string& peer);
   void serve(int fd, std::string peer);
   /// A connection from `peer` is no longer joining (admitted, or closed before); with m_ held.
   void left_joining(const std::string& peer);
-  void pump(void* ssl, int client, int caf, std::uint16_t local_port);
+  void pump(void* ssl, int client, int caf, std::uint16_t local_port, std::shared_ptr<const volunteer_rules::listeners> l);
   bool admitted(std::uint16_t p) const;
   /// Counts and logs a connection closed: `reason` tls, frame, busy or slow.
   void count_refused(const std::string& peer, const char* reason, const std::string& why);
@@ -132,7 +236,7 @@ class cluster_guard {
   void* ctx_ = nullptr;  ///< SSL_CTX*, owned
   tls::tcp_listener listener_;
   std::uint16_t caf_port_ = 0;
-  std::uint64_t gate_id_ = 0;  ///< the only actor a joiner may message
+  std::uint64_t gate_id_ = 0;
   mutable std::mutex m_;
   std::condition_variable ended_;
   bool stopping_ = false;
@@ -141,6 +245,7 @@ class cluster_guard {
   std::map<std::string, int> joining_from_;  ///< per address
   std::set<int> fds_;                        ///< every volunteer-side socket open
   std::map<std::uint16_t, link> links_;      ///< by the local port of the connection to CAF
+  std::uint64_t next_link_ = 0;
   std::atomic<std::uint64_t> refused_{0};
 };
 

@@ -149,7 +149,8 @@ template class family<histogram>;
 std::vector<const family_base*> grid_metrics::all() const {
   return {&http_requests, &http_duration,   &errors,          &tokens_generated, &prompt_tokens,     &drafts_proposed,
           &drafts_accepted, &batch_occupancy, &graph_steps,   &graph_step_seconds, &load_bytes,      &load_duration,
-          &workers_lost,  &recoveries,      &calls_replayed,  &joins_refused,    &joins,             &links_closed,      &sessions,
+          &workers_lost,  &recoveries,      &calls_replayed,  &joins_refused,    &joins,             &links_closed,
+          &frames_left_out, &sessions,
           &graphs,        &models,          &workers,         &worker_offered,   &worker_resident,   &worker_generations};
 }
 

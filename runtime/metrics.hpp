@@ -145,6 +145,9 @@ struct grid_metrics {
   family<counter> links_closed{"mpakt_cluster_connections_closed_total",
                                "Connections to the cluster port closed by its front before or instead of a join, by reason (tls, frame, busy, slow)",
                                kind::counter, {"reason"}};
+  family<counter> frames_left_out{"mpakt_cluster_frames_left_out_total",
+                                  "Frames from admitted or joining volunteers that the cluster port's front did not pass on, by kind (reply: a reply nobody awaited; monitor: a monitor of an actor not the volunteer's)",
+                                  kind::counter, {"reason"}};
   // What the grid holds (set at each scrape from the coordinator and the pool)
   family<gauge> sessions{"mpakt_sessions", "Sessions open", kind::gauge, {}};
   family<gauge> graphs{"mpakt_compiled_graphs", "Compiled graphs held", kind::gauge, {}};

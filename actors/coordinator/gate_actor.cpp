@@ -104,12 +104,26 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
     return;
   }
   st.failures.erase(address);  // (a success clears the address's count; `fails` is gone now)
-  if (st.cfg.guard && link_port != 0) st.cfg.guard->admit(link_port);
+  // The front hears of the admission (no joiner's limits from now on) and, through the stand-in
+  // below, of each generation's listener: the one actor the volunteer may send messages to that
+  // are not replies (actors/cluster_guard.hpp, volunteer_rules).
+  listener_grant listeners;
+  if (st.cfg.guard && link_port != 0)
+    if (const std::uint64_t number = st.cfg.guard->admit(link_port)) {
+      std::weak_ptr<cluster_guard> front = st.cfg.guard;
+      listeners.allow = [front, number](std::uint64_t id) {
+        if (auto g = front.lock()) g->allow(number, id);
+      };
+      listeners.forget = [front, number](std::uint64_t id) {
+        if (auto g = front.lock()) g->forget(number, id);
+      };
+    }
   self->monitor(worker);
-  // With a data port, the volunteer is reached through a relay that sends weights' bytes on
-  // its data connection; the pool gets that behind its checked worker (spot-checks), or as it is.
+  // A volunteer behind the front, or with a data port, is reached through a stand-in that
+  // grants its generations' listeners and sends weights' bytes on its data connection; the pool
+  // gets that behind its checked worker (spot-checks), or as it is.
   std::shared_ptr<datalink::data_sender> link = st.cfg.data ? st.cfg.data->expect() : nullptr;
-  worker_actor reached = link ? spawn_data_relay(self->home_system(), worker, link) : worker;
+  worker_actor reached = link || listeners.allow ? spawn_data_relay(self->home_system(), worker, link, listeners) : worker;
   worker_actor member = reached;
   if (st.cfg.verify)
     member = spawn_checked_worker(self->home_system(), {reached, grant->name, grant->digest, worker}, st.cfg.checks,

@@ -39,104 +39,218 @@ using namespace std::chrono_literals;
 
 /// The gate's actor number in these tests.
 constexpr std::uint64_t gate = 7;
-const std::set<std::uint64_t> gates{gate};
+/// A message id's parts (caf::message_id): a normal-priority request numbered n, its reply.
+constexpr std::uint64_t normal = 0x1000000000000000ull;
+constexpr std::uint64_t request(std::uint64_t n) { return normal | n; }
+constexpr std::uint64_t reply_to(std::uint64_t n) { return basp_header::response_flag | normal | n; }
 
-/// A BASP header: operation, three zero bytes, the payload's length, operation data, source
-/// and receiving actor (big-endian).
-std::string header(unsigned char op, std::uint32_t len, std::uint64_t to = gate, std::uint64_t from = 0) {
+/// A BASP header: operation, two zero bytes, flags, the payload's length, operation data (a
+/// message's id; 0: an urgent message that is no request), source and receiving actor
+/// (big-endian).
+std::string header(unsigned char op, std::uint32_t len, std::uint64_t to = gate, std::uint64_t from = 0,
+                   std::uint64_t data = 0, unsigned char flags = 0) {
   std::string h(basp_frames::header_size, '\0');
   h[0] = char(op);
+  h[3] = char(flags);
   for (int i = 0; i < 4; ++i) h[4 + i] = char((len >> (24 - 8 * i)) & 0xff);
-  for (int i = 8; i < 16; ++i) h[std::size_t(i)] = char(i);  // (operation data: passes as it is)
+  for (int i = 0; i < 8; ++i) h[8 + std::size_t(i)] = char((data >> (56 - 8 * i)) & 0xff);
   for (int i = 0; i < 8; ++i) h[16 + std::size_t(i)] = char((from >> (56 - 8 * i)) & 0xff);
   for (int i = 0; i < 8; ++i) h[24 + std::size_t(i)] = char((to >> (56 - 8 * i)) & 0xff);
   return h;
 }
 
+const basp_frames::judge pass_all = [](const basp_header&) -> result<basp_frames::verdict> { return basp_frames::verdict::pass; };
+
 TEST(basp_frames, FramesAreFollowedAcrossAnySplitOfTheirBytes) {
-  const std::string stream = header(1, 5) + "hello" + header(6, 0) + header(2, 40) + std::string(40, 'x');
+  const std::string hello = header(1, 5) + "hello", beat = header(6, 0), msg = header(2, 40, 9, 3, 77) + std::string(40, 'x');
+  const std::string stream = hello + beat + msg;
+  std::vector<basp_header> seen;
+  const basp_frames::judge drop_messages = [&](const basp_header& h) -> result<basp_frames::verdict> {
+    seen.push_back(h);
+    return h.operation == basp_header::direct_message ? basp_frames::verdict::drop : basp_frames::verdict::pass;
+  };
   for (std::size_t piece : {std::size_t(1), std::size_t(3), std::size_t(32), std::size_t(37), stream.size()}) {
-    basp_frames f;
+    basp_frames f, d;
+    std::vector<char> out, kept;
+    seen.clear();
     for (std::size_t at = 0; at < stream.size(); at += piece) {
-      auto st = f.feed(stream.data() + at, std::min(piece, stream.size() - at), 40);
+      const std::size_t n = std::min(piece, stream.size() - at);
+      auto st = f.feed(stream.data() + at, n, 40, out, pass_all);
       ASSERT_TRUE(st) << piece << ": " << st.err().message;
+      ASSERT_TRUE(d.feed(stream.data() + at, n, 40, kept, drop_messages));
     }
     EXPECT_EQ(f.frames(), 3u) << piece;
+    EXPECT_EQ(std::string(out.begin(), out.end()), stream) << piece;
+    EXPECT_EQ(std::string(kept.begin(), kept.end()), hello + beat) << piece;  // (the message, header and payload, left out)
+    ASSERT_EQ(seen.size(), 3u);
+    EXPECT_EQ(seen[2].payload, 40u);
+    EXPECT_EQ(seen[2].data, 77u);
+    EXPECT_EQ(seen[2].from, 3u);
+    EXPECT_EQ(seen[2].to, 9u);
   }
   // a payload's bytes are never read as a header, whatever they hold
   basp_frames f;
+  std::vector<char> out;
   const std::string tricky = header(2, 32) + header(9, 0xffffffffu) + header(0, 1) + "z";
-  EXPECT_TRUE(f.feed(tricky.data(), tricky.size(), 32));
+  EXPECT_TRUE(f.feed(tricky.data(), tricky.size(), 32, out, pass_all));
   EXPECT_EQ(f.frames(), 2u);
 }
 
-TEST(basp_frames, BeforeTheJoinMessagesGoToTheGateAlone) {
-  const std::string ok = header(1, 2) + "hs" + header(6, 0) + header(2, 3, gate) + "abc" + header(4, 0, 99) + header(5, 0, 98);
-  basp_frames a;
-  EXPECT_TRUE(a.feed(ok.data(), ok.size(), 64, &gates));  // handshakes, heartbeats, monitor and down messages
-  basp_frames b;
-  const std::string pool = header(2, 3, 12) + "add";
-  auto st = b.feed(pool.data(), pool.size(), 64, &gates);
-  ASSERT_FALSE(st);
-  EXPECT_EQ(st.err().code, errc::unauthorized);
-  EXPECT_NE(st.err().message.find("frame 1 is a message for actor 12, not the gate, before the join"), std::string::npos)
-      << st.err().message;
-  basp_frames c;
-  const std::string routed = header(3, 0, gate);
-  auto rt = c.feed(routed.data(), routed.size(), 64, &gates);
-  ASSERT_FALSE(rt);
-  EXPECT_NE(rt.err().message.find("frame 1 is a routed message (for another node)"), std::string::npos) << rt.err().message;
-  basp_frames member;  // nor, from a volunteer, after the join
-  EXPECT_FALSE(member.feed(routed.data(), routed.size(), 64, nullptr, nullptr, false));
-  basp_frames d;  // admitted: any actor
-  EXPECT_TRUE(d.feed(pool.data(), pool.size(), 64));
-  // a name, not a number: CAF's own question to the spawn server passes, another name does not
-  auto named = [](std::uint64_t atom) {
-    std::string h = header(2, 0, atom);
-    h[3] = char(basp_frames::named_receiver_flag);
-    return h;
-  };
-  const std::string spawn = named(basp_frames::spawn_server), config = named(static_cast<std::uint64_t>(caf::atom("ConfigServ")));
-  basp_frames e;
-  EXPECT_TRUE(e.feed(spawn.data(), spawn.size(), 64, &gates));
-  st = e.feed(config.data(), config.size(), 64, &gates);
-  ASSERT_FALSE(st);
-  EXPECT_NE(st.err().message.find("is a message for a named actor"), std::string::npos) << st.err().message;
-  // the gate's number as a name is still not the gate
-  basp_frames f;
-  const std::string gate_named = named(gate);
-  EXPECT_FALSE(f.feed(gate_named.data(), gate_named.size(), 64, &gates));
-  // the other direction's senders are collected: whom a reply may go to
-  std::set<std::uint64_t> reach{gate};
-  basp_frames theirs;
-  const std::string asks = header(2, 1, 8, 15) + "?" + header(6, 0, 0, 16) + header(2, 0, 8, 17);
-  EXPECT_TRUE(theirs.feed(asks.data(), asks.size(), 64, nullptr, &reach));
-  EXPECT_EQ(reach, (std::set<std::uint64_t>{gate, 15, 17}));  // (a heartbeat is no message)
-  basp_frames g;
-  const std::string reply = header(2, 2, 15) + "ok";
-  EXPECT_TRUE(g.feed(reply.data(), reply.size(), 64, &reach));
-}
-
 TEST(basp_frames, AHeaderNotBASPsOrTooLargeIsRefusedNamingWhy) {
+  std::vector<char> out;
   basp_frames a;
   const std::string op = header(7, 0);
-  auto st = a.feed(op.data(), op.size(), 1000);
+  auto st = a.feed(op.data(), op.size(), 1000, out, pass_all);
   ASSERT_FALSE(st);
   EXPECT_NE(st.err().message.find("not a BASP message (operation 7)"), std::string::npos) << st.err().message;
 
   basp_frames b;
   const std::string big = header(1, 0xfffffff0u);
   // refused when its length arrives, not before: the first 7 bytes say nothing yet
-  EXPECT_TRUE(b.feed(big.data(), 7, 1u << 20));
-  st = b.feed(big.data() + 7, big.size() - 7, 1u << 20);
+  EXPECT_TRUE(b.feed(big.data(), 7, 1u << 20, out, pass_all));
+  st = b.feed(big.data() + 7, big.size() - 7, 1u << 20, out, pass_all);
   ASSERT_FALSE(st);
   EXPECT_EQ(st.err().code, errc::limit);
   EXPECT_NE(st.err().message.find("frame 1 announces 4294967280 bytes, more than the 1048576 allowed"), std::string::npos)
       << st.err().message;
+  EXPECT_TRUE(out.empty());  // (nothing of either header passed on)
 
   basp_frames c;  // exactly the limit passes
   const std::string edge = header(2, 64) + std::string(64, 'e');
-  EXPECT_TRUE(c.feed(edge.data(), edge.size(), 64));
+  EXPECT_TRUE(c.feed(edge.data(), edge.size(), 64, out, pass_all));
+}
+
+/// Judges frames of the volunteer's (and hears the coordinator's) through `rules`.
+struct rules_run {
+  std::shared_ptr<volunteer_rules::listeners> listeners = std::make_shared<volunteer_rules::listeners>();
+  volunteer_rules rules{gate, listeners};
+  bool admitted = false;
+  std::uint64_t frame = 0;
+  static basp_header parse(const std::string& h) {
+    basp_header out;
+    basp_frames f;
+    std::vector<char> ignored;
+    (void)f.feed(h.data(), h.size(), UINT32_MAX, ignored, [&](const basp_header& x) -> result<basp_frames::verdict> {
+      out = x;
+      return basp_frames::verdict::pass;
+    });
+    return out;
+  }
+  void hear(const std::string& h) { rules.heard(parse(h), admitted); }
+  /// "pass", "drop", or the refusal's message.
+  std::string judge(const std::string& h) {
+    auto v = rules.judge(parse(h), ++frame, admitted);
+    if (!v) return v.err().message;
+    return *v == basp_frames::verdict::pass ? "pass" : "drop";
+  }
+};
+
+std::string named(std::uint64_t atom) { return header(2, 0, atom, 0, 0, basp_header::named_receiver_flag); }
+
+TEST(volunteer_rules, BeforeTheJoinMessagesGoToTheGateAlone) {
+  rules_run r;
+  EXPECT_EQ(r.judge(header(1, 2)), "pass");  // handshake
+  EXPECT_EQ(r.judge(header(6, 0)), "pass");  // heartbeat
+  EXPECT_EQ(r.judge(header(5, 0, 0, 98)), "pass");  // one of its own actors ended
+  EXPECT_EQ(r.judge(header(2, 4, gate, 50, request(1))), "pass");  // the join
+  EXPECT_EQ(r.judge(header(2, 3, 12)), "frame 5 is a message for actor 12, not the gate, before the join");
+  EXPECT_EQ(r.judge(header(2, 3, 12, 50, request(2))), "frame 6 is a message for actor 12, not the gate, before the join");
+  EXPECT_EQ(r.judge(header(3, 0, gate)), "frame 7 is a routed message (for another node)");
+  // a name, not a number: CAF's own question to the spawn server passes, another name does not
+  EXPECT_EQ(r.judge(named(basp_frames::spawn_server)), "pass");
+  EXPECT_NE(r.judge(named(static_cast<std::uint64_t>(caf::atom("ConfigServ")))).find("is a message for a named actor"),
+            std::string::npos);
+  EXPECT_NE(r.judge(named(gate)).find("is a message for a named actor"), std::string::npos);  // (the gate's number as a name)
+  // an actor of the coordinator's middleman asks it something without a request number: its
+  // answer may go there, before and after the join
+  r.hear(header(2, 10, 8, 20));
+  EXPECT_EQ(r.judge(header(2, 10, 20)), "pass");
+  r.admitted = true;
+  EXPECT_EQ(r.judge(header(2, 10, 20)), "pass");
+  r.hear(header(2, 10, 8, 21));  // (after the join, such a sender gains nothing)
+  EXPECT_NE(r.judge(header(2, 10, 21)).find("is a message for actor 21"), std::string::npos);
+}
+
+TEST(volunteer_rules, AReplyGoesOnlyToTheActorThatAskedItOnce) {
+  rules_run r;
+  r.hear(header(2, 9, 8, 15, request(5)));
+  EXPECT_EQ(r.judge(header(2, 2, 15, 8, reply_to(5))), "pass");
+  EXPECT_EQ(r.judge(header(2, 2, 15, 8, reply_to(5))), "drop");  // (answered already)
+  EXPECT_EQ(r.judge(header(2, 2, 15, 8, reply_to(6))), "drop");  // (not asked)
+  r.hear(header(2, 9, 8, 15, request(7)));
+  EXPECT_EQ(r.judge(header(2, 2, 16, 8, reply_to(7))), "drop");  // (asked by another actor)
+  EXPECT_EQ(r.rules.stray_replies(), 3u);
+  // an urgent request (no category bits) and its reply
+  r.hear(header(2, 9, 8, 30, 9));
+  EXPECT_EQ(r.judge(header(2, 2, 30, 8, basp_header::response_flag | 9)), "pass");
+  // admitted, the same: a reply to the pool's question passes, a made-up one to the pool not
+  r.admitted = true;
+  r.hear(header(2, 9, 8, 3, request(40)));
+  EXPECT_EQ(r.judge(header(2, 2, 3, 8, reply_to(41))), "drop");
+  EXPECT_EQ(r.judge(header(2, 2, 3, 8, reply_to(40))), "pass");
+  EXPECT_EQ(r.rules.stray_replies(), 4u);
+  // the oldest unanswered question is forgotten past the bound
+  for (std::uint64_t n = 1; n <= volunteer_rules::max_outstanding + 1; ++n) r.hear(header(2, 0, 8, 60, request(n)));
+  EXPECT_EQ(r.judge(header(2, 0, 60, 8, reply_to(1))), "drop");
+  EXPECT_EQ(r.judge(header(2, 0, 60, 8, reply_to(2))), "pass");
+  EXPECT_EQ(r.judge(header(2, 0, 60, 8, reply_to(volunteer_rules::max_outstanding + 1))), "pass");
+}
+
+TEST(volunteer_rules, AnAdmittedVolunteersMessagesGoToTheGateAndItsListenersAlone) {
+  rules_run r;
+  r.admitted = true;
+  // the pool asked it something: that makes the pool no receiver of its own messages
+  r.hear(header(2, 9, 8, 3, request(1)));
+  EXPECT_EQ(r.judge(header(2, 30, 3)),
+            "frame 1 is a message for actor 3, which is neither the gate nor a listener of this volunteer's generations");
+  EXPECT_NE(r.judge(header(2, 30, 3, 8, request(9))).find("is a message for actor 3"), std::string::npos);
+  EXPECT_EQ(r.judge(header(2, 30, gate, 8, request(2))), "pass");  // (say, a join with another token)
+  // a listener granted by the coordinator hears its tokens, until it is forgotten
+  {
+    std::lock_guard<std::mutex> lock(r.listeners->m);
+    r.listeners->live.insert(44);
+  }
+  EXPECT_EQ(r.judge(header(2, 30, 44, 8)), "pass");
+  EXPECT_NE(r.judge(header(2, 30, 45, 8)).find("is a message for actor 45"), std::string::npos);
+  // (its last tokens may cross its end: CAF drops them)
+  {
+    std::lock_guard<std::mutex> lock(r.listeners->m);
+    r.listeners->live.erase(44);
+    r.listeners->ended.add(44);
+  }
+  EXPECT_EQ(r.judge(header(2, 30, 44, 8)), "pass");
+  // a listener is nobody's before the admission
+  rules_run j;
+  {
+    std::lock_guard<std::mutex> lock(j.listeners->m);
+    j.listeners->live.insert(44);
+  }
+  EXPECT_NE(j.judge(header(2, 30, 44, 8)).find("not the gate, before the join"), std::string::npos);
+  EXPECT_NE(r.judge(header(3, 0, gate)).find("routed message"), std::string::npos);
+}
+
+TEST(volunteer_rules, MonitorsOfActorsNotTheVolunteersAreLeftOut) {
+  rules_run r;
+  EXPECT_EQ(r.judge(header(4, 0, gate)), "pass");
+  EXPECT_EQ(r.judge(header(4, 0, gate)), "drop");  // (once each)
+  r.hear(header(2, 9, 8, 15, request(1)));  // a sender: the volunteer makes a proxy for it
+  EXPECT_EQ(r.judge(header(4, 0, 15)), "pass");
+  EXPECT_EQ(r.judge(header(4, 0, 3)), "drop");
+  r.admitted = true;
+  {
+    std::lock_guard<std::mutex> lock(r.listeners->m);
+    r.listeners->live.insert(44);
+  }
+  EXPECT_EQ(r.judge(header(4, 0, 44)), "pass");
+  EXPECT_EQ(r.rules.stray_monitors(), 2u);
+  EXPECT_EQ(r.rules.stray_replies(), 0u);
+  // at least the last max_remembered senders are known; older ones may be forgotten
+  rules_run m;
+  const std::uint64_t n = 2 * volunteer_rules::max_remembered + 1;
+  for (std::uint64_t a = 1000; a < 1000 + n; ++a) m.hear(header(2, 0, 8, a));
+  EXPECT_EQ(m.judge(header(4, 0, 1000 + n - volunteer_rules::max_remembered)), "pass");
+  EXPECT_EQ(m.judge(header(4, 0, 1000 + n - 1)), "pass");
+  EXPECT_EQ(m.judge(header(4, 0, 1000)), "drop");
 }
 
 /// A plain TCP server on loopback standing in for CAF's middleman: keeps what each
@@ -312,8 +426,8 @@ TEST(cluster_guard, FramesPassBothWaysAndTheServerLearnsTheClientsAddress) {
   // the middleman reports the front's port; the front maps it to the volunteer's address
   EXPECT_EQ(g.guard->peer_of(g.caf.peer_port(0)).value_or("none"), "127.0.0.2");
   EXPECT_FALSE(g.guard->peer_of(1));
-  // the coordinator's bytes go back unchanged and unchecked (here: not even frames)
-  const std::string back(200000, 'b');
+  // the coordinator's frames go back unchanged
+  const std::string back = header(2, 200000, 12, 5) + std::string(200000, 'b') + header(6, 0);
   g.caf.send(0, back);
   EXPECT_EQ(v.read(back.size()), back);
   EXPECT_EQ(g.guard->refused(), 0u);
@@ -370,35 +484,74 @@ TEST(cluster_guard, AJoinerMessagingAnotherActorThanTheGateIsCutOff) {
   guarded g;
   client v(g.volunteer, g.port);
   ASSERT_TRUE(v.up);
-  const std::string join = header(1, 2) + "hs" + header(2, 4) + "join";
+  const std::string join = header(1, 2) + "hs" + header(2, 4, gate, 50, request(1)) + "join";
   ASSERT_TRUE(v.write(join));
   wait_until([&] { return g.caf.count() == 1 && g.caf.size(0) == join.size(); });
   // an actor that asks the joiner something may be answered
-  g.caf.send(0, header(2, 1, 8, 15) + "?");
-  EXPECT_EQ(v.read(33), header(2, 1, 8, 15) + "?");
-  const std::string answer = header(2, 1, 15) + "!";
+  const std::string asks = header(2, 1, 8, 15, request(3)) + "?";
+  g.caf.send(0, asks);
+  EXPECT_EQ(v.read(asks.size()), asks);
+  const std::string answer = header(2, 1, 15, 50, reply_to(3)) + "!";
   ASSERT_TRUE(v.write(answer));
   wait_until([&] { return g.caf.size(0) == join.size() + answer.size(); });
   ASSERT_TRUE(v.write(header(2, 3, 3) + "add"));  // (actor 3: say, the pool)
   EXPECT_TRUE(v.ended());
   wait_until([&] { return g.caf.is_closed(0); });
   EXPECT_EQ(g.caf.got(0), join + answer);
-  // admitted, a volunteer answers whoever asked it
+  EXPECT_EQ(g.guard->refused(), 1u);
+}
+
+TEST(cluster_guard, AnAdmittedVolunteerAnswersWhoAskedItAndTellsItsListenersAlone) {
+  guarded g;
   client w(g.volunteer, g.port);
   ASSERT_TRUE(w.up);
+  const std::string join = header(1, 2) + "hs" + header(2, 4, gate, 50, request(1)) + "join";
   ASSERT_TRUE(w.write(join));
+  wait_until([&] { return g.caf.count() == 1 && g.caf.size(0) == join.size(); });
+  const std::uint64_t link = g.guard->admit(g.caf.peer_port(0));
+  ASSERT_NE(link, 0u);
+  // the pool (actor 3) asks; its answer passes, an answer nobody awaited is left out
+  const std::string asks = header(2, 1, 8, 3, request(9)) + "?";
+  g.caf.send(0, asks);
+  EXPECT_EQ(w.read(asks.size()), asks);
+  const std::string stray = header(2, 2, 3, 50, reply_to(8)) + "no", reply = header(2, 2, 3, 50, reply_to(9)) + "ok";
+  ASSERT_TRUE(w.write(stray + reply));
+  wait_until([&] { return g.caf.size(0) == join.size() + reply.size(); });
+  EXPECT_EQ(g.caf.got(0), join + reply);
+  // a generation's listener, once granted, hears its tokens
+  g.guard->allow(link, 44);
+  const std::string token = header(2, 5, 44, 50) + "token";
+  ASSERT_TRUE(w.write(token));
+  wait_until([&] { return g.caf.size(0) == join.size() + reply.size() + token.size(); });
+  EXPECT_EQ(g.caf.got(0), join + reply + token);
+  g.guard->forget(link, 44);
+  ASSERT_TRUE(w.write(token));  // (a last token crossing the listener's end)
+  wait_until([&] { return g.caf.size(0) == join.size() + reply.size() + 2 * token.size(); });
+  // a message of its own to the pool, by its number, closes the connection before CAF sees it
+  ASSERT_TRUE(w.write(header(2, 3, 3, 50) + "add"));
+  EXPECT_TRUE(w.ended());
+  wait_until([&] { return g.caf.is_closed(0); });
+  EXPECT_EQ(g.caf.got(0), join + reply + token + token);
+  EXPECT_EQ(g.guard->refused(), 1u);
+  // and nothing for the coordinator to pass on to another node (another volunteer's actors)
+  client x(g.volunteer, g.port);
+  ASSERT_TRUE(x.up);
+  ASSERT_TRUE(x.write(join));
   wait_until([&] { return g.caf.count() == 2 && g.caf.size(1) == join.size(); });
   g.guard->admit(g.caf.peer_port(1));
-  const std::string reply = header(2, 2, 3) + "ok";
-  ASSERT_TRUE(w.write(reply));
-  wait_until([&] { return g.caf.size(1) == join.size() + reply.size(); });
-  EXPECT_EQ(g.caf.got(1), join + reply);
-  // but nothing for the coordinator to pass on to another node (another volunteer's actors)
-  ASSERT_TRUE(w.write(header(3, 2, 3) + "hi"));
-  EXPECT_TRUE(w.ended());
-  wait_until([&] { return g.caf.is_closed(1); });
-  EXPECT_EQ(g.caf.got(1), join + reply);
-  EXPECT_EQ(g.guard->refused(), 2u);
+  g.guard->allow(link, 45);  // (another connection's grant is not this one's)
+  ASSERT_TRUE(x.write(header(2, 2, 45, 50) + "hi"));
+  EXPECT_TRUE(x.ended());
+  client y(g.volunteer, g.port);
+  ASSERT_TRUE(y.up);
+  ASSERT_TRUE(y.write(join));
+  wait_until([&] { return g.caf.count() == 3 && g.caf.size(2) == join.size(); });
+  g.guard->admit(g.caf.peer_port(2));
+  ASSERT_TRUE(y.write(header(3, 2, 3) + "hi"));
+  EXPECT_TRUE(y.ended());
+  wait_until([&] { return g.caf.is_closed(2); });
+  EXPECT_EQ(g.caf.got(2), join);
+  EXPECT_EQ(g.guard->refused(), 3u);
 }
 
 TEST(cluster_guard, ManyMegabytesPassIntactEachWay) {
@@ -420,9 +573,13 @@ TEST(cluster_guard, ManyMegabytesPassIntactEachWay) {
   }
   wait_until([&] { return g.caf.size(0) == up.size(); }, 20s);
   EXPECT_TRUE(g.caf.got(0) == up) << g.caf.size(0) << " of " << up.size() << " bytes";
-  // 8 MB from the coordinator, sent while the volunteer reads
-  std::string down(8u << 20, '\0');
-  for (std::size_t i = 0; i < down.size(); ++i) down[i] = char((i * 7 + i / 4099) & 0xff);
+  // 8 MB of frames from the coordinator, sent while the volunteer reads
+  std::string down;
+  for (int f = 0; f < 4; ++f) {
+    std::string payload(2u << 20, '\0');
+    for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = char((i * 7 + i / 4099 + std::size_t(f)) & 0xff);
+    down += header(2, std::uint32_t(payload.size()), 12, 5, request(std::uint64_t(f) + 1)) + payload;
+  }
   std::thread sender([&] { g.caf.send(0, down); });
   EXPECT_EQ(v.read(down.size()), down);
   sender.join();

@@ -932,6 +932,50 @@ def test_an_admitted_volunteers_answers_may_be_larger_than_a_joiners_frames(clus
     assert [w["workerId"] for w in cluster.status(cluster.key)["pool"]] == ["w_big"]
 
 
+def test_an_admitted_volunteer_messaging_the_coordinators_actors_by_number_is_cut_off(start_server, tmp_path_factory):
+    """CAF delivers a message from any peer to any actor whose handle crossed a link, by its
+    number. A volunteer with a valid token (`--fault forge-messages`) sends the pool's `add`,
+    with its own worker, to every actor of the coordinator that asks it something — to join
+    the pool a second time, past the checked worker that spot-checks it. The cluster port's
+    front closes its connection at the first such message (the log names the frame and the
+    actor); the pool never lists it. An honest volunteer then joins, loads and decodes the
+    golden tokens (a generation on its own loop: its tokens reach their listener), and the
+    front left none of its frames out."""
+    cport = cluster_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--metrics-open")
+    c = Cluster(server, cport, tmp_path_factory.mktemp("forge"))
+    c.key = server.account("forge")[1]
+    try:
+        forger = Process("mpakt worker w_forge", [binary(), "worker", "--join", f"127.0.0.1:{cport}", "--id", "w_forge",
+                                                  "--memory", "1G", "--threads", "1", "--token", c.token,
+                                                  *server.link_args(), "--fault", "forge-messages"],
+                         c.logs / "w_forge.log")
+        forger.start(r"forge-messages: sent the pool's add to actor \d+", timeout=30)
+        deadline = time.monotonic() + 10
+        while "which is neither the gate nor a listener" not in server.process.output():
+            assert time.monotonic() < deadline, server.process.output()[-3000:]
+            time.sleep(0.1)
+        assert re.search(r"closed a cluster connection from 127\.0\.0\.1: frame \d+ is a message for actor \d+, which is "
+                         r"neither the gate nor a listener of this volunteer's generations", server.process.output())
+        for _ in range(20):  # (the pool probes its members every few seconds: the forger would be there twice)
+            assert "w_forge" not in [w["workerId"] for w in c.status(c.key)["pool"]]
+            time.sleep(0.1)
+        forger.proc.kill()
+        forger.proc.wait(timeout=10)
+        c.join("w_honest")
+        m = expect(server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
+        assert m["placement"][0]["workerId"] == "w_honest"
+        decode_golden(server.api, c.key, m["modelId"])
+        assert [w["workerId"] for w in c.status(c.key)["pool"]] == ["w_honest"]
+        text = server.api.get("/metrics").text
+        assert 'mpakt_cluster_connections_closed_total{reason="frame"} 1' in text, text
+        assert "mpakt_cluster_frames_left_out_total{" not in text, text
+        server.assert_up()
+    finally:
+        c.stop_all()
+        server.process.terminate()
+
+
 def test_refused_volunteers_are_sent_no_weight_bytes_by_the_transfer_counters(start_server, tmp_path_factory):
     """Clients refused at the cluster port (wrong tokens, bytes that are not TLS) while
     a legitimate volunteer holds and loads models: the coordinator's counters (GET /metrics)
