@@ -10,6 +10,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -217,6 +218,7 @@ std::uint64_t cluster_guard::admit(std::uint16_t p) {
   if (!it->second.admitted) {
     it->second.admitted = true;
     left_joining(it->second.peer);
+    joiners_.erase(it->second.fd);
   }
   return it->second.number;
 }
@@ -268,23 +270,39 @@ void cluster_guard::count_refused(const std::string& peer, const char* reason, c
 }
 
 void cluster_guard::accepted(int fd, const std::string& peer) {
-  std::string refuse;
+  std::string refuse, evicted;
   {
     std::lock_guard<std::mutex> lock(m_);
     if (stopping_) refuse = "the coordinator is stopping";
-    else if (joining_ >= limits_.max_joining)
-      refuse = std::to_string(joining_) + " connections are joining already";
     else if (joining_from_[peer] >= limits_.max_joining_per_address)
       refuse = std::to_string(joining_from_[peer]) + " connections from there are joining already";
+    else if (joining_ >= limits_.max_joining) {
+      // The oldest joiner makes room: holding every slot then takes a stream of new
+      // connections faster than a volunteer joins, not a few idle ones.
+      auto oldest = std::min_element(joiners_.begin(), joiners_.end(),
+                                     [](const auto& a, const auto& b) { return a.second.since < b.second.since; });
+      if (oldest == joiners_.end()) {
+        refuse = std::to_string(joining_) + " connections are joining already";
+      } else {
+        evicted = oldest->second.peer;
+        ::shutdown(oldest->first, SHUT_RDWR);  // (its thread ends and leaves the count)
+        evicted_.insert(oldest->first);
+        joiners_.erase(oldest);
+      }
+    }
     if (refuse.empty()) {
       ++joining_;
       ++joining_from_[peer];
       ++threads_;
       fds_.insert(fd);
+      joiners_[fd] = joiner{peer, steady::now()};
     } else if (joining_from_[peer] == 0) {
       joining_from_.erase(peer);
     }
   }
+  if (!evicted.empty())
+    count_refused(evicted, "busy",
+                  "closed to make room for a newer joiner (" + std::to_string(limits_.max_joining) + " joining at once)");
   if (!refuse.empty()) {
     ::close(fd);
     count_refused(peer, "busy", refuse);
@@ -322,6 +340,7 @@ void cluster_guard::serve(int fd, std::string peer) {
       std::lock_guard<std::mutex> lock(m_);
       link& k = links_[local_port] = link{};
       k.peer = peer;
+      k.fd = fd;
       k.number = ++next_link_;
       listeners = k.listeners;
     }
@@ -331,10 +350,17 @@ void cluster_guard::serve(int fd, std::string peer) {
     pump(ssl, fd, caf, local_port, std::move(listeners));
     ::close(caf);
   } else {
-    count_refused(peer, "tls", why);
+    bool was_evicted = false;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      was_evicted = evicted_.count(fd) > 0;
+    }
+    if (!was_evicted) count_refused(peer, "tls", why);
   }
   if (ssl) SSL_free(ssl);
   std::lock_guard<std::mutex> lock(m_);
+  joiners_.erase(fd);
+  evicted_.erase(fd);
   if (auto it = links_.find(local_port); caf >= 0 && it != links_.end()) {
     was_admitted = it->second.admitted;
     links_.erase(it);

@@ -23,8 +23,9 @@
 /// after. Replies go only to the actor that asked that question on this connection; other
 /// messages only to the gate and, once admitted, to the listeners of the generations started
 /// on it, which the coordinator's stand-in for the volunteer grants (`allow`) as it starts each.
-/// Connections not yet admitted are bounded in number (in all and per address), and one not
-/// admitted within `join_patience` is closed. An admitted volunteer may send frames as large as
+/// Connections not yet admitted are bounded in number in all (a new one past the bound closes
+/// the oldest joiner) and per address (a new one past it is refused), and one not admitted
+/// within `join_patience` is closed. An admitted volunteer may send frames as large as
 /// CAF allows: its replies carry graph outputs and checkpoints.
 ///
 /// The gate learns a volunteer's address from the middleman, which now sees the guard's
@@ -182,7 +183,8 @@ class cluster_guard {
  public:
   struct limits {
     std::uint32_t joining_frame = 1u << 20;  ///< a frame's payload before the volunteer is admitted
-    int max_joining = 64;                    ///< connections not yet admitted, at once
+    /// Connections not yet admitted, at once: past it a new one closes the oldest joiner.
+    int max_joining = 64;
     int max_joining_per_address = 8;
     std::chrono::milliseconds join_patience{60000};
     std::chrono::milliseconds handshake_patience{10000};  ///< TLS handshake, and the connection to CAF
@@ -221,6 +223,7 @@ class cluster_guard {
     std::string peer;
     bool admitted = false;
     std::uint64_t number = 0;
+    int fd = -1;  ///< the volunteer's side
     std::shared_ptr<volunteer_rules::listeners> listeners = std::make_shared<volunteer_rules::listeners>();
   };
   void accepted(int fd, const std::string& peer);
@@ -243,6 +246,12 @@ class cluster_guard {
   int threads_ = 0;                          ///< connection threads running
   int joining_ = 0;                          ///< connections not yet admitted (handshakes included)
   std::map<std::string, int> joining_from_;  ///< per address
+  struct joiner {
+    std::string peer;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::map<int, joiner> joiners_;  ///< joining connections that may still be closed to make room, by socket
+  std::set<int> evicted_;          ///< sockets closed to make room, their threads not yet ended
   std::set<int> fds_;                        ///< every volunteer-side socket open
   std::map<std::uint16_t, link> links_;      ///< by the local port of the connection to CAF
   std::uint64_t next_link_ = 0;

@@ -654,6 +654,40 @@ TEST(cluster_guard, JoinersAreBoundedInNumberAndTime) {
   EXPECT_FALSE(g.caf.is_closed(ia));
 }
 
+TEST(cluster_guard, PastTheBoundANewJoinerClosesTheOldest) {
+  cluster_guard::limits l;
+  l.max_joining = 2;
+  guarded g(l);
+  // two idle joiners hold every slot, from two addresses
+  client a(g.volunteer, g.port, "127.0.0.2");
+  ASSERT_TRUE(a.up);
+  wait_until([&] { return g.caf.count() == 1; });
+  client b(g.volunteer, g.port, "127.0.0.3");
+  ASSERT_TRUE(b.up);
+  wait_until([&] { return g.caf.count() == 2; });
+  // a volunteer arriving now gets in: the oldest joiner is closed for it
+  client c(g.volunteer, g.port, "127.0.0.4");
+  ASSERT_TRUE(c.up);
+  EXPECT_TRUE(a.ended());
+  wait_until([&] { return g.caf.count() == 3; });
+  ASSERT_EQ(g.caf.count(), 3u);
+  ASSERT_TRUE(c.write(header(1, 1) + "C"));
+  wait_until([&] { return g.caf.size(2) == 33; });
+  g.guard->admit(g.caf.peer_port(2));
+  // admitted, it is no joiner: it left a slot, which d takes; then e closes b, not c
+  client d(g.volunteer, g.port, "127.0.0.5");
+  ASSERT_TRUE(d.up);
+  wait_until([&] { return g.caf.count() == 4; });
+  client e(g.volunteer, g.port, "127.0.0.6");
+  ASSERT_TRUE(e.up);
+  EXPECT_TRUE(b.ended());
+  ASSERT_TRUE(c.write(header(6, 0)));
+  wait_until([&] { return g.caf.size(2) == 65; });
+  EXPECT_EQ(g.caf.size(2), 65u);
+  EXPECT_FALSE(g.caf.is_closed(2));
+  EXPECT_EQ(g.guard->refused(), 2u);  // (a and b, each counted once)
+}
+
 TEST(cluster_guard, StoppingClosesEveryConnectionPromptly) {
   auto g = std::make_unique<guarded>();
   client a(g->volunteer, g->port);
