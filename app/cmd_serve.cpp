@@ -102,12 +102,13 @@ const char* serve_usage =
     "                      cluster link). Default: the cluster port + 1 (any free port when that\n"
     "                      is 0); off: weights go over the cluster link\n"
     "  --worker-fetch on|off\n"
-    "                      on (default): the embedded workers, and each volunteer that is not\n"
-    "                      spot-checked, read their weights from the model host themselves\n"
-    "                      (straight into the tensors they keep as published), for each file\n"
-    "                      they prove to read the same there (a volunteer: where it may, see\n"
-    "                      `mpakt worker --host-fetch`); off, or a load that sends a hub token:\n"
-    "                      every byte comes through this process\n"
+    "                      on (default): the embedded workers and the volunteers read their\n"
+    "                      weights from the model host themselves (straight into the tensors\n"
+    "                      they keep as published), for each file they prove to read the same\n"
+    "                      there (a volunteer: where it may, see `mpakt worker --host-fetch`;\n"
+    "                      a spot-checked one beside its verifier here, unless the model is too\n"
+    "                      large to copy); off, or a load that sends a hub token: every byte\n"
+    "                      comes through this process\n"
     "  --cluster-cert FILE the cluster port's certificate (PEM) and its key; by default a key\n"
     "  --cluster-key FILE  pair and self-signed certificate made in DIR/cluster on first start\n"
     "  --log-format F      stderr log lines: text, or json (one object per line); default text\n"
@@ -382,6 +383,15 @@ int cmd_serve(const std::vector<std::string>& args) {
       }
       gcfg.verify = gcfg.checks.fraction > 0 || gcfg.checks.first_passes > 0;
       gcfg.checks.budget = std::make_shared<verify_budget>(gcfg.checks.memory);  // (all verifiers together)
+      if (ccfg.load.worker_fetch) {
+        // (a verifier reads the model host under the coordinator's own rules, as its embedded
+        // workers do: its volunteer may then read its weights there too)
+        loader::host_fetcher::options fo;
+        fo.allow_private = ccfg.load.allow_private_sources;
+        fo.trusted_endpoint = ccfg.load.hf_endpoint;
+        fo.verify_tls = ccfg.load.verify_tls;
+        gcfg.checks.fetch = fo;
+      }
       gcfg.data = data_server;
       gcfg.guard = guard;
       gate = spawn_gate(*sys, pool, std::move(gate_store), gcfg);

@@ -426,6 +426,9 @@ struct checked_state {
   /// passes redo one product (product_check.hpp).
   std::set<std::string> partial;
   std::set<std::pair<std::string, std::string>> skipped;  ///< (model, weight) of those not copied
+  /// Models held in part whose load is on (reserved, not yet released): while one is, the
+  /// volunteer reads nothing from the model host itself (its probes are refused).
+  std::set<std::string> loading_partial;
   std::map<std::string, std::set<std::string>> copied;    ///< weights the verifier holds, by model
   /// Compiled templates, by id (shared: a probed pass reads one on a helper thread).
   std::map<std::string, std::shared_ptr<const std::string>> graph_text;
@@ -444,6 +447,7 @@ struct checked_state {
     unshadowed.erase(model);
     held.erase(model);
     partial.erase(model);
+    loading_partial.erase(model);
     copied.erase(model);
     std::erase_if(skipped, [&](const auto& k) { return k.first == model; });
     release(model);
@@ -1072,6 +1076,9 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
   worker_config wc;
   wc.worker_id = "verifier of " + st.sh->v.name;
   wc.memory_bytes = st.sh->cfg.memory;  // (the shared budget binds first)
+  // (reading the model host as the volunteer does, when it may: a volunteer that fetches its
+  // own weights is then checked against the verifier's copy of the same bytes)
+  if (st.sh->cfg.fetch) wc.fetcher = std::make_shared<loader::host_fetcher>(*st.sh->cfg.fetch);
   st.verifier = spawn_worker(self->home_system(), wc);
   // What its copies took from the shared budget goes back when it ends.
   self->attach_functor([charged = st.charged, budget = st.sh->cfg.budget] {
@@ -1106,6 +1113,29 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
   }, [](caf::error&) {});
   auto V = [self] { return self->state.volunteer(); };
   auto shadowed = [self](const std::string& model) { return self->state.unshadowed.count(model) == 0; };
+  // A weight begins: its model's tolerance, its digest as it passes (a fresh nonce first, for
+  // the check at its end), and whether the verifier's room takes a copy of it.
+  auto begin_weight = [self, shadowed](const tensor_begin_request& r) {
+    auto& tol = self->state.model_tolerance[r.model_id];
+    tol = std::max(tol, path_tolerance(r.resident));
+    auto& w = self->state.arriving[{r.model_id, r.name}];
+    w.nonce = new_nonce();
+    w.sha = std::make_shared<sha256_stream>();
+    w.sha->add(w.nonce);
+    std::string published = r.file_dtype;
+    for (auto& c : published) c = char(std::tolower(static_cast<unsigned char>(c)));
+    w.same_bytes = published == r.resident;
+    auto& budget = self->state.sh->cfg.budget;
+    if (self->state.partial.count(r.model_id) && shadowed(r.model_id)) {
+      // (held in part: its head if it fits, nothing else)
+      if (!is_head_weight(r.name) || (budget && !budget->take(r.published_bytes))) self->state.skipped.insert({r.model_id, r.name});
+      else if (budget) (*self->state.charged)[r.model_id] += r.published_bytes;
+    } else if (shadowed(r.model_id) && budget && !budget->take(r.published_bytes)) {
+      self->state.unshadow(r.model_id);
+    } else if (shadowed(r.model_id) && budget) {
+      (*self->state.charged)[r.model_id] += r.published_bytes;
+    }
+  };
   return {
       [=](status_atom) -> caf::result<worker_status> {
         auto rp = owe<worker_status>(self);
@@ -1153,7 +1183,8 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         // A model larger than the verifiers' room has its output head copied, no more.
         auto& st = self->state;
         const std::uint64_t room = st.sh->cfg.budget ? st.sh->cfg.budget->free() : st.sh->cfg.memory;
-        if (bytes > room) st.partial.insert(model);
+        if (bytes == 0) st.loading_partial.erase(model);  // (the load ended)
+        else if (bytes > room) st.partial.insert(model), st.loading_partial.insert(model);
         return self->delegate(V(), a, model, bytes);
       },
       [=](runcancel_atom a, const std::string& id) {
@@ -1162,26 +1193,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       },
       // ---- loading: the verifier takes a copy while it has room
       [=](tbegin_atom a, tensor_begin_request& r) {
-        auto& tol = self->state.model_tolerance[r.model_id];
-        tol = std::max(tol, path_tolerance(r.resident));
-        // The weight's digest as it passes (a fresh nonce first), for the check at its end.
-        auto& w = self->state.arriving[{r.model_id, r.name}];
-        w.nonce = new_nonce();
-        w.sha = std::make_shared<sha256_stream>();
-        w.sha->add(w.nonce);
-        std::string published = r.file_dtype;
-        for (auto& c : published) c = char(std::tolower(static_cast<unsigned char>(c)));
-        w.same_bytes = published == r.resident;
-        auto& budget = self->state.sh->cfg.budget;
-        if (self->state.partial.count(r.model_id) && shadowed(r.model_id)) {
-          // (held in part: its head if it fits, nothing else)
-          if (!is_head_weight(r.name) || (budget && !budget->take(r.published_bytes))) self->state.skipped.insert({r.model_id, r.name});
-          else if (budget) (*self->state.charged)[r.model_id] += r.published_bytes;
-        } else if (shadowed(r.model_id) && budget && !budget->take(r.published_bytes)) {
-          self->state.unshadow(r.model_id);
-        } else if (shadowed(r.model_id) && budget) {
-          (*self->state.charged)[r.model_id] += r.published_bytes;
-        }
+        begin_weight(r);
         if (self->state.copying(r.model_id, r.name)) {
           self->request(self->state.verifier, caf::infinite, a, r)
               .then([](bool) {}, [self, model = r.model_id](caf::error&) { self->state.unshadow(model); });
@@ -1220,14 +1232,84 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         return to_caf(errc::invalid, "volunteer " + self->state.sh->v.name + "'s stand-in takes pieces whole (tpiece)");
       },
       [=](dlink_atom a, std::uint16_t port, const std::string& ticket) { return self->delegate(V(), a, port, ticket); },
-      // (its weights pass through here to be hashed on their way: it never reads them itself)
-      [=](tprobe_atom, const std::string&, std::uint64_t, const std::string&) -> caf::result<bool> {
-        return to_caf(errc::invalid, "volunteer " + self->state.sh->v.name +
-                                         " is spot-checked: its weights pass through the coordinator to be hashed");
+      // A volunteer may read its weights from the model host itself (its weights then do not
+      // cross the coordinator's uplink) when the verifier reads the same ranges there: each
+      // weight is then checked on arrival against the verifier's copy of the same bytes. Not
+      // while a model too large for the verifier's room loads (its weights pass through here,
+      // to be hashed on their way), nor without a verifier that reads the host.
+      [=](tprobe_atom a, const std::string& location, std::uint64_t header_bytes,
+          const std::string& sha) -> caf::result<bool> {
+        auto& st = self->state;
+        const std::string who = "volunteer " + st.sh->v.name;
+        if (!st.sh->cfg.fetch)
+          return to_caf(errc::invalid, who + " is spot-checked and its verifier does not read the model host: its weights "
+                                             "pass through the coordinator to be hashed");
+        if (!st.loading_partial.empty())
+          return to_caf(errc::invalid, who + " is spot-checked and model " + *st.loading_partial.begin() +
+                                           " is too large to copy for its checks: its weights pass through the coordinator "
+                                           "to be hashed");
+        auto rp = self->make_response_promise<bool>();
+        self->request(V(), caf::infinite, a, location, header_bytes, sha)
+            .then(
+                [self, rp, a, location, header_bytes, sha, who](bool converted_too) mutable {
+                  self->request(self->state.verifier, caf::infinite, a, location, header_bytes, sha)
+                      .then([rp, converted_too](bool) mutable { rp.deliver(converted_too); },
+                            [rp, who](caf::error& e) mutable {
+                              rp.deliver(to_caf(errc::invalid, who + "'s verifier cannot read the file there: " +
+                                                                   from_caf(e).message));
+                            });
+                },
+                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+        return rp;
       },
-      [=](tfetch_atom, const tensor_fetch&) -> caf::result<tensor_fetch_reply> {
-        return to_caf(errc::invalid, "volunteer " + self->state.sh->v.name +
-                                         " is spot-checked: its weights pass through the coordinator to be hashed");
+      [=](tfetch_atom a, tensor_fetch& f) -> caf::result<tensor_fetch_reply> {
+        auto& st = self->state;
+        for (const auto& b : f.begins) begin_weight(b);
+        // Every weight of the range is on the verifier, or none (a model it stopped holding).
+        const bool copy = !st.unshadowed.count(f.model_id) &&
+                          std::none_of(f.begins.begin(), f.begins.end(),
+                                       [&](const tensor_begin_request& b) { return !st.copying(b.model_id, b.name); });
+        if (!copy) st.unshadow(f.model_id);
+        struct both {
+          bool answered = false;  ///< the volunteer's answer came: `theirs`, or `failed`
+          tensor_fetch_reply theirs;
+          caf::error failed;
+          std::optional<bool> mine;  ///< the verifier read it
+        };
+        auto p = std::make_shared<both>();
+        auto rp = self->make_response_promise<tensor_fetch_reply>();
+        const std::string model = f.model_id;
+        auto ends = f.ends;
+        auto settle = [self, p, rp, model, ends]() mutable {
+          if (!p->answered || !p->mine) return;
+          if (!*p->mine) self->state.unshadow(model);
+          if (p->failed) {
+            for (const auto& n : ends) self->state.arriving.erase({model, n});
+            rp.deliver(std::move(p->failed));
+            return;
+          }
+          // Each weight that ended: the volunteer's copy challenged against the verifier's.
+          for (const auto& n : ends) {
+            self->state.arriving.erase({model, n});
+            self->state.held[model].insert(n);
+            if (*p->mine) self->state.copied[model].insert(n);
+            challenge(self, model, n, new_nonce(), std::string(), [self](int outcome) {
+              if (outcome == 1) self->state.sh->counts.weights_checked++;
+              else if (outcome == 0) self->state.sh->counts.weights_unchecked++;
+            });
+          }
+          rp.deliver(std::move(p->theirs));
+        };
+        if (copy)
+          self->request(st.verifier, caf::infinite, a, f)
+              .then([p, settle](tensor_fetch_reply&) mutable { p->mine = true, settle(); },
+                    [p, settle](caf::error&) mutable { p->mine = false, settle(); });
+        else
+          p->mine = false;
+        self->request(V(), caf::infinite, a, std::move(f))
+            .then([p, settle](tensor_fetch_reply& r) mutable { p->answered = true, p->theirs = std::move(r), settle(); },
+                  [p, settle](caf::error& e) mutable { p->answered = true, p->failed = std::move(e), settle(); });
+        return rp;
       },
       [=](tabort_atom a, const std::string& model) {
         caf::anon_send(self->state.verifier, a, model);

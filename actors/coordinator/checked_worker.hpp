@@ -6,7 +6,10 @@
 /// the whole worker protocol and passes everything on to the volunteer, and besides:
 /// - keeps a *verifier*: a worker in the coordinator's process holding copies of the weights
 ///   the volunteer is sent (as far as the verifiers' shared budget, `verify_config::memory`,
-///   allows: a model that does not fit is not copied) and the templates it compiles;
+///   allows: a model that does not fit is not copied) and the templates it compiles; a
+///   volunteer that reads its weights from the model host (`tprobe`, `tfetch`) does so beside
+///   the verifier, which reads the same ranges there (`verify_config::fetch`), and each weight
+///   is challenged on arrival against the verifier's copy;
 /// - checks the first `first_passes` passes of the volunteer (graph calls and generations),
 ///   then each with probability `fraction`: the sessions the pass reads are copied from the
 ///   volunteer (sdump, ahead of the pass in its mailbox) into the verifier, the pass runs on
@@ -29,10 +32,12 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "actors/loader/host_fetch.hpp"
 #include "actors/protocol.hpp"
 
 namespace mpakt {
@@ -58,6 +63,10 @@ struct verify_config {
   std::uint64_t memory = std::uint64_t(2) << 30;  ///< --verify-memory: the verifiers' room, in all
   /// What the verifiers hold (shared by every checked worker; null: `memory` per volunteer).
   std::shared_ptr<verify_budget> budget;
+  /// How a verifier reads the model host (the coordinator's own rules, as its embedded workers
+  /// read it: `serve --worker-fetch`); absent, the verifier never reads it and the volunteer's
+  /// weights always pass through the coordinator.
+  std::optional<loader::host_fetcher::options> fetch;
 };
 
 /// Volunteers quarantined since the coordinator started (shared by the checked workers, the

@@ -29,15 +29,15 @@ def grid(start_server, tmp_path_factory):
     c.server.process.terminate()
 
 
-def join_faulty(c, name, fault):
-    """A volunteer with a token of its own (a quarantine refuses the token) and `fault`; its
-    process and its token."""
+def join_faulty(c, name, fault, *extra):
+    """A volunteer with a token of its own (a quarantine refuses the token) and `fault` (and
+    `extra` options); its process and its token."""
     made = c.server.admin("volunteer-token", name + "-box")
     assert made.returncode == 0, made.stderr
     token = made.stdout.strip().splitlines()[0]
     saved, c.token = c.token, token
     try:
-        return c.join(name, "1G", "--fault", fault), token
+        return c.join(name, "1G", "--fault", fault, *extra), token
     finally:
         c.token = saved
 
@@ -247,6 +247,55 @@ def test_a_volunteer_that_alters_its_weights_is_quarantined_and_the_model_served
     n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
     assert PROMPT + generate(grid, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
     grid.server.assert_up()
+
+
+def test_a_checked_volunteer_reading_the_model_host_itself_has_its_weights_checked_against_the_verifiers(grid):
+    """A spot-checked volunteer that may read the model host (`--host-fetch any`: the host is on
+    loopback) reads its weights there itself, and so does its verifier: no weight byte passes
+    through the coordinator (coordinatorPeakBytes 0), and every weight, as published and
+    quantized on load, is challenged on arrival against the verifier's copy of the same bytes.
+    The golden tokens decode."""
+    grid.join("w_reader", "1G", "--host-fetch", "any")
+    api, key = grid.server.api, grid.key
+    plain = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=key, timeout=60), 200)
+    q8 = expect(api.post("/api/v3/models", {"source": "hf:local/stories260K", "quantize": "q8"}, key=key, timeout=60), 200)
+    assert plain["coordinatorPeakBytes"] == 0 and q8["coordinatorPeakBytes"] == 0, (plain, q8)
+    n = len(expect(api.get("/api/v3/models/inspect?source=hf:local/stories260K", key=key), 200)["tensors"])
+    st = grid.wait_for(lambda s: s["pool"][0]["checks"]["weightsChecked"] >= 2 * n, "every weight to be checked")
+    assert st["pool"][0]["checks"]["weightsUnchecked"] == 0, st["pool"][0]["checks"]
+    step = compiled_step(grid, plain["modelId"])
+    sid, _ = prefilled_session(grid, plain["modelId"], step)
+    m = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+    assert PROMPT + generate(grid, step, sid, m)["tokens"] == GOLDEN["greedy_ids"]
+    assert grid.status(key)["quarantined"] == []
+
+
+def test_a_volunteer_that_alters_the_weights_it_read_from_the_model_host_is_quarantined(grid):
+    """The same with `--fault corrupt-weights`: the weights it read itself differ from the
+    verifier's copy of the same bytes, and it is quarantined on arrival."""
+    flipper, _ = join_faulty(grid, "w_flip", "corrupt-weights", "--host-fetch", "any")
+    r = grid.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=grid.key, timeout=60)
+    st = grid.wait_for(lambda s: s["quarantined"], "the volunteer to be quarantined", timeout=20)
+    q = st["quarantined"][0]
+    assert q["workerId"] == "w_flip" and "differs from what it was sent" in q["reason"], q
+    assert flipper.proc.wait(timeout=15) == 4
+    assert r.status in (200, 503), r
+
+
+def test_a_model_too_large_to_copy_reaches_a_checked_volunteer_through_the_coordinator(start_server, tmp_path_factory):
+    """A model beyond the verifier's room (--verify-memory 64K) is not copied: the volunteer
+    may not read it itself (nothing would check what it read) and gets its bytes through the
+    coordinator, which hashes them on their way."""
+    c = start_cluster(start_server, tmp_path_factory, "budget_fetch", options=("--verify-memory", "64K"))
+    try:
+        c.join("w_reader", "1G", "--host-fetch", "any")
+        r = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
+        assert r["coordinatorPeakBytes"] > 0, r
+        st = c.wait_for(lambda s: s["pool"][0]["checks"]["weightsChecked"] > 0, "weights to be checked")
+        assert st["pool"][0]["checks"]["weightsUnchecked"] == 0 and st["quarantined"] == [], st["pool"][0]["checks"]
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
 
 
 def test_weights_altered_after_their_arrival_check_are_caught_by_an_operators_recheck(grid):

@@ -398,15 +398,16 @@ def test_a_range_a_volunteer_cannot_read_from_the_model_host_is_relayed_instead(
         decode_golden(c.server.api, c.key, r["modelId"])
 
 
-def test_a_spot_checked_volunteer_never_reads_its_weights_itself(cluster):
-    """The weight checks hash the published bytes as they pass the checked worker, so a
-    spot-checked volunteer gets them through the coordinator even where it could fetch them."""
+def test_a_spot_checked_volunteer_reads_its_weights_itself_beside_its_verifier(cluster):
+    """A spot-checked volunteer that may read the model host reads its weights there, as its
+    verifier in the coordinator does: its data connection carries none of them, and each is
+    checked on arrival against the verifier's copy (docs/decisions.md, "Loading")."""
     w = cluster.join("w_a", "1G", "--host-fetch", "any")
     r = expect(cluster.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=cluster.key, timeout=60), 200)
-    cluster.wait_for(lambda s: s["pool"][0]["dataLink"]["bytes"] == r["bytesTransferred"], "the relayed bytes")
-    assert "from the model host itself" not in w.output()
+    assert r["coordinatorPeakBytes"] == 0, r
     checks = cluster.wait_for(lambda s: (s["pool"][0]["checks"] or {}).get("weightsChecked", 0) > 0, "weights checked")
-    assert checks["pool"][0]["checks"]["weightsChecked"] > 0
+    assert checks["pool"][0]["dataLink"]["bytes"] == 0, checks["pool"][0]
+    assert checks["pool"][0]["checks"]["weightsUnchecked"] == 0, checks["pool"][0]["checks"]
 
 
 def test_a_volunteer_that_dies_is_noticed_and_others_keep_serving(pair):
