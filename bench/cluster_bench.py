@@ -10,7 +10,9 @@ volunteer (`mpakt worker --join`) on loopback. Reports
     relayed by the coordinator (`emb-relay`, `--worker-fetch off`), the volunteer reading the
     host itself (`vol-fetch`, `--host-fetch any`),
     relayed over its data connection and with `--data-port off` (`vol-link`: the bytes inside
-    the cluster link's messages),
+    the cluster link's messages), and spot-checked (the default for volunteers: the rows above
+    turn the checks off): reading the host beside its verifier (`chk-fetch`) and relayed
+    through the checked worker (`chk-relay`, the host refused to it),
     `--load-repeats` times each (median), each repeat beside the loopback TCP
     bandwidth measured just before it (one socket, 1 GiB, Python), so the volunteer's share of
     the link is a ratio taken within one repeat; and the CPU seconds each process (host,
@@ -28,7 +30,7 @@ volunteer (`mpakt worker --join`) on loopback. Reports
     ordinary loop (`workerLoop: false`).
 
 Usage: .venv/bin/python bench/cluster_bench.py --out /tmp/cluster.json [--tokens 64]
-       [--load-repeats 3] [--load-only]
+       [--load-repeats 3] [--load-only] [--wheres vol-fetch,chk-fetch]
 """
 from __future__ import annotations
 
@@ -137,8 +139,12 @@ def load_section(args, tmp, host_url, host_pid, model_bytes):
     # through the coordinator (`--worker-fetch off`); "vol-fetch" reads them from the host
     # itself (`--host-fetch any`: the host is on loopback); "volunteer" gets them relayed over its data connection (a volunteer's default
     # reads public hosts only, so here it is refused and relayed); "vol-link" is the relay with
-    # `--data-port off`, its weights inside the cluster link's messages
-    wheres = ("embedded", "emb-relay", "vol-fetch", "volunteer", "vol-link")
+    # `--data-port off`, its weights inside the cluster link's messages; "chk-fetch" and
+    # "chk-relay" are spot-checked volunteers (the default), reading the host beside their
+    # verifier, and refused it (relayed, each weight hashed on its way)
+    wheres = ("embedded", "emb-relay", "vol-fetch", "volunteer", "vol-link", "chk-fetch", "chk-relay")
+    if args.wheres:
+        wheres = tuple(w for w in wheres if w in args.wheres.split(","))
     cells = [(where, q) for where in wheres for q in ("none", "q8")]
     servers = {}
     procs = []
@@ -147,10 +153,12 @@ def load_section(args, tmp, host_url, host_pid, model_bytes):
             port, cport = db.free_port(), db.free_port()
             data = tmp / f"load-{where}"
             data.mkdir()
-            # (spot-checks off: their verifier would convert a second copy of every weight in the
-            # coordinator, which this benchmark of the link does not measure)
+            # (spot-checks off but for chk-*: their verifier converts a second copy of every
+            # weight in the coordinator, measured there alone)
             embedded = where in ("embedded", "emb-relay")
-            extra = ["--workers", "0", "--cluster-port", str(cport), "--data-port", "0", *NO_CHECKS] if not embedded else []
+            checked = where.startswith("chk-")
+            extra = (["--workers", "0", "--cluster-port", str(cport), "--data-port", "0", *([] if checked else NO_CHECKS)]
+                     if not embedded else [])
             if where == "emb-relay":
                 extra = ["--worker-fetch", "off"]
             if where == "vol-link":
@@ -163,7 +171,8 @@ def load_section(args, tmp, host_url, host_pid, model_bytes):
             if not embedded:
                 w = db.Proc("w_load", [args.binary, "worker", "--join", f"127.0.0.1:{cport}", "--id", "w_load",
                                        "--memory", "2G", *dev_token(data / "serve.log"),
-                                       *(["--host-fetch", "any"] if where == "vol-fetch" else [])], data / "worker.log")
+                                       *(["--host-fetch", "any"] if where in ("vol-fetch", "chk-fetch") else [])],
+                             data / "worker.log")
                 procs.append(w)
                 w.start(r"mpakt worker: \S+ joined")
                 pids["volunteer"] = w.p.pid
@@ -366,6 +375,7 @@ def main():
     ap.add_argument("--binary", default=str(HERE.parent / "build" / "mpakt"))
     ap.add_argument("--load-repeats", type=int, default=3, help="rounds of the load measurements (median)")
     ap.add_argument("--load-only", action="store_true", help="only the load measurements (no decode, no split)")
+    ap.add_argument("--wheres", default="", help="only these load cells' places, comma-separated (e.g. vol-fetch,chk-fetch)")
     args = ap.parse_args()
     procs = []
     tmp = Path(tempfile.mkdtemp(prefix="mpakt-cluster-bench-"))
