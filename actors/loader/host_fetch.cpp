@@ -29,18 +29,18 @@ host_fetcher::host_fetcher(options opts) : opts_([&] {
   opts.connections = std::max(1, opts.connections);
   opts.max_ranges = std::max(1, opts.max_ranges);
   return opts;
-}()) {
-  for (int i = 0; i < opts_.connections; ++i) threads_.emplace_back([this] { run_thread(); });
-}
+}()) {}
 
 host_fetcher::~host_fetcher() {
+  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(m_);
     stop_ = true;
+    threads.swap(threads_);
   }
   work_cv_.notify_all();
   cv_.notify_all();
-  for (auto& t : threads_) t.join();
+  for (auto& t : threads) t.join();
 }
 
 status host_fetcher::probe(const std::string& location, std::uint64_t header_bytes, const std::string& sha256_hex) {
@@ -78,6 +78,10 @@ result<std::uint64_t> host_fetcher::start(const tensor_fetch& f) {
   if (!probed_.count(f.location)) return invalid(f.location + " was not probed here; its ranges are not fetched");
   if (waiting_ >= std::size_t(opts_.max_ranges))
     return make_error(errc::limit, std::to_string(waiting_) + " ranges are already being fetched");
+  // (the threads start with the first range: a fetcher that never reads — a volunteer's
+  // verifier on a grid whose models come through the coordinator — costs none)
+  if (threads_.empty())
+    for (int i = 0; i < opts_.connections; ++i) threads_.emplace_back([this] { run_thread(); });
   const std::uint64_t n = next_++;
   queue_.emplace_back(n, f);
   ++waiting_;
