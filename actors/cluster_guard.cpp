@@ -104,11 +104,12 @@ status basp_frames::feed(const char* p, std::size_t n, std::uint32_t max_payload
 
 // ---------------------------------------------------------------- volunteer_rules
 
-volunteer_rules::volunteer_rules(std::uint64_t gate, std::shared_ptr<const listeners> l)
-    : gate_(gate), listeners_(std::move(l)) {}
+volunteer_rules::volunteer_rules(std::uint64_t gate, std::shared_ptr<const listeners> l, std::shared_ptr<std::atomic<int>> asking)
+    : gate_(gate), listeners_(std::move(l)), asking_(std::move(asking)) {}
 
 void volunteer_rules::heard(const basp_header& h, bool admitted) {
   if (h.operation != basp_header::direct_message) return;
+  if (h.from == gate_ && h.response() && gate_asks_.erase(h.data & basp_header::request_number)) --*asking_;
   recent_senders_.add(h.from);
   if (h.request()) {
     const ask a{h.from, h.data & basp_header::request_number};
@@ -154,6 +155,8 @@ result<basp_frames::verdict> volunteer_rules::judge(const basp_header& h, std::u
     ++stray_replies_;
     return verdict::drop;
   }
+  if (h.to == gate_ && h.request() && gate_asks_.size() < 64 && gate_asks_.insert(h.data & basp_header::request_number).second)
+    ++*asking_;
   if (h.to == gate_ || early_senders_.count(h.to) || (admitted && listeners_ && listeners_->has(h.to))) return verdict::pass;
   if (!admitted)
     return make_error(errc::unauthorized, which + " is a message for actor " + std::to_string(h.to) + ", not the gate, before the join");
@@ -252,6 +255,12 @@ void cluster_guard::left_joining(const std::string& peer) {
   if (--joining_from_[peer] <= 0) joining_from_.erase(peer);
 }
 
+bool cluster_guard::asking_gate(std::uint16_t p) const {
+  std::lock_guard<std::mutex> lock(m_);
+  auto it = links_.find(p);
+  return it != links_.end() && it->second.asking_gate->load() > 0;
+}
+
 bool cluster_guard::admitted(std::uint16_t p) const {
   std::lock_guard<std::mutex> lock(m_);
   auto it = links_.find(p);
@@ -336,6 +345,7 @@ void cluster_guard::serve(int fd, std::string peer) {
   bool was_admitted = false;
   if (caf >= 0) {
     std::shared_ptr<const volunteer_rules::listeners> listeners;
+    std::shared_ptr<std::atomic<int>> asking;
     {
       std::lock_guard<std::mutex> lock(m_);
       link& k = links_[local_port] = link{};
@@ -343,11 +353,12 @@ void cluster_guard::serve(int fd, std::string peer) {
       k.fd = fd;
       k.number = ++next_link_;
       listeners = k.listeners;
+      asking = k.asking_gate;
     }
     tls::set_socket_timeouts(fd, std::chrono::milliseconds(0), std::chrono::milliseconds(0));
     set_nonblocking(fd);
     set_nonblocking(caf);
-    pump(ssl, fd, caf, local_port, std::move(listeners));
+    pump(ssl, fd, caf, local_port, std::move(listeners), std::move(asking));
     ::close(caf);
   } else {
     bool was_evicted = false;
@@ -376,10 +387,10 @@ void cluster_guard::serve(int fd, std::string peer) {
 /// direction holds at most `backlog` bytes its receiver has not taken; the other side is not
 /// read meanwhile.
 void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_port,
-                         std::shared_ptr<const volunteer_rules::listeners> l) {
+                         std::shared_ptr<const volunteer_rules::listeners> l, std::shared_ptr<std::atomic<int>> asking_gate) {
   SSL* ssl = as_ssl(ssl_p);
   basp_frames frames, theirs;  // (the volunteer's frames; the coordinator's)
-  volunteer_rules rules(gate_id_, std::move(l));
+  volunteer_rules rules(gate_id_, std::move(l), std::move(asking_gate));
   pending to_caf, to_client;
   std::vector<char> buf(chunk);
   const auto deadline = steady::now() + limits_.join_patience;

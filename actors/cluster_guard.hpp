@@ -152,7 +152,9 @@ class volunteer_rules {
   /// Requests awaiting their reply, per connection: past this many, the oldest is forgotten.
   static constexpr std::size_t max_outstanding = 1u << 16;
 
-  volunteer_rules(std::uint64_t gate, std::shared_ptr<const listeners> l);
+  /// `asking`: how many of the connection's requests to the gate (its join) await their answer.
+  volunteer_rules(std::uint64_t gate, std::shared_ptr<const listeners> l,
+                  std::shared_ptr<std::atomic<int>> asking = std::make_shared<std::atomic<int>>(0));
   /// A frame of the coordinator's, towards the volunteer (read before it is passed on).
   void heard(const basp_header& h, bool admitted);
   /// A frame of the volunteer's: pass it, leave it out, or an error (errc::unauthorized) naming
@@ -177,6 +179,8 @@ class volunteer_rules {
   std::set<std::uint64_t> early_senders_;    ///< non-request messages' senders before the admission
   recent recent_senders_, monitored_;
   std::uint64_t stray_replies_ = 0, stray_monitors_ = 0;
+  const std::shared_ptr<std::atomic<int>> asking_;
+  std::set<std::uint64_t> gate_asks_;  ///< numbers of its requests to the gate not yet answered
 };
 
 class cluster_guard {
@@ -205,6 +209,9 @@ class cluster_guard {
   /// The address of the volunteer whose connection reaches CAF from local port `p` (the port
   /// the middleman reports for that peer), while it is open.
   std::optional<std::string> peer_of(std::uint16_t p) const;
+  /// Whether the connection from local port `p` has a request to the gate (a join) that is
+  /// not yet answered: the gate admits a worker only on the connection that asked.
+  bool asking_gate(std::uint16_t p) const;
   /// The gate admitted the volunteer on the connection from local port `p`: no frame limit
   /// but CAF's, and no join patience, from now on. Returns the connection's number for
   /// `allow` (0: no such connection open).
@@ -224,13 +231,15 @@ class cluster_guard {
     bool admitted = false;
     std::uint64_t number = 0;
     int fd = -1;  ///< the volunteer's side
+    std::shared_ptr<std::atomic<int>> asking_gate = std::make_shared<std::atomic<int>>(0);
     std::shared_ptr<volunteer_rules::listeners> listeners = std::make_shared<volunteer_rules::listeners>();
   };
   void accepted(int fd, const std::string& peer);
   void serve(int fd, std::string peer);
   /// A connection from `peer` is no longer joining (admitted, or closed before); with m_ held.
   void left_joining(const std::string& peer);
-  void pump(void* ssl, int client, int caf, std::uint16_t local_port, std::shared_ptr<const volunteer_rules::listeners> l);
+  void pump(void* ssl, int client, int caf, std::uint16_t local_port, std::shared_ptr<const volunteer_rules::listeners> l,
+            std::shared_ptr<std::atomic<int>> asking_gate);
   bool admitted(std::uint16_t p) const;
   /// Counts and logs a connection closed: `reason` tls, frame, busy or slow.
   void count_refused(const std::string& peer, const char* reason, const std::string& why);

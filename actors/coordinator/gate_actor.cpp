@@ -69,6 +69,15 @@ std::deque<steady::time_point>& recent_failures(gate_pointer self, const std::st
   return q;
 }
 
+/// Refuses a join before its token is looked at (counted as a failed join of `address`).
+void refuse_join(gate_pointer self, caf::typed_response_promise<std::string> rp, const std::string& address,
+                 const char* reason, const std::string& why) {
+  recent_failures(self, address).push_back(steady::now());
+  log_line("refused a volunteer from " + address + ": " + why, {{"reason", reason}});
+  count_refusal(reason);
+  rp.deliver(to_caf(errc::invalid, "join refused: " + why));
+}
+
 /// Decides a join once the client's address is known.
 void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, const std::string& address,
             const std::string& token, worker_actor worker, std::uint16_t link_port = 0) {
@@ -200,6 +209,13 @@ gate_actor spawn_gate(caf::actor_system& sys, pool_actor pool, std::unique_ptr<a
           // (a request over the middleman arrives without a sender here: the worker's handle,
           // a proxy of the volunteer's node, says where it came from)
           if (!worker || worker.node() == self->node()) {
+            // Behind the cluster port's front no join comes from this process: a handle of one
+            // of its own actors (the pool, an embedded worker) is a volunteer's forgery, whose
+            // revocation or quarantine would end that actor.
+            if (worker && self->state.cfg.guard) {
+              refuse_join(self, rp, "an unknown address", "no_worker", "the worker presented is an actor of the coordinator's own process");
+              return rp;
+            }
             decide(self, rp, "this process", token, std::move(worker));
             return rp;
           }
@@ -216,6 +232,14 @@ gate_actor spawn_gate(caf::actor_system& sys, pool_actor pool, std::unique_ptr<a
                       if (auto peer = guard->peer_of(port)) {
                         from = *peer;
                         link_port = port;
+                        // The worker's node must be the one whose connection asked: a handle
+                        // naming another volunteer's node would make that volunteer's worker
+                        // this token's (its revocation would end the other's worker).
+                        if (!guard->asking_gate(port)) {
+                          refuse_join(self, rp, "an unknown address", "no_worker",
+                                      "the worker presented is not on the connection that asked to join");
+                          return;
+                        }
                       }
                     decide(self, rp, from, token, std::move(worker), link_port);
                   },

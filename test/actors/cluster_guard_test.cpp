@@ -229,6 +229,22 @@ TEST(volunteer_rules, AnAdmittedVolunteersMessagesGoToTheGateAndItsListenersAlon
   EXPECT_NE(r.judge(header(3, 0, gate)).find("routed message"), std::string::npos);
 }
 
+TEST(volunteer_rules, ItsJoinAwaitsTheGatesAnswerUntilItCrossesBack) {
+  auto asking = std::make_shared<std::atomic<int>>(0);
+  volunteer_rules r(gate, std::make_shared<volunteer_rules::listeners>(), asking);
+  auto parse = rules_run::parse;
+  EXPECT_TRUE(r.judge(parse(header(2, 4, gate, 50, request(1))), 1, false));  // the join
+  EXPECT_EQ(asking->load(), 1);
+  r.heard(parse(header(2, 4, 50, 8, reply_to(1))), false);  // (another actor's reply: not the gate's)
+  EXPECT_EQ(asking->load(), 1);
+  r.heard(parse(header(2, 4, 50, gate, reply_to(2))), false);  // (the gate, answering another number)
+  EXPECT_EQ(asking->load(), 1);
+  r.heard(parse(header(2, 4, 50, gate, reply_to(1))), false);
+  EXPECT_EQ(asking->load(), 0);
+  EXPECT_TRUE(r.judge(parse(header(2, 4, gate, 50)), 2, true));  // (no request: nothing awaited)
+  EXPECT_EQ(asking->load(), 0);
+}
+
 TEST(volunteer_rules, MonitorsOfActorsNotTheVolunteersAreLeftOut) {
   rules_run r;
   EXPECT_EQ(r.judge(header(4, 0, gate)), "pass");
