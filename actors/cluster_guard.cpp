@@ -104,8 +104,9 @@ status basp_frames::feed(const char* p, std::size_t n, std::uint32_t max_payload
 
 // ---------------------------------------------------------------- volunteer_rules
 
-volunteer_rules::volunteer_rules(std::uint64_t gate, std::shared_ptr<const listeners> l, std::shared_ptr<std::atomic<int>> asking)
-    : gate_(gate), listeners_(std::move(l)), asking_(std::move(asking)) {}
+volunteer_rules::volunteer_rules(std::uint64_t gate, std::shared_ptr<const listeners> l, std::shared_ptr<std::atomic<int>> asking,
+                                 std::uint32_t max_unasked)
+    : gate_(gate), listeners_(std::move(l)), asking_(std::move(asking)), max_unasked_(max_unasked) {}
 
 void volunteer_rules::heard(const basp_header& h, bool admitted) {
   if (h.operation != basp_header::direct_message) return;
@@ -132,6 +133,10 @@ void volunteer_rules::heard(const basp_header& h, bool admitted) {
 result<basp_frames::verdict> volunteer_rules::judge(const basp_header& h, std::uint64_t frame, bool admitted) {
   using verdict = basp_frames::verdict;
   const std::string which = "frame " + std::to_string(frame);
+  // (CAF makes room for a payload when its header arrives: only a reply may be large)
+  if (h.payload > max_unasked_ && !(h.operation == basp_header::direct_message && h.response()))
+    return make_error(errc::limit, which + " announces " + std::to_string(h.payload) + " bytes, more than the " +
+                                       std::to_string(max_unasked_) + " a message that answers no request may carry");
   switch (h.operation) {
     case basp_header::routed_message:
       return make_error(errc::unauthorized, which + " is a routed message (for another node)");
@@ -390,7 +395,7 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
                          std::shared_ptr<const volunteer_rules::listeners> l, std::shared_ptr<std::atomic<int>> asking_gate) {
   SSL* ssl = as_ssl(ssl_p);
   basp_frames frames, theirs;  // (the volunteer's frames; the coordinator's)
-  volunteer_rules rules(gate_id_, std::move(l), std::move(asking_gate));
+  volunteer_rules rules(gate_id_, std::move(l), std::move(asking_gate), limits_.joining_frame);
   pending to_caf, to_client;
   std::vector<char> buf(chunk);
   const auto deadline = steady::now() + limits_.join_patience;

@@ -25,8 +25,9 @@
 /// on it, which the coordinator's stand-in for the volunteer grants (`allow`) as it starts each.
 /// Connections not yet admitted are bounded in number in all (a new one past the bound closes
 /// the oldest joiner) and per address (a new one past it is refused), and one not admitted
-/// within `join_patience` is closed. An admitted volunteer may send frames as large as
-/// CAF allows: its replies carry graph outputs and checkpoints.
+/// within `join_patience` is closed. An admitted volunteer's replies may be as large as CAF
+/// allows (they carry graph outputs and checkpoints); its other frames stay within
+/// `joining_frame`.
 ///
 /// The gate learns a volunteer's address from the middleman, which now sees the guard's
 /// loopback connection; `peer_of` maps the port of that connection to the address the
@@ -153,8 +154,11 @@ class volunteer_rules {
   static constexpr std::size_t max_outstanding = 1u << 16;
 
   /// `asking`: how many of the connection's requests to the gate (its join) await their answer.
+  /// `max_unasked`: the largest payload of a frame that is not a reply, admitted or not (its
+  /// tokens, a down message: small; only a reply carries outputs or a checkpoint).
   volunteer_rules(std::uint64_t gate, std::shared_ptr<const listeners> l,
-                  std::shared_ptr<std::atomic<int>> asking = std::make_shared<std::atomic<int>>(0));
+                  std::shared_ptr<std::atomic<int>> asking = std::make_shared<std::atomic<int>>(0),
+                  std::uint32_t max_unasked = 1u << 20);
   /// A frame of the coordinator's, towards the volunteer (read before it is passed on).
   void heard(const basp_header& h, bool admitted);
   /// A frame of the volunteer's: pass it, leave it out, or an error (errc::unauthorized) naming
@@ -180,13 +184,14 @@ class volunteer_rules {
   recent recent_senders_, monitored_;
   std::uint64_t stray_replies_ = 0, stray_monitors_ = 0;
   const std::shared_ptr<std::atomic<int>> asking_;
+  const std::uint32_t max_unasked_;
   std::set<std::uint64_t> gate_asks_;  ///< numbers of its requests to the gate not yet answered
 };
 
 class cluster_guard {
  public:
   struct limits {
-    std::uint32_t joining_frame = 1u << 20;  ///< a frame's payload before the volunteer is admitted
+    std::uint32_t joining_frame = 1u << 20;  ///< a frame's payload before the admission; after it, any frame's but a reply's
     /// Connections not yet admitted, at once: past it a new one closes the oldest joiner.
     int max_joining = 64;
     int max_joining_per_address = 8;

@@ -245,6 +245,25 @@ TEST(volunteer_rules, ItsJoinAwaitsTheGatesAnswerUntilItCrossesBack) {
   EXPECT_EQ(asking->load(), 0);
 }
 
+TEST(volunteer_rules, OnlyARepliesMayBeLargerThanAJoinersFrame) {
+  auto asking = std::make_shared<std::atomic<int>>(0);
+  auto l = std::make_shared<volunteer_rules::listeners>();
+  l->live.insert(44);
+  volunteer_rules r(gate, l, asking, 1000);
+  auto parse = rules_run::parse;
+  r.heard(parse(header(2, 9, 8, 15, request(5))), true);
+  auto big_reply = r.judge(parse(header(2, 5000000, 15, 8, reply_to(5))), 1, true);
+  ASSERT_TRUE(big_reply);
+  EXPECT_EQ(*big_reply, basp_frames::verdict::pass);
+  EXPECT_TRUE(r.judge(parse(header(2, 1000, 44, 8)), 2, true));  // a token, at the bound
+  for (const auto& h : {header(2, 1001, 44, 8), header(2, 1001, gate, 8, request(3)), header(5, 5000), header(4, 2000, gate)}) {
+    auto v = r.judge(parse(h), 3, true);
+    ASSERT_FALSE(v);
+    EXPECT_NE(v.err().message.find("frame 3 announces"), std::string::npos) << v.err().message;
+    EXPECT_NE(v.err().message.find("more than the 1000 a message that answers no request may carry"), std::string::npos);
+  }
+}
+
 TEST(volunteer_rules, MonitorsOfActorsNotTheVolunteersAreLeftOut) {
   rules_run r;
   EXPECT_EQ(r.judge(header(4, 0, gate)), "pass");
@@ -483,7 +502,11 @@ TEST(cluster_guard, AnAdmittedVolunteerMaySendLargerFrames) {
   wait_until([&] { return g.caf.count() == 1 && g.caf.got(0).size() == 132; });
   ASSERT_EQ(g.caf.got(0).size(), 132u);
   g.guard->admit(g.caf.peer_port(0));
-  const std::string reply = header(2, 300000) + std::string(300000, 'r');
+  // (a reply: only a reply may be larger than a joiner's frame once admitted too)
+  const std::string asks = header(2, 1, 8, 15, request(7)) + "?";
+  g.caf.send(0, asks);
+  EXPECT_EQ(v.read(asks.size()), asks);
+  const std::string reply = header(2, 300000, 15, 50, reply_to(7)) + std::string(300000, 'r');
   ASSERT_TRUE(v.write(reply));
   wait_until([&] { return g.caf.got(0).size() == 132 + reply.size(); });
   EXPECT_EQ(g.caf.got(0).size(), 132 + reply.size());
@@ -578,12 +601,15 @@ TEST(cluster_guard, ManyMegabytesPassIntactEachWay) {
   wait_until([&] { return g.caf.count() == 1 && g.caf.size(0) == 36; });
   ASSERT_EQ(g.caf.count(), 1u);
   g.guard->admit(g.caf.peer_port(0));
-  // 16 MB of frames from the volunteer (its checkpoint, say), many times the front's backlog
-  std::string up = header(1, 4) + "join";
+  // 16 MB of replies from the volunteer (its checkpoints, say), many times the front's backlog
+  std::string up = header(1, 4) + "join", asks;
+  for (int f = 0; f < 8; ++f) asks += header(2, 1, 8, 15, request(std::uint64_t(f) + 100)) + "?";
+  g.caf.send(0, asks);
+  EXPECT_EQ(v.read(asks.size()), asks);
   for (int f = 0; f < 8; ++f) {
     std::string payload(2u << 20, '\0');
     for (std::size_t i = 0; i < payload.size(); i += 97) payload[i] = char(f * 31 + int(i % 251));
-    const std::string frame = header(2, std::uint32_t(payload.size())) + payload;
+    const std::string frame = header(2, std::uint32_t(payload.size()), 15, 50, reply_to(std::uint64_t(f) + 100)) + payload;
     ASSERT_TRUE(v.write(frame));
     up += frame;
   }
