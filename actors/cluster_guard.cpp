@@ -231,28 +231,25 @@ std::uint64_t cluster_guard::admit(std::uint16_t p) {
   return it->second.number;
 }
 
+std::shared_ptr<volunteer_rules::listeners> cluster_guard::listeners_of(std::uint64_t link, bool admitted_only) const {
+  std::lock_guard<std::mutex> lock(m_);
+  for (const auto& [_, k] : links_)
+    if (k.number == link && (k.admitted || !admitted_only)) return k.listeners;
+  return nullptr;
+}
+
 void cluster_guard::allow(std::uint64_t link, std::uint64_t id) {
-  std::shared_ptr<volunteer_rules::listeners> l;
-  {
-    std::lock_guard<std::mutex> lock(m_);
-    for (auto& [_, k] : links_)
-      if (k.number == link && k.admitted) l = k.listeners;
+  if (auto l = listeners_of(link, true)) {
+    std::lock_guard<std::mutex> lock(l->m);
+    l->live.insert(id);
   }
-  if (!l) return;
-  std::lock_guard<std::mutex> lock(l->m);
-  l->live.insert(id);
 }
 
 void cluster_guard::forget(std::uint64_t link, std::uint64_t id) {
-  std::shared_ptr<volunteer_rules::listeners> l;
-  {
-    std::lock_guard<std::mutex> lock(m_);
-    for (auto& [_, k] : links_)
-      if (k.number == link) l = k.listeners;
+  if (auto l = listeners_of(link, false)) {
+    std::lock_guard<std::mutex> lock(l->m);
+    if (l->live.erase(id)) l->ended.add(id);
   }
-  if (!l) return;
-  std::lock_guard<std::mutex> lock(l->m);
-  if (l->live.erase(id)) l->ended.add(id);
 }
 
 void cluster_guard::left_joining(const std::string& peer) {

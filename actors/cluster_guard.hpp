@@ -246,6 +246,8 @@ class cluster_guard {
   void pump(void* ssl, int client, int caf, std::uint16_t local_port, std::shared_ptr<const volunteer_rules::listeners> l,
             std::shared_ptr<std::atomic<int>> asking_gate);
   bool admitted(std::uint16_t p) const;
+  /// The listeners of the connection numbered `link` (of an admitted one only, if so asked).
+  std::shared_ptr<volunteer_rules::listeners> listeners_of(std::uint64_t link, bool admitted_only) const;
   /// Counts and logs a connection closed: `reason` tls, frame, busy or slow.
   void count_refused(const std::string& peer, const char* reason, const std::string& why);
 
