@@ -61,7 +61,7 @@ constexpr std::size_t chunk = 64u << 10;
 
 const std::uint64_t basp_frames::spawn_server = static_cast<std::uint64_t>(caf::atom("SpawnServ"));
 
-status basp_frames::feed(const char* p, std::size_t n, std::uint32_t max_payload, std::vector<char>& out, const judge& j) {
+status basp_frames::feed(const char* p, std::size_t n, std::vector<char>& out, const judge& j) {
   while (n > 0) {
     if (payload_left_ > 0) {
       const std::size_t take = std::size_t(std::min<std::uint64_t>(payload_left_, n));
@@ -87,9 +87,6 @@ status basp_frames::feed(const char* p, std::size_t n, std::uint32_t max_payload
                                            std::to_string(h.operation) + ")");
     h.payload = std::uint32_t(header_[4]) << 24 | std::uint32_t(header_[5]) << 16 | std::uint32_t(header_[6]) << 8 |
                 std::uint32_t(header_[7]);
-    if (h.payload > max_payload)
-      return make_error(errc::limit, "frame " + std::to_string(frames_) + " announces " + std::to_string(h.payload) +
-                                         " bytes, more than the " + std::to_string(max_payload) + " allowed");
     for (int i = 8; i < 16; ++i) h.data = h.data << 8 | header_[i];
     for (int i = 16; i < 24; ++i) h.from = h.from << 8 | header_[i];
     for (int i = 24; i < 32; ++i) h.to = h.to << 8 | header_[i];
@@ -133,10 +130,12 @@ void volunteer_rules::heard(const basp_header& h, bool admitted) {
 result<basp_frames::verdict> volunteer_rules::judge(const basp_header& h, std::uint64_t frame, bool admitted) {
   using verdict = basp_frames::verdict;
   const std::string which = "frame " + std::to_string(frame);
-  // (CAF makes room for a payload when its header arrives: only a reply may be large)
-  if (h.payload > max_unasked_ && !(h.operation == basp_header::direct_message && h.response()))
+  // (CAF makes room for a payload when its header arrives: only an admitted volunteer's reply
+  // may be large)
+  if (h.payload > max_unasked_ && !(admitted && h.operation == basp_header::direct_message && h.response()))
     return make_error(errc::limit, which + " announces " + std::to_string(h.payload) + " bytes, more than the " +
-                                       std::to_string(max_unasked_) + " a message that answers no request may carry");
+                                       std::to_string(max_unasked_) +
+                                       (admitted ? " a message that answers no request may carry" : " allowed"));
   switch (h.operation) {
     case basp_header::routed_message:
       return make_error(errc::unauthorized, which + " is a routed message (for another node)");
@@ -433,8 +432,7 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
       std::size_t got = 0;
       const int r = SSL_read_ex(ssl, buf.data(), buf.size(), &got);
       if (r == 1) {
-        const std::uint32_t cap = now_admitted() ? UINT32_MAX : limits_.joining_frame;
-        if (auto st = frames.feed(buf.data(), got, cap, to_caf.bytes, judge); !st) {
+        if (auto st = frames.feed(buf.data(), got, to_caf.bytes, judge); !st) {
           count_refused(peer_of(local_port).value_or("?"), "frame", st.err().message);
           return;
         }
@@ -459,7 +457,7 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
     while (!caf_closed && to_client.size() < backlog) {
       const ssize_t r = ::recv(caf, buf.data(), buf.size(), 0);
       if (r > 0) {
-        if (auto st = theirs.feed(buf.data(), std::size_t(r), UINT32_MAX, to_client.bytes, hear); !st) {
+        if (auto st = theirs.feed(buf.data(), std::size_t(r), to_client.bytes, hear); !st) {
           log::line("error", "gate", "the coordinator's middleman sent " + peer_of(local_port).value_or("?") + " " + st.err().message);
           return;
         }

@@ -92,9 +92,9 @@ class basp_frames {
   using judge = std::function<result<verdict>(const basp_header&)>;
   /// Takes the next `n` bytes and appends to `out` those to pass on (a header once it is whole
   /// and judged: at most 31 bytes are held). An error names the frame's fault — a header that
-  /// is not BASP's, a payload over `max_payload` bytes, or the judge's own — and the stream is
+  /// is not BASP's, or the judge's own (a payload too large among them) — and the stream is
   /// then not to be passed on further: the connection is to be closed.
-  status feed(const char* p, std::size_t n, std::uint32_t max_payload, std::vector<char>& out, const judge& j);
+  status feed(const char* p, std::size_t n, std::vector<char>& out, const judge& j);
   /// Frames whose header has been read.
   std::uint64_t frames() const { return frames_; }
 
@@ -154,8 +154,9 @@ class volunteer_rules {
   static constexpr std::size_t max_outstanding = 1u << 16;
 
   /// `asking`: how many of the connection's requests to the gate (its join) await their answer.
-  /// `max_unasked`: the largest payload of a frame that is not a reply, admitted or not (its
-  /// tokens, a down message: small; only a reply carries outputs or a checkpoint).
+  /// `max_unasked`: the largest payload of any frame before the admission, and after it of a
+  /// frame that is not a reply (its tokens, a down message: small; only a reply carries
+  /// outputs or a checkpoint).
   volunteer_rules(std::uint64_t gate, std::shared_ptr<const listeners> l,
                   std::shared_ptr<std::atomic<int>> asking = std::make_shared<std::atomic<int>>(0),
                   std::uint32_t max_unasked = 1u << 20);

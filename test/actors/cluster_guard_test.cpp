@@ -75,9 +75,9 @@ TEST(basp_frames, FramesAreFollowedAcrossAnySplitOfTheirBytes) {
     seen.clear();
     for (std::size_t at = 0; at < stream.size(); at += piece) {
       const std::size_t n = std::min(piece, stream.size() - at);
-      auto st = f.feed(stream.data() + at, n, 40, out, pass_all);
+      auto st = f.feed(stream.data() + at, n, out, pass_all);
       ASSERT_TRUE(st) << piece << ": " << st.err().message;
-      ASSERT_TRUE(d.feed(stream.data() + at, n, 40, kept, drop_messages));
+      ASSERT_TRUE(d.feed(stream.data() + at, n, kept, drop_messages));
     }
     EXPECT_EQ(f.frames(), 3u) << piece;
     EXPECT_EQ(std::string(out.begin(), out.end()), stream) << piece;
@@ -92,32 +92,40 @@ TEST(basp_frames, FramesAreFollowedAcrossAnySplitOfTheirBytes) {
   basp_frames f;
   std::vector<char> out;
   const std::string tricky = header(2, 32) + header(9, 0xffffffffu) + header(0, 1) + "z";
-  EXPECT_TRUE(f.feed(tricky.data(), tricky.size(), 32, out, pass_all));
+  EXPECT_TRUE(f.feed(tricky.data(), tricky.size(), out, pass_all));
   EXPECT_EQ(f.frames(), 2u);
 }
 
-TEST(basp_frames, AHeaderNotBASPsOrTooLargeIsRefusedNamingWhy) {
+TEST(basp_frames, AHeaderNotBASPsIsRefusedNamingWhy) {
   std::vector<char> out;
   basp_frames a;
   const std::string op = header(7, 0);
-  auto st = a.feed(op.data(), op.size(), 1000, out, pass_all);
+  auto st = a.feed(op.data(), op.size(), out, pass_all);
   ASSERT_FALSE(st);
   EXPECT_NE(st.err().message.find("not a BASP message (operation 7)"), std::string::npos) << st.err().message;
+  EXPECT_TRUE(out.empty());
+}
 
+TEST(volunteer_rules, BeforeTheJoinAFrameLargerThanAJoinersIsRefusedWhenItsHeaderIsWhole) {
+  std::vector<char> out;
+  volunteer_rules r(gate, std::make_shared<volunteer_rules::listeners>(), std::make_shared<std::atomic<int>>(0), 1u << 20);
   basp_frames b;
+  const basp_frames::judge before_the_join = [&](const basp_header& h) { return r.judge(h, b.frames(), false); };
   const std::string big = header(1, 0xfffffff0u);
   // refused when its length arrives, not before: the first 7 bytes say nothing yet
-  EXPECT_TRUE(b.feed(big.data(), 7, 1u << 20, out, pass_all));
-  st = b.feed(big.data() + 7, big.size() - 7, 1u << 20, out, pass_all);
+  EXPECT_TRUE(b.feed(big.data(), 7, out, before_the_join));
+  auto st = b.feed(big.data() + 7, big.size() - 7, out, before_the_join);
   ASSERT_FALSE(st);
   EXPECT_EQ(st.err().code, errc::limit);
   EXPECT_NE(st.err().message.find("frame 1 announces 4294967280 bytes, more than the 1048576 allowed"), std::string::npos)
       << st.err().message;
-  EXPECT_TRUE(out.empty());  // (nothing of either header passed on)
+  EXPECT_TRUE(out.empty());  // (nothing of the header passed on)
 
+  volunteer_rules small(gate, std::make_shared<volunteer_rules::listeners>(), std::make_shared<std::atomic<int>>(0), 64);
   basp_frames c;  // exactly the limit passes
   const std::string edge = header(2, 64) + std::string(64, 'e');
-  EXPECT_TRUE(c.feed(edge.data(), edge.size(), 64, out, pass_all));
+  EXPECT_TRUE(c.feed(edge.data(), edge.size(), out, [&](const basp_header& h) { return small.judge(h, c.frames(), false); }));
+  EXPECT_EQ(out.size(), edge.size());
 }
 
 /// Judges frames of the volunteer's (and hears the coordinator's) through `rules`.
@@ -130,7 +138,7 @@ struct rules_run {
     basp_header out;
     basp_frames f;
     std::vector<char> ignored;
-    (void)f.feed(h.data(), h.size(), UINT32_MAX, ignored, [&](const basp_header& x) -> result<basp_frames::verdict> {
+    (void)f.feed(h.data(), h.size(), ignored, [&](const basp_header& x) -> result<basp_frames::verdict> {
       out = x;
       return basp_frames::verdict::pass;
     });
