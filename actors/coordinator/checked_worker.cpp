@@ -1113,18 +1113,21 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
   }, [](caf::error&) {});
   auto V = [self] { return self->state.volunteer(); };
   auto shadowed = [self](const std::string& model) { return self->state.unshadowed.count(model) == 0; };
-  // A weight begins: its model's tolerance, its digest as it passes (a fresh nonce first, for
-  // the check at its end), and whether the verifier's room takes a copy of it.
-  auto begin_weight = [self, shadowed](const tensor_begin_request& r) {
+  // A weight begins: its model's tolerance, whether the verifier's room takes a copy of it,
+  // and — when its bytes pass through here (`passing`) — its digest as they pass (a fresh
+  // nonce first, for the check at its end).
+  auto begin_weight = [self, shadowed](const tensor_begin_request& r, bool passing) {
     auto& tol = self->state.model_tolerance[r.model_id];
     tol = std::max(tol, path_tolerance(r.resident));
-    auto& w = self->state.arriving[{r.model_id, r.name}];
-    w.nonce = new_nonce();
-    w.sha = std::make_shared<sha256_stream>();
-    w.sha->add(w.nonce);
-    std::string published = r.file_dtype;
-    for (auto& c : published) c = char(std::tolower(static_cast<unsigned char>(c)));
-    w.same_bytes = published == r.resident;
+    if (passing) {
+      auto& w = self->state.arriving[{r.model_id, r.name}];
+      w.nonce = new_nonce();
+      w.sha = std::make_shared<sha256_stream>();
+      w.sha->add(w.nonce);
+      std::string published = r.file_dtype;
+      for (auto& c : published) c = char(std::tolower(static_cast<unsigned char>(c)));
+      w.same_bytes = published == r.resident;
+    }
     auto& budget = self->state.sh->cfg.budget;
     if (self->state.partial.count(r.model_id) && shadowed(r.model_id)) {
       // (held in part: its head if it fits, nothing else)
@@ -1193,7 +1196,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       },
       // ---- loading: the verifier takes a copy while it has room
       [=](tbegin_atom a, tensor_begin_request& r) {
-        begin_weight(r);
+        begin_weight(r, true);
         if (self->state.copying(r.model_id, r.name)) {
           self->request(self->state.verifier, caf::infinite, a, r)
               .then([](bool) {}, [self, model = r.model_id](caf::error&) { self->state.unshadow(model); });
@@ -1264,7 +1267,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       },
       [=](tfetch_atom a, tensor_fetch& f) -> caf::result<tensor_fetch_reply> {
         auto& st = self->state;
-        for (const auto& b : f.begins) begin_weight(b);
+        for (const auto& b : f.begins) begin_weight(b, false);  // (its bytes do not pass here)
         // Every weight of the range is on the verifier, or none (a model it stopped holding).
         const bool copy = !st.unshadowed.count(f.model_id) &&
                           std::none_of(f.begins.begin(), f.begins.end(),
@@ -1280,17 +1283,15 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         auto rp = self->make_response_promise<tensor_fetch_reply>();
         const std::string model = f.model_id;
         auto ends = f.ends;
-        auto settle = [self, p, rp, model, ends]() mutable {
+        auto settle = [self, p, rp, model, ends, copy]() mutable {
           if (!p->answered || !p->mine) return;
-          if (!*p->mine) self->state.unshadow(model);
+          if (copy && !*p->mine) self->state.unshadow(model);  // (the verifier failed to read it)
           if (p->failed) {
-            for (const auto& n : ends) self->state.arriving.erase({model, n});
             rp.deliver(std::move(p->failed));
             return;
           }
           // Each weight that ended: the volunteer's copy challenged against the verifier's.
           for (const auto& n : ends) {
-            self->state.arriving.erase({model, n});
             self->state.held[model].insert(n);
             if (*p->mine) self->state.copied[model].insert(n);
             challenge(self, model, n, new_nonce(), std::string(), [self](int outcome) {
