@@ -69,13 +69,13 @@ std::deque<steady::time_point>& recent_failures(gate_pointer self, const std::st
   return q;
 }
 
-/// Refuses a join before its token is looked at (counted as a failed join of `address`).
+/// Refuses a join, counted as a failed join of `address` (`code`: the refusal's error code).
 void refuse_join(gate_pointer self, caf::typed_response_promise<std::string> rp, const std::string& address,
-                 const char* reason, const std::string& why) {
+                 const char* reason, const std::string& why, errc code = errc::invalid) {
   recent_failures(self, address).push_back(steady::now());
   log_line("refused a volunteer from " + address + ": " + why, {{"reason", reason}});
   count_refusal(reason);
-  rp.deliver(to_caf(errc::invalid, "join refused: " + why));
+  rp.deliver(to_caf(code, "join refused: " + why));
 }
 
 /// Decides a join once the client's address is known.
@@ -94,13 +94,10 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
   auto grant = worker ? st.store->check_volunteer_token(token)
                       : result<accounts::volunteer_grant>(make_error(errc::invalid, "no worker actor in the join"));
   if (!grant) {
-    fails.push_back(steady::now());
     const char* reason = grant.err().code == errc::unauthorized ? "bad_token"
                          : grant.err().code == errc::invalid    ? "no_worker"
                                                                 : "error";
-    log_line("refused a volunteer from " + address + ": " + grant.err().message, {{"reason", reason}});
-    count_refusal(reason);
-    rp.deliver(to_caf(grant.err().code, "join refused: " + grant.err().message));
+    refuse_join(self, rp, address, reason, grant.err().message, grant.err().code);
     return;
   }
   if (st.cfg.quarantine && st.cfg.quarantine->has_digest(grant->digest)) {
