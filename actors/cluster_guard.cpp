@@ -238,17 +238,11 @@ std::shared_ptr<volunteer_rules::listeners> cluster_guard::listeners_of(std::uin
 }
 
 void cluster_guard::allow(std::uint64_t link, std::uint64_t id) {
-  if (auto l = listeners_of(link, true)) {
-    std::lock_guard<std::mutex> lock(l->m);
-    l->live.insert(id);
-  }
+  if (auto l = listeners_of(link, true)) l->grant(id);
 }
 
 void cluster_guard::forget(std::uint64_t link, std::uint64_t id) {
-  if (auto l = listeners_of(link, false)) {
-    std::lock_guard<std::mutex> lock(l->m);
-    if (l->live.erase(id)) l->ended.add(id);
-  }
+  if (auto l = listeners_of(link, false)) l->end(id);
 }
 
 void cluster_guard::left_joining(const std::string& peer) {

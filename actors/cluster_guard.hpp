@@ -149,6 +149,15 @@ class volunteer_rules {
       std::lock_guard<std::mutex> lock(m);
       return live.count(id) > 0 || ended.has(id);
     }
+    void grant(std::uint64_t id) {
+      std::lock_guard<std::mutex> lock(m);
+      live.insert(id);
+    }
+    /// A granted listener ended: it stays among the recently ended.
+    void end(std::uint64_t id) {
+      std::lock_guard<std::mutex> lock(m);
+      if (live.erase(id)) ended.add(id);
+    }
   };
   /// Requests awaiting their reply, per connection: past this many, the oldest is forgotten.
   static constexpr std::size_t max_outstanding = 1u << 16;

@@ -214,25 +214,15 @@ TEST(volunteer_rules, AnAdmittedVolunteersMessagesGoToTheGateAndItsListenersAlon
   EXPECT_NE(r.judge(header(2, 30, 3, 8, request(9))).find("is a message for actor 3"), std::string::npos);
   EXPECT_EQ(r.judge(header(2, 30, gate, 8, request(2))), "pass");  // (say, a join with another token)
   // a listener granted by the coordinator hears its tokens, until it is forgotten
-  {
-    std::lock_guard<std::mutex> lock(r.listeners->m);
-    r.listeners->live.insert(44);
-  }
+  r.listeners->grant(44);
   EXPECT_EQ(r.judge(header(2, 30, 44, 8)), "pass");
   EXPECT_NE(r.judge(header(2, 30, 45, 8)).find("is a message for actor 45"), std::string::npos);
   // (its last tokens may cross its end: CAF drops them)
-  {
-    std::lock_guard<std::mutex> lock(r.listeners->m);
-    r.listeners->live.erase(44);
-    r.listeners->ended.add(44);
-  }
+  r.listeners->end(44);
   EXPECT_EQ(r.judge(header(2, 30, 44, 8)), "pass");
   // a listener is nobody's before the admission
   rules_run j;
-  {
-    std::lock_guard<std::mutex> lock(j.listeners->m);
-    j.listeners->live.insert(44);
-  }
+  j.listeners->grant(44);
   EXPECT_NE(j.judge(header(2, 30, 44, 8)).find("not the gate, before the join"), std::string::npos);
   EXPECT_NE(r.judge(header(3, 0, gate)).find("routed message"), std::string::npos);
 }
@@ -256,7 +246,7 @@ TEST(volunteer_rules, ItsJoinAwaitsTheGatesAnswerUntilItCrossesBack) {
 TEST(volunteer_rules, OnlyARepliesMayBeLargerThanAJoinersFrame) {
   auto asking = std::make_shared<std::atomic<int>>(0);
   auto l = std::make_shared<volunteer_rules::listeners>();
-  l->live.insert(44);
+  l->grant(44);
   volunteer_rules r(gate, l, asking, 1000);
   auto parse = rules_run::parse;
   r.heard(parse(header(2, 9, 8, 15, request(5))), true);
@@ -280,10 +270,7 @@ TEST(volunteer_rules, MonitorsOfActorsNotTheVolunteersAreLeftOut) {
   EXPECT_EQ(r.judge(header(4, 0, 15)), "pass");
   EXPECT_EQ(r.judge(header(4, 0, 3)), "drop");
   r.admitted = true;
-  {
-    std::lock_guard<std::mutex> lock(r.listeners->m);
-    r.listeners->live.insert(44);
-  }
+  r.listeners->grant(44);
   EXPECT_EQ(r.judge(header(4, 0, 44)), "pass");
   EXPECT_EQ(r.rules.stray_monitors(), 2u);
   EXPECT_EQ(r.rules.stray_replies(), 0u);
@@ -457,6 +444,16 @@ struct guarded {
   }
 };
 
+/// A volunteer's handshake and join (a request to the gate), as the server receives them.
+const std::string join_frames = header(1, 2) + "hs" + header(2, 4, gate, 50, request(1)) + "join";
+
+/// The server's actor `asker` sends connection `i` request number `n`; the volunteer reads it.
+void ask(guarded& g, client& v, std::size_t i, std::uint64_t asker, std::uint64_t n) {
+  const std::string asks = header(2, 1, 8, asker, request(n)) + "?";
+  g.caf.send(i, asks);
+  EXPECT_EQ(v.read(asks.size()), asks);
+}
+
 TEST(cluster_guard, FramesPassBothWaysAndTheServerLearnsTheClientsAddress) {
   guarded g;
   client v(g.volunteer, g.port, "127.0.0.2");
@@ -511,9 +508,7 @@ TEST(cluster_guard, AnAdmittedVolunteerMaySendLargerFrames) {
   ASSERT_EQ(g.caf.got(0).size(), 132u);
   g.guard->admit(g.caf.peer_port(0));
   // (a reply: only a reply may be larger than a joiner's frame once admitted too)
-  const std::string asks = header(2, 1, 8, 15, request(7)) + "?";
-  g.caf.send(0, asks);
-  EXPECT_EQ(v.read(asks.size()), asks);
+  ask(g, v, 0, 15, 7);
   const std::string reply = header(2, 300000, 15, 50, reply_to(7)) + std::string(300000, 'r');
   ASSERT_TRUE(v.write(reply));
   wait_until([&] { return g.caf.got(0).size() == 132 + reply.size(); });
@@ -531,13 +526,11 @@ TEST(cluster_guard, AJoinerMessagingAnotherActorThanTheGateIsCutOff) {
   guarded g;
   client v(g.volunteer, g.port);
   ASSERT_TRUE(v.up);
-  const std::string join = header(1, 2) + "hs" + header(2, 4, gate, 50, request(1)) + "join";
+  const std::string& join = join_frames;
   ASSERT_TRUE(v.write(join));
   wait_until([&] { return g.caf.count() == 1 && g.caf.size(0) == join.size(); });
   // an actor that asks the joiner something may be answered
-  const std::string asks = header(2, 1, 8, 15, request(3)) + "?";
-  g.caf.send(0, asks);
-  EXPECT_EQ(v.read(asks.size()), asks);
+  ask(g, v, 0, 15, 3);
   const std::string answer = header(2, 1, 15, 50, reply_to(3)) + "!";
   ASSERT_TRUE(v.write(answer));
   wait_until([&] { return g.caf.size(0) == join.size() + answer.size(); });
@@ -552,15 +545,13 @@ TEST(cluster_guard, AnAdmittedVolunteerAnswersWhoAskedItAndTellsItsListenersAlon
   guarded g;
   client w(g.volunteer, g.port);
   ASSERT_TRUE(w.up);
-  const std::string join = header(1, 2) + "hs" + header(2, 4, gate, 50, request(1)) + "join";
+  const std::string& join = join_frames;
   ASSERT_TRUE(w.write(join));
   wait_until([&] { return g.caf.count() == 1 && g.caf.size(0) == join.size(); });
   const std::uint64_t link = g.guard->admit(g.caf.peer_port(0));
   ASSERT_NE(link, 0u);
   // the pool (actor 3) asks; its answer passes, an answer nobody awaited is left out
-  const std::string asks = header(2, 1, 8, 3, request(9)) + "?";
-  g.caf.send(0, asks);
-  EXPECT_EQ(w.read(asks.size()), asks);
+  ask(g, w, 0, 3, 9);
   const std::string stray = header(2, 2, 3, 50, reply_to(8)) + "no", reply = header(2, 2, 3, 50, reply_to(9)) + "ok";
   ASSERT_TRUE(w.write(stray + reply));
   wait_until([&] { return g.caf.size(0) == join.size() + reply.size(); });
