@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -40,14 +41,15 @@ struct pending {
   void taken(std::size_t n) {
     at += n;
     if (at == bytes.size()) {
-      bytes.clear();
+      if (bytes.capacity() > keep) std::vector<char>().swap(bytes);  // (a large reply's room goes)
+      else bytes.clear();
       at = 0;
-    } else if (at >= compact_at) {  // (a side that never quite catches up: what it took goes)
+    } else if (at >= compact_at && 2 * at >= bytes.size()) {  // (a side that never quite catches up: what it took goes)
       bytes.erase(bytes.begin(), bytes.begin() + std::ptrdiff_t(at));
       at = 0;
     }
   }
-  static constexpr std::size_t compact_at = 256u << 10;
+  static constexpr std::size_t compact_at = 256u << 10, keep = 4u << 20;
 };
 
 /// Bytes read from one side while the other has this many still to take: past it, that side
@@ -65,10 +67,12 @@ status basp_frames::feed(const char* p, std::size_t n, std::vector<char>& out, c
   while (n > 0) {
     if (payload_left_ > 0) {
       const std::size_t take = std::size_t(std::min<std::uint64_t>(payload_left_, n));
-      if (!dropping_) out.insert(out.end(), p, p + take);
+      if (holding_) held_.insert(held_.end(), p, p + take);
+      else if (!dropping_) out.insert(out.end(), p, p + take);
       payload_left_ -= take;
       p += take;
       n -= take;
+      if (payload_left_ == 0 && holding_) release(out);
       continue;
     }
     const std::size_t take = std::min(n, header_size - have_);
@@ -93,17 +97,29 @@ status basp_frames::feed(const char* p, std::size_t n, std::vector<char>& out, c
     auto v = j(h);
     if (!v) return std::move(v).err();
     dropping_ = *v == verdict::drop;
-    if (!dropping_) out.insert(out.end(), header_, header_ + header_size);
     payload_left_ = h.payload;
+    if (*v == verdict::hold && h.payload > 0) {
+      holding_ = frames_;
+      held_.assign(header_, header_ + header_size);
+    } else if (!dropping_) {
+      out.insert(out.end(), header_, header_ + header_size);
+    }
   }
   return ok_status();
+}
+
+void basp_frames::release(std::vector<char>& out) {
+  if (out.empty()) out.swap(held_);
+  else out.insert(out.end(), held_.begin(), held_.end());
+  std::vector<char>().swap(held_);
+  holding_ = 0;
 }
 
 // ---------------------------------------------------------------- volunteer_rules
 
 volunteer_rules::volunteer_rules(std::uint64_t gate, std::shared_ptr<const listeners> l, std::shared_ptr<std::atomic<int>> asking,
-                                 std::uint32_t max_unasked)
-    : gate_(gate), listeners_(std::move(l)), asking_(std::move(asking)), max_unasked_(max_unasked) {}
+                                 std::uint32_t max_unasked, std::uint32_t max_reply)
+    : gate_(gate), listeners_(std::move(l)), asking_(std::move(asking)), max_unasked_(max_unasked), max_reply_(max_reply) {}
 
 void volunteer_rules::heard(const basp_header& h, bool admitted) {
   if (h.operation != basp_header::direct_message) return;
@@ -131,11 +147,15 @@ result<basp_frames::verdict> volunteer_rules::judge(const basp_header& h, std::u
   using verdict = basp_frames::verdict;
   const std::string which = "frame " + std::to_string(frame);
   // (CAF makes room for a payload when its header arrives: only an admitted volunteer's reply
-  // may be large)
-  if (h.payload > max_unasked_ && !(admitted && h.operation == basp_header::direct_message && h.response()))
+  // may be large, and it is held until whole)
+  const bool large = h.payload > max_unasked_;
+  if (large && !(admitted && h.operation == basp_header::direct_message && h.response()))
     return make_error(errc::limit, which + " announces " + std::to_string(h.payload) + " bytes, more than the " +
                                        std::to_string(max_unasked_) +
                                        (admitted ? " a message that answers no request may carry" : " allowed"));
+  if (h.payload > max_reply_)
+    return make_error(errc::limit, which + " is a reply of " + std::to_string(h.payload) + " bytes, more than the " +
+                                       std::to_string(max_reply_) + " the coordinator holds for volunteers' replies");
   switch (h.operation) {
     case basp_header::routed_message:
       return make_error(errc::unauthorized, which + " is a routed message (for another node)");
@@ -155,7 +175,7 @@ result<basp_frames::verdict> volunteer_rules::judge(const basp_header& h, std::u
     return make_error(errc::unauthorized, which + " is a message for a named actor (" + std::to_string(h.to) + ")");
   }
   if (h.response()) {
-    if (outstanding_.erase(ask{h.to, h.data & basp_header::request_number})) return verdict::pass;
+    if (outstanding_.erase(ask{h.to, h.data & basp_header::request_number})) return large ? verdict::hold : verdict::pass;
     ++stray_replies_;
     return verdict::drop;
   }
@@ -169,6 +189,12 @@ result<basp_frames::verdict> volunteer_rules::judge(const basp_header& h, std::u
 }
 
 // ---------------------------------------------------------------- cluster_guard
+
+std::uint64_t cluster_guard::default_reply_budget() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const std::uint64_t memory = pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : 0;
+  return std::max<std::uint64_t>(memory / 4, 256u << 20);
+}
 
 cluster_guard::cluster_guard(limits l) : limits_(l) {}
 
@@ -385,8 +411,55 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
                          std::shared_ptr<const volunteer_rules::listeners> l, std::shared_ptr<std::atomic<int>> asking_gate) {
   SSL* ssl = as_ssl(ssl_p);
   basp_frames frames, theirs;  // (the volunteer's frames; the coordinator's)
-  volunteer_rules rules(gate_id_, std::move(l), std::move(asking_gate), limits_.joining_frame);
+  const auto max_reply = std::uint32_t(std::min<std::uint64_t>(limits_.reply_budget, 0xFFFFFFFFu));
+  volunteer_rules rules(gate_id_, std::move(l), std::move(asking_gate), limits_.joining_frame, max_reply);
   pending to_caf, to_client;
+  // A reply held until whole (basp_frames::holding): its bytes, and a whole one's still on its
+  // way to CAF, count against the budget all links share; the earliest-begun held reply always
+  // reads on. Its rate is judged over the time it was free to read.
+  struct holding {
+    cluster_guard& g;
+    std::uint64_t frame = 0, order = 0, counted = 0;
+    steady::time_point since{}, waiting_since{};
+    steady::duration waited{};
+    void count(std::uint64_t bytes) {
+      if (bytes >= counted) g.held_ += bytes - counted;
+      else g.held_ -= counted - bytes;
+      counted = bytes;
+    }
+    void begin(std::uint64_t f) {
+      end();
+      std::lock_guard<std::mutex> lock(g.m_);
+      frame = f;
+      order = ++g.next_hold_;
+      g.holders_.insert(order);
+      since = steady::now();
+      waiting_since = {};
+      waited = {};
+    }
+    void end() {
+      if (frame == 0) return;
+      std::lock_guard<std::mutex> lock(g.m_);
+      g.holders_.erase(order);
+      frame = 0;
+    }
+    bool earliest() const {
+      std::lock_guard<std::mutex> lock(g.m_);
+      return !g.holders_.empty() && *g.holders_.begin() == order;
+    }
+    ~holding() {
+      count(0);
+      end();
+    }
+  } hold{*this};
+  auto recount = [&] {
+    if (frames.holding() != hold.frame) {
+      if (frames.holding()) hold.begin(frames.holding());
+      else hold.end();
+    }
+    hold.count(frames.held() + (to_caf.size() > backlog ? to_caf.size() : 0));
+  };
+
   std::vector<char> buf(chunk);
   const auto deadline = steady::now() + limits_.join_patience;
   bool admitted_now = false;
@@ -421,8 +494,15 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
                     "not admitted within " + (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms"));
       return;
     }
-    // the volunteer's frames, judged, towards CAF
-    while (!client_closed && to_caf.size() < backlog) {
+    // the volunteer's frames, judged, towards CAF (a held reply's while the budget has room)
+    bool waiting = false;
+    auto may_read = [&] {
+      if (client_closed) return false;
+      if (hold.frame == 0) return to_caf.size() < backlog;
+      waiting = held_.load() >= limits_.reply_budget && !hold.earliest();
+      return !waiting;
+    };
+    while (may_read()) {
       std::size_t got = 0;
       const int r = SSL_read_ex(ssl, buf.data(), buf.size(), &got);
       if (r == 1) {
@@ -430,6 +510,7 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
           count_refused(peer_of(local_port).value_or("?"), "frame", st.err().message);
           return;
         }
+        recount();
         count_left_out();
         moved = true;
         continue;
@@ -440,6 +521,25 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
       else client_closed = true;  // (closed, or broken: what came before still goes on)
       break;
     }
+    if (hold.frame != 0) {
+      const auto now = steady::now();
+      if (waiting && hold.waiting_since == steady::time_point{}) hold.waiting_since = now;
+      if (!waiting && hold.waiting_since != steady::time_point{}) {
+        hold.waited += now - hold.waiting_since;
+        hold.waiting_since = {};
+      }
+      const auto reading = now - hold.since - hold.waited -
+                           (hold.waiting_since == steady::time_point{} ? steady::duration{} : now - hold.waiting_since);
+      const double past_grace = std::chrono::duration<double>(reading - limits_.reply_grace).count();
+      if (past_grace > 0 && double(frames.held()) < double(limits_.reply_min_rate) * past_grace) {
+        const double secs = std::chrono::duration<double>(reading).count();
+        count_refused(peer_of(local_port).value_or("?"), "slow",
+                      "frame " + std::to_string(hold.frame) + ", a reply, came at less than " +
+                          std::to_string(limits_.reply_min_rate) + " bytes a second: " + std::to_string(frames.held()) +
+                          " bytes in " + std::to_string(std::lround(secs)) + " s");
+        return;
+      }
+    }
     while (to_caf.size() > 0) {
       const ssize_t w = ::send(caf, to_caf.bytes.data() + to_caf.at, to_caf.size(), MSG_NOSIGNAL);
       if (w > 0) to_caf.taken(std::size_t(w)), moved = true;
@@ -447,6 +547,7 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
       else if (w < 0 && errno == EINTR) continue;
       else return;
     }
+    recount();
     // CAF's bytes towards the volunteer
     while (!caf_closed && to_client.size() < backlog) {
       const ssize_t r = ::recv(caf, buf.data(), buf.size(), 0);
@@ -485,13 +586,14 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
     }
     if (moved) continue;
     pollfd fds[2] = {{client, 0, 0}, {caf, 0, 0}};
-    if (!client_closed && client_wants_read && to_caf.size() < backlog) fds[0].events |= POLLIN;
+    if (client_wants_read && may_read()) fds[0].events |= POLLIN;
     if (client_wants_write) fds[0].events |= POLLOUT;
     if (to_client.size() > 0 && !client_wants_read && !client_wants_write) fds[0].events |= POLLOUT;
     if (!caf_closed && to_client.size() < backlog) fds[1].events |= POLLIN;
     if (to_caf.size() > 0) fds[1].events |= POLLOUT;
-    // (a second at most: the join patience is looked at again)
-    if (::poll(fds, 2, 1000) < 0 && errno != EINTR) return;
+    // (a second at most: the join patience is looked at again; a held reply waiting for the
+    // budget looks again sooner)
+    if (::poll(fds, 2, waiting ? 20 : 1000) < 0 && errno != EINTR) return;
     if ((fds[0].revents & (POLLERR | POLLNVAL)) || (fds[1].revents & (POLLERR | POLLNVAL))) return;
   }
 }

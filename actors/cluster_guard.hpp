@@ -25,9 +25,15 @@
 /// on it, which the coordinator's stand-in for the volunteer grants (`allow`) as it starts each.
 /// Connections not yet admitted are bounded in number in all (a new one past the bound closes
 /// the oldest joiner) and per address (a new one past it is refused), and one not admitted
-/// within `join_patience` is closed. An admitted volunteer's replies may be as large as CAF
-/// allows (they carry graph outputs and checkpoints); its other frames stay within
-/// `joining_frame`.
+/// within `join_patience` is closed. An admitted volunteer's replies may be large (they carry
+/// graph outputs and checkpoints; its other frames stay within `joining_frame`), so a reply
+/// larger than `joining_frame` is held here until its last byte has come and only then passed
+/// on whole: CAF's room for it is claimed by bytes the volunteer has sent, not by the number it
+/// announced. Held replies share `reply_budget` (all links together; a reply larger is refused):
+/// past it a link waits, but the earliest-begun held reply always goes on, so every held reply
+/// completes and the front holds at most the budget and one reply. A held reply must come at
+/// `reply_min_rate` on average (after `reply_grace`, time spent waiting for the budget not
+/// counted) or the link is closed.
 ///
 /// The gate learns a volunteer's address from the middleman, which now sees the guard's
 /// loopback connection; `peer_of` maps the port of that connection to the address the
@@ -87,8 +93,9 @@ class basp_frames {
   static constexpr std::size_t header_size = basp_header::size;
   /// CAF's spawn server's name: a middleman asks it of every peer it meets.
   static const std::uint64_t spawn_server;
-  /// What becomes of a frame whose header is read: passed on, or left out (header and payload).
-  enum class verdict { pass, drop };
+  /// What becomes of a frame whose header is read: passed on, left out (header and payload), or
+  /// held back and passed on once its last byte has come.
+  enum class verdict { pass, drop, hold };
   using judge = std::function<result<verdict>(const basp_header&)>;
   /// Takes the next `n` bytes and appends to `out` those to pass on (a header once it is whole
   /// and judged: at most 31 bytes are held). An error names the frame's fault — a header that
@@ -97,13 +104,22 @@ class basp_frames {
   status feed(const char* p, std::size_t n, std::vector<char>& out, const judge& j);
   /// Frames whose header has been read.
   std::uint64_t frames() const { return frames_; }
+  /// The number of the frame held back now (0: none), and its bytes come so far (header
+  /// included).
+  std::uint64_t holding() const { return holding_; }
+  std::size_t held() const { return held_.size(); }
 
  private:
+  /// Passes on the held frame, now whole, and frees its room.
+  void release(std::vector<char>& out);
+
   unsigned char header_[header_size] = {};
   std::size_t have_ = 0;            ///< bytes of the current header read
   std::uint64_t payload_left_ = 0;  ///< bytes of the current payload still to come
   bool dropping_ = false;           ///< the current payload is left out
   std::uint64_t frames_ = 0;
+  std::uint64_t holding_ = 0;
+  std::vector<char> held_;
 };
 
 /// Whom a volunteer's connection may send messages to, judged frame by frame from the BASP
@@ -165,10 +181,11 @@ class volunteer_rules {
   /// `asking`: how many of the connection's requests to the gate (its join) await their answer.
   /// `max_unasked`: the largest payload of any frame before the admission, and after it of a
   /// frame that is not a reply (its tokens, a down message: small; only a reply carries
-  /// outputs or a checkpoint).
+  /// outputs or a checkpoint); a reply larger is held until whole (`verdict::hold`).
+  /// `max_reply`: the largest payload of a reply.
   volunteer_rules(std::uint64_t gate, std::shared_ptr<const listeners> l,
                   std::shared_ptr<std::atomic<int>> asking = std::make_shared<std::atomic<int>>(0),
-                  std::uint32_t max_unasked = 1u << 20);
+                  std::uint32_t max_unasked = 1u << 20, std::uint32_t max_reply = 0xFFFFFFFFu);
   /// A frame of the coordinator's, towards the volunteer (read before it is passed on).
   void heard(const basp_header& h, bool admitted);
   /// A frame of the volunteer's: pass it, leave it out, or an error (errc::unauthorized) naming
@@ -194,7 +211,7 @@ class volunteer_rules {
   recent recent_senders_, monitored_;
   std::uint64_t stray_replies_ = 0, stray_monitors_ = 0;
   const std::shared_ptr<std::atomic<int>> asking_;
-  const std::uint32_t max_unasked_;
+  const std::uint32_t max_unasked_, max_reply_;
   std::set<std::uint64_t> gate_asks_;  ///< numbers of its requests to the gate not yet answered
 };
 
@@ -207,7 +224,15 @@ class cluster_guard {
     int max_joining_per_address = 8;
     std::chrono::milliseconds join_patience{60000};
     std::chrono::milliseconds handshake_patience{10000};  ///< TLS handshake, and the connection to CAF
+    /// Bytes of volunteers' replies held until whole, all links together (default: a quarter of
+    /// the machine's memory); also the largest reply.
+    std::uint64_t reply_budget = default_reply_budget();
+    /// A held reply's least average rate, bytes a second, once `reply_grace` has passed.
+    std::uint64_t reply_min_rate = 256u << 10;
+    std::chrono::milliseconds reply_grace{30000};
   };
+  /// A quarter of the machine's memory, at least 256 MiB.
+  static std::uint64_t default_reply_budget();
 
   explicit cluster_guard(limits l);
   cluster_guard() : cluster_guard(limits{}) {}
@@ -239,6 +264,8 @@ class cluster_guard {
   std::uint64_t refused() const { return refused_.load(); }
   /// Connections open now (for tests and status).
   int open_connections() const;
+  /// Bytes of replies held now, all links together (for tests and status).
+  std::uint64_t held_bytes() const { return held_.load(); }
 
  private:
   struct link {
@@ -282,6 +309,9 @@ class cluster_guard {
   std::map<std::uint16_t, link> links_;      ///< by the local port of the connection to CAF
   std::uint64_t next_link_ = 0;
   std::atomic<std::uint64_t> refused_{0};
+  std::atomic<std::uint64_t> held_{0};  ///< bytes of held replies (and of whole ones still on their way to CAF)
+  std::set<std::uint64_t> holders_;     ///< the held replies, by when each began (with m_ held)
+  std::uint64_t next_hold_ = 0;
 };
 
 }  // namespace mpakt

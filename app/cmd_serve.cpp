@@ -97,6 +97,11 @@ const char* serve_usage =
     "  --verify-memory SIZE room in this process for the verifiers' copies of volunteers' weights,\n"
     "                      all volunteers together (default 2G); passes on weights beyond it go\n"
     "                      unchecked\n"
+    "  --cluster-reply-budget SIZE\n"
+    "                      room for volunteers' large answers (graph outputs, checkpoints),\n"
+    "                      which the cluster port holds until each is whole, all volunteers\n"
+    "                      together (default: a quarter of this machine's memory); an answer\n"
+    "                      larger closes its volunteer's link\n"
     "  --data-port N|off   where volunteers' weights travel, beside the cluster port (TLS with\n"
     "                      its certificate; each volunteer is offered a one-time ticket over the\n"
     "                      cluster link). Default: the cluster port + 1 (any free port when that\n"
@@ -148,6 +153,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   http::server_config scfg;
   http::abuse_config abuse;
   gate_config gcfg;
+  cluster_guard::limits guard_limits;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> const std::string* { return i + 1 < args.size() ? &args[++i] : nullptr; };
@@ -235,6 +241,10 @@ int cmd_serve(const std::vector<std::string>& args) {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s) return bad("--verify-memory takes a size such as 2G");
       gcfg.checks.memory = *s;
+    } else if (a == "--cluster-reply-budget") {
+      auto s = (v = value()) ? parse_size(*v) : std::nullopt;
+      if (!s || *s < (1u << 20)) return bad("--cluster-reply-budget takes a size of at least 1M, such as 4G");
+      guard_limits.reply_budget = *s;
     } else if (a == "--durable-budget") {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s) return bad("--durable-budget takes a size such as 1G");
@@ -317,7 +327,7 @@ int cmd_serve(const std::vector<std::string>& args) {
   // (CAF's middleman serves the gate on loopback only; volunteers reach it through the
   // cluster port's front, which speaks TLS with these files: actors/cluster_guard.hpp)
   tls::link_files link_files;
-  auto guard = std::make_shared<cluster_guard>();
+  auto guard = std::make_shared<cluster_guard>(guard_limits);
   std::shared_ptr<datalink::data_server> data_server;
   std::string data_line;
   if (cluster_port >= 0) {

@@ -96,6 +96,34 @@ TEST(basp_frames, FramesAreFollowedAcrossAnySplitOfTheirBytes) {
   EXPECT_EQ(f.frames(), 2u);
 }
 
+TEST(basp_frames, AHeldFrameIsPassedOnOnlyWholeAcrossAnySplit) {
+  const std::string before = header(1, 5) + "hello", held = header(2, 300, 9, 3, 77) + std::string(300, 'r'),
+                    after = header(6, 0) + header(2, 2, 9, 3) + "ok";
+  const std::string stream = before + held + after;
+  const basp_frames::judge hold_large = [](const basp_header& h) -> result<basp_frames::verdict> {
+    return h.payload > 100 ? basp_frames::verdict::hold : basp_frames::verdict::pass;
+  };
+  for (std::size_t piece : {std::size_t(1), std::size_t(7), std::size_t(33), std::size_t(100), stream.size()}) {
+    basp_frames f;
+    std::vector<char> out;
+    for (std::size_t at = 0; at < stream.size(); at += piece) {
+      const std::size_t n = std::min(piece, stream.size() - at);
+      ASSERT_TRUE(f.feed(stream.data() + at, n, out, hold_large));
+      const std::size_t through = at + n;  // (bytes fed so far)
+      if (through >= before.size() + basp_header::size && through < before.size() + held.size()) {
+        // nothing of the held frame yet, however much of it came
+        EXPECT_EQ(std::string(out.begin(), out.end()), before) << piece << " at " << through;
+        EXPECT_EQ(f.holding(), 2u);
+        EXPECT_EQ(f.held(), through - before.size());
+      }
+    }
+    EXPECT_EQ(std::string(out.begin(), out.end()), stream) << piece;
+    EXPECT_EQ(f.holding(), 0u);
+    EXPECT_EQ(f.held(), 0u);
+    EXPECT_EQ(f.frames(), 4u);
+  }
+}
+
 TEST(basp_frames, AHeaderNotBASPsIsRefusedNamingWhy) {
   std::vector<char> out;
   basp_frames a;
@@ -149,7 +177,7 @@ struct rules_run {
   std::string judge(const std::string& h) {
     auto v = rules.judge(parse(h), ++frame, admitted);
     if (!v) return v.err().message;
-    return *v == basp_frames::verdict::pass ? "pass" : "drop";
+    return *v == basp_frames::verdict::pass ? "pass" : *v == basp_frames::verdict::hold ? "hold" : "drop";
   }
 };
 
@@ -252,7 +280,11 @@ TEST(volunteer_rules, OnlyARepliesMayBeLargerThanAJoinersFrame) {
   r.heard(parse(header(2, 9, 8, 15, request(5))), true);
   auto big_reply = r.judge(parse(header(2, 5000000, 15, 8, reply_to(5))), 1, true);
   ASSERT_TRUE(big_reply);
-  EXPECT_EQ(*big_reply, basp_frames::verdict::pass);
+  EXPECT_EQ(*big_reply, basp_frames::verdict::hold);  // (held until whole)
+  r.heard(parse(header(2, 9, 8, 15, request(6))), true);
+  auto small_reply = r.judge(parse(header(2, 1000, 15, 8, reply_to(6))), 1, true);
+  ASSERT_TRUE(small_reply);
+  EXPECT_EQ(*small_reply, basp_frames::verdict::pass);
   EXPECT_TRUE(r.judge(parse(header(2, 1000, 44, 8)), 2, true));  // a token, at the bound
   for (const auto& h : {header(2, 1001, 44, 8), header(2, 1001, gate, 8, request(3)), header(5, 5000), header(4, 2000, gate)}) {
     auto v = r.judge(parse(h), 3, true);
@@ -260,6 +292,23 @@ TEST(volunteer_rules, OnlyARepliesMayBeLargerThanAJoinersFrame) {
     EXPECT_NE(v.err().message.find("frame 3 announces"), std::string::npos) << v.err().message;
     EXPECT_NE(v.err().message.find("more than the 1000 a message that answers no request may carry"), std::string::npos);
   }
+}
+
+TEST(volunteer_rules, ARepliesSizeIsBoundedByTheBudgetForReplies) {
+  auto l = std::make_shared<volunteer_rules::listeners>();
+  volunteer_rules r(gate, l, std::make_shared<std::atomic<int>>(0), 1000, 5000);
+  auto parse = rules_run::parse;
+  r.heard(parse(header(2, 9, 8, 15, request(5))), true);
+  auto at_bound = r.judge(parse(header(2, 5000, 15, 8, reply_to(5))), 1, true);
+  ASSERT_TRUE(at_bound);
+  EXPECT_EQ(*at_bound, basp_frames::verdict::hold);
+  r.heard(parse(header(2, 9, 8, 15, request(6))), true);
+  auto v = r.judge(parse(header(2, 5001, 15, 8, reply_to(6))), 2, true);
+  ASSERT_FALSE(v);
+  EXPECT_EQ(v.err().code, errc::limit);
+  EXPECT_NE(v.err().message.find("frame 2 is a reply of 5001 bytes, more than the 5000 the coordinator holds for volunteers' replies"),
+            std::string::npos)
+      << v.err().message;
 }
 
 TEST(volunteer_rules, MonitorsOfActorsNotTheVolunteersAreLeftOut) {
@@ -625,6 +674,99 @@ TEST(cluster_guard, ManyMegabytesPassIntactEachWay) {
   EXPECT_EQ(v.read(down.size()), down);
   sender.join();
   EXPECT_EQ(g.guard->refused(), 0u);
+}
+
+/// Connection `i`: a volunteer that joined and was admitted.
+void admitted(guarded& g, client& v, std::size_t i) {
+  ASSERT_TRUE(v.up);
+  ASSERT_TRUE(v.write(join_frames));
+  wait_until([&] { return g.caf.count() == i + 1 && g.caf.size(i) == join_frames.size(); });
+  ASSERT_EQ(g.caf.size(i), join_frames.size());
+  ASSERT_NE(g.guard->admit(g.caf.peer_port(i)), 0u);
+}
+
+TEST(cluster_guard, ALargeReplyReachesTheServerOnlyWhole) {
+  // (CAF would make room for all it announces at its header: the room is claimed by bytes sent)
+  cluster_guard::limits l;
+  l.joining_frame = 1000;
+  guarded g(l);
+  client v(g.volunteer, g.port);
+  admitted(g, v, 0);
+  ask(g, v, 0, 15, 7);
+  const std::string reply = header(2, 3000000, 15, 50, reply_to(7)) + std::string(3000000, 'r');
+  ASSERT_TRUE(v.write(reply.substr(0, 2000000)));
+  wait_until([&] { return g.guard->held_bytes() == 2000000; });
+  EXPECT_EQ(g.guard->held_bytes(), 2000000u);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(g.caf.size(0), join_frames.size());  // not even its header
+  ASSERT_TRUE(v.write(reply.substr(2000000)));
+  wait_until([&] { return g.caf.size(0) == join_frames.size() + reply.size(); });
+  EXPECT_TRUE(g.caf.got(0) == join_frames + reply);
+  wait_until([&] { return g.guard->held_bytes() == 0; });
+  EXPECT_EQ(g.guard->held_bytes(), 0u);
+  // a small reply still passes as it comes
+  ask(g, v, 0, 15, 8);
+  const std::string small = header(2, 900, 15, 50, reply_to(8));
+  ASSERT_TRUE(v.write(small));
+  wait_until([&] { return g.caf.size(0) == join_frames.size() + reply.size() + small.size(); });
+  EXPECT_EQ(g.caf.size(0), join_frames.size() + reply.size() + small.size());
+  EXPECT_EQ(g.guard->refused(), 0u);
+}
+
+TEST(cluster_guard, HeldRepliesShareABudgetAndTheEarliestAlwaysGoesOn) {
+  cluster_guard::limits l;
+  l.joining_frame = 1000;
+  l.reply_budget = 1u << 20;
+  guarded g(l);
+  client a(g.volunteer, g.port), b(g.volunteer, g.port);
+  admitted(g, a, 0);
+  admitted(g, b, 1);
+  ask(g, a, 0, 15, 7);
+  ask(g, b, 1, 16, 7);
+  const std::string ra = header(2, 900000, 15, 50, reply_to(7)) + std::string(900000, 'a');
+  const std::string rb = header(2, 900000, 16, 51, reply_to(7)) + std::string(900000, 'b');
+  // a's reply began first: 700 kB of it held; b's fills the budget's rest and waits
+  ASSERT_TRUE(a.write(ra.substr(0, 700000)));
+  wait_until([&] { return g.guard->held_bytes() == 700000; });
+  ASSERT_TRUE(b.write(rb));  // (all of it: the sockets' buffers hold what the front does not read)
+  wait_until([&] { return g.guard->held_bytes() >= l.reply_budget; });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_GE(g.guard->held_bytes(), l.reply_budget);
+  EXPECT_LT(g.guard->held_bytes(), 700000u + rb.size());  // b waits
+  EXPECT_EQ(g.caf.size(1), join_frames.size());
+  // the earliest goes on past the budget; once it is through, b's follows
+  ASSERT_TRUE(a.write(ra.substr(700000)));
+  wait_until([&] { return g.caf.size(0) == join_frames.size() + ra.size() && g.caf.size(1) == join_frames.size() + rb.size(); });
+  EXPECT_TRUE(g.caf.got(0) == join_frames + ra);
+  EXPECT_TRUE(g.caf.got(1) == join_frames + rb);
+  wait_until([&] { return g.guard->held_bytes() == 0; });
+  EXPECT_EQ(g.guard->held_bytes(), 0u);
+  // a reply larger than the whole budget is refused at its header
+  ask(g, a, 0, 15, 8);
+  ASSERT_TRUE(a.write(header(2, (1u << 20) + 1, 15, 50, reply_to(8))));
+  EXPECT_TRUE(a.ended());
+  EXPECT_EQ(g.caf.size(0), join_frames.size() + ra.size());
+  EXPECT_EQ(g.guard->refused(), 1u);
+}
+
+TEST(cluster_guard, AHeldReplyThatStallsClosesItsLink) {
+  cluster_guard::limits l;
+  l.joining_frame = 1000;
+  l.reply_grace = 200ms;
+  l.reply_min_rate = 1u << 20;
+  guarded g(l);
+  client v(g.volunteer, g.port);
+  admitted(g, v, 0);
+  ask(g, v, 0, 15, 7);
+  ASSERT_TRUE(v.write(header(2, 4000000, 15, 50, reply_to(7)) + std::string(5000, 's')));
+  const auto began = std::chrono::steady_clock::now();
+  EXPECT_TRUE(v.ended());
+  EXPECT_LT(std::chrono::steady_clock::now() - began, 5s);
+  wait_until([&] { return g.caf.is_closed(0); });
+  EXPECT_EQ(g.caf.got(0), join_frames);  // nothing of the reply
+  EXPECT_EQ(g.guard->refused(), 1u);
+  wait_until([&] { return g.guard->held_bytes() == 0; });
+  EXPECT_EQ(g.guard->held_bytes(), 0u);
 }
 
 TEST(cluster_guard, WhatAVolunteerSentJustBeforeLeavingStillReachesTheServer) {

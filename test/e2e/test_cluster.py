@@ -977,6 +977,50 @@ def test_an_admitted_volunteer_messaging_the_coordinators_actors_by_number_is_cu
         server.process.terminate()
 
 
+def test_a_volunteers_large_answer_crosses_the_cluster_port_whole_and_one_past_the_budget_closes_its_link(
+        start_server, tmp_path_factory):
+    """CAF makes room for the payload a BASP header announces (up to 4 GiB) as soon as the header
+    arrives, so the cluster port's front holds a volunteer's answer larger than a joiner's frame
+    until its last byte has come (actors/cluster_guard.hpp), within --cluster-reply-budget for all
+    volunteers together. A graph whose outputs are 2 MB of JSON comes back whole through a real
+    volunteer; one whose outputs would be 12 MB, past an 8 MB budget, closes that volunteer's link
+    at the answer's header (the log names the frame and both sizes) and the call fails cleanly;
+    the server stays up and an honest volunteer then decodes the golden tokens."""
+    cport = cluster_port()
+    server = start_server("--dev", "--workers", "0", "--cluster-port", str(cport), "--metrics-open",
+                          "--cluster-reply-budget", "8M")
+    c = Cluster(server, cport, tmp_path_factory.mktemp("replies"))
+    c.key = server.account("replies")[1]
+
+    def zeros(n):
+        return {"graph": {"inputs": [], "steps": [{"op": "zeros", "in": [], "out": "y", "params": {"shape": [n]}}],
+                          "outputs": ["y"]}}
+    try:
+        big = c.join("w_big")
+        r = server.api.post("/api/v3/graph", zeros(1_000_000), key=c.key, timeout=60)
+        assert r.status == 200, r
+        y = r.json["outputs"]["y"]
+        assert y["shape"] == [1_000_000] and len(y["data"]) == 1_000_000 and not any(y["data"]), y["shape"]
+        assert len(r.text) > 2_000_000
+        r = server.api.post("/api/v3/graph", zeros(6_000_000), key=c.key, timeout=60)
+        assert r.status == 503, r
+        assert "left the grid" in r.json["error"], r.text
+        assert re.search(r"closed a cluster connection from 127\.0\.0\.1: frame \d+ is a reply of \d+ bytes, more than "
+                         r"the 8388608 the coordinator holds for volunteers' replies", server.process.output())
+        c.wait_for(lambda s: "w_big" not in [w["workerId"] for w in s["pool"]], "w_big to leave the pool")
+        big.proc.wait(timeout=15)
+        c.workers.pop("w_big")
+        c.join("w_honest")
+        m = expect(server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
+        decode_golden(server.api, c.key, m["modelId"])
+        text = server.api.get("/metrics").text
+        assert 'mpakt_cluster_connections_closed_total{reason="frame"} 1' in text, text
+        server.assert_up()
+    finally:
+        c.stop_all()
+        server.process.terminate()
+
+
 def test_refused_volunteers_are_sent_no_weight_bytes_by_the_transfer_counters(start_server, tmp_path_factory):
     """Clients refused at the cluster port (wrong tokens, bytes that are not TLS) while
     a legitimate volunteer holds and loads models: the coordinator's counters (GET /metrics)
