@@ -27,6 +27,7 @@
 #include "app/sizes.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
+#include "runtime/log.hpp"
 
 namespace mpakt::app {
 
@@ -87,6 +88,10 @@ const char* worker_usage =
     "                      a testing aid: send the pool's add, with its own worker, to every\n"
     "                      actor of the coordinator that asks it something (the coordinator's\n"
     "                      cluster port cuts it)\n"
+    "  --fault unanswered-calls\n"
+    "                      a testing aid: take every graph call and never answer it, while\n"
+    "                      answering the pool's probes (the coordinator removes it once a call\n"
+    "                      is 15 s past its limit)\n"
     "  --fault no-data-link\n"
     "                      a testing aid: never reach the coordinator's data port (as behind a\n"
     "                      firewall that blocks it): weights then come over the cluster link\n"
@@ -111,6 +116,7 @@ constexpr int exit_untrusted = 5;  ///< the coordinator's certificate is not the
 }  // namespace
 
 int cmd_worker(const std::vector<std::string>& args) {
+  log::set_program("mpakt worker");
   std::string join, id, token, pinned, ca_file;
   if (const char* t = std::getenv("MPAKT_VOLUNTEER_TOKEN")) token = t;
   worker_config wc;
@@ -162,20 +168,21 @@ int cmd_worker(const std::vector<std::string>& args) {
       }
       if (v && (*v == "corrupt-weights" || *v == "corrupt-weights-later" || *v == "corrupt-caches" ||
                             *v == "corrupt-generation-caches" || *v == "corrupt-generation-tokens" ||
-                            *v == "malformed-answers" || *v == "forge-messages")) {
+                            *v == "malformed-answers" || *v == "forge-messages" || *v == "unanswered-calls")) {
         (*v == "corrupt-weights"             ? wc.corrupt_weights
          : *v == "corrupt-weights-later"     ? wc.corrupt_weights_later
          : *v == "corrupt-caches"            ? wc.corrupt_caches
          : *v == "corrupt-generation-caches" ? wc.corrupt_generation_caches
          : *v == "corrupt-generation-tokens" ? wc.corrupt_generation_tokens
          : *v == "forge-messages"            ? wc.forge_messages
+         : *v == "unanswered-calls"          ? wc.unanswered_calls
                                              : wc.malformed_answers) = true;
         continue;
       }
       if (!v || v->rfind(prefix, 0) != 0)
         return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights, corrupt-weights-later, "
-                   "corrupt-caches, corrupt-generation-caches, corrupt-generation-tokens, malformed-answers, forge-messages or "
-                   "no-data-link");
+                   "corrupt-caches, corrupt-generation-caches, corrupt-generation-tokens, malformed-answers, forge-messages, "
+                   "unanswered-calls or no-data-link");
       char* end = nullptr;
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");
@@ -351,7 +358,7 @@ int cmd_worker(const std::vector<std::string>& args) {
     sigwait(&stop_signals, &sig);
     if (disconnected)
       std::fprintf(stderr, "mpakt worker: the coordinator disconnected this volunteer (its token was revoked, replaced or "
-                           "expired); stopping\n");
+                           "expired, or it was quarantined or removed: the coordinator's log says why); stopping\n");
     std::printf("mpakt worker: %s\n", coordinator_gone ? "the coordinator went away; stopping" : "stopping");
     std::fflush(stdout);
     exit_code = disconnected ? exit_refused : coordinator_gone ? exit_coordinator_gone : 0;

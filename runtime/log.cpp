@@ -13,6 +13,7 @@ namespace mpakt::log {
 namespace {
 
 std::atomic<format> g_format{format::text};
+std::string g_program = "mpakt serve: ";  ///< (set once at start, before threads log)
 std::mutex g_write;
 
 /// `s` as a JSON string body (no quotes): escapes, and bytes that are not UTF-8 as U+FFFD.
@@ -56,6 +57,7 @@ std::string utc_now() {
 }  // namespace
 
 void set_format(format f) { g_format.store(f); }
+void set_program(std::string_view name) { g_program = std::string(name) + ": "; }
 format current_format() { return g_format.load(); }
 
 std::string json_line(std::string_view level, std::string_view component, std::string_view message,
@@ -82,7 +84,7 @@ void line(std::string_view level, std::string_view component, std::string_view m
   if (g_format.load() == format::json) {
     out = json_line(level, component, message, fields);
   } else {
-    out = "mpakt serve: ";
+    out = g_program;
     out.append(message);
     for (const auto& [name, value] : fields) {
       out.append(" ").append(name).append("=");

@@ -2,7 +2,7 @@
 /// The server's log: one line per event on stderr, as text or as one JSON object per line
 /// (`mpakt serve --log-format json|text`; docs/operators.md, "Metrics and logs").
 ///
-/// Text lines read "mpakt serve: <message> key=value ..."; JSON lines are
+/// Text lines read "mpakt serve: <message> key=value ..." (or the program set_program names); JSON lines are
 /// {"ts":"<UTC ISO 8601, ms>","level":"info","component":"…","msg":"…", <fields>}. A field
 /// `request_id` ties a line to the HTTP request it served (x-request-id).
 ///
@@ -22,6 +22,9 @@ enum class format { text, json };
 /// Sets the format of every later line (text until called).
 void set_format(format f);
 format current_format();
+/// The program a text line names ("mpakt serve" until set; `mpakt worker` sets its own). Set
+/// once at start, before threads log.
+void set_program(std::string_view name);
 
 /// One field of a line: a name and its value, written as a JSON string (or key=value in text;
 /// values with spaces are quoted there).

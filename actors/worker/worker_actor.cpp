@@ -32,6 +32,7 @@ struct front_state {
   load_receiver_actor receiver;
   describe_tally tally;
   std::set<caf::actor_id> forged_to;  ///< (--fault forge-messages)
+  std::vector<caf::response_promise> unanswered;  ///< (--fault unanswered-calls: kept, never delivered)
 };
 
 using front_pointer = worker_actor::stateful_pointer<front_state>;
@@ -279,9 +280,17 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
         self->state.tally.count();
         return self->delegate(self->state.compute, sload_atom::value, sid, std::move(d));
       },
-      [=](run_atom, run_request& r) {
+      [=](run_atom, run_request& r) -> caf::result<run_reply> {
         self->state.tally.count();
         forge(self);
+        if (self->state.shared->cfg.unanswered_calls && r.run_id != probe_run_id) {
+          // (--fault unanswered-calls: the call is taken and never answered; the pool's probes are)
+          auto rp = self->make_response_promise();
+          self->state.unanswered.push_back(rp);
+          log::line("info", "worker", "unanswered-calls: left graph call " + std::to_string(self->state.unanswered.size()) +
+                                          " unanswered");
+          return caf::result<run_reply>(caf::delegated<run_reply>());
+        }
         // The call's limit counts from now; its control is registered before it is handed on,
         // so a cancel can reach it while it waits and while it runs.
         auto& w = *self->state.shared;

@@ -92,6 +92,10 @@ struct worker_config {
   /// would that addresses the coordinator's actors by number to join the pool a second time,
   /// past its checked worker — for the cluster port's front to cut.
   bool forge_messages = false;
+  /// A testing aid (`mpakt worker --fault unanswered-calls`): graph calls are taken and never
+  /// answered, the pool's probe calls are — a volunteer that swallows work while it looks
+  /// healthy, for the coordinator's answer deadline to catch.
+  bool unanswered_calls = false;
   /// A volunteer's data connection (actors/data_link.hpp): where the bytes of pieces sent on it
   /// wait for their `tpieceref`, and how to open it when the coordinator offers one (data port,
   /// ticket; called on the receiver's thread). Both null for an embedded worker, which refuses

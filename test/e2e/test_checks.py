@@ -361,6 +361,43 @@ def test_a_volunteer_answering_malformed_outputs_is_quarantined_and_the_client_g
         server.process.terminate()
 
 
+def test_a_volunteer_that_leaves_calls_unanswered_past_their_limit_is_removed_and_its_work_goes_elsewhere(
+        start_server, tmp_path_factory):
+    """A volunteer that takes graph calls and never answers them, while it answers the pool's
+    probes (`--fault unanswered-calls`: it looks healthy and fast, so it keeps being chosen).
+    Its worker would stop a graph at the call's limit and say so; one that lets 15 s more pass
+    has stopped answering. The caller gets the limit's 504 at the limit (plus the 3 s the
+    coordinator waits for the worker's own answer); 15 s past the limit the volunteer is
+    removed from the grid — not quarantined: nothing says it lied, its token stays valid — and
+    its model goes to the honest volunteer, where the same session's work goes on."""
+    c = start_cluster(start_server, tmp_path_factory, "unanswered", options=("--graph-timeout-ms", "2000"))
+    server = c.server
+    try:
+        silent, _, model = holding_stories(c, "w_silent", "unanswered-calls")
+        api, key = server.api, c.key
+        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+        t0 = time.monotonic()
+        r = api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key, timeout=60)
+        assert r.status == 504, r
+        assert "--graph-timeout-ms limit (2000 ms)" in r.text, r.text
+        assert time.monotonic() - t0 < 15
+        st = c.wait_for(lambda s: [w["workerId"] for w in s["pool"]] == ["w_honest"], "the silent volunteer to be removed",
+                        timeout=40)
+        assert st["quarantined"] == [], st["quarantined"]
+        assert re.search(r"removed volunteer \S+ \(w_silent\) from the grid: it left a graph call unanswered 15 s past "
+                         r"the call's limit \(2000 ms\)", server.process.output())
+        assert silent.proc.wait(timeout=15) != 0
+        placed_on(c, model, "w_honest")
+        step = compiled_step(c, model)
+        sid, _ = prefilled_session(c, model, step)
+        n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+        assert PROMPT + generate(c, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+        server.assert_up()
+    finally:
+        c.stop_all()
+        server.process.terminate()
+
+
 def test_weights_beyond_the_verifiers_room_are_not_copied_and_their_passes_go_unchecked(start_server, tmp_path_factory):
     """--verify-memory bounds the verifiers' copies for all volunteers together: a model that
     does not fit is not copied, passes on it are counted as unchecked (never as a mismatch),
