@@ -404,6 +404,7 @@ int cmd_serve(const std::vector<std::string>& args) {
       }
       gcfg.data = data_server;
       gcfg.guard = guard;
+      gcfg.step_limit = ccfg.timeouts.graph;
       gate = spawn_gate(*sys, pool, std::move(gate_store), gcfg);
       auto bound = publish_gate(*sys, gate, address, std::uint16_t(cluster_port), *guard, link_files);
       if (!bound) {

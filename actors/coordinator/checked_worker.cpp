@@ -187,7 +187,6 @@ struct verify_counts {
   std::atomic<std::uint32_t> weights_checked{0};    ///< weights whose digest challenge was answered right
   std::atomic<std::uint32_t> weights_unchecked{0};  ///< converted weights the verifier holds no copy of
   std::atomic<bool> quarantined{false};
-  std::atomic<bool> ended{false};  ///< quarantined, or removed for leaving a call unanswered
 };
 
 /// Everything a quarantine needs, shared by the checked worker and its comparers.
@@ -200,16 +199,9 @@ struct verify_shared {
   caf::actor_addr self;   ///< the checked worker
 };
 
-/// Ends the volunteer and the checked worker.
-void end_volunteer(caf::local_actor* by, const std::shared_ptr<verify_shared>& sh) {
-  by->send_exit(sh->v.own ? sh->v.own : sh->v.worker, caf::exit_reason::kill);
-  if (auto me = caf::actor_cast<caf::actor>(sh->self)) by->send_exit(me, caf::exit_reason::user_shutdown);
-}
-
 /// Ends the volunteer and the checked worker, and records why (once).
 void quarantine(caf::local_actor* by, const std::shared_ptr<verify_shared>& sh, const std::string& reason) {
-  if (sh->counts.ended.exchange(true)) return;
-  sh->counts.quarantined = true;
+  if (sh->counts.quarantined.exchange(true)) return;
   const auto now_ms = std::uint64_t(
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
   sh->registry->add({sh->worker_id, sh->v.name, reason, now_ms, sh->v.token_digest});
@@ -217,44 +209,8 @@ void quarantine(caf::local_actor* by, const std::shared_ptr<verify_shared>& sh, 
             "quarantined volunteer " + sh->v.name + " (" + sh->worker_id + "): " + reason + "; ending it, its work goes elsewhere",
             {{"worker", sh->worker_id}, {"volunteer", sh->v.name}});
   metrics::m().errors.with({"quarantine"}).inc();
-  end_volunteer(by, sh);
-}
-
-/// How long past a call's own limit a volunteer may take to answer it: its worker stops a
-/// graph at the limit and answers so (docs/decisions.md, "Timeouts"), so one that lets this
-/// pass too has stopped answering — broken, cut off without its link noticing, or swallowing
-/// calls while it answers the pool's probes to keep being chosen.
-constexpr std::chrono::seconds overdue_grace{15};
-
-/// How long the checked worker waits for the volunteer's answer to a call of that limit (no
-/// bound for a call without a limit of its own: the volunteer's default applies there).
-caf::duration answer_within(std::uint64_t limit_ms) {
-  if (limit_ms == 0) return caf::infinite;
-  return caf::duration(std::chrono::milliseconds(limit_ms) + overdue_grace);
-}
-
-/// The volunteer left a call unanswered past `answer_within`: it is ended (its work goes
-/// elsewhere, as after any lost worker) but not quarantined — nothing says it lied, and its
-/// token stays valid. The error for that call's caller.
-caf::error unanswered(caf::local_actor* by, const std::shared_ptr<verify_shared>& sh, std::uint64_t limit_ms) {
-  const std::string limit = std::to_string(limit_ms) + " ms";
-  if (!sh->counts.ended.exchange(true)) {
-    log::line("warn", "checks",
-              "removed volunteer " + sh->v.name + " (" + sh->worker_id + ") from the grid: it left a graph call unanswered " +
-                  std::to_string(overdue_grace.count()) + " s past the call's limit (" + limit + "); its work goes elsewhere",
-              {{"worker", sh->worker_id}, {"volunteer", sh->v.name}});
-    metrics::m().errors.with({"unanswered"}).inc();
-    end_volunteer(by, sh);
-  }
-  return to_caf(errc::unavailable, "the volunteer running this call (" + sh->worker_id + ") left it unanswered " +
-                                       std::to_string(overdue_grace.count()) + " s past its limit (" + limit +
-                                       ") and was removed from the grid; send the call again");
-}
-
-/// A volunteer's failed answer to a call of that limit, as its caller gets it: past the
-/// deadline the volunteer is removed (unanswered), any other error as it came.
-caf::error their_error(caf::local_actor* by, const std::shared_ptr<verify_shared>& sh, std::uint64_t limit_ms, caf::error e) {
-  return e == caf::sec::request_timeout ? unanswered(by, sh, limit_ms) : std::move(e);
+  by->send_exit(sh->v.own ? sh->v.own : sh->v.worker, caf::exit_reason::kill);
+  if (auto me = caf::actor_cast<caf::actor>(sh->self)) by->send_exit(me, caf::exit_reason::user_shutdown);
 }
 
 // ---- a checked generation: both loops' tokens compared, the verifier's streamed
@@ -801,16 +757,15 @@ void checked_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp,
             });
   };
   snapshot(self, sessions, on_verifier);
-  const auto limit_ms = r.timeout_ms;
-  self->request(self->state.volunteer(), answer_within(limit_ms), run_atom::value, std::move(r))
+  self->request(self->state.volunteer(), caf::infinite, run_atom::value, std::move(r))
       .then(
           [o, finish](run_reply& x) mutable {
             o->theirs = std::move(x);
             o->theirs_done = true;
             finish();
           },
-          [self, o, finish, limit_ms](caf::error& e) mutable {
-            o->their_error = their_error(self, self->state.sh, limit_ms, std::move(e));
+          [o, finish](caf::error& e) mutable {
+            o->their_error = std::move(e);
             o->theirs_done = true;
             finish();
           });
@@ -875,12 +830,8 @@ void probed_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, 
       },
       [self, rp, held, pl, p, tolerance](status&) mutable {
         if (!pl->rewritten) {  // (a graph it cannot add outputs to: passed on as it is)
-          const auto limit_ms = held->timeout_ms;
-          self->request(self->state.volunteer(), answer_within(limit_ms), run_atom::value, std::move(*held))
-              .then([rp](run_reply& x) mutable { rp->deliver(std::move(x)); },
-                    [self, rp, limit_ms](caf::error& e) mutable {
-                      rp->deliver(their_error(self, self->state.sh, limit_ms, std::move(e)));
-                    });
+          self->request(self->state.volunteer(), caf::infinite, run_atom::value, std::move(*held))
+              .then([rp](run_reply& x) mutable { rp->deliver(std::move(x)); }, [rp](caf::error& e) mutable { rp->deliver(std::move(e)); });
           return;
         }
         probed_send(self, rp, std::move(*held), p, tolerance, std::move(pl->asked), std::move(pl->extra));
@@ -905,8 +856,7 @@ void probed_send(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_
   };
   const bool base64 = r.base64;
   const bool free_rows = r.free_rows;  // (the probe's product takes the kernels the call's did)
-  const auto limit_ms = r.timeout_ms;
-  self->request(st.volunteer(), answer_within(limit_ms), run_atom::value, std::move(r))
+  self->request(st.volunteer(), caf::infinite, run_atom::value, std::move(r))
       .then(
           [self, rp, p, extra, tolerance, asked, base64, free_rows](run_reply& x) mutable {
             auto o = std::make_shared<outcome>();
@@ -982,9 +932,7 @@ void probed_send(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_
                           });
                 });
           },
-          [self, rp, limit_ms](caf::error& e) mutable {
-            rp->deliver(their_error(self, self->state.sh, limit_ms, std::move(e)));
-          });
+          [rp](caf::error& e) mutable { rp->deliver(std::move(e)); });
 }
 
 /// A pass not chosen for a check: the volunteer's answer as it is — once it reads as an outputs
@@ -992,8 +940,7 @@ void probed_send(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_
 /// thread when large). An answer that does not quarantines the volunteer; the call fails.
 caf::result<run_reply> unchecked_run(checked_pointer self, run_request r) {
   auto rp = owe<run_reply>(self);
-  const auto limit_ms = r.timeout_ms;
-  self->request(self->state.volunteer(), answer_within(limit_ms), run_atom::value, std::move(r))
+  self->request(self->state.volunteer(), caf::infinite, run_atom::value, std::move(r))
       .then(
           [self, rp](run_reply& x) mutable {
             auto reply = std::make_shared<run_reply>(std::move(x));
@@ -1013,9 +960,7 @@ caf::result<run_reply> unchecked_run(checked_pointer self, run_request r) {
                                                        "quarantined; send the call again"));
                 });
           },
-          [self, rp, limit_ms](caf::error& e) mutable {
-            rp->deliver(their_error(self, self->state.sh, limit_ms, std::move(e)));
-          });
+          [rp](caf::error& e) mutable { rp->deliver(std::move(e)); });
   return rp->rp;
 }
 

@@ -1,15 +1,79 @@
 #include "actors/coordinator/data_relay.hpp"
 
+#include "actors/errors.hpp"
+#include "runtime/log.hpp"
+#include "runtime/metrics.hpp"
+
 namespace mpakt {
 
+namespace {
+
+using steady = std::chrono::steady_clock;
+using tick_atom = caf::atom_constant<caf::atom("wtick")>;
+
+/// The volunteer stopped answering (`what`: the call or generation it left): ends its worker
+/// (the relay, its checked worker and the pool then see it go) — once, however many of its
+/// calls notice.
+void remove_volunteer(caf::local_actor* by, const worker_actor& volunteer, const std::shared_ptr<bool>& removed,
+                      const answer_watch& w, const std::string& what) {
+  if (*removed) return;
+  *removed = true;
+  log::line("warn", "gate",
+            "removed volunteer " + w.name + " from the grid: it left " + what + "; its work goes elsewhere",
+            {{"volunteer", w.name}});
+  metrics::m().errors.with({"unanswered"}).inc();
+  by->send_exit(volunteer, caf::exit_reason::kill);
+}
+
+std::string seconds(std::chrono::milliseconds ms) {
+  return ms.count() % 1000 == 0 ? std::to_string(ms.count() / 1000) + " s" : std::to_string(ms.count()) + " ms";
+}
+
+/// Between a volunteer's generation and its listener: passes the tokens and the end on, and
+/// removes the volunteer when neither comes for `w.step_limit` and the grace. Ends with the
+/// generation's end, the listener, or the volunteer.
+gen_listener spawn_watch(caf::actor_system& sys, gen_listener to, worker_actor volunteer, std::shared_ptr<bool> removed,
+                         answer_watch w, std::string gen_id) {
+  auto watch = sys.spawn([to, volunteer, removed, w, gen_id](caf::event_based_actor* self) -> caf::behavior {
+    self->monitor(to);
+    self->monitor(volunteer);
+    self->set_down_handler([self](caf::down_msg&) { self->quit(); });
+    const auto within = w.step_limit + overdue_grace;
+    auto last = std::make_shared<steady::time_point>(steady::now());
+    const auto every = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(1000), within / 4);
+    self->delayed_send(self, every, tick_atom::value);
+    return {
+        [self, to, last](gentoken_atom a, const std::string& id, gen_token& t) {
+          *last = steady::now();
+          self->send(to, a, id, std::move(t));
+        },
+        [self, to](gendone_atom a, const std::string& id, gen_done& d) {
+          self->send(to, a, id, std::move(d));
+          self->quit();
+        },
+        [self, volunteer, removed, w, gen_id, last, within, every](tick_atom) {
+          if (steady::now() - *last < within) return void(self->delayed_send(self, every, tick_atom::value));
+          remove_volunteer(self, volunteer, removed, w,
+                           "generation " + gen_id + " without a token for " + seconds(w.step_limit) + " (the step limit) and " +
+                               seconds(std::chrono::duration_cast<std::chrono::milliseconds>(overdue_grace)) + " more");
+          self->quit();
+        },
+    };
+  });
+  return caf::actor_cast<gen_listener>(watch);
+}
+
+}  // namespace
+
 worker_actor spawn_data_relay(caf::actor_system& sys, worker_actor volunteer, std::shared_ptr<datalink::data_sender> link,
-                              listener_grant grant) {
-  auto relay = sys.spawn([volunteer, link, grant](caf::event_based_actor* self) -> caf::behavior {
+                              listener_grant grant, answer_watch watch) {
+  auto relay = sys.spawn([volunteer, link, grant, watch](caf::event_based_actor* self) -> caf::behavior {
     self->monitor(volunteer);
     self->set_down_handler([self, volunteer](caf::down_msg& m) {
       if (m.source == volunteer.address()) self->quit(m.reason);
     });
     if (link) self->attach_functor([link] { link->close("the volunteer left the grid"); });
+    auto removed = std::make_shared<bool>(false);
     // Everything but the messages below goes to the volunteer as it is.
     self->set_default_handler([volunteer](caf::scheduled_actor* s, caf::message_view& x) -> caf::result<caf::message> {
       auto rp = s->make_response_promise();
@@ -17,7 +81,9 @@ worker_actor spawn_data_relay(caf::actor_system& sys, worker_actor volunteer, st
       return rp;
     });
     return {
-        [self, volunteer, grant](genstart_atom a, gen_request& r) -> caf::result<bool> {
+        [self, volunteer, grant, watch, removed](genstart_atom a, gen_request& r) -> caf::result<bool> {
+          if (watch.step_limit.count() > 0 && r.listener)
+            r.listener = spawn_watch(self->home_system(), std::move(r.listener), volunteer, removed, watch, r.gen_id);
           if (grant.allow && r.listener) {
             const std::uint64_t id = r.listener.id();
             grant.allow(id);
@@ -25,6 +91,27 @@ worker_actor spawn_data_relay(caf::actor_system& sys, worker_actor volunteer, st
               caf::actor_cast<caf::abstract_actor*>(r.listener)->attach_functor([forget = grant.forget, id] { forget(id); });
           }
           return self->delegate(volunteer, a, std::move(r));
+        },
+        [self, volunteer, watch, removed](run_atom a, run_request& r) -> caf::result<run_reply> {
+          // (the pool's probes have a short limit of their own and may wait behind a long call:
+          // the pool's own wait is their bound)
+          if (r.timeout_ms == 0 || r.run_id == probe_run_id) return self->delegate(volunteer, a, std::move(r));
+          const auto limit = std::chrono::milliseconds(r.timeout_ms);
+          auto rp = self->make_response_promise<run_reply>();
+          self->request(volunteer, limit + overdue_grace, a, std::move(r))
+              .then([rp](run_reply& x) mutable { rp.deliver(std::move(x)); },
+                    [self, rp, volunteer, watch, removed, limit](caf::error& e) mutable {
+                      if (e != caf::sec::request_timeout) {
+                        rp.deliver(std::move(e));
+                        return;
+                      }
+                      const std::string past = seconds(std::chrono::duration_cast<std::chrono::milliseconds>(overdue_grace)) +
+                                               " past its limit (" + seconds(limit) + ")";
+                      remove_volunteer(self, volunteer, removed, watch, "a graph call unanswered " + past);
+                      rp.deliver(to_caf(errc::unavailable, "volunteer " + watch.name + " left this call unanswered " + past +
+                                                               " and was removed from the grid; send the call again"));
+                    });
+          return rp;
         },
         [self, volunteer, link](tpiece_atom a, tensor_piece& p) -> caf::result<std::uint64_t> {
           const std::uint64_t length = p.bytes.size();

@@ -11,16 +11,27 @@
 /// - `tpiece`, with a data connection (actors/data_link.hpp): while the connection is up, the
 ///   bytes go to the data connection and the volunteer gets `tpieceref` in the piece's place
 ///   (its reply is the piece's reply); otherwise the piece goes over the cluster link as it came;
-/// - `status`: the volunteer's, with the data connection's state and the bytes it carried.
+/// - `status`: the volunteer's, with the data connection's state and the bytes it carried;
+/// - `run` (a graph call with a limit, not the pool's probe) and `genstart`, watched: its
+///   worker stops a graph at the call's limit and answers so, and a generation's steps are
+///   graphs under the coordinator's limit, so a volunteer that leaves a call unanswered, or a
+///   generation without a token or its end, for that limit and `overdue_grace` more has stopped
+///   answering — broken, cut off without its link noticing, or taking work while it answers
+///   the pool's probes (which keeps it looking fast and being chosen). It is removed: its
+///   worker ended (the pool, the recovery and the generations' replanning then go on as after
+///   any lost volunteer), the call answered with an error saying so, the log saying why. Not a
+///   quarantine: nothing says it lied, its token stays valid.
 ///
 /// Lifecycle: it ends when the volunteer's worker does (monitor; the pool then sees it go as
 /// any lost worker), and closes the data connection when it ends. Ending it does not end the
 /// volunteer: whoever ends a volunteer ends its own handle.
 /// Threads: CAF's scheduler; it never blocks (the data connection's writer has a thread of its own).
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include <caf/all.hpp>
 
@@ -36,8 +47,19 @@ struct listener_grant {
   std::function<void(std::uint64_t)> allow, forget;
 };
 
+/// How long past a call's limit (or the step limit, for a generation's next token) a volunteer
+/// may take before it is removed.
+inline constexpr std::chrono::seconds overdue_grace{15};
+
+/// Whom the relay watches: the volunteer's name (its token's, for the log) and the
+/// coordinator's graph limit, which a generation's steps run under (0: generations unwatched).
+struct answer_watch {
+  std::string name;
+  std::chrono::milliseconds step_limit{0};
+};
+
 /// `link`: the volunteer's data connection, or null (weights over the cluster link).
 worker_actor spawn_data_relay(caf::actor_system& sys, worker_actor volunteer, std::shared_ptr<datalink::data_sender> link,
-                              listener_grant grant = {});
+                              listener_grant grant = {}, answer_watch watch = {});
 
 }  // namespace mpakt

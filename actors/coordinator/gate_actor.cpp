@@ -129,7 +129,8 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
   // grants its generations' listeners and sends weights' bytes on its data connection; the pool
   // gets that behind its checked worker (spot-checks), or as it is.
   std::shared_ptr<datalink::data_sender> link = st.cfg.data ? st.cfg.data->expect() : nullptr;
-  worker_actor reached = link || listeners.allow ? spawn_data_relay(self->home_system(), worker, link, listeners) : worker;
+  worker_actor reached = link || listeners.allow ? spawn_data_relay(self->home_system(), worker, link, listeners,
+                                                                              {grant->name, st.cfg.step_limit}) : worker;
   worker_actor member = reached;
   if (st.cfg.verify)
     member = spawn_checked_worker(self->home_system(), {reached, grant->name, grant->digest, worker}, st.cfg.checks,

@@ -42,6 +42,10 @@ struct gate_config {
   /// from, and hears of each admission (its frames are then no longer held to a joiner's).
   /// Null: joins come straight through CAF's middleman (tests in one process).
   std::shared_ptr<cluster_guard> guard;
+  /// The coordinator's graph limit (--graph-timeout-ms): a volunteer that answers a call, or
+  /// sends its generation's next token, later than that and the relay's grace is removed
+  /// (actors/coordinator/data_relay.hpp). 0: not watched.
+  std::chrono::milliseconds step_limit{0};
 };
 
 gate_actor spawn_gate(caf::actor_system& sys, pool_actor pool, std::unique_ptr<accounts::accounts_store> store,

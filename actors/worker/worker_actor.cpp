@@ -334,8 +334,12 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
         self->state.tally.count();
         return self->delegate(self->state.compute, gencheck_atom::value, id, sampling, verify);
       },
-      [=](genstart_atom, gen_request& r) {
+      [=](genstart_atom, gen_request& r) -> caf::result<bool> {
         self->state.tally.count();
+        if (self->state.shared->cfg.silent_generations) {  // (--fault silent-generations: taken, never run)
+          log::line("info", "worker", "silent-generations: took generation " + r.gen_id + " and will send it nothing");
+          return true;
+        }
         return self->delegate(self->state.compute, genstart_atom::value, std::move(r));
       },
       [=](genstep_atom) { self->state.tally.count(); self->send(self->state.compute, genstep_atom::value); },

@@ -96,6 +96,9 @@ struct worker_config {
   /// answered, the pool's probe calls are — a volunteer that swallows work while it looks
   /// healthy, for the coordinator's answer deadline to catch.
   bool unanswered_calls = false;
+  /// A testing aid (`mpakt worker --fault silent-generations`): generations are accepted and
+  /// never run — no token, no end — for the coordinator's step deadline to catch.
+  bool silent_generations = false;
   /// A volunteer's data connection (actors/data_link.hpp): where the bytes of pieces sent on it
   /// wait for their `tpieceref`, and how to open it when the coordinator offers one (data port,
   /// ticket; called on the receiver's thread). Both null for an embedded worker, which refuses
