@@ -11,18 +11,40 @@ namespace {
 using steady = std::chrono::steady_clock;
 using tick_atom = caf::atom_constant<caf::atom("wtick")>;
 
-/// The volunteer stopped answering (`what`: the call or generation it left): ends its worker
+/// The volunteer stopped answering, or answered what no worker does (`why`): ends its worker
 /// (the relay, its checked worker and the pool then see it go) — once, however many of its
 /// calls notice.
 void remove_volunteer(caf::local_actor* by, const worker_actor& volunteer, const std::shared_ptr<bool>& removed,
-                      const answer_watch& w, const std::string& what) {
+                      const answer_watch& w, const std::string& why) {
   if (*removed) return;
   *removed = true;
-  log::line("warn", "gate",
-            "removed volunteer " + w.name + " from the grid: it left " + what + "; its work goes elsewhere",
+  log::line("warn", "gate", "removed volunteer " + w.name + " from the grid: " + why + "; its work goes elsewhere",
             {{"volunteer", w.name}});
-  metrics::m().errors.with({"unanswered"}).inc();
+  metrics::m().errors.with({"removed"}).inc();
   by->send_exit(volunteer, caf::exit_reason::kill);
+}
+
+/// What is wrong with a volunteer's status, which no worker of this program sends (empty: nothing).
+/// It is kept by the pool and shown by every status and placement answer, so its text is
+/// bounded: names 128 bytes, notes 1,024, lists 512 names.
+std::string misshapen(const worker_status& s) {
+  const std::pair<const char*, const std::string*> names[] = {{"workerId", &s.worker_id},   {"backend", &s.backend},
+                                                              {"busyGraph", &s.busy_graph}, {"busySession", &s.busy_session},
+                                                              {"cpu", &s.cpu}};
+  for (const auto& [field, v] : names)
+    if (v->size() > 128) return std::string(field) + " is " + std::to_string(v->size()) + " bytes long (128 at most)";
+  const std::pair<const char*, const std::string*> notes[] = {{"backendNote", &s.backend_note}, {"kernels", &s.kernels}};
+  for (const auto& [field, v] : notes)
+    if (v->size() > 1024) return std::string(field) + " is " + std::to_string(v->size()) + " bytes long (1024 at most)";
+  const std::pair<const char*, const std::vector<std::string>*> lists[] = {
+      {"hostOps", &s.host_ops}, {"features", &s.features}, {"lacks", &s.lacks}};
+  for (const auto& [field, v] : lists) {
+    if (v->size() > 512) return std::string(field) + " lists " + std::to_string(v->size()) + " names (512 at most)";
+    for (const auto& x : *v)
+      if (x.size() > 128) return std::string(field) + " holds a name " + std::to_string(x.size()) + " bytes long (128 at most)";
+  }
+  if (s.worker_id.empty()) return "workerId is empty";
+  return {};
 }
 
 std::string seconds(std::chrono::milliseconds ms) {
@@ -54,7 +76,7 @@ gen_listener spawn_watch(caf::actor_system& sys, gen_listener to, worker_actor v
         [self, volunteer, removed, w, gen_id, last, within, every](tick_atom) {
           if (steady::now() - *last < within) return void(self->delayed_send(self, every, tick_atom::value));
           remove_volunteer(self, volunteer, removed, w,
-                           "generation " + gen_id + " without a token for " + seconds(w.step_limit) + " (the step limit) and " +
+                           "it left generation " + gen_id + " without a token for " + seconds(w.step_limit) + " (the step limit) and " +
                                seconds(std::chrono::duration_cast<std::chrono::milliseconds>(overdue_grace)) + " more");
           self->quit();
         },
@@ -107,7 +129,7 @@ worker_actor spawn_data_relay(caf::actor_system& sys, worker_actor volunteer, st
                       }
                       const std::string past = seconds(std::chrono::duration_cast<std::chrono::milliseconds>(overdue_grace)) +
                                                " past its limit (" + seconds(limit) + ")";
-                      remove_volunteer(self, volunteer, removed, watch, "a graph call unanswered " + past);
+                      remove_volunteer(self, volunteer, removed, watch, "it left a graph call unanswered " + past);
                       rp.deliver(to_caf(errc::unavailable, "volunteer " + watch.name + " left this call unanswered " + past +
                                                                " and was removed from the grid; send the call again"));
                     });
@@ -120,15 +142,19 @@ worker_actor spawn_data_relay(caf::actor_system& sys, worker_actor volunteer, st
             return self->delegate(volunteer, tpieceref_atom::value, tensor_piece_ref{p.model_id, p.name, p.offset, length, *seq});
           return self->delegate(volunteer, a, std::move(p));
         },
-        [self, volunteer, link](status_atom a) -> caf::result<worker_status> {
+        [self, volunteer, link, watch, removed](status_atom a) -> caf::result<worker_status> {
           auto rp = self->make_response_promise<worker_status>();
           self->request(volunteer, std::chrono::seconds(30), a)
               .then(
-                  [rp, link](worker_status& s) mutable {
-                    if (link) {
-                      s.data_link = link->describe();
-                      s.data_link_bytes = link->bytes_sent();
+                  [self, rp, link, volunteer, watch, removed](worker_status& s) mutable {
+                    if (const std::string why = misshapen(s); !why.empty()) {
+                      remove_volunteer(self, volunteer, removed, watch, "it answered a status no worker sends: its " + why);
+                      rp.deliver(to_caf(errc::unavailable, "volunteer " + watch.name + " answered a status no worker sends (its " +
+                                                               why + ") and was removed from the grid"));
+                      return;
                     }
+                    s.data_link = link ? link->describe() : std::string();
+                    s.data_link_bytes = link ? link->bytes_sent() : 0;
                     rp.deliver(std::move(s));
                   },
                   [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });

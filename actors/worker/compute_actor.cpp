@@ -599,8 +599,11 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
         auto& st = self->state;
         const auto* old = st.store.find_session(sid);
         const std::uint64_t freed = old ? tensor_store::bytes_of(*old) : 0;
-        if (d.bytes > st.free() + freed)
-          return to_caf(errc::unavailable, "restoring session " + sid + " needs " + mb(d.bytes) + " but worker " +
+        std::uint64_t carried = 0;  // (what the dump holds, whatever its `bytes` says: it may come from a volunteer)
+        for (const auto& b : d.tensors) carried += b.bytes.size();
+        const std::uint64_t needs = std::max(d.bytes, carried);
+        if (needs > st.free() + freed)
+          return to_caf(errc::unavailable, "restoring session " + sid + " needs " + mb(needs) + " but worker " +
                                                st.cfg().worker_id + " has " + mb(st.free() + freed) + " free");
         tensor_store::tensor_map m;
         for (auto& b : d.tensors) {

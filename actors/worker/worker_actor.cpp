@@ -178,7 +178,10 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
       [=](status_atom) {
         self->state.tally.count();
         forge(self);
-        return snapshot(*self->state.shared);
+        auto s = snapshot(*self->state.shared);
+        if (self->state.shared->cfg.bloated_status)  // (--fault bloated-status)
+          for (int i = 0; i < 20000; ++i) s.features.push_back("feature-" + std::to_string(i));
+        return s;
       },
       [=](describe_atom) { self->state.tally.count(); return describe_front(self); },
       [=](reserve_atom, const std::string& model, std::uint64_t bytes) -> caf::result<bool> {

@@ -99,6 +99,9 @@ struct worker_config {
   /// A testing aid (`mpakt worker --fault silent-generations`): generations are accepted and
   /// never run — no token, no end — for the coordinator's step deadline to catch.
   bool silent_generations = false;
+  /// A testing aid (`mpakt worker --fault bloated-status`): its status lists 20,000 features, a
+  /// volunteer that would make every status and placement answer of the coordinator huge.
+  bool bloated_status = false;
   /// A volunteer's data connection (actors/data_link.hpp): where the bytes of pieces sent on it
   /// wait for their `tpieceref`, and how to open it when the coordinator offers one (data port,
   /// ticket; called on the receiver's thread). Both null for an embedded worker, which refuses

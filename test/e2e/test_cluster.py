@@ -1021,6 +1021,32 @@ def test_a_volunteers_large_answer_crosses_the_cluster_port_whole_and_one_past_t
         server.process.terminate()
 
 
+def test_a_volunteer_whose_status_no_worker_sends_is_removed_at_its_first_status(cluster):
+    """The pool keeps each worker's status and every status and placement answer shows it, so a
+    volunteer's status is bounded (names 128 bytes, lists 512 names). One that lists 20,000
+    features (`--fault bloated-status`) is removed at its first status — the log names the
+    field — never listed in the pool; the server stays up and an honest volunteer joins and
+    decodes."""
+    c = cluster
+    bloated = Process("mpakt worker w_bloated", [binary(), "worker", "--join", f"127.0.0.1:{c.port}", "--id", "w_bloated",
+                                                 "--memory", "1G", "--threads", "1", "--token", c.token,
+                                                 *c.server.link_args(), "--fault", "bloated-status"],
+                      c.logs / "w_bloated.log")
+    bloated.start(r"mpakt worker: \S+ joined", timeout=30)
+    try:
+        assert bloated.proc.wait(timeout=20) != 0
+        assert re.search(r"removed volunteer dev from the grid: it answered a status no worker sends: its features lists "
+                         r"\d+ names \(512 at most\)", c.server.process.output())
+        assert "w_bloated" not in [w["workerId"] for w in c.status(c.key)["pool"]]
+        c.join("w_honest")
+        m = expect(c.server.api.post("/api/v3/models", {"source": "hf:local/stories260K"}, key=c.key, timeout=60), 200)
+        decode_golden(c.server.api, c.key, m["modelId"])
+        c.server.assert_up()
+    finally:
+        if bloated.proc.poll() is None:
+            bloated.proc.kill()
+
+
 def test_refused_volunteers_are_sent_no_weight_bytes_by_the_transfer_counters(start_server, tmp_path_factory):
     """Clients refused at the cluster port (wrong tokens, bytes that are not TLS) while
     a legitimate volunteer holds and loads models: the coordinator's counters (GET /metrics)
