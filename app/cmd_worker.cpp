@@ -98,6 +98,9 @@ const char* worker_usage =
     "  --fault bloated-status\n"
     "                      a testing aid: list 20,000 features in its status (the coordinator\n"
     "                      removes it at its first status)\n"
+    "  --fault flood-tokens\n"
+    "                      a testing aid: send each token of a worker-side generation 101\n"
+    "                      times (the coordinator removes it past the tokens asked for)\n"
     "  --fault no-data-link\n"
     "                      a testing aid: never reach the coordinator's data port (as behind a\n"
     "                      firewall that blocks it): weights then come over the cluster link\n"
@@ -175,7 +178,8 @@ int cmd_worker(const std::vector<std::string>& args) {
       if (v && (*v == "corrupt-weights" || *v == "corrupt-weights-later" || *v == "corrupt-caches" ||
                             *v == "corrupt-generation-caches" || *v == "corrupt-generation-tokens" ||
                             *v == "malformed-answers" || *v == "forge-messages" || *v == "unanswered-calls" ||
-                            *v == "silent-generations" || *v == "bloated-status")) {
+                            *v == "silent-generations" || *v == "bloated-status" ||
+                            *v == "flood-tokens")) {
         (*v == "corrupt-weights"             ? wc.corrupt_weights
          : *v == "corrupt-weights-later"     ? wc.corrupt_weights_later
          : *v == "corrupt-caches"            ? wc.corrupt_caches
@@ -185,13 +189,14 @@ int cmd_worker(const std::vector<std::string>& args) {
          : *v == "unanswered-calls"          ? wc.unanswered_calls
          : *v == "silent-generations"        ? wc.silent_generations
          : *v == "bloated-status"            ? wc.bloated_status
+         : *v == "flood-tokens"              ? wc.flood_tokens
                                              : wc.malformed_answers) = true;
         continue;
       }
       if (!v || v->rfind(prefix, 0) != 0)
         return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights, corrupt-weights-later, "
                    "corrupt-caches, corrupt-generation-caches, corrupt-generation-tokens, malformed-answers, forge-messages, "
-                   "unanswered-calls, silent-generations, bloated-status or no-data-link");
+                   "unanswered-calls, silent-generations, bloated-status, flood-tokens or no-data-link");
       char* end = nullptr;
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");

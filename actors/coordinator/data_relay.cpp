@@ -52,20 +52,32 @@ std::string seconds(std::chrono::milliseconds ms) {
 }
 
 /// Between a volunteer's generation and its listener: passes the tokens and the end on, and
-/// removes the volunteer when neither comes for `w.step_limit` and the grace. Ends with the
-/// generation's end, the listener, or the volunteer.
+/// removes the volunteer when neither comes for `w.step_limit` and the grace, or when its
+/// tokens are not the generation's next ones — a token out of order (each is numbered from 0,
+/// one after the other) or more than the `max_new` asked for: a flood the listener would
+/// queue, or a token the client would see twice. Ends with the generation's end, the listener,
+/// or the volunteer.
 gen_listener spawn_watch(caf::actor_system& sys, gen_listener to, worker_actor volunteer, std::shared_ptr<bool> removed,
-                         answer_watch w, std::string gen_id) {
-  auto watch = sys.spawn([to, volunteer, removed, w, gen_id](caf::event_based_actor* self) -> caf::behavior {
+                         answer_watch w, std::string gen_id, std::uint32_t max_new) {
+  auto watch = sys.spawn([to, volunteer, removed, w, gen_id, max_new](caf::event_based_actor* self) -> caf::behavior {
     self->monitor(to);
     self->monitor(volunteer);
     self->set_down_handler([self](caf::down_msg&) { self->quit(); });
     const auto within = w.step_limit + overdue_grace;
     auto last = std::make_shared<steady::time_point>(steady::now());
+    auto tokens = std::make_shared<std::uint64_t>(0);
     const auto every = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(1000), within / 4);
     self->delayed_send(self, every, tick_atom::value);
     return {
-        [self, to, last](gentoken_atom a, const std::string& id, gen_token& t) {
+        [self, to, last, tokens, volunteer, removed, w, gen_id, max_new](gentoken_atom a, const std::string& id, gen_token& t) {
+          const std::uint64_t n = (*tokens)++;
+          if (t.index != n || n >= max_new) {
+            remove_volunteer(self, volunteer, removed, w,
+                             "it sent generation " + gen_id + " token number " + std::to_string(t.index) + " where number " +
+                                 std::to_string(n) + (n >= max_new ? ", past the " + std::to_string(max_new) + " asked for," : "") +
+                                 " was due");
+            return self->quit();
+          }
           *last = steady::now();
           self->send(to, a, id, std::move(t));
         },
@@ -105,7 +117,7 @@ worker_actor spawn_data_relay(caf::actor_system& sys, worker_actor volunteer, st
     return {
         [self, volunteer, grant, watch, removed](genstart_atom a, gen_request& r) -> caf::result<bool> {
           if (watch.step_limit.count() > 0 && r.listener)
-            r.listener = spawn_watch(self->home_system(), std::move(r.listener), volunteer, removed, watch, r.gen_id);
+            r.listener = spawn_watch(self->home_system(), std::move(r.listener), volunteer, removed, watch, r.gen_id, r.max_new);
           if (grant.allow && r.listener) {
             const std::uint64_t id = r.listener.id();
             grant.allow(id);

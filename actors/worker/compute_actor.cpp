@@ -361,6 +361,8 @@ bool deliver_tokens(compute_pointer self, const std::string& id, const std::vect
       if (i < logits.size()) add_logprobs(t, *logits[i].first, logits[i].second, g.req.logprobs);
       else t.logprob = std::numeric_limits<float>::quiet_NaN();  // (never expected: genstart checked the graph)
     }
+    if (self->state.cfg().flood_tokens)  // (--fault flood-tokens: each token sent 100 times more)
+      for (int k = 0; k < 100; ++k) self->send(g.req.listener, gentoken_atom::value, id, t);
     self->send(g.req.listener, gentoken_atom::value, id, std::move(t));
     g.token = tok;
     g.pos++;

@@ -102,6 +102,9 @@ struct worker_config {
   /// A testing aid (`mpakt worker --fault bloated-status`): its status lists 20,000 features, a
   /// volunteer that would make every status and placement answer of the coordinator huge.
   bool bloated_status = false;
+  /// A testing aid (`mpakt worker --fault flood-tokens`): each token of a worker-side
+  /// generation is sent 101 times, a volunteer flooding its listener.
+  bool flood_tokens = false;
   /// A volunteer's data connection (actors/data_link.hpp): where the bytes of pieces sent on it
   /// wait for their `tpieceref`, and how to open it when the coordinator offers one (data port,
   /// ticket; called on the receiver's thread). Both null for an embedded worker, which refuses

@@ -398,31 +398,38 @@ def test_a_volunteer_that_leaves_calls_unanswered_past_their_limit_is_removed_an
         server.process.terminate()
 
 
-def test_a_generation_a_volunteer_takes_and_never_runs_goes_on_elsewhere_once_it_is_removed(start_server,
-                                                                                            tmp_path_factory):
+@pytest.mark.parametrize("fault", ["silent-generations", "flood-tokens"])
+def test_a_generation_a_volunteer_stalls_or_floods_goes_on_elsewhere_once_it_is_removed(start_server, tmp_path_factory,
+                                                                                     fault):
     """A worker-side generation's steps are graphs under the coordinator's limit, so its tokens
-    come at least that often. A volunteer that accepts generations and never sends a token or
-    an end (`--fault silent-generations`; spot-checks off, so nothing but the relay stands
-    between it and the pool) is removed 15 s past the step limit; the session, checkpointed
-    before, is restored on the honest volunteer and the same generation request ends there with
-    the golden tokens — the client sees a slow answer, not a hung one."""
-    c = start_cluster(start_server, tmp_path_factory, "silentgen",
+    come at least that often, numbered from 0, never more than asked for. A volunteer that
+    accepts generations and never sends a token or an end (`--fault silent-generations`) is
+    removed 15 s past the step limit; one that sends each token 101 times (`--fault
+    flood-tokens`) at its first repeated token, before the client sees it. Spot-checks are off,
+    so nothing but the volunteer's relay stands between it and the pool. The session,
+    checkpointed before, is restored on the honest volunteer and the same generation request
+    ends there with the golden tokens: the client sees a late answer, not a hung or a wrong one."""
+    c = start_cluster(start_server, tmp_path_factory, "gen" + fault.split("-")[0],
                       options=("--graph-timeout-ms", "2000", "--verify-first", "0", "--verify-fraction", "0"))
     server = c.server
     try:
-        silent, _, model = holding_stories(c, "w_silent", "silent-generations")
+        bad, _, model = holding_stories(c, "w_bad", fault)
         step = compiled_step(c, model)
         sid, _ = prefilled_session(c, model, step)
         expect(server.api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=c.key), 200)
         t0 = time.monotonic()
         n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
         assert PROMPT + generate(c, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
-        assert 15 < time.monotonic() - t0 < 60
-        assert re.search(r"removed volunteer w_silent-box from the grid: it left generation \S+ without a token for 2 s "
-                         r"\(the step limit\) and 15 s more", server.process.output())
+        took = time.monotonic() - t0
+        if fault == "silent-generations":
+            assert 15 < took < 60, took
+            why = r"it left generation \S+ without a token for 2 s \(the step limit\) and 15 s more"
+        else:
+            why = r"it sent generation \S+ token number 0 where number 1 was due"
+        assert re.search(r"removed volunteer w_bad-box from the grid: " + why, server.process.output())
         st = c.status(c.key)
         assert [w["workerId"] for w in st["pool"]] == ["w_honest"] and st["quarantined"] == [], st
-        assert silent.proc.wait(timeout=15) != 0
+        assert bad.proc.wait(timeout=15) != 0
         server.assert_up()
     finally:
         c.stop_all()
