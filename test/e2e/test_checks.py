@@ -85,6 +85,12 @@ def generate(c, step, sid, n):
     return expect(c.server.api.post("/api/v3/generate", body, key=c.key, timeout=120), 200)
 
 
+def generates_golden(c, step, sid):
+    """The rest of the golden greedy ids, generated from `sid` (the prompt fed but its last)."""
+    n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+    assert PROMPT + generate(c, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+
+
 def test_an_honest_volunteer_passes_its_first_checks_bit_for_bit(grid):
     grid.join("w_honest")
     model, where = load_stories(grid)
@@ -354,8 +360,7 @@ def test_a_volunteer_answering_malformed_outputs_is_quarantined_and_the_client_g
         assert bad.proc.wait(timeout=15) == 4
         server.assert_up()
         sid, _ = prefilled_session(c, model, step)
-        n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
-        assert PROMPT + generate(c, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+        generates_golden(c, step, sid)
     finally:
         c.stop_all()
         server.process.terminate()
@@ -390,8 +395,7 @@ def test_a_volunteer_that_leaves_calls_unanswered_past_their_limit_is_removed_an
         placed_on(c, model, "w_honest")
         step = compiled_step(c, model)
         sid, _ = prefilled_session(c, model, step)
-        n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
-        assert PROMPT + generate(c, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+        generates_golden(c, step, sid)
         server.assert_up()
     finally:
         c.stop_all()
@@ -418,8 +422,7 @@ def test_a_generation_a_volunteer_stalls_or_floods_goes_on_elsewhere_once_it_is_
         sid, _ = prefilled_session(c, model, step)
         expect(server.api.post(f"/api/v3/sessions/{sid}/checkpoint", {}, key=c.key), 200)
         t0 = time.monotonic()
-        n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
-        assert PROMPT + generate(c, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+        generates_golden(c, step, sid)
         took = time.monotonic() - t0
         if fault == "silent-generations":
             assert 15 < took < 60, took
@@ -447,8 +450,7 @@ def test_weights_beyond_the_verifiers_room_are_not_copied_and_their_passes_go_un
         model, _ = load_stories(c)
         step = compiled_step(c, model)
         sid, _ = prefilled_session(c, model, step)
-        n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
-        assert PROMPT + generate(c, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+        generates_golden(c, step, sid)
         # (the allocation reads no weight: checked; the prefill steps and the generation cannot be)
         st = c.wait_for(lambda s: s["pool"][0]["checks"]["unchecked"] >= 5, "the unchecked passes to be counted")
         checks = st["pool"][0]["checks"]
