@@ -332,4 +332,9 @@ std::uint64_t host_fetcher::requests() const {
   return requests_;
 }
 
+int host_fetcher::threads() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return int(threads_.size());
+}
+
 }  // namespace mpakt::loader

@@ -119,6 +119,8 @@ class host_fetcher {
 
   std::uint64_t bytes_fetched() const;
   std::uint64_t requests() const;
+  /// Fetch threads running: none until the first range is started.
+  int threads() const;
 
  private:
   void run_thread();

@@ -541,10 +541,11 @@ TEST_F(LoaderHost, HostFetcherReadsOnlyFilesItProvedTheSame) {
   tensor_fetch f{"m", units[0].location, units[0].first, units[0].length, {}, {}, {}};
   for (const auto& seg : units[0].segments) f.parts.push_back({ts[seg.tensor].name, seg.offset, seg.length});
 
-  // not probed yet: refused, nothing read
+  // not probed yet: refused, nothing read (and no fetch thread started for it)
   auto early = fetcher.start(f);
   ASSERT_FALSE(early.ok());
   EXPECT_EQ(early.err().code, errc::invalid);
+  EXPECT_EQ(fetcher.threads(), 0);
   // other bytes than the coordinator's: refused
   auto other = fetcher.probe(file.location, file.data_start, std::string(64, '0'));
   ASSERT_FALSE(other.ok());
@@ -559,8 +560,10 @@ TEST_F(LoaderHost, HostFetcherReadsOnlyFilesItProvedTheSame) {
   tensor_builder kept(ts[0].file_dtype, ts[0].shape, dtype::bf16, ts[0].name);
   ASSERT_FALSE(kept.destination().empty());
   ASSERT_TRUE(tensor_builder(ts[1].file_dtype, ts[1].shape, dtype::f32).destination().empty());
+  EXPECT_EQ(fetcher.threads(), 0);  // (probed, but no range yet: a fetcher that never reads costs no thread)
   auto n = fetcher.start(f);
   ASSERT_TRUE(n.ok()) << n.err().message;
+  EXPECT_EQ(fetcher.threads(), o.connections);  // (its threads start with its first range)
   fetcher.destine("m", ts[0].name, kept.destination());  // (the fetch waits for these)
   fetcher.destine("m", ts[1].name, tensor());
   auto got = fetcher.take(*n);
