@@ -188,6 +188,18 @@ caf::result<checkpoint_reply> checkpoint_session(coordinator_pointer self, const
             self->request(e.worker, S.cfg.timeouts.graph, sdump_atom::value, id)
                 .then(
                     [=](session_dump& d) mutable {
+                      // (the bytes the copy holds, whatever the worker said — a volunteer's may
+                      // understate them — are what the budget counts)
+                      std::uint64_t carried = 0;
+                      for (const auto& t : d.tensors) carried += t.bytes.size();
+                      d.bytes = carried;
+                      const std::uint64_t held_now = self->state.durable_held(who.key_id, id);
+                      if (held_now + carried > budget) {
+                        fail(self, rp, to_caf(errc::too_large, "checkpoint of session " + id + " holds " + std::to_string(carried) +
+                                                               " bytes but only " + std::to_string(budget > held_now ? budget - held_now : 0) +
+                                                               " bytes of this key's durable budget are available"));
+                        return;
+                      }
                       // Only a complete copy replaces the previous checkpoint (CKP-07).
                       const std::size_t n = d.tensors.size();
                       const std::uint64_t bytes = d.bytes;
