@@ -138,7 +138,10 @@ void volunteer_rules::heard(const basp_header& h, bool admitted) {
         if (outstanding_.count(x)) kept.push_back(x);
       asked_.swap(kept);
     }
-  } else if (!h.response() && !admitted && early_senders_.size() < 64) {
+  } else if (!h.response() && early_senders_.size() < 64 && (!admitted || (h.named() && h.to == basp_frames::spawn_server))) {
+    // (the middleman's question to a new peer's spawn server comes from an actor of its own,
+    // which the peer answers with a message that is no reply; on a busy machine the question
+    // may cross after the admission)
     early_senders_.insert(h.from);
   }
 }
@@ -185,7 +188,8 @@ result<basp_frames::verdict> volunteer_rules::judge(const basp_header& h, std::u
   if (!admitted)
     return make_error(errc::unauthorized, which + " is a message for actor " + std::to_string(h.to) + ", not the gate, before the join");
   return make_error(errc::unauthorized, which + " is a message for actor " + std::to_string(h.to) +
-                                            ", which is neither the gate nor a listener of this volunteer's generations");
+                                            ", which is neither the gate nor a listener of this volunteer's generations (from its actor " +
+                                            std::to_string(h.from) + ", " + std::to_string(h.payload) + " bytes)");
 }
 
 // ---------------------------------------------------------------- cluster_guard

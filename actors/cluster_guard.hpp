@@ -131,7 +131,8 @@ class basp_frames {
 ///   left out (one answering another volunteer's question, or one asked long ago);
 /// - otherwise: to the gate; to CAF's spawn server by name (the middleman's own question to
 ///   each peer); to an actor that sent this connection a message other than a request or a
-///   reply before the admission (the middleman's own, answering that question); and, once
+///   reply before the admission, or one for its spawn server by name at any time (the
+///   middleman's own, answering that question); and, once
 ///   admitted, to the listeners of the generations started on this volunteer (`listeners`,
 ///   which the coordinator fills as it starts them). Anything else closes the connection;
 /// - monitors (a proxy made for one of the coordinator's actors): of an actor that recently
@@ -207,7 +208,7 @@ class volunteer_rules {
   const std::shared_ptr<const listeners> listeners_;
   std::unordered_set<ask, ask_hash> outstanding_;
   std::deque<ask> asked_;                    ///< in the order asked (some answered since)
-  std::set<std::uint64_t> early_senders_;    ///< non-request messages' senders before the admission
+  std::set<std::uint64_t> early_senders_;    ///< non-request messages' senders before the admission, and the middleman's questioner
   recent recent_senders_, monitored_;
   std::uint64_t stray_replies_ = 0, stray_monitors_ = 0;
   const std::shared_ptr<std::atomic<int>> asking_;
