@@ -21,6 +21,7 @@ void remove_volunteer(caf::local_actor* by, const worker_actor& volunteer, const
   log::line("warn", "gate", "removed volunteer " + w.name + " from the grid: " + why + "; its work goes elsewhere",
             {{"volunteer", w.name}});
   metrics::m().errors.with({"removed"}).inc();
+  if (w.removals) w.removals->removed(w.digest, why);
   by->send_exit(volunteer, caf::exit_reason::kill);
 }
 
@@ -98,6 +99,28 @@ gen_listener spawn_watch(caf::actor_system& sys, gen_listener to, worker_actor v
 }
 
 }  // namespace
+
+void removal_registry::removed(const std::string& digest, const std::string& why) {
+  const auto now = steady::now();
+  std::lock_guard<std::mutex> lock(m_);
+  for (auto it = entries_.begin(); it != entries_.end();)  // (a day without a removal forgets a token)
+    it = now - it->second.last > memory ? entries_.erase(it) : std::next(it);
+  entry& e = entries_[digest];
+  e.count = std::min(e.count + 1, 16);
+  e.last = now;
+  e.why = why;
+  const auto wait = std::min<std::chrono::seconds>(longest_wait, first_wait * (1 << (e.count - 1)));
+  e.until = now + wait;
+}
+
+std::optional<std::pair<std::chrono::seconds, std::string>> removal_registry::waiting(const std::string& digest) const {
+  std::lock_guard<std::mutex> lock(m_);
+  auto it = entries_.find(digest);
+  if (it == entries_.end()) return std::nullopt;
+  const auto left = std::chrono::ceil<std::chrono::seconds>(it->second.until - steady::now());
+  if (left.count() <= 0) return std::nullopt;
+  return std::make_pair(left, it->second.why);
+}
 
 worker_actor spawn_data_relay(caf::actor_system& sys, worker_actor volunteer, std::shared_ptr<datalink::data_sender> link,
                               listener_grant grant, answer_watch watch) {

@@ -30,8 +30,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include <caf/all.hpp>
 
@@ -51,11 +55,35 @@ struct listener_grant {
 /// may take before it is removed.
 inline constexpr std::chrono::seconds overdue_grace{15};
 
-/// Whom the relay watches: the volunteer's name (its token's, for the log) and the
-/// coordinator's graph limit, which a generation's steps run under (0: generations unwatched).
+/// Volunteers removed by their relays, by token digest: each removal holds the token's joins
+/// back for a while (a minute, doubling with each removal within a day, at most an hour), so
+/// one that takes work and drops it cannot rejoin at once and be chosen again. Thread-safety:
+/// every member from any thread (relays record, the gate asks).
+class removal_registry {
+ public:
+  static constexpr std::chrono::seconds first_wait{60}, longest_wait{3600}, memory{86400};
+  void removed(const std::string& digest, const std::string& why);
+  /// How long the token's joins must still wait, and why it was last removed; nullopt: none.
+  std::optional<std::pair<std::chrono::seconds, std::string>> waiting(const std::string& digest) const;
+
+ private:
+  struct entry {
+    int count = 0;
+    std::chrono::steady_clock::time_point last{}, until{};
+    std::string why;
+  };
+  mutable std::mutex m_;
+  std::map<std::string, entry> entries_;
+};
+
+/// Whom the relay watches: the volunteer's name (its token's, for the log), the coordinator's
+/// graph limit, which a generation's steps run under (0: generations unwatched), and where a
+/// removal is recorded (its token's digest; null: nowhere).
 struct answer_watch {
   std::string name;
   std::chrono::milliseconds step_limit{0};
+  std::string digest;
+  std::shared_ptr<removal_registry> removals;
 };
 
 /// `link`: the volunteer's data connection, or null (weights over the cluster link).

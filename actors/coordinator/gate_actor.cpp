@@ -109,6 +109,17 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
                                               "operator for a new token"));
     return;
   }
+  if (st.cfg.removals)
+    if (auto w = st.cfg.removals->waiting(grant->digest)) {
+      log_line("refused a volunteer from " + address + ": volunteer " + grant->name +
+                   " was removed from the grid; its joins wait " + std::to_string(w->first.count()) + " s more",
+               {{"reason", "removed"}});
+      count_refusal("removed");
+      rp.deliver(to_caf(errc::unavailable, "join refused: volunteer " + grant->name + " was removed from the grid (" +
+                                               w->second + "); it may join again in " + std::to_string(w->first.count()) +
+                                               " s"));
+      return;
+    }
   st.failures.erase(address);  // (a success clears the address's count; `fails` is gone now)
   // The front hears of the admission (no joiner's limits from now on) and, through the stand-in
   // below, of each generation's listener: the one actor the volunteer may send messages to that
@@ -130,7 +141,7 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
   // gets that behind its checked worker (spot-checks), or as it is.
   std::shared_ptr<datalink::data_sender> link = st.cfg.data ? st.cfg.data->expect() : nullptr;
   worker_actor reached = link || listeners.allow ? spawn_data_relay(self->home_system(), worker, link, listeners,
-                                                                              {grant->name, st.cfg.step_limit}) : worker;
+                                                                              {grant->name, st.cfg.step_limit, grant->digest, st.cfg.removals}) : worker;
   worker_actor member = reached;
   if (st.cfg.verify)
     member = spawn_checked_worker(self->home_system(), {reached, grant->name, grant->digest, worker}, st.cfg.checks,

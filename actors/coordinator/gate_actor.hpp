@@ -19,6 +19,7 @@
 #include "actors/accounts/accounts_store.hpp"
 #include "actors/cluster_guard.hpp"
 #include "actors/coordinator/checked_worker.hpp"
+#include "actors/coordinator/data_relay.hpp"
 #include "actors/data_link.hpp"
 #include "actors/protocol.hpp"
 
@@ -46,6 +47,8 @@ struct gate_config {
   /// sends its generation's next token, later than that and the relay's grace is removed
   /// (actors/coordinator/data_relay.hpp). 0: not watched.
   std::chrono::milliseconds step_limit{0};
+  /// Volunteers their relays removed: a token's joins wait a while after each removal.
+  std::shared_ptr<removal_registry> removals = std::make_shared<removal_registry>();
 };
 
 gate_actor spawn_gate(caf::actor_system& sys, pool_actor pool, std::unique_ptr<accounts::accounts_store> store,

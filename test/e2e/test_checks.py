@@ -378,7 +378,7 @@ def test_a_volunteer_that_leaves_calls_unanswered_past_their_limit_is_removed_an
     c = start_cluster(start_server, tmp_path_factory, "unanswered", options=("--graph-timeout-ms", "2000"))
     server = c.server
     try:
-        silent, _, model = holding_stories(c, "w_silent", "unanswered-calls")
+        silent, token, model = holding_stories(c, "w_silent", "unanswered-calls")
         api, key = server.api, c.key
         sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
         t0 = time.monotonic()
@@ -392,6 +392,10 @@ def test_a_volunteer_that_leaves_calls_unanswered_past_their_limit_is_removed_an
         assert re.search(r"removed volunteer w_silent-box from the grid: it left a graph call unanswered 15 s past its "
                          r"limit \(2 s\)", server.process.output())
         assert silent.proc.wait(timeout=15) != 0
+        # its token may not rejoin at once (a minute after a first removal)
+        code, out = run_volunteer(c, "--token", token, name="w_silent_again")
+        assert code != 0 and re.search(r"volunteer w_silent-box was removed from the grid \(it left a graph call "
+                                       r"unanswered 15 s past its limit \(2 s\)\); it may join again in \d+ s", out), out
         placed_on(c, model, "w_honest")
         step = compiled_step(c, model)
         sid, _ = prefilled_session(c, model, step)
