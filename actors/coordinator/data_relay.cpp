@@ -170,6 +170,25 @@ worker_actor spawn_data_relay(caf::actor_system& sys, worker_actor volunteer, st
                     });
           return rp;
         },
+        [self, volunteer, watch, removed](compile_atom a, compile_request& r) -> caf::result<compile_reply> {
+          // (a compile waits at most behind calls that stop at the limit)
+          if (watch.step_limit.count() == 0) return self->delegate(volunteer, a, std::move(r));
+          auto rp = self->make_response_promise<compile_reply>();
+          self->request(volunteer, watch.step_limit + overdue_grace, a, std::move(r))
+              .then([rp](compile_reply& x) mutable { rp.deliver(std::move(x)); },
+                    [self, rp, volunteer, watch, removed](caf::error& e) mutable {
+                      if (e != caf::sec::request_timeout) {
+                        rp.deliver(std::move(e));
+                        return;
+                      }
+                      const std::string past = seconds(std::chrono::duration_cast<std::chrono::milliseconds>(overdue_grace)) +
+                                               " past the limit (" + seconds(watch.step_limit) + ")";
+                      remove_volunteer(self, volunteer, removed, watch, "it left a compile unanswered " + past);
+                      rp.deliver(to_caf(errc::unavailable, "volunteer " + watch.name + " left this compile unanswered " + past +
+                                                               " and was removed from the grid; compile again"));
+                    });
+          return rp;
+        },
         [self, volunteer, link](tpiece_atom a, tensor_piece& p) -> caf::result<std::uint64_t> {
           const std::uint64_t length = p.bytes.size();
           if (!link) return self->delegate(volunteer, a, std::move(p));

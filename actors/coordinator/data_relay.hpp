@@ -12,7 +12,7 @@
 ///   bytes go to the data connection and the volunteer gets `tpieceref` in the piece's place
 ///   (its reply is the piece's reply); otherwise the piece goes over the cluster link as it came;
 /// - `status`: the volunteer's, with the data connection's state and the bytes it carried;
-/// - `run` (a graph call with a limit, not the pool's probe) and `genstart`, watched: its
+/// - `run` (a graph call with a limit, not the pool's probe), `compile` and `genstart`, watched: its
 ///   worker stops a graph at the call's limit and answers so, and a generation's steps are
 ///   graphs under the coordinator's limit, so a volunteer that leaves a call unanswered, or a
 ///   generation without a token or its end, for that limit and `overdue_grace` more has stopped

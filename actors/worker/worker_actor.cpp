@@ -318,6 +318,11 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
       },
       [=](compile_atom, compile_request& r) -> caf::result<compile_reply> {
         self->state.tally.count();
+        if (self->state.shared->cfg.unanswered_calls) {  // (--fault unanswered-calls: taken, never answered)
+          self->state.unanswered.push_back(self->make_response_promise());
+          log::line("info", "worker", "unanswered-calls: left compile of " + r.graph_id + " unanswered");
+          return caf::result<compile_reply>(caf::delegated<compile_reply>());
+        }
         std::uint64_t number = 0;
         {
           std::lock_guard<std::mutex> lock(self->state.shared->m);

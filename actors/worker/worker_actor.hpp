@@ -92,8 +92,8 @@ struct worker_config {
   /// would that addresses the coordinator's actors by number to join the pool a second time,
   /// past its checked worker — for the cluster port's front to cut.
   bool forge_messages = false;
-  /// A testing aid (`mpakt worker --fault unanswered-calls`): graph calls are taken and never
-  /// answered, the pool's probe calls are — a volunteer that swallows work while it looks
+  /// A testing aid (`mpakt worker --fault unanswered-calls`): graph calls and compiles are taken
+  /// and never answered, the pool's probe calls are — a volunteer that swallows work while it looks
   /// healthy, for the coordinator's answer deadline to catch.
   bool unanswered_calls = false;
   /// A testing aid (`mpakt worker --fault silent-generations`): generations are accepted and

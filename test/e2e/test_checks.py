@@ -366,36 +366,44 @@ def test_a_volunteer_answering_malformed_outputs_is_quarantined_and_the_client_g
         server.process.terminate()
 
 
-def test_a_volunteer_that_leaves_calls_unanswered_past_their_limit_is_removed_and_its_work_goes_elsewhere(
-        start_server, tmp_path_factory):
-    """A volunteer that takes graph calls and never answers them, while it answers the pool's
-    probes (`--fault unanswered-calls`: it looks healthy and fast, so it keeps being chosen).
-    Its worker would stop a graph at the call's limit and say so; one that lets 15 s more pass
-    has stopped answering. The caller gets the limit's 504 at the limit (plus the 3 s the
-    coordinator waits for the worker's own answer); 15 s past the limit the volunteer is
-    removed from the grid — not quarantined: nothing says it lied, its token stays valid — and
-    its model goes to the honest volunteer, where the same session's work goes on."""
+@pytest.mark.parametrize("what", ["graph call", "compile"])
+def test_a_volunteer_that_leaves_work_unanswered_past_the_limit_is_removed_and_its_work_goes_elsewhere(
+        start_server, tmp_path_factory, what):
+    """A volunteer that takes graph calls and compiles and never answers them, while it answers
+    the pool's probes (`--fault unanswered-calls`: it looks healthy and fast, so it keeps being
+    chosen). Its worker would stop a graph at the call's limit and say so, and a compile waits
+    at most behind such calls; one that lets 15 s more pass has stopped answering. The caller
+    gets an error at the limit; 15 s past it the volunteer is removed from the grid — not
+    quarantined: nothing says it lied, its token stays valid, though it may not join again at
+    once — and its model goes to the honest volunteer, where the work goes on."""
     c = start_cluster(start_server, tmp_path_factory, "unanswered", options=("--graph-timeout-ms", "2000"))
     server = c.server
     try:
         silent, token, model = holding_stories(c, "w_silent", "unanswered-calls")
         api, key = server.api, c.key
-        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
         t0 = time.monotonic()
-        r = api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key, timeout=60)
-        assert r.status == 504, r
-        assert "--graph-timeout-ms limit (2000 ms)" in r.text, r.text
+        if what == "graph call":
+            sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+            r = api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key, timeout=60)
+            assert r.status == 504, r
+            assert "--graph-timeout-ms limit (2000 ms)" in r.text, r.text
+            limit = r"its limit \(2 s\)"
+        else:
+            r = api.post("/api/v3/graphs", {"graph": graph_cli("--model-id", model, "--compiled", "--tokens", "1", "--cache", "64",
+                                                               "--argmax")}, key=key, timeout=60)
+            assert r.status in (503, 504), r
+            limit = r"the limit \(2 s\)"
         assert time.monotonic() - t0 < 15
         st = c.wait_for(lambda s: [w["workerId"] for w in s["pool"]] == ["w_honest"], "the silent volunteer to be removed",
                         timeout=40)
         assert st["quarantined"] == [], st["quarantined"]
-        assert re.search(r"removed volunteer w_silent-box from the grid: it left a graph call unanswered 15 s past its "
-                         r"limit \(2 s\)", server.process.output())
+        why = f"it left a {what} unanswered 15 s past {limit}"
+        assert re.search(r"removed volunteer w_silent-box from the grid: " + why, server.process.output())
         assert silent.proc.wait(timeout=15) != 0
         # its token may not rejoin at once (a minute after a first removal)
         code, out = run_volunteer(c, "--token", token, name="w_silent_again")
-        assert code != 0 and re.search(r"volunteer w_silent-box was removed from the grid \(it left a graph call "
-                                       r"unanswered 15 s past its limit \(2 s\)\); it may join again in \d+ s", out), out
+        assert code != 0 and re.search(r"volunteer w_silent-box was removed from the grid \(" + why +
+                                       r"\); it may join again in \d+ s", out), out
         placed_on(c, model, "w_honest")
         step = compiled_step(c, model)
         sid, _ = prefilled_session(c, model, step)
