@@ -1028,14 +1028,17 @@ def test_a_volunteer_whose_status_no_worker_sends_is_removed_at_its_first_status
     field — never listed in the pool; the server stays up and an honest volunteer joins and
     decodes."""
     c = cluster
+    made = c.server.admin("volunteer-token", "bloated-box")  # (a token of its own: a removal holds its joins back)
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip().splitlines()[0]
     bloated = Process("mpakt worker w_bloated", [binary(), "worker", "--join", f"127.0.0.1:{c.port}", "--id", "w_bloated",
-                                                 "--memory", "1G", "--threads", "1", "--token", c.token,
+                                                 "--memory", "1G", "--threads", "1", "--token", token,
                                                  *c.server.link_args(), "--fault", "bloated-status"],
                       c.logs / "w_bloated.log")
     bloated.start(r"mpakt worker: \S+ joined", timeout=30)
     try:
         assert bloated.proc.wait(timeout=20) != 0
-        assert re.search(r"removed volunteer dev from the grid: it answered a status no worker sends: its features lists "
+        assert re.search(r"removed volunteer bloated-box from the grid: it answered a status no worker sends: its features lists "
                          r"\d+ names \(512 at most\)", c.server.process.output())
         assert "w_bloated" not in [w["workerId"] for w in c.status(c.key)["pool"]]
         c.join("w_honest")
