@@ -1,5 +1,7 @@
 #include "actors/coordinator/data_relay.hpp"
 
+#include <atomic>
+
 #include "actors/errors.hpp"
 #include "runtime/log.hpp"
 #include "runtime/metrics.hpp"
@@ -14,10 +16,12 @@ using tick_atom = caf::atom_constant<caf::atom("wtick")>;
 /// The volunteer stopped answering, or answered what no worker does (`why`): ends its worker
 /// (the relay, its checked worker and the pool then see it go) — once, however many of its
 /// calls notice.
-void remove_volunteer(caf::local_actor* by, const worker_actor& volunteer, const std::shared_ptr<bool>& removed,
-                      const answer_watch& w, const std::string& why) {
-  if (*removed) return;
-  *removed = true;
+/// `removed` is shared by the relay and its generations' watches, which run on any thread.
+using removed_flag = std::shared_ptr<std::atomic<bool>>;
+
+void remove_volunteer(caf::local_actor* by, const worker_actor& volunteer, const removed_flag& removed, const answer_watch& w,
+                      const std::string& why) {
+  if (removed->exchange(true)) return;
   log::line("warn", "gate", "removed volunteer " + w.name + " from the grid: " + why + "; its work goes elsewhere",
             {{"volunteer", w.name}});
   metrics::m().errors.with({"removed"}).inc();
@@ -58,7 +62,7 @@ std::string seconds(std::chrono::milliseconds ms) {
 /// one after the other) or more than the `max_new` asked for: a flood the listener would
 /// queue, or a token the client would see twice. Ends with the generation's end, the listener,
 /// or the volunteer.
-gen_listener spawn_watch(caf::actor_system& sys, gen_listener to, worker_actor volunteer, std::shared_ptr<bool> removed,
+gen_listener spawn_watch(caf::actor_system& sys, gen_listener to, worker_actor volunteer, removed_flag removed,
                          answer_watch w, std::string gen_id, std::uint32_t max_new) {
   auto watch = sys.spawn([to, volunteer, removed, w, gen_id, max_new](caf::event_based_actor* self) -> caf::behavior {
     self->monitor(to);
@@ -90,12 +94,36 @@ gen_listener spawn_watch(caf::actor_system& sys, gen_listener to, worker_actor v
           if (steady::now() - *last < within) return void(self->delayed_send(self, every, tick_atom::value));
           remove_volunteer(self, volunteer, removed, w,
                            "it left generation " + gen_id + " without a token for " + seconds(w.step_limit) + " (the step limit) and " +
-                               seconds(std::chrono::duration_cast<std::chrono::milliseconds>(overdue_grace)) + " more");
+                               seconds(overdue_grace) + " more");
           self->quit();
         },
     };
   });
   return caf::actor_cast<gen_listener>(watch);
+}
+
+/// Asks the volunteer `xs` on behalf of the current request, answering it with the volunteer's
+/// answer, or — none within `within` (`limit` and the grace) — removing the volunteer for
+/// leaving `what` unanswered and answering with an error saying so (`again`: what the caller
+/// may do).
+template <class Reply, class... Ts>
+caf::result<Reply> watched(caf::event_based_actor* self, const worker_actor& volunteer, const removed_flag& removed,
+                           const answer_watch& w, const std::string& what, const std::string& limit, const std::string& again,
+                           std::chrono::milliseconds within, Ts&&... xs) {
+  auto rp = self->make_response_promise<Reply>();
+  self->request(volunteer, within, std::forward<Ts>(xs)...)
+      .then([rp](Reply& x) mutable { rp.deliver(std::move(x)); },
+            [self, rp, volunteer, removed, w, what, limit, again](caf::error& e) mutable {
+              if (e != caf::sec::request_timeout) {
+                rp.deliver(std::move(e));
+                return;
+              }
+              const std::string past = seconds(overdue_grace) + " past " + limit;
+              remove_volunteer(self, volunteer, removed, w, "it left a " + what + " unanswered " + past);
+              rp.deliver(to_caf(errc::unavailable, "volunteer " + w.name + " left this " + what + " unanswered " + past +
+                                                       " and was removed from the grid; " + again));
+            });
+  return rp;
 }
 
 }  // namespace
@@ -130,7 +158,7 @@ worker_actor spawn_data_relay(caf::actor_system& sys, worker_actor volunteer, st
       if (m.source == volunteer.address()) self->quit(m.reason);
     });
     if (link) self->attach_functor([link] { link->close("the volunteer left the grid"); });
-    auto removed = std::make_shared<bool>(false);
+    auto removed = std::make_shared<std::atomic<bool>>(false);
     // Everything but the messages below goes to the volunteer as it is.
     self->set_default_handler([volunteer](caf::scheduled_actor* s, caf::message_view& x) -> caf::result<caf::message> {
       auto rp = s->make_response_promise();
@@ -154,40 +182,14 @@ worker_actor spawn_data_relay(caf::actor_system& sys, worker_actor volunteer, st
           // the pool's own wait is their bound)
           if (r.timeout_ms == 0 || r.run_id == probe_run_id) return self->delegate(volunteer, a, std::move(r));
           const auto limit = std::chrono::milliseconds(r.timeout_ms);
-          auto rp = self->make_response_promise<run_reply>();
-          self->request(volunteer, limit + overdue_grace, a, std::move(r))
-              .then([rp](run_reply& x) mutable { rp.deliver(std::move(x)); },
-                    [self, rp, volunteer, watch, removed, limit](caf::error& e) mutable {
-                      if (e != caf::sec::request_timeout) {
-                        rp.deliver(std::move(e));
-                        return;
-                      }
-                      const std::string past = seconds(std::chrono::duration_cast<std::chrono::milliseconds>(overdue_grace)) +
-                                               " past its limit (" + seconds(limit) + ")";
-                      remove_volunteer(self, volunteer, removed, watch, "it left a graph call unanswered " + past);
-                      rp.deliver(to_caf(errc::unavailable, "volunteer " + watch.name + " left this call unanswered " + past +
-                                                               " and was removed from the grid; send the call again"));
-                    });
-          return rp;
+          return watched<run_reply>(self, volunteer, removed, watch, "graph call", "its limit (" + seconds(limit) + ")",
+                                    "send the call again", limit + overdue_grace, a, std::move(r));
         },
         [self, volunteer, watch, removed](compile_atom a, compile_request& r) -> caf::result<compile_reply> {
           // (a compile waits at most behind calls that stop at the limit)
           if (watch.step_limit.count() == 0) return self->delegate(volunteer, a, std::move(r));
-          auto rp = self->make_response_promise<compile_reply>();
-          self->request(volunteer, watch.step_limit + overdue_grace, a, std::move(r))
-              .then([rp](compile_reply& x) mutable { rp.deliver(std::move(x)); },
-                    [self, rp, volunteer, watch, removed](caf::error& e) mutable {
-                      if (e != caf::sec::request_timeout) {
-                        rp.deliver(std::move(e));
-                        return;
-                      }
-                      const std::string past = seconds(std::chrono::duration_cast<std::chrono::milliseconds>(overdue_grace)) +
-                                               " past the limit (" + seconds(watch.step_limit) + ")";
-                      remove_volunteer(self, volunteer, removed, watch, "it left a compile unanswered " + past);
-                      rp.deliver(to_caf(errc::unavailable, "volunteer " + watch.name + " left this compile unanswered " + past +
-                                                               " and was removed from the grid; compile again"));
-                    });
-          return rp;
+          return watched<compile_reply>(self, volunteer, removed, watch, "compile", "the limit (" + seconds(watch.step_limit) + ")",
+                                        "compile again", watch.step_limit + overdue_grace, a, std::move(r));
         },
         [self, volunteer, link](tpiece_atom a, tensor_piece& p) -> caf::result<std::uint64_t> {
           const std::uint64_t length = p.bytes.size();
