@@ -424,8 +424,8 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
   struct holding {
     cluster_guard& g;
     std::uint64_t frame = 0, order = 0, counted = 0;
-    steady::time_point since{}, waiting_since{};
-    steady::duration waited{};
+    steady::duration reading{};  ///< time it was free to read (waiting for the budget not counted)
+    steady::time_point looked{};  ///< when `reading` was last brought up to date
     void count(std::uint64_t bytes) {
       if (bytes >= counted) g.held_ += bytes - counted;
       else g.held_ -= counted - bytes;
@@ -437,9 +437,8 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
       frame = f;
       order = ++g.next_hold_;
       g.holders_.insert(order);
-      since = steady::now();
-      waiting_since = {};
-      waited = {};
+      reading = {};
+      looked = steady::now();
     }
     void end() {
       if (frame == 0) return;
@@ -527,16 +526,11 @@ void cluster_guard::pump(void* ssl_p, int client, int caf, std::uint16_t local_p
     }
     if (hold.frame != 0) {
       const auto now = steady::now();
-      if (waiting && hold.waiting_since == steady::time_point{}) hold.waiting_since = now;
-      if (!waiting && hold.waiting_since != steady::time_point{}) {
-        hold.waited += now - hold.waiting_since;
-        hold.waiting_since = {};
-      }
-      const auto reading = now - hold.since - hold.waited -
-                           (hold.waiting_since == steady::time_point{} ? steady::duration{} : now - hold.waiting_since);
-      const double past_grace = std::chrono::duration<double>(reading - limits_.reply_grace).count();
+      if (!waiting) hold.reading += now - hold.looked;
+      hold.looked = now;
+      const double past_grace = std::chrono::duration<double>(hold.reading - limits_.reply_grace).count();
       if (past_grace > 0 && double(frames.held()) < double(limits_.reply_min_rate) * past_grace) {
-        const double secs = std::chrono::duration<double>(reading).count();
+        const double secs = std::chrono::duration<double>(hold.reading).count();
         count_refused(peer_of(local_port).value_or("?"), "slow",
                       "frame " + std::to_string(hold.frame) + ", a reply, came at less than " +
                           std::to_string(limits_.reply_min_rate) + " bytes a second: " + std::to_string(frames.held()) +
