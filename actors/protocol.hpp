@@ -247,7 +247,13 @@ struct tensor_blob {
 /// A whole session's tensors (a checkpoint).
 struct session_dump {
   std::vector<tensor_blob> tensors;
-  std::uint64_t bytes = 0;
+  std::uint64_t bytes = 0;  ///< as its worker wrote it (a volunteer's may understate: see carried())
+  /// The bytes its tensors hold.
+  std::uint64_t carried() const {
+    std::uint64_t n = 0;
+    for (const auto& t : tensors) n += t.bytes.size();
+    return n;
+  }
 };
 
 /// A v2 tensor uploaded by a client (f32 values).

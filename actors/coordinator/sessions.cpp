@@ -190,8 +190,7 @@ caf::result<checkpoint_reply> checkpoint_session(coordinator_pointer self, const
                     [=](session_dump& d) mutable {
                       // (the bytes the copy holds, whatever the worker said — a volunteer's may
                       // understate them — are what the budget counts)
-                      std::uint64_t carried = 0;
-                      for (const auto& t : d.tensors) carried += t.bytes.size();
+                      const std::uint64_t carried = d.carried();
                       d.bytes = carried;
                       const std::uint64_t held_now = self->state.durable_held(who.key_id, id);
                       if (held_now + carried > budget) {

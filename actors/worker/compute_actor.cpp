@@ -601,9 +601,8 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
         auto& st = self->state;
         const auto* old = st.store.find_session(sid);
         const std::uint64_t freed = old ? tensor_store::bytes_of(*old) : 0;
-        std::uint64_t carried = 0;  // (what the dump holds, whatever its `bytes` says: it may come from a volunteer)
-        for (const auto& b : d.tensors) carried += b.bytes.size();
-        const std::uint64_t needs = std::max(d.bytes, carried);
+        // (what the dump holds, whatever its `bytes` says: it may come from a volunteer)
+        const std::uint64_t needs = std::max(d.bytes, d.carried());
         if (needs > st.free() + freed)
           return to_caf(errc::unavailable, "restoring session " + sid + " needs " + mb(needs) + " but worker " +
                                                st.cfg().worker_id + " has " + mb(st.free() + freed) + " free");
