@@ -12,6 +12,7 @@
 #include "actors/errors.hpp"
 #include "actors/protocol.hpp"
 #include "actors/worker/worker_actor.hpp"
+#include "test/support/actors.hpp"
 
 namespace mpakt {
 namespace {
@@ -66,12 +67,9 @@ double number_of(const actor_snapshot& s, const std::string& name) {
 }
 
 TEST(describe, AWorkersFrontAnswersWhileItsComputeSideIsHeldUp) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "spawns worker actors, which UBSan stops inside CAF 0.17 (checked_worker_test.cpp)";
-#endif
-  caf::actor_system_config cfg;
-  add_protocol_types(cfg);
-  caf::actor_system sys{cfg};
+  MPAKT_SKIP_ACTOR_TEST_UNDER_SANITIZERS();
+  test::protocol_system actors;
+  caf::actor_system& sys = actors.sys;
   worker_config wc;
   wc.worker_id = "w_test";
   wc.memory_bytes = 123'000'000;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "actors/errors.hpp"
+#include "test/support/actors.hpp"
 #include "test/support/files.hpp"
 
 namespace mpakt {
@@ -57,12 +58,9 @@ struct gate_run {
 };
 
 TEST(gate, BehindTheFrontAJoinPresentingAnActorOfThisProcessIsRefused) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "spawns actors, which UBSan stops inside CAF 0.17 (checked_worker_test.cpp)";
-#endif
-  caf::actor_system_config cfg;
-  add_protocol_types(cfg);
-  caf::actor_system sys{cfg};
+  MPAKT_SKIP_ACTOR_TEST_UNDER_SANITIZERS();
+  test::protocol_system actors;
+  caf::actor_system& sys = actors.sys;
   caf::scoped_actor me{sys};
   for (bool front : {true, false}) {
     gate_run run;

@@ -19,6 +19,7 @@
 #include "actors/worker/worker_shared.hpp"
 #include "runtime/dtype.hpp"
 #include "runtime/tensor.hpp"
+#include "test/support/actors.hpp"
 
 namespace mpakt {
 namespace {
@@ -26,12 +27,9 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(LoadReceiver, QuantizedMatricesAreHeldInLanesWhereTheWorkerReadsLanes) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "spawns worker actors, which UBSan stops inside CAF 0.17 (checked_worker_test.cpp)";
-#endif
-  caf::actor_system_config cfg;
-  add_protocol_types(cfg);
-  caf::actor_system sys{cfg};
+  MPAKT_SKIP_ACTOR_TEST_UNDER_SANITIZERS();
+  test::protocol_system actors;
+  caf::actor_system& sys = actors.sys;
   caf::scoped_actor me{sys};
   auto fail = [](caf::error& e) { FAIL() << from_caf(e).message; };
   std::mt19937 rng(3);
