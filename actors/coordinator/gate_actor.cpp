@@ -69,13 +69,20 @@ std::deque<steady::time_point>& recent_failures(gate_pointer self, const std::st
   return q;
 }
 
+/// Refuses a join from `address`: logged (`logged`: why, for the log) and counted under
+/// `reason`; the volunteer is told `why` (`code`: the refusal's error code).
+void refuse(caf::typed_response_promise<std::string> rp, const std::string& address, const char* reason,
+            const std::string& logged, const std::string& why, errc code) {
+  log_line("refused a volunteer from " + address + ": " + logged, {{"reason", reason}});
+  count_refusal(reason);
+  rp.deliver(to_caf(code, "join refused: " + why));
+}
+
 /// Refuses a join, counted as a failed join of `address` (`code`: the refusal's error code).
 void refuse_join(gate_pointer self, caf::typed_response_promise<std::string> rp, const std::string& address,
                  const char* reason, const std::string& why, errc code = errc::invalid) {
   recent_failures(self, address).push_back(steady::now());
-  log_line("refused a volunteer from " + address + ": " + why, {{"reason", reason}});
-  count_refusal(reason);
-  rp.deliver(to_caf(code, "join refused: " + why));
+  refuse(rp, address, reason, why, why, code);
 }
 
 /// Decides a join once the client's address is known.
@@ -101,23 +108,16 @@ void decide(gate_pointer self, caf::typed_response_promise<std::string> rp, cons
     return;
   }
   if (st.cfg.quarantine && st.cfg.quarantine->has_digest(grant->digest)) {
-    log_line("refused a volunteer from " + address + ": volunteer " + grant->name + " was quarantined",
-             {{"reason", "quarantined"}});
-    count_refusal("quarantined");
-    rp.deliver(to_caf(errc::unauthorized, "join refused: volunteer " + grant->name +
-                                              " was quarantined (its results differed from the verifier's); ask the "
-                                              "operator for a new token"));
+    const std::string who = "volunteer " + grant->name + " was quarantined";
+    refuse(rp, address, "quarantined", who,
+           who + " (its results differed from the verifier's); ask the operator for a new token", errc::unauthorized);
     return;
   }
   if (st.cfg.removals)
     if (auto w = st.cfg.removals->waiting(grant->digest)) {
-      log_line("refused a volunteer from " + address + ": volunteer " + grant->name +
-                   " was removed from the grid; its joins wait " + std::to_string(w->first.count()) + " s more",
-               {{"reason", "removed"}});
-      count_refusal("removed");
-      rp.deliver(to_caf(errc::unavailable, "join refused: volunteer " + grant->name + " was removed from the grid (" +
-                                               w->second + "); it may join again in " + std::to_string(w->first.count()) +
-                                               " s"));
+      const std::string who = "volunteer " + grant->name + " was removed from the grid", wait = std::to_string(w->first.count());
+      refuse(rp, address, "removed", who + "; its joins wait " + wait + " s more",
+             who + " (" + w->second + "); it may join again in " + wait + " s", errc::unavailable);
       return;
     }
   st.failures.erase(address);  // (a success clears the address's count; `fails` is gone now)
