@@ -179,7 +179,7 @@ int cmd_worker(const std::vector<std::string>& args) {
                             *v == "corrupt-generation-caches" || *v == "corrupt-generation-tokens" ||
                             *v == "malformed-answers" || *v == "forge-messages" || *v == "unanswered-calls" ||
                             *v == "silent-generations" || *v == "bloated-status" ||
-                            *v == "flood-tokens")) {
+                            *v == "flood-tokens" || *v == "cheat-unless-dumped")) {
         (*v == "corrupt-weights"             ? wc.corrupt_weights
          : *v == "corrupt-weights-later"     ? wc.corrupt_weights_later
          : *v == "corrupt-caches"            ? wc.corrupt_caches
@@ -190,13 +190,14 @@ int cmd_worker(const std::vector<std::string>& args) {
          : *v == "silent-generations"        ? wc.silent_generations
          : *v == "bloated-status"            ? wc.bloated_status
          : *v == "flood-tokens"              ? wc.flood_tokens
+         : *v == "cheat-unless-dumped"       ? wc.cheat_unless_dumped
                                              : wc.malformed_answers) = true;
         continue;
       }
       if (!v || v->rfind(prefix, 0) != 0)
         return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights, corrupt-weights-later, "
                    "corrupt-caches, corrupt-generation-caches, corrupt-generation-tokens, malformed-answers, forge-messages, "
-                   "unanswered-calls, silent-generations, bloated-status, flood-tokens or no-data-link");
+                   "unanswered-calls, silent-generations, bloated-status, flood-tokens, cheat-unless-dumped or no-data-link");
       char* end = nullptr;
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");

@@ -76,6 +76,7 @@ struct compute_state {
     std::int64_t pos = 0;    ///< where it is fed
     std::uint32_t index = 0;
     std::unique_ptr<speculator> spec;  ///< set when speculative
+    bool lie = false;                  ///< --fault cheat-unless-dumped: its tokens altered
     std::uint64_t batched = 0;         ///< tokens produced by shared passes
     std::uint64_t batched_verifies = 0;  ///< verify passes it shared
   };
@@ -83,7 +84,19 @@ struct compute_state {
   bool tick_pending = false;  ///< a genstep message is on its way
   /// --fault corrupt-results: the draws deciding which answers to corrupt (seeded by the id).
   std::mt19937_64 fault_rng;
+  /// --fault cheat-unless-dumped: sessions dumped since their last pass, and whether the
+  /// answer being made is to lie.
+  std::set<std::string> dumped;
+  bool lie_now = false;
+  /// Whether a pass on `sessions` lies (they were not all dumped since their last pass).
+  bool cheats_on(const std::vector<std::string>& sessions) {
+    if (!cfg().cheat_unless_dumped || sessions.empty()) return false;
+    bool all = true;
+    for (const auto& s : sessions) all = dumped.erase(s) > 0 && all;
+    return !all;
+  }
   bool corrupt_now() {
+    if (std::exchange(lie_now, false)) return true;
     if (shared->cfg.corrupt_results <= 0) return false;
     return std::uniform_real_distribution<double>(0, 1)(fault_rng) < shared->cfg.corrupt_results;
   }
@@ -346,7 +359,7 @@ bool deliver_tokens(compute_pointer self, const std::string& id, const std::vect
   auto& g = self->state.generations.at(id);
   for (std::size_t i = 0; i < produced.size(); ++i) {
     std::int64_t tok = produced[i];
-    if (self->state.corrupt_now() || self->state.cfg().corrupt_generation_tokens)
+    if (g.lie || self->state.corrupt_now() || self->state.cfg().corrupt_generation_tokens)
       tok = tok > 0 ? tok - 1 : 1;  // (--fault: a lie, fed on as drawn)
     gen_token t;
     t.token = tok;
@@ -594,6 +607,7 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
                                std::string(reinterpret_cast<const char*>(t.data()), t.nbytes())});
           d.bytes += t.nbytes();
         }
+        if (self->state.cfg().cheat_unless_dumped) self->state.dumped.insert(sid);
         return d;
       },
       [=](sload_atom, const std::string& sid, session_dump& d) -> caf::result<bool> {
@@ -653,6 +667,11 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
           if (!st.store.find_session(s)) return to_caf(errc::not_found, "session " + s + " is not on this worker");
         tensor_store::source src(st.store, r.session, r.sessions);
         const std::string primary = r.session.empty() && !r.sessions.empty() ? r.sessions.front() : r.session;
+        {
+          std::vector<std::string> touched = r.sessions;
+          if (!r.session.empty()) touched.push_back(r.session);
+          st.lie_now = st.cheats_on(touched);  // (--fault cheat-unless-dumped)
+        }
         // (a graph listing several sessions keeps each row's bits alone whatever the caller said: SES-20)
         const free_rows_scope rows(r.free_rows && r.sessions.size() <= 1);
         auto* progress = &st.shared->progress;
@@ -760,6 +779,7 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
         compute_state::generation g;
         g.token = r.first_id;
         g.pos = r.start_pos;
+        g.lie = st.cheats_on({r.session});  // (--fault cheat-unless-dumped)
         if (!r.verify_graphs.empty()) g.spec = std::make_unique<speculator>(r.context, ks, r.always);
         const std::string id = r.gen_id;
         g.req = std::move(r);

@@ -102,6 +102,11 @@ struct worker_config {
   /// A testing aid (`mpakt worker --fault bloated-status`): its status lists 20,000 features, a
   /// volunteer that would make every status and placement answer of the coordinator huge.
   bool bloated_status = false;
+  /// A testing aid (`mpakt worker --fault cheat-unless-dumped`): a graph call or worker-side
+  /// generation on a session is answered right only when the session was dumped since its last
+  /// pass — a volunteer that takes a dump for the sign of a spot-check and lies otherwise (one
+  /// value of the answer changed, every token altered and fed on); calls on no session are honest.
+  bool cheat_unless_dumped = false;
   /// A testing aid (`mpakt worker --fault flood-tokens`): each token of a worker-side
   /// generation is sent 101 times, a volunteer flooding its listener.
   bool flood_tokens = false;
