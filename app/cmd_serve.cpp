@@ -91,9 +91,12 @@ const char* serve_usage =
     "                      port speaks TLS only; the banner prints the certificate's fingerprint\n"
     "                      that volunteers pin (--coordinator-fingerprint)\n"
     "  --verify-fraction F spot-checks of volunteers: the fraction of their passes (graph calls\n"
-    "                      and generations) re-run on a verifier and compared (default 0.02)\n"
+    "                      and generations) re-run on a verifier and compared (default 0.02):\n"
+    "                      after the first passes, the fraction of windows of passes checked\n"
     "  --verify-first N    a new volunteer's first N passes are all checked (default 8); with\n"
     "                      --verify-fraction 0 and --verify-first 0 nothing is checked\n"
+    "  --verify-window N   the mean number of passes in a window (default 64): a volunteer's\n"
+    "                      sessions are copied from it once a window, checked or not\n"
     "  --verify-memory SIZE room in this process for the verifiers' copies of volunteers' weights,\n"
     "                      all volunteers together (default 2G); passes on weights beyond it go\n"
     "                      unchecked\n"
@@ -237,6 +240,11 @@ int cmd_serve(const std::vector<std::string>& args) {
     } else if (a == "--verify-first") {
       if (!(v = value()) || std::atol(v->c_str()) < 0) return bad("--verify-first takes a number of passes");
       gcfg.checks.first_passes = std::uint32_t(std::atol(v->c_str()));
+    } else if (a == "--verify-window") {
+      char* end = nullptr;
+      const double n = (v = value()) ? std::strtod(v->c_str(), &end) : -1;
+      if (!v || *end != '\0' || !(n >= 1 && n <= 1e6)) return bad("--verify-window takes a number of passes from 1 to 1000000");
+      gcfg.checks.window_passes = n;
     } else if (a == "--verify-memory") {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s) return bad("--verify-memory takes a size such as 2G");

@@ -1,5 +1,6 @@
 #include "actors/coordinator/checked_worker.hpp"
 #include "actors/coordinator/product_check.hpp"
+#include "actors/coordinator/check_windows.hpp"
 
 #include <rapidjson/document.h>
 
@@ -9,6 +10,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <random>
@@ -514,12 +516,22 @@ struct checked_state {
     for (const auto& [_, tol] : model_tolerance) t = std::max(t, tol);
     return t;
   }
-  /// Whether the next pass is checked (the first ones always, then a fraction).
-  bool choose() {
-    const auto n = ++sh->counts.passes;
-    if (n <= sh->cfg.first_passes) return true;
-    return std::uniform_real_distribution<double>(0, 1)(rng) < sh->cfg.fraction;
-  }
+  /// Counts a pass; whether it is one of the first, each checked as it runs.
+  bool first_pass() { return ++sh->counts.passes <= sh->cfg.first_passes; }
+  /// A draw of `fraction` (the passes on a model held in part, probed one by one).
+  bool draw() { return std::uniform_real_distribution<double>(0, 1)(rng) < sh->cfg.fraction; }
+
+  /// The later passes' windows (check_windows.hpp); absent when `fraction` is 0.
+  std::optional<check_windows> windows;
+  /// The verifier's work for checked windows, one task at a time in the order given (each
+  /// calls its argument when done), so copies, passes and comparisons reach it in order.
+  std::deque<std::function<void(std::function<void()>)>> verifier_tasks;
+  bool verifier_busy = false;
+  std::uint64_t verifier_bytes = 0;  ///< of the passes those tasks hold
+  /// Passes waiting for windows to close (admitted again, in order, after each turnover), and
+  /// the sessions they wait on: a later pass on one of those waits behind them.
+  std::deque<std::function<void()>> parked;
+  std::multiset<std::string> parked_sessions;
 };
 
 using checked_pointer = worker_actor::stateful_pointer<checked_state>;
@@ -938,11 +950,22 @@ void probed_send(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_
 /// A pass not chosen for a check: the volunteer's answer as it is — once it reads as an outputs
 /// object (its text reaches the client inside the reply; the depth-limited parser, on a helper
 /// thread when large). An answer that does not quarantines the volunteer; the call fails.
+void unchecked_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_request r,
+                        std::function<void(bool, const run_reply*)> after = {});
+
 caf::result<run_reply> unchecked_run(checked_pointer self, run_request r) {
   auto rp = owe<run_reply>(self);
+  unchecked_run_with(self, rp, std::move(r));
+  return rp->rp;
+}
+
+/// unchecked_run with its promise; `after(answered, reply)` runs once the caller has its answer
+/// (`reply`: the volunteer's well-formed answer, else null).
+void unchecked_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_request r,
+                        std::function<void(bool, const run_reply*)> after) {
   self->request(self->state.volunteer(), caf::infinite, run_atom::value, std::move(r))
       .then(
-          [self, rp](run_reply& x) mutable {
+          [self, rp, after](run_reply& x) mutable {
             auto reply = std::make_shared<run_reply>(std::move(x));
             maybe_off_thread<status>(
                 self, reply->outputs_json.size() >= off_thread_bytes,
@@ -953,14 +976,552 @@ caf::result<run_reply> unchecked_run(checked_pointer self, run_request r) {
                     if (!it->value.IsObject() || !it->value.HasMember("shape")) return status(invalid("an output is not {shape, data}"));
                   return status{};
                 },
-                [self, rp, reply](status& ok) mutable {
-                  if (ok) return void(rp->deliver(std::move(*reply)));
+                [self, rp, reply, after](status& ok) mutable {
+                  if (ok) {
+                    // (the comparison's copy, taken only when a window's check wants it)
+                    if (after) after(true, reply.get());
+                    rp->deliver(std::move(*reply));
+                    return;
+                  }
                   quarantine(self, self->state.sh, "a graph call's answer is not an outputs object: " + ok.err().message);
                   rp->deliver(to_caf(errc::unavailable, "the volunteer running this call answered malformed outputs and was "
                                                        "quarantined; send the call again"));
+                  if (after) after(false, nullptr);
                 });
           },
-          [rp](caf::error& e) mutable { rp->deliver(std::move(e)); });
+          [rp, after](caf::error& e) mutable {
+            rp->deliver(std::move(e));
+            if (after) after(false, nullptr);
+          });
+}
+
+// ---- later passes: windows whose checks the volunteer cannot see (check_windows.hpp)
+
+/// The tap put between a volunteer's generation in a window and its listener: passes everything
+/// on (to `down`, when there is one), keeps the tokens when asked to, and answers `genended`
+/// with them and the end once the generation ended. Without `down` it collects the verifier's
+/// run of the same generation.
+using genended_atom = caf::atom_constant<caf::atom("genended")>;
+using gen_tap_actor = gen_listener::extend<caf::replies_to<genended_atom>::with<std::vector<gen_token>, gen_done>>;
+
+struct gen_tap_state {
+  gen_listener down;
+  bool keep = false;
+  std::vector<gen_token> tokens;
+  std::optional<gen_done> done;
+  std::vector<caf::typed_response_promise<std::vector<gen_token>, gen_done>> waiting;
+};
+
+gen_tap_actor::behavior_type gen_tap(gen_tap_actor::stateful_pointer<gen_tap_state> self, gen_listener down, bool keep,
+                                     caf::actor watched) {
+  self->state.down = std::move(down);
+  self->state.keep = keep;
+  // (it ends with the checked worker, whose volunteer then sends no more)
+  if (watched) self->monitor(watched);
+  self->set_down_handler([self](caf::down_msg&) { self->quit(); });
+  return {
+      [=](gentoken_atom a, const std::string& id, const gen_token& t) {
+        auto& st = self->state;
+        if (st.done) return;  // (nothing after the end: the listener has ended it)
+        if (st.keep) st.tokens.push_back(t);
+        if (st.down) self->send(st.down, a, id, t);
+      },
+      [=](gendone_atom a, const std::string& id, const gen_done& d) {
+        auto& st = self->state;
+        if (st.done) return;
+        st.done = d;
+        if (st.down) self->send(st.down, a, id, d);
+        for (auto& rp : st.waiting) rp.deliver(st.tokens, d);
+        if (!st.waiting.empty()) self->quit();
+      },
+      [=](genended_atom) -> caf::result<std::vector<gen_token>, gen_done> {
+        auto& st = self->state;
+        if (st.done) {
+          self->quit();
+          return {std::move(st.tokens), *st.done};
+        }
+        st.waiting.push_back(self->make_response_promise<std::vector<gen_token>, gen_done>());
+        return st.waiting.back();
+      },
+  };
+}
+
+/// Runs the verifier's tasks in order: each starts once the one before called its `next`.
+void run_verifier_tasks(checked_pointer self) {
+  auto& st = self->state;
+  st.verifier_busy = true;
+  while (!st.verifier_tasks.empty()) {
+    auto task = std::move(st.verifier_tasks.front());
+    st.verifier_tasks.pop_front();
+    auto phase = std::make_shared<int>(0);  // 0: running, 1: finished at once, 2: waiting on an answer
+    task([self, phase] {
+      if (*phase == 0) *phase = 1;
+      else run_verifier_tasks(self);
+    });
+    if (*phase == 1) continue;
+    *phase = 2;
+    return;
+  }
+  st.verifier_busy = false;
+}
+
+/// Most verifier tasks, and bytes of the passes they carry, waiting at once: past either a
+/// checked window stops being followed (a volunteer far faster than its verifier must not make
+/// the coordinator hold its passes without bound).
+constexpr std::size_t max_verifier_tasks = 4096;
+constexpr std::uint64_t max_verifier_bytes = std::uint64_t(256) << 20;
+
+void to_verifier(checked_pointer self, std::function<void(std::function<void()>)> task) {
+  auto& st = self->state;
+  st.verifier_tasks.push_back(std::move(task));
+  if (!st.verifier_busy) run_verifier_tasks(self);
+}
+
+/// Whether the verifier's queue has room for a pass of `bytes`; takes them if so.
+bool verifier_room(checked_pointer self, std::uint64_t bytes) {
+  auto& st = self->state;
+  if (st.verifier_tasks.size() >= max_verifier_tasks || st.verifier_bytes + bytes > max_verifier_bytes) return false;
+  st.verifier_bytes += bytes;
+  return true;
+}
+
+/// A value from the volunteer that a verifier task, queued in the volunteer's order when the
+/// request went out, waits for (all on the checked worker's thread).
+template <class T>
+struct awaited {
+  std::optional<T> value;
+  std::optional<caf::error> error;
+  bool ready() const { return value.has_value() || error.has_value(); }
+  void set(T v) {
+    value = std::move(v);
+    wake();
+  }
+  void fail(caf::error e) {
+    error = std::move(e);
+    wake();
+  }
+  void when(std::function<void()> f) {
+    if (ready()) f();
+    else waiters.push_back(std::move(f));
+  }
+
+ private:
+  void wake() {
+    auto now = std::move(waiters);
+    waiters.clear();
+    for (auto& f : now) f();
+  }
+  std::vector<std::function<void()>> waiters;
+};
+
+/// The verifier stops following `w` (it could not run one of its passes, or lost track): its
+/// passes from now on are not judged, its copies go. Counted once as unchecked.
+void break_window(checked_pointer self, const check_windows::ptr& w) {
+  if (!w->checked || w->broken) return;
+  w->broken = true;
+  self->state.sh->counts.unchecked++;
+  for (const auto& s : w->sessions)
+    to_verifier(self, [self, s](std::function<void()> next) {
+      caf::anon_send(self->state.verifier, sclose_atom::value, s);
+      next();
+    });
+}
+
+void admit_parked(checked_pointer self);
+
+std::string passes_text(std::uint32_t n) { return std::to_string(n) + (n == 1 ? " pass" : " passes"); }
+
+/// After a window's last answer, or before the pass that opened a window: the volunteer is
+/// asked for each session of the opened window now — ahead, in its mailbox, of anything sent
+/// later. Those copies end the closed windows (a checked one's sessions compared with the
+/// verifier's, which has done its passes again) and begin the opened one (a checked one's loaded
+/// into the verifier). The volunteer is asked the same whether any of them is checked. The
+/// verifier's side is queued now, in the volunteer's order, each part waiting for its copy.
+void turn_windows(checked_pointer self, const check_windows::turnover& t) {
+  auto& st = self->state;
+  struct pair_of_dumps {
+    std::optional<session_dump> mine;
+    std::optional<caf::error> mine_failed;
+    bool mine_in = false;
+  };
+  using their_dump = awaited<std::shared_ptr<session_dump>>;
+  std::map<std::string, check_windows::ptr> closed_of;
+  for (const auto& c : t.closed)
+    for (const auto& s : c->sessions) closed_of[s] = c;
+  // A checked window's sessions the opened window does not go on with: the verifier's copies go.
+  if (!t.opened)
+    for (const auto& c : t.closed)
+      if (c->checked && !c->broken)
+        for (const auto& s : c->sessions)
+          to_verifier(self, [self, s](std::function<void()> next) {
+            caf::anon_send(self->state.verifier, sclose_atom::value, s);
+            next();
+          });
+  if (!t.opened) return;
+  const auto opened = t.opened;
+  for (const auto& s : opened->sessions) {
+    auto c = closed_of.count(s) ? closed_of[s] : nullptr;
+    auto theirs = std::make_shared<their_dump>();
+    if (c && c->checked && !c->broken) {
+      // The verifier's copy as the closed window's passes left it (after them in its order),
+      // compared with the volunteer's once both came (on a helper thread when large); then
+      // dropped, unless the opened window is checked too (its first copy replaces it).
+      auto pair = std::make_shared<pair_of_dumps>();
+      auto judge = [self, s, c, pair, theirs] {
+        if (!pair->mine_in || !theirs->ready()) return;
+        auto& st = self->state;
+        if (st.sh->counts.quarantined) return;
+        if (pair->mine_failed) {  // (the verifier lost its copy: nothing to judge)
+          st.sh->counts.unchecked++;
+          return;
+        }
+        if (theirs->error) {
+          if (actor_gone(*theirs->error)) return;  // (the volunteer left: nothing is judged)
+          quarantine(self, st.sh,
+                     "at the end of a checked window of " + passes_text(c->passes) + " it would not show session " + s + ": " +
+                         from_caf(*theirs->error).message);
+          return;
+        }
+        auto copy = *theirs->value;
+        maybe_off_thread<result<std::string>>(
+            self, copy->bytes + pair->mine->bytes >= off_thread_bytes,
+            [pair, copy, tolerance = c->tolerance] {
+              std::string why;
+              return result<std::string>(sessions_agree(*copy, *pair->mine, tolerance, &why) ? std::string() : why);
+            },
+            [self, s, c](result<std::string>& why) {
+              if (why && why->empty()) return;
+              quarantine(self, self->state.sh,
+                         "its session " + s + " at the end of a checked window of " + passes_text(c->passes) +
+                             " (answered before the check) is unlike the verifier's: " + (why ? *why : why.err().message));
+            });
+      };
+      const bool keep = opened->checked;
+      to_verifier(self, [self, s, pair, keep, judge](std::function<void()> next) {
+        self->request(self->state.verifier, caf::infinite, sdump_atom::value, s)
+            .then(
+                [self, s, pair, keep, judge, next](session_dump& d) {
+                  pair->mine = std::move(d);
+                  pair->mine_in = true;
+                  if (!keep) caf::anon_send(self->state.verifier, sclose_atom::value, s);
+                  judge();
+                  next();
+                },
+                [self, s, pair, keep, judge, next](caf::error& e) {
+                  pair->mine_failed = std::move(e);
+                  pair->mine_in = true;
+                  if (!keep) caf::anon_send(self->state.verifier, sclose_atom::value, s);
+                  judge();
+                  next();
+                });
+      });
+      theirs->when(judge);
+    }
+    if (opened->checked) {
+      // The opened window's first copy: the verifier starts from it.
+      to_verifier(self, [self, s, opened, theirs, copy_it = bool(c && c->checked && !c->broken)](std::function<void()> next) {
+        theirs->when([self, s, opened, theirs, copy_it, next] {
+          if (opened->broken) return next();
+          if (theirs->error) {
+            // (no such session there: the verifier holds none either; anything else ends the check)
+            if (from_caf(*theirs->error).code == errc::not_found) caf::anon_send(self->state.verifier, sclose_atom::value, s);
+            else break_window(self, opened);
+            return next();
+          }
+          session_dump mine = copy_it ? **theirs->value : std::move(**theirs->value);
+          self->request(self->state.verifier, caf::infinite, sload_atom::value, s, std::move(mine))
+              .then([next](bool) { next(); },
+                    [self, opened, next](caf::error&) {
+                      break_window(self, opened);
+                      next();
+                    });
+        });
+      });
+    }
+    self->request(st.volunteer(), caf::infinite, sdump_atom::value, s)
+        .then([theirs](session_dump& d) { theirs->set(std::make_shared<session_dump>(std::move(d))); },
+              [theirs](caf::error& e) { theirs->fail(std::move(e)); });
+  }
+}
+
+/// Sends a pass through the windows: `go(window)` once its sessions' windows let it (at once,
+/// or after the turnover it waits for).
+void admit_windowed(checked_pointer self, std::vector<std::string> sessions, std::function<void(check_windows::ptr)> go) {
+  auto& st = self->state;
+  if (st.sh->counts.quarantined) return go(st.windows->single());  // (its answer fails anyway)
+  const bool behind = std::any_of(sessions.begin(), sessions.end(), [&](const std::string& s) { return st.parked_sessions.count(s) > 0; });
+  auto a = behind ? check_windows::admission{} : st.windows->admit(sessions);
+  if (!a.into) {
+    for (const auto& s : sessions) st.parked_sessions.insert(s);
+    st.parked.push_back([self, sessions = std::move(sessions), go = std::move(go)]() mutable {
+      admit_windowed(self, std::move(sessions), std::move(go));
+    });
+    return;
+  }
+  if (a.turned) turn_windows(self, *a.turned);
+  go(a.into);
+}
+
+/// A pass of `w` was answered: the window closes when that was its last.
+void window_pass_done(checked_pointer self, const check_windows::ptr& w) {
+  if (w->sessions.empty() && w->in_flight == 0) return;  // (a single pass, or every session left)
+  auto t = self->state.windows->answered(w);
+  if (!t) return;
+  turn_windows(self, *t);
+  admit_parked(self);
+}
+
+void admit_parked(checked_pointer self) {
+  auto waiting = std::move(self->state.parked);
+  self->state.parked.clear();
+  self->state.parked_sessions.clear();
+  for (auto& f : waiting) f();
+}
+
+/// Passes that skip the windows (probed ones, of a model held in part) on sessions in a checked
+/// window: the verifier could not follow them, so the window's check ends.
+void break_windows_of(checked_pointer self, const std::vector<std::string>& sessions) {
+  if (!self->state.windows) return;
+  for (const auto& s : sessions)
+    if (auto w = self->state.windows->of(s)) break_window(self, w);
+}
+
+/// A session closed or restored leaves its window; a checked window's copy of it goes after
+/// what the verifier still has to do with it.
+/// Returns whether the verifier's copy is dropped that way (else the caller drops any at once).
+bool leave_window(checked_pointer self, const std::string& sid) {
+  auto& st = self->state;
+  if (!st.windows) return false;
+  auto w = st.windows->leave(sid);
+  if (!w || !w->checked || w->broken) return false;
+  to_verifier(self, [self, sid](std::function<void()> next) {
+    caf::anon_send(self->state.verifier, sclose_atom::value, sid);
+    next();
+  });
+  return true;
+}
+
+/// The tolerance a window's pass is compared with: exact on the same path; a large inline
+/// graph's text is not searched here (this actor shares the scheduler thread), the widest
+/// of the models sent is taken.
+float window_tolerance(const checked_state& st, const run_request& r) {
+  if (st.exact()) return 0;
+  if (r.graph_id.empty() && r.graph_json.size() >= off_thread_bytes) return st.tolerance_of_graph("");
+  return st.tolerance(r);
+}
+
+/// The verdict on a generation the verifier ran again (shadow_generation).
+void judge_generation(checked_pointer self, const check_windows::ptr& w, const std::vector<gen_token>& theirs,
+                      const gen_done& their_end, bool natural, const std::vector<gen_token>& ours, const gen_done& our_end) {
+  auto& st = self->state;
+  if (st.sh->counts.quarantined) return;
+  if (!our_end.error.empty()) return break_window(self, w);
+  const bool exact = st.exact();
+  const std::size_t n = std::min(theirs.size(), ours.size());
+  std::size_t i = 0;
+  while (i < n && theirs[i].token == ours[i].token) ++i;
+  if (i < n || theirs.size() != ours.size()) {
+    if (!exact) {
+      st.sh->counts.inconclusive++;
+      return break_window(self, w);
+    }
+    const std::string what = i < n ? "generated token " + std::to_string(i) + " was " + std::to_string(theirs[i].token) +
+                                         " where the verifier drew " + std::to_string(ours[i].token)
+                                   : "its generation gave " + std::to_string(theirs.size()) + " tokens where the verifier's gave " +
+                                         std::to_string(ours.size());
+    return quarantine(self, st.sh, what + " (a checked window, after the client had them; same kernel path: must be equal)");
+  }
+  if (their_end.next_pos != our_end.next_pos) {
+    if (exact && natural)
+      return quarantine(self, st.sh,
+                        "its generation ended at position " + std::to_string(their_end.next_pos) + " where the verifier's ended at " +
+                            std::to_string(our_end.next_pos) + " (a checked window)");
+    return break_window(self, w);
+  }
+  st.sh->counts.checked++;
+}
+
+/// A later graph call: sent to the volunteer at once, its answer given to the caller at once;
+/// in a checked window the verifier runs it too — queued now, in the volunteer's order, run
+/// once the volunteer answered (a call that failed applies nothing, on either side: skipped) —
+/// and the answers are compared then.
+void windowed_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_request r) {
+  auto held = std::make_shared<run_request>(std::move(r));
+  auto sessions = sessions_of(*held);
+  auto go = [self, rp, held](check_windows::ptr w) {
+    auto& st = self->state;
+    using answer = awaited<std::shared_ptr<const std::string>>;
+    std::shared_ptr<answer> theirs;
+    if (w->checked && !w->broken) {
+      const std::uint64_t bytes = held->graph_json.size() + held->bind_json.size();
+      if (!verifier_room(self, bytes)) {
+        break_window(self, w);
+      } else {
+        const float tolerance = window_tolerance(st, *held);
+        w->tolerance = std::max(w->tolerance, tolerance);
+        auto mine = std::make_shared<run_request>(*held);
+        mine->run_id.clear();  // (a caller's cancel reaches the volunteer's run only)
+        mine->timeout_ms = 0;  // (the volunteer ran it within the limit; the verifier may take longer)
+        theirs = std::make_shared<answer>();
+        to_verifier(self, [self, w, mine, theirs, tolerance, bytes](std::function<void()> next) {
+          theirs->when([self, w, mine, theirs, tolerance, bytes, next] {
+            auto done = [self, bytes, next] {
+              self->state.verifier_bytes -= std::min(self->state.verifier_bytes, bytes);
+              next();
+            };
+            if (w->broken || theirs->error || self->state.sh->counts.quarantined) return done();
+            auto their_text = *theirs->value;
+            self->request(self->state.verifier, caf::infinite, run_atom::value, std::move(*mine))
+                .then(
+                    [self, their_text, tolerance, done](run_reply& x) {
+                      auto ours = std::make_shared<std::string>(std::move(x.outputs_json));
+                      maybe_off_thread<result<std::string>>(
+                          self, *their_text != *ours && their_text->size() + ours->size() >= off_thread_bytes,
+                          [their_text, ours, tolerance] {
+                            std::string why;
+                            return answers_agree(*their_text, *ours, tolerance, &why) ? result<std::string>(std::string())
+                                                                                     : result<std::string>(why);
+                          },
+                          [self, done](result<std::string>& why) {
+                            auto& st = self->state;
+                            if (why && why->empty()) st.sh->counts.checked++;
+                            else if (!st.sh->counts.quarantined)
+                              quarantine(self, st.sh,
+                                         "a graph call's answer, checked after it was given, differs from the verifier's: " +
+                                             (why ? *why : why.err().message));
+                            done();
+                          });
+                    },
+                    [self, w, done](caf::error&) {
+                      break_window(self, w);  // (weights or a template it lacks)
+                      done();
+                    });
+          });
+        });
+      }
+    }
+    unchecked_run_with(self, rp, std::move(*held), [self, w, theirs](bool answered, const run_reply* reply) {
+      if (theirs) {
+        if (answered) theirs->set(std::make_shared<const std::string>(reply->outputs_json));
+        else theirs->fail(to_caf(errc::invalid, "the call failed"));
+      }
+      window_pass_done(self, w);
+    });
+  };
+  if (sessions.empty()) return go(self->state.windows->single());
+  admit_windowed(self, std::move(sessions), std::move(go));
+}
+
+caf::result<run_reply> windowed_run(checked_pointer self, run_request r) {
+  auto rp = owe<run_reply>(self);
+  windowed_run_with(self, rp, std::move(r));
+  return rp->rp;
+}
+
+/// What a volunteer's generation sent: its tokens and its end.
+struct generation_record {
+  std::vector<gen_token> tokens;
+  gen_done end;
+  bool started = true;  ///< false: the volunteer refused it (nothing ran, nothing to run again)
+};
+
+/// The verifier's run of a generation the volunteer ran in a checked window — queued when the
+/// generation started, run once it ended, after the window's earlier passes, from the same
+/// session state — and the two compared: the same tokens and the same end position on the same
+/// kernel path (a generation cut short by a cancel or an error is run to as many tokens as the
+/// volunteer sent); tokens parting on another path are inconclusive and end the window's check.
+void shadow_generation(checked_pointer self, check_windows::ptr w, std::shared_ptr<gen_request> mine,
+                       std::shared_ptr<awaited<generation_record>> theirs) {
+  to_verifier(self, [self, w, mine, theirs](std::function<void()> next) {
+    theirs->when([self, w, mine, theirs, next] {
+      auto& st = self->state;
+      if (w->broken || st.sh->counts.quarantined) return next();
+      if (theirs->error) {  // (its end never came: what it fed is unknown)
+        break_window(self, w);
+        return next();
+      }
+      if (!theirs->value->started) return next();
+      auto t = std::make_shared<std::vector<gen_token>>(std::move(theirs->value->tokens));
+      const gen_done their_end = theirs->value->end;
+      const bool natural = their_end.error.empty() && (their_end.stopped == "max tokens" || their_end.stopped == "stop token");
+      if (!natural) {
+        if (t->empty()) {  // (what it fed before it was cut is unknown)
+          break_window(self, w);
+          return next();
+        }
+        mine->max_new = std::uint32_t(t->size());
+      }
+      auto collector = self->home_system().spawn(gen_tap, gen_listener{}, true, caf::actor_cast<caf::actor>(self));
+      mine->gen_id += "~check";
+      mine->listener = caf::actor_cast<gen_listener>(collector);
+      self->request(st.verifier, caf::infinite, genstart_atom::value, *mine)
+          .then(
+              [self, w, t, their_end, natural, collector, next](bool) {
+                self->request(collector, caf::infinite, genended_atom::value)
+                    .then(
+                        [self, w, t, their_end, natural, next](std::vector<gen_token>& ours, gen_done& our_end) {
+                          judge_generation(self, w, *t, their_end, natural, ours, our_end);
+                          next();
+                        },
+                        [self, w, next](caf::error&) {
+                          break_window(self, w);
+                          next();
+                        });
+              },
+              [self, w, collector, next](caf::error&) {
+                self->send_exit(collector, caf::exit_reason::user_shutdown);
+                break_window(self, w);
+                next();
+              });
+    });
+  });
+}
+
+/// A later worker-side generation: it runs on the volunteer as asked, its tokens streamed to
+/// the client as they come (through a tap that tells its end, checked window or not); in a
+/// checked window the verifier runs it again once it ended (shadow_generation).
+caf::result<bool> windowed_generation(checked_pointer self, gen_request r) {
+  auto rp = owe<bool>(self);
+  auto held = std::make_shared<gen_request>(std::move(r));
+  admit_windowed(self, {held->session}, [self, rp, held](check_windows::ptr w) {
+    auto& st = self->state;
+    std::shared_ptr<awaited<generation_record>> theirs;
+    if (w->checked && !w->broken) {
+      if (!verifier_room(self, 0)) {
+        break_window(self, w);
+      } else {
+        w->tolerance = std::max(w->tolerance, st.tolerance_of_graph(held->graph_id));
+        theirs = std::make_shared<awaited<generation_record>>();
+        shadow_generation(self, w, std::make_shared<gen_request>(*held), theirs);
+      }
+    }
+    auto tap = self->home_system().spawn(gen_tap, held->listener, bool(theirs), caf::actor_cast<caf::actor>(self));
+    held->listener = caf::actor_cast<gen_listener>(tap);
+    auto ended = [self, w, theirs, tap] {
+      self->request(tap, caf::infinite, genended_atom::value)
+          .then(
+              [self, w, theirs](std::vector<gen_token>& tokens, gen_done& end) {
+                if (theirs) theirs->set(generation_record{std::move(tokens), std::move(end)});
+                window_pass_done(self, w);
+              },
+              [self, w, theirs](caf::error& e) {
+                if (theirs) theirs->fail(std::move(e));
+                window_pass_done(self, w);
+              });
+    };
+    self->request(st.volunteer(), caf::infinite, genstart_atom::value, std::move(*held))
+        .then(
+            [rp, ended](bool ok) mutable {
+              rp->deliver(ok);
+              ended();
+            },
+            [self, rp, w, theirs, tap](caf::error& e) mutable {
+              self->send_exit(tap, caf::exit_reason::user_shutdown);
+              if (theirs) theirs->set(generation_record{{}, {}, false});
+              rp->deliver(std::move(e));
+              window_pass_done(self, w);
+            });
+  });
   return rp->rp;
 }
 
@@ -1073,6 +1634,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
   st.sh->self = self->address();
   st.rng.seed(std::random_device{}());
   st.verifier_kernels = kernel_path("cpu", cpu_isa::describe());
+  if (st.sh->cfg.fraction > 0) st.windows.emplace(st.sh->cfg.fraction, st.sh->cfg.window_passes, st.rng());
   worker_config wc;
   wc.worker_id = "verifier of " + st.sh->v.name;
   wc.memory_bytes = st.sh->cfg.memory;  // (the shared budget binds first)
@@ -1325,12 +1887,16 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       // ---- sessions live on the volunteer; the verifier gets copies for a check
       [=](sopen_atom a, const std::string& sid) { return self->delegate(V(), a, sid); },
       [=](sclose_atom a, const std::string& sid) {
-        caf::anon_send(self->state.verifier, a, sid);
+        if (!leave_window(self, sid)) caf::anon_send(self->state.verifier, a, sid);
         return self->delegate(V(), a, sid);
       },
       [=](sinfo_atom a, const std::string& sid) { return self->delegate(V(), a, sid); },
       [=](sdump_atom a, const std::string& sid) { return self->delegate(V(), a, sid); },
-      [=](sload_atom a, const std::string& sid, session_dump& d) { return self->delegate(V(), a, sid, std::move(d)); },
+      // (a restore replaces the session: its window ends for it, and a later pass opens another)
+      [=](sload_atom a, const std::string& sid, session_dump& d) {
+        leave_window(self, sid);
+        return self->delegate(V(), a, sid, std::move(d));
+      },
       // ---- graphs
       [=](run_atom a, run_request& r) -> caf::result<run_reply> {
         // (the pool's probe calls time the link; they are neither counted nor checked)
@@ -1339,7 +1905,12 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
           if (auto probe = self->state.probe_for(r)) return probed_run(self, std::move(r), std::move(*probe));
           return unchecked_run(self, std::move(r));
         }
-        if (!self->state.choose()) return unchecked_run(self, std::move(r));
+        auto& st = self->state;
+        const bool first = st.first_pass();
+        if (!first && !st.windows) return unchecked_run(self, std::move(r));
+        // (a model held in part is probed pass by pass: its passes are drawn one by one)
+        const bool drawn = first || st.draw();
+        if (!first && st.partial.empty()) return windowed_run(self, std::move(r));
         if (r.graph_id.empty() && r.graph_json.size() >= off_thread_bytes) {
           // A big inline graph's text is searched for the models it names (the tolerance) and
           // parsed for a product to probe on a helper thread, as this actor shares the
@@ -1353,14 +1924,24 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
           };
           maybe_off_thread<result<plan>>(
               self, true, [held, v] { return result<plan>(plan{v->probe(held->graph_json), v->tolerance(held->graph_json)}); },
-              [self, rp, held](result<plan>& p) mutable {
+              [self, rp, held, first, drawn](result<plan>& p) mutable {
                 if (!p) return rp->deliver(to_caf(p.err()));
-                if (p->probe) return probed_run_with(self, rp, std::move(*held), std::move(*p->probe), p->tolerance);
+                if (p->probe) {
+                  if (!first) break_windows_of(self, sessions_of(*held));
+                  if (!drawn) return unchecked_run_with(self, rp, std::move(*held));
+                  return probed_run_with(self, rp, std::move(*held), std::move(*p->probe), p->tolerance);
+                }
+                if (!first) return windowed_run_with(self, rp, std::move(*held));
                 checked_run_with(self, rp, std::move(*held), p->tolerance);
               });
           return rp->rp;
         }
-        if (auto probe = self->state.probe_for(r)) return probed_run(self, std::move(r), std::move(*probe));
+        if (auto probe = st.probe_for(r)) {
+          if (!first) break_windows_of(self, sessions_of(r));
+          if (!drawn) return unchecked_run(self, std::move(r));
+          return probed_run(self, std::move(r), std::move(*probe));
+        }
+        if (!first) return windowed_run(self, std::move(r));
         return checked_run(self, std::move(r));
       },
       [=](compile_atom a, compile_request& r) {
@@ -1379,10 +1960,17 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         return self->delegate(V(), a, id, sampling, verify);
       },
       [=](genstart_atom a, gen_request& r) -> caf::result<bool> {
-        if (!self->state.choose()) return caf::result<bool>(self->delegate(V(), a, std::move(r)));
+        auto& st = self->state;
+        const bool first = st.first_pass();
+        if (!first && !st.windows) return caf::result<bool>(self->delegate(V(), a, std::move(r)));
         run_request step;
         step.graph_id = r.graph_id;
-        if (self->state.probe_for(step)) return rerun_checked_generation(self, std::move(r));
+        if (st.probe_for(step)) {
+          if (!first) break_windows_of(self, {r.session});
+          if (!first && !st.draw()) return caf::result<bool>(self->delegate(V(), a, std::move(r)));
+          return rerun_checked_generation(self, std::move(r));
+        }
+        if (!first) return windowed_generation(self, std::move(r));
         return checked_generation(self, std::move(r));
       },
       [=](genstep_atom a) { self->send(V(), a); },

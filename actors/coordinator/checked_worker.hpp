@@ -10,12 +10,17 @@
 ///   volunteer that reads its weights from the model host (`tprobe`, `tfetch`) does so beside
 ///   the verifier, which reads the same ranges there (`verify_config::fetch`), and each weight
 ///   is challenged on arrival against the verifier's copy;
-/// - checks the first `first_passes` passes of the volunteer (graph calls and generations),
-///   then each with probability `fraction`: the sessions the pass reads are copied from the
-///   volunteer (sdump, ahead of the pass in its mailbox) into the verifier, the pass runs on
-///   both, and the answers are compared — exactly when both run the same kernel path, within a
-///   tolerance otherwise. A checked graph call is answered from the verifier's result; a
-///   checked generation streams the verifier's tokens and compares the volunteer's with them;
+/// - checks the first `first_passes` passes of the volunteer (graph calls and generations):
+///   the sessions the pass reads are copied from the volunteer (sdump, ahead of the pass in its
+///   mailbox) into the verifier, the pass runs on both, and the answers are compared — exactly
+///   when both run the same kernel path, within a tolerance otherwise. Such a graph call is
+///   answered from the verifier's result; such a generation streams the verifier's tokens and
+///   compares the volunteer's with them;
+/// - after them, checks the windows its passes fall into (check_windows.hpp) with probability
+///   `fraction`, so that the volunteer cannot tell which: its sessions are copied at every
+///   window's turn, its answers go to the callers at once, and in a checked window the
+///   verifier does the same passes again once answered, from the window's first copies, and
+///   compares the answers and, at the window's end, the sessions;
 /// - quarantines the volunteer on a mismatch: the detecting call keeps its verified answer, the
 ///   volunteer's worker is ended (it exits like a revoked one), the quarantine is recorded
 ///   (shown in /api/v3/status, and the same token may not join again), and the checked worker
@@ -60,6 +65,8 @@ class verify_budget {
 struct verify_config {
   double fraction = 0.02;            ///< --verify-fraction: passes checked after the first ones
   std::uint32_t first_passes = 8;    ///< --verify-first: a new volunteer's passes always checked
+  /// --verify-window: the mean number of passes in a window of the later passes (check_windows.hpp)
+  double window_passes = 64;
   std::uint64_t memory = std::uint64_t(2) << 30;  ///< --verify-memory: the verifiers' room, in all
   /// What the verifiers hold (shared by every checked worker; null: `memory` per volunteer).
   std::shared_ptr<verify_budget> budget;

@@ -780,3 +780,146 @@ def test_a_model_deleted_while_its_weights_are_challenged_quarantines_nobody(gri
     step = compiled_step(grid, model)
     sid, _ = prefilled_session(grid, model, step)
     assert PROMPT + generate(grid, step, sid, len(GOLDEN["greedy_ids"]) - len(PROMPT))["tokens"] == GOLDEN["greedy_ids"]
+
+
+# ---- later passes: windows (actors/coordinator/check_windows.hpp, docs/decisions.md "Spot-checks")
+
+def windowed(start_server, tmp_path_factory, name, window):
+    """A coordinator checking every window of a volunteer's passes (`--verify-fraction 1`), none
+    of them as one of its first passes (`--verify-first 0`), windows of `window` passes on
+    average (`--verify-window`)."""
+    return start_cluster(start_server, tmp_path_factory, name,
+                         options=("--verify-first", "0", "--verify-fraction", "1", "--verify-window", str(window)))
+
+
+def test_a_volunteer_that_lies_unless_its_session_was_just_copied_is_caught_in_a_checked_window(start_server,
+                                                                                               tmp_path_factory):
+    """`--fault cheat-unless-dumped`: the volunteer answers a pass right only when its session
+    was dumped since its last pass — the sign of a check when every checked pass was preceded
+    by a copy of its sessions, so it went unseen while it lied on the passes left unchecked —
+    and lies otherwise. Now the copies come once a window, checked or not, and a checked
+    window's passes are done again once answered: its first lie is caught and it is quarantined."""
+    c = windowed(start_server, tmp_path_factory, "cheat", 50)
+    try:
+        cheat, _, model = holding_stories(c, "w_cheat", "cheat-unless-dumped")
+        step = compiled_step(c, model)
+        prefilled_session(c, model, step)
+        st = c.wait_for(lambda s: s["quarantined"], "the cheat to be quarantined", timeout=30)
+        q = st["quarantined"][0]
+        assert q["workerId"] == "w_cheat", q
+        assert "checked after it was given, differs from the verifier's" in q["reason"], q
+        assert cheat.proc.wait(timeout=15) == 4
+        # (the call it lied on may have had its answer before the check, or been sent again
+        # elsewhere when the quarantine overtook it) the model decodes as it should elsewhere
+        placed_on(c, model, "w_honest")
+        sid2, _ = prefilled_session(c, model, step)
+        assert PROMPT + generate(c, step, sid2, len(GOLDEN["greedy_ids"]) - len(PROMPT))["tokens"] == GOLDEN["greedy_ids"]
+        c.server.assert_up()
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
+
+
+def test_an_honest_volunteer_whose_every_window_is_checked_is_never_judged_wrong(start_server, tmp_path_factory):
+    """Windows of two passes on average, each checked: graph calls on sessions (copied at every
+    turn of their windows), calls on no session, checkpoints, generations and a deleted session.
+    Every answer is the golden one, every check agrees and none is left unchecked."""
+    c = windowed(start_server, tmp_path_factory, "honest", 2)
+    try:
+        c.join("w_honest")
+        model, where = load_stories(c)
+        assert where == "w_honest"
+        step = compiled_step(c, model)
+        api, key = c.server.api, c.key
+        n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+        sessions = []
+        for _ in range(2):
+            sid, answers = prefilled_session(c, model, step)
+            sessions.append((sid, answers))
+            expect(api.post("/api/v3/graph", {"graph": graph_cli("--model-id", model, "--ids", "1,2,3")}, key=key), 200)
+        assert sessions[0][1] == sessions[1][1]
+        for sid, _ in sessions:
+            assert PROMPT + generate(c, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+        expect(api.delete(f"/api/v3/sessions/{sessions[0][0]}", key=key), 200)
+        sid = sessions[1][0]
+        assert PROMPT + generate(c, step, sid, n)["tokens"] == GOLDEN["greedy_ids"]
+        # graphs over two sessions (SES-14) between calls on one of them: their windows merge
+        a, b = (expect(api.post("/api/v3/sessions", {}, key=key), 200)["session"]["sessionId"] for _ in range(2))
+        for s in (a, b):
+            zeros = {"op": "zeros", "in": [], "out": "z", "params": {"shape": [3, 2]}}
+            expect(api.post("/api/v3/graph", {"graph": {"session": s, "inputs": [], "steps": [zeros], "retain": {"kc": "z"}}},
+                            key=key), 200)
+
+        def read(s):
+            g = {"session": s, "inputs": [{"name": "t", "session": "kc"}],
+                 "steps": [{"op": "scale", "in": ["t"], "out": "o", "params": {"factor": 1}}], "outputs": ["o"]}
+            return expect(api.post("/api/v3/graph", {"graph": g}, key=key), 200)["outputs"]["o"]["data"]
+
+        for k in range(6):
+            g = {"session": a, "sessions": [a, b],
+                 "inputs": [{"name": "ka", "session": "kc", "of": 0}, {"name": "kb", "session": "kc", "of": 1},
+                            {"name": "xa", "shape": [1, 2], "data": [k, k]}, {"name": "xb", "shape": [1, 2], "data": [10 + k, 10 + k]}],
+                 "steps": [{"op": "cache_write", "in": ["ka", "xa"], "out": "wa", "params": {"offset": k % 3}},
+                           {"op": "cache_write", "in": ["kb", "xb"], "out": "wb", "params": {"offset": k % 3}}],
+                 "outputs": ["wa"]}
+            expect(api.post("/api/v3/graph", {"graph": g}, key=key), 200)
+            read(a if k % 2 else b)
+        assert read(a) == [3, 3, 4, 4, 5, 5] and read(b) == [13, 13, 14, 14, 15, 15]
+        st = c.wait_for(lambda s: s["pool"][0]["checks"]["passed"] >= 12, "the checks to be counted", timeout=20)
+        time.sleep(0.5)  # (the last window's comparison)
+        st = c.status(key)
+        checks = st["pool"][0]["checks"]
+        assert checks["exact"] is True and checks["unchecked"] == 0 and checks["inconclusive"] == 0, checks
+        assert st["quarantined"] == [] and [w["workerId"] for w in st["pool"]] == ["w_honest"], st
+        c.server.assert_up()
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
+
+
+def test_wrong_caches_are_caught_at_the_end_of_a_checked_window(start_server, tmp_path_factory):
+    """`--fault corrupt-caches` (answers right, a cache value changed after each call) with no
+    first passes: the verifier starts each checked window from the volunteer's copies, so the
+    answers agree, and the copies at the window's end differ from the verifier's sessions."""
+    c = windowed(start_server, tmp_path_factory, "caches", 3)
+    try:
+        sly, _, model = holding_stories(c, "w_caches", "corrupt-caches")
+        step = compiled_step(c, model)
+        api, key = c.server.api, c.key
+        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+        calls = [{"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}]
+        calls += [{"graphId": step, "session": sid, "bind": {"ids": [tok], "pos": pos}} for pos, tok in enumerate(PROMPT)]
+        for body in calls:  # (until the quarantine: a call then on its way fails with 503)
+            if api.post("/api/v3/graph", body, key=key, timeout=60).status != 200:
+                break
+        st = c.wait_for(lambda s: s["quarantined"], "the volunteer to be quarantined", timeout=30)
+        q = st["quarantined"][0]
+        assert q["workerId"] == "w_caches", q
+        assert "at the end of a checked window" in q["reason"] and "unlike the verifier's" in q["reason"], q
+        assert sly.proc.wait(timeout=15) == 4
+        c.server.assert_up()
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
+
+
+def test_a_generation_in_a_checked_window_is_run_again_and_its_lies_caught(start_server, tmp_path_factory):
+    """`--fault corrupt-generation-tokens` (graph calls right, every token of a worker-side
+    generation altered) with no first passes: the verifier runs the generation again after it
+    ended, and the tokens differ."""
+    c = windowed(start_server, tmp_path_factory, "gen", 50)
+    try:
+        sly, _, model = holding_stories(c, "w_tokens", "corrupt-generation-tokens")
+        step = compiled_step(c, model)
+        sid, _ = prefilled_session(c, model, step)
+        assert c.status(c.key)["quarantined"] == []
+        generate(c, step, sid, 8)
+        st = c.wait_for(lambda s: s["quarantined"], "the volunteer to be quarantined", timeout=30)
+        q = st["quarantined"][0]
+        assert q["workerId"] == "w_tokens", q
+        assert "generated token 0 was" in q["reason"] and "a checked window" in q["reason"], q
+        assert sly.proc.wait(timeout=15) == 4
+        c.server.assert_up()
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
