@@ -532,6 +532,12 @@ struct checked_state {
   /// the sessions they wait on: a later pass on one of those waits behind them.
   std::deque<std::function<void()>> parked;
   std::multiset<std::string> parked_sessions;
+  /// Sessions with a windowed generation running on the volunteer: a pass sent to one of them
+  /// meanwhile runs between the loop's steps there, an order the verifier cannot follow.
+  std::map<std::string, std::uint32_t> generating;
+  bool generating_on(const std::vector<std::string>& sessions) const {
+    return std::any_of(sessions.begin(), sessions.end(), [&](const std::string& s) { return generating.count(s) > 0; });
+  }
 };
 
 using checked_pointer = worker_actor::stateful_pointer<checked_state>;
@@ -1352,6 +1358,7 @@ void windowed_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp
     auto& st = self->state;
     using answer = awaited<std::shared_ptr<const std::string>>;
     std::shared_ptr<answer> theirs;
+    if (st.generating_on(sessions_of(*held))) break_window(self, w);
     if (w->checked && !w->broken) {
       const std::uint64_t bytes = held->graph_json.size() + held->bind_json.size();
       if (!verifier_room(self, bytes)) {
@@ -1486,6 +1493,8 @@ caf::result<bool> windowed_generation(checked_pointer self, gen_request r) {
   admit_windowed(self, {held->session}, [self, rp, held](check_windows::ptr w) {
     auto& st = self->state;
     std::shared_ptr<awaited<generation_record>> theirs;
+    if (st.generating_on({held->session})) break_window(self, w);
+    st.generating[held->session]++;
     if (w->checked && !w->broken) {
       if (!verifier_room(self, 0)) {
         break_window(self, w);
@@ -1497,14 +1506,20 @@ caf::result<bool> windowed_generation(checked_pointer self, gen_request r) {
     }
     auto tap = self->home_system().spawn(gen_tap, held->listener, bool(theirs), caf::actor_cast<caf::actor>(self));
     held->listener = caf::actor_cast<gen_listener>(tap);
-    auto ended = [self, w, theirs, tap] {
+    auto over = [self, session = held->session] {
+      auto& g = self->state.generating;
+      if (auto it = g.find(session); it != g.end() && --it->second == 0) g.erase(it);
+    };
+    auto ended = [self, w, theirs, tap, over] {
       self->request(tap, caf::infinite, genended_atom::value)
           .then(
-              [self, w, theirs](std::vector<gen_token>& tokens, gen_done& end) {
+              [self, w, theirs, over](std::vector<gen_token>& tokens, gen_done& end) {
+                over();
                 if (theirs) theirs->set(generation_record{std::move(tokens), std::move(end)});
                 window_pass_done(self, w);
               },
-              [self, w, theirs](caf::error& e) {
+              [self, w, theirs, over](caf::error& e) {
+                over();
                 if (theirs) theirs->fail(std::move(e));
                 window_pass_done(self, w);
               });
@@ -1515,7 +1530,8 @@ caf::result<bool> windowed_generation(checked_pointer self, gen_request r) {
               rp->deliver(ok);
               ended();
             },
-            [self, rp, w, theirs, tap](caf::error& e) mutable {
+            [self, rp, w, theirs, tap, over](caf::error& e) mutable {
+              over();
               self->send_exit(tap, caf::exit_reason::user_shutdown);
               if (theirs) theirs->set(generation_record{{}, {}, false});
               rp->deliver(std::move(e));
