@@ -314,6 +314,7 @@ comparer_actor::behavior_type comparer(comparer_actor::stateful_pointer<comparer
           },
           [self](result<std::string>& why) {
             auto& st = self->state;
+            if (!st.verifier) return self->quit();  // (a call raced it on its session: not judged)
             if (why && why->empty()) st.sh->counts.checked++;
             else if (why && !st.sh->counts.quarantined)
               quarantine(self, st.sh, "a generation drew the verifier's tokens but left session " + st.session +
@@ -535,6 +536,8 @@ struct checked_state {
   /// Sessions with a windowed generation running on the volunteer: a pass sent to one of them
   /// meanwhile runs between the loop's steps there, an order the verifier cannot follow.
   std::map<std::string, std::uint32_t> generating;
+  /// The comparers of the first passes' generations still running, by session.
+  std::map<std::string, comparer_actor> first_gens;
   bool generating_on(const std::vector<std::string>& sessions) const {
     return std::any_of(sessions.begin(), sessions.end(), [&](const std::string& s) { return generating.count(s) > 0; });
   }
@@ -1137,6 +1140,18 @@ void admit_parked(checked_pointer self);
 
 std::string passes_text(std::uint32_t n) { return std::to_string(n) + (n == 1 ? " pass" : " passes"); }
 
+/// Whether a pass on `sessions` races a generation running on one of them (it would run
+/// between the loop's steps on the volunteer, an order no verifier can follow); a first pass's
+/// generation it races is then not judged.
+bool on_race(checked_pointer self, const std::vector<std::string>& sessions) {
+  auto& st = self->state;
+  if (!st.generating_on(sessions)) return false;
+  for (const auto& s : sessions)
+    if (auto it = st.first_gens.find(s); it != st.first_gens.end())
+      self->send(it->second, caf::atom_constant<caf::atom("absent")>::value);
+  return true;
+}
+
 /// After a window's last answer, or before the pass that opened a window: the volunteer is
 /// asked for each session of the opened window now — ahead, in its mailbox, of anything sent
 /// later. Those copies end the closed windows (a checked one's sessions compared with the
@@ -1358,7 +1373,7 @@ void windowed_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp
     auto& st = self->state;
     using answer = awaited<std::shared_ptr<const std::string>>;
     std::shared_ptr<answer> theirs;
-    if (st.generating_on(sessions_of(*held))) break_window(self, w);
+    if (on_race(self, sessions_of(*held))) break_window(self, w);
     if (w->checked && !w->broken) {
       const std::uint64_t bytes = held->graph_json.size() + held->bind_json.size();
       if (!verifier_room(self, bytes)) {
@@ -1493,7 +1508,7 @@ caf::result<bool> windowed_generation(checked_pointer self, gen_request r) {
   admit_windowed(self, {held->session}, [self, rp, held](check_windows::ptr w) {
     auto& st = self->state;
     std::shared_ptr<awaited<generation_record>> theirs;
-    if (st.generating_on({held->session})) break_window(self, w);
+    if (on_race(self, {held->session})) break_window(self, w);
     st.generating[held->session]++;
     if (w->checked && !w->broken) {
       if (!verifier_room(self, 0)) {
@@ -1547,6 +1562,10 @@ caf::result<bool> checked_generation(checked_pointer self, gen_request r) {
   auto cmp = self->home_system().spawn(comparer, st.sh, st.verifier, r.session, r.listener, r.gen_id, st.tolerance_of_graph(r.graph_id));
   if (st.checked_gens.size() >= 4096) st.checked_gens.clear();  // (ended long ago: a late cancel reaches the volunteer only)
   st.checked_gens.insert(r.gen_id);
+  // (a call on its session while it runs ends its check: on_race)
+  st.first_gens[r.session] = cmp;
+  st.generating[r.session]++;
+  self->monitor(cmp);
   gen_request theirs = r;
   theirs.gen_id = r.gen_id + "~volunteer";
   theirs.listener = caf::actor_cast<gen_listener>(cmp);
@@ -1667,7 +1686,17 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
   // This stand-in ends with the volunteer (exit, crash, lost link, revocation).
   self->monitor(st.volunteer());
   self->set_down_handler([self](caf::down_msg& dm) {
-    if (dm.source != self->state.volunteer().address()) return;
+    if (dm.source != self->state.volunteer().address()) {
+      // (a first pass's generation ended its comparison)
+      auto& st = self->state;
+      for (auto it = st.first_gens.begin(); it != st.first_gens.end(); ++it)
+        if (it->second.address() == dm.source) {
+          if (auto g = st.generating.find(it->first); g != st.generating.end() && --g->second == 0) st.generating.erase(g);
+          st.first_gens.erase(it);
+          break;
+        }
+      return;
+    }
     // What it still waits on from the volunteer will not come (an answer racing this message
     // would reach an ended actor): its callers hear now.
     const auto gone = to_caf(errc::unavailable, "volunteer " + self->state.sh->v.name + " left the grid");
@@ -1922,7 +1951,8 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
           return unchecked_run(self, std::move(r));
         }
         auto& st = self->state;
-        const bool first = st.first_pass();
+        bool first = st.first_pass();
+        if (first && on_race(self, sessions_of(r))) return unchecked_run(self, std::move(r));
         if (!first && !st.windows) return unchecked_run(self, std::move(r));
         // (a model held in part is probed pass by pass: its passes are drawn one by one)
         const bool drawn = first || st.draw();
@@ -1978,6 +2008,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       [=](genstart_atom a, gen_request& r) -> caf::result<bool> {
         auto& st = self->state;
         const bool first = st.first_pass();
+        if (first && on_race(self, {r.session})) return caf::result<bool>(self->delegate(V(), a, std::move(r)));
         if (!first && !st.windows) return caf::result<bool>(self->delegate(V(), a, std::move(r)));
         run_request step;
         step.graph_id = r.graph_id;

@@ -925,43 +925,55 @@ def test_a_generation_in_a_checked_window_is_run_again_and_its_lies_caught(start
         c.server.process.terminate()
 
 
+def reads_during_a_generation(c):
+    """An honest volunteer holding stories260K; a long worker-side generation streamed, and
+    five graph calls reading the session's caches while it runs; then nothing is quarantined."""
+    import http.client
+    from test_generate import read_sse
+
+    c.join("w_honest")
+    model, _ = load_stories(c)
+    api, key = c.server.api, c.key
+    step = expect(api.post("/api/v3/graphs", {"graph": graph_cli(
+        "--model-id", model, "--compiled", "--tokens", "1", "--cache", "256", "--argmax")}, key=key), 200)["graphId"]
+    sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+    expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "256"), session=sid)}, key=key), 200)
+    read = {"session": sid, "inputs": [{"name": "t", "session": "k0"}],
+            "steps": [{"op": "scale", "in": ["t"], "out": "o", "params": {"factor": 1}}], "outputs": ["o"]}
+    conn = http.client.HTTPConnection("127.0.0.1", c.server.port, timeout=60)
+    body = {"graphId": step, "sessionId": sid, "ids": [PROMPT[0]], "startPos": 0, "maxNewTokens": 250}
+    conn.request("POST", "/api/v3/generate", json.dumps(body), {"x-api-key": key})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    reads = 0
+    for event, _ in read_sse(resp):
+        if event == "token" and reads < 5:  # (while it runs)
+            expect(api.post("/api/v3/graph", {"graph": read}, key=key), 200)
+            reads += 1
+    conn.close()
+    assert reads == 5
+    expect(api.post("/api/v3/graph", {"graph": read}, key=key), 200)
+    time.sleep(1.0)  # (the verifier's turn)
+    st = c.status(key)
+    assert st["quarantined"] == [] and [w["workerId"] for w in st["pool"]] == ["w_honest"], st
+    c.server.assert_up()
+
+
+def test_a_client_reading_its_session_during_a_first_pass_generation_gets_no_honest_volunteer_quarantined(grid):
+    """The same race among a volunteer's first passes: the generation's comparison and the
+    reads' checks are left unjudged, the calls answered by the volunteer."""
+    reads_during_a_generation(grid)
+
+
 def test_a_client_reading_its_session_during_a_generation_gets_no_honest_volunteer_quarantined(start_server,
                                                                                                   tmp_path_factory):
     """Graph calls on a session while a worker-side generation runs on it (nothing forbids it)
     run between the loop's steps on the volunteer, an order its verifier cannot follow: the
     window's check ends there unjudged, rather than a client's race getting an honest volunteer
     quarantined."""
-    import http.client
-    from test_generate import read_sse
-
     c = windowed(start_server, tmp_path_factory, "race", 50)
     try:
-        c.join("w_honest")
-        model, _ = load_stories(c)
-        api, key = c.server.api, c.key
-        step = expect(api.post("/api/v3/graphs", {"graph": graph_cli(
-            "--model-id", model, "--compiled", "--tokens", "1", "--cache", "256", "--argmax")}, key=key), 200)["graphId"]
-        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
-        expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "256"), session=sid)}, key=key), 200)
-        read = {"session": sid, "inputs": [{"name": "t", "session": "k0"}],
-                "steps": [{"op": "scale", "in": ["t"], "out": "o", "params": {"factor": 1}}], "outputs": ["o"]}
-        conn = http.client.HTTPConnection("127.0.0.1", c.server.port, timeout=60)
-        body = {"graphId": step, "sessionId": sid, "ids": [PROMPT[0]], "startPos": 0, "maxNewTokens": 250}
-        conn.request("POST", "/api/v3/generate", json.dumps(body), {"x-api-key": key})
-        resp = conn.getresponse()
-        assert resp.status == 200
-        reads = 0
-        for event, _ in read_sse(resp):
-            if event == "token" and reads < 5:  # (while it runs)
-                expect(api.post("/api/v3/graph", {"graph": read}, key=key), 200)
-                reads += 1
-        conn.close()
-        assert reads == 5
-        expect(api.post("/api/v3/graph", {"graph": read}, key=key), 200)
-        time.sleep(1.0)  # (the verifier's turn)
-        st = c.status(key)
-        assert st["quarantined"] == [] and [w["workerId"] for w in st["pool"]] == ["w_honest"], st
-        c.server.assert_up()
+        reads_during_a_generation(c)
     finally:
         c.stop_all()
         c.server.process.terminate()
