@@ -22,7 +22,10 @@ volunteer (`mpakt worker --join`) on loopback. Reports
     the wait for a chat's first token, tokens/s), with the loading volunteer's weights on its data connection and with
     `--data-port off`;
   * decode tokens/s of the worker loop (`/api/v3/generate`, greedy, 64 tokens) on the
-    embedded worker and on the volunteer (every token crosses the volunteer link as a message);
+    embedded worker and on the volunteer (every token crosses the volunteer link as a message),
+    the volunteer with spot-checks off, at the default fraction of windows (`windows`) and with
+    every window followed by the verifier (`windows-all`, which shares these cores), each also
+    with the loop through the coordinator (a graph call per token, each a pass);
   * the same model split across two volunteers that each offer 60% of it (the load spreads it
     layer by layer): load throughput, and decode tokens/s, which then runs the ordinary loop
     through the coordinator (each token: every stage on its worker, the activations relayed).
@@ -30,7 +33,7 @@ volunteer (`mpakt worker --join`) on loopback. Reports
     ordinary loop (`workerLoop: false`).
 
 Usage: .venv/bin/python bench/cluster_bench.py --out /tmp/cluster.json [--tokens 64]
-       [--load-repeats 3] [--load-only] [--wheres vol-fetch,chk-fetch]
+       [--load-repeats 3] [--load-only | --decode-only] [--wheres vol-fetch,chk-fetch]
 """
 from __future__ import annotations
 
@@ -375,6 +378,7 @@ def main():
     ap.add_argument("--binary", default=str(HERE.parent / "build" / "mpakt"))
     ap.add_argument("--load-repeats", type=int, default=3, help="rounds of the load measurements (median)")
     ap.add_argument("--load-only", action="store_true", help="only the load measurements (no decode, no split)")
+    ap.add_argument("--decode-only", action="store_true", help="only the decode measurements (no loads, no stalls)")
     ap.add_argument("--wheres", default="", help="only these load cells' places, comma-separated (e.g. vol-fetch,chk-fetch)")
     args = ap.parse_args()
     procs = []
@@ -396,23 +400,29 @@ def main():
         db.log(f"loopback TCP, one connection: {loopback / 1e6:.0f} MB/s")
         results = {"loopback_Bps": loopback, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine()}
         model_bytes = (d / "model.safetensors").stat().st_size
-        results["loads"] = load_section(args, tmp, host_url, host.p.pid, model_bytes)
-        results["stall"] = stall_section(args, tmp, host_url)
+        if not args.decode_only:
+            results["loads"] = load_section(args, tmp, host_url, host.p.pid, model_bytes)
+            results["stall"] = stall_section(args, tmp, host_url)
         if args.load_only:
             Path(args.out).write_text(json.dumps(results, indent=1))
             print_load_table(results["loads"]["summary"])
             print_stall_table(results["stall"])
             return
-        for label, extra in (("embedded", []), ("volunteer", ["--workers", "0"]), ("split", ["--workers", "0"])):
+        # (spot-checks on for the windows cells: the default fraction, every window; none of the
+        # measured passes among the first ones, which are checked as they run)
+        checks = {"windows": ["--verify-first", "0"], "windows-all": ["--verify-first", "0", "--verify-fraction", "1"]}
+        for label, extra in (("embedded", []), ("volunteer", ["--workers", "0"]), ("windows", ["--workers", "0"]),
+                             ("windows-all", ["--workers", "0"]), ("split", ["--workers", "0"])):
             port, cport = db.free_port(), db.free_port()
             data = tmp / f"serve-{label}"
             data.mkdir()
-            flags = ["--cluster-port", str(cport), *NO_CHECKS] if label != "embedded" else []
+            flags = ["--cluster-port", str(cport), *checks.get(label, NO_CHECKS)] if label != "embedded" else []
             serve = db.Proc(f"serve {label}", [args.binary, "serve", "--port", port, "--data-dir", data, "--dev",
                                                "--hf-endpoint", host_url, *extra, *flags], data / "serve.log")
             procs.append(serve)
             serve.start(r"mpakt serve: listening on http://")
-            volunteers = {"embedded": [], "volunteer": [("w_bench", "2G")],
+            volunteers = {"embedded": [], "volunteer": [("w_bench", "2G")], "windows": [("w_bench", "2G")],
+                          "windows-all": [("w_bench", "2G")],
                           "split": [("w_left", str(model_bytes * 6 // 10)), ("w_right", str(model_bytes * 6 // 10))]}[label]
             for name, memory in volunteers:
                 w = db.Proc(name, [args.binary, "worker", "--join", f"127.0.0.1:{cport}", "--id", name,
@@ -432,8 +442,14 @@ def main():
                    + (f", ordinary loop {r['ordinary_decode_tokens_per_s']:.1f} tok/s" if "ordinary_decode_tokens_per_s" in r else ""))
             api.close()
             serve.stop()
-        same = results["embedded"]["tokens"] == results["volunteer"]["tokens"] == results["split"]["tokens"]
+        same = all(results[k]["tokens"] == results["embedded"]["tokens"]
+                   for k in ("volunteer", "windows", "windows-all", "split"))
         results["same_tokens"] = same
+        # what spot-checks in windows cost a volunteer's decode, against the same with checks off
+        for k in ("windows", "windows-all"):
+            results[f"{k}_decode_ratio"] = results[k]["decode_tokens_per_s"] / results["volunteer"]["decode_tokens_per_s"]
+            results[f"{k}_ordinary_decode_ratio"] = (results[k]["ordinary_decode_tokens_per_s"] /
+                                                     results["volunteer"]["ordinary_decode_tokens_per_s"])
         results["volunteer_decode_ratio"] = (results["volunteer"]["decode_tokens_per_s"] /
                                              results["embedded"]["decode_tokens_per_s"])
         # split over two against one volunteer: as served (worker loop there), and loop for loop
@@ -443,8 +459,9 @@ def main():
                                                    results["volunteer"]["ordinary_decode_tokens_per_s"])
         Path(args.out).write_text(json.dumps(results, indent=1))
         print(json.dumps({k: v for k, v in results.items() if k not in ("date", "loads", "stall")}, indent=1))
-        print_load_table(results["loads"]["summary"])
-        print_stall_table(results["stall"])
+        if not args.decode_only:
+            print_load_table(results["loads"]["summary"])
+            print_stall_table(results["stall"])
     finally:
         for p in reversed(procs):
             p.stop()
