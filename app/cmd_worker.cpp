@@ -101,6 +101,16 @@ const char* worker_usage =
     "  --fault flood-tokens\n"
     "                      a testing aid: send each token of a worker-side generation 101\n"
     "                      times (the coordinator removes it past the tokens asked for)\n"
+    "  --fault cheat-unless-dumped\n"
+    "                      a testing aid: answer a call or generation on a session right only\n"
+    "                      when the session was copied since its last pass, else lie (the\n"
+    "                      spot-checks' windows catch it)\n"
+    "  --fault unanswered-dumps\n"
+    "                      a testing aid: never answer a copy of a session (the coordinator\n"
+    "                      removes it 15 s past the limit)\n"
+    "  --fault refused-dumps\n"
+    "                      a testing aid: deny every copy of a session as if it were not there\n"
+    "                      (the spot-checks' windows catch it)\n"
     "  --fault no-data-link\n"
     "                      a testing aid: never reach the coordinator's data port (as behind a\n"
     "                      firewall that blocks it): weights then come over the cluster link\n"
@@ -179,7 +189,8 @@ int cmd_worker(const std::vector<std::string>& args) {
                             *v == "corrupt-generation-caches" || *v == "corrupt-generation-tokens" ||
                             *v == "malformed-answers" || *v == "forge-messages" || *v == "unanswered-calls" ||
                             *v == "silent-generations" || *v == "bloated-status" ||
-                            *v == "flood-tokens" || *v == "cheat-unless-dumped")) {
+                            *v == "flood-tokens" || *v == "cheat-unless-dumped" || *v == "unanswered-dumps" ||
+                            *v == "refused-dumps")) {
         (*v == "corrupt-weights"             ? wc.corrupt_weights
          : *v == "corrupt-weights-later"     ? wc.corrupt_weights_later
          : *v == "corrupt-caches"            ? wc.corrupt_caches
@@ -191,13 +202,15 @@ int cmd_worker(const std::vector<std::string>& args) {
          : *v == "bloated-status"            ? wc.bloated_status
          : *v == "flood-tokens"              ? wc.flood_tokens
          : *v == "cheat-unless-dumped"       ? wc.cheat_unless_dumped
+         : *v == "unanswered-dumps"          ? wc.unanswered_dumps
+         : *v == "refused-dumps"             ? wc.refused_dumps
                                              : wc.malformed_answers) = true;
         continue;
       }
       if (!v || v->rfind(prefix, 0) != 0)
         return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights, corrupt-weights-later, "
                    "corrupt-caches, corrupt-generation-caches, corrupt-generation-tokens, malformed-answers, forge-messages, "
-                   "unanswered-calls, silent-generations, bloated-status, flood-tokens, cheat-unless-dumped or no-data-link");
+                   "unanswered-calls, silent-generations, bloated-status, flood-tokens, cheat-unless-dumped, unanswered-dumps, refused-dumps or no-data-link");
       char* end = nullptr;
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");

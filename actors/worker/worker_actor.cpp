@@ -275,8 +275,15 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
         self->state.tally.count();
         return self->delegate(self->state.compute, sinfo_atom::value, sid);
       },
-      [=](sdump_atom, const std::string& sid) {
+      [=](sdump_atom, const std::string& sid) -> caf::result<session_dump> {
         self->state.tally.count();
+        if (self->state.shared->cfg.unanswered_dumps) {  // (--fault unanswered-dumps: taken, never answered)
+          self->state.unanswered.push_back(self->make_response_promise());
+          log::line("info", "worker", "unanswered-dumps: left the copy of session " + sid + " unanswered");
+          return caf::result<session_dump>(caf::delegated<session_dump>());
+        }
+        if (self->state.shared->cfg.refused_dumps)  // (--fault refused-dumps: the session denied)
+          return to_caf(errc::not_found, "session " + sid + " is not on worker " + self->state.shared->cfg.worker_id);
         return self->delegate(self->state.compute, sdump_atom::value, sid);
       },
       [=](sload_atom, const std::string& sid, session_dump& d) {

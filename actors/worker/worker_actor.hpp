@@ -96,6 +96,14 @@ struct worker_config {
   /// and never answered, the pool's probe calls are — a volunteer that swallows work while it looks
   /// healthy, for the coordinator's answer deadline to catch.
   bool unanswered_calls = false;
+  /// A testing aid (`mpakt worker --fault unanswered-dumps`): copies of sessions (`sdump`) are
+  /// taken and never answered, all else is — a volunteer that will not show its sessions, for
+  /// the coordinator's answer deadline to catch.
+  bool unanswered_dumps = false;
+  /// A testing aid (`mpakt worker --fault refused-dumps`): every copy of a session is refused
+  /// as if the session were not there — a volunteer that hides its sessions' state, for the
+  /// spot-checks' windows to catch.
+  bool refused_dumps = false;
   /// A testing aid (`mpakt worker --fault silent-generations`): generations are accepted and
   /// never run — no token, no end — for the coordinator's step deadline to catch.
   bool silent_generations = false;
