@@ -536,6 +536,9 @@ struct checked_state {
   /// Sessions with a windowed generation running on the volunteer: a pass sent to one of them
   /// meanwhile runs between the loop's steps there, an order the verifier cannot follow.
   std::map<std::string, std::uint32_t> generating;
+  /// Sessions opened (or restored) on the volunteer through this stand-in and not closed: it
+  /// holds them, and must show them when asked.
+  std::set<std::string> open_sessions;
   /// The comparers of the first passes' generations still running, by session.
   std::map<std::string, comparer_actor> first_gens;
   bool generating_on(const std::vector<std::string>& sessions) const {
@@ -1152,6 +1155,22 @@ bool on_race(checked_pointer self, const std::vector<std::string>& sessions) {
   return true;
 }
 
+/// The volunteer answered a copy of session `s`, which it holds (opened or restored through
+/// this stand-in and not closed), with an error: it hides the state a window starts or ends
+/// from, and is quarantined — unless it is gone meanwhile (its relay removes a volunteer that
+/// leaves a copy unanswered and answers so), so it is judged only if it still answers.
+void denied_session(checked_pointer self, const std::string& s, const caf::error& e) {
+  if (actor_gone(e)) return;
+  const std::string why = from_caf(e).message;
+  self->request(self->state.volunteer(), std::chrono::seconds(30), status_atom::value)
+      .then(
+          [self, s, why](worker_status&) {
+            if (!self->state.sh->counts.quarantined)
+              quarantine(self, self->state.sh, "it would not show session " + s + ", which it holds, at a window's turn: " + why);
+          },
+          [](caf::error&) {});
+}
+
 /// After a window's last answer, or before the pass that opened a window: the volunteer is
 /// asked for each session of the opened window now — ahead, in its mailbox, of anything sent
 /// later. Those copies end the closed windows (a checked one's sessions compared with the
@@ -1196,13 +1215,7 @@ void turn_windows(checked_pointer self, const check_windows::turnover& t) {
           st.sh->counts.unchecked++;
           return;
         }
-        if (theirs->error) {
-          if (actor_gone(*theirs->error)) return;  // (the volunteer left: nothing is judged)
-          quarantine(self, st.sh,
-                     "at the end of a checked window of " + passes_text(c->passes) + " it would not show session " + s + ": " +
-                         from_caf(*theirs->error).message);
-          return;
-        }
+        if (theirs->error) return;  // (judged where it came: denied_session)
         auto copy = *theirs->value;
         maybe_off_thread<result<std::string>>(
             self, copy->bytes + pair->mine->bytes >= off_thread_bytes,
@@ -1261,7 +1274,10 @@ void turn_windows(checked_pointer self, const check_windows::turnover& t) {
     }
     self->request(st.volunteer(), caf::infinite, sdump_atom::value, s)
         .then([theirs](session_dump& d) { theirs->set(std::make_shared<session_dump>(std::move(d))); },
-              [theirs](caf::error& e) { theirs->fail(std::move(e)); });
+              [self, s, theirs](caf::error& e) {
+                if (self->state.open_sessions.count(s)) denied_session(self, s, e);
+                theirs->fail(std::move(e));
+              });
   }
 }
 
@@ -1930,8 +1946,12 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         return self->delegate(V(), a, model);
       },
       // ---- sessions live on the volunteer; the verifier gets copies for a check
-      [=](sopen_atom a, const std::string& sid) { return self->delegate(V(), a, sid); },
+      [=](sopen_atom a, const std::string& sid) {
+        self->state.open_sessions.insert(sid);
+        return self->delegate(V(), a, sid);
+      },
       [=](sclose_atom a, const std::string& sid) {
+        self->state.open_sessions.erase(sid);
         if (!leave_window(self, sid)) caf::anon_send(self->state.verifier, a, sid);
         return self->delegate(V(), a, sid);
       },
@@ -1940,6 +1960,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       // (a restore replaces the session: its window ends for it, and a later pass opens another)
       [=](sload_atom a, const std::string& sid, session_dump& d) {
         leave_window(self, sid);
+        self->state.open_sessions.insert(sid);
         return self->delegate(V(), a, sid, std::move(d));
       },
       // ---- graphs

@@ -191,6 +191,14 @@ worker_actor spawn_data_relay(caf::actor_system& sys, worker_actor volunteer, st
           return watched<compile_reply>(self, volunteer, removed, watch, "compile", "the limit (" + seconds(watch.step_limit) + ")",
                                         "compile again", watch.step_limit + overdue_grace, a, std::move(r));
         },
+        [self, volunteer, watch, removed](sdump_atom a, const std::string& sid) -> caf::result<session_dump> {
+          // (a copy of a session waits at most behind calls that stop at the limit; the
+          // spot-checks' windows and the checkpoints ask for them)
+          if (watch.step_limit.count() == 0) return self->delegate(volunteer, a, sid);
+          return watched<session_dump>(self, volunteer, removed, watch, "copy of a session",
+                                       "the limit (" + seconds(watch.step_limit) + ")", "ask again",
+                                       watch.step_limit + overdue_grace, a, sid);
+        },
         [self, volunteer, link](tpiece_atom a, tensor_piece& p) -> caf::result<std::uint64_t> {
           const std::uint64_t length = p.bytes.size();
           if (!link) return self->delegate(volunteer, a, std::move(p));

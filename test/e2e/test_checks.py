@@ -977,3 +977,57 @@ def test_a_client_reading_its_session_during_a_generation_gets_no_honest_volunte
     finally:
         c.stop_all()
         c.server.process.terminate()
+
+
+def test_a_volunteer_that_hides_its_sessions_is_quarantined_at_a_windows_turn(start_server, tmp_path_factory):
+    """`--fault refused-dumps`: every copy of a session is denied as if the session were not
+    there (its calls answered right; denying them would leave the verifier nothing to start
+    from or compare with). The session was opened on it through its checked worker and not
+    closed: the first copy it denies quarantines it."""
+    c = windowed(start_server, tmp_path_factory, "hides", 2)
+    try:
+        sly, _, model = holding_stories(c, "w_hides", "refused-dumps")
+        step = compiled_step(c, model)
+        api, key = c.server.api, c.key
+        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+        calls = [{"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}]
+        calls += [{"graphId": step, "session": sid, "bind": {"ids": [tok], "pos": pos}} for pos, tok in enumerate(PROMPT)]
+        for body in calls:  # (until the quarantine)
+            if api.post("/api/v3/graph", body, key=key, timeout=60).status != 200:
+                break
+        st = c.wait_for(lambda s: s["quarantined"], "the volunteer to be quarantined", timeout=30)
+        q = st["quarantined"][0]
+        assert q["workerId"] == "w_hides" and "it would not show session " + sid + ", which it holds" in q["reason"], q
+        assert sly.proc.wait(timeout=15) == 4
+        c.server.assert_up()
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
+
+
+def test_a_volunteer_that_leaves_a_copy_of_a_session_unanswered_is_removed(start_server, tmp_path_factory):
+    """`--fault unanswered-dumps`: copies of sessions are taken and never answered (its calls
+    answered right). Every window begins with one, checked or not: 15 s past the limit the
+    volunteer is removed — not quarantined — and its work goes to the honest volunteer."""
+    c = start_cluster(start_server, tmp_path_factory, "nodumps",
+                      options=("--verify-first", "0", "--graph-timeout-ms", "2000"))
+    try:
+        silent, _, model = holding_stories(c, "w_nodumps", "unanswered-dumps")
+        step = compiled_step(c, model)
+        api, key = c.server.api, c.key
+        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+        # (its calls are answered meanwhile)
+        expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}, key=key), 200)
+        st = c.wait_for(lambda s: [w["workerId"] for w in s["pool"]] == ["w_honest"], "the volunteer to be removed",
+                        timeout=40)
+        assert st["quarantined"] == [], st["quarantined"]
+        assert re.search(r"removed volunteer w_nodumps-box from the grid: it left a copy of a session unanswered "
+                         r"15 s past the limit \(2 s\)", c.server.process.output())
+        assert silent.proc.wait(timeout=15) != 0
+        placed_on(c, model, "w_honest")
+        sid, _ = prefilled_session(c, model, step)
+        generates_golden(c, step, sid)
+        c.server.assert_up()
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
