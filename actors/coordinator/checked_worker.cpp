@@ -567,6 +567,22 @@ std::vector<std::string> sessions_of(const run_request& r) {
   return out;
 }
 
+/// The volunteer answered a copy of session `s`, which it holds (opened or restored through
+/// this stand-in and not closed), with an error: it hides the state a window starts or ends
+/// from, and is quarantined — unless it is gone meanwhile (its relay removes a volunteer that
+/// leaves a copy unanswered and answers so), so it is judged only if it still answers.
+void denied_session(checked_pointer self, const std::string& s, const caf::error& e) {
+  if (actor_gone(e)) return;
+  const std::string why = from_caf(e).message;
+  self->request(self->state.volunteer(), std::chrono::seconds(30), status_atom::value)
+      .then(
+          [self, s, why](worker_status&) {
+            if (!self->state.sh->counts.quarantined)
+              quarantine(self, self->state.sh, "it would not show session " + s + ", which it holds: " + why);
+          },
+          [](caf::error&) {});
+}
+
 /// Copies `sessions` from the volunteer into the verifier, then calls `then(ok)`. The dumps
 /// are asked for now, so they sit in the volunteer's mailbox ahead of whatever is sent next.
 void snapshot(checked_pointer self, std::vector<std::string> sessions, std::function<void(bool)> then) {
@@ -598,7 +614,8 @@ void snapshot(checked_pointer self, std::vector<std::string> sessions, std::func
               p->dumps[k] = std::move(d);
               if (--p->left == 0) load_all();
             },
-            [p, load_all](caf::error&) {
+            [self, s = sessions[k], p, load_all](caf::error& e) {
+              if (self->state.open_sessions.count(s)) denied_session(self, s, e);
               p->failed = true;
               if (--p->left == 0) load_all();
             });
@@ -692,7 +709,8 @@ std::function<void(bool)> compare_sessions_after(checked_pointer self, std::vect
                 --p->left;
                 settle();
               },
-              [p, settle](caf::error&) {
+              [self, s = sessions[k], volunteer, p, settle](caf::error& e) {
+                if (volunteer && self->state.open_sessions.count(s)) denied_session(self, s, e);
                 p->failed = true;  // (not comparable: left unjudged)
                 --p->left;
                 settle();
@@ -1153,22 +1171,6 @@ bool on_race(checked_pointer self, const std::vector<std::string>& sessions) {
     if (auto it = st.first_gens.find(s); it != st.first_gens.end())
       self->send(it->second, caf::atom_constant<caf::atom("absent")>::value);
   return true;
-}
-
-/// The volunteer answered a copy of session `s`, which it holds (opened or restored through
-/// this stand-in and not closed), with an error: it hides the state a window starts or ends
-/// from, and is quarantined — unless it is gone meanwhile (its relay removes a volunteer that
-/// leaves a copy unanswered and answers so), so it is judged only if it still answers.
-void denied_session(checked_pointer self, const std::string& s, const caf::error& e) {
-  if (actor_gone(e)) return;
-  const std::string why = from_caf(e).message;
-  self->request(self->state.volunteer(), std::chrono::seconds(30), status_atom::value)
-      .then(
-          [self, s, why](worker_status&) {
-            if (!self->state.sh->counts.quarantined)
-              quarantine(self, self->state.sh, "it would not show session " + s + ", which it holds, at a window's turn: " + why);
-          },
-          [](caf::error&) {});
 }
 
 /// After a window's last answer, or before the pass that opened a window: the volunteer is

@@ -979,12 +979,15 @@ def test_a_client_reading_its_session_during_a_generation_gets_no_honest_volunte
         c.server.process.terminate()
 
 
-def test_a_volunteer_that_hides_its_sessions_is_quarantined_at_a_windows_turn(start_server, tmp_path_factory):
+@pytest.mark.parametrize("passes", ["first", "windows"])
+def test_a_volunteer_that_hides_its_sessions_is_quarantined(start_server, tmp_path_factory, passes):
     """`--fault refused-dumps`: every copy of a session is denied as if the session were not
     there (its calls answered right; denying them would leave the verifier nothing to start
-    from or compare with). The session was opened on it through its checked worker and not
-    closed: the first copy it denies quarantines it."""
-    c = windowed(start_server, tmp_path_factory, "hides", 2)
+    from or compare with), among its first passes or in the windows after them. The session
+    was opened on it through its checked worker and not closed: the first copy it denies
+    quarantines it."""
+    c = (windowed(start_server, tmp_path_factory, "hides", 2) if passes == "windows"
+         else start_cluster(start_server, tmp_path_factory, "hides"))
     try:
         sly, _, model = holding_stories(c, "w_hides", "refused-dumps")
         step = compiled_step(c, model)
