@@ -784,6 +784,29 @@ def test_a_model_deleted_while_its_weights_are_challenged_quarantines_nobody(gri
 
 # ---- later passes: windows (actors/coordinator/check_windows.hpp, docs/decisions.md "Spot-checks")
 
+def feed_until_refused(c, model, step):
+    """A new session on `model`: its caches allocated and the prompt fed by `step`, call by
+    call, until one is refused (a quarantine overtaking the calls fails the one on its way
+    with 503); returns the session."""
+    api, key = c.server.api, c.key
+    sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+    calls = [{"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}]
+    calls += [{"graphId": step, "session": sid, "bind": {"ids": [tok], "pos": pos}} for pos, tok in enumerate(PROMPT)]
+    for body in calls:
+        if api.post("/api/v3/graph", body, key=key, timeout=60).status != 200:
+            break
+    return sid
+
+
+def quarantine_reason(c, worker, proc):
+    """Waits for `worker` to be quarantined and its process to end so; the reason given."""
+    st = c.wait_for(lambda s: s["quarantined"], "the volunteer to be quarantined", timeout=30)
+    q = st["quarantined"][0]
+    assert q["workerId"] == worker, q
+    assert proc.proc.wait(timeout=15) == 4
+    return q["reason"]
+
+
 def windowed(start_server, tmp_path_factory, name, window):
     """A coordinator checking every window of a volunteer's passes (`--verify-fraction 1`), none
     of them as one of its first passes (`--verify-first 0`), windows of `window` passes on
@@ -804,11 +827,8 @@ def test_a_volunteer_that_lies_unless_its_session_was_just_copied_is_caught_in_a
         cheat, _, model = holding_stories(c, "w_cheat", "cheat-unless-dumped")
         step = compiled_step(c, model)
         prefilled_session(c, model, step)
-        st = c.wait_for(lambda s: s["quarantined"], "the cheat to be quarantined", timeout=30)
-        q = st["quarantined"][0]
-        assert q["workerId"] == "w_cheat", q
-        assert "checked after it was given, differs from the verifier's" in q["reason"], q
-        assert cheat.proc.wait(timeout=15) == 4
+        reason = quarantine_reason(c, "w_cheat", cheat)
+        assert "checked after it was given, differs from the verifier's" in reason, reason
         # (the call it lied on may have had its answer before the check, or been sent again
         # elsewhere when the quarantine overtook it) the model decodes as it should elsewhere
         placed_on(c, model, "w_honest")
@@ -885,18 +905,9 @@ def test_wrong_caches_are_caught_at_the_end_of_a_checked_window(start_server, tm
     try:
         sly, _, model = holding_stories(c, "w_caches", "corrupt-caches")
         step = compiled_step(c, model)
-        api, key = c.server.api, c.key
-        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
-        calls = [{"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}]
-        calls += [{"graphId": step, "session": sid, "bind": {"ids": [tok], "pos": pos}} for pos, tok in enumerate(PROMPT)]
-        for body in calls:  # (until the quarantine: a call then on its way fails with 503)
-            if api.post("/api/v3/graph", body, key=key, timeout=60).status != 200:
-                break
-        st = c.wait_for(lambda s: s["quarantined"], "the volunteer to be quarantined", timeout=30)
-        q = st["quarantined"][0]
-        assert q["workerId"] == "w_caches", q
-        assert "at the end of a checked window" in q["reason"] and "unlike the verifier's" in q["reason"], q
-        assert sly.proc.wait(timeout=15) == 4
+        feed_until_refused(c, model, step)
+        reason = quarantine_reason(c, "w_caches", sly)
+        assert "at the end of a checked window" in reason and "unlike the verifier's" in reason, reason
         c.server.assert_up()
     finally:
         c.stop_all()
@@ -914,11 +925,8 @@ def test_a_generation_in_a_checked_window_is_run_again_and_its_lies_caught(start
         sid, _ = prefilled_session(c, model, step)
         assert c.status(c.key)["quarantined"] == []
         generate(c, step, sid, 8)
-        st = c.wait_for(lambda s: s["quarantined"], "the volunteer to be quarantined", timeout=30)
-        q = st["quarantined"][0]
-        assert q["workerId"] == "w_tokens", q
-        assert "generated token 0 was" in q["reason"] and "a checked window" in q["reason"], q
-        assert sly.proc.wait(timeout=15) == 4
+        reason = quarantine_reason(c, "w_tokens", sly)
+        assert "generated token 0 was" in reason and "a checked window" in reason, reason
         c.server.assert_up()
     finally:
         c.stop_all()
@@ -991,17 +999,9 @@ def test_a_volunteer_that_hides_its_sessions_is_quarantined(start_server, tmp_pa
     try:
         sly, _, model = holding_stories(c, "w_hides", "refused-dumps")
         step = compiled_step(c, model)
-        api, key = c.server.api, c.key
-        sid = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
-        calls = [{"graph": dict(graph_cli("--alloc-cache", "64"), session=sid)}]
-        calls += [{"graphId": step, "session": sid, "bind": {"ids": [tok], "pos": pos}} for pos, tok in enumerate(PROMPT)]
-        for body in calls:  # (until the quarantine)
-            if api.post("/api/v3/graph", body, key=key, timeout=60).status != 200:
-                break
-        st = c.wait_for(lambda s: s["quarantined"], "the volunteer to be quarantined", timeout=30)
-        q = st["quarantined"][0]
-        assert q["workerId"] == "w_hides" and "it would not show session " + sid + ", which it holds" in q["reason"], q
-        assert sly.proc.wait(timeout=15) == 4
+        sid = feed_until_refused(c, model, step)
+        reason = quarantine_reason(c, "w_hides", sly)
+        assert "it would not show session " + sid + ", which it holds" in reason, reason
         c.server.assert_up()
     finally:
         c.stop_all()
