@@ -540,7 +540,7 @@ struct checked_state {
   /// holds them, and must show them when asked.
   std::set<std::string> open_sessions;
   /// The comparers of the first passes' generations still running, by session.
-  std::map<std::string, comparer_actor> first_gens;
+  std::multimap<std::string, comparer_actor> first_gens;
   bool generating_on(const std::vector<std::string>& sessions) const {
     return std::any_of(sessions.begin(), sessions.end(), [&](const std::string& s) { return generating.count(s) > 0; });
   }
@@ -1167,9 +1167,10 @@ std::string passes_text(std::uint32_t n) { return std::to_string(n) + (n == 1 ? 
 bool on_race(checked_pointer self, const std::vector<std::string>& sessions) {
   auto& st = self->state;
   if (!st.generating_on(sessions)) return false;
-  for (const auto& s : sessions)
-    if (auto it = st.first_gens.find(s); it != st.first_gens.end())
-      self->send(it->second, caf::atom_constant<caf::atom("absent")>::value);
+  for (const auto& s : sessions) {
+    auto [from, to] = st.first_gens.equal_range(s);
+    for (auto it = from; it != to; ++it) self->send(it->second, caf::atom_constant<caf::atom("absent")>::value);
+  }
   return true;
 }
 
@@ -1581,7 +1582,7 @@ caf::result<bool> checked_generation(checked_pointer self, gen_request r) {
   if (st.checked_gens.size() >= 4096) st.checked_gens.clear();  // (ended long ago: a late cancel reaches the volunteer only)
   st.checked_gens.insert(r.gen_id);
   // (a call on its session while it runs ends its check: on_race)
-  st.first_gens[r.session] = cmp;
+  st.first_gens.emplace(r.session, cmp);
   st.generating[r.session]++;
   self->monitor(cmp);
   gen_request theirs = r;
