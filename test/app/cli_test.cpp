@@ -106,4 +106,21 @@ TEST(Cli, AskedForCudaWithoutAUsableGpuServeAndWorkerSayWhyAndExit) {
   EXPECT_NE(bad.out.find("--backend takes cpu, cuda or auto"), std::string::npos) << bad.out;
 }
 
+// The spot-checks' window length (docs/operators.md): a number of passes from 1 to 1,000,000;
+// anything else is refused before the server starts, and so is a worker fault it does not know.
+TEST(Cli, ServeRefusesAWindowOfSpotChecksOutOfRangeAndWorkerAnUnknownFault) {
+  const auto dir = std::filesystem::temp_directory_path() / ("mpakt-cli-window-" + std::to_string(getpid()));
+  for (const char* n : {"0", "0.5", "-3", "abc", "2e6", ""}) {
+    auto served = run("serve --port 0 --data-dir " + dir.string() + " --verify-window " + std::string(n), 30);
+    EXPECT_EQ(served.status, 2) << n << ": " << served.out;
+    EXPECT_NE(served.out.find("--verify-window takes a number of passes from 1 to 1000000"), std::string::npos)
+        << n << ": " << served.out;
+    EXPECT_EQ(served.out.find("listening"), std::string::npos) << served.out;
+  }
+  std::filesystem::remove_all(dir);
+  auto worker = run("worker --join 127.0.0.1:1 --token mpv_x --fault cheat-sometimes", 30);
+  EXPECT_EQ(worker.status, 2) << worker.out;
+  EXPECT_NE(worker.out.find("cheat-unless-dumped, unanswered-dumps, refused-dumps"), std::string::npos) << worker.out;
+}
+
 }  // namespace
