@@ -7,11 +7,16 @@ namespace mpakt {
 check_windows::check_windows(double fraction, double mean_passes, std::uint64_t seed)
     : fraction_(fraction), mean_passes_(std::max(1.0, mean_passes)), rng_(seed) {}
 
-check_windows::ptr check_windows::open(std::set<std::string> sessions) {
+check_windows::ptr check_windows::fresh() {
   auto w = std::make_shared<window>();
   w->id = next_id_++;
-  w->sessions = std::move(sessions);
   w->checked = std::uniform_real_distribution<double>(0, 1)(rng_) < fraction_;
+  return w;
+}
+
+check_windows::ptr check_windows::open(std::set<std::string> sessions) {
+  auto w = fresh();
+  w->sessions = std::move(sessions);
   // passes it takes: 1 + a geometric draw, mean `mean_passes_`
   w->left = 1;
   if (mean_passes_ > 1) w->left += std::geometric_distribution<std::int64_t>(1.0 / mean_passes_)(rng_);
@@ -62,9 +67,7 @@ check_windows::admission check_windows::admit(const std::vector<std::string>& se
 }
 
 check_windows::ptr check_windows::single() {
-  auto w = std::make_shared<window>();
-  w->id = next_id_++;
-  w->checked = std::uniform_real_distribution<double>(0, 1)(rng_) < fraction_;
+  auto w = fresh();
   w->passes = 1;
   return w;
 }

@@ -77,6 +77,8 @@ class check_windows {
   std::size_t open_windows() const;
 
  private:
+  /// A new window, its check drawn (the one draw a single pass takes too).
+  ptr fresh();
   ptr open(std::set<std::string> sessions);
   turnover turn(std::vector<ptr> closed, std::set<std::string> sessions);
 

@@ -541,6 +541,10 @@ struct checked_state {
   std::set<std::string> open_sessions;
   /// The comparers of the first passes' generations still running, by session.
   std::multimap<std::string, comparer_actor> first_gens;
+  void generation_begun(const std::string& s) { generating[s]++; }
+  void generation_over(const std::string& s) {
+    if (auto it = generating.find(s); it != generating.end() && --it->second == 0) generating.erase(it);
+  }
   bool generating_on(const std::vector<std::string>& sessions) const {
     return std::any_of(sessions.begin(), sessions.end(), [&](const std::string& s) { return generating.count(s) > 0; });
   }
@@ -1107,6 +1111,14 @@ void to_verifier(checked_pointer self, std::function<void(std::function<void()>)
   if (!st.verifier_busy) run_verifier_tasks(self);
 }
 
+/// Drops the verifier's copy of session `s` once what is queued before it is done.
+void drop_copy_in_turn(checked_pointer self, const std::string& s) {
+  to_verifier(self, [self, s](std::function<void()> next) {
+    caf::anon_send(self->state.verifier, sclose_atom::value, s);
+    next();
+  });
+}
+
 /// Whether the verifier's queue has room for a pass of `bytes`; takes them if so.
 bool verifier_room(checked_pointer self, std::uint64_t bytes) {
   auto& st = self->state;
@@ -1150,11 +1162,7 @@ void break_window(checked_pointer self, const check_windows::ptr& w) {
   if (!w->checked || w->broken) return;
   w->broken = true;
   self->state.sh->counts.unchecked++;
-  for (const auto& s : w->sessions)
-    to_verifier(self, [self, s](std::function<void()> next) {
-      caf::anon_send(self->state.verifier, sclose_atom::value, s);
-      next();
-    });
+  for (const auto& s : w->sessions) drop_copy_in_turn(self, s);
 }
 
 void admit_parked(checked_pointer self);
@@ -1195,11 +1203,7 @@ void turn_windows(checked_pointer self, const check_windows::turnover& t) {
   if (!t.opened)
     for (const auto& c : t.closed)
       if (c->checked && !c->broken)
-        for (const auto& s : c->sessions)
-          to_verifier(self, [self, s](std::function<void()> next) {
-            caf::anon_send(self->state.verifier, sclose_atom::value, s);
-            next();
-          });
+        for (const auto& s : c->sessions) drop_copy_in_turn(self, s);
   if (!t.opened) return;
   const auto opened = t.opened;
   for (const auto& s : opened->sessions) {
@@ -1235,21 +1239,21 @@ void turn_windows(checked_pointer self, const check_windows::turnover& t) {
       };
       const bool keep = opened->checked;
       to_verifier(self, [self, s, pair, keep, judge](std::function<void()> next) {
+        auto came = [self, s, pair, keep, judge, next] {
+          pair->mine_in = true;
+          if (!keep) caf::anon_send(self->state.verifier, sclose_atom::value, s);
+          judge();
+          next();
+        };
         self->request(self->state.verifier, caf::infinite, sdump_atom::value, s)
             .then(
-                [self, s, pair, keep, judge, next](session_dump& d) {
+                [pair, came](session_dump& d) {
                   pair->mine = std::move(d);
-                  pair->mine_in = true;
-                  if (!keep) caf::anon_send(self->state.verifier, sclose_atom::value, s);
-                  judge();
-                  next();
+                  came();
                 },
-                [self, s, pair, keep, judge, next](caf::error& e) {
+                [pair, came](caf::error& e) {
                   pair->mine_failed = std::move(e);
-                  pair->mine_in = true;
-                  if (!keep) caf::anon_send(self->state.verifier, sclose_atom::value, s);
-                  judge();
-                  next();
+                  came();
                 });
       });
       theirs->when(judge);
@@ -1334,10 +1338,7 @@ bool leave_window(checked_pointer self, const std::string& sid) {
   if (!st.windows) return false;
   auto w = st.windows->leave(sid);
   if (!w || !w->checked || w->broken) return false;
-  to_verifier(self, [self, sid](std::function<void()> next) {
-    caf::anon_send(self->state.verifier, sclose_atom::value, sid);
-    next();
-  });
+  drop_copy_in_turn(self, sid);
   return true;
 }
 
@@ -1388,11 +1389,11 @@ void judge_generation(checked_pointer self, const check_windows::ptr& w, const s
 void windowed_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp, run_request r) {
   auto held = std::make_shared<run_request>(std::move(r));
   auto sessions = sessions_of(*held);
-  auto go = [self, rp, held](check_windows::ptr w) {
+  auto go = [self, rp, held, sessions](check_windows::ptr w) {
     auto& st = self->state;
     using answer = awaited<std::shared_ptr<const std::string>>;
     std::shared_ptr<answer> theirs;
-    if (on_race(self, sessions_of(*held))) break_window(self, w);
+    if (on_race(self, sessions)) break_window(self, w);
     if (w->checked && !w->broken) {
       const std::uint64_t bytes = held->graph_json.size() + held->bind_json.size();
       if (!verifier_room(self, bytes)) {
@@ -1528,7 +1529,7 @@ caf::result<bool> windowed_generation(checked_pointer self, gen_request r) {
     auto& st = self->state;
     std::shared_ptr<awaited<generation_record>> theirs;
     if (on_race(self, {held->session})) break_window(self, w);
-    st.generating[held->session]++;
+    st.generation_begun(held->session);
     if (w->checked && !w->broken) {
       if (!verifier_room(self, 0)) {
         break_window(self, w);
@@ -1540,10 +1541,7 @@ caf::result<bool> windowed_generation(checked_pointer self, gen_request r) {
     }
     auto tap = self->home_system().spawn(gen_tap, held->listener, bool(theirs), caf::actor_cast<caf::actor>(self));
     held->listener = caf::actor_cast<gen_listener>(tap);
-    auto over = [self, session = held->session] {
-      auto& g = self->state.generating;
-      if (auto it = g.find(session); it != g.end() && --it->second == 0) g.erase(it);
-    };
+    auto over = [self, session = held->session] { self->state.generation_over(session); };
     auto ended = [self, w, theirs, tap, over] {
       self->request(tap, caf::infinite, genended_atom::value)
           .then(
@@ -1583,7 +1581,7 @@ caf::result<bool> checked_generation(checked_pointer self, gen_request r) {
   st.checked_gens.insert(r.gen_id);
   // (a call on its session while it runs ends its check: on_race)
   st.first_gens.emplace(r.session, cmp);
-  st.generating[r.session]++;
+  st.generation_begun(r.session);
   self->monitor(cmp);
   gen_request theirs = r;
   theirs.gen_id = r.gen_id + "~volunteer";
@@ -1710,7 +1708,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       auto& st = self->state;
       for (auto it = st.first_gens.begin(); it != st.first_gens.end(); ++it)
         if (it->second.address() == dm.source) {
-          if (auto g = st.generating.find(it->first); g != st.generating.end() && --g->second == 0) st.generating.erase(g);
+          st.generation_over(it->first);
           st.first_gens.erase(it);
           break;
         }
@@ -1975,12 +1973,12 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
           return unchecked_run(self, std::move(r));
         }
         auto& st = self->state;
-        bool first = st.first_pass();
+        const bool first = st.first_pass();
         if (first && on_race(self, sessions_of(r))) return unchecked_run(self, std::move(r));
         if (!first && !st.windows) return unchecked_run(self, std::move(r));
+        if (!first && st.partial.empty()) return windowed_run(self, std::move(r));
         // (a model held in part is probed pass by pass: its passes are drawn one by one)
         const bool drawn = first || st.draw();
-        if (!first && st.partial.empty()) return windowed_run(self, std::move(r));
         if (r.graph_id.empty() && r.graph_json.size() >= off_thread_bytes) {
           // A big inline graph's text is searched for the models it names (the tolerance) and
           // parsed for a product to probe on a helper thread, as this actor shares the
