@@ -6,6 +6,7 @@ its altered)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -807,6 +808,16 @@ def quarantine_reason(c, worker, proc):
     return q["reason"]
 
 
+@contextlib.contextmanager
+def ended(c):
+    """`c` for a `with` block, its volunteers stopped and its coordinator ended after it."""
+    try:
+        yield c
+    finally:
+        c.stop_all()
+        c.server.process.terminate()
+
+
 def windowed(start_server, tmp_path_factory, name, window):
     """A coordinator checking every window of a volunteer's passes (`--verify-fraction 1`), none
     of them as one of its first passes (`--verify-first 0`), windows of `window` passes on
@@ -822,8 +833,7 @@ def test_a_volunteer_that_lies_unless_its_session_was_just_copied_is_caught_in_a
     by a copy of its sessions, so it went unseen while it lied on the passes left unchecked —
     and lies otherwise. Now the copies come once a window, checked or not, and a checked
     window's passes are done again once answered: its first lie is caught and it is quarantined."""
-    c = windowed(start_server, tmp_path_factory, "cheat", 50)
-    try:
+    with ended(windowed(start_server, tmp_path_factory, "cheat", 50)) as c:
         cheat, _, model = holding_stories(c, "w_cheat", "cheat-unless-dumped")
         step = compiled_step(c, model)
         prefilled_session(c, model, step)
@@ -835,17 +845,13 @@ def test_a_volunteer_that_lies_unless_its_session_was_just_copied_is_caught_in_a
         sid2, _ = prefilled_session(c, model, step)
         assert PROMPT + generate(c, step, sid2, len(GOLDEN["greedy_ids"]) - len(PROMPT))["tokens"] == GOLDEN["greedy_ids"]
         c.server.assert_up()
-    finally:
-        c.stop_all()
-        c.server.process.terminate()
 
 
 def test_an_honest_volunteer_whose_every_window_is_checked_is_never_judged_wrong(start_server, tmp_path_factory):
     """Windows of two passes on average, each checked: graph calls on sessions (copied at every
     turn of their windows), calls on no session, checkpoints, generations and a deleted session.
     Every answer is the golden one, every check agrees and none is left unchecked."""
-    c = windowed(start_server, tmp_path_factory, "honest", 2)
-    try:
+    with ended(windowed(start_server, tmp_path_factory, "honest", 2)) as c:
         c.join("w_honest")
         model, where = load_stories(c)
         assert where == "w_honest"
@@ -892,9 +898,6 @@ def test_an_honest_volunteer_whose_every_window_is_checked_is_never_judged_wrong
         assert checks["exact"] is True and checks["unchecked"] == 0 and checks["inconclusive"] == 0, checks
         assert st["quarantined"] == [] and [w["workerId"] for w in st["pool"]] == ["w_honest"], st
         c.server.assert_up()
-    finally:
-        c.stop_all()
-        c.server.process.terminate()
 
 
 def test_wrong_caches_are_caught_at_the_end_of_a_checked_window(start_server, tmp_path_factory):
@@ -903,25 +906,20 @@ def test_wrong_caches_are_caught_at_the_end_of_a_checked_window(start_server, tm
     answers agree, and the copies at the window's end differ from the verifier's sessions.
     (Windows of one pass each, so the first one ends after the first call: with longer ones
     the calls here may all fall in one window that has not ended yet.)"""
-    c = windowed(start_server, tmp_path_factory, "caches", 1)
-    try:
+    with ended(windowed(start_server, tmp_path_factory, "caches", 1)) as c:
         sly, _, model = holding_stories(c, "w_caches", "corrupt-caches")
         step = compiled_step(c, model)
         feed_until_refused(c, model, step)
         reason = quarantine_reason(c, "w_caches", sly)
         assert "at the end of a checked window" in reason and "unlike the verifier's" in reason, reason
         c.server.assert_up()
-    finally:
-        c.stop_all()
-        c.server.process.terminate()
 
 
 def test_a_generation_in_a_checked_window_is_run_again_and_its_lies_caught(start_server, tmp_path_factory):
     """`--fault corrupt-generation-tokens` (graph calls right, every token of a worker-side
     generation altered) with no first passes: the verifier runs the generation again after it
     ended, and the tokens differ."""
-    c = windowed(start_server, tmp_path_factory, "gen", 50)
-    try:
+    with ended(windowed(start_server, tmp_path_factory, "gen", 50)) as c:
         sly, _, model = holding_stories(c, "w_tokens", "corrupt-generation-tokens")
         step = compiled_step(c, model)
         sid, _ = prefilled_session(c, model, step)
@@ -930,9 +928,6 @@ def test_a_generation_in_a_checked_window_is_run_again_and_its_lies_caught(start
         reason = quarantine_reason(c, "w_tokens", sly)
         assert "generated token 0 was" in reason and "a checked window" in reason, reason
         c.server.assert_up()
-    finally:
-        c.stop_all()
-        c.server.process.terminate()
 
 
 def reads_during_a_generation(c):
@@ -981,12 +976,8 @@ def test_a_client_reading_its_session_during_a_generation_gets_no_honest_volunte
     run between the loop's steps on the volunteer, an order its verifier cannot follow: the
     window's check ends there unjudged, rather than a client's race getting an honest volunteer
     quarantined."""
-    c = windowed(start_server, tmp_path_factory, "race", 50)
-    try:
+    with ended(windowed(start_server, tmp_path_factory, "race", 50)) as c:
         reads_during_a_generation(c)
-    finally:
-        c.stop_all()
-        c.server.process.terminate()
 
 
 @pytest.mark.parametrize("passes", ["first", "windows"])
@@ -996,27 +987,22 @@ def test_a_volunteer_that_hides_its_sessions_is_quarantined(start_server, tmp_pa
     from or compare with), among its first passes or in the windows after them. The session
     was opened on it through its checked worker and not closed: the first copy it denies
     quarantines it."""
-    c = (windowed(start_server, tmp_path_factory, "hides", 2) if passes == "windows"
-         else start_cluster(start_server, tmp_path_factory, "hides"))
-    try:
+    with ended((windowed(start_server, tmp_path_factory, "hides", 2) if passes == "windows"
+                else start_cluster(start_server, tmp_path_factory, "hides"))) as c:
         sly, _, model = holding_stories(c, "w_hides", "refused-dumps")
         step = compiled_step(c, model)
         sid = feed_until_refused(c, model, step)
         reason = quarantine_reason(c, "w_hides", sly)
         assert "it would not show session " + sid + ", which it holds" in reason, reason
         c.server.assert_up()
-    finally:
-        c.stop_all()
-        c.server.process.terminate()
 
 
 def test_a_volunteer_that_leaves_a_copy_of_a_session_unanswered_is_removed(start_server, tmp_path_factory):
     """`--fault unanswered-dumps`: copies of sessions are taken and never answered (its calls
     answered right). Every window begins with one, checked or not: 15 s past the limit the
     volunteer is removed — not quarantined — and its work goes to the honest volunteer."""
-    c = start_cluster(start_server, tmp_path_factory, "nodumps",
-                      options=("--verify-first", "0", "--graph-timeout-ms", "2000"))
-    try:
+    with ended(start_cluster(start_server, tmp_path_factory, "nodumps",
+                             options=("--verify-first", "0", "--graph-timeout-ms", "2000"))) as c:
         silent, _, model = holding_stories(c, "w_nodumps", "unanswered-dumps")
         step = compiled_step(c, model)
         api, key = c.server.api, c.key
@@ -1033,6 +1019,3 @@ def test_a_volunteer_that_leaves_a_copy_of_a_session_unanswered_is_removed(start
         sid, _ = prefilled_session(c, model, step)
         generates_golden(c, step, sid)
         c.server.assert_up()
-    finally:
-        c.stop_all()
-        c.server.process.terminate()
