@@ -1,6 +1,10 @@
 #include "actors/digest.hpp"
 
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
+#include <openssl/params.h>
+
+#include <stdexcept>
 
 #include <vector>
 
@@ -33,10 +37,78 @@ std::string nonce_digest(std::string_view nonce, std::string_view bytes) {
   return s.hex();
 }
 
+namespace {
+
+/// OpenSSL's GMAC, fetched once (an EVP_MAC may be shared by threads).
+EVP_MAC* gmac() {
+  static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "GMAC", nullptr);
+  return mac;
+}
+
+/// One GMAC under way.
+struct gmac_ctx {
+  EVP_MAC_CTX* ctx = nullptr;
+  gmac_ctx() = default;
+  gmac_ctx(const gmac_ctx&) = delete;
+  gmac_ctx& operator=(const gmac_ctx&) = delete;
+  ~gmac_ctx() { EVP_MAC_CTX_free(ctx); }
+  void init(std::string_view key, std::string_view iv) {
+    EVP_MAC* mac = gmac();
+    if (!mac || !(ctx = EVP_MAC_CTX_new(mac))) throw std::runtime_error("OpenSSL has no GMAC");
+    char cipher[] = "AES-128-GCM";
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_CIPHER, cipher, 0),
+        OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_IV, const_cast<char*>(iv.data()), iv.size()),
+        OSSL_PARAM_construct_end(),
+    };
+    if (key.size() != 16 || EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) != 1)
+      throw std::runtime_error("GMAC refused its key or IV");
+  }
+  void add(std::string_view bytes) { EVP_MAC_update(ctx, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()); }
+  std::string tag() {
+    unsigned char out[16];
+    std::size_t n = 0;
+    if (EVP_MAC_final(ctx, out, &n, sizeof out) != 1 || n != sizeof out) throw std::runtime_error("GMAC gave no tag");
+    return std::string(reinterpret_cast<const char*>(out), n);
+  }
+};
+
+}  // namespace
+
+struct weight_mac::impl : gmac_ctx {};
+
+std::string gmac_tag(std::string_view key, std::string_view iv, std::string_view bytes) {
+  gmac_ctx m;
+  m.init(key, iv);
+  m.add(bytes);
+  return m.tag();
+}
+
+weight_mac::weight_mac(std::string_view nonce) : p_(std::make_unique<impl>()) {
+  unsigned char seed[32];
+  unsigned int n = 0;
+  EVP_Digest(nonce.data(), nonce.size(), seed, &n, EVP_sha256(), nullptr);
+  const std::string_view s(reinterpret_cast<const char*>(seed), sizeof seed);
+  p_->init(s.substr(0, 16), s.substr(16, 12));
+}
+weight_mac::~weight_mac() = default;
+
+void weight_mac::add(std::string_view bytes) { p_->add(bytes); }
+
+std::string weight_mac::hex() {
+  const std::string t = p_->tag();
+  return to_hex(reinterpret_cast<const unsigned char*>(t.data()), t.size());
+}
+
+std::string weight_digest(std::string_view nonce, std::string_view bytes) {
+  weight_mac m(nonce);
+  m.add(bytes);
+  return m.hex();
+}
+
 std::string tensor_digest(std::string_view nonce, const tensor& t) {
-  if (!t.lanes16()) return nonce_digest(nonce, std::string_view(reinterpret_cast<const char*>(t.data()), t.nbytes()));
-  sha256_stream s;
-  s.add(nonce);
+  if (!t.lanes16()) return weight_digest(nonce, std::string_view(reinterpret_cast<const char*>(t.data()), t.nbytes()));
+  weight_mac s(nonce);
   std::vector<std::byte> row(t.row_bytes());
   for (std::int64_t r = 0; r < t.rows(); ++r)
     s.add(std::string_view(reinterpret_cast<const char*>(t.packed_row(r, row.data())), row.size()));

@@ -471,8 +471,9 @@ using worker_actor = caf::typed_actor<
     // v2 tensors
     caf::replies_to<tput_atom, tensor_upload>::with<bool>,
     caf::replies_to<tdrop_atom, std::string>::with<bool>,
-    /// model, tensor, nonce -> SHA-256 of the nonce followed by the weight's resident bytes, as
-    /// 64 hex digits (a challenge only a holder of those bytes can answer)
+    /// model, tensor, nonce -> GMAC of the weight's resident bytes under a key drawn from the
+    /// nonce, as 32 hex digits (actors/digest.hpp: a challenge only a holder of those bytes can
+    /// answer)
     caf::replies_to<tdigest_atom, std::string, std::string, std::string>::with<std::string>,
     /// A volunteer's checked worker: re-checks the weights it holds against its verifier and
     /// answers the tally (rendered at the HTTP edge); any other worker refuses (errc::invalid).

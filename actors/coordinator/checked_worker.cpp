@@ -377,10 +377,11 @@ comparer_actor::behavior_type comparer(comparer_actor::stateful_pointer<comparer
 
 // ---- the checked worker
 
-/// A weight on its way to the volunteer: the digest of nonce + published bytes, as they pass.
+/// A weight on its way to the volunteer: the digest of its published bytes under a fresh
+/// nonce, as they pass.
 struct arriving_weight {
   std::string nonce;
-  std::shared_ptr<sha256_stream> sha;
+  std::shared_ptr<weight_mac> mac;
   bool same_bytes = false;  ///< kept as published (no conversion): the stream's digest is the answer
 };
 
@@ -638,7 +639,7 @@ void challenge(checked_pointer self, const std::string& model, const std::string
   auto compare = [self, model, name, done](const std::string& want, const std::string& got) {
     if (want == got) return done(1);
     quarantine(self, self->state.sh,
-               "weight " + name + " of model " + model + " differs from what it was sent (its SHA-256 with a fresh nonce is " +
+               "weight " + name + " of model " + model + " differs from what it was sent (its digest under a fresh nonce is " +
                    got.substr(0, 16) + "…, expected " + want.substr(0, 16) + "…)");
     done(-1);
   };
@@ -1746,8 +1747,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
     if (passing) {
       auto& w = self->state.arriving[{r.model_id, r.name}];
       w.nonce = new_nonce();
-      w.sha = std::make_shared<sha256_stream>();
-      w.sha->add(w.nonce);
+      w.mac = std::make_shared<weight_mac>(w.nonce);
       std::string published = r.file_dtype;
       for (auto& c : published) c = char(std::tolower(static_cast<unsigned char>(c)));
       w.same_bytes = published == r.resident;
@@ -1828,7 +1828,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
         return self->delegate(V(), a, std::move(r));
       },
       [=](tpiece_atom a, tensor_piece& p) {
-        if (auto it = self->state.arriving.find({p.model_id, p.name}); it != self->state.arriving.end()) it->second.sha->add(p.bytes);
+        if (auto it = self->state.arriving.find({p.model_id, p.name}); it != self->state.arriving.end()) it->second.mac->add(p.bytes);
         if (self->state.copying(p.model_id, p.name))
           self->request(self->state.verifier, caf::infinite, a, p).then([](std::uint64_t) {}, [](caf::error&) {});
         return self->delegate(V(), a, std::move(p));
@@ -1844,7 +1844,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
           auto w = std::move(it->second);
           self->state.arriving.erase(it);
           self->state.held[model].insert(name);
-          std::string expected = w.same_bytes ? w.sha->hex() : std::string();
+          std::string expected = w.same_bytes ? w.mac->hex() : std::string();
           auto answered = self->delegate(V(), a, model, name);
           challenge(self, model, name, w.nonce, std::move(expected), [self](int outcome) {
             if (outcome == 1) self->state.sh->counts.weights_checked++;

@@ -881,7 +881,7 @@ TEST_F(LoaderHost, AWorkerBeginsTheNextRangesTensorsWhileARangeIsStillArriving) 
     me->request(w, 10s, tdigest_atom::value, std::string("m"), t.name, nonce)
         .receive(
             [&](const std::string& hex) {
-              EXPECT_EQ(hex, nonce_digest(nonce, std::string_view(bytes).substr(std::size_t(t.first), std::size_t(t.length))))
+              EXPECT_EQ(hex, weight_digest(nonce, std::string_view(bytes).substr(std::size_t(t.first), std::size_t(t.length))))
                   << t.name;
             },
             fail);

@@ -78,7 +78,7 @@ TEST(Lanes, TheSameValuesReorderedAndEveryRowReadBack) {
     // digests of the held weight are of its row-major bytes, whatever the form
     EXPECT_EQ(tensor_digest("n0nce", lanes), tensor_digest("n0nce", rows));
     EXPECT_EQ(tensor_digest("n0nce", rows),
-              nonce_digest("n0nce", std::string_view(reinterpret_cast<const char*>(rows.data()), rows.nbytes())));
+              weight_digest("n0nce", std::string_view(reinterpret_cast<const char*>(rows.data()), rows.nbytes())));
   }
 }
 
