@@ -119,23 +119,49 @@ def machine():
     return {"cpu": model, "cores": os.cpu_count()}
 
 
-def timed_loads(api, source, quantize, pids):
+def weights_judged(api):
+    """Weights the (one) volunteer had challenged so far, answered right or left unchecked."""
+    c = (api.request("GET", "/api/v3/status")["pool"][0].get("checks") or {})
+    return c.get("weightsChecked", 0) + c.get("weightsUnchecked", 0)
+
+
+def timed_loads(api, source, quantize, pids, checked_weights=0):
     """One load: wall MB/s, the server's own figures and each process's CPU seconds; then the
-    model is deleted so the next load finds the same free memory."""
+    model is deleted so the next load finds the same free memory. With `checked_weights` (a
+    spot-checked volunteer), the load counts as done once that many weights were challenged on
+    arrival and judged — the challenges run after the load's answer, and would otherwise spill
+    into the next measurement (or find the model deleted and go unjudged)."""
+    judged0 = weights_judged(api) if checked_weights else 0
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     t = time.perf_counter()
     r = api.post("/api/v3/models", {"source": source, "quantize": quantize})
     wall = time.perf_counter() - t
+    checked_wall = None
+    if checked_weights:
+        deadline = time.perf_counter() + 120
+        while weights_judged(api) - judged0 < checked_weights and time.perf_counter() < deadline:
+            time.sleep(0.01)
+        if weights_judged(api) - judged0 >= checked_weights:
+            checked_wall = time.perf_counter() - t
     cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     api.delete(f"/api/v3/models/{r['modelId']}")
     gb = r["bytesTransferred"] / 1e9
     return {"wall_s": wall, "MBps": r["bytesTransferred"] / 1e6 / wall, "server_MBps": r["throughputMBs"],
+            "checked_wall_s": checked_wall,
+            "checked_MBps": r["bytesTransferred"] / 1e6 / checked_wall if checked_wall else None,
             "bytes": r["bytesTransferred"], "residentBytes": r["residentBytes"],
             "coordinatorPeakBytes": r.get("coordinatorPeakBytes"),
             "cpu_s": cpu, "cpu_s_per_GB": {k: v / gb for k, v in cpu.items()}}
 
 
-def load_section(args, tmp, host_url, host_pid, model_bytes):
+def tensor_count(path):
+    """Tensors in a safetensors file (its header's entries)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return sum(1 for k in json.loads(f.read(n)) if k != "__metadata__")
+
+
+def load_section(args, tmp, host_url, host_pid, model_bytes, weights):
     """Loads of the whole model into an embedded worker and into one volunteer, bf16 and q8,
     `--load-repeats` rounds; each round measures loopback first, then every cell once."""
     # "embedded" reads its weights from the host itself (the default), "emb-relay" gets them
@@ -191,7 +217,8 @@ def load_section(args, tmp, host_url, host_pid, model_bytes):
             rnd = {"loadavg_before": os.getloadavg()[0], "loopback_Bps": loopback_bandwidth()}
             for where, q in cells:
                 api, pids = servers[where]
-                rnd[f"{where}/{q}"] = timed_loads(api, "hf:local/smol", q, pids)
+                rnd[f"{where}/{q}"] = timed_loads(api, "hf:local/smol", q, pids,
+                                                  weights if where.startswith("chk-") else 0)
             rnd["loadavg_after"] = os.getloadavg()[0]
             rounds.append(rnd)
             db.log(f"load round {k + 1}: loopback {rnd['loopback_Bps'] / 1e6:.0f} MB/s, "
@@ -215,6 +242,12 @@ def load_section(args, tmp, host_url, host_pid, model_bytes):
             "coordinatorPeakBytes": max(r[c]["coordinatorPeakBytes"] or 0 for r in rounds),
             "residentBytes": rounds[0][c]["residentBytes"],
         }
+        checked = [r[c]["checked_MBps"] for r in rounds if r[c]["checked_MBps"]]
+        if checked:  # (until every weight's arrival check was judged)
+            summary[c]["checked_MBps"] = med(checked)
+            summary[c]["checked_MBps_all"] = [round(x, 1) for x in checked]
+            summary[c]["checked_fraction_of_loopback"] = med(
+                r[c]["checked_MBps"] * 1e6 / r["loopback_Bps"] for r in rounds if r[c]["checked_MBps"])
     return {"rounds": rounds, "summary": summary, "model_bytes": model_bytes}
 
 
@@ -230,6 +263,11 @@ def print_load_table(s):
         cpu = v["cpu_s_per_GB"]
         print(f"{where:10} {q:8} {v['MBps']:7.0f} {v['fraction_of_loopback']:11.3f} {cpu['host']:15.2f} "
               f"{cpu['coordinator']:11.2f} {cpu.get('volunteer', float('nan')):9.2f}  {v['MBps_all']}")
+        if "checked_MBps" in v:
+            print(f"{'':10} {'checked':8} {v['checked_MBps']:7.0f} {v['checked_fraction_of_loopback']:11.3f}"
+                  f"{'':39}  {v['checked_MBps_all']}")
+    if any("checked_MBps" in v for v in s.values() if isinstance(v, dict)):
+        print("(checked: until every weight's arrival check was judged; CPU s/GB through then)")
 
 
 def stall_section(args, tmp, host_url, rounds=2, loads_per_round=6):
@@ -401,7 +439,8 @@ def main():
         results = {"loopback_Bps": loopback, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine()}
         model_bytes = (d / "model.safetensors").stat().st_size
         if not args.decode_only:
-            results["loads"] = load_section(args, tmp, host_url, host.p.pid, model_bytes)
+            results["loads"] = load_section(args, tmp, host_url, host.p.pid, model_bytes,
+                                            tensor_count(d / "model.safetensors"))
             results["stall"] = stall_section(args, tmp, host_url)
         if args.load_only:
             Path(args.out).write_text(json.dumps(results, indent=1))
