@@ -111,6 +111,9 @@ const char* worker_usage =
     "  --fault refused-dumps\n"
     "                      a testing aid: deny every copy of a session as if it were not there\n"
     "                      (the spot-checks' windows catch it)\n"
+    "  --fault refused-dumps-after-generations\n"
+    "                      a testing aid: deny the first copy of a session asked for after a\n"
+    "                      generation on it began (a checked generation's end asks for one)\n"
     "  --fault no-data-link\n"
     "                      a testing aid: never reach the coordinator's data port (as behind a\n"
     "                      firewall that blocks it): weights then come over the cluster link\n"
@@ -190,7 +193,7 @@ int cmd_worker(const std::vector<std::string>& args) {
                             *v == "malformed-answers" || *v == "forge-messages" || *v == "unanswered-calls" ||
                             *v == "silent-generations" || *v == "bloated-status" ||
                             *v == "flood-tokens" || *v == "cheat-unless-dumped" || *v == "unanswered-dumps" ||
-                            *v == "refused-dumps")) {
+                            *v == "refused-dumps" || *v == "refused-dumps-after-generations")) {
         (*v == "corrupt-weights"             ? wc.corrupt_weights
          : *v == "corrupt-weights-later"     ? wc.corrupt_weights_later
          : *v == "corrupt-caches"            ? wc.corrupt_caches
@@ -204,13 +207,14 @@ int cmd_worker(const std::vector<std::string>& args) {
          : *v == "cheat-unless-dumped"       ? wc.cheat_unless_dumped
          : *v == "unanswered-dumps"          ? wc.unanswered_dumps
          : *v == "refused-dumps"             ? wc.refused_dumps
+         : *v == "refused-dumps-after-generations" ? wc.refused_dumps_after_generations
                                              : wc.malformed_answers) = true;
         continue;
       }
       if (!v || v->rfind(prefix, 0) != 0)
         return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights, corrupt-weights-later, "
                    "corrupt-caches, corrupt-generation-caches, corrupt-generation-tokens, malformed-answers, forge-messages, "
-                   "unanswered-calls, silent-generations, bloated-status, flood-tokens, cheat-unless-dumped, unanswered-dumps, refused-dumps or no-data-link");
+                   "unanswered-calls, silent-generations, bloated-status, flood-tokens, cheat-unless-dumped, unanswered-dumps, refused-dumps, refused-dumps-after-generations or no-data-link");
       char* end = nullptr;
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");

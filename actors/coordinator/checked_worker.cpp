@@ -199,6 +199,26 @@ struct verify_shared {
   verify_counts counts;
   std::string worker_id;  ///< the volunteer's, from its first status
   caf::actor_addr self;   ///< the checked worker
+
+  /// Sessions opened or restored on the volunteer through the checked worker and not closed:
+  /// it holds them, so denying a copy of one is a wrong answer. The checked worker writes, its
+  /// comparers read (a copy asked for as a generation ended).
+  void hold(const std::string& s) {
+    std::lock_guard l(held_m_);
+    held_.insert(s);
+  }
+  void release(const std::string& s) {
+    std::lock_guard l(held_m_);
+    held_.erase(s);
+  }
+  bool holds(const std::string& s) const {
+    std::lock_guard l(held_m_);
+    return held_.count(s) > 0;
+  }
+
+ private:
+  mutable std::mutex held_m_;
+  std::set<std::string> held_;
 };
 
 /// Ends the volunteer and the checked worker, and records why (once).
@@ -213,6 +233,25 @@ void quarantine(caf::local_actor* by, const std::shared_ptr<verify_shared>& sh, 
   metrics::m().errors.with({"quarantine"}).inc();
   by->send_exit(sh->v.own ? sh->v.own : sh->v.worker, caf::exit_reason::kill);
   if (auto me = caf::actor_cast<caf::actor>(sh->self)) by->send_exit(me, caf::exit_reason::user_shutdown);
+}
+
+/// The volunteer answered a copy of session `s`, which it holds (opened or restored through
+/// this stand-in and not closed), with an error: it hides the state a window starts or ends
+/// from, and is quarantined — unless it is gone meanwhile (its relay removes a volunteer that
+/// leaves a copy unanswered and answers so), so it is judged only if it still answers.
+/// `judged` is called once that is decided (the asking actor must live until then).
+template <class Self>
+void denied_session(Self self, const std::shared_ptr<verify_shared>& sh, const std::string& s, const caf::error& e,
+                    std::function<void()> judged = [] {}) {
+  if (actor_gone(e)) return judged();
+  const std::string why = from_caf(e).message;
+  self->request(sh->v.worker, std::chrono::seconds(30), status_atom::value)
+      .then(
+          [self, sh, s, why, judged](worker_status&) {
+            if (!sh->counts.quarantined) quarantine(self, sh, "it would not show session " + s + ", which it holds: " + why);
+            judged();
+          },
+          [judged](caf::error&) { judged(); });
 }
 
 // ---- a checked generation: both loops' tokens compared, the verifier's streamed
@@ -290,8 +329,22 @@ comparer_actor::behavior_type comparer(comparer_actor::stateful_pointer<comparer
               (volunteer ? self->state.their_dump : self->state.my_dump) = std::move(d);
               then();
             },
-            [self, then](caf::error&) {
-              self->state.dump_failed = true;  // (not comparable: judged by its tokens alone)
+            [self, volunteer, then](caf::error& e) {
+              auto& st = self->state;
+              st.dump_failed = true;  // (not comparable: judged by its tokens alone)
+              // The volunteer ran the generation on a session it holds and then denies its copy:
+              // it hides the state the generation left, judged as any copy denied (a session
+              // the client closed meanwhile is rightly gone: no longer held). The generation
+              // counts as checked no more, and the comparer ends once that is decided and the
+              // verifier's end went out.
+              if (volunteer && st.sh->holds(st.session)) {
+                st.judging = true;
+                return denied_session(self, st.sh, st.session, e, [self] {
+                  self->state.judging = false;
+                  self->state.stopped = true;
+                  self->state.end_if_done();
+                });
+              }
               then();
             });
   };
@@ -537,9 +590,6 @@ struct checked_state {
   /// Sessions with a windowed generation running on the volunteer: a pass sent to one of them
   /// meanwhile runs between the loop's steps there, an order the verifier cannot follow.
   std::map<std::string, std::uint32_t> generating;
-  /// Sessions opened (or restored) on the volunteer through this stand-in and not closed: it
-  /// holds them, and must show them when asked.
-  std::set<std::string> open_sessions;
   /// The comparers of the first passes' generations still running, by session.
   std::multimap<std::string, comparer_actor> first_gens;
   void generation_begun(const std::string& s) { generating[s]++; }
@@ -572,21 +622,6 @@ std::vector<std::string> sessions_of(const run_request& r) {
   return out;
 }
 
-/// The volunteer answered a copy of session `s`, which it holds (opened or restored through
-/// this stand-in and not closed), with an error: it hides the state a window starts or ends
-/// from, and is quarantined — unless it is gone meanwhile (its relay removes a volunteer that
-/// leaves a copy unanswered and answers so), so it is judged only if it still answers.
-void denied_session(checked_pointer self, const std::string& s, const caf::error& e) {
-  if (actor_gone(e)) return;
-  const std::string why = from_caf(e).message;
-  self->request(self->state.volunteer(), std::chrono::seconds(30), status_atom::value)
-      .then(
-          [self, s, why](worker_status&) {
-            if (!self->state.sh->counts.quarantined)
-              quarantine(self, self->state.sh, "it would not show session " + s + ", which it holds: " + why);
-          },
-          [](caf::error&) {});
-}
 
 /// Copies `sessions` from the volunteer into the verifier, then calls `then(ok)`. The dumps
 /// are asked for now, so they sit in the volunteer's mailbox ahead of whatever is sent next.
@@ -620,7 +655,7 @@ void snapshot(checked_pointer self, std::vector<std::string> sessions, std::func
               if (--p->left == 0) load_all();
             },
             [self, s = sessions[k], p, load_all](caf::error& e) {
-              if (self->state.open_sessions.count(s)) denied_session(self, s, e);
+              if (self->state.sh->holds(s)) denied_session(self, self->state.sh, s, e);
               p->failed = true;
               if (--p->left == 0) load_all();
             });
@@ -715,7 +750,7 @@ std::function<void(bool)> compare_sessions_after(checked_pointer self, std::vect
                 settle();
               },
               [self, s = sessions[k], volunteer, p, settle](caf::error& e) {
-                if (volunteer && self->state.open_sessions.count(s)) denied_session(self, s, e);
+                if (volunteer && self->state.sh->holds(s)) denied_session(self, self->state.sh, s, e);
                 p->failed = true;  // (not comparable: left unjudged)
                 --p->left;
                 settle();
@@ -1283,7 +1318,7 @@ void turn_windows(checked_pointer self, const check_windows::turnover& t) {
     self->request(st.volunteer(), caf::infinite, sdump_atom::value, s)
         .then([theirs](session_dump& d) { theirs->set(std::make_shared<session_dump>(std::move(d))); },
               [self, s, theirs](caf::error& e) {
-                if (self->state.open_sessions.count(s)) denied_session(self, s, e);
+                if (self->state.sh->holds(s)) denied_session(self, self->state.sh, s, e);
                 theirs->fail(std::move(e));
               });
   }
@@ -1948,11 +1983,11 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       },
       // ---- sessions live on the volunteer; the verifier gets copies for a check
       [=](sopen_atom a, const std::string& sid) {
-        self->state.open_sessions.insert(sid);
+        self->state.sh->hold(sid);
         return self->delegate(V(), a, sid);
       },
       [=](sclose_atom a, const std::string& sid) {
-        self->state.open_sessions.erase(sid);
+        self->state.sh->release(sid);
         if (!leave_window(self, sid)) caf::anon_send(self->state.verifier, a, sid);
         return self->delegate(V(), a, sid);
       },
@@ -1961,7 +1996,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
       // (a restore replaces the session: its window ends for it, and a later pass opens another)
       [=](sload_atom a, const std::string& sid, session_dump& d) {
         leave_window(self, sid);
-        self->state.open_sessions.insert(sid);
+        self->state.sh->hold(sid);
         return self->delegate(V(), a, sid, std::move(d));
       },
       // ---- graphs

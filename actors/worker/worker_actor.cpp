@@ -33,6 +33,7 @@ struct front_state {
   describe_tally tally;
   std::set<caf::actor_id> forged_to;  ///< (--fault forge-messages)
   std::vector<caf::response_promise> unanswered;  ///< (--fault unanswered-calls: kept, never delivered)
+  std::set<std::string> generated;  ///< (--fault refused-dumps-after-generations: sessions a generation began on)
 };
 
 using front_pointer = worker_actor::stateful_pointer<front_state>;
@@ -282,7 +283,8 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
           log::line("info", "worker", "unanswered-dumps: left the copy of session " + sid + " unanswered");
           return caf::result<session_dump>(caf::delegated<session_dump>());
         }
-        if (self->state.shared->cfg.refused_dumps)  // (--fault refused-dumps: the session denied)
+        // (--fault refused-dumps, or -after-generations after a generation: the session denied)
+        if (self->state.shared->cfg.refused_dumps || self->state.generated.erase(sid) > 0)
           return to_caf(errc::not_found, "session " + sid + " is not on worker " + self->state.shared->cfg.worker_id);
         return self->delegate(self->state.compute, sdump_atom::value, sid);
       },
@@ -355,6 +357,7 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
           log::line("info", "worker", "silent-generations: took generation " + r.gen_id + " and will send it nothing");
           return true;
         }
+        if (self->state.shared->cfg.refused_dumps_after_generations) self->state.generated.insert(r.session);
         return self->delegate(self->state.compute, genstart_atom::value, std::move(r));
       },
       [=](genstep_atom) { self->state.tally.count(); self->send(self->state.compute, genstep_atom::value); },

@@ -104,6 +104,11 @@ struct worker_config {
   /// as if the session were not there — a volunteer that hides its sessions' state, for the
   /// spot-checks' windows to catch.
   bool refused_dumps = false;
+  /// A testing aid (`mpakt worker --fault refused-dumps-after-generations`): the first copy of
+  /// a session asked for after a generation on it began is refused as if the session were not
+  /// there, every other copy answered — a volunteer that hides the state its generations leave
+  /// (the copy a checked generation's end asks for), for the checks to catch.
+  bool refused_dumps_after_generations = false;
   /// A testing aid (`mpakt worker --fault silent-generations`): generations are accepted and
   /// never run — no token, no end — for the coordinator's step deadline to catch.
   bool silent_generations = false;

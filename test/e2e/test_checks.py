@@ -747,6 +747,30 @@ def test_a_generation_that_draws_right_tokens_but_leaves_wrong_caches_is_caught(
     grid.server.assert_up()
 
 
+def test_a_volunteer_that_hides_the_session_its_checked_generation_left_is_quarantined(grid):
+    """`--fault refused-dumps-after-generations`: graph calls and generations are honest, and
+    the first copy of a session asked for after a generation on it is denied as if the session
+    were not there. A checked generation among the first passes asks for that copy as it ends,
+    to compare the session with the verifier's; denying it hid the caches from the check (on
+    the previous build the generation was counted as checked, and a volunteer could keep wrong
+    caches so). The session was opened through its checked worker and not closed: the volunteer
+    holds it, and is quarantined."""
+    sly, _, model = holding_stories(grid, "w_gen_hides", "refused-dumps-after-generations")
+    step = compiled_step(grid, model)
+    sid, _ = prefilled_session(grid, model, step)
+    assert grid.status(grid.key)["quarantined"] == []  # (its graph calls' copies are shown)
+    n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
+    r = generate(grid, step, sid, n)
+    assert r["ok"] is True and r["workerLoop"] is True and PROMPT + r["tokens"] == GOLDEN["greedy_ids"], r
+    st = grid.wait_for(lambda s: s["quarantined"] and [w["workerId"] for w in s["pool"]] == ["w_honest"],
+                       "the volunteer to be quarantined and gone", timeout=20)
+    q = st["quarantined"][0]
+    assert q["workerId"] == "w_gen_hides", q
+    assert "it would not show session " + sid + ", which it holds" in q["reason"], q
+    assert sly.proc.wait(timeout=15) == 4
+    grid.server.assert_up()
+
+
 def test_an_honest_volunteers_checked_generation_leaves_it_in_the_pool(grid):
     """The same comparison on an honest volunteer: its generations are checked, sessions and
     all, and nothing is quarantined; the checks are counted."""
