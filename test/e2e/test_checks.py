@@ -721,13 +721,12 @@ def test_a_volunteer_that_answers_right_but_keeps_wrong_caches_is_caught(grid):
     grid.server.assert_up()
 
 
-def test_a_generation_that_draws_right_tokens_but_leaves_wrong_caches_is_caught(grid):
-    """`--fault corrupt-generation-caches`: graph calls are honest, and a worker-side
-    generation draws the right tokens but leaves a value of the session's caches changed. A
-    checked generation compares the session as both loops left it once every token agreed, so
-    it is caught there: the client had the right tokens and the volunteer is quarantined. (On
-    the previous build only the tokens were compared and it went unseen.)"""
-    sly, _, model = holding_stories(grid, "w_gen_caches", "corrupt-generation-caches")
+def quarantined_after_a_generation(grid, name, fault):
+    """A volunteer `name` with `fault` holding stories260K beside an honest one: a session
+    prefilled through its first passes (none quarantines it), a worker-side generation that
+    gives the client the golden tokens, then the volunteer quarantined and gone. Its
+    quarantine record, the model, the step, the session and the generation's length."""
+    sly, _, model = holding_stories(grid, name, fault)
     step = compiled_step(grid, model)
     sid, _ = prefilled_session(grid, model, step)
     assert grid.status(grid.key)["quarantined"] == []  # (its graph calls were checked and honest)
@@ -737,9 +736,19 @@ def test_a_generation_that_draws_right_tokens_but_leaves_wrong_caches_is_caught(
     st = grid.wait_for(lambda s: s["quarantined"] and [w["workerId"] for w in s["pool"]] == ["w_honest"],
                        "the volunteer to be quarantined and gone", timeout=20)
     q = st["quarantined"][0]
-    assert q["workerId"] == "w_gen_caches", q
-    assert "a generation drew the verifier's tokens but left session" in q["reason"] and sid in q["reason"], q
+    assert q["workerId"] == name, q
     assert sly.proc.wait(timeout=15) == 4
+    return q, model, step, sid, n
+
+
+def test_a_generation_that_draws_right_tokens_but_leaves_wrong_caches_is_caught(grid):
+    """`--fault corrupt-generation-caches`: graph calls are honest, and a worker-side
+    generation draws the right tokens but leaves a value of the session's caches changed. A
+    checked generation compares the session as both loops left it once every token agreed, so
+    it is caught there: the client had the right tokens and the volunteer is quarantined. (On
+    the previous build only the tokens were compared and it went unseen.)"""
+    q, model, step, sid, n = quarantined_after_a_generation(grid, "w_gen_caches", "corrupt-generation-caches")
+    assert "a generation drew the verifier's tokens but left session" in q["reason"] and sid in q["reason"], q
     # the model, placed again on the honest volunteer, decodes as it should
     placed_on(grid, model, "w_honest")
     sid2, _ = prefilled_session(grid, model, step)
@@ -755,19 +764,8 @@ def test_a_volunteer_that_hides_the_session_its_checked_generation_left_is_quara
     the previous build the generation was counted as checked, and a volunteer could keep wrong
     caches so). The session was opened through its checked worker and not closed: the volunteer
     holds it, and is quarantined."""
-    sly, _, model = holding_stories(grid, "w_gen_hides", "refused-dumps-after-generations")
-    step = compiled_step(grid, model)
-    sid, _ = prefilled_session(grid, model, step)
-    assert grid.status(grid.key)["quarantined"] == []  # (its graph calls' copies are shown)
-    n = len(GOLDEN["greedy_ids"]) - len(PROMPT)
-    r = generate(grid, step, sid, n)
-    assert r["ok"] is True and r["workerLoop"] is True and PROMPT + r["tokens"] == GOLDEN["greedy_ids"], r
-    st = grid.wait_for(lambda s: s["quarantined"] and [w["workerId"] for w in s["pool"]] == ["w_honest"],
-                       "the volunteer to be quarantined and gone", timeout=20)
-    q = st["quarantined"][0]
-    assert q["workerId"] == "w_gen_hides", q
+    q, _, _, sid, _ = quarantined_after_a_generation(grid, "w_gen_hides", "refused-dumps-after-generations")
     assert "it would not show session " + sid + ", which it holds" in q["reason"], q
-    assert sly.proc.wait(timeout=15) == 4
     grid.server.assert_up()
 
 
