@@ -5,7 +5,6 @@
 #include <openssl/params.h>
 
 #include <stdexcept>
-
 #include <vector>
 
 #include "actors/ids.hpp"

@@ -139,9 +139,9 @@ def timed_loads(api, source, quantize, pids, checked_weights=0):
     checked_wall = None
     if checked_weights:
         deadline = time.perf_counter() + 120
-        while weights_judged(api) - judged0 < checked_weights and time.perf_counter() < deadline:
+        while (judged := weights_judged(api) - judged0) < checked_weights and time.perf_counter() < deadline:
             time.sleep(0.01)
-        if weights_judged(api) - judged0 >= checked_weights:
+        if judged >= checked_weights:
             checked_wall = time.perf_counter() - t
     cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     api.delete(f"/api/v3/models/{r['modelId']}")

@@ -622,7 +622,6 @@ std::vector<std::string> sessions_of(const run_request& r) {
   return out;
 }
 
-
 /// Copies `sessions` from the volunteer into the verifier, then calls `then(ok)`. The dumps
 /// are asked for now, so they sit in the volunteer's mailbox ahead of whatever is sent next.
 void snapshot(checked_pointer self, std::vector<std::string> sessions, std::function<void(bool)> then) {
