@@ -1,12 +1,12 @@
 // mpakt_attention_bench: one decode step's attention kernel alone (its chunks' partials and
-// their fold, as the step runs them), on one thread, over layers
+// their fold, as the step runs them), on one thread or split over --threads, over layers
 // of KV caches (f32, or bf16/f16 with --kv) laid out as a worker's are ([keys, kvHeads × headDim] per layer), beside
 // plain reads of the same bytes in two orders — every cache row whole and in turn, and each kv
 // head's slice of every row, a head at a time (the order the kernel reads them in). With
 // enough layers the caches no longer fit the CPU's caches and the step reads memory.
 //
 //   mpakt_attention_bench [--keys N] [--layers L] [--heads H] [--kv-heads G] [--head-dim D]
-//                         [--kv f32|bf16|f16] [--repeats R]
+//                         [--kv f32|bf16|f16] [--repeats R] [--threads T]
 //
 // Defaults: the SmolLM2-135M shape (9 heads, 3 kv heads of 64) at 1,000 keys over 30 layers.
 // Reports the best of R runs: ns per key and kv head, and GB/s of cache read.
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backends/cpu/fast/isa_kernels.hpp"
+#include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
 #include "runtime/dtype.hpp"
 
@@ -33,7 +34,7 @@ namespace {
 
 struct options {
   long keys = 1000;
-  int layers = 30, heads = 9, kv_heads = 3, head_dim = 64, repeats = 15;
+  int layers = 30, heads = 9, kv_heads = 3, head_dim = 64, repeats = 15, threads = 1;
   std::string kv = "f32";  ///< the caches' element: f32, bf16 or f16
   int elem() const { return kv == "f32" ? 4 : 2; }
 };
@@ -96,12 +97,14 @@ int main(int argc, char** argv) {
     else if (a == "--kv-heads") o.kv_heads = int(n);
     else if (a == "--head-dim") o.head_dim = int(n);
     else if (a == "--repeats") o.repeats = int(n);
+    else if (a == "--threads") o.threads = int(n);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
     }
   }
   const auto level = cpu_isa::best();
+  cpu_fast::set_kernel_threads(std::max(1, o.threads));
   if (level < cpu_isa::level::avx2 || o.keys < 1 || o.layers < 1 || o.kv_heads < 1 || o.heads % o.kv_heads != 0 ||
       o.head_dim % 16 != 0 || o.head_dim > 256 || (o.kv != "f32" && o.kv != "bf16" && o.kv != "f16")) {
     std::fprintf(stderr, "needs AVX2, keys and layers >= 1, heads a multiple of kv heads, a head dim that is a "
@@ -130,40 +133,62 @@ int main(int argc, char** argv) {
   std::vector<float> ml, acc;
   std::vector<cpu_fast::attention_partial> parts(std::size_t(o.kv_heads));
   float sink = 0;
+  auto args_of = [&](int l) {
+    cpu_fast::attention_args a;
+    a.kv = o.kv == "f32"    ? cpu_fast::attention_args::kv_type::f32
+           : o.kv == "bf16" ? cpu_fast::attention_args::kv_type::bf16
+                            : cpu_fast::attention_args::kv_type::f16;
+    a.q = q.data();
+    a.k = k[std::size_t(l)].data();
+    a.v = v[std::size_t(l)].data();
+    a.out = out.data();
+    a.q_stride = a.out_stride = std::int64_t(o.heads) * o.head_dim;
+    a.k_stride = a.v_stride = row;
+    a.rows = 1;
+    a.keys = o.keys;
+    a.heads = o.heads;
+    a.kv_heads = o.kv_heads;
+    a.head_dim = a.v_head_dim = o.head_dim;
+    a.pos_offset = o.keys - 1;
+    a.scale = 1.0f / float(o.head_dim);
+    return a;
+  };
   const double attention_s = best_of(o.repeats, [&] {
     for (int l = 0; l < o.layers; ++l) {
-      cpu_fast::attention_args a;
-      a.kv = o.kv == "f32"    ? cpu_fast::attention_args::kv_type::f32
-             : o.kv == "bf16" ? cpu_fast::attention_args::kv_type::bf16
-                              : cpu_fast::attention_args::kv_type::f16;
-      a.q = q.data();
-      a.k = k[std::size_t(l)].data();
-      a.v = v[std::size_t(l)].data();
-      a.out = out.data();
-      a.q_stride = a.out_stride = std::int64_t(o.heads) * o.head_dim;
-      a.k_stride = a.v_stride = row;
-      a.rows = 1;
-      a.keys = o.keys;
-      a.heads = o.heads;
-      a.kv_heads = o.kv_heads;
-      a.head_dim = a.v_head_dim = o.head_dim;
-      a.pos_offset = o.keys - 1;
-      a.scale = 1.0f / float(o.head_dim);
-      // as a decode step runs it: every chunk's partials, then their fold per kv head
+      const cpu_fast::attention_args a = args_of(l);
+      // as a decode step runs it: every chunk's partials — split over the threads by chunk and
+      // by slices of the kv heads as attention_kernel splits them — then their fold per kv head
       const std::int64_t chunks = wide ? cpu_fast::avx512::attention_chunks(a) : cpu_fast::avx2::attention_chunks(a);
       const std::int64_t per_g = std::int64_t(o.heads / o.kv_heads) * chunks;
       ml.resize(std::size_t(2 * o.kv_heads * per_g));
       acc.resize(std::size_t(o.kv_heads * per_g * o.head_dim));
       for (int g = 0; g < o.kv_heads; ++g)
         parts[std::size_t(g)] = {ml.data() + g * per_g, ml.data() + (o.kv_heads + g) * per_g, acc.data() + g * per_g * o.head_dim};
-      for (std::int64_t c = 0; c < chunks; ++c) {
-        if (wide) cpu_fast::avx512::attention_partials(a, 0, 1, 0, o.kv_heads, c, c + 1, parts.data());
-        else cpu_fast::avx2::attention_partials(a, 0, 1, 0, o.kv_heads, c, c + 1, parts.data());
-      }
+      const std::int64_t slices = cpu_fast::attention_slices(o.threads, chunks, o.kv_heads);
+      cpu_fast::parallel_for(int(chunks * slices), [&](int j) {
+        const std::int64_t c = j / slices, sl = j % slices;
+        const int g0 = int(o.kv_heads * sl / slices), g1 = int(o.kv_heads * (sl + 1) / slices);
+        if (wide) cpu_fast::avx512::attention_partials(a, 0, 1, g0, g1, c, c + 1, parts.data());
+        else cpu_fast::avx2::attention_partials(a, 0, 1, g0, g1, c, c + 1, parts.data());
+      });
       for (int g = 0; g < o.kv_heads; ++g) {
         if (wide) cpu_fast::avx512::attention_fold(a, 0, 1, g, parts[std::size_t(g)]);
         else cpu_fast::avx2::attention_fold(a, 0, 1, g, parts[std::size_t(g)]);
       }
+      sink += out[0];
+    }
+  });
+  // The other kernel a decode row can take: attention_rows, each kv head's query heads through
+  // that head's slices of the rows (one kv head's slice of every row, a row apart), the kv
+  // heads dealt to the threads.
+  const double by_head_s = best_of(o.repeats, [&] {
+    for (int l = 0; l < o.layers; ++l) {
+      const cpu_fast::attention_args a = args_of(l);
+      const int group = o.heads / o.kv_heads;
+      cpu_fast::parallel_for(o.kv_heads, [&](int g) {
+        if (wide) cpu_fast::avx512::attention_rows(a, 0, 1, g, 0, group);
+        else cpu_fast::avx2::attention_rows(a, 0, 1, g, 0, group);
+      });
       sink += out[0];
     }
   });
@@ -179,6 +204,7 @@ int main(int argc, char** argv) {
                 s * 1e9 / (double(o.layers) * double(o.keys) * o.kv_heads), bytes / s / 1e9);
   };
   line("attention (one decode row)", attention_s);
+  line("attention, a kv head at a time", by_head_s);
   line("read: rows whole, in turn", rows_s);
   line("read: a kv head's slices, per head", slices_s);
   std::printf("(checksum %g)\n", double(sink));

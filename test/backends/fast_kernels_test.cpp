@@ -681,41 +681,44 @@ TEST(FastAttention, ARowIsTheSameBitsInEveryPassAndThreadCount) {
   }
 }
 
-/// A few rows over fewer keys than one chunk, whose kv heads do not divide among the threads
-/// (three on two), split their query heads over the threads instead, a kv head's heads across
-/// two: each row is still the bits it gets in a long pass on one thread — groups of 2 and 3,
-/// heads of 64 and 128, f32 and half-width caches, one row and a verify pass of 5.
+/// A few rows over fewer keys than one chunk split over the threads two ways: kv heads that
+/// divide among the threads (four on two) go a slice of them a thread, the cache read in row
+/// order; kv heads that do not (three on two) split their query heads instead, a kv head's
+/// heads across two. Each row is still the bits it gets in a long pass on one thread (which
+/// takes a kv head at a time) — groups of 1 to 3, heads of 64 and 128, f32 and half-width
+/// caches, one row and a verify pass of 5.
 TEST(FastAttention, FewRowsSplitTheirHeadsOverTheThreadsWithTheSameBits) {
   threads_guard tg;
   unsigned seed = 6100;
   for (const auto& lk : test::fast_kernels_on_this_cpu("attention"))
-    for (int group : {2, 3})
-      for (int dim : {64, 128})
-        for (dtype kv : {dtype::f32, dtype::bf16}) {
-          SCOPED_TRACE(lk.level + " group " + std::to_string(group) + " headDim " + std::to_string(dim) + " " +
-                       std::string(dtype_name(kv)));
-          const int kv_heads = 3, heads = kv_heads * group, keys = 200, rows = 40, pos = keys - rows;
-          auto cache = [&](const tensor& t) { return kv == dtype::f32 ? t : *convert_tensor(t, kv); };
-          const tensor k = cache(random_f32({keys, kv_heads * dim}, ++seed));
-          const tensor v = cache(random_f32({keys, kv_heads * dim}, ++seed));
-          const tensor q = random_f32({rows, heads * dim}, ++seed);
-          const std::string common = "{\"heads\":" + std::to_string(heads) + ",\"kvHeads\":3,\"headDim\":" +
-                                     std::to_string(dim) + ",\"posOffset\":";
-          cpu_fast::set_kernel_threads(1);
-          const auto all = run_values("attention", common + std::to_string(pos) + "}", {q, k, v}, lk.fn);
-          const std::size_t width = std::size_t(heads * dim);
-          for (int threads : {1, 2}) {
-            cpu_fast::set_kernel_threads(threads);
-            for (int first : {rows - 1, rows - 5}) {
-              const int n = rows - first;
-              const std::vector<float> own(q.f32() + first * width, q.f32() + rows * width);
-              const auto few = run_values("attention", common + std::to_string(pos + first) + "}",
-                                          {test::t32({n, std::int64_t(width)}, own), k, v}, lk.fn);
-              EXPECT_EQ(few, std::vector<float>(all.begin() + first * width, all.end()))
-                  << n << " rows, " << threads << " threads";
+    for (int kv_heads : {3, 4})
+      for (int group : {1, 2, 3})
+        for (int dim : {64, 128})
+          for (dtype kv : {dtype::f32, dtype::bf16}) {
+            SCOPED_TRACE(lk.level + " kvHeads " + std::to_string(kv_heads) + " group " + std::to_string(group) +
+                         " headDim " + std::to_string(dim) + " " + std::string(dtype_name(kv)));
+            const int heads = kv_heads * group, keys = 200, rows = 40, pos = keys - rows;
+            auto cache = [&](const tensor& t) { return kv == dtype::f32 ? t : *convert_tensor(t, kv); };
+            const tensor k = cache(random_f32({keys, kv_heads * dim}, ++seed));
+            const tensor v = cache(random_f32({keys, kv_heads * dim}, ++seed));
+            const tensor q = random_f32({rows, heads * dim}, ++seed);
+            const std::string common = "{\"heads\":" + std::to_string(heads) + ",\"kvHeads\":" + std::to_string(kv_heads) +
+                                       ",\"headDim\":" + std::to_string(dim) + ",\"posOffset\":";
+            cpu_fast::set_kernel_threads(1);
+            const auto all = run_values("attention", common + std::to_string(pos) + "}", {q, k, v}, lk.fn);
+            const std::size_t width = std::size_t(heads * dim);
+            for (int threads : {1, 2}) {
+              cpu_fast::set_kernel_threads(threads);
+              for (int first : {rows - 1, rows - 5}) {
+                const int n = rows - first;
+                const std::vector<float> own(q.f32() + first * width, q.f32() + rows * width);
+                const auto few = run_values("attention", common + std::to_string(pos + first) + "}",
+                                            {test::t32({n, std::int64_t(width)}, own), k, v}, lk.fn);
+                EXPECT_EQ(few, std::vector<float>(all.begin() + first * width, all.end()))
+                    << n << " rows, " << threads << " threads";
+              }
             }
           }
-        }
 }
 
 /// Without grouped queries (kvHeads = heads), a prefill takes a head of up to four consecutive

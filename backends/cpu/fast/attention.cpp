@@ -4,9 +4,10 @@
 /// A row's keys are cut into chunks at fixed positions (attention_impl.inc), each giving a
 /// partial softmax folded in chunk order. Many query rows (prefill, verify): the (kv head,
 /// row) pairs are dealt round-robin to the threads, so the long rows at the end of a causal
-/// prefill spread evenly. Few rows (decode): each (kv head, chunk) runs on its own and the
-/// partials are folded after — flash-decoding — so a long context keeps every thread busy;
-/// over one chunk of keys, the query heads are shared out evenly when the kv heads are not.
+/// prefill spread evenly. Few rows (decode): each (chunk, slice of the kv heads) runs on its
+/// own, the cache read in row order, and the partials are folded after — flash-decoding — so
+/// a long context keeps every thread busy; over one chunk of keys whose kv heads do not divide
+/// among the threads, the rows kernel shares the query heads out evenly instead.
 /// Either way a row gets the same bits, whatever the pass or the thread count: a verify pass
 /// or a batched step decides exactly as a one-token step would.
 ///
@@ -129,7 +130,12 @@ status attention_kernel(const kernel_call& call) {
   const int threads = kernel_threads();
   const bool alone = threads <= 1 || work < parallel_min_work;
   const std::int64_t used_chunks = (last_key + attention_chunk - 1) / attention_chunk;
-  if (a.rows > few_rows || used_chunks <= 1) {
+  // A few rows over one chunk of keys read the cache in row order (attention_partials) when
+  // their kv heads divide among the threads; else (three kv heads on two threads) the rows
+  // kernel shares the query heads out evenly.
+  const bool by_rows =
+      a.rows > few_rows || used_chunks == 0 || (used_chunks == 1 && !alone && a.kv_heads % threads != 0);
+  if (by_rows) {
     if (alone) {
       // rows in runs of 64, between which a stopped run ends the kernel (runtime/interrupt.hpp);
       // a row's bits do not depend on the rows beside it
@@ -187,8 +193,7 @@ status attention_kernel(const kernel_call& call) {
   parts.resize(std::size_t(a.kv_heads));
   for (int g = 0; g < a.kv_heads; ++g)
     parts[std::size_t(g)] = {ml + g * per_g, ml + (a.kv_heads + g) * per_g, acc + g * per_g * a.v_head_dim};
-  const std::int64_t slices =
-      alone ? 1 : std::clamp<std::int64_t>((2 * threads + used_chunks - 1) / used_chunks, 1, std::int64_t(a.kv_heads));
+  const std::int64_t slices = attention_slices(alone ? 1 : threads, used_chunks, a.kv_heads);
   const std::int64_t jobs = used_chunks * slices;
   auto job = [&](int j) {
     const std::int64_t c = j / slices, s = j % slices;
