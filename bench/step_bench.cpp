@@ -5,7 +5,12 @@
 //   mpakt_step_bench MODEL_DIR [--quantize none|q8|q4] [--tokens N] [--prefill T]
 //                    [--threads N] [--repeats R] [--profile] [--kv-dtype f32|bf16|f16]
 //                    [--backend cpu|cuda] [--roofline-gbs G] [--peak-tflops P]
-//                    [--sample TEMPERATURE[,TOP_P[,TOP_K]]]
+//                    [--sample TEMPERATURE[,TOP_P[,TOP_K]]] [--batch N]
+//
+// --batch N also decodes N conversations at once, as a worker's generations do when their
+// steps share passes (runtime/batching.hpp): N sessions prefilled with prompts of their own,
+// then --tokens passes of the template's batched form, against the one-conversation decode
+// above (tokens/s of all N, the ratio, and with --profile the op kinds of a pass).
 //
 // --sample draws each decode step's token with a sample step (as a chat's generation does),
 // at that temperature and, when given, topP and topK; the default is an argmax step.
@@ -43,6 +48,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
+#include "runtime/batching.hpp"
 #include "runtime/models/arch.hpp"
 #include "runtime/row_bits.hpp"
 #if defined(MPAKT_HAS_CUDA)
@@ -121,12 +127,84 @@ struct op_times {
   }
 };
 
+/// --batch: `n` conversations decoding at once in passes of the step's batched form
+/// (runtime/batching.hpp, as a worker batches its generations' steps), each session first
+/// given its cache (`allocate`) and a prompt of its own (`prompt_of`) through `pre`. Prints
+/// the passes' tokens/s against `one_tps` (the one-conversation decode) and, with `profile`,
+/// the op kinds of a pass.
+template <class Prompt, class Allocate>
+bool decode_batched(tensor_store& store, backend& be, executable_graph& pre, executable_graph& step, const std::string& step_json,
+                    const std::vector<std::pair<std::string, double>>& sampling, int n, int prefill, int tokens, int repeats,
+                    bool profile, Prompt&& prompt_of, Allocate&& allocate, double one_tps) {
+  auto decl = parse_graph_text(step_json, true);
+  if (!decl) return std::fprintf(stderr, "%s\n", decl.err().message.c_str()), false;
+  auto meta = batch_graph(*decl, step, n);
+  if (!meta) return std::fprintf(stderr, "batching: %s\n", meta.err().message.c_str()), false;
+  build_options bo;
+  bo.compiled = true;
+  tensor_store::source none(store, std::vector<std::string>{});
+  auto g = executable_graph::build(meta->decl, none, be, bo);
+  if (!g) return std::fprintf(stderr, "batched build: %s\n", g.err().message.c_str()), false;
+  executable_graph& pass = **g;
+  std::vector<std::string> sessions;
+  std::vector<float> next(std::size_t(n), 0.0f);
+  for (int b = 0; b < n; ++b) sessions.push_back("batch" + std::to_string(b));
+  op_times ops;
+  std::vector<double> ns, pass_s;
+  for (int rep = 0; rep < repeats + 1; ++rep) {  // the first repeat warms up
+    for (int b = 0; b < n; ++b) {
+      const std::string& sid = sessions[std::size_t(b)];
+      store.drop_session(sid);
+      store.session(sid);
+      if (!allocate(sid)) return std::fprintf(stderr, "batch: allocating %s failed\n", sid.c_str()), false;
+      const std::vector<float> ids = prompt_of(b);
+      (void)pre.bind_input("ids", ids);
+      (void)pre.bind_param("pos", 0);
+      pre.set_profile(nullptr);
+      tensor_store::source src(store, std::vector<std::string>{sid});
+      const free_rows_scope plain_call(true);
+      if (auto s = pre.run(src); !s) return std::fprintf(stderr, "batch prefill: %s\n", s.err().message.c_str()), false;
+      next[std::size_t(b)] = pre.value("tok")->f32()[0];
+    }
+    pass.set_profile(profile && rep > 0 ? &ns : nullptr);
+    const auto t0 = clk::now();
+    for (int i = 0; i < tokens; ++i) {
+      for (int b = 0; b < n; ++b) {
+        (void)pass.bind_input(session_value_name("ids", b), std::span<const float>(&next[std::size_t(b)], 1));
+        (void)pass.bind_param(session_value_name("pos", b), prefill + i);
+      }
+      pass.clear_overrides();
+      if (!sampling.empty())
+        for (int b = 0; b < n; ++b)
+          for (std::size_t st : meta->session_steps[std::size_t(b)]) {
+            for (const auto& [name, value] : sampling) (void)pass.override_step_param(st, "sample", name, value);
+            (void)pass.override_step_param(st, "sample", "step", double(prefill + i));
+          }
+      tensor_store::source src(store, sessions.front(), sessions);
+      if (auto s = pass.run(src); !s) return std::fprintf(stderr, "batched pass: %s\n", s.err().message.c_str()), false;
+      if (profile && rep > 0) ops.add(pass, ns);
+      for (int b = 0; b < n; ++b) next[std::size_t(b)] = pass.value(meta->session_outputs[std::size_t(b)].front())->f32()[0];
+    }
+    if (rep > 0) pass_s.push_back(seconds_since(t0));
+  }
+  std::sort(pass_s.begin(), pass_s.end());
+  const double med = pass_s[pass_s.size() / 2], tps = double(n) * tokens / med;
+  std::printf("%d conversations at once: %.2f ms a pass = %.1f tokens/s (best %.1f) = %.2fx one conversation's %.1f\n", n,
+              med / tokens * 1e3, tps, double(n) * tokens / pass_s.front(), tps / one_tps, one_tps);
+  if (profile) {
+    std::printf("kernel CPU time (this thread): %.2f ms a pass of %.2f\n", ops.total_s() / (double(repeats) * tokens) * 1e3,
+                med / tokens * 1e3);
+    ops.print("batched pass", double(repeats) * tokens);
+  }
+  return true;
+}
+
 int usage() {
   std::fputs(
       "usage: mpakt_step_bench MODEL_DIR [--quantize none|q8|q4] [--tokens N] [--prefill T] [--threads N]\n"
       "                        [--repeats R] [--profile] [--isa NAME] [--kv-dtype f32|bf16|f16]\n"
       "                        [--backend cpu|cuda] [--roofline-gbs G] [--peak-tflops P]\n"
-      "                        [--sample TEMPERATURE[,TOP_P[,TOP_K]]]\n",
+      "                        [--sample TEMPERATURE[,TOP_P[,TOP_K]]] [--batch N]\n",
       stderr);
   return 2;
 }
@@ -136,7 +214,7 @@ int usage() {
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   std::string dir = argv[1], quant = "none", isa_name, kv_name = "f32";
-  int tokens = 128, prefill = 128, threads = 1, repeats = 3;
+  int tokens = 128, prefill = 128, threads = 1, repeats = 3, batch = 0;
   bool profile = false;
   std::string backend_name = "cpu";
   double roofline_gbs = 0, peak_tflops = 0;
@@ -150,6 +228,7 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = std::atoi(next().c_str());
     else if (a == "--repeats") repeats = std::atoi(next().c_str());
     else if (a == "--profile") profile = true;
+    else if (a == "--batch") batch = std::atoi(next().c_str());
     else if (a == "--isa") isa_name = next();
     else if (a == "--kv-dtype") kv_name = next();
     else if (a == "--backend") backend_name = next();
@@ -191,6 +270,7 @@ int main(int argc, char** argv) {
   }
   if (quant != "none" && quant != "q8" && quant != "q4") return usage();
   if (kv_name != "f32" && kv_name != "bf16" && kv_name != "f16") return usage();
+  if (batch == 1 || batch < 0 || batch > 64) return usage();
   const dtype kv_type = *dtype_from_name(kv_name);
 
   auto cfg = models::parse_arch_config(app::slurp(dir + "/config.json"));
@@ -244,14 +324,22 @@ int main(int argc, char** argv) {
     return true;
   };
 
-  store.session("s");
-  {
+  // a session's KV caches, as the server's allocation graph makes them
+  auto allocate = [&](const std::string& sid) -> bool {
     const std::string alloc = models::arch_cache_graph(*cfg, rows, false, kv_type);
     auto decl = parse_graph_text(alloc, false);
     auto retain = decl->retain;
-    auto g = build(alloc, false, true);
-    if (!g || !run(*g, retain)) return 1;
-  }
+    tensor_store::source src(store, std::vector<std::string>{sid});
+    build_options bo;
+    bo.server_params = true;  // the cache allocation's dtype
+    auto g = executable_graph::build(std::move(*decl), src, be, bo);
+    if (!g) return std::fprintf(stderr, "%s\n", g.err().message.c_str()), false;
+    if (auto s = (*g)->run(src); !s) return std::fprintf(stderr, "%s\n", s.err().message.c_str()), false;
+    if (auto s = store.apply_retain(**g, sid, retain); !s) return std::fprintf(stderr, "%s\n", s.err().message.c_str()), false;
+    return true;
+  };
+  store.session("s");
+  if (!allocate("s")) return 1;
   models::arch_graph_options o;
   o.model_id = "m";
   o.use_cache = true;
@@ -265,7 +353,8 @@ int main(int argc, char** argv) {
   o.last_only = false;
   o.argmax = sampling.empty();
   o.sample = !sampling.empty();
-  auto step = build(models::arch_graph(*cfg, o), true);
+  const std::string step_json = models::arch_graph(*cfg, o);
+  auto step = build(step_json, true);
   if (!pre || !step) return 1;
 
   op_times pre_ops, dec_ops;
@@ -305,7 +394,7 @@ int main(int argc, char** argv) {
   // the KV rows at the mean position.
   const double kv = 2.0 * cfg->layers * (prefill + tokens / 2.0) * cfg->kv_heads * cfg->head_dim * (kv_type == dtype::f32 ? 4 : 2);
   const double per_token = double(resident) + kv;
-  const double tps = tokens / dec_med;
+  const double tps = tokens / dec_med;  // (also the --batch comparison's one conversation)
   std::printf("prefill %d tokens: %.1f ms = %.1f tokens/s (best %.1f)\n", prefill, pre_med * 1e3, prefill / pre_med,
               prefill / pre_best);
   const double tflops = 2.0 * (product_elems * prefill + head_elems) / pre_best / 1e12;
@@ -322,6 +411,15 @@ int main(int argc, char** argv) {
   std::printf("decode %d tokens: %.2f ms/token = %.1f tokens/s (best %.1f); %.1f MB/token; %.2f of %s roofline (%.1f tok/s)\n",
               tokens, dec_med / tokens * 1e3, tps, tokens / dec_best, per_token / 1e6, tps * per_token / bw, of.c_str(),
               bw / per_token);
+  if (batch > 1 && !decode_batched(store, be, *pre, *step, step_json, sampling, batch, prefill, tokens, repeats, profile,
+                                     [&](int b) {
+                                       std::mt19937 r(100 + unsigned(b));
+                                       std::vector<float> ids(prompt.size());
+                                       for (auto& id : ids) id = float(r() % std::uint32_t(cfg->vocab));
+                                       return ids;
+                                     },
+                                     allocate, tps))
+    return 1;
   if (profile) {
     // CPU time of the executing thread: with --threads 1, the speed a quiet core would give
     if (device)
