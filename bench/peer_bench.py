@@ -39,6 +39,11 @@ first alternates), and the table shows medians:
        mpakt: POST /api/v3/generate on the worker loop (greedy, compiled one-token step,
        startPos 0, N new tokens, not streamed): N / client wall time; the server's own
        tokensPerSecond is in the `srv` column.
+  tgd  with --depth D: decode N tokens after a context of D tokens (a long conversation: its
+       attention reads D + i cache rows at token i).
+       llama.cpp: `llama-bench -p 0 -n N -d D -t T -r 1` (the context filled untimed), avg_ts.
+       mpakt: a session of its own, prefilled once with D random tokens by a compiled D-token
+       call, then the same generate from startPos D (every run rewrites the same rows).
   pp   prefill N tokens into an empty cache.
        llama.cpp: `llama-bench -p N -n 0 -t T -r 1`, avg_ts (logits of the last position only).
        mpakt: one call of a compiled N-token pass (`mpakt graph --compiled --tokens N --cache R
@@ -54,12 +59,12 @@ roofline (tokens/s) = best bandwidth of the cell's thread count / bytes read per
   mpakt      the load's residentBytes (bf16 2 B/weight; q8 8.5 bits; q4 5 bits with the
              embedding/head and value/down projections at q8; a tied table is read once, as
              the head) + the f32 KV rows read (2 x layers x kvHeads x headDim x 4 B x mean rows
-             (N + 1) / 2)
+             (N + 1) / 2, plus D for tgd)
   llama.cpp  llama-bench's model_size (the GGUF's tensor bytes) + its f16 KV rows likewise
 `frac` = tok/s / roofline. Prefill is compute-bound: no roofline.
 
 Usage: .venv/bin/python bench/peer_bench.py --out /tmp/peer.json [--quick] [--shapes smol,qwen3]
-       [--dtypes bf16,q8,q4] [--threads 1,2] [--repeats 3] [--tokens 128] [--binary build/mpakt]
+       [--dtypes bf16,q8,q4] [--threads 1,2] [--repeats 3] [--tokens 128] [--depth D] [--binary build/mpakt]
 The repository's .venv (numpy) runs this script; the peer's tools need cmake, a C/C++ compiler
 and PyPI. Disk: about 5 GB in the cache for both shapes; memory: about 7 GB while both servers
 hold every model.
@@ -373,9 +378,11 @@ class Peer:
     def describe(self, path):
         return json.loads(run([self.py, HERE / "peer_gguf.py", "describe", path], timeout=600).stdout)
 
-    def bench_cell(self, gguf, test, n, threads):
+    def bench_cell(self, gguf, test, n, threads, depth=0):
         argv = [self.bench, "-m", gguf, "-t", str(threads), "-r", "1", "-o", "json"]
         argv += ["-p", str(n), "-n", "0"] if test == "pp" else ["-p", "0", "-n", str(n)]
+        if test == "tgd":
+            argv += ["-d", str(depth)]
         t = time.perf_counter()
         r = run(argv, timeout=1800)
         j = json.loads(r.stdout)[0]
@@ -446,7 +453,7 @@ class Serve:
             self.apis[shape] = a
         return self.apis[shape]
 
-    def load(self, shape, dtype, config_path, n):
+    def load(self, shape, dtype, config_path, n, depth=0):
         api = self.api(shape)
         t = time.perf_counter()
         r = api.post("/api/v3/models", {"source": f"hf:local/{SHAPES[shape]['name']}", "quantize": DTYPES[dtype][0]})
@@ -465,6 +472,20 @@ class Serve:
                                                  session=session)})
         self.models[(shape, dtype)] = {"model": model, "decode": decode, "prefill": prefill, "session": session,
                                        "rows": rows, "load": load, "head": head}
+        if depth:
+            # a long conversation's session: its own cache, decode template and context prefill
+            rows_d = ((depth + n + 1 + 63) // 64) * 64
+            mkd = lambda tokens, *more: graph_cli(self.binary, config_path, "--model-id", model, "--compiled",
+                                                  "--tokens", str(tokens), "--cache", str(rows_d), "--argmax", *more)
+            deep = api.post("/api/v3/sessions", {"modelId": model})["session"]["sessionId"]
+            api.post("/api/v3/graph", {"graph": dict(graph_cli(self.binary, config_path, "--alloc-cache", str(rows_d)),
+                                                     session=deep)})
+            self.models[(shape, dtype)].update({
+                "depth": depth, "depth_rows": rows_d, "depth_session": deep,
+                "depth_decode": api.post("/api/v3/graphs", {"label": f"{shape}-{dtype}-decode-deep",
+                                                            "graph": mkd(1)})["graphId"],
+                "depth_prefill": api.post("/api/v3/graphs", {"label": f"{shape}-{dtype}-context",
+                                                             "graph": mkd(depth, "--last")})["graphId"]})
         log(f"  [t{self.threads}] loaded {shape} {dtype}: resident {load['residentBytes'] / 1e6:.1f} MB "
             f"in {load['wall_s']:.1f} s")
         return self.models[(shape, dtype)]
@@ -477,6 +498,24 @@ class Serve:
         wall = time.perf_counter() - t
         if not done.get("ok") or len(done["tokens"]) != n:
             raise RuntimeError(f"generate: {str(done)[:300]}")
+        return {"tps": n / wall, "wall_s": wall, "server_tps": done["tokensPerSecond"],
+                "workerLoop": done.get("workerLoop"), "tokens_head": done["tokens"][:8]}
+
+    def fill_context(self, shape, dtype, ids):
+        """Prefills the long conversation's session with `ids` (len = depth), once."""
+        m, api = self.models[(shape, dtype)], self.apis[shape]
+        api.post("/api/v3/graph", {"graphId": m["depth_prefill"], "session": m["depth_session"],
+                                   "bind": {"ids": ids, "pos": 0}})
+
+    def tgd(self, shape, dtype, n, first_token):
+        m, api = self.models[(shape, dtype)], self.apis[shape]
+        t = time.perf_counter()
+        done = api.post("/api/v3/generate", {"graphId": m["depth_decode"], "sessionId": m["depth_session"],
+                                             "ids": [first_token], "startPos": m["depth"], "maxNewTokens": n,
+                                             "stream": False, "workerLoop": True})
+        wall = time.perf_counter() - t
+        if not done.get("ok") or len(done["tokens"]) != n:
+            raise RuntimeError(f"generate at depth {m['depth']}: {str(done)[:300]}")
         return {"tps": n / wall, "wall_s": wall, "server_tps": done["tokensPerSecond"],
                 "workerLoop": done.get("workerLoop"), "tokens_head": done["tokens"][:8]}
 
@@ -497,11 +536,16 @@ class Serve:
 # --------------------------------------------------------------------------- the run
 
 
-def kv_bytes(cfg, n, elem_bytes):
-    return 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * cfg["head_dim"] * elem_bytes * (n + 1) / 2
+def kv_bytes(cfg, n, elem_bytes, depth=0):
+    """KV bytes a decode token reads on average over N tokens after `depth` cached ones."""
+    return 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * cfg["head_dim"] * elem_bytes * (depth + (n + 1) / 2)
 
 
-def summarize(results, best_bw, n):
+def test_label(test, n, depth):
+    return f"tg{n}@d{depth}" if test == "tgd" else f"{test}{n}"
+
+
+def summarize(results, best_bw, n, depth=0):
     """Table rows from the cells; best_bw = {threads: best bytes/s of the run}."""
     med = statistics.median
     rows = []
@@ -512,7 +556,7 @@ def summarize(results, best_bw, n):
         row = {k: c[k] for k in ("shape", "dtype", "threads", "test")}
         row["mpakt_tps"] = med(r["tps"] for r in m_ok) if m_ok else None
         row["mpakt_tps_best"] = max(r["tps"] for r in m_ok) if m_ok else None
-        row["mpakt_server_tps"] = med(r["server_tps"] for r in m_ok) if m_ok and c["test"] == "tg" else None
+        row["mpakt_server_tps"] = med(r["server_tps"] for r in m_ok) if m_ok and c["test"] != "pp" else None
         row["llama_tps"] = med(r["tps"] for r in l_ok) if l_ok else None
         row["llama_tps_best"] = max(r["tps"] for r in l_ok) if l_ok else None
         row["ratio"] = row["mpakt_tps"] / row["llama_tps"] if row["mpakt_tps"] and row["llama_tps"] else None
@@ -521,15 +565,16 @@ def summarize(results, best_bw, n):
         row["errors"] = [r["error"] for r in m_runs + l_runs if "error" in r]
         bwb = best_bw.get(c["threads"])
         row["bandwidth_Bps"] = bwb
-        if c["test"] == "tg" and bwb:
+        if c["test"] != "pp" and bwb:
             cfg = SHAPES[c["shape"]]["config"]
-            m_bytes = c["mpakt_resident_bytes"] + kv_bytes(cfg, n, 4)
+            d = depth if c["test"] == "tgd" else 0
+            m_bytes = c["mpakt_resident_bytes"] + kv_bytes(cfg, n, 4, d)
             row["mpakt_bytes_per_token"] = m_bytes
             row["roofline_tps"] = bwb / m_bytes
             row["mpakt_frac"] = row["mpakt_tps"] / row["roofline_tps"] if row["mpakt_tps"] else None
             size = next((r["model_size"] for r in l_ok if r.get("model_size")), None)
             if size:
-                l_bytes = size + kv_bytes(cfg, n, 2)
+                l_bytes = size + kv_bytes(cfg, n, 2, d)
                 row["llama_bytes_per_token"] = l_bytes
                 row["llama_roofline_tps"] = bwb / l_bytes
                 row["llama_frac"] = row["llama_tps"] / row["llama_roofline_tps"]
@@ -575,13 +620,14 @@ def print_table(results):
         print("mpakt pp: only the last position goes through the head (mpakt graph --last), as in llama-bench's prompt test")
     for note in results["notes"]:
         print(f"note: {note}")
-    hdr = (f"{'shape':13s} {'dtype':5s} {'thr':>3s} {'test':6s} {'mpakt':>8s} {'srv':>8s} {'llama':>8s} "
+    depth = results.get("depth", 0)
+    hdr = (f"{'shape':13s} {'dtype':5s} {'thr':>3s} {'test':11s} {'mpakt':>8s} {'srv':>8s} {'llama':>8s} "
            f"{'ratio':>6s} {'roof':>7s} {'m frac':>6s} {'l frac':>6s}  notes")
     print("\n" + hdr)
     print("-" * len(hdr))
     f = lambda v, fmt: (fmt.format(v) if v is not None else "-")
     for r in results["rows"]:
-        print(f"{SHAPES[r['shape']]['label']:13s} {r['dtype']:5s} {r['threads']:3d} {r['test'] + str(n):6s} "
+        print(f"{SHAPES[r['shape']]['label']:13s} {r['dtype']:5s} {r['threads']:3d} {test_label(r['test'], n, depth):11s} "
               f"{f(r['mpakt_tps'], '{:8.1f}'):>8s} {f(r.get('mpakt_server_tps'), '{:8.1f}'):>8s} "
               f"{f(r['llama_tps'], '{:8.1f}'):>8s} {f(r['ratio'], '{:6.2f}'):>6s} "
               f"{f(r.get('roofline_tps'), '{:7.0f}'):>7s} {f(r.get('mpakt_frac'), '{:6.2f}'):>6s} "
@@ -589,7 +635,8 @@ def print_table(results):
     print(f"\ntokens/s; mpakt = client wall time over HTTP (tg: generate on the worker loop; pp: one compiled "
           f"{n}-token call), srv = the server's tokensPerSecond;\nllama = llama-bench avg_ts; ratio = mpakt / llama; "
           f"roof = mpakt's decode roofline (bandwidth of that thread count / (residentBytes + f32 KV));\n"
-          f"m frac, l frac = tok/s / own roofline (llama: GGUF size + f16 KV).")
+          f"m frac, l frac = tok/s / own roofline (llama: GGUF size + f16 KV)"
+          + (f"; tg{n}@d{depth}: decode after a {depth}-token context (its KV rows in the roofline)." if depth else "."))
 
 
 def main():
@@ -602,6 +649,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 3; 1 with --quick)")
     ap.add_argument("--tokens", type=int, default=None, help="tokens per tg/pp test (default 128; 32 with --quick)")
     ap.add_argument("--quick", action="store_true", help="one repeat, 32 tokens: a smoke run")
+    ap.add_argument("--depth", type=int, default=0,
+                    help="also decode after a context of this many tokens (tg N @ d D; llama-bench -d D); 0: not")
     ap.add_argument("--binary", default=os.environ.get("MPAKT_BINARY") or str(REPO / "build" / "mpakt"),
                     help="the mpakt binary (default $MPAKT_BINARY or build/mpakt)")
     ap.add_argument("--cache", default=os.environ.get("MPAKT_PEER_CACHE") or str(Path.home() / ".cache" / "mpakt-peer"),
@@ -618,7 +667,7 @@ def main():
         results = json.loads(Path(args.reprint).read_text())
         best = {int(t): v for t, v in results["bandwidth"]["best_Bps"].items()}
         results["bandwidth"]["best_Bps"] = best
-        results["rows"] = summarize(results, best, results["tokens"])
+        results["rows"] = summarize(results, best, results["tokens"], results.get("depth", 0))
         print_table(results)
         return
     shapes = [s for s in args.shapes.split(",") if s]
@@ -644,7 +693,7 @@ def main():
     results = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
                "machine": f"{platform.machine()} {os.cpu_count()} cpus", "cpu": cpu,
                "loadavg_start": os.getloadavg(), "binary": str(binary), "tokens": n, "repeats": repeats,
-               "shapes": shapes, "dtypes": dtypes, "threads": threads, "cache": str(cache)}
+               "depth": args.depth, "shapes": shapes, "dtypes": dtypes, "threads": threads, "cache": str(cache)}
 
     # Checkpoints (ours) and the peer with its GGUF files.
     hub = cache / "hub"
@@ -692,10 +741,11 @@ def main():
             procs.append(serves[t].proc)
         rng = np.random.default_rng(1)
         prompts = {s: [int(x) for x in rng.integers(3, SHAPES[s]["config"]["vocab_size"], n)] for s in shapes}
+        contexts = {s: [int(x) for x in rng.integers(3, SHAPES[s]["config"]["vocab_size"], args.depth)] for s in shapes}
         for t, sv in serves.items():
             for s in shapes:
                 for dt in dtypes:
-                    sv.load(s, dt, st_dirs[s] / "config.json", n)
+                    sv.load(s, dt, st_dirs[s] / "config.json", n, args.depth)
         # warm-up: every mpakt graph once (llama-bench warms up inside each invocation)
         log("warm-up…")
         for t, sv in serves.items():
@@ -703,12 +753,15 @@ def main():
                 for dt in dtypes:
                     sv.tg(s, dt, min(8, n), prompts[s][0])
                     sv.pp(s, dt, prompts[s])
+                    if args.depth:
+                        sv.fill_context(s, dt, contexts[s])
+                        sv.tgd(s, dt, min(8, n), prompts[s][0])
 
         cells = []
         for s in shapes:
             for dt in dtypes:
                 for t in threads:
-                    for test in ("tg", "pp"):
+                    for test in ("tg", "pp") + (("tgd",) if args.depth else ()):
                         m = serves[t].models[(s, dt)]
                         cells.append({"shape": s, "dtype": dt, "threads": t, "test": test,
                                       "mpakt_resident_bytes": m["load"]["residentBytes"],
@@ -727,9 +780,10 @@ def main():
                         if side == "mpakt":
                             sv = serves[c["threads"]]
                             r = (sv.tg(c["shape"], c["dtype"], n, prompts[c["shape"]][0]) if c["test"] == "tg"
+                                 else sv.tgd(c["shape"], c["dtype"], n, prompts[c["shape"]][0]) if c["test"] == "tgd"
                                  else sv.pp(c["shape"], c["dtype"], prompts[c["shape"]]))
                         else:
-                            r = peer.bench_cell(ggufs[c["shape"]][c["dtype"]], c["test"], n, c["threads"])
+                            r = peer.bench_cell(ggufs[c["shape"]][c["dtype"]], c["test"], n, c["threads"], args.depth)
                     except Exception as e:  # noqa: BLE001 - a failed cell is reported, the run goes on
                         r = {"error": str(e)[-2000:]}
                     r["repeat"], r["loadavg"] = rep, os.getloadavg()[0]
@@ -738,7 +792,7 @@ def main():
                 m, l = c["runs"]["mpakt"][-1], c["runs"]["llama"][-1]
                 fmt = lambda r: f"{r['tps']:8.1f}" if "tps" in r else "  FAILED"
                 log(f"  [{done_count}/{total} {time.perf_counter() - t_start:5.0f}s] {c['shape']:5s} {c['dtype']:4s} "
-                    f"t{c['threads']} {c['test']}{n}: mpakt {fmt(m)}  llama {fmt(l)}")
+                    f"t{c['threads']} {test_label(c['test'], n, args.depth)}: mpakt {fmt(m)}  llama {fmt(l)}")
         bw.probe(threads, "after")
         for t, sv in serves.items():
             results.setdefault("mpakt_models", {})[t] = {f"{s}/{dt}": {k: v for k, v in m.items()}
@@ -750,7 +804,7 @@ def main():
                                        "slice of a 1 GiB buffer, best of 3 per probe; the roofline uses the best "
                                        "probe of the run per thread count"}
         results["cells"] = cells
-        results["rows"] = summarize(results, results["bandwidth"]["best_Bps"], n)
+        results["rows"] = summarize(results, results["bandwidth"]["best_Bps"], n, args.depth)
         results["wall_s"] = time.perf_counter() - t_start
         results["definitions"] = __doc__
         Path(args.out).write_text(json.dumps(results, indent=1))
