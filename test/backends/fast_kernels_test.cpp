@@ -756,60 +756,74 @@ TEST(FastAttention, RowsOfAHeadTogetherGiveEachRowsBitsAlone) {
 /// (attention's group kernel) and give each step exactly the bits of its own call, on every
 /// level and thread count: decode rows over caches shorter than one 256-key chunk and longer
 /// (partials folded after), a verify pass of 5 rows, a 20-row pass (run alone inside the
-/// group), half-width caches, ALiBi (slopes in each step's own scratch), and an empty step.
+/// group), half-width caches, ALiBi (slopes in each step's own scratch), and an empty step;
+/// and a group of two one-chunk decode rows with eight kv heads of 128, whose kv heads the
+/// group splits into slices over two threads.
 TEST(FastAttention, AGroupOfStepsIsTheBitsOfEachAlone) {
   threads_guard tg;
   struct one {
     std::int64_t rows, keys, pos;
     dtype kv;
     std::string extra;
+    int heads = 9, kv_heads = 3, dim = 64;
   };
-  const std::vector<one> steps = {{1, 100, 99, dtype::f32, ""},        {1, 700, 650, dtype::f32, ""},
-                                  {5, 600, 590, dtype::bf16, ""},     {1, 40, 39, dtype::f16, ""},
-                                  {20, 300, 280, dtype::f32, ""},     {1, 520, 519, dtype::f32, R"(,"alibi":true)"},
-                                  {0, 64, 0, dtype::f32, ""},         {2, 257, 255, dtype::f32, ""}};
+  const std::vector<std::vector<one>> groups = {
+      {{1, 100, 99, dtype::f32, ""},
+       {1, 700, 650, dtype::f32, ""},
+       {5, 600, 590, dtype::bf16, ""},
+       {1, 40, 39, dtype::f16, ""},
+       {20, 300, 280, dtype::f32, ""},
+       {1, 520, 519, dtype::f32, R"(,"alibi":true)"},
+       {0, 64, 0, dtype::f32, ""},
+       {2, 257, 255, dtype::f32, ""}},
+      {{1, 100, 99, dtype::f32, "", 16, 8, 128}, {1, 200, 199, dtype::bf16, "", 16, 8, 128}}};
   unsigned seed = 6100;
   int grouped = 0;
-  for (const auto& lk : test::fast_kernels_on_this_cpu("attention"))
-    for (int threads : {1, 2}) {
-      cpu_fast::set_kernel_threads(threads);
-      SCOPED_TRACE(lk.level + " threads " + std::to_string(threads));
-      ASSERT_NE(lk.group, nullptr);
-      std::vector<std::vector<tensor>> ins;
-      std::vector<std::string> params;
-      std::vector<std::vector<float>> alone;
-      for (const auto& st : steps) {
-        const tensor k = random_f32({st.keys, 3 * 64}, ++seed), v = random_f32({st.keys, 3 * 64}, ++seed);
-        auto cache = [&](const tensor& t) { return st.kv == dtype::f32 ? t : *convert_tensor(t, st.kv); };
-        ins.push_back({random_f32({st.rows, 9 * 64}, ++seed), cache(k), cache(v)});
-        params.push_back(R"({"heads":9,"kvHeads":3,"headDim":64,"posOffset":)" + std::to_string(st.pos) + st.extra + "}");
-        alone.push_back(run_values("attention", params.back(), ins.back(), lk.fn));
+  for (const auto& steps : groups)
+    for (const auto& lk : test::fast_kernels_on_this_cpu("attention"))
+      for (int threads : {1, 2}) {
+        cpu_fast::set_kernel_threads(threads);
+        SCOPED_TRACE(lk.level + " threads " + std::to_string(threads) + ", a group of " + std::to_string(steps.size()));
+        ASSERT_NE(lk.group, nullptr);
+        std::vector<std::vector<tensor>> ins;
+        std::vector<std::string> params;
+        std::vector<std::vector<float>> alone;
+        for (const auto& st : steps) {
+          const tensor k = random_f32({st.keys, st.kv_heads * st.dim}, ++seed);
+          const tensor v = random_f32({st.keys, st.kv_heads * st.dim}, ++seed);
+          auto cache = [&](const tensor& t) { return st.kv == dtype::f32 ? t : *convert_tensor(t, st.kv); };
+          ins.push_back({random_f32({st.rows, st.heads * st.dim}, ++seed), cache(k), cache(v)});
+          params.push_back("{\"heads\":" + std::to_string(st.heads) + ",\"kvHeads\":" + std::to_string(st.kv_heads) +
+                           ",\"headDim\":" + std::to_string(st.dim) + ",\"posOffset\":" + std::to_string(st.pos) + st.extra +
+                           "}");
+          alone.push_back(run_values("attention", params.back(), ins.back(), lk.fn));
+        }
+        const op_def* def = find_op_def("attention");
+        std::vector<std::unique_ptr<op_params>> parsed;
+        std::vector<tensor> outs;
+        std::vector<std::vector<tensor*>> ptrs(steps.size());
+        std::vector<kernel_call> calls;
+        workspace scratch;
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+          auto p = def->parse(*parse_params_text(params[i]));
+          ASSERT_TRUE(p.ok());
+          parsed.push_back(std::move(*p));
+          outs.push_back(*tensor::make(dtype::f32, {steps[i].rows, std::int64_t(steps[i].heads) * steps[i].dim}));
+        }
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+          ptrs[i] = {&ins[i][0], &ins[i][1], &ins[i][2]};
+          calls.push_back(kernel_call{parsed[i].get(), ptrs[i], &outs[i], &scratch});
+        }
+        ASSERT_TRUE(lk.group(calls).ok());
+        for (std::size_t i = 0; i < steps.size(); ++i) {
+          const auto got = test::values_of(outs[i]);
+          ASSERT_EQ(got.size(), alone[i].size()) << "step " << i;
+          for (std::size_t e = 0; e < got.size(); ++e)
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(got[e]), std::bit_cast<std::uint32_t>(alone[i][e]))
+                << "step " << i << " at " << e;
+        }
+        ++grouped;
       }
-      const op_def* def = find_op_def("attention");
-      std::vector<std::unique_ptr<op_params>> parsed;
-      std::vector<tensor> outs;
-      std::vector<std::vector<tensor*>> ptrs(steps.size());
-      std::vector<kernel_call> calls;
-      workspace scratch;
-      for (std::size_t i = 0; i < steps.size(); ++i) {
-        auto p = def->parse(*parse_params_text(params[i]));
-        ASSERT_TRUE(p.ok());
-        parsed.push_back(std::move(*p));
-        outs.push_back(*tensor::make(dtype::f32, {steps[i].rows, 9 * 64}));
-      }
-      for (std::size_t i = 0; i < steps.size(); ++i) {
-        ptrs[i] = {&ins[i][0], &ins[i][1], &ins[i][2]};
-        calls.push_back(kernel_call{parsed[i].get(), ptrs[i], &outs[i], &scratch});
-      }
-      ASSERT_TRUE(lk.group(calls).ok());
-      for (std::size_t i = 0; i < steps.size(); ++i) {
-        const auto got = test::values_of(outs[i]);
-        ASSERT_EQ(got.size(), alone[i].size()) << "step " << i;
-        for (std::size_t e = 0; e < got.size(); ++e)
-          ASSERT_EQ(std::bit_cast<std::uint32_t>(got[e]), std::bit_cast<std::uint32_t>(alone[i][e])) << "step " << i << " at " << e;
-      }
-      ++grouped;
-    }
   EXPECT_GT(grouped, 0);
 }
 

@@ -217,9 +217,9 @@ status attention_kernel(const kernel_call& call) {
 
 /// Consecutive attention steps that read none of each other's outputs — the sessions'
 /// steps of one layer in a batched pass — as one job list for the threads: each few-row
-/// step's kv heads (and, past one chunk of keys, its chunks) become jobs beside the others',
-/// so a layer costs one pass of the threads instead of one per session, and three kv heads
-/// no longer leave one of two threads waiting. Each step runs the same functions over the
+/// step's chunks of keys, in slices of its kv heads read in row order, become jobs beside
+/// the others', so a layer costs one pass of the threads instead of one per session, and
+/// three kv heads no longer leave one of two threads waiting. Each step runs the same functions over the
 /// same chunks, folded in the same order, as attention_kernel: the same bits. A step of many
 /// rows runs through attention_kernel as it comes.
 template <const level_fns& F>
@@ -227,6 +227,7 @@ status attention_group(std::span<const kernel_call> calls) {
   struct planned {
     attention_args a;
     std::int64_t chunks = 0, used = 0;  ///< chunks of its keys; those its rows see
+    std::int64_t slices = 1;            ///< slices of its kv heads a chunk's jobs take
     std::size_t parts = 0;              ///< its first entry in `parts` (partial steps)
     int first_job = 0, jobs = 0;
     bool partial = false;               ///< by chunks, folded after
@@ -252,10 +253,8 @@ status attention_group(std::span<const kernel_call> calls) {
     planned p;
     p.a = *args;
     p.used = (last_key_of(p.a) + attention_chunk - 1) / attention_chunk;
-    p.first_job = jobs;
-    if (p.used <= 1) {
-      p.jobs = p.a.kv_heads;  // a kv head's rows, finished in place
-    } else {
+    if (p.used >= 1) {
+      // by chunks in row order (a step over one chunk too: its cache rows read in turn)
       p.partial = true;
       p.chunks = F.chunks(p.a);
       const std::int64_t per_g = p.a.rows * (p.a.heads / p.a.kv_heads) * p.chunks;
@@ -264,11 +263,27 @@ status attention_group(std::span<const kernel_call> calls) {
       p.parts = parts.size();
       for (int g = 0; g < p.a.kv_heads; ++g)
         parts.push_back({ml + g * per_g, ml + (p.a.kv_heads + g) * per_g, acc + g * per_g * p.a.v_head_dim});
-      p.jobs = int(p.used) * p.a.kv_heads;  // (chunk, kv head)
     }
-    jobs += p.jobs;
     work += work_of(p.a);
     plan.push_back(p);
+  }
+  // Jobs: (chunk, slice of kv heads) of each step, enough slices for twice the threads over
+  // the group's chunks — the group's steps alone mostly are (a batched pass's eight steps over
+  // one chunk each: each step's kv heads together, its cache rows read whole).
+  std::int64_t used_all = 0;
+  for (const planned& p : plan) used_all += p.used;
+  const int threads = kernel_threads();
+  for (planned& p : plan) {
+    p.first_job = jobs;
+    if (!p.partial) {
+      p.jobs = p.a.kv_heads;  // (no key visible: a kv head's rows, finished in place)
+    } else {
+      p.slices = threads <= 1 ? 1
+                              : std::clamp<std::int64_t>((2 * threads + used_all - 1) / std::max<std::int64_t>(used_all, 1), 1,
+                                                         p.a.kv_heads);
+      p.jobs = int(p.used * p.slices);
+    }
+    jobs += p.jobs;
   }
   auto job = [&](int j) {
     std::size_t i = 0;
@@ -276,9 +291,9 @@ status attention_group(std::span<const kernel_call> calls) {
     const planned& p = plan[i];
     const int l = j - p.first_job;
     if (!p.partial) return F.rows(p.a, 0, p.a.rows, l, 0, p.a.heads / p.a.kv_heads);
-    const std::int64_t c = l / p.a.kv_heads;
-    const int g = l % p.a.kv_heads;
-    F.partials(p.a, 0, p.a.rows, g, g + 1, c, c + 1 == p.used ? p.chunks : c + 1, parts.data() + p.parts);
+    const std::int64_t c = l / p.slices, sl = l % p.slices;
+    const int g0 = int(p.a.kv_heads * sl / p.slices), g1 = int(p.a.kv_heads * (sl + 1) / p.slices);
+    F.partials(p.a, 0, p.a.rows, g0, g1, c, c + 1 == p.used ? p.chunks : c + 1, parts.data() + p.parts);
   };
   if (kernel_threads() <= 1 || work < parallel_min_work) {
     // job by job, between which a stopped run ends the kernel (runtime/interrupt.hpp)
