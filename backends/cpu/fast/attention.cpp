@@ -219,9 +219,9 @@ status attention_kernel(const kernel_call& call) {
 /// steps of one layer in a batched pass — as one job list for the threads: each few-row
 /// step's chunks of keys, in slices of its kv heads read in row order, become jobs beside
 /// the others', so a layer costs one pass of the threads instead of one per session, and
-/// three kv heads no longer leave one of two threads waiting. Each step runs the same functions over the
-/// same chunks, folded in the same order, as attention_kernel: the same bits. A step of many
-/// rows runs through attention_kernel as it comes.
+/// three kv heads no longer leave one of two threads waiting. Each step runs the same
+/// functions over the same chunks, folded in the same order, as attention_kernel: the same
+/// bits. A step of many rows runs through attention_kernel as it comes.
 template <const level_fns& F>
 status attention_group(std::span<const kernel_call> calls) {
   struct planned {
