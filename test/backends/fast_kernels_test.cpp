@@ -617,6 +617,7 @@ TEST(FastAttention, EveryLevelAgreesWithTheReference) {
       {"prefill gqa", 9, 3, 64, 64, 37, 37, 0, "", 0},
       {"decode over a long cache", 9, 3, 64, 64, 1, 900, 700, "", 0},
       {"decode at position 0", 4, 2, 64, 64, 1, 300, 0, "", 0},
+      {"decode over a cache mostly ahead", 16, 8, 128, 128, 1, 1100, 90, "", 0},
       {"verify rows", 16, 8, 128, 128, 5, 600, 500, "", 0},
       {"window", 4, 4, 32, 32, 20, 64, 30, R"(,"window":7)", 0},
       {"non-causal window", 4, 2, 32, 32, 6, 40, 3, R"(,"causal":false,"window":5)", 0},
