@@ -198,8 +198,8 @@ status attention_kernel(const kernel_call& call) {
   auto job = [&](int j) {
     const std::int64_t c = j / slices, s = j % slices;
     const int g0 = int(a.kv_heads * s / slices), g1 = int(a.kv_heads * (s + 1) / slices);
-    // the last used chunk also covers the chunks past it (empty for causal rows)
-    F.partials(a, 0, a.rows, g0, g1, c, c + 1 == used_chunks ? chunks : c + 1, parts.data());
+    // (the chunks past the pass's keys are left unwritten: the fold reads only a row's own)
+    F.partials(a, 0, a.rows, g0, g1, c, c + 1, parts.data());
   };
   if (alone) {
     // chunk by chunk, between which a stopped run ends the kernel (runtime/interrupt.hpp)
@@ -293,7 +293,7 @@ status attention_group(std::span<const kernel_call> calls) {
     if (!p.partial) return F.rows(p.a, 0, p.a.rows, l, 0, p.a.heads / p.a.kv_heads);
     const std::int64_t c = l / p.slices, sl = l % p.slices;
     const int g0 = int(p.a.kv_heads * sl / p.slices), g1 = int(p.a.kv_heads * (sl + 1) / p.slices);
-    F.partials(p.a, 0, p.a.rows, g0, g1, c, c + 1 == p.used ? p.chunks : c + 1, parts.data() + p.parts);
+    F.partials(p.a, 0, p.a.rows, g0, g1, c, c + 1, parts.data() + p.parts);
   };
   if (kernel_threads() <= 1 || work < parallel_min_work) {
     // job by job, between which a stopped run ends the kernel (runtime/interrupt.hpp)

@@ -198,7 +198,8 @@ void int8_held_lanes_range(const amx_int_product& a, const std::int32_t* xtot, s
 ///  - attention_partials / attention_fold: the partials of chunks [c_begin, c_end) for the
 ///    rows' query heads of kv heads [g_begin, g_end) (parts[g] holds kv head g's; a decode
 ///    step's chunks spread over threads), and their fold, in chunk order, into a.out — the
-///    same bits as attention_rows.
+///    same bits as attention_rows. The fold reads only the chunks holding each row's keys,
+///    which are all a caller must have written.
 ///  - swiglu_range, silu_range, binary_range: elements [begin, end); binary_range is
 ///    out = a op b (op 0 add, 1 sub, 2 mul) with b_kind 0: b has a's shape, 1: b is one row as
 ///    wide as a's `cols`, 2: b is one value — in f32, the same bits as the reference's double
