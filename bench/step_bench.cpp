@@ -305,10 +305,12 @@ int main(int argc, char** argv) {
   std::vector<int> prompt(static_cast<std::size_t>(prefill));
   for (auto& id : prompt) id = int(rng() % std::uint32_t(cfg->vocab));
 
-  auto build = [&](const std::string& json, bool compiled, bool server = false) -> std::unique_ptr<executable_graph> {
+  // graphs on session `sid` ("s": the one-conversation runs')
+  auto build = [&](const std::string& json, bool compiled, bool server = false,
+                   const std::string& sid = "s") -> std::unique_ptr<executable_graph> {
     auto decl = parse_graph_text(json, compiled);
     if (!decl) return std::fprintf(stderr, "%s\n", decl.err().message.c_str()), nullptr;
-    tensor_store::source src(store, std::vector<std::string>{"s"});
+    tensor_store::source src(store, std::vector<std::string>{sid});
     build_options bo;
     bo.compiled = compiled;
     bo.server_params = server;  // the cache allocation's dtype
@@ -316,11 +318,12 @@ int main(int argc, char** argv) {
     if (!g) return std::fprintf(stderr, "%s\n", g.err().message.c_str()), nullptr;
     return std::move(*g);
   };
-  auto run = [&](executable_graph& g, const std::vector<std::pair<std::string, std::string>>& retain) -> bool {
-    tensor_store::source src(store, std::vector<std::string>{"s"});
+  auto run = [&](executable_graph& g, const std::vector<std::pair<std::string, std::string>>& retain,
+                 const std::string& sid = "s") -> bool {
+    tensor_store::source src(store, std::vector<std::string>{sid});
     if (auto s = g.run(src); !s) return std::fprintf(stderr, "%s\n", s.err().message.c_str()), false;
     if (!retain.empty())
-      if (auto s = store.apply_retain(g, "s", retain); !s) return std::fprintf(stderr, "%s\n", s.err().message.c_str()), false;
+      if (auto s = store.apply_retain(g, sid, retain); !s) return std::fprintf(stderr, "%s\n", s.err().message.c_str()), false;
     return true;
   };
 
@@ -328,15 +331,9 @@ int main(int argc, char** argv) {
   auto allocate = [&](const std::string& sid) -> bool {
     const std::string alloc = models::arch_cache_graph(*cfg, rows, false, kv_type);
     auto decl = parse_graph_text(alloc, false);
-    auto retain = decl->retain;
-    tensor_store::source src(store, std::vector<std::string>{sid});
-    build_options bo;
-    bo.server_params = true;  // the cache allocation's dtype
-    auto g = executable_graph::build(std::move(*decl), src, be, bo);
-    if (!g) return std::fprintf(stderr, "%s\n", g.err().message.c_str()), false;
-    if (auto s = (*g)->run(src); !s) return std::fprintf(stderr, "%s\n", s.err().message.c_str()), false;
-    if (auto s = store.apply_retain(**g, sid, retain); !s) return std::fprintf(stderr, "%s\n", s.err().message.c_str()), false;
-    return true;
+    if (!decl) return std::fprintf(stderr, "%s\n", decl.err().message.c_str()), false;
+    auto g = build(alloc, false, true, sid);
+    return g && run(*g, decl->retain, sid);
   };
   store.session("s");
   if (!allocate("s")) return 1;
