@@ -461,8 +461,8 @@ class Serve:
             "bytesTransferred", "residentBytes", "throughputMBs", "elapsedMs", "quantize")}}
         model = r["modelId"]
         rows = ((n + 1 + 63) // 64) * 64
-        mk = lambda tokens, *more: graph_cli(self.binary, config_path, "--model-id", model, "--compiled", "--tokens",
-                                             str(tokens), "--cache", str(rows), "--argmax", *more)
+        mk = lambda tokens, *more, cache=rows: graph_cli(self.binary, config_path, "--model-id", model, "--compiled",
+                                                         "--tokens", str(tokens), "--cache", str(cache), "--argmax", *more)
         decode = api.post("/api/v3/graphs", {"label": f"{shape}-{dtype}-decode", "graph": mk(1)})["graphId"]
         # only the last row goes through the head, as in llama-bench's prompt test
         pg, head = mk(n, "--last"), "last position only"
@@ -475,29 +475,30 @@ class Serve:
         if depth:
             # a long conversation's session: its own cache, decode template and context prefill
             rows_d = ((depth + n + 1 + 63) // 64) * 64
-            mkd = lambda tokens, *more: graph_cli(self.binary, config_path, "--model-id", model, "--compiled",
-                                                  "--tokens", str(tokens), "--cache", str(rows_d), "--argmax", *more)
             deep = api.post("/api/v3/sessions", {"modelId": model})["session"]["sessionId"]
             api.post("/api/v3/graph", {"graph": dict(graph_cli(self.binary, config_path, "--alloc-cache", str(rows_d)),
                                                      session=deep)})
             self.models[(shape, dtype)].update({
                 "depth": depth, "depth_rows": rows_d, "depth_session": deep,
                 "depth_decode": api.post("/api/v3/graphs", {"label": f"{shape}-{dtype}-decode-deep",
-                                                            "graph": mkd(1)})["graphId"],
+                                                            "graph": mk(1, cache=rows_d)})["graphId"],
                 "depth_prefill": api.post("/api/v3/graphs", {"label": f"{shape}-{dtype}-context",
-                                                             "graph": mkd(depth, "--last")})["graphId"]})
+                                                             "graph": mk(depth, "--last", cache=rows_d)})["graphId"]})
         log(f"  [t{self.threads}] loaded {shape} {dtype}: resident {load['residentBytes'] / 1e6:.1f} MB "
             f"in {load['wall_s']:.1f} s")
         return self.models[(shape, dtype)]
 
-    def tg(self, shape, dtype, n, first_token):
+    def tg(self, shape, dtype, n, first_token, deep=False):
+        """N tokens generated from an empty cache, or (deep) after the long conversation's context."""
         m, api = self.models[(shape, dtype)], self.apis[shape]
+        graph, session, start = ((m["depth_decode"], m["depth_session"], m["depth"]) if deep
+                                 else (m["decode"], m["session"], 0))
         t = time.perf_counter()
-        done = api.post("/api/v3/generate", {"graphId": m["decode"], "sessionId": m["session"], "ids": [first_token],
-                                             "startPos": 0, "maxNewTokens": n, "stream": False, "workerLoop": True})
+        done = api.post("/api/v3/generate", {"graphId": graph, "sessionId": session, "ids": [first_token],
+                                             "startPos": start, "maxNewTokens": n, "stream": False, "workerLoop": True})
         wall = time.perf_counter() - t
         if not done.get("ok") or len(done["tokens"]) != n:
-            raise RuntimeError(f"generate: {str(done)[:300]}")
+            raise RuntimeError(f"generate from position {start}: {str(done)[:300]}")
         return {"tps": n / wall, "wall_s": wall, "server_tps": done["tokensPerSecond"],
                 "workerLoop": done.get("workerLoop"), "tokens_head": done["tokens"][:8]}
 
@@ -506,18 +507,6 @@ class Serve:
         m, api = self.models[(shape, dtype)], self.apis[shape]
         api.post("/api/v3/graph", {"graphId": m["depth_prefill"], "session": m["depth_session"],
                                    "bind": {"ids": ids, "pos": 0}})
-
-    def tgd(self, shape, dtype, n, first_token):
-        m, api = self.models[(shape, dtype)], self.apis[shape]
-        t = time.perf_counter()
-        done = api.post("/api/v3/generate", {"graphId": m["depth_decode"], "sessionId": m["depth_session"],
-                                             "ids": [first_token], "startPos": m["depth"], "maxNewTokens": n,
-                                             "stream": False, "workerLoop": True})
-        wall = time.perf_counter() - t
-        if not done.get("ok") or len(done["tokens"]) != n:
-            raise RuntimeError(f"generate at depth {m['depth']}: {str(done)[:300]}")
-        return {"tps": n / wall, "wall_s": wall, "server_tps": done["tokensPerSecond"],
-                "workerLoop": done.get("workerLoop"), "tokens_head": done["tokens"][:8]}
 
     def pp(self, shape, dtype, ids):
         m, api = self.models[(shape, dtype)], self.apis[shape]
@@ -676,6 +665,8 @@ def main():
     bad = [s for s in shapes if s not in SHAPES] + [d for d in dtypes if d not in DTYPES]
     if bad:
         sys.exit(f"unknown shape or dtype: {bad}")
+    if args.depth < 0:
+        sys.exit(f"--depth takes a number of tokens, at least 0 (got {args.depth})")
     n = args.tokens or (32 if args.quick else 128)
     repeats = args.repeats or (1 if args.quick else 3)
     binary = Path(args.binary).resolve()
@@ -755,7 +746,7 @@ def main():
                     sv.pp(s, dt, prompts[s])
                     if args.depth:
                         sv.fill_context(s, dt, contexts[s])
-                        sv.tgd(s, dt, min(8, n), prompts[s][0])
+                        sv.tg(s, dt, min(8, n), prompts[s][0], deep=True)
 
         cells = []
         for s in shapes:
@@ -779,9 +770,8 @@ def main():
                     try:
                         if side == "mpakt":
                             sv = serves[c["threads"]]
-                            r = (sv.tg(c["shape"], c["dtype"], n, prompts[c["shape"]][0]) if c["test"] == "tg"
-                                 else sv.tgd(c["shape"], c["dtype"], n, prompts[c["shape"]][0]) if c["test"] == "tgd"
-                                 else sv.pp(c["shape"], c["dtype"], prompts[c["shape"]]))
+                            r = (sv.pp(c["shape"], c["dtype"], prompts[c["shape"]]) if c["test"] == "pp"
+                                 else sv.tg(c["shape"], c["dtype"], n, prompts[c["shape"]][0], deep=c["test"] == "tgd"))
                         else:
                             r = peer.bench_cell(ggufs[c["shape"]][c["dtype"]], c["test"], n, c["threads"], args.depth)
                     except Exception as e:  # noqa: BLE001 - a failed cell is reported, the run goes on
