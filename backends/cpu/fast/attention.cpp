@@ -267,20 +267,17 @@ status attention_group(std::span<const kernel_call> calls) {
     work += work_of(p.a);
     plan.push_back(p);
   }
-  // Jobs: (chunk, slice of kv heads) of each step, enough slices for twice the threads over
-  // the group's chunks — the group's steps alone mostly are (a batched pass's eight steps over
-  // one chunk each: each step's kv heads together, its cache rows read whole).
+  // Jobs: (chunk, slice of kv heads) of each step, sliced as one pass over all the group's
+  // chunks would be (attention_slices) — the group's steps alone mostly are enough (a batched
+  // pass's eight steps over one chunk each: each step's kv heads together, its rows read whole).
   std::int64_t used_all = 0;
   for (const planned& p : plan) used_all += p.used;
-  const int threads = kernel_threads();
   for (planned& p : plan) {
     p.first_job = jobs;
     if (!p.partial) {
       p.jobs = p.a.kv_heads;  // (no key visible: a kv head's rows, finished in place)
     } else {
-      p.slices = threads <= 1 ? 1
-                              : std::clamp<std::int64_t>((2 * threads + used_all - 1) / std::max<std::int64_t>(used_all, 1), 1,
-                                                         p.a.kv_heads);
+      p.slices = attention_slices(kernel_threads(), used_all, p.a.kv_heads);
       p.jobs = int(p.used * p.slices);
     }
     jobs += p.jobs;
