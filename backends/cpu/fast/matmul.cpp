@@ -67,11 +67,14 @@ constexpr std::int64_t interruptible_macs = std::int64_t(1) << 27;
 /// multiples of 4 left a column or two per part to one-column tiles, which re-read the weight
 /// row for every six activation rows — eight conversations at once lost a sixth of their speed
 /// to it), and runs f(begin, end) on each over the kernel threads. Parts shrink as they go
-/// (each a 2T-th of what is left, T threads, down to max(16, n / 32T) columns), claimed in
-/// order: the big ones keep each thread on long runs of rows, and the small last ones leave a
-/// thread the OS delays, or one that drew a slower part, little for the others to wait on — a
-/// decode pass runs a hundred or more products a token, each ending on that wait. Which
-/// thread computes a column never changes its bits.
+/// (each a T-th of what is left, T threads, down to n / 2T columns: on two threads a half, then
+/// two quarters), claimed in order: the first keeps the caller on one long run of rows, and
+/// the later ones leave a thread the OS delays, or one that drew a slower part, at most a
+/// 2T-th of the product for the others to wait on. Parts a 2T-th of what is left, down to
+/// n / 32T, cost a decode product of SmolLM2's shape [576, 576] on two threads of a Xeon a
+/// sixth of its speed (24 against 28.5 GB/s from memory, 26 against 33 in cache for eight
+/// rows; what a part costs was not isolated: asking for its first lines at once did not
+/// help). Which thread computes a column never changes its bits.
 template <class F>
 void split_columns(std::int64_t n, std::int64_t macs, F&& f) {
   const int threads = kernel_threads();
@@ -89,9 +92,9 @@ void split_columns(std::int64_t n, std::int64_t macs, F&& f) {
   }
   thread_local std::vector<std::int64_t> bounds;  // (kept from call to call: no allocation)
   bounds.assign(1, 0);
-  const std::int64_t least = std::max<std::int64_t>(16, n / (32 * std::int64_t(threads)));
+  const std::int64_t least = std::max<std::int64_t>(16, n / (2 * std::int64_t(threads)));
   for (std::int64_t at = 0; at < n;) {
-    std::int64_t take = std::max<std::int64_t>(least, (n - at) / (2 * std::int64_t(threads))) / 12 * 12;
+    std::int64_t take = std::max<std::int64_t>(least, (n - at) / std::int64_t(threads)) / 12 * 12;
     if (n - at - take < least) take = n - at;
     at += take;
     bounds.push_back(at);
@@ -570,6 +573,8 @@ bool lanes_quantize(const float_product& a, workspace& ws, bool qsums, int8_plai
 
 /// Runs f(i, begin, end) over the calls' output columns in whole groups of `width` (a
 /// product's last group may be shorter), split over the kernel threads as one product that wide.
+/// (split_columns' shrinking parts here gave SmolLM2's q8/q4 decode products 5–20 % from memory
+/// on a Xeon, but whole decode steps only 3–4 %, and Qwen3's q4 decode lost 1–4 %: not taken.)
 template <class F>
 void split_lane_groups(const float_product* a, std::size_t count, std::int64_t width, F&& f) {
   std::int64_t offs[max_group + 1] = {0};
