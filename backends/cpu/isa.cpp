@@ -1,11 +1,14 @@
 #include "backends/cpu/isa.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -43,6 +46,33 @@ bool request_amx() {
   if (syscall(SYS_arch_prctl, arch_get_xcomp_perm, &perm) != 0) return false;
   return (perm >> xfeature_xtiledata) & 1u;
 }
+
+// (GCC 12's AVX-512 headers start some intrinsics from a self-initialised "undefined" vector,
+// a false alarm of -Wuninitialized wherever they are inlined)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+/// Seconds for `rounds` rounds of twelve independent 512-bit multiply-add chains: vdpbf16ps
+/// (`dot`) or vfmadd231ps. (The chains stay: without -ffast-math nothing reorders them.)
+__attribute__((target("avx512f,avx512bf16"))) double chains_seconds(bool dot, int rounds) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(float(i) * 1e-3f);
+  const __m512 a = _mm512_set1_ps(1.0f / 3), b = _mm512_set1_ps(0.999f);
+  const __m512bh ab = (__m512bh)_mm512_set1_epi32(0x3f803f80), bb = (__m512bh)_mm512_set1_epi32(0x3f7f3f7f);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < rounds; ++r) {
+    if (dot)
+      for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], ab, bb);
+    else
+      for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], b, a);
+    __asm__ volatile("" : : : "memory");
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  volatile float sink = 0;
+  for (int i = 0; i < 12; ++i) sink = sink + _mm512_reduce_add_ps(acc[i]);
+  return s;
+}
+#pragma GCC diagnostic pop
 #endif
 
 features detect() {
@@ -181,10 +211,47 @@ std::string describe() {
   if (first) s += "no vector extensions";
   if (detected().amx_tile) s += detected().amx_granted ? ", amx granted" : ", amx not granted";
   if (quantized_in_lanes()) s += ", q8/q4 in lanes";
+  if (current() == level::avx512_bf16 && !bf16_pairs()) s += ", bf16 prefill on f32 panels";
   s += ", arithmetic " + std::to_string(arithmetic_revision) + ")";
   return s;
 }
 
 bool quantized_in_lanes() { return current() >= level::avx2; }
+
+double bf16_dot_rate() {
+  static const double rate = [] {
+#if defined(__x86_64__)
+    if (!detected().avx512_bf16) return 0.0;
+    // ~0.1 ms a timing, best of five each, interleaved (the clock ramps, other tenants come and go)
+    constexpr int rounds = 20000;
+    double fma = 1e9, dot = 1e9;
+    for (int i = 0; i < 5; ++i) {
+      fma = std::min(fma, chains_seconds(false, rounds));
+      dot = std::min(dot, chains_seconds(true, rounds));
+    }
+    return dot > 0 ? fma / dot : 0.0;
+#else
+    return 0.0;
+#endif
+  }();
+  return rate;
+}
+
+namespace {
+std::atomic<int>& pairs_choice() {  // -1: measured, 0: off, 1: on (MPAKT_BF16_PAIRS=off|on)
+  static std::atomic<int> c{[] {
+    const char* env = std::getenv("MPAKT_BF16_PAIRS");
+    return env && std::strcmp(env, "on") == 0 ? 1 : env && std::strcmp(env, "off") == 0 ? 0 : -1;
+  }()};
+  return c;
+}
+}  // namespace
+
+bool bf16_pairs() {
+  const int c = pairs_choice().load(std::memory_order_relaxed);
+  return c >= 0 ? c == 1 : bf16_dot_rate() >= 0.85;
+}
+
+void prefer_bf16_pairs(std::optional<bool> on) { pairs_choice().store(on ? int(*on) : -1, std::memory_order_relaxed); }
 
 }  // namespace mpakt::cpu_isa

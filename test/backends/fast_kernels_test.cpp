@@ -17,9 +17,11 @@
 #include <memory>
 #include <string>
 
+#include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/fast/isa_kernels.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/ops/matmul_params.hpp"
 #include "runtime/row_bits.hpp"
 #include "runtime/tensor_store.hpp"
 #include "test/support/levels.hpp"
@@ -349,6 +351,7 @@ std::vector<test::level_kernel> many_row_float_kernels(dtype t) {
 /// rounded activations (every product is exact).
 TEST(FastMatmul, ManyRowFloatProductsAgreeAndAddInRunsOf64) {
   threads_guard tg;
+  const test::bf16_pairs_guard pairs(true);  // (the pairs kernel pinned too, whatever this core prefers)
   unsigned seed = 1000;
   int checked = 0;
   for (int threads : {1, 2}) {
@@ -407,6 +410,44 @@ TEST(FastMatmul, ManyRowFloatProductsAgreeAndAddInRunsOf64) {
   }
   if (cpu_isa::best() >= cpu_isa::level::avx2) {
     EXPECT_GT(checked, 0);
+  }
+}
+
+/// Where vdpbf16ps issues below the FMA rate (a Sapphire Rapids: 0.62–0.72 of it), the level
+/// without tiles takes a bf16 prefill's products on the f32 panels: the pairs kernel then
+/// claims nothing, and the product the backend picks gives the pairs' bits (both multiply the
+/// rounded activations exactly, in the same order). The measured rate is 0 without
+/// AVX512-BF16 and positive with it.
+TEST(FastMatmul, Bf16PrefillTakesThePanelsWherePairsIssueSlowly) {
+  threads_guard tg;
+  test::level_guard lg;
+  if (cpu_isa::best() < cpu_isa::level::avx512_bf16) {
+    EXPECT_EQ(cpu_isa::bf16_dot_rate(), 0.0);
+    GTEST_SKIP() << "no AVX512-BF16 here";
+  }
+  EXPECT_GT(cpu_isa::bf16_dot_rate(), 0.0);
+  ASSERT_TRUE(cpu_isa::set_level(cpu_isa::level::avx512_bf16));
+  const tensor x = random_f32({40, 576}, 71);
+  const tensor w = *convert_tensor(random_f32({70, 576}, 72, 0.1f), dtype::bf16);
+  const std::vector<tensor_desc> d{x.desc(), w.desc()};
+  ops::matmul_params p;
+  p.trans_b = true;
+  std::vector<float> by_pairs;
+  for (bool on : {true, false}) {
+    const test::bf16_pairs_guard pairs(on);
+    int pair_kernels = 0;
+    for (const auto& k : cpu_fast_kernels())
+      if ((k.op == "matmul" || k.op == "linear") && k.variant == "avx512_bf16" && k.accepts(d, p)) ++pair_kernels;
+    EXPECT_EQ(pair_kernels, on ? 2 : 0) << (on ? "pairs on" : "pairs off");
+    for (int threads : {1, 2}) {
+      cpu_fast::set_kernel_threads(threads);
+      const auto got = run_values("matmul", R"({"transB": true})", {x, w});
+      if (by_pairs.empty()) by_pairs = got;
+      ASSERT_EQ(got.size(), by_pairs.size());
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(by_pairs[i]))
+            << (on ? "pairs" : "panels") << " threads " << threads << " at " << i;
+    }
   }
 }
 
@@ -955,6 +996,7 @@ TEST(FastMatmul, ARowIsTheSameBitsAloneOrStacked) {
 TEST(FastMatmul, ShortProductsKeepEachRowsBitsUnlessTheCallFreesThem) {
   threads_guard tg;
   test::level_guard lg;
+  const test::bf16_pairs_guard pairs(true);  // (the pairs kernel wherever AVX512-BF16 is)
   cpu_backend be;
   const std::int64_t k = 576, n = 200;
   const tensor x40 = random_f32({40, k}, 61);

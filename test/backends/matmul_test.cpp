@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "test/support/levels.hpp"
 #include "test/support/op_checks.hpp"
 
 namespace mpakt {
@@ -154,6 +155,7 @@ TEST(Matmul, ReferenceReadsEveryPackedDtypeInPlace) {
 // ---- the fast transB kernel ----
 
 TEST(FastMatmul, ClaimsTransBOnly) {
+  const test::bf16_pairs_guard pairs(true);  // (AVX512-BF16's pairs claim what they can, below)
   bool found = false;
   for (const auto& k : cpu_fast_kernels()) {
     if (k.op != "matmul" && k.op != "linear") continue;

@@ -43,4 +43,11 @@ struct level_guard {
   ~level_guard() { cpu_isa::set_level(saved); }
 };
 
+/// Has many-row bf16 products without tiles take AVX512-BF16's pairs (on) or the f32 panels
+/// (off) whatever this core's measured rates choose (cpu_isa::bf16_pairs), until it goes.
+struct bf16_pairs_guard {
+  explicit bf16_pairs_guard(bool on) { cpu_isa::prefer_bf16_pairs(on); }
+  ~bf16_pairs_guard() { cpu_isa::prefer_bf16_pairs(std::nullopt); }
+};
+
 }  // namespace mpakt::test

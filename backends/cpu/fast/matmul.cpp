@@ -693,7 +693,8 @@ status products_bf16_pairs(std::span<const kernel_call> calls) {
 }
 
 bool accepts_bf16_pairs(std::span<const tensor_desc> inputs, const op_params& params) {
-  if (!accepts_trans_b(inputs, params) || inputs[1].type != dtype::bf16) return false;
+  // (where vdpbf16ps issues at half the FMA rate the f32 panels are the faster, same bits)
+  if (!cpu_isa::bf16_pairs() || !accepts_trans_b(inputs, params) || inputs[1].type != dtype::bf16) return false;
   const std::int64_t k = inputs[0].shape.back(), rows = activation_rows(inputs);
   return k > 0 && rows >= amx_free_min_rows;
 }
