@@ -74,14 +74,15 @@ bool quantized_in_lanes();
 std::vector<std::string> feature_names();
 
 /// `vdpbf16ps`'s issue rate over `vfmadd231ps`'s on this core (512-bit, twelve independent
-/// chains of each, timed once): about 1 on a Zen 4, 0.5 on a Sapphire Rapids, 0 without
-/// AVX512-BF16. A dot product takes 32 multiply-adds an instruction where an FMA takes 16.
+/// chains of each, timed once at first use, about a millisecond): about 1 on a Zen 4,
+/// 0.62–0.72 on a Sapphire Rapids, 0 without AVX512-BF16. A dot product takes 32 multiply-adds
+/// an instruction where an FMA takes 16.
 double bf16_dot_rate();
 /// Whether many-row bf16 products without tiles take AVX512-BF16's dot products (the pairs
 /// kernel) rather than the f32 panels, which give the same bits: where `vdpbf16ps` issues at
-/// three quarters of the FMA rate or more, so that it multiplies faster (a Sapphire Rapids
-/// without AMX granted ran a bf16 prefill in pairs at 0.65 of the panels' speed). Tests may
-/// choose (prefer_bf16_pairs); nullopt restores the measured choice.
+/// 0.85 of the FMA rate or more (a Sapphire Rapids held without AMX ran a bf16 prefill in pairs
+/// at 0.72 of the panels' speed; a Zen 4 at 1.7 times it). `MPAKT_BF16_PAIRS=on|off` or a test
+/// (prefer_bf16_pairs) may choose; nullopt restores the measured choice.
 bool bf16_pairs();
 void prefer_bf16_pairs(std::optional<bool> on);
 

@@ -113,9 +113,10 @@ inline constexpr std::int64_t attention_chunk = 256;
 
 /// Slices of the kv heads a few-row pass's `used_chunks` chunks of keys (or a group of such
 /// passes', all their chunks together) are split into over `threads` threads (jobs: chunks ×
-/// slices, each a chunk's keys for a slice's kv heads, read in row order). Enough jobs for twice the threads, except over one chunk, whose kv heads go
-/// one slice a thread: each thread then reads a longer run of every cache row (Qwen3 shape,
-/// 200 keys, two threads: 48–68 ns per key and kv head against 61–74 in four slices).
+/// slices, each a chunk's keys for a slice's kv heads, read in row order). Enough jobs for
+/// twice the threads, except over one chunk, whose kv heads go one slice a thread: each thread
+/// then reads a longer run of every cache row (Qwen3 shape, 200 keys, two threads: 48–68 ns per
+/// key and kv head against 61–74 in four slices).
 inline std::int64_t attention_slices(int threads, std::int64_t used_chunks, int kv_heads) {
   if (threads <= 1 || used_chunks < 1) return 1;
   const std::int64_t want = used_chunks == 1 ? threads : (2 * threads + used_chunks - 1) / used_chunks;

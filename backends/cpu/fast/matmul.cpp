@@ -693,10 +693,11 @@ status products_bf16_pairs(std::span<const kernel_call> calls) {
 }
 
 bool accepts_bf16_pairs(std::span<const tensor_desc> inputs, const op_params& params) {
-  // (where vdpbf16ps issues at half the FMA rate the f32 panels are the faster, same bits)
-  if (!cpu_isa::bf16_pairs() || !accepts_trans_b(inputs, params) || inputs[1].type != dtype::bf16) return false;
+  if (!accepts_trans_b(inputs, params) || inputs[1].type != dtype::bf16) return false;
   const std::int64_t k = inputs[0].shape.back(), rows = activation_rows(inputs);
-  return k > 0 && rows >= amx_free_min_rows;
+  // (where vdpbf16ps issues well below the FMA rate the f32 panels are the faster, same bits;
+  // asked last, so only a many-row bf16 product times the instructions)
+  return k > 0 && rows >= amx_free_min_rows && cpu_isa::bf16_pairs();
 }
 
 // ---- q8/q4 weights held in lanes (tensor::lanes16): a CPU worker's resident form from AVX2 on
