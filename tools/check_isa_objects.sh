@@ -15,7 +15,7 @@ checked=0
 bad=0
 for o in "${objects[@]}"; do
   case "$(basename "$o")" in
-    *_avx2.cpp.o | *_avx512.cpp.o | *_avx512_vnni.cpp.o | *_avx512_bf16.cpp.o | *_amx.cpp.o) ;;
+    *_avx2.cpp.o | *_avx_vnni.cpp.o | *_avx512.cpp.o | *_avx512_vnni.cpp.o | *_avx512_bf16.cpp.o | *_amx.cpp.o) ;;
     *) continue ;;
   esac
   checked=$((checked + 1))

@@ -212,6 +212,7 @@ std::string describe() {
   if (detected().amx_tile) s += detected().amx_granted ? ", amx granted" : ", amx not granted";
   if (quantized_in_lanes()) s += ", q8/q4 in lanes";
   if (current() == level::avx512_bf16 && !bf16_pairs()) s += ", bf16 prefill on f32 panels";
+  if (avx_vnni_dots()) s += ", q8/q4 in avx_vnni dot products";
   s += ", arithmetic " + std::to_string(arithmetic_revision) + ")";
   return s;
 }
@@ -253,5 +254,22 @@ bool bf16_pairs() {
 }
 
 void prefer_bf16_pairs(std::optional<bool> on) { pairs_choice().store(on ? int(*on) : -1, std::memory_order_relaxed); }
+
+namespace {
+std::atomic<bool>& avx_vnni_allowed() {  // MPAKT_AVX_VNNI=off: false
+  static std::atomic<bool> c{[] {
+    const char* env = std::getenv("MPAKT_AVX_VNNI");
+    return !(env && std::strcmp(env, "off") == 0);
+  }()};
+  return c;
+}
+}  // namespace
+
+bool avx_vnni_dots() {
+  const level l = current();
+  return detected().avx_vnni && (l == level::avx2 || l == level::avx512) && avx_vnni_allowed().load(std::memory_order_relaxed);
+}
+
+void prefer_avx_vnni(std::optional<bool> on) { avx_vnni_allowed().store(on.value_or(true), std::memory_order_relaxed); }
 
 }  // namespace mpakt::cpu_isa

@@ -86,4 +86,12 @@ double bf16_dot_rate();
 bool bf16_pairs();
 void prefer_bf16_pairs(std::optional<bool> on);
 
+/// Whether the q8/q4 lanes kernels of the AVX2 level take AVX-VNNI's 256-bit dot products
+/// (matmul_avx_vnni.cpp: the same bits): where the CPU has AVX-VNNI and the level is avx2 or
+/// avx512 (from avx512_vnni on, the 512-bit kernels take those products) — Intel's Alder Lake
+/// and later cores without AVX-512. `MPAKT_AVX_VNNI=off` or a test (prefer_avx_vnni(false))
+/// keeps them to plain AVX2; nullopt restores the default (on where the CPU has it).
+bool avx_vnni_dots();
+void prefer_avx_vnni(std::optional<bool> on);
+
 }  // namespace mpakt::cpu_isa

@@ -169,6 +169,57 @@ TEST(Lanes, MatmulOnEveryLevelAgreesAndKeepsEachRowsBits) {
   }
 }
 
+/// AVX2's lanes kernels in AVX-VNNI's dot products (cpu_isa::avx_vnni_dots) give the bits of
+/// plain AVX2's, at every row count (the decode rows up to 32, the many-row kernel past them)
+/// and with the weight held in lanes or as rows; the choice follows the level and the override.
+TEST(Lanes, AvxVnniDotsGiveTheBitsOfPlainAvx2) {
+  restore guard;
+  struct vnni_guard {
+    ~vnni_guard() { cpu_isa::prefer_avx_vnni(std::nullopt); }
+  } vnni;
+  if (!cpu_isa::detected().avx_vnni || cpu_isa::best() < cpu_isa::level::avx2) GTEST_SKIP() << "no AVX-VNNI here";
+  ASSERT_TRUE(cpu_isa::set_level(cpu_isa::level::avx2));
+  EXPECT_TRUE(cpu_isa::avx_vnni_dots());
+  EXPECT_NE(cpu_isa::describe().find("avx_vnni dot products"), std::string::npos) << cpu_isa::describe();
+  cpu_isa::prefer_avx_vnni(false);
+  EXPECT_FALSE(cpu_isa::avx_vnni_dots());
+  cpu_isa::prefer_avx_vnni(std::nullopt);
+  if (cpu_isa::best() >= cpu_isa::level::avx512_vnni) {
+    ASSERT_TRUE(cpu_isa::set_level(cpu_isa::level::avx512_vnni));
+    EXPECT_FALSE(cpu_isa::avx_vnni_dots());  // (the 512-bit kernels take these products)
+    ASSERT_TRUE(cpu_isa::set_level(cpu_isa::level::avx2));
+  }
+  int compared = 0;
+  for (dtype wt : {dtype::q4, dtype::q8})
+    for (std::int64_t k : {32, 96, 576})
+      for (std::int64_t n : {16, 48, 200})
+        for (int threads : {1, 2}) {
+          cpu_fast::set_kernel_threads(threads);
+          const tensor f = random_f32({n, k}, unsigned(57 + n + k), 0.1f);
+          const tensor bias = random_f32({n}, unsigned(n + 3));
+          for (bool in_lanes : {true, false}) {
+            if (in_lanes && n % 16 != 0) continue;
+            const tensor w = quantized(f, wt, in_lanes);
+            for (std::int64_t r : {1, 2, 3, 8, 17, 32, 33, 45}) {
+              SCOPED_TRACE(std::string(dtype_name(wt)) + " k " + std::to_string(k) + " n " + std::to_string(n) + " rows " +
+                           std::to_string(r) + " threads " + std::to_string(threads) + (in_lanes ? " lanes" : " rows"));
+              const tensor x = random_f32({r, k}, unsigned(300 + r + k), 2.0f);
+              const char* t = R"({"transB": true})";
+              cpu_backend be;
+              const kernel_fn lin = be.kernel("linear", std::vector<tensor_desc>{x.desc(), w.desc(), bias.desc()},
+                                              **find_op_def("linear")->parse(*parse_params_text(t)));
+              const auto with_dots = run_values("linear", t, {x, w, bias}, lin);
+              cpu_isa::prefer_avx_vnni(false);
+              const auto plain = run_values("linear", t, {x, w, bias}, lin);
+              cpu_isa::prefer_avx_vnni(std::nullopt);
+              EXPECT_EQ(bits(with_dots), bits(plain));
+              ++compared;
+            }
+          }
+        }
+  EXPECT_GT(compared, 0);
+}
+
 /// A q4 layer's products of one activation as they arrive together — q and k (q4) and v (q8)
 /// in lanes, and a q8 matrix whose 200 rows stay rows — each give the bits of their own call,
 /// at 2 rows (the lanes kernel, one set of activations for the mixed group) and 40 (the many-row

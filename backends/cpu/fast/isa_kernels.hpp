@@ -283,6 +283,13 @@ void int16_held_lanes_range(const int_product& a, std::int64_t n_begin, std::int
 void round_to_bf16(const float* x, std::int64_t rows, std::int64_t k, float* out, bool panel_order);
 }  // namespace avx2
 
+/// avx2's int8_lanes_range and int16_held_lanes_range in AVX-VNNI's 256-bit dot products
+/// (matmul_avx_vnni.cpp; cpu_isa::avx_vnni_dots): the same arguments, the same bits.
+namespace avx_vnni {
+void int8_lanes_range(const int8_lanes_product& a, std::int64_t n_begin, std::int64_t n_end);
+void int16_held_lanes_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end);
+}  // namespace avx_vnni
+
 namespace avx512 {
 MPAKT_VECTOR_LEVEL_API
 }  // namespace avx512

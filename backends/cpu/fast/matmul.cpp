@@ -551,6 +551,15 @@ bool accepts_vnni_int8(std::span<const tensor_desc> inputs, const op_params& par
   return (t == dtype::q8 || t == dtype::q4) && k > 0 && k % 32 == 0;
 }
 
+/// AVX2's q8/q4 lanes kernels, in AVX-VNNI's dot products where the CPU has them
+/// (cpu_isa::avx_vnni_dots; matmul_avx_vnni.cpp): the same bits either way.
+void avx2_int8_lanes_range(const int8_lanes_product& a, std::int64_t n_begin, std::int64_t n_end) {
+  (cpu_isa::avx_vnni_dots() ? avx_vnni::int8_lanes_range : avx2::int8_lanes_range)(a, n_begin, n_end);
+}
+void avx2_int16_held_lanes_range(const int_product& a, std::int64_t n_begin, std::int64_t n_end) {
+  (cpu_isa::avx_vnni_dots() ? avx_vnni::int16_held_lanes_range : avx2::int16_held_lanes_range)(a, n_begin, n_end);
+}
+
 /// A q8/q4 product with many rows (prefill) where nothing wider serves: int8 activations (the
 /// many-row numbers of AMX) against several weight rows at a time, one output per lane — eight
 /// on AVX2 (avx2::int8_lanes_range), sixteen on VNNI without tiles (avx512_vnni's, the same
@@ -785,13 +794,13 @@ status products_lanes(std::span<const kernel_call> calls) {
         std::int32_t* pairs = calls[0].scratch->ints(std::size_t(x.rows * x.k / 2), 9);
         avx2::held_pairs(x.q, x.rows * x.k, pairs);
         x.q = reinterpret_cast<const std::int16_t*>(pairs);
-        return run(x, avx2::int16_held_lanes_range);
+        return run(x, avx2_int16_held_lanes_range);
       }
     } else if (mixed) {
       return one_by_one(calls, product_lanes);
     } else {
       int8_plain_rows x;
-      if (lanes_quantize(a[0], *calls[0].scratch, false, x)) return run(x, avx2::int8_lanes_range);
+      if (lanes_quantize(a[0], *calls[0].scratch, false, x)) return run(x, avx2_int8_lanes_range);
     }
   }
   for (std::size_t i = 0; i < count; ++i) {
@@ -838,9 +847,9 @@ status product_scalar(const kernel_call& c) {
 /// that keep their bits alone and those that are not finite.
 template <const level_kernels& LK>
 cpu_kernel avx2_int8_lanes_entry(const char* op, level l) {
-  return {op, unless_lanes<product_int8_lanes<avx2::int8_lanes_range, 8, false, LK, product<LK>, products<LK>>>,
+  return {op, unless_lanes<product_int8_lanes<avx2_int8_lanes_range, 8, false, LK, product<LK>, products<LK>>>,
           accepts_int8_lanes, cpu_isa::level_name(l), l,
-          unless_lanes_group<products_int8_lanes<avx2::int8_lanes_range, 8, false, LK, product<LK>, products<LK>>>};
+          unless_lanes_group<products_int8_lanes<avx2_int8_lanes_range, 8, false, LK, product<LK>, products<LK>>>};
 }
 
 }  // namespace
