@@ -33,7 +33,12 @@ JSON lists them).
 
 Cells (shape x dtype x threads x test x side), each run once per repeat; every repeat visits
 them in a rotated order, mpakt and llama.cpp of one configuration back to back (which goes
-first alternates), and the table shows medians:
+first alternates), and the table shows medians. Each side's timed run follows an untimed
+warm-up of its own, as llama-bench does by default (the prompt once for pp; one generated token
+for tg and tgd). It matters on machines whose cores slow down when idle: on a KVM Xeon, 300 MB
+read in 21 ms straight after a read and in 46-54 ms after three idle seconds, and a 128-token
+prefill of the SmolLM2 shape on one thread took 124 ms called back to back, 260 ms after three
+idle seconds.
   tg   decode N tokens from an empty cache (N = --tokens, 128 by default).
        llama.cpp: `llama-bench -p 0 -n N -t T -r 1` (its own warm-up first), avg_ts.
        mpakt: POST /api/v3/generate on the worker loop (greedy, compiled one-token step,
@@ -770,8 +775,14 @@ def main():
                     try:
                         if side == "mpakt":
                             sv = serves[c["threads"]]
-                            r = (sv.pp(c["shape"], c["dtype"], prompts[c["shape"]]) if c["test"] == "pp"
-                                 else sv.tg(c["shape"], c["dtype"], n, prompts[c["shape"]][0], deep=c["test"] == "tgd"))
+                            # an untimed warm-up first, as llama-bench runs before its timed run (the
+                            # prompt once; one generated token)
+                            if c["test"] == "pp":
+                                sv.pp(c["shape"], c["dtype"], prompts[c["shape"]])
+                                r = sv.pp(c["shape"], c["dtype"], prompts[c["shape"]])
+                            else:
+                                sv.tg(c["shape"], c["dtype"], 1, prompts[c["shape"]][0], deep=c["test"] == "tgd")
+                                r = sv.tg(c["shape"], c["dtype"], n, prompts[c["shape"]][0], deep=c["test"] == "tgd")
                         else:
                             r = peer.bench_cell(ggufs[c["shape"]][c["dtype"]], c["test"], n, c["threads"], args.depth)
                     except Exception as e:  # noqa: BLE001 - a failed cell is reported, the run goes on
