@@ -141,6 +141,10 @@ AMX_OFF_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 AVX2_CMAKE = ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
               "-DGGML_BMI2=ON", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX512_BF16=OFF",
               "-DGGML_AVX_VNNI=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
+# `--isa avx_vnni`: the same with AVX-VNNI's 256-bit dot products on both sides (the peer's
+# GGML_AVX_VNNI, mpakt's avx2 level taking them): Intel's Alder Lake and later cores without
+# AVX-512, on a machine that has AVX-VNNI. `--isa avx2` holds both without them.
+AVX_VNNI_CMAKE = [f for f in AVX2_CMAKE if f != "-DGGML_AVX_VNNI=OFF"] + ["-DGGML_AVX_VNNI=ON"]
 
 
 def log(*a):
@@ -285,8 +289,12 @@ class Peer:
                           "ggml_version": self._ggml_version()})
         held = {"avx512": ("noamx", "llama.cpp built native with AMX off; mpakt held at its avx512_bf16 kernel "
                                     "level (MPAKT_CPU_LEVEL=avx512_bf16): an AVX-512 machine without AMX"),
-                "avx2": ("avx2", "llama.cpp built for AVX2 (GGML_NATIVE=OFF, AVX2/FMA/F16C/BMI2 on, AVX-512 and "
-                                 "AMX off); mpakt held at its avx2 kernel level (MPAKT_CPU_LEVEL=avx2)")}
+                "avx2": ("avx2", "llama.cpp built for AVX2 (GGML_NATIVE=OFF, AVX2/FMA/F16C/BMI2 on, AVX-512, "
+                                 "AVX-VNNI and AMX off); mpakt held at its avx2 kernel level (MPAKT_CPU_LEVEL=avx2, "
+                                 "MPAKT_AVX_VNNI=off)"),
+                "avx_vnni": ("avxvnni", "llama.cpp built for AVX2 with AVX-VNNI (GGML_NATIVE=OFF, GGML_AVX_VNNI "
+                                        "on, AVX-512 and AMX off); mpakt held at its avx2 kernel level "
+                                        "(MPAKT_CPU_LEVEL=avx2), taking AVX-VNNI's dot products")}
         if isa in held:
             self.variant, note = held[isa]
             self.build(self.variant)
@@ -334,7 +342,7 @@ class Peer:
         log(f"peer: building llama-bench and llama-quantize ({variant}) into {bdir} (several minutes)…")
         t = time.perf_counter()
         gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-        flags = {"amx": ["-DGGML_NATIVE=ON"], "avx2": AVX2_CMAKE}.get(
+        flags = {"amx": ["-DGGML_NATIVE=ON"], "avx2": AVX2_CMAKE, "avxvnni": AVX_VNNI_CMAKE}.get(
             variant, ["-DGGML_NATIVE=ON", f"-DCMAKE_C_FLAGS={AMX_OFF_FLAGS}", f"-DCMAKE_CXX_FLAGS={AMX_OFF_FLAGS}"])
         run(["cmake", "-S", self.src, "-B", bdir, *gen, "-DCMAKE_BUILD_TYPE=Release",
              "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
@@ -651,10 +659,12 @@ def main():
                     help="where the peer, its GGUF files and the checkpoints live (default ~/.cache/mpakt-peer)")
     ap.add_argument("--peer-version", default=None, help="llama-cpp-python version to use (default: newest cached)")
     ap.add_argument("--refresh-peer", action="store_true", help="ask PyPI for the newest llama-cpp-python")
-    ap.add_argument("--isa", choices=["native", "avx2", "avx512"], default="native",
+    ap.add_argument("--isa", choices=["native", "avx2", "avx_vnni", "avx512"], default="native",
                     help="avx2: both engines on their AVX2 paths (the peer built for AVX2, mpakt's kernels "
-                         "held at the avx2 level) — what an AVX2-only volunteer runs; avx512: both without "
-                         "AMX (the peer's AMX-off build, mpakt at avx512_bf16) — an AVX-512 machine without tiles")
+                         "held at the avx2 level) — what an AVX2-only volunteer runs; avx_vnni: the same with "
+                         "AVX-VNNI's 256-bit dot products on both (an Alder Lake or later Intel core without "
+                         "AVX-512; needs a CPU with AVX-VNNI); avx512: both without AMX (the peer's AMX-off "
+                         "build, mpakt at avx512_bf16) — an AVX-512 machine without tiles")
     ap.add_argument("--reprint", metavar="JSON", help="print the table of an earlier run's JSON and exit")
     args = ap.parse_args()
     if args.reprint:
@@ -709,10 +719,14 @@ def main():
         paths = p.make_ggufs(s, st_dirs[s], p.dir / "build-amx" / "bin" / "llama-quantize")
         return paths
 
+    if args.isa == "avx_vnni" and "avx_vnni" not in cpu_info()["flags"]:
+        sys.exit("peer_bench: --isa avx_vnni needs a CPU with AVX-VNNI (lscpu: avx_vnni)")
     peer.setup(smoke_ggufs, args.isa)
     results["isa"] = args.isa
     if args.isa != "native":  # inherited by the mpakt servers started below
-        os.environ["MPAKT_CPU_LEVEL"] = {"avx2": "avx2", "avx512": "avx512_bf16"}[args.isa]
+        os.environ["MPAKT_CPU_LEVEL"] = {"avx2": "avx2", "avx_vnni": "avx2", "avx512": "avx512_bf16"}[args.isa]
+        if args.isa == "avx2":
+            os.environ["MPAKT_AVX_VNNI"] = "off"
     ggufs = {}
     for s in shapes:
         log(f"GGUF files {s}…")
