@@ -15,16 +15,7 @@ namespace mpakt::cpu_fast::avx2 {
 
 namespace {
 
-using i64 = std::int64_t;
-
-inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
-
-inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
-
-/// Keeps a running integer sum a chain: exact in any order, so GCC reassociates unrolled sums
-/// into trees of every product first, which overflowed the sixteen registers into the stack
-/// (the q8/q4 held and lanes kernels); an empty assembly statement fixes the order written.
-inline void sum_in_order(__m256i& v) { asm("" : "+x"(v)); }
+#include "backends/cpu/fast/avx2_basics.inc"
 
 inline float bf16_to_float(std::uint16_t h) {
   const std::uint32_t u = std::uint32_t(h) << 16;
@@ -56,11 +47,6 @@ inline float hsum(__m256 v) {
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
-
-/// How far ahead of its reads a one-column tile asks for its weight row's lines: decode reads
-/// one weight row after the other, so the bytes 8 KiB on are the rows it comes to next
-/// (distances of 4.6 and 9.2 KiB measured alike on a Zen 3, 18 KiB no faster).
-constexpr i64 stream_ahead = 8192;
 
 // ------------------------------------------------------------------ float weights
 
@@ -270,7 +256,6 @@ void float_range(const float_product& in, i64 n_begin, i64 n_end) {
 
 // ------------------------------------------------------------------ q8/q4 weights
 
-constexpr i64 q8_bytes = 34, q4_bytes = 20;
 
 /// A weight block as two registers of 16 int16: q8 sign-extended, values 0–15 and 16–31;
 /// q4 its low nibbles (the block's even values) and its high nibbles (the odd values) — the

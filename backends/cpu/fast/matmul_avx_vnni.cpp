@@ -16,18 +16,7 @@ namespace mpakt::cpu_fast::avx_vnni {
 
 namespace {
 
-using i64 = std::int64_t;
-
-inline i64 min_i64(i64 a, i64 b) { return a < b ? a : b; }
-
-inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
-
-/// As matmul_avx2.cpp's: an empty assembly statement keeps an unrolled integer sum a chain.
-inline void sum_in_order(__m256i& v) { asm("" : "+x"(v)); }
-
-/// As matmul_avx2.cpp's (the decode rows' prefetch distance, and the q8/q4 block sizes).
-constexpr i64 stream_ahead = 8192;
-constexpr i64 q8_bytes = 34, q4_bytes = 20;
+#include "backends/cpu/fast/avx2_basics.inc"
 
 inline __m256i dot_pairs(__m256i acc, __m256i w, __m256i p) { return _mm256_dpwssd_avx_epi32(acc, w, p); }
 inline __m256i dot_bytes(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
