@@ -691,7 +691,7 @@ status executable_graph::bind_input(std::string_view name, std::span<const float
     if (std::int64_t(values.size()) != s.t.numel())
       return invalid("binding " + b.name + " needs " + std::to_string(s.t.numel()) + " values (shape " +
                      shape_str(s.desc.shape) + "), got " + std::to_string(values.size()));
-    std::memcpy(s.t.data(), values.data(), values.size() * 4);
+    if (!values.empty()) std::memcpy(s.t.data(), values.data(), values.size() * 4);  // (an empty span's data may be null)
     b.set = true;
     return {};
   }
@@ -971,7 +971,7 @@ result<tensor> executable_graph::take(std::string_view name) {
   // Inputs, in-place results and views share bytes with something else: hand out a copy.
   auto copy = tensor::make(s.t.type(), s.t.shape());
   if (!copy) return copy;
-  std::memcpy(copy->data(), s.t.data(), s.t.nbytes());
+  if (s.t.nbytes() > 0) std::memcpy(copy->data(), s.t.data(), s.t.nbytes());
   return copy;
 }
 
