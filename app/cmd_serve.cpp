@@ -463,6 +463,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     std::printf("  models resolve hf: sources at %s\n", ccfg.load.hf_endpoint.c_str());
     std::printf("  CPU kernels: %s, %d thread%s (%s)\n", cpu_isa::describe().c_str(), threads, threads == 1 ? "" : "s",
                 cpu_isa::detected().model.c_str());
+    for (const auto& w : cpu_isa::setting_problems()) std::printf("  warning: %s\n", w.c_str());
     for (const auto& d : ccfg.load.local_dirs) std::printf("  local sources may be read from %s\n", d.c_str());
     if (ccfg.load.allow_private_sources) std::printf("  URL sources may reach private addresses\n");
     std::printf("  first call:  curl %s/api/versions\n", base.c_str());

@@ -385,6 +385,7 @@ int cmd_worker(const std::vector<std::string>& args) {
                 admitted_as.c_str(), (std::to_string(wc.memory_bytes >> 20) + " MiB").c_str(), threads);
     std::printf("  computes on: %s\n", chosen->describe().c_str());
     std::printf("  CPU kernels: %s (%s)\n", cpu_isa::describe().c_str(), cpu_isa::detected().model.c_str());
+    for (const auto& w : cpu_isa::setting_problems()) std::printf("  warning: %s\n", w.c_str());
     std::fflush(stdout);
     int sig = 0;
     sigwait(&stop_signals, &sig);

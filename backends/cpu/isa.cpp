@@ -272,4 +272,22 @@ bool avx_vnni_dots() {
 
 void prefer_avx_vnni(std::optional<bool> on) { avx_vnni_allowed().store(on.value_or(true), std::memory_order_relaxed); }
 
+std::vector<std::string> setting_problems() {
+  std::vector<std::string> out;
+  if (const char* env = std::getenv("MPAKT_CPU_LEVEL")) {
+    std::string all;
+    for (auto n : names) all += (all.empty() ? "" : ", ") + std::string(n);
+    if (auto want = level_from_name(env); !want)
+      out.push_back("MPAKT_CPU_LEVEL=" + std::string(env) + " names no kernel level (" + all + "); " +
+                    std::string(level_name(best())) + " is used");
+    else if (*want > best())
+      out.push_back("MPAKT_CPU_LEVEL=" + std::string(env) + " is above what this CPU has; " + std::string(level_name(best())) +
+                    " is used");
+  }
+  for (const char* var : {"MPAKT_BF16_PAIRS", "MPAKT_AVX_VNNI"})
+    if (const char* env = std::getenv(var); env && std::strcmp(env, "on") != 0 && std::strcmp(env, "off") != 0)
+      out.push_back(std::string(var) + "=" + env + " is neither on nor off; the default is used");
+  return out;
+}
+
 }  // namespace mpakt::cpu_isa

@@ -94,4 +94,10 @@ void prefer_bf16_pairs(std::optional<bool> on);
 bool avx_vnni_dots();
 void prefer_avx_vnni(std::optional<bool> on);
 
+/// What is wrong with the kernel settings of the environment, one line each (none: empty):
+/// `MPAKT_CPU_LEVEL` naming no level, or one above what this CPU has (the best is used);
+/// `MPAKT_BF16_PAIRS` or `MPAKT_AVX_VNNI` other than on/off (the default is used). The
+/// start-up banners print them, so a mistyped setting is not silently ignored.
+std::vector<std::string> setting_problems();
+
 }  // namespace mpakt::cpu_isa

@@ -12,9 +12,11 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backends/cpu/cpu_backend.hpp"
@@ -118,6 +120,44 @@ TEST(CpuIsa, LevelCanBeLoweredNotRaised) {
     EXPECT_TRUE(cpu_isa::set_level(l));
   }
   EXPECT_FALSE(cpu_isa::level_from_name("avx1024").has_value());
+}
+
+/// A kernel setting of the environment that names nothing known is reported (the banners print
+/// these lines), not silently ignored.
+TEST(CpuIsa, MistypedKernelSettingsAreNamed) {
+  struct env_guard {
+    const char* name;
+    std::optional<std::string> old;
+    explicit env_guard(const char* n) : name(n) {
+      if (const char* v = std::getenv(n)) old = v;
+      ::unsetenv(n);
+    }
+    ~env_guard() {
+      if (old) ::setenv(name, old->c_str(), 1);
+      else ::unsetenv(name);
+    }
+  } level("MPAKT_CPU_LEVEL"), pairs("MPAKT_BF16_PAIRS"), vnni("MPAKT_AVX_VNNI");
+  EXPECT_TRUE(cpu_isa::setting_problems().empty());
+  ::setenv("MPAKT_CPU_LEVEL", "avx3", 1);
+  auto p = cpu_isa::setting_problems();
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find("MPAKT_CPU_LEVEL=avx3 names no kernel level (scalar, avx2"), std::string::npos) << p[0];
+  ::setenv("MPAKT_CPU_LEVEL", "scalar", 1);
+  EXPECT_TRUE(cpu_isa::setting_problems().empty());
+  if (cpu_isa::best() < cpu_isa::level::amx) {
+    ::setenv("MPAKT_CPU_LEVEL", "amx", 1);
+    p = cpu_isa::setting_problems();
+    ASSERT_EQ(p.size(), 1u);
+    EXPECT_NE(p[0].find("above what this CPU has"), std::string::npos) << p[0];
+  }
+  ::unsetenv("MPAKT_CPU_LEVEL");
+  ::setenv("MPAKT_BF16_PAIRS", "yes", 1);
+  ::setenv("MPAKT_AVX_VNNI", "off", 1);
+  p = cpu_isa::setting_problems();
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0], "MPAKT_BF16_PAIRS=yes is neither on nor off; the default is used");
+  ::setenv("MPAKT_AVX_VNNI", "0", 1);
+  EXPECT_EQ(cpu_isa::setting_problems().size(), 2u);
 }
 
 TEST(CpuIsa, BackendPicksKernelsOfTheCurrentLevel) {
