@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -239,11 +240,22 @@ double bf16_dot_rate() {
 }
 
 namespace {
-std::atomic<int>& pairs_choice() {  // -1: measured, 0: off, 1: on (MPAKT_BF16_PAIRS=off|on)
-  static std::atomic<int> c{[] {
-    const char* env = std::getenv("MPAKT_BF16_PAIRS");
-    return env && std::strcmp(env, "on") == 0 ? 1 : env && std::strcmp(env, "off") == 0 ? 0 : -1;
-  }()};
+/// `var`=on|off of the environment: true or false; nullopt when unset or another value
+/// (setting_problems names the latter).
+std::optional<bool> on_off_setting(const char* var) {
+  const char* env = std::getenv(var);
+  if (env && std::strcmp(env, "on") == 0) return true;
+  if (env && std::strcmp(env, "off") == 0) return false;
+  return std::nullopt;
+}
+int choice_of(std::optional<bool> on) { return on ? int(*on) : -1; }  // -1: the default, 0: off, 1: on
+
+std::atomic<int>& pairs_choice() {
+  static std::atomic<int> c{choice_of(on_off_setting("MPAKT_BF16_PAIRS"))};
+  return c;
+}
+std::atomic<int>& avx_vnni_choice() {
+  static std::atomic<int> c{choice_of(on_off_setting("MPAKT_AVX_VNNI"))};
   return c;
 }
 }  // namespace
@@ -253,24 +265,19 @@ bool bf16_pairs() {
   return c >= 0 ? c == 1 : bf16_dot_rate() >= 0.85;
 }
 
-void prefer_bf16_pairs(std::optional<bool> on) { pairs_choice().store(on ? int(*on) : -1, std::memory_order_relaxed); }
-
-namespace {
-std::atomic<bool>& avx_vnni_allowed() {  // MPAKT_AVX_VNNI=off: false
-  static std::atomic<bool> c{[] {
-    const char* env = std::getenv("MPAKT_AVX_VNNI");
-    return !(env && std::strcmp(env, "off") == 0);
-  }()};
-  return c;
+void prefer_bf16_pairs(std::optional<bool> on) {
+  pairs_choice().store(choice_of(on ? on : on_off_setting("MPAKT_BF16_PAIRS")), std::memory_order_relaxed);
 }
-}  // namespace
 
 bool avx_vnni_dots() {
   const level l = current();
-  return detected().avx_vnni && (l == level::avx2 || l == level::avx512) && avx_vnni_allowed().load(std::memory_order_relaxed);
+  return detected().avx_vnni && (l == level::avx2 || l == level::avx512) &&
+         avx_vnni_choice().load(std::memory_order_relaxed) != 0;
 }
 
-void prefer_avx_vnni(std::optional<bool> on) { avx_vnni_allowed().store(on.value_or(true), std::memory_order_relaxed); }
+void prefer_avx_vnni(std::optional<bool> on) {
+  avx_vnni_choice().store(choice_of(on ? on : on_off_setting("MPAKT_AVX_VNNI")), std::memory_order_relaxed);
+}
 
 std::vector<std::string> setting_problems() {
   std::vector<std::string> out;
@@ -285,7 +292,7 @@ std::vector<std::string> setting_problems() {
                     " is used");
   }
   for (const char* var : {"MPAKT_BF16_PAIRS", "MPAKT_AVX_VNNI"})
-    if (const char* env = std::getenv(var); env && std::strcmp(env, "on") != 0 && std::strcmp(env, "off") != 0)
+    if (const char* env = std::getenv(var); env && !on_off_setting(var))
       out.push_back(std::string(var) + "=" + env + " is neither on nor off; the default is used");
   return out;
 }

@@ -82,7 +82,7 @@ double bf16_dot_rate();
 /// kernel) rather than the f32 panels, which give the same bits: where `vdpbf16ps` issues at
 /// 0.85 of the FMA rate or more (a Sapphire Rapids held without AMX ran a bf16 prefill in pairs
 /// at 0.72 of the panels' speed; a Zen 4 at 1.7 times it). `MPAKT_BF16_PAIRS=on|off` or a test
-/// (prefer_bf16_pairs) may choose; nullopt restores the measured choice.
+/// (prefer_bf16_pairs) may choose; nullopt restores the environment's choice, else the measured one.
 bool bf16_pairs();
 void prefer_bf16_pairs(std::optional<bool> on);
 
@@ -90,7 +90,8 @@ void prefer_bf16_pairs(std::optional<bool> on);
 /// (matmul_avx_vnni.cpp: the same bits): where the CPU has AVX-VNNI and the level is avx2 or
 /// avx512 (from avx512_vnni on, the 512-bit kernels take those products) — Intel's Alder Lake
 /// and later cores without AVX-512. `MPAKT_AVX_VNNI=off` or a test (prefer_avx_vnni(false))
-/// keeps them to plain AVX2; nullopt restores the default (on where the CPU has it).
+/// keeps them to plain AVX2; nullopt restores the environment's choice, else the default (on
+/// where the CPU has it).
 bool avx_vnni_dots();
 void prefer_avx_vnni(std::optional<bool> on);
 

@@ -125,6 +125,13 @@ TEST(CpuIsa, LevelCanBeLoweredNotRaised) {
 /// A kernel setting of the environment that names nothing known is reported (the banners print
 /// these lines), not silently ignored.
 TEST(CpuIsa, MistypedKernelSettingsAreNamed) {
+  // (destroyed last, once the environment is back: the choices it made are made again)
+  struct choose_again {
+    ~choose_again() {
+      cpu_isa::prefer_avx_vnni(std::nullopt);
+      cpu_isa::prefer_bf16_pairs(std::nullopt);
+    }
+  } again;
   struct env_guard {
     const char* name;
     std::optional<std::string> old;
@@ -158,6 +165,16 @@ TEST(CpuIsa, MistypedKernelSettingsAreNamed) {
   EXPECT_EQ(p[0], "MPAKT_BF16_PAIRS=yes is neither on nor off; the default is used");
   ::setenv("MPAKT_AVX_VNNI", "0", 1);
   EXPECT_EQ(cpu_isa::setting_problems().size(), 2u);
+  // a test's choice given back returns to the environment's
+  if (cpu_isa::detected().avx_vnni && cpu_isa::best() >= cpu_isa::level::avx2) {
+    test::level_guard g;
+    ASSERT_TRUE(cpu_isa::set_level(cpu_isa::level::avx2));
+    ::setenv("MPAKT_AVX_VNNI", "off", 1);
+    cpu_isa::prefer_avx_vnni(true);
+    EXPECT_TRUE(cpu_isa::avx_vnni_dots());
+    cpu_isa::prefer_avx_vnni(std::nullopt);
+    EXPECT_FALSE(cpu_isa::avx_vnni_dots());
+  }
 }
 
 TEST(CpuIsa, BackendPicksKernelsOfTheCurrentLevel) {

@@ -174,16 +174,14 @@ TEST(Lanes, MatmulOnEveryLevelAgreesAndKeepsEachRowsBits) {
 /// and with the weight held in lanes or as rows; the choice follows the level and the override.
 TEST(Lanes, AvxVnniDotsGiveTheBitsOfPlainAvx2) {
   restore guard;
-  struct vnni_guard {
-    ~vnni_guard() { cpu_isa::prefer_avx_vnni(std::nullopt); }
-  } vnni;
+  const test::avx_vnni_guard vnni(true);
   if (!cpu_isa::detected().avx_vnni || cpu_isa::best() < cpu_isa::level::avx2) GTEST_SKIP() << "no AVX-VNNI here";
   ASSERT_TRUE(cpu_isa::set_level(cpu_isa::level::avx2));
   EXPECT_TRUE(cpu_isa::avx_vnni_dots());
   EXPECT_NE(cpu_isa::describe().find("avx_vnni dot products"), std::string::npos) << cpu_isa::describe();
   cpu_isa::prefer_avx_vnni(false);
   EXPECT_FALSE(cpu_isa::avx_vnni_dots());
-  cpu_isa::prefer_avx_vnni(std::nullopt);
+  cpu_isa::prefer_avx_vnni(true);
   if (cpu_isa::best() >= cpu_isa::level::avx512_vnni) {
     ASSERT_TRUE(cpu_isa::set_level(cpu_isa::level::avx512_vnni));
     EXPECT_FALSE(cpu_isa::avx_vnni_dots());  // (the 512-bit kernels take these products)
@@ -211,7 +209,7 @@ TEST(Lanes, AvxVnniDotsGiveTheBitsOfPlainAvx2) {
               const auto with_dots = run_values("linear", t, {x, w, bias}, lin);
               cpu_isa::prefer_avx_vnni(false);
               const auto plain = run_values("linear", t, {x, w, bias}, lin);
-              cpu_isa::prefer_avx_vnni(std::nullopt);
+              cpu_isa::prefer_avx_vnni(true);
               EXPECT_EQ(bits(with_dots), bits(plain));
               ++compared;
             }

@@ -50,4 +50,12 @@ struct bf16_pairs_guard {
   ~bf16_pairs_guard() { cpu_isa::prefer_bf16_pairs(std::nullopt); }
 };
 
+/// Has the AVX2 level's q8/q4 lanes kernels take AVX-VNNI's dot products where the CPU has them
+/// (on) or keep to plain AVX2 (off), whatever the environment says (cpu_isa::avx_vnni_dots),
+/// until it goes.
+struct avx_vnni_guard {
+  explicit avx_vnni_guard(bool on) { cpu_isa::prefer_avx_vnni(on); }
+  ~avx_vnni_guard() { cpu_isa::prefer_avx_vnni(std::nullopt); }
+};
+
 }  // namespace mpakt::test
