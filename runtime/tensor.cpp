@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -9,7 +11,10 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace mpakt {
 
@@ -47,25 +52,162 @@ struct aligned_free {
 constexpr std::size_t mapped_storage_bytes = std::size_t(4) << 20;
 constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
 
+/// Weight mappings given back (a model deleted, a load abandoned) are kept a short while for
+/// the next weights of about their size instead of being unmapped: fresh pages cost the kernel
+/// a clearing pass before their first write, which took a volunteer reloading SmolLM2-135M
+/// longer than the load's copy off the socket itself (clear_page 24 % of its samples, the
+/// receive copy 13 %; a Xeon), while a kept page is written in place. Kept mappings are marked
+/// MADV_FREE — the kernel takes their pages back whenever it needs the memory (such a page
+/// comes back cleared) — and unmapped once kept longer than the keep time (10 s; a thread of
+/// its own wakes for them); a weight mapped fresh unmaps as many kept bytes, oldest first, so
+/// weights and kept pages together never hold more than the weights held before. Only weights
+/// are given kept mappings: a weight's builder writes every byte before it is used
+/// (tensor_builder::finish), so the old bytes are never read; anything else is mapped fresh.
+class kept_mappings {
+ public:
+  static kept_mappings& get() {
+    static kept_mappings* k = new kept_mappings();  // (leaked: weights may outlive static destruction)
+    return *k;
+  }
+
+  struct mapping {
+    std::byte* base = nullptr;
+    std::size_t mapped = 0;
+  };
+
+  /// The smallest kept mapping of `mapped` bytes to an eighth more, taken; or none.
+  mapping take(std::size_t mapped) {
+    std::lock_guard lock(mutex_);
+    auto it = kept_.lower_bound(mapped);
+    if (it == kept_.end() || it->first > mapped + mapped / 8) return {};
+    return drop(it);
+  }
+
+  /// Keeps a weight's mapping, its pages marked free (unmaps it where the kernel cannot).
+  void give(std::byte* base, std::size_t mapped) {
+    if (::madvise(base, mapped, MADV_FREE) != 0) return void(::munmap(base, mapped));
+    std::lock_guard lock(mutex_);
+    kept_.emplace(mapped, entry{base, clock::now()});
+    held_ += mapped;
+    if (!reaper_started_) {
+      reaper_started_ = true;
+      std::thread([this] { reap(); }).detach();
+    }
+    wake_.notify_one();
+  }
+
+  /// A weight's mapping was made fresh: unmaps kept ones, the oldest first, until `mapped`
+  /// bytes are gone.
+  void make_room(std::size_t mapped) {
+    std::vector<mapping> gone;
+    {
+      std::lock_guard lock(mutex_);
+      for (std::size_t freed = 0; freed < mapped && !kept_.empty();) {
+        auto oldest = kept_.begin();
+        for (auto it = kept_.begin(); it != kept_.end(); ++it)
+          if (it->second.since < oldest->second.since) oldest = it;
+        freed += oldest->first;
+        gone.push_back(drop(oldest));
+      }
+    }
+    for (const auto& m : gone) ::munmap(m.base, m.mapped);
+  }
+
+  void keep_for(std::chrono::milliseconds t) {
+    std::lock_guard lock(mutex_);
+    keep_for_ = t;
+    wake_.notify_one();
+  }
+  std::size_t held() {
+    std::lock_guard lock(mutex_);
+    return held_;
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  struct entry {
+    std::byte* base;
+    clock::time_point since;
+  };
+
+  /// Removes a kept mapping (under the lock), returning it for unmapping.
+  mapping drop(std::multimap<std::size_t, entry>::iterator it) {
+    const mapping m{it->second.base, it->first};
+    held_ -= it->first;
+    kept_.erase(it);
+    return m;
+  }
+
+  /// The reaper thread: unmaps what was kept longer than the keep time.
+  void reap() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      const auto now = clock::now();
+      std::optional<clock::time_point> next;
+      std::vector<mapping> gone;
+      for (auto it = kept_.begin(); it != kept_.end();) {
+        if (now - it->second.since >= keep_for_) {
+          gone.push_back(drop(it++));
+        } else {
+          next = std::min(next.value_or(clock::time_point::max()), it->second.since + keep_for_);
+          ++it;
+        }
+      }
+      if (!gone.empty()) {
+        lock.unlock();
+        for (const auto& m : gone) ::munmap(m.base, m.mapped);
+        lock.lock();
+        continue;
+      }
+      if (next) wake_.wait_until(lock, *next);
+      else wake_.wait(lock);
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::multimap<std::size_t, entry> kept_;  ///< by mapped bytes
+  std::size_t held_ = 0;
+  std::chrono::milliseconds keep_for_{10000};
+  bool reaper_started_ = false;
+};
+
+/// The owner of a mapping: unmaps it, or gives it back to kept_mappings (a weight's).
 struct unmap {
   std::size_t bytes = 0;
-  void operator()(std::byte* p) const { ::munmap(p, bytes); }
+  bool weight = false;
+  void operator()(std::byte* p) const {
+    if (weight) kept_mappings::get().give(p, bytes);
+    else ::munmap(p, bytes);
+  }
 };
 
 /// Maps `bytes` starting on a huge page's boundary and asks for huge pages on its whole ones
 /// (a tail shorter than a huge page stays in small pages: it would take 2 MB for a few bytes);
-/// the mapping's owner is the returned pointer (null on failure).
-std::shared_ptr<std::byte[]> map_huge(std::size_t bytes) {
+/// the mapping's owner is the returned pointer (null on failure). A weight's may be a kept
+/// mapping (kept_mappings: `*kept` says so), whose bytes are those of a weight gone; anything
+/// else's is zeroed.
+std::shared_ptr<std::byte[]> map_huge(std::size_t bytes, bool weight, bool* kept = nullptr) {
   // (mapped one huge page larger, so the storage can start on a huge page's boundary; the
   // bytes before it are never touched, so they take no memory)
-  const std::size_t mapped = bytes + huge_page_bytes;
-  void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
-  auto* base = static_cast<std::byte*>(p);
+  std::size_t mapped = bytes + huge_page_bytes;
+  std::byte* base = nullptr;
+  if (weight) {
+    const auto m = kept_mappings::get().take(mapped);
+    base = m.base;
+    if (base) mapped = m.mapped;
+  }
+  if (kept) *kept = base != nullptr;
+  if (!base) {
+    void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    base = static_cast<std::byte*>(p);
+    if (weight) kept_mappings::get().make_room(mapped);
+  }
   const auto first = (reinterpret_cast<std::uintptr_t>(base) + huge_page_bytes - 1) & ~(huge_page_bytes - 1);
   auto* start = reinterpret_cast<std::byte*>(first);
   (void)::madvise(start, bytes / huge_page_bytes * huge_page_bytes, MADV_HUGEPAGE);
-  const std::shared_ptr<std::byte[]> mapping(base, unmap{mapped});
+  const std::shared_ptr<std::byte[]> mapping(base, unmap{mapped, weight});
   return std::shared_ptr<std::byte[]>(mapping, start);  // (owns the whole mapping)
 }
 
@@ -74,7 +216,7 @@ std::shared_ptr<std::byte[]> map_huge(std::size_t bytes) {
 /// stream through few TLB entries: a 1.8 MB bf16 product read 22 GB/s from 4 KB pages where
 /// one of 6 MB on huge pages read 28 (two threads, the same Xeon run). Each group (a model:
 /// the loader passes its id) has slabs of its own, so a model's weights go with it: a slab is
-/// unmapped whole when its last weight is freed — never given back a weight at a time, which
+/// given back whole (kept_mappings) when its last weight is freed — never a weight at a time, which
 /// splits the huge pages a weight shares with its neighbours (~100 per SmolLM2-sized model
 /// deleted, when slabs were shared) — and models loaded side by side never hold each other's
 /// slabs. What a group's last slab leaves untouched costs nothing.
@@ -85,9 +227,9 @@ class weight_slabs {
     return *w;
   }
 
-  /// `bytes` (a multiple of 64, under slab_bytes) of zeroed storage in `group`'s slabs; null
-  /// when mapping fails.
-  std::shared_ptr<std::byte[]> carve(const std::string& group, std::size_t bytes) {
+  /// `bytes` (a multiple of 64, under slab_bytes) of storage in `group`'s slabs; null when
+  /// mapping fails. Zeroed unless `*kept` (the slab is a kept mapping).
+  std::shared_ptr<std::byte[]> carve(const std::string& group, std::size_t bytes, bool& kept) {
     std::shared_ptr<std::byte[]> slab;
     std::size_t at = 0;
     {
@@ -95,7 +237,7 @@ class weight_slabs {
       auto& g = groups_[group];
       slab = g.slab.lock();
       if (!slab || g.used + bytes > slab_bytes) {
-        slab = map_huge(slab_bytes);
+        slab = map_huge(slab_bytes, true, &g.kept);
         if (!slab) return nullptr;
         g.slab = slab;
         g.used = 0;
@@ -103,6 +245,7 @@ class weight_slabs {
       }
       at = g.used;
       g.used += bytes;
+      kept = g.kept;
     }
     // (a control block of its own, so the weight's storage_watch expires with the weight)
     return std::shared_ptr<std::byte[]>(slab.get() + at, [slab](std::byte*) mutable { slab.reset(); });
@@ -114,6 +257,7 @@ class weight_slabs {
   struct group_slab {
     std::weak_ptr<std::byte[]> slab;  ///< the one being carved (unmapped with its last weight)
     std::size_t used = 0;
+    bool kept = false;  ///< whether the slab is a kept mapping
   };
 
   /// Drops the entries of groups whose slabs are all gone (a model unloaded).
@@ -125,6 +269,9 @@ class weight_slabs {
   std::map<std::string, group_slab> groups_;
 };
 }  // namespace
+
+std::size_t kept_weight_bytes() { return kept_mappings::get().held(); }
+void keep_freed_weights_for(std::chrono::milliseconds t) { kept_mappings::get().keep_for(t); }
 
 result<tensor> tensor::make(dtype t, shape_t shape) { return allocate(t, std::move(shape), false, {}); }
 
@@ -141,15 +288,20 @@ result<tensor> tensor::allocate(dtype t, shape_t shape, bool weight, const std::
   if (!bytes) return make_error(errc::too_large, "shape " + shape_str(shape) + " is too large");
   const std::size_t alloc = (*bytes + 63) / 64 * 64 + 64;
   std::shared_ptr<std::byte[]> storage;
+  bool kept = false;
   if (alloc >= mapped_storage_bytes) {
-    storage = map_huge(alloc);
+    storage = map_huge(alloc, weight, &kept);
   } else if (weight) {
-    storage = weight_slabs::get().carve(group, alloc);
+    storage = weight_slabs::get().carve(group, alloc, kept);
   } else if (void* p = std::aligned_alloc(64, alloc)) {
     std::memset(p, 0, alloc);
     storage = std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), aligned_free{});
   }
   if (!storage) return make_error(errc::too_large, "cannot allocate " + std::to_string(*bytes) + " bytes for " + shape_str(shape));
+  // (a kept mapping's bytes are a weight's gone: the builder writes the weight's own, and the
+  // bytes past them read as zeros, as ever — cleared here only where kept, since touching a
+  // fresh page would make this thread clear it for the kernel)
+  if (kept) std::memset(storage.get() + *bytes, 0, alloc - *bytes);
   tensor out;
   out.type_ = t;
   out.shape_ = std::move(shape);

@@ -5,6 +5,7 @@
 /// the same bytes. Row-major. Activations are f32; weights may be packed (dtype.hpp).
 /// Thread-safety: a tensor's bytes are written only by the one worker that owns it.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,12 @@ using shape_t = std::vector<std::int64_t>;
 /// The most dimensions any shape may have: graph inputs, and the shapes zeros and reshape
 /// are given (decisions.md, "Graph limits").
 constexpr std::size_t max_rank = 8;
+
+/// Weights' storage given back (a model deleted) is kept for the next weights a while, its
+/// pages the kernel's to take back meanwhile (tensor.cpp): the bytes kept now, and how long a
+/// mapping is kept (10 s; tests shorten it).
+std::size_t kept_weight_bytes();
+void keep_freed_weights_for(std::chrono::milliseconds t);
 
 /// "[2, 3, 4]" for messages.
 std::string shape_str(const shape_t& s);
@@ -45,7 +52,9 @@ class tensor {
   /// As make, for a model's weight (built once from its published bytes, then streamed by
   /// every decode step): its storage lies on huge pages, in a mapping of its own from 4 MB,
   /// below that carved from slabs that only weights of the same `group` (a model) share
-  /// (see tensor.cpp).
+  /// (see tensor.cpp). Its bytes are NOT zeroed — they may be a deleted weight's (kept
+  /// storage: kept_weight_bytes) — and the caller writes every one of them; the bytes of its
+  /// storage past them read as zeros.
   static result<tensor> make_weight(dtype t, shape_t shape, const std::string& group = {});
   /// Wraps existing storage (e.g. a slice or reshape view); offset in bytes.
   static tensor view(const tensor& base, dtype t, shape_t shape, std::size_t byte_offset);

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace mpakt {
@@ -68,10 +70,39 @@ std::string vm_flags_of(const void* p) {
   return {};
 }
 
-// Weights under 4 MB are carved one after another from slabs on huge pages, each group (a
-// model) from slabs of its own (runtime/tensor.cpp); a slab is unmapped with its last weight.
-TEST(Tensor, SmallWeightsAreCarvedFromTheirGroupsSlabsOnHugePages) {
+/// Waits until no weight storage is kept (the reaper unmapped it), up to 5 s.
+bool nothing_kept() {
+  for (int i = 0; i < 500 && kept_weight_bytes() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return kept_weight_bytes() == 0;
+}
+
+/// Whether the page holding `p` is mapped (mincore answers ENOMEM for an address that is not).
+bool mapped(const void* p) {
   const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
+  unsigned char in_core = 0;
+  return ::mincore(reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(p) / page * page), page, &in_core) == 0;
+}
+
+/// Starts a test of kept storage with none kept (what earlier tests' models gave back is
+/// unmapped at once), then keeps for 10 s again.
+void forget_kept_storage() {
+  keep_freed_weights_for(std::chrono::milliseconds(0));
+  ASSERT_TRUE(nothing_kept());
+  keep_freed_weights_for(std::chrono::seconds(10));
+}
+
+/// The bytes of a weight's storage past its own (its allocation rounds up to 64 and adds 64)
+/// read as zeros.
+void expect_zero_tail(const tensor& t) {
+  const std::size_t end = (t.nbytes() + 63) / 64 * 64 + 64;
+  for (std::size_t i = t.nbytes(); i < end; ++i) ASSERT_EQ(t.data()[i], std::byte{0}) << "byte " << i << " past the end";
+}
+
+// Weights under 4 MB are carved one after another from slabs on huge pages, each group (a
+// model) from slabs of its own (runtime/tensor.cpp); a slab goes with its last weight — kept
+// a while for the next weights (of any group), then unmapped.
+TEST(Tensor, SmallWeightsAreCarvedFromTheirGroupsSlabsOnHugePages) {
+  forget_kept_storage();
   auto a = tensor::make_weight(dtype::bf16, {300, 576}, "m_a");  // 345,600 bytes: not whole pages
   auto b = tensor::make_weight(dtype::bf16, {1000, 576}, "m_b");
   auto a2 = tensor::make_weight(dtype::f32, {77}, "m_a");
@@ -83,26 +114,75 @@ TEST(Tensor, SmallWeightsAreCarvedFromTheirGroupsSlabsOnHugePages) {
   EXPECT_GE(apart(b->data(), pa), std::size_t(32) << 20) << "another group's weight is in a slab of its own";
   EXPECT_NE(vm_flags_of(pa).find(" hg"), std::string::npos) << vm_flags_of(pa);
   for (auto* t : {&*a, &*b, &*a2}) {
-    EXPECT_EQ(t->data()[0], std::byte{0});
-    EXPECT_EQ(t->data()[t->nbytes() - 1], std::byte{0});
+    expect_zero_tail(*t);
     std::memset(t->data(), 0x5a, t->nbytes());
   }
-  // b's slab goes with b (mincore answers ENOMEM for an address no longer mapped); the other
-  // group's weights keep their bytes
-  const auto first = reinterpret_cast<std::uintptr_t>(b->data()) / page * page;
+  // b's slab goes with b, kept; the other group's weights keep their bytes
+  std::byte* const pb = b->data();
   *b = tensor();
-  unsigned char in_core = 0;
-  EXPECT_EQ(::mincore(reinterpret_cast<void*>(first), page, &in_core), -1);
-  EXPECT_EQ(errno, ENOMEM);
+  EXPECT_TRUE(mapped(pb));
+  EXPECT_EQ(kept_weight_bytes(), (std::size_t(32) << 20) + (std::size_t(2) << 20)) << "b's slab (and the 2 MB it was aligned in)";
   for (auto* t : {&*a, &*a2})
     for (std::size_t i = 0; i < t->nbytes(); ++i) ASSERT_EQ(t->data()[i], std::byte{0x5a}) << "byte " << i;
+  // the next group's first weight is carved from b's slab, where b was; the bytes past it
+  // read as zeros though b's were written there
+  std::memset(pb, 0x77, std::size_t(1) << 20);
+  auto c = tensor::make_weight(dtype::bf16, {100, 576}, "m_c");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->data(), pb);
+  EXPECT_EQ(kept_weight_bytes(), 0u);
+  expect_zero_tail(*c);
+  // unmapped once kept longer than the keep time
+  *c = tensor();
+  keep_freed_weights_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(nothing_kept());
+  EXPECT_FALSE(mapped(pb));
+  keep_freed_weights_for(std::chrono::seconds(10));
   // a view keeps a weight's slab
   const tensor view = tensor::view(*a2, dtype::f32, {1}, 0);
-  const auto a_page = reinterpret_cast<std::uintptr_t>(pa) / page * page;
   *a = tensor();
   *a2 = tensor();
-  EXPECT_EQ(::mincore(reinterpret_cast<void*>(a_page), page, &in_core), 0) << "the view holds the slab";
+  EXPECT_TRUE(mapped(pa)) << "the view holds the slab";
+  EXPECT_EQ(kept_weight_bytes(), 0u);
   EXPECT_EQ(view.data()[0], std::byte{0x5a});
+}
+
+// A weight of its own mapping (4 MB and more) given back is kept for the next weight of about
+// its size, never handed to anything else (whose storage is zeroed); a weight mapped fresh
+// unmaps as many kept bytes, so weights and kept storage never grow past what weights held.
+TEST(Tensor, AWeightsMappingGivenBackIsKeptForTheNextWeightOfItsSize) {
+  forget_kept_storage();
+  const std::size_t mib = std::size_t(1) << 20;
+  auto w = tensor::make_weight(dtype::bf16, {2048, 2048});  // 8 MB
+  ASSERT_TRUE(w);
+  std::byte* const pw = w->data();
+  std::memset(pw, 0x5a, w->nbytes() + 64);  // (its bytes and the 64 after them)
+  *w = tensor();
+  EXPECT_TRUE(mapped(pw));
+  EXPECT_EQ(kept_weight_bytes(), 8 * mib + 64 + 2 * mib);
+  auto t = tensor::make(dtype::bf16, {2048, 2048});
+  ASSERT_TRUE(t);
+  EXPECT_NE(t->data(), pw) << "only weights take kept storage";
+  for (std::size_t i = 0; i < t->nbytes(); i += 4096) ASSERT_EQ(t->data()[i], std::byte{0}) << "byte " << i;
+  *t = tensor();
+  EXPECT_EQ(kept_weight_bytes(), 8 * mib + 64 + 2 * mib) << "nothing but weights is kept";
+  // a weight of 7.5 MB takes it (an eighth more than it needs, at most); one of 6 MB would not
+  auto w2 = tensor::make_weight(dtype::bf16, {1920, 2048});
+  ASSERT_TRUE(w2);
+  EXPECT_EQ(w2->data(), pw);
+  EXPECT_EQ(kept_weight_bytes(), 0u);
+  expect_zero_tail(*w2);
+  *w2 = tensor();
+  auto w3 = tensor::make_weight(dtype::bf16, {1536, 2048});
+  ASSERT_TRUE(w3);
+  EXPECT_NE(w3->data(), pw);
+  EXPECT_EQ(kept_weight_bytes(), 0u) << "the 6 MB weight, mapped fresh, unmapped the 10 MB kept";
+  EXPECT_FALSE(mapped(pw));
+  *w3 = tensor();
+  EXPECT_GT(kept_weight_bytes(), 6 * mib);
+  keep_freed_weights_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(nothing_kept());
+  keep_freed_weights_for(std::chrono::seconds(10));
 }
 
 }  // namespace
