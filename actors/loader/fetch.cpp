@@ -37,6 +37,7 @@ fetch_pool::fetch_pool(std::vector<tensor_location> tensors, std::vector<fetch_u
     : tensors_(std::move(tensors)), units_(std::move(units)), opts_([&] {
         for (const auto& u : units_) opts.max_bytes = std::max(opts.max_bytes, u.length);
         opts.connections = std::max(1, opts.connections);
+        opts.max_remote_units = std::max(1, opts.max_remote_units);
         return opts;
       }()) {
   const int n = int(std::min<std::size_t>(std::size_t(opts_.connections), std::max<std::size_t>(1, units_.size())));
@@ -59,13 +60,14 @@ void fetch_pool::run_thread(byte_reader& reader) {
     {
       std::unique_lock<std::mutex> lock(m_);
       // Units start in order, each once the bytes it needs fit under the bound.
-      cv_.wait(lock, [&] {
-        return stop_ || next_start_ >= units_.size() || held_ + units_[next_start_].length <= opts_.max_bytes;
-      });
+      cv_.wait(lock, [&] { return stop_ || next_start_ >= units_.size() || next_fits(); });
       if (stop_ || next_start_ >= units_.size()) return;
       i = next_start_++;
       held_ += units_[i].length;
-      if (units_[i].remote) remote_held_ += units_[i].length;
+      if (units_[i].remote) {
+        remote_held_ += units_[i].length;
+        ++remote_units_;
+      }
       peak_ = std::max(peak_, held_ - remote_held_);
     }
     auto r = fetch(reader, i);
@@ -140,20 +142,28 @@ void fetch_pool::release(std::uint64_t bytes, bool remote) {
   {
     std::lock_guard<std::mutex> lock(m_);
     held_ -= std::min(held_, bytes);
-    if (remote) remote_held_ -= std::min(remote_held_, bytes);
+    if (remote) {
+      remote_held_ -= std::min(remote_held_, bytes);
+      remote_units_ -= std::min(remote_units_, 1);
+    }
     // Remote units that now fit are handed over at once, not after a fetch thread wakes: the
     // caller's next try_next finds them, so a worker's next range goes out without delay.
-    while (!stop_ && next_start_ < units_.size() && units_[next_start_].remote &&
-           held_ + units_[next_start_].length <= opts_.max_bytes) {
+    while (!stop_ && next_start_ < units_.size() && units_[next_start_].remote && next_fits()) {
       const std::size_t i = next_start_++;
       held_ += units_[i].length;
       remote_held_ += units_[i].length;
+      ++remote_units_;
       fetched_unit out;
       out.index = i;
       done_.emplace(i, std::move(out));
     }
   }
   cv_.notify_all();
+}
+
+bool fetch_pool::next_fits() const {
+  const fetch_unit& u = units_[next_start_];
+  return held_ + u.length <= opts_.max_bytes && (!u.remote || remote_units_ < opts_.max_remote_units);
 }
 
 std::uint64_t fetch_pool::peak_bytes() const {

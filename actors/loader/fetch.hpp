@@ -16,6 +16,12 @@
 /// acknowledged them), so fetching ahead and pieces in flight to workers share one bound,
 /// a few pieces whatever the model's size.
 ///
+/// Units a worker reads itself (`remote`) are also bounded in number, `max_remote_units` at a
+/// time: a volunteer refuses a range past its own bound (host_fetch.hpp, worker_ranges) and
+/// the load then starts again relayed, and units far smaller than a piece — a tiny tensor
+/// before a big one, a big tensor's last few bytes — would otherwise put many more than a
+/// few pieces' worth of ranges in flight within the byte bound.
+///
 /// A unit whose read fails for a transient reason (a dropped connection, a timeout) is
 /// asked for again up to `piece_retries` times before the caller sees anything; other
 /// errors are final. After an error no further unit is started.
@@ -40,6 +46,10 @@
 #include "actors/loader/stream.hpp"
 
 namespace mpakt::loader {
+
+/// Ranges a worker that reads its own weights holds at once, at most (started and not yet
+/// taken; host_fetcher refuses more): the load's fetch pool hands it no more than that.
+inline constexpr int worker_ranges = 8;
 
 /// A tensor's bytes within a fetch unit.
 struct fetch_segment {
@@ -76,6 +86,7 @@ class fetch_pool {
   struct options {
     int connections = 4;                        ///< fetch threads, each with its own reader
     std::uint64_t max_bytes = 4 * piece_bytes;  ///< weights held at once (raised to the largest unit)
+    int max_remote_units = worker_ranges;       ///< units read by their worker, at once
   };
 
   /// Starts fetching `units` of `tensors` (for messages: a failure names its tensor).
@@ -94,7 +105,7 @@ class fetch_pool {
   /// The next unit in order, waiting for it.
   result<fetched_unit> next();
   /// Gives back `bytes` of a handed-over unit (its piece reached the worker; `remote`: a unit
-  /// its worker read itself), so later units can start.
+  /// its worker read itself, released once, whole), so later units can start.
   void release(std::uint64_t bytes, bool remote = false);
 
   /// The most weight bytes held at once so far (fetching, waiting or not yet released; remote
@@ -106,6 +117,8 @@ class fetch_pool {
  private:
   void run_thread(byte_reader& reader);
   result<fetched_unit> fetch(byte_reader& reader, std::size_t index);
+  /// Whether the next unit to start fits under the bounds now (under the mutex).
+  bool next_fits() const;
 
   const std::vector<tensor_location> tensors_;
   const std::vector<fetch_unit> units_;
@@ -117,6 +130,7 @@ class fetch_pool {
   std::size_t next_hand_ = 0;    ///< the next unit handed to the caller
   std::uint64_t held_ = 0;       ///< bytes of units started and not released
   std::uint64_t remote_held_ = 0;  ///< of which remote units
+  int remote_units_ = 0;           ///< remote units started and not released
   std::uint64_t peak_ = 0;
   std::uint64_t requests_ = 0;
   bool stop_ = false;            ///< the destructor, or a unit failed: start nothing more

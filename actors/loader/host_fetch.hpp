@@ -47,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/loader/fetch.hpp"
 #include "actors/loader/reader.hpp"
 #include "actors/protocol.hpp"
 #include "runtime/tensor.hpp"
@@ -63,7 +64,7 @@ class host_fetcher {
     std::string trusted_endpoint;
     bool verify_tls = true;
     int connections = 4;   ///< fetch threads, each with its own connection
-    int max_ranges = 8;    ///< ranges started and not yet taken, at most
+    int max_ranges = worker_ranges;  ///< ranges started and not yet taken, at most (fetch.hpp)
     int timeout_ms = 30000;
     /// How long a part waits for its tensor's destination (its begin comes first, so only a
     /// coordinator that skipped it makes a part wait this long).

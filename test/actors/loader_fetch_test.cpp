@@ -4,6 +4,7 @@
 // holds more than its bound; transient failures are retried and a final one stops it.
 
 #include "actors/loader/fetch.hpp"
+#include "actors/loader/host_fetch.hpp"
 
 #include <gtest/gtest.h>
 
@@ -191,6 +192,41 @@ TEST(FetchPool, UnitsItsWorkerReadsItselfAreNotReadButCountAgainstTheBound) {
   EXPECT_EQ(d->parts[0], h.files["f"].substr(3000, 1000));
   EXPECT_EQ(pool.requests(), 2u);  // units 0 and 3 only
   EXPECT_EQ(pool.peak_bytes(), 1000u);  // (bytes of remote units are never held here)
+}
+
+// A volunteer holds at most worker_ranges ranges at once and refuses one more (the load then
+// starts again relayed): ranges far smaller than a piece — a tiny tensor before a big one —
+// must not put more of them in flight than that, however far under the byte bound they are.
+TEST(FetchPool, UnitsItsWorkerReadsItselfAreBoundedInNumberToo) {
+  fake_host h;
+  auto ts = tensors_in(h, "f", {10, 10, 10, 10, 1000});
+  auto units = plan_fetches(ts, 10);
+  ASSERT_EQ(units.size(), 4u + 100u);  // (the 1000-byte tensor in pieces of 10)
+  for (auto& u : units) u.remote = true;
+  fetch_pool pool(ts, units, [&] { return h.reader(); }, {4, 1'000'000, 3});
+  for (std::size_t i = 0; i < 3; ++i) {
+    auto u = pool.next();
+    ASSERT_TRUE(u.ok());
+    EXPECT_EQ(u->index, i);
+  }
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(pool.try_next().has_value()) << "a fourth range while three are out";
+  pool.release(10, true);
+  auto d = pool.try_next();  // (handed over by the release itself)
+  ASSERT_TRUE(d.has_value());
+  ASSERT_TRUE(d->ok());
+  EXPECT_EQ((*d)->index, 3u);
+  EXPECT_FALSE(pool.try_next().has_value());
+  // relayed units are not counted: past three remote ones, a relayed one still starts
+  auto mixed = plan_fetches(ts, 10);
+  for (std::size_t i = 0; i < 3; ++i) mixed[i].remote = true;
+  fetch_pool pool2(ts, mixed, [&] { return h.reader(); }, {4, 1'000'000, 3});
+  for (std::size_t i = 0; i < 5; ++i) {
+    auto u = pool2.next();
+    ASSERT_TRUE(u.ok());
+    EXPECT_EQ(u->index, i);
+  }
+  EXPECT_EQ(worker_ranges, host_fetcher::options{}.max_ranges) << "the pool's bound is the volunteer's";
 }
 
 TEST(FetchPool, HoldsNoMoreThanItsBoundUntilBytesAreReleased) {
