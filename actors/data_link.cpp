@@ -119,11 +119,16 @@ void piece_inbox::recycle(std::string bytes) {
   if (spares_.size() < max_spares && bytes.capacity() > 0) spares_.push_back(std::move(bytes));
 }
 
-std::string piece_inbox::spare() {
+std::string piece_inbox::spare(std::size_t bytes) {
   std::lock_guard<std::mutex> lock(m_);
   if (spares_.empty()) return {};
-  std::string s = std::move(spares_.back());
-  spares_.pop_back();
+  auto best = spares_.begin();
+  for (auto it = spares_.begin(); it != spares_.end(); ++it) {
+    const bool fits = it->size() >= bytes, best_fits = best->size() >= bytes;
+    if (fits ? !best_fits || it->size() < best->size() : !best_fits && it->size() > best->size()) best = it;
+  }
+  std::string s = std::move(*best);
+  spares_.erase(best);
   return s;
 }
 
@@ -390,7 +395,7 @@ void data_client::read_loop() {
       why = "the data connection carried a malformed frame";
       break;
     }
-    std::string bytes = inbox_->spare();
+    std::string bytes = inbox_->spare(len);
     bytes.resize(len);  // (a spare piece's storage: no fresh pages to fault in and clear)
     if (!read_exact(ssl, bytes.data(), len, inbox_.get())) {
       why = "the data connection ended inside a piece";

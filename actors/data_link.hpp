@@ -75,8 +75,10 @@ class piece_inbox {
   void arrived(std::uint64_t n) { arrived_ += n; }
   /// Storage of a piece taken and used, kept for the reader's next piece (a few at most).
   void recycle(std::string bytes);
-  /// A kept piece's storage (its old bytes still in it), or an empty string.
-  std::string spare();
+  /// A kept piece's storage (its old bytes still in it) for a piece of `bytes`: the smallest
+  /// at least that long, else the longest (growing a string clears what it adds, and fresh
+  /// storage faults its pages in as well), or an empty string.
+  std::string spare(std::size_t bytes);
   /// The connection ended: waiting and later takes of missing pieces fail with `why`.
   void close(const std::string& why);
   /// A new connection: takes wait for pieces again (what was held is dropped).
@@ -87,7 +89,8 @@ class piece_inbox {
   mutable std::mutex m_;
   std::condition_variable changed_;
   std::map<std::uint64_t, std::string> pieces_;
-  static constexpr std::size_t max_spares = 2;
+  /// (a coordinator has a few pieces on their way at once: load_job_config::pieces_held)
+  static constexpr std::size_t max_spares = 4;
   std::vector<std::string> spares_;
   std::uint64_t held_ = 0;
   std::uint64_t floor_ = 0;  ///< numbers up to this one were claimed or given up

@@ -98,6 +98,25 @@ TEST(data_link, PiecesArriveWholeInOrderAndAreCounted) {
   EXPECT_EQ(inbox->held_bytes(), 0u);
 }
 
+// The reader takes a kept piece's storage for the next piece: the smallest at least as long
+// (a string grown is cleared where it grows, and fresh storage faults its pages in), else the
+// longest; a few are kept.
+TEST(data_link, AKeptPiecesStorageIsTheSmallestThatHoldsTheNext) {
+  piece_inbox inbox;
+  EXPECT_TRUE(inbox.spare(10).empty());
+  for (std::size_t n : {std::size_t(100), std::size_t(4000), std::size_t(16) << 20, std::size_t(200)})
+    inbox.recycle(std::string(n, 'x'));
+  EXPECT_EQ(inbox.spare(150).size(), 200u);
+  EXPECT_EQ(inbox.spare(150).size(), 4000u);
+  EXPECT_EQ(inbox.spare(1).size(), 100u);
+  EXPECT_EQ(inbox.spare(std::size_t(20) << 20).size(), std::size_t(16) << 20) << "none holds it: the longest";
+  EXPECT_TRUE(inbox.spare(1).empty());
+  for (int i = 0; i < 10; ++i) inbox.recycle(std::string(64, 'y'));
+  int kept = 0;
+  while (!inbox.spare(1).empty()) ++kept;
+  EXPECT_EQ(kept, 4);
+}
+
 TEST(data_link, AWrongOrReusedTicketIsRefusedAndTheRightOneStillWorks) {
   port_fixture p;
   auto sender = p.server->expect();
