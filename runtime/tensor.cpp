@@ -83,16 +83,26 @@ class kept_mappings {
     return drop(it);
   }
 
-  /// Keeps a weight's mapping, its pages marked free (unmaps it where the kernel cannot).
-  void give(std::byte* base, std::size_t mapped) {
+  /// Keeps a weight's mapping, its pages marked free; unmaps it where the kernel cannot mark
+  /// them, or no reaper thread could be started (nothing is kept then). Never throws: it
+  /// runs where a weight's last handle goes.
+  void give(std::byte* base, std::size_t mapped) noexcept {
     if (::madvise(base, mapped, MADV_FREE) != 0) return void(::munmap(base, mapped));
     std::lock_guard lock(mutex_);
-    kept_.emplace(mapped, entry{base, clock::now()});
-    held_ += mapped;
     if (!reaper_started_) {
-      reaper_started_ = true;
-      std::thread([this] { reap(); }).detach();
+      try {
+        std::thread([this] { reap(); }).detach();
+        reaper_started_ = true;
+      } catch (...) {
+        return void(::munmap(base, mapped));
+      }
     }
+    try {
+      kept_.emplace(mapped, entry{base, clock::now()});
+    } catch (...) {
+      return void(::munmap(base, mapped));
+    }
+    held_ += mapped;
     wake_.notify_one();
   }
 
