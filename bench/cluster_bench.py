@@ -176,6 +176,7 @@ def load_section(args, tmp, host_url, host_pid, model_bytes, weights):
         wheres = tuple(w for w in wheres if w in args.wheres.split(","))
     cells = [(where, q) for where in wheres for q in ("none", "q8")]
     servers = {}
+    first = {}  # where -> MB/s of its first load (bf16), before the rounds
     procs = []
     try:
         for where in wheres:
@@ -209,8 +210,14 @@ def load_section(args, tmp, host_url, host_pid, model_bytes, weights):
             db.bench_account(api)
             while api.request("GET", "/api/v3/status")["workers"] < 1:
                 time.sleep(0.05)
-            # a first load (not counted) warms the host's page cache and both processes' allocators
-            api.delete(f"/api/v3/models/{api.post('/api/v3/models', {'source': 'hf:local/smol'})['modelId']}")
+            # a first load (not counted in the rounds) warms the host's page cache and both
+            # processes' allocators — a worker keeps a deleted model's pages for the next load
+            # (runtime/tensor.cpp), so the rounds are reloads; the first is reported apart: a
+            # fresh worker's pages cleared by the kernel (the host's page cache warm or not)
+            t = time.perf_counter()
+            r = api.post("/api/v3/models", {"source": "hf:local/smol"})
+            first[where] = r["bytesTransferred"] / 1e6 / (time.perf_counter() - t)
+            api.delete(f"/api/v3/models/{r['modelId']}")
             servers[where] = (api, pids)
         rounds = []
         for k in range(args.load_repeats):
@@ -230,7 +237,7 @@ def load_section(args, tmp, host_url, host_pid, model_bytes, weights):
         for p in reversed(procs):
             p.stop()
     med = statistics.median
-    summary = {"loopback_MBps": med(r["loopback_Bps"] for r in rounds) / 1e6,
+    summary = {"loopback_MBps": med(r["loopback_Bps"] for r in rounds) / 1e6, "first_load_MBps": first,
                "loadavg": [min(r["loadavg_before"] for r in rounds), max(r["loadavg_after"] for r in rounds)]}
     for where, q in cells:
         c = f"{where}/{q}"
@@ -268,6 +275,9 @@ def print_load_table(s):
                   f"{'':39}  {v['checked_MBps_all']}")
     if any("checked_MBps" in v for v in s.values() if isinstance(v, dict)):
         print("(checked: until every weight's arrival check was judged; CPU s/GB through then)")
+    if s.get("first_load_MBps"):
+        print("first load into each fresh worker, bf16, before the rounds (fresh pages; not in the medians): " +
+              ", ".join(f"{w} {v:.0f} MB/s" for w, v in s["first_load_MBps"].items()))
 
 
 def stall_section(args, tmp, host_url, rounds=2, loads_per_round=6):
