@@ -42,9 +42,9 @@ struct aligned_free {
   void operator()(std::byte* p) const { std::free(p); }
 };
 
-/// Storage of this size or more is mapped from the kernel directly: its pages arrive zeroed,
-/// so a weight written once as it loads is not cleared first (and a page never touched costs
-/// nothing). Its whole 2 MB pages are asked to be huge pages (MADV_HUGEPAGE; where the kernel
+/// Storage of this size or more is mapped from the kernel directly (a weight's: or kept from a
+/// weight gone, kept_mappings below): its pages arrive zeroed, so what is written once as it
+/// loads is not cleared by the program first (and a page never touched costs nothing). Its whole 2 MB pages are asked to be huge pages (MADV_HUGEPAGE; where the kernel
 /// has none to give it uses small ones): a decode step streams every weight, and with 4 KB
 /// pages the 1.2 GB of a Qwen3-0.6B bf16 model took 300,000 TLB entries a token — huge pages
 /// gave its two-thread decode 8–18 % (17.1 → 20.2 and 16.8 → 18.1 tok/s, alternated on a
