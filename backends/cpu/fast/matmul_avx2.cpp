@@ -256,7 +256,6 @@ void float_range(const float_product& in, i64 n_begin, i64 n_end) {
 
 // ------------------------------------------------------------------ q8/q4 weights
 
-
 /// A weight block as two registers of 16 int16: q8 sign-extended, values 0–15 and 16–31;
 /// q4 its low nibbles (the block's even values) and its high nibbles (the odd values) — the
 /// activations of a q4 product are reordered to match (int_range).
