@@ -113,9 +113,15 @@ void row_converter::convert(std::uint64_t first, const char* src, std::uint64_t 
   for (std::uint64_t r = 0; r < n;) {
     const std::uint64_t at = first + r, g = at / lane_rows;
     if (at % lane_rows == 0 && n - r >= std::uint64_t(lane_rows)) {
-      for (std::int64_t l = 0; l < lane_rows; ++l)
-        quantize_one(src + (r + std::uint64_t(l)) * row_in_, rows.data() + std::size_t(l) * row_out, scratch.data());
-      cpu_fast::group_to_lanes(to_, rows.data(), base + g * group_bytes, cols_);
+      // (in one pass where a kernel takes the group, bf16 → q8 on AVX-512: else each row's
+      // blocks, then the reorder)
+      const char* group_src = src + r * row_in_;
+      std::byte* group = base + g * group_bytes;
+      if (!from_ || !cpu_fast::quantize_group_to_lanes(*from_, to_, group_src, std::int64_t(row_in_), group, cols_)) {
+        for (std::int64_t l = 0; l < lane_rows; ++l)
+          quantize_one(group_src + std::size_t(l) * row_in_, rows.data() + std::size_t(l) * row_out, scratch.data());
+        cpu_fast::group_to_lanes(to_, rows.data(), group, cols_);
+      }
       r += lane_rows;
     } else {
       quantize_one(src + r * row_in_, rows.data(), scratch.data());

@@ -188,5 +188,88 @@ TEST(QuantizeOnLoad, GroupsInLanesAreTheReferencesOnEveryLevel) {
     }
 }
 
+TEST(QuantizeOnLoad, GroupsQuantizedStraightIntoLanesAreTheReferences) {
+  // Sixteen bf16 rows → q8 in lanes in one pass (quantize_group_to_lanes) against the
+  // reference's two steps: every family of hard_rows (rows of one family and rows mixing them
+  // block by block, ties, subnormal and vanishing scales, zeros, near-boundary quotients) and
+  // rows of random bit patterns, at an odd address with rows longer than their values. Taken
+  // at AVX-512 and above for every finite group; a group holding NaN or ±∞ is declined there.
+  level_restore restore;
+  const std::int64_t cols = 576;
+  const auto hard = hard_rows(cols, 70, 5);
+  std::mt19937 g(13);
+  std::vector<std::vector<std::uint16_t>> rows;
+  for (const auto& r : hard) {
+    std::vector<std::uint16_t> w(r.size());
+    for (std::size_t i = 0; i < r.size(); ++i) w[i] = bf16_bits(r[i]);
+    rows.push_back(std::move(w));
+  }
+  for (int extra = 0; extra < 32; ++extra) {
+    std::vector<std::uint16_t> w(std::size_t(cols), 0);
+    for (std::int64_t i = 0; i < cols; ++i) {
+      w[std::size_t(i)] = bf16_bits(std::ldexp(float(int(g() % 2001) - 1000), int(g() % 60) - 40));
+      if (extra % 4 == 0 && (i / 32) % 5 == extra % 5) {  // any finite bits
+        std::uint16_t h = std::uint16_t(g());
+        if ((h & 0x7f80) == 0x7f80) h &= 0xbfff;
+        w[std::size_t(i)] = h;
+      }
+    }
+    rows.push_back(std::move(w));
+  }
+  // Blocks whose scale is a small f16 subnormal k · 2^−24 rounded down from amax / 127, so
+  // that the largest magnitude's quotient passes 127.5 and only the clamp keeps it at ±127.
+  for (int extra = 0; extra < 8; ++extra) {
+    std::vector<std::uint16_t> w(std::size_t(cols), 0);
+    for (std::int64_t b = 0; b < cols / 32; ++b) {
+      const float k = float(1 + g() % 40), f = 0.05f + float(g() % 1000) * 0.0004f;
+      const float amax = 127 * std::ldexp(k + f, -24);
+      for (int i = 0; i < 32; ++i) {
+        const float v = i == int(b % 32) ? amax : amax * (float(int(g() % 2001) - 1000) / 1000);
+        w[std::size_t(b * 32 + i)] = bf16_bits((g() & 1) ? v : -v);
+      }
+    }
+    rows.push_back(std::move(w));
+  }
+  const std::int64_t stride = cols * 2 + 70;  // bytes from one row to the next
+  const std::size_t group_bytes = 16 * *storage_bytes(dtype::q8, cols);
+  int finite_groups = 0, declined = 0;
+  for (std::size_t first = 0; first + 16 <= rows.size(); first += 2) {
+    std::vector<unsigned char> src(std::size_t(16 * stride) + 1, 0xcd);
+    std::vector<std::byte> quantized(group_bytes), want(group_bytes), got(group_bytes);
+    bool finite = true;
+    for (std::size_t l = 0; l < 16; ++l) {
+      const auto& w = rows[(first + l * 7) % rows.size()];  // (rows of every family in one group)
+      std::memcpy(src.data() + 1 + l * std::size_t(stride), w.data(), std::size_t(cols) * 2);
+      std::vector<float> widened(static_cast<std::size_t>(cols));
+      for (std::int64_t i = 0; i < cols; ++i) {
+        widened[std::size_t(i)] = bf16_to_f32(w[std::size_t(i)]);
+        finite = finite && std::isfinite(widened[std::size_t(i)]);
+      }
+      quantize_row(dtype::q8, widened.data(), quantized.data() + l * group_bytes / 16, cols);
+    }
+    group_to_lanes(dtype::q8, quantized.data(), want.data(), cols);
+    for (auto level : cpu_isa::supported_levels()) {
+      ASSERT_TRUE(cpu_isa::set_level(level));
+      std::fill(got.begin(), got.end(), std::byte{0x5a});
+      const bool done = cpu_fast::quantize_group_to_lanes(dtype::bf16, dtype::q8, src.data() + 1, stride, got.data(), cols);
+      if (level >= cpu_isa::level::avx512) {
+        EXPECT_EQ(done, finite) << "group from row " << first << " at " << cpu_isa::level_name(level);
+      }
+      if (done) {
+        EXPECT_EQ(got, want) << "group from row " << first << " at " << cpu_isa::level_name(level);
+      }
+      declined += !done;
+    }
+    finite_groups += finite;
+  }
+  EXPECT_GT(finite_groups, 20);
+  EXPECT_GT(declined, 0);  // (the groups holding NaN or ±∞, and every group below AVX-512)
+  // Other dtypes are always declined: their two steps stay the caller's.
+  std::vector<std::byte> out(16 * *storage_bytes(dtype::q4, cols));
+  std::vector<float> f(static_cast<std::size_t>(16 * cols), 0.5f);
+  EXPECT_FALSE(cpu_fast::quantize_group_to_lanes(dtype::bf16, dtype::q4, rows[0].data(), cols * 2, out.data(), cols));
+  EXPECT_FALSE(cpu_fast::quantize_group_to_lanes(dtype::f32, dtype::q8, f.data(), cols * 4, out.data(), cols));
+}
+
 }  // namespace
 }  // namespace mpakt

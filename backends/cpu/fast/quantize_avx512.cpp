@@ -143,6 +143,35 @@ bool quantize_q4_bf16_avx512(const std::uint16_t* src, std::uint8_t* dst, std::i
   return true;
 }
 
+/// Sixteen rows' magnitude words (one register each, 32 words: a block's values) → each row's
+/// largest, as 16 words in row order: rows paired and reduced through 16-, 32- and 64-bit
+/// interleaves (each step a maximum over twice the lanes, two rows' lanes beside each other),
+/// then across the 128-bit lanes.
+inline __m256i row_maxima16(const __m512i* m) {
+  __m512i u[8], v[4], w[2];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) u[k] = _mm512_max_epu16(_mm512_unpacklo_epi16(m[2 * k], m[2 * k + 1]), _mm512_unpackhi_epi16(m[2 * k], m[2 * k + 1]));
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) v[k] = _mm512_max_epu16(_mm512_unpacklo_epi32(u[2 * k], u[2 * k + 1]), _mm512_unpackhi_epi32(u[2 * k], u[2 * k + 1]));
+#pragma GCC unroll 2
+  for (int k = 0; k < 2; ++k) w[k] = _mm512_max_epu16(_mm512_unpacklo_epi64(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi64(v[2 * k], v[2 * k + 1]));
+  // each 128-bit lane of w[0] holds rows 0–7 (one word each), of w[1] rows 8–15
+  __m512i z = _mm512_max_epu16(_mm512_shuffle_i32x4(w[0], w[1], 0x44), _mm512_shuffle_i32x4(w[0], w[1], 0xee));
+  z = _mm512_max_epu16(z, _mm512_shuffle_i32x4(z, z, 0xb1));  // lanes: rows 0–7, 0–7, 8–15, 8–15
+  return _mm512_castsi512_si256(_mm512_shuffle_i32x4(z, z, 0x08));
+}
+
+/// q8 bytes + 128 of a block's values (`a`: the even ones, `b`: the odd ones, as f32) as
+/// dwords: the reference's division and rounding half away from zero, clamped to ±127.
+inline void exact_offset_q8(__m512 a, __m512 b, float d, __m512i* sa, __m512i* sb) {
+  const __m512 dv = _mm512_set1_ps(d), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  const __m512i offset = _mm512_set1_epi32(128);
+  const __m512 qa = _mm512_min_ps(_mm512_max_ps(round_away(_mm512_div_ps(a, dv)), lo), hi);
+  const __m512 qb = _mm512_min_ps(_mm512_max_ps(round_away(_mm512_div_ps(b, dv)), lo), hi);
+  *sa = _mm512_add_epi32(_mm512_cvttps_epi32(qa), offset);
+  *sb = _mm512_add_epi32(_mm512_cvttps_epi32(qb), offset);
+}
+
 }  // namespace
 
 bool quantize_q8_row_avx512(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
@@ -261,6 +290,81 @@ void group_to_lanes_q4_avx512(const std::uint8_t* rows, std::uint8_t* out, std::
     for (int j = 0; j < 4; ++j)
       _mm512_storeu_si512(o + 64 + 64 * j, _mm512_i32gather_epi32(row_offsets, blk + 4 + 4 * j, 1));
   }
+}
+
+
+bool quantize_q8_lanes_bf16_avx512(const std::uint8_t* src, std::int64_t row_bytes, std::uint8_t* out, std::int64_t blocks) {
+  // Per block (32 values of each of the 16 rows): the rows' largest magnitudes, reduced
+  // together, give the 16 scales — the lanes' first 32 bytes, as they are. Then each row's
+  // values: the even ones (a dword's low word shifted up) and the odd ones (its high word
+  // masked) as f32, so that 128-bit lane j of the evens holds the values of run j (8j, 8j+2,
+  // 8j+4, 8j+6) and of the odds those of run 4 + j. A value's rounded quotient is found as
+  // fma(x, 1/d, M) with M = 1.5·2^23 + 128, whose low bits are then the rounded product + 128
+  // (the lanes' unsigned byte); where a product lies within 2^−14 of k + ½ the row is divided
+  // as the reference does (quantize_blocks.inc). A normal f16 scale keeps |x / d| under 127.07,
+  // so only a subnormal one needs the clamp. Four rows' dwords pack to bytes with lane j
+  // holding their run-j bytes; the four packs of the group then trade 128-bit lanes into runs.
+  const __m512i magnitude = _mm512_set1_epi16(0x7fff), high_words = _mm512_set1_epi32(int(0xffff0000u));
+  const __m512 m = _mm512_set1_ps(12583040.0f), lo_t = _mm512_set1_ps(12583040.0f - 127), hi_t = _mm512_set1_ps(12583040.0f + 127);
+  const __m512i m_bits = _mm512_set1_epi32(0x4b400000);
+  const __m512 near_half = _mm512_set1_ps(0.5f - 0x1p-14f);
+  alignas(64) float d[16], inv[16];
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* p = src + b * 64;
+    std::uint8_t* o = out + b * 544;
+    __m512i mag[16];
+#pragma GCC unroll 16
+    for (int l = 0; l < 16; ++l) mag[l] = _mm512_and_si512(_mm512_loadu_si512(p + l * row_bytes), magnitude);
+    const __m256i amax_bits = row_maxima16(mag);
+    if (_mm256_movemask_epi8(_mm256_cmpgt_epi16(amax_bits, _mm256_set1_epi16(0x7f7f))) != 0) return false;  // NaN or ±∞
+    const __m512 amax = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(amax_bits), 16));
+    const __m256i d16 = _mm512_cvtps_ph(_mm512_div_ps(amax, _mm512_set1_ps(127.0f)), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), d16);
+    const __m512 dw = _mm512_cvtph_ps(d16);
+    const __mmask16 nonzero = _mm512_cmp_ps_mask(dw, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+    _mm512_store_ps(d, dw);
+    _mm512_store_ps(inv, _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(1.0f), dw));  // a zero scale: every byte 128
+    const __mmask16 subnormal = nonzero & _mm256_testn_epi16_mask(d16, _mm256_set1_epi16(0x7c00));
+    __m512i packed[2][4];  // [evens, odds][rows 4k … 4k+3]
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      __m512i s[2][4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const int l = 4 * k + i;
+        const __m512i w = _mm512_loadu_si512(p + l * row_bytes);
+        const __m512 a = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), c = _mm512_castsi512_ps(_mm512_and_si512(w, high_words));
+        const __m512 iv = _mm512_set1_ps(inv[l]);
+        __m512 ta = _mm512_fmadd_ps(a, iv, m), tc = _mm512_fmadd_ps(c, iv, m);
+        const __m512 ea = _mm512_fmsub_ps(a, iv, _mm512_sub_ps(ta, m)), ec = _mm512_fmsub_ps(c, iv, _mm512_sub_ps(tc, m));
+        if (_mm512_cmp_ps_mask(_mm512_range_ps(ea, ec, 0x0b), near_half, _CMP_GT_OQ) != 0) {
+          exact_offset_q8(a, c, d[l], &s[0][i], &s[1][i]);
+          continue;
+        }
+        if ((subnormal >> l) & 1) {
+          ta = _mm512_min_ps(_mm512_max_ps(ta, lo_t), hi_t);
+          tc = _mm512_min_ps(_mm512_max_ps(tc, lo_t), hi_t);
+        }
+        s[0][i] = _mm512_sub_epi32(_mm512_castps_si512(ta), m_bits);
+        s[1][i] = _mm512_sub_epi32(_mm512_castps_si512(tc), m_bits);
+      }
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h)
+        packed[h][k] = _mm512_packus_epi16(_mm512_packus_epi32(s[h][0], s[h][1]), _mm512_packus_epi32(s[h][2], s[h][3]));
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512i* q = packed[h];
+      const __m512i t0 = _mm512_shuffle_i32x4(q[0], q[1], 0x44), t1 = _mm512_shuffle_i32x4(q[0], q[1], 0xee);
+      const __m512i t2 = _mm512_shuffle_i32x4(q[2], q[3], 0x44), t3 = _mm512_shuffle_i32x4(q[2], q[3], 0xee);
+      std::uint8_t* runs = o + 32 + 256 * h;  // runs 0–3 from the evens, 4–7 from the odds
+      _mm512_storeu_si512(runs, _mm512_shuffle_i32x4(t0, t2, 0x88));
+      _mm512_storeu_si512(runs + 64, _mm512_shuffle_i32x4(t0, t2, 0xdd));
+      _mm512_storeu_si512(runs + 128, _mm512_shuffle_i32x4(t1, t3, 0x88));
+      _mm512_storeu_si512(runs + 192, _mm512_shuffle_i32x4(t1, t3, 0xdd));
+    }
+  }
+  return true;
 }
 
 }  // namespace mpakt::cpu_fast

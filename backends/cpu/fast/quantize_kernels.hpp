@@ -34,4 +34,10 @@ void group_to_lanes_q4_avx512(const std::uint8_t* rows, std::uint8_t* out, std::
 void group_to_lanes_q8_avx2(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes);
 void group_to_lanes_q4_avx2(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes);
 
+/// Sixteen rows of `blocks` · 32 bf16 words at `src` (row r at r · row_bytes, no alignment
+/// needed) quantized to q8 straight into their group in lanes at `out`: the bytes of
+/// quantize_q8_row_avx512 on each row, then group_to_lanes_q8_avx512, without the row-major
+/// blocks between. False, having written anything, where a value is NaN or ±∞.
+bool quantize_q8_lanes_bf16_avx512(const std::uint8_t* src, std::int64_t row_bytes, std::uint8_t* out, std::int64_t blocks);
+
 }  // namespace mpakt::cpu_fast
