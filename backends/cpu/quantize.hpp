@@ -2,7 +2,7 @@
 /// Quantizing weight rows on load, fast: what a worker runs as q8/q4 tensors arrive
 /// (runtime/tensor_builder). The result is exactly the reference's — runtime/dtype.cpp's
 /// quantize_row on the same values widened to f32 — which stays the definition: it is used
-/// below AVX-512 and for the rows the fast kernels leave to it (quantize_kernels.hpp).
+/// below AVX2 and for the rows the fast kernels leave to it (quantize_kernels.hpp).
 ///
 /// Thread-safety: none needed; pure functions of their arguments.
 
@@ -24,7 +24,7 @@ void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t
 /// Sixteen rows of `cols` values (a multiple of 32), `from` values each at `src` (row r at
 /// r · src_row_bytes, unaligned), quantized to `to` straight into their group in lanes at
 /// `out`: the bytes quantize_row_from on each row and group_to_lanes would give. Done in one
-/// pass where a kernel does it (bf16 → q8 on AVX-512); false — `out` then holds anything —
+/// pass where a kernel does it (bf16 → q8 on AVX2 and AVX-512); false — `out` then holds anything —
 /// where the caller is to take those two steps (other dtypes or levels, a NaN or ±∞).
 bool quantize_group_to_lanes(dtype from, dtype to, const void* src, std::int64_t src_row_bytes, std::byte* out,
                              std::int64_t cols);

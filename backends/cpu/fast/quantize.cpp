@@ -49,10 +49,10 @@ void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t
 
 bool quantize_group_to_lanes(dtype from, dtype to, const void* src, std::int64_t src_row_bytes, std::byte* out,
                              std::int64_t cols) {
-  if (from != dtype::bf16 || to != dtype::q8 || cols % quant_block != 0 || cpu_isa::current() < cpu_isa::level::avx512)
-    return false;
-  return quantize_q8_lanes_bf16_avx512(static_cast<const std::uint8_t*>(src), src_row_bytes,
-                                       reinterpret_cast<std::uint8_t*>(out), cols / quant_block);
+  const cpu_isa::level level = cpu_isa::current();
+  if (from != dtype::bf16 || to != dtype::q8 || cols % quant_block != 0 || level < cpu_isa::level::avx2) return false;
+  return (level >= cpu_isa::level::avx512 ? quantize_q8_lanes_bf16_avx512 : quantize_q8_lanes_bf16_avx2)(
+      static_cast<const std::uint8_t*>(src), src_row_bytes, reinterpret_cast<std::uint8_t*>(out), cols / quant_block);
 }
 
 }  // namespace mpakt::cpu_fast
