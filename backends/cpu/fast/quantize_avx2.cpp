@@ -187,16 +187,6 @@ bool quantize_q4_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int
   return true;
 }
 
-/// q8 bytes + 128 of a block's values in four registers (as quantize_q8_lanes_bf16_avx2 holds
-/// them) as dwords: the reference's division and rounding half away from zero, clamped to ±127.
-inline void exact_offset_q8(const __m256* x, float d, __m256i* s) {
-  const __m256 dv = _mm256_set1_ps(d), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
-  for (int k = 0; k < 4; ++k) {
-    const __m256 q = _mm256_min_ps(_mm256_max_ps(round_away(_mm256_div_ps(x[k], dv)), lo), hi);
-    s[k] = _mm256_add_epi32(_mm256_cvttps_epi32(q), _mm256_set1_epi32(128));
-  }
-}
-
 }  // namespace
 
 bool quantize_q8_row_avx2(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
@@ -347,17 +337,20 @@ void group_to_lanes_q4_avx2(const std::uint8_t* rows, std::uint8_t* out, std::in
 bool quantize_q8_lanes_bf16_avx2(const std::uint8_t* src, std::int64_t row_bytes, std::uint8_t* out, std::int64_t blocks) {
   // quantize_q8_lanes_bf16_avx512's steps at half the width: each half of the sixteen rows'
   // scales from eight rows' block maxima (quantize_blocks.inc); a row's values as evens and
-  // odds of its two 32-byte halves, so that register k's 128-bit lane h holds run 2k + h; each
-  // rounded by one fma against 1.5·2^23 + 128 (checked within 2^−14 of k + ½, a subnormal
-  // scale clamped); four rows packed to bytes, each lane stored as its run's four rows.
+  // odds of its two 32-byte halves, so that register kind r's 128-bit lane h holds run 2r + h;
+  // each rounded by one fma against 1.5·2^23 + 128 (checked within 2^−14 of k + ½, where a
+  // register's eight values are then divided as the reference does; a subnormal scale
+  // clamped). One kind of register at a time over four rows — few registers live, as AVX2 has
+  // sixteen — packed to bytes, each lane stored as its run's four rows.
   const __m256i magnitude = _mm256_set1_epi16(0x7fff), high_words = _mm256_set1_epi32(int(0xffff0000u));
   const __m256 m = _mm256_set1_ps(12583040.0f), lo_t = _mm256_set1_ps(12583040.0f - 127), hi_t = _mm256_set1_ps(12583040.0f + 127);
   const __m256i m_bits = _mm256_set1_epi32(0x4b400000);
   const __m256 sign = _mm256_set1_ps(-0.0f), near_half = _mm256_set1_ps(0.5f - 0x1p-14f);
+  alignas(32) float d[16], inv[16];
+  bool clamp[16];
   for (std::int64_t b = 0; b < blocks; ++b) {
     const std::uint8_t* p = src + b * 64;
     std::uint8_t* o = out + b * 544;
-    block_scales sc[2];
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const auto maxima = [&](int i) {
@@ -367,49 +360,42 @@ bool quantize_q8_lanes_bf16_avx2(const std::uint8_t* src, std::int64_t row_bytes
         const __m256i a = _mm256_max_epu16(_mm256_and_si256(w0, magnitude), _mm256_and_si256(w1, magnitude));
         return _mm_max_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
       };
-      if (!q8_scales_of(8, maxima, sc[h])) return false;  // NaN or ±∞
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 16 * h), _mm_load_si128(reinterpret_cast<const __m128i*>(sc[h].d16)));
+      block_scales sc;
+      if (!q8_scales_of(8, maxima, sc)) return false;  // NaN or ±∞
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 16 * h), _mm_load_si128(reinterpret_cast<const __m128i*>(sc.d16)));
+      const __m256 dw = _mm256_load_ps(sc.d);
+      _mm256_store_ps(d + 8 * h, dw);
+      // a zero scale: every byte 128
+      _mm256_store_ps(inv + 8 * h, _mm256_andnot_ps(_mm256_cmp_ps(dw, _mm256_setzero_ps(), _CMP_EQ_OQ), _mm256_load_ps(sc.inv)));
+      for (int i = 0; i < 8; ++i) clamp[8 * h + i] = (sc.d16[i] & 0x7c00) == 0;  // subnormal
     }
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      __m256i pairs[2][4];  // [rows 4k, 4k+1 | rows 4k+2, 4k+3][register]
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        const int l = 4 * k + i;
-        const block_scales& s8 = sc[l / 8];
-        const float d = s8.d[l % 8], inv = d != 0 ? s8.inv[l % 8] : 0.0f;  // a zero scale: every byte 128
-        const std::uint8_t* row = p + l * row_bytes;
-        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
-        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32));
-        const __m256 x[4] = {_mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16)),
-                             _mm256_castsi256_ps(_mm256_and_si256(w0, high_words)), _mm256_castsi256_ps(_mm256_and_si256(w1, high_words))};
-        const __m256 iv = _mm256_set1_ps(inv);
-        __m256 t[4], off = _mm256_setzero_ps();
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; ++r) {
-          t[r] = _mm256_fmadd_ps(x[r], iv, m);
-          off = _mm256_max_ps(off, _mm256_andnot_ps(sign, _mm256_fmsub_ps(x[r], iv, _mm256_sub_ps(t[r], m))));
-        }
-        __m256i s[4];
-        if (_mm256_movemask_ps(_mm256_cmp_ps(off, near_half, _CMP_GT_OQ)) != 0) {
-          exact_offset_q8(x, d, s);
-        } else {
-          const bool clamp = (s8.d16[l % 8] & 0x7c00) == 0;  // subnormal
-#pragma GCC unroll 4
-          for (int r = 0; r < 4; ++r) {
-            if (clamp) t[r] = _mm256_min_ps(_mm256_max_ps(t[r], lo_t), hi_t);
-            s[r] = _mm256_sub_epi32(_mm256_castps_si256(t[r]), m_bits);
-          }
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; ++r) {
-          if (i % 2 == 0) pairs[i / 2][r] = s[r];
-          else pairs[i / 2][r] = _mm256_packus_epi32(pairs[i / 2][r], s[r]);
-        }
-      }
 #pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) {
-        const __m256i q = _mm256_packus_epi16(pairs[0][r], pairs[1][r]);  // lane h: run 2r + h, rows 4k … 4k+3
+        __m256i pair[2];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const int l = 4 * k + i;
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + l * row_bytes + 32 * (r % 2)));
+          const __m256 x = _mm256_castsi256_ps(r < 2 ? _mm256_slli_epi32(w, 16) : _mm256_and_si256(w, high_words));
+          const __m256 iv = _mm256_broadcast_ss(inv + l);
+          __m256 t = _mm256_fmadd_ps(x, iv, m);
+          const __m256 off = _mm256_andnot_ps(sign, _mm256_fmsub_ps(x, iv, _mm256_sub_ps(t, m)));
+          __m256i s;
+          if (_mm256_movemask_ps(_mm256_cmp_ps(off, near_half, _CMP_GT_OQ)) != 0) {
+            const __m256 q = _mm256_min_ps(_mm256_max_ps(round_away(_mm256_div_ps(x, _mm256_broadcast_ss(d + l))),
+                                                          _mm256_set1_ps(-127.0f)),
+                                           _mm256_set1_ps(127.0f));
+            s = _mm256_add_epi32(_mm256_cvttps_epi32(q), _mm256_set1_epi32(128));
+          } else {
+            if (clamp[l]) t = _mm256_min_ps(_mm256_max_ps(t, lo_t), hi_t);
+            s = _mm256_sub_epi32(_mm256_castps_si256(t), m_bits);
+          }
+          if (i % 2 == 0) pair[i / 2] = s;
+          else pair[i / 2] = _mm256_packus_epi32(pair[i / 2], s);
+        }
+        const __m256i q = _mm256_packus_epi16(pair[0], pair[1]);  // lane h: run 2r + h, rows 4k … 4k+3
         std::uint8_t* at = o + 32 + 128 * r + 16 * k;
         _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm256_castsi256_si128(q));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(at + 64), _mm256_extracti128_si256(q, 1));
