@@ -104,6 +104,7 @@ features detect() {
   const bool avx = bit(l1.c, 28) && f.os_avx;
   f.fma = avx && bit(l1.c, 12);
   f.f16c = avx && bit(l1.c, 29);
+  f.pclmul = bit(l1.c, 1);
   if (v.a >= 7) {
     const regs l7 = cpuid(7, 0), l71 = cpuid(7, 1);
     f.avx2 = avx && bit(l7.b, 5);
@@ -115,6 +116,7 @@ features detect() {
       f.avx512vl = bit(l7.b, 31);
       f.avx512_vnni = bit(l7.c, 11);
       f.avx512_bf16 = bit(l71.a, 5);
+      f.vpclmulqdq = bit(l7.c, 10);
     }
     if (f.os_amx) {
       f.amx_bf16 = bit(l7.d, 22);

@@ -37,6 +37,7 @@ struct features {
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_vnni = false, avx512_bf16 = false, avx_vnni = false;
   bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
+  bool pclmul = false, vpclmulqdq = false;  ///< carry-less multiplies (128-bit; in 512-bit registers)
   bool os_avx = false, os_avx512 = false, os_amx = false;  ///< register state saved by the OS
   bool amx_granted = false;  ///< the kernel gave this process AMX tile data (arch_prctl)
 };

@@ -21,6 +21,10 @@ void quantize_row_from(dtype from, dtype to, const void* src, void* dst, std::in
 /// lanes), with AVX-512 where the kernel level allows it: the same bytes.
 void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t cols);
 
+/// runtime/dtype.hpp's lanes_row for all 16 rows of one group in lanes at `group` → `rows`
+/// (row-major, 16 rows of `cols` values), with AVX2's gathers where the kernel level allows.
+void lanes_to_group(dtype t, const std::byte* group, std::byte* rows, std::int64_t cols);
+
 /// Sixteen rows of `cols` values (a multiple of 32), `from` values each at `src` (row r at
 /// r · src_row_bytes, unaligned), quantized to `to` straight into their group in lanes at
 /// `out`: the bytes quantize_row_from on each row and group_to_lanes would give. Done in one

@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 
 #include "actors/digest.hpp"
+#include "backends/cpu/ghash.hpp"
+#include "backends/cpu/isa.hpp"
 
 namespace mpakt {
 namespace {
@@ -45,6 +48,43 @@ TEST(Digest, AWeightsDigestIsGmacUnderItsNoncesSha256) {
     EXPECT_NE(weight_digest("n", changed), whole) << at;
   }
   EXPECT_NE(weight_digest("n", bytes + std::string(1, '\0')), whole);  // (the length counts)
+}
+
+TEST(Digest, TheCarryLessGhashGivesOpenSslsTags) {
+  // Where the CPU has VPCLMULQDQ, a weight's digest at a level from avx512 up takes our own
+  // GHASH (backends/cpu/ghash.hpp); at avx2 OpenSSL's GMAC. Every length to 600 bytes (every
+  // tail of the sixteen-, four- and one-block loops), then longer ones, in pieces of random size,
+  // must give OpenSSL's tags.
+  const cpu_isa::level saved = cpu_isa::current();
+  const auto levels = cpu_isa::supported_levels();
+  if (!cpu_isa::detected().vpclmulqdq || levels.back() < cpu_isa::level::avx512)
+    GTEST_SKIP() << "no VPCLMULQDQ with AVX-512 here: the digest is OpenSSL's alone";
+  std::mt19937 g(9);
+  std::vector<std::size_t> lengths;
+  for (std::size_t n = 0; n <= 600; ++n) lengths.push_back(n);
+  for (std::size_t n : {4096u, 4096u + 1, 65536u + 15, 65536u + 255, (1u << 20) + 3}) lengths.push_back(n);
+  for (const std::size_t n : lengths) {
+    std::string bytes(n, '\0');
+    for (auto& c : bytes) c = char(g());
+    const std::string nonce = "nonce " + std::to_string(g());
+    ASSERT_TRUE(cpu_isa::set_level(cpu_isa::level::avx2));
+    ASSERT_FALSE(cpu_fast::ghash::available());
+    const std::string want = weight_digest(nonce, bytes);
+    for (const auto level : levels) {
+      if (level < cpu_isa::level::avx512) continue;
+      ASSERT_TRUE(cpu_isa::set_level(level));
+      ASSERT_TRUE(cpu_fast::ghash::available());
+      EXPECT_EQ(weight_digest(nonce, bytes), want) << n << " bytes at " << cpu_isa::level_name(level);
+      weight_mac m(nonce);
+      for (std::size_t at = 0; at < n;) {
+        const std::size_t piece = std::min<std::size_t>(n - at, g() % 300);
+        m.add(std::string_view(bytes).substr(at, piece));
+        at += piece;
+      }
+      EXPECT_EQ(m.hex(), want) << n << " bytes in pieces at " << cpu_isa::level_name(level);
+    }
+  }
+  cpu_isa::set_level(saved);
 }
 
 }  // namespace

@@ -181,6 +181,13 @@ TEST(QuantizeOnLoad, GroupsInLanesAreTheReferencesOnEveryLevel) {
         cpu_fast::group_to_lanes(t, rows.data(), got.data(), cols);
         EXPECT_EQ(got, want) << dtype_name(t) << " cols " << cols << " at " << cpu_isa::level_name(level);
       }
+      // and back to the rows (the weight checks' digests read a group in lanes as its rows)
+      for (auto level : cpu_isa::supported_levels()) {
+        ASSERT_TRUE(cpu_isa::set_level(level));
+        std::fill(got.begin(), got.end(), std::byte{0x5a});
+        cpu_fast::lanes_to_group(t, want.data(), got.data(), cols);
+        EXPECT_EQ(got, rows) << dtype_name(t) << " cols " << cols << " back to rows at " << cpu_isa::level_name(level);
+      }
       // and the reference is the reorder tensors take in place
       std::vector<std::byte> in_place = rows;
       rows_to_lanes(t, in_place.data(), 16, cols);

@@ -47,6 +47,17 @@ void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t
   mpakt::group_to_lanes(t, rows, out, cols);
 }
 
+void lanes_to_group(dtype t, const std::byte* group, std::byte* rows, std::int64_t cols) {
+  const std::int64_t blocks = cols / quant_block, row_bytes = storage_bytes(t, cols).value_or(0);
+  if (cpu_isa::current() >= cpu_isa::level::avx2) {
+    const auto* in = reinterpret_cast<const std::uint8_t*>(group);
+    auto* out = reinterpret_cast<std::uint8_t*>(rows);
+    if (t == dtype::q8) return lanes_to_group_q8_avx2(in, out, blocks, row_bytes);
+    if (t == dtype::q4) return lanes_to_group_q4_avx2(in, out, blocks, row_bytes);
+  }
+  for (std::int64_t l = 0; l < lane_rows; ++l) lanes_row(t, group, cols, l, rows + l * row_bytes);
+}
+
 bool quantize_group_to_lanes(dtype from, dtype to, const void* src, std::int64_t src_row_bytes, std::byte* out,
                              std::int64_t cols) {
   const cpu_isa::level level = cpu_isa::current();

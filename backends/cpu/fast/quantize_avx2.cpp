@@ -405,4 +405,36 @@ bool quantize_q8_lanes_bf16_avx2(const std::uint8_t* src, std::int64_t row_bytes
   return true;
 }
 
+void lanes_to_group_q8_avx2(const std::uint8_t* lanes, std::uint8_t* rows, std::int64_t blocks, std::int64_t row_bytes) {
+  // Row l's eight dwords, one from each run (runs 0–3 its even values, 4–7 its odd ones),
+  // gathered; the evens' and odds' bytes interleaved give its 32 values in order, XOR 0x80.
+  const __m256i runs = _mm256_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448);
+  const __m128i flip = _mm_set1_epi8(char(0x80));
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* in = lanes + b * 544;
+    for (int l = 0; l < 16; ++l) {
+      std::uint8_t* out = rows + l * row_bytes + b * 34;
+      __builtin_memcpy(out, in + 2 * l, 2);
+      const __m256i v = _mm256_i32gather_epi32(reinterpret_cast<const int*>(in + 32 + 4 * l), runs, 1);
+      const __m128i even = _mm_xor_si128(_mm256_castsi256_si128(v), flip), odd = _mm_xor_si128(_mm256_extracti128_si256(v, 1), flip);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2), _mm_unpacklo_epi8(even, odd));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 18), _mm_unpackhi_epi8(even, odd));
+    }
+  }
+}
+
+void lanes_to_group_q4_avx2(const std::uint8_t* lanes, std::uint8_t* rows, std::int64_t blocks, std::int64_t row_bytes) {
+  // Row l's scale and minimum, then its four dwords of nibbles, one from each run.
+  const __m128i runs = _mm_setr_epi32(0, 64, 128, 192);
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* in = lanes + b * 320;
+    for (int l = 0; l < 16; ++l) {
+      std::uint8_t* out = rows + l * row_bytes + b * 20;
+      __builtin_memcpy(out, in + 2 * l, 2);
+      __builtin_memcpy(out + 2, in + 32 + 2 * l, 2);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4), _mm_i32gather_epi32(reinterpret_cast<const int*>(in + 64 + 4 * l), runs, 1));
+    }
+  }
+}
+
 }  // namespace mpakt::cpu_fast

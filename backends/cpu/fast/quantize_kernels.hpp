@@ -34,6 +34,11 @@ void group_to_lanes_q4_avx512(const std::uint8_t* rows, std::uint8_t* out, std::
 void group_to_lanes_q8_avx2(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes);
 void group_to_lanes_q4_avx2(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes);
 
+/// The other way: one group in lanes at `lanes` → its 16 q8 (q4) rows, row r at `rows` +
+/// r · row_bytes (runtime/dtype.hpp's lanes_row for each: the same bytes); gathers of AVX2.
+void lanes_to_group_q8_avx2(const std::uint8_t* lanes, std::uint8_t* rows, std::int64_t blocks, std::int64_t row_bytes);
+void lanes_to_group_q4_avx2(const std::uint8_t* lanes, std::uint8_t* rows, std::int64_t blocks, std::int64_t row_bytes);
+
 /// Sixteen rows of `blocks` · 32 bf16 words at `src` (row r at r · row_bytes, no alignment
 /// needed) quantized to q8 straight into their group in lanes at `out`: the bytes of
 /// quantize_q8_row_avx512 on each row, then group_to_lanes_q8_avx512, without the row-major
