@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -200,7 +201,8 @@ TEST(QuantizeOnLoad, GroupsQuantizedStraightIntoLanesAreTheReferences) {
   // reference's two steps: every family of hard_rows (rows of one family and rows mixing them
   // block by block, ties, subnormal and vanishing scales, zeros, near-boundary quotients) and
   // rows of random bit patterns, at an odd address with rows longer than their values. Taken
-  // at AVX2 and above for every finite group; a group holding NaN or ±∞ is declined there.
+  // at AVX2 and above for every finite group (q4: AVX-512, as below); a group holding NaN or ±∞
+  // is declined there.
   level_restore restore;
   const std::int64_t cols = 576;
   const auto hard = hard_rows(cols, 70, 5);
@@ -238,43 +240,78 @@ TEST(QuantizeOnLoad, GroupsQuantizedStraightIntoLanesAreTheReferences) {
     rows.push_back(std::move(w));
   }
   const std::int64_t stride = cols * 2 + 70;  // bytes from one row to the next
-  const std::size_t group_bytes = 16 * *storage_bytes(dtype::q8, cols);
-  int finite_groups = 0, declined = 0;
+  // Groups of rows of every family (rows 7 apart), then groups of the finite rows without a
+  // zero extreme in any block (q4's kernel takes only those).
+  std::vector<std::vector<std::size_t>> groups;
   for (std::size_t first = 0; first + 16 <= rows.size(); first += 2) {
-    std::vector<unsigned char> src(std::size_t(16 * stride) + 1, 0xcd);
-    std::vector<std::byte> quantized(group_bytes), want(group_bytes), got(group_bytes);
-    bool finite = true;
-    for (std::size_t l = 0; l < 16; ++l) {
-      const auto& w = rows[(first + l * 7) % rows.size()];  // (rows of every family in one group)
-      std::memcpy(src.data() + 1 + l * std::size_t(stride), w.data(), std::size_t(cols) * 2);
-      std::vector<float> widened(static_cast<std::size_t>(cols));
-      for (std::int64_t i = 0; i < cols; ++i) {
-        widened[std::size_t(i)] = bf16_to_f32(w[std::size_t(i)]);
-        finite = finite && std::isfinite(widened[std::size_t(i)]);
-      }
-      quantize_row(dtype::q8, widened.data(), quantized.data() + l * group_bytes / 16, cols);
-    }
-    group_to_lanes(dtype::q8, quantized.data(), want.data(), cols);
-    for (auto level : cpu_isa::supported_levels()) {
-      ASSERT_TRUE(cpu_isa::set_level(level));
-      std::fill(got.begin(), got.end(), std::byte{0x5a});
-      const bool done = cpu_fast::quantize_group_to_lanes(dtype::bf16, dtype::q8, src.data() + 1, stride, got.data(), cols);
-      if (level >= cpu_isa::level::avx2) {
-        EXPECT_EQ(done, finite) << "group from row " << first << " at " << cpu_isa::level_name(level);
-      }
-      if (done) {
-        EXPECT_EQ(got, want) << "group from row " << first << " at " << cpu_isa::level_name(level);
-      }
-      declined += !done;
-    }
-    finite_groups += finite;
+    groups.emplace_back();
+    for (std::size_t l = 0; l < 16; ++l) groups.back().push_back((first + l * 7) % rows.size());
   }
-  EXPECT_GT(finite_groups, 20);
-  EXPECT_GT(declined, 0);  // (the groups holding NaN or ±∞, and every group below AVX2)
-  // Other dtypes are always declined: their two steps stay the caller's.
-  std::vector<std::byte> out(16 * *storage_bytes(dtype::q4, cols));
+  std::vector<std::size_t> plain;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    bool ok = true;
+    for (std::int64_t b = 0; b < cols / 32 && ok; ++b) {
+      float lo = INFINITY, hi = -INFINITY;
+      for (int i = 0; i < 32; ++i) {
+        const float v = bf16_to_f32(rows[r][std::size_t(b * 32 + i)]);
+        ok = ok && std::isfinite(v);
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+      ok = ok && lo != 0 && hi != 0;
+    }
+    if (ok) plain.push_back(r);
+  }
+  for (std::size_t first = 0; plain.size() >= 16 && first < plain.size(); first += 3) {
+    groups.emplace_back();
+    for (std::size_t l = 0; l < 16; ++l) groups.back().push_back(plain[(first + l * 5) % plain.size()]);
+  }
+  for (const dtype t : {dtype::q8, dtype::q4}) {
+    // q8 from AVX2 up; q4 from AVX-512 up, declining also a group with a block whose minimum
+    // or maximum is zero (which zero the reference keeps depends on the order it meets them in)
+    const cpu_isa::level from = t == dtype::q8 ? cpu_isa::level::avx2 : cpu_isa::level::avx512;
+    const std::size_t group_bytes = 16 * *storage_bytes(t, cols);
+    int takeable = 0, taken = 0, declined = 0;
+    for (std::size_t first = 0; first < groups.size(); ++first) {
+      std::vector<unsigned char> src(std::size_t(16 * stride) + 1, 0xcd);
+      std::vector<std::byte> quantized(group_bytes), want(group_bytes), got(group_bytes);
+      bool finite = true, zero_extreme = false;
+      for (std::size_t l = 0; l < 16; ++l) {
+        const auto& w = rows[groups[first][l]];
+        std::memcpy(src.data() + 1 + l * std::size_t(stride), w.data(), std::size_t(cols) * 2);
+        std::vector<float> widened(static_cast<std::size_t>(cols));
+        for (std::int64_t i = 0; i < cols; ++i) {
+          widened[std::size_t(i)] = bf16_to_f32(w[std::size_t(i)]);
+          finite = finite && std::isfinite(widened[std::size_t(i)]);
+        }
+        for (std::int64_t b = 0; b < cols / 32; ++b) {
+          const auto blk = widened.begin() + b * 32;
+          zero_extreme = zero_extreme || *std::min_element(blk, blk + 32) == 0 || *std::max_element(blk, blk + 32) == 0;
+        }
+        quantize_row(t, widened.data(), quantized.data() + l * group_bytes / 16, cols);
+      }
+      group_to_lanes(t, quantized.data(), want.data(), cols);
+      const bool takes = finite && (t == dtype::q8 || !zero_extreme);
+      for (auto level : cpu_isa::supported_levels()) {
+        ASSERT_TRUE(cpu_isa::set_level(level));
+        std::fill(got.begin(), got.end(), std::byte{0x5a});
+        const bool done = cpu_fast::quantize_group_to_lanes(dtype::bf16, t, src.data() + 1, stride, got.data(), cols);
+        EXPECT_EQ(done, takes && level >= from) << dtype_name(t) << " group " << first << " at " << cpu_isa::level_name(level);
+        if (done) {
+          EXPECT_EQ(got, want) << dtype_name(t) << " group " << first << " at " << cpu_isa::level_name(level);
+        }
+        taken += done;
+        declined += !done;
+      }
+      takeable += takes;
+    }
+    EXPECT_GT(takeable, 20) << dtype_name(t);
+    EXPECT_GT(taken, 0) << dtype_name(t);
+    EXPECT_GT(declined, 0) << dtype_name(t);  // (groups holding NaN or ±∞, and every group below the kernel's level)
+  }
+  // Other sources are always declined: their two steps stay the caller's.
+  std::vector<std::byte> out(16 * *storage_bytes(dtype::q8, cols));
   std::vector<float> f(static_cast<std::size_t>(16 * cols), 0.5f);
-  EXPECT_FALSE(cpu_fast::quantize_group_to_lanes(dtype::bf16, dtype::q4, rows[0].data(), cols * 2, out.data(), cols));
   EXPECT_FALSE(cpu_fast::quantize_group_to_lanes(dtype::f32, dtype::q8, f.data(), cols * 4, out.data(), cols));
 }
 

@@ -143,21 +143,22 @@ bool quantize_q4_bf16_avx512(const std::uint16_t* src, std::uint8_t* dst, std::i
   return true;
 }
 
-/// Sixteen rows' magnitude words (one register each, 32 words: a block's values) → each row's
-/// largest, as 16 words in row order: rows paired and reduced through 16-, 32- and 64-bit
-/// interleaves (each step a maximum over twice the lanes, two rows' lanes beside each other),
-/// then across the 128-bit lanes.
-inline __m256i row_maxima16(const __m512i* m) {
+/// Sixteen rows' words (one register each, 32 words: a block's values) → each row's extreme by
+/// `pick` (max or min, signed or not), as 16 words in row order: rows paired and reduced through
+/// 16-, 32- and 64-bit interleaves (each step an extreme over twice the lanes, two rows' lanes
+/// beside each other), then across the 128-bit lanes.
+template <class Pick>
+inline __m256i row_extremes16(const __m512i* m, Pick pick) {
   __m512i u[8], v[4], w[2];
 #pragma GCC unroll 8
-  for (int k = 0; k < 8; ++k) u[k] = _mm512_max_epu16(_mm512_unpacklo_epi16(m[2 * k], m[2 * k + 1]), _mm512_unpackhi_epi16(m[2 * k], m[2 * k + 1]));
+  for (int k = 0; k < 8; ++k) u[k] = pick(_mm512_unpacklo_epi16(m[2 * k], m[2 * k + 1]), _mm512_unpackhi_epi16(m[2 * k], m[2 * k + 1]));
 #pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) v[k] = _mm512_max_epu16(_mm512_unpacklo_epi32(u[2 * k], u[2 * k + 1]), _mm512_unpackhi_epi32(u[2 * k], u[2 * k + 1]));
+  for (int k = 0; k < 4; ++k) v[k] = pick(_mm512_unpacklo_epi32(u[2 * k], u[2 * k + 1]), _mm512_unpackhi_epi32(u[2 * k], u[2 * k + 1]));
 #pragma GCC unroll 2
-  for (int k = 0; k < 2; ++k) w[k] = _mm512_max_epu16(_mm512_unpacklo_epi64(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi64(v[2 * k], v[2 * k + 1]));
+  for (int k = 0; k < 2; ++k) w[k] = pick(_mm512_unpacklo_epi64(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi64(v[2 * k], v[2 * k + 1]));
   // each 128-bit lane of w[0] holds rows 0–7 (one word each), of w[1] rows 8–15
-  __m512i z = _mm512_max_epu16(_mm512_shuffle_i32x4(w[0], w[1], 0x44), _mm512_shuffle_i32x4(w[0], w[1], 0xee));
-  z = _mm512_max_epu16(z, _mm512_shuffle_i32x4(z, z, 0xb1));  // lanes: rows 0–7, 0–7, 8–15, 8–15
+  __m512i z = pick(_mm512_shuffle_i32x4(w[0], w[1], 0x44), _mm512_shuffle_i32x4(w[0], w[1], 0xee));
+  z = pick(z, _mm512_shuffle_i32x4(z, z, 0xb1));  // lanes: rows 0–7, 0–7, 8–15, 8–15
   return _mm512_castsi512_si256(_mm512_shuffle_i32x4(z, z, 0x08));
 }
 
@@ -315,7 +316,7 @@ bool quantize_q8_lanes_bf16_avx512(const std::uint8_t* src, std::int64_t row_byt
     __m512i mag[16];
 #pragma GCC unroll 16
     for (int l = 0; l < 16; ++l) mag[l] = _mm512_and_si512(_mm512_loadu_si512(p + l * row_bytes), magnitude);
-    const __m256i amax_bits = row_maxima16(mag);
+    const __m256i amax_bits = row_extremes16(mag, [](__m512i a, __m512i b) { return _mm512_max_epu16(a, b); });
     if (_mm256_movemask_epi8(_mm256_cmpgt_epi16(amax_bits, _mm256_set1_epi16(0x7f7f))) != 0) return false;  // NaN or ±∞
     const __m512 amax = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(amax_bits), 16));
     const __m256i d16 = _mm512_cvtps_ph(_mm512_div_ps(amax, _mm512_set1_ps(127.0f)), _MM_FROUND_TO_NEAREST_INT);
@@ -363,6 +364,83 @@ bool quantize_q8_lanes_bf16_avx512(const std::uint8_t* src, std::int64_t row_byt
       _mm512_storeu_si512(runs + 128, _mm512_shuffle_i32x4(t1, t3, 0x88));
       _mm512_storeu_si512(runs + 192, _mm512_shuffle_i32x4(t1, t3, 0xdd));
     }
+  }
+  return true;
+}
+
+bool quantize_q4_lanes_bf16_avx512(const std::uint8_t* src, std::int64_t row_bytes, std::uint8_t* out, std::int64_t blocks) {
+  // quantize_q8_lanes_bf16_avx512's steps for q4: the sixteen rows' extremes found together on
+  // order keys (quantize_blocks.inc) give the scales and minimums — the lanes' first 64 bytes as
+  // they are; each value less the minimum rounded by one fma against 1.5·2^23 and clamped to
+  // 0–15; a row's byte k is its value 2k | value 2k+1 << 4, so that 128-bit lane j of a row's
+  // bytes (as dwords) is run j; four rows packed, the packs' lanes traded into the four runs.
+  const __m512i flip = _mm512_set1_epi16(0x7fff), high_words = _mm512_set1_epi32(int(0xffff0000u));
+  const __m512 m = _mm512_set1_ps(12582912.0f), hi_t = _mm512_set1_ps(12582912.0f + 15);
+  const __m512i m_bits = _mm512_set1_epi32(0x4b400000);
+  const __m512 near_half = _mm512_set1_ps(0.5f - 0x1p-14f), zero = _mm512_setzero_ps(), fifteen = _mm512_set1_ps(15.0f);
+  alignas(64) float d[16], inv[16], mins[16];
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* p = src + b * 64;
+    std::uint8_t* o = out + b * 320;
+    __m512i key[16];
+#pragma GCC unroll 16
+    for (int l = 0; l < 16; ++l) {
+      const __m512i w = _mm512_loadu_si512(p + l * row_bytes);
+      key[l] = _mm512_xor_si512(w, _mm512_and_si512(_mm512_srai_epi16(w, 15), flip));
+    }
+    const __m256i lo_k = row_extremes16(key, [](__m512i a, __m512i c) { return _mm512_min_epi16(a, c); });
+    const __m256i hi_k = row_extremes16(key, [](__m512i a, __m512i c) { return _mm512_max_epi16(a, c); });
+    // NaN or ±∞ (a key past +FLT_MAX's or below −FLT_MAX's), or an extreme of zero (which zero
+    // the reference keeps depends on the order it meets them in): the two steps take the group
+    if (_mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpgt_epi16(hi_k, _mm256_set1_epi16(0x7f7f)),
+                                             _mm256_cmpgt_epi16(_mm256_set1_epi16(std::int16_t(0x8080)), lo_k))) != 0)
+      return false;
+    const auto widen = [&](__m256i k) {
+      const __m256i words = _mm256_xor_si256(k, _mm256_and_si256(_mm256_srai_epi16(k, 15), _mm256_set1_epi16(0x7fff)));
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(words), 16));
+    };
+    const __m512 lo = widen(lo_k), hi = widen(hi_k);
+    if ((_mm512_cmp_ps_mask(lo, zero, _CMP_EQ_OQ) | _mm512_cmp_ps_mask(hi, zero, _CMP_EQ_OQ)) != 0) return false;
+    const __m256i d16 = _mm512_cvtps_ph(_mm512_div_ps(_mm512_sub_ps(hi, lo), fifteen), _MM_FROUND_TO_NEAREST_INT);
+    const __m256i m16 = _mm512_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), d16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32), m16);
+    const __m512 dw = _mm512_cvtph_ps(d16);
+    _mm512_store_ps(d, dw);
+    _mm512_store_ps(mins, _mm512_cvtph_ps(m16));
+    _mm512_store_ps(inv, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(dw, zero, _CMP_NEQ_OQ), _mm512_set1_ps(1.0f), dw));  // zero: bytes 0
+    __m512i packed[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      __m512i s[4];
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const int l = 4 * k + i;
+        const __m512i w = _mm512_loadu_si512(p + l * row_bytes);
+        const __m512 mv = _mm512_set1_ps(mins[l]), iv = _mm512_set1_ps(inv[l]);
+        const __m512 a = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), mv);
+        const __m512 c = _mm512_sub_ps(_mm512_castsi512_ps(_mm512_and_si512(w, high_words)), mv);
+        __m512 ta = _mm512_fmadd_ps(a, iv, m), tc = _mm512_fmadd_ps(c, iv, m);
+        const __m512 ea = _mm512_fmsub_ps(a, iv, _mm512_sub_ps(ta, m)), ec = _mm512_fmsub_ps(c, iv, _mm512_sub_ps(tc, m));
+        __m512i sa, sc;
+        if (_mm512_cmp_ps_mask(_mm512_range_ps(ea, ec, 0x0b), near_half, _CMP_GT_OQ) != 0) {
+          const __m512 dv = _mm512_set1_ps(d[l]);
+          sa = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(round_away(_mm512_div_ps(a, dv)), zero), fifteen));
+          sc = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(round_away(_mm512_div_ps(c, dv)), zero), fifteen));
+        } else {
+          sa = _mm512_sub_epi32(_mm512_castps_si512(_mm512_min_ps(_mm512_max_ps(ta, m), hi_t)), m_bits);
+          sc = _mm512_sub_epi32(_mm512_castps_si512(_mm512_min_ps(_mm512_max_ps(tc, m), hi_t)), m_bits);
+        }
+        s[i] = _mm512_or_si512(sa, _mm512_slli_epi32(sc, 4));
+      }
+      packed[k] = _mm512_packus_epi16(_mm512_packus_epi32(s[0], s[1]), _mm512_packus_epi32(s[2], s[3]));
+    }
+    const __m512i t0 = _mm512_shuffle_i32x4(packed[0], packed[1], 0x44), t1 = _mm512_shuffle_i32x4(packed[0], packed[1], 0xee);
+    const __m512i t2 = _mm512_shuffle_i32x4(packed[2], packed[3], 0x44), t3 = _mm512_shuffle_i32x4(packed[2], packed[3], 0xee);
+    _mm512_storeu_si512(o + 64, _mm512_shuffle_i32x4(t0, t2, 0x88));
+    _mm512_storeu_si512(o + 128, _mm512_shuffle_i32x4(t0, t2, 0xdd));
+    _mm512_storeu_si512(o + 192, _mm512_shuffle_i32x4(t1, t3, 0x88));
+    _mm512_storeu_si512(o + 256, _mm512_shuffle_i32x4(t1, t3, 0xdd));
   }
   return true;
 }
