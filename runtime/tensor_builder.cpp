@@ -113,7 +113,7 @@ void row_converter::convert(std::uint64_t first, const char* src, std::uint64_t 
   for (std::uint64_t r = 0; r < n;) {
     const std::uint64_t at = first + r, g = at / lane_rows;
     if (at % lane_rows == 0 && n - r >= std::uint64_t(lane_rows)) {
-      // (in one pass where a kernel takes the group, bf16 → q8 on AVX2 and up: else each row's
+      // (in one pass where a kernel takes the group, bf16 → q8 or q4 from AVX2 up: else each row's
       // blocks, then the reorder)
       const char* group_src = src + r * row_in_;
       std::byte* group = base + g * group_bytes;

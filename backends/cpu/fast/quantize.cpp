@@ -64,9 +64,9 @@ bool quantize_group_to_lanes(dtype from, dtype to, const void* src, std::int64_t
   if (from != dtype::bf16 || !is_quantized(to) || cols % quant_block != 0 || level < cpu_isa::level::avx2) return false;
   const auto* in = static_cast<const std::uint8_t*>(src);
   auto* at = reinterpret_cast<std::uint8_t*>(out);
-  if (to == dtype::q4) return level >= cpu_isa::level::avx512 && quantize_q4_lanes_bf16_avx512(in, src_row_bytes, at, cols / quant_block);
-  return (level >= cpu_isa::level::avx512 ? quantize_q8_lanes_bf16_avx512 : quantize_q8_lanes_bf16_avx2)(in, src_row_bytes, at,
-                                                                                                      cols / quant_block);
+  const bool wide = level >= cpu_isa::level::avx512;
+  if (to == dtype::q4) return (wide ? quantize_q4_lanes_bf16_avx512 : quantize_q4_lanes_bf16_avx2)(in, src_row_bytes, at, cols / quant_block);
+  return (wide ? quantize_q8_lanes_bf16_avx512 : quantize_q8_lanes_bf16_avx2)(in, src_row_bytes, at, cols / quant_block);
 }
 
 }  // namespace mpakt::cpu_fast

@@ -405,6 +405,79 @@ bool quantize_q8_lanes_bf16_avx2(const std::uint8_t* src, std::int64_t row_bytes
   return true;
 }
 
+bool quantize_q4_lanes_bf16_avx2(const std::uint8_t* src, std::int64_t row_bytes, std::uint8_t* out, std::int64_t blocks) {
+  // quantize_q4_lanes_bf16_avx512's steps at half the width, arranged as AVX2's q8 kernel:
+  // each half of the scales and minimums from eight rows' extremes on order keys
+  // (quantize_blocks.inc: false for NaN, ±∞ or a zero extreme); a row's bytes 8h … 8h+7 from
+  // its half h (its even values | its odd ones << 4), whose 128-bit lanes are runs 2h and
+  // 2h + 1; one half over four rows at a time, packed, each lane stored as its run's rows.
+  const __m256i high_words = _mm256_set1_epi32(int(0xffff0000u));
+  const __m256 m = _mm256_set1_ps(12582912.0f), hi_t = _mm256_set1_ps(12582912.0f + 15);
+  const __m256i m_bits = _mm256_set1_epi32(0x4b400000);
+  const __m256 sign = _mm256_set1_ps(-0.0f), near_half = _mm256_set1_ps(0.5f - 0x1p-14f);
+  const __m256 zero = _mm256_setzero_ps(), fifteen = _mm256_set1_ps(15.0f);
+  alignas(32) float d[16], inv[16], mins[16];
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* p = src + b * 64;
+    std::uint8_t* o = out + b * 320;
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const auto extremes = [&](int i, __m128i& lo_k, __m128i& hi_k) {
+        const std::uint8_t* row = p + (8 * h + i) * row_bytes;
+        const __m256i k0 = order_key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
+        const __m256i k1 = order_key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32)));
+        const __m256i lo = _mm256_min_epi16(k0, k1), hi = _mm256_max_epi16(k0, k1);
+        lo_k = _mm_min_epi16(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+        hi_k = _mm_max_epi16(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+      };
+      block_scales sc;
+      if (!q4_scales_of(8, extremes, sc)) return false;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 16 * h), _mm_load_si128(reinterpret_cast<const __m128i*>(sc.d16)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 32 + 16 * h), _mm_load_si128(reinterpret_cast<const __m128i*>(sc.m16)));
+      const __m256 dw = _mm256_load_ps(sc.d);
+      _mm256_store_ps(d + 8 * h, dw);
+      _mm256_store_ps(mins + 8 * h, _mm256_load_ps(sc.m));
+      // a zero scale: every byte 0
+      _mm256_store_ps(inv + 8 * h, _mm256_andnot_ps(_mm256_cmp_ps(dw, zero, _CMP_EQ_OQ), _mm256_load_ps(sc.inv)));
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        __m256i pair[2];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const int l = 4 * k + i;
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + l * row_bytes + 32 * h));
+          const __m256 mv = _mm256_broadcast_ss(mins + l), iv = _mm256_broadcast_ss(inv + l);
+          const __m256 a = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), mv);
+          const __m256 c = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_and_si256(w, high_words)), mv);
+          const __m256 ta = _mm256_fmadd_ps(a, iv, m), tc = _mm256_fmadd_ps(c, iv, m);
+          const __m256 off = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_fmsub_ps(a, iv, _mm256_sub_ps(ta, m))),
+                                           _mm256_andnot_ps(sign, _mm256_fmsub_ps(c, iv, _mm256_sub_ps(tc, m))));
+          __m256i sa, sc;
+          if (_mm256_movemask_ps(_mm256_cmp_ps(off, near_half, _CMP_GT_OQ)) != 0) {
+            const __m256 dv = _mm256_broadcast_ss(d + l);
+            sa = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(round_away(_mm256_div_ps(a, dv)), zero), fifteen));
+            sc = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(round_away(_mm256_div_ps(c, dv)), zero), fifteen));
+          } else {
+            sa = _mm256_sub_epi32(_mm256_castps_si256(_mm256_min_ps(_mm256_max_ps(ta, m), hi_t)), m_bits);
+            sc = _mm256_sub_epi32(_mm256_castps_si256(_mm256_min_ps(_mm256_max_ps(tc, m), hi_t)), m_bits);
+          }
+          const __m256i s = _mm256_or_si256(sa, _mm256_slli_epi32(sc, 4));
+          if (i % 2 == 0) pair[i / 2] = s;
+          else pair[i / 2] = _mm256_packus_epi32(pair[i / 2], s);
+        }
+        const __m256i q = _mm256_packus_epi16(pair[0], pair[1]);  // lane j: run 2h + j, rows 4k … 4k+3
+        std::uint8_t* at = o + 64 + 128 * h + 16 * k;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm256_castsi256_si128(q));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(at + 64), _mm256_extracti128_si256(q, 1));
+      }
+    }
+  }
+  return true;
+}
+
 void lanes_to_group_q8_avx2(const std::uint8_t* lanes, std::uint8_t* rows, std::int64_t blocks, std::int64_t row_bytes) {
   // Row l's eight dwords, one from each run (runs 0–3 its even values, 4–7 its odd ones),
   // gathered; the evens' and odds' bytes interleaved give its 32 values in order, XOR 0x80.

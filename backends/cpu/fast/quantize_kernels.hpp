@@ -46,7 +46,8 @@ void lanes_to_group_q4_avx2(const std::uint8_t* lanes, std::uint8_t* rows, std::
 bool quantize_q8_lanes_bf16_avx512(const std::uint8_t* src, std::int64_t row_bytes, std::uint8_t* out, std::int64_t blocks);
 /// The same for q4 (false also where a block's minimum or maximum is zero, as the row kernels').
 bool quantize_q4_lanes_bf16_avx512(const std::uint8_t* src, std::int64_t row_bytes, std::uint8_t* out, std::int64_t blocks);
-/// The same on AVX2 (+ FMA, F16C).
+/// The same two on AVX2 (+ FMA, F16C).
 bool quantize_q8_lanes_bf16_avx2(const std::uint8_t* src, std::int64_t row_bytes, std::uint8_t* out, std::int64_t blocks);
+bool quantize_q4_lanes_bf16_avx2(const std::uint8_t* src, std::int64_t row_bytes, std::uint8_t* out, std::int64_t blocks);
 
 }  // namespace mpakt::cpu_fast
