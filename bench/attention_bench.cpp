@@ -25,10 +25,11 @@
 #include "backends/cpu/fast/isa_kernels.hpp"
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
+#include "bench/timing.hpp"
 #include "runtime/dtype.hpp"
 
 using namespace mpakt;
-using clk = std::chrono::steady_clock;
+using namespace mpakt::bench;
 
 namespace {
 
@@ -38,20 +39,6 @@ struct options {
   std::string kv = "f32";  ///< the caches' element: f32, bf16 or f16
   int elem() const { return kv == "f32" ? 4 : 2; }
 };
-
-double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
-
-/// Best time of `repeats` runs of f().
-template <class F>
-double best_of(int repeats, F&& f) {
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = clk::now();
-    f();
-    best = std::min(best, seconds_since(t0));
-  }
-  return best;
-}
 
 /// Sums of the caches' bytes, taken as floats, read in one of two orders (so the reads cannot
 /// be dropped; a half-width cache's bytes are summed as floats too: only the reads count).

@@ -22,16 +22,15 @@
 #include "backends/cpu/fast/parallel.hpp"
 #include "backends/cpu/isa.hpp"
 #include "bench/read_probe.hpp"
+#include "bench/timing.hpp"
 #include "runtime/graph.hpp"
 #include "runtime/op.hpp"
 #include "runtime/tensor_builder.hpp"
 
 using namespace mpakt;
-using clk = std::chrono::steady_clock;
+using namespace mpakt::bench;
 
 namespace {
-
-double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
 
 tensor random_weight(std::int64_t n, std::int64_t k, dtype type, unsigned seed) {
   std::mt19937 rng(seed);

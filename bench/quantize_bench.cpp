@@ -23,25 +23,11 @@
 
 #include "backends/cpu/isa.hpp"
 #include "backends/cpu/quantize.hpp"
+#include "bench/timing.hpp"
 #include "runtime/dtype.hpp"
 
 using namespace mpakt;
-using clk = std::chrono::steady_clock;
-
-namespace {
-
-template <class F>
-double best_of(int repeats, F&& f) {
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = clk::now();
-    f();
-    best = std::min(best, std::chrono::duration<double>(clk::now() - t0).count());
-  }
-  return best;
-}
-
-}  // namespace
+using namespace mpakt::bench;
 
 int main(int argc, char** argv) {
   std::int64_t cols = 576;

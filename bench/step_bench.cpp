@@ -54,15 +54,14 @@
 #if defined(MPAKT_HAS_CUDA)
 #include "backends/cuda/cuda_backend.hpp"
 #endif
+#include "bench/timing.hpp"
 #include "runtime/tensor_builder.hpp"
 #include "runtime/tensor_store.hpp"
 
 using namespace mpakt;
-using clk = std::chrono::steady_clock;
+using namespace mpakt::bench;
 
 namespace {
-
-double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
 
 /// Read bandwidth of `threads` threads summing a 1 GiB buffer (best of 3), bytes/s.
 double read_bandwidth(int threads) { return bench::read_bandwidth(std::size_t(1) << 30, threads); }

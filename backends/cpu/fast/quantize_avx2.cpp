@@ -187,6 +187,20 @@ bool quantize_q4_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int
   return true;
 }
 
+/// Row i (0–3) of four rows' dwords (small whole numbers), packed beside the others: rows 0
+/// and 1 as words in pair[0], rows 2 and 3 in pair[1].
+inline void pack_row(__m256i* pair, int i, __m256i s) {
+  if (i % 2 == 0) pair[i / 2] = s;
+  else pair[i / 2] = _mm256_packus_epi32(pair[i / 2], s);
+}
+
+/// The four rows as bytes: 128-bit lane j at `at` + 64·j (each lane one run's four rows).
+inline void store_run_lanes(std::uint8_t* at, const __m256i* pair) {
+  const __m256i q = _mm256_packus_epi16(pair[0], pair[1]);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm256_castsi256_si128(q));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(at + 64), _mm256_extracti128_si256(q, 1));
+}
+
 }  // namespace
 
 bool quantize_q8_row_avx2(const void* src, quant_source from, std::uint8_t* dst, std::int64_t n) {
@@ -392,13 +406,9 @@ bool quantize_q8_lanes_bf16_avx2(const std::uint8_t* src, std::int64_t row_bytes
             if (clamp[l]) t = _mm256_min_ps(_mm256_max_ps(t, lo_t), hi_t);
             s = _mm256_sub_epi32(_mm256_castps_si256(t), m_bits);
           }
-          if (i % 2 == 0) pair[i / 2] = s;
-          else pair[i / 2] = _mm256_packus_epi32(pair[i / 2], s);
+          pack_row(pair, i, s);
         }
-        const __m256i q = _mm256_packus_epi16(pair[0], pair[1]);  // lane h: run 2r + h, rows 4k … 4k+3
-        std::uint8_t* at = o + 32 + 128 * r + 16 * k;
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm256_castsi256_si128(q));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(at + 64), _mm256_extracti128_si256(q, 1));
+        store_run_lanes(o + 32 + 128 * r + 16 * k, pair);  // lane h: run 2r + h, rows 4k … 4k+3
       }
     }
   }
@@ -464,14 +474,9 @@ bool quantize_q4_lanes_bf16_avx2(const std::uint8_t* src, std::int64_t row_bytes
             sa = _mm256_sub_epi32(_mm256_castps_si256(_mm256_min_ps(_mm256_max_ps(ta, m), hi_t)), m_bits);
             sc = _mm256_sub_epi32(_mm256_castps_si256(_mm256_min_ps(_mm256_max_ps(tc, m), hi_t)), m_bits);
           }
-          const __m256i s = _mm256_or_si256(sa, _mm256_slli_epi32(sc, 4));
-          if (i % 2 == 0) pair[i / 2] = s;
-          else pair[i / 2] = _mm256_packus_epi32(pair[i / 2], s);
+          pack_row(pair, i, _mm256_or_si256(sa, _mm256_slli_epi32(sc, 4)));
         }
-        const __m256i q = _mm256_packus_epi16(pair[0], pair[1]);  // lane j: run 2h + j, rows 4k … 4k+3
-        std::uint8_t* at = o + 64 + 128 * h + 16 * k;
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm256_castsi256_si128(q));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(at + 64), _mm256_extracti128_si256(q, 1));
+        store_run_lanes(o + 64 + 128 * h + 16 * k, pair);  // lane j: run 2h + j, rows 4k … 4k+3
       }
     }
   }

@@ -162,6 +162,17 @@ inline __m256i row_extremes16(const __m512i* m, Pick pick) {
   return _mm512_castsi512_si256(_mm512_shuffle_i32x4(z, z, 0x08));
 }
 
+/// Four packs of four rows each (128-bit lane j of pack k: run j's bytes of rows 4k … 4k+3) →
+/// the four runs, 64 bytes each, at `runs`: the packs' lanes traded.
+inline void store_runs(std::uint8_t* runs, const __m512i* q) {
+  const __m512i t0 = _mm512_shuffle_i32x4(q[0], q[1], 0x44), t1 = _mm512_shuffle_i32x4(q[0], q[1], 0xee);
+  const __m512i t2 = _mm512_shuffle_i32x4(q[2], q[3], 0x44), t3 = _mm512_shuffle_i32x4(q[2], q[3], 0xee);
+  _mm512_storeu_si512(runs, _mm512_shuffle_i32x4(t0, t2, 0x88));
+  _mm512_storeu_si512(runs + 64, _mm512_shuffle_i32x4(t0, t2, 0xdd));
+  _mm512_storeu_si512(runs + 128, _mm512_shuffle_i32x4(t1, t3, 0x88));
+  _mm512_storeu_si512(runs + 192, _mm512_shuffle_i32x4(t1, t3, 0xdd));
+}
+
 /// q8 bytes + 128 of a block's values (`a`: the even ones, `b`: the odd ones, as f32) as
 /// dwords: the reference's division and rounding half away from zero, clamped to ±127.
 inline void exact_offset_q8(__m512 a, __m512 b, float d, __m512i* sa, __m512i* sb) {
@@ -353,17 +364,8 @@ bool quantize_q8_lanes_bf16_avx512(const std::uint8_t* src, std::int64_t row_byt
       for (int h = 0; h < 2; ++h)
         packed[h][k] = _mm512_packus_epi16(_mm512_packus_epi32(s[h][0], s[h][1]), _mm512_packus_epi32(s[h][2], s[h][3]));
     }
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m512i* q = packed[h];
-      const __m512i t0 = _mm512_shuffle_i32x4(q[0], q[1], 0x44), t1 = _mm512_shuffle_i32x4(q[0], q[1], 0xee);
-      const __m512i t2 = _mm512_shuffle_i32x4(q[2], q[3], 0x44), t3 = _mm512_shuffle_i32x4(q[2], q[3], 0xee);
-      std::uint8_t* runs = o + 32 + 256 * h;  // runs 0–3 from the evens, 4–7 from the odds
-      _mm512_storeu_si512(runs, _mm512_shuffle_i32x4(t0, t2, 0x88));
-      _mm512_storeu_si512(runs + 64, _mm512_shuffle_i32x4(t0, t2, 0xdd));
-      _mm512_storeu_si512(runs + 128, _mm512_shuffle_i32x4(t1, t3, 0x88));
-      _mm512_storeu_si512(runs + 192, _mm512_shuffle_i32x4(t1, t3, 0xdd));
-    }
+    store_runs(o + 32, packed[0]);  // runs 0–3 from the evens
+    store_runs(o + 288, packed[1]);  // runs 4–7 from the odds
   }
   return true;
 }
@@ -435,12 +437,7 @@ bool quantize_q4_lanes_bf16_avx512(const std::uint8_t* src, std::int64_t row_byt
       }
       packed[k] = _mm512_packus_epi16(_mm512_packus_epi32(s[0], s[1]), _mm512_packus_epi32(s[2], s[3]));
     }
-    const __m512i t0 = _mm512_shuffle_i32x4(packed[0], packed[1], 0x44), t1 = _mm512_shuffle_i32x4(packed[0], packed[1], 0xee);
-    const __m512i t2 = _mm512_shuffle_i32x4(packed[2], packed[3], 0x44), t3 = _mm512_shuffle_i32x4(packed[2], packed[3], 0xee);
-    _mm512_storeu_si512(o + 64, _mm512_shuffle_i32x4(t0, t2, 0x88));
-    _mm512_storeu_si512(o + 128, _mm512_shuffle_i32x4(t0, t2, 0xdd));
-    _mm512_storeu_si512(o + 192, _mm512_shuffle_i32x4(t1, t3, 0x88));
-    _mm512_storeu_si512(o + 256, _mm512_shuffle_i32x4(t1, t3, 0xdd));
+    store_runs(o + 64, packed);
   }
   return true;
 }
