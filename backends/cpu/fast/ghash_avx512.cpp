@@ -1,4 +1,5 @@
-// GHASH's kernels for AVX-512 with VPCLMULQDQ (backends/cpu/ghash.hpp): POLYVAL's products
+// GHASH's kernels for AVX-512 with VPCLMULQDQ (backends/cpu/ghash.hpp; compiled with -mpclmul
+// -mvpclmulqdq beside the AVX-512 flags, CMakeLists.txt): POLYVAL's products
 // (RFC 8452) on carry-less multiplies, sixteen blocks at a time in four 512-bit registers
 // against the key's powers 16 … 1, their 256-bit products summed and reduced once.
 //
@@ -9,9 +10,10 @@
 
 // GCC 12's AVX-512 headers start many intrinsics from a self-initialised "undefined" vector,
 // which -Wuninitialized reports wherever they are inlined here (a false alarm).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC target("pclmul,vpclmulqdq")
+#endif
 
 #include <immintrin.h>
 
