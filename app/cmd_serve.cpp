@@ -100,6 +100,8 @@ const char* serve_usage =
     "  --verify-memory SIZE room in this process for the verifiers' copies of volunteers' weights,\n"
     "                      all volunteers together (default 2G); passes on weights beyond it go\n"
     "                      unchecked\n"
+    "  --verify-queue SIZE  room per volunteer for its checked passes and their answers while they\n"
+    "                      wait for its verifier (default 256M); past it the window goes unchecked\n"
     "  --cluster-reply-budget SIZE\n"
     "                      room for volunteers' large answers (graph outputs, checkpoints),\n"
     "                      which the cluster port holds until each is whole, all volunteers\n"
@@ -249,6 +251,10 @@ int cmd_serve(const std::vector<std::string>& args) {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s) return bad("--verify-memory takes a size such as 2G");
       gcfg.checks.memory = *s;
+    } else if (a == "--verify-queue") {
+      auto s = (v = value()) ? parse_size(*v) : std::nullopt;
+      if (!s || *s == 0) return bad("--verify-queue takes a size such as 256M");
+      gcfg.checks.queue_bytes = *s;
     } else if (a == "--cluster-reply-budget") {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s || *s < (1u << 20)) return bad("--cluster-reply-budget takes a size of at least 1M, such as 4G");

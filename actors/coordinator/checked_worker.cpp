@@ -1134,11 +1134,11 @@ void run_verifier_tasks(checked_pointer self) {
   st.verifier_busy = false;
 }
 
-/// Most verifier tasks, and bytes of the passes they carry, waiting at once: past either a
-/// checked window stops being followed (a volunteer far faster than its verifier must not make
-/// the coordinator hold its passes without bound).
+/// Most verifier tasks waiting at once, beside the bytes of the passes they carry and of the
+/// volunteer's answers they hold (`verify_config::queue_bytes`): past either a checked window
+/// stops being followed (a volunteer far faster than its verifier must not make the
+/// coordinator hold its passes and answers without bound).
 constexpr std::size_t max_verifier_tasks = 4096;
-constexpr std::uint64_t max_verifier_bytes = std::uint64_t(256) << 20;
 
 void to_verifier(checked_pointer self, std::function<void(std::function<void()>)> task) {
   auto& st = self->state;
@@ -1154,12 +1154,17 @@ void drop_copy_in_turn(checked_pointer self, const std::string& s) {
   });
 }
 
-/// Whether the verifier's queue has room for a pass of `bytes`; takes them if so.
-bool verifier_room(checked_pointer self, std::uint64_t bytes) {
+/// Whether the verifier's queue has room for `bytes` more (a queued pass's answer); takes them if so.
+bool verifier_bytes_room(checked_pointer self, std::uint64_t bytes) {
   auto& st = self->state;
-  if (st.verifier_tasks.size() >= max_verifier_tasks || st.verifier_bytes + bytes > max_verifier_bytes) return false;
+  if (st.verifier_bytes + bytes > st.sh->cfg.queue_bytes) return false;
   st.verifier_bytes += bytes;
   return true;
+}
+
+/// Whether the verifier's queue has room for a pass of `bytes`; takes them if so.
+bool verifier_room(checked_pointer self, std::uint64_t bytes) {
+  return self->state.verifier_tasks.size() < max_verifier_tasks && verifier_bytes_room(self, bytes);
 }
 
 /// A value from the volunteer that a verifier task, queued in the volunteer's order when the
@@ -1428,6 +1433,7 @@ void windowed_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp
     auto& st = self->state;
     using answer = awaited<std::shared_ptr<const std::string>>;
     std::shared_ptr<answer> theirs;
+    auto answer_bytes = std::make_shared<std::uint64_t>(0);  // (the held answer's, once it came)
     if (on_race(self, sessions)) break_window(self, w);
     if (w->checked && !w->broken) {
       const std::uint64_t bytes = held->graph_json.size() + held->bind_json.size();
@@ -1440,10 +1446,10 @@ void windowed_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp
         mine->run_id.clear();  // (a caller's cancel reaches the volunteer's run only)
         mine->timeout_ms = 0;  // (the volunteer ran it within the limit; the verifier may take longer)
         theirs = std::make_shared<answer>();
-        to_verifier(self, [self, w, mine, theirs, tolerance, bytes](std::function<void()> next) {
-          theirs->when([self, w, mine, theirs, tolerance, bytes, next] {
-            auto done = [self, bytes, next] {
-              self->state.verifier_bytes -= std::min(self->state.verifier_bytes, bytes);
+        to_verifier(self, [self, w, mine, theirs, tolerance, bytes, answer_bytes](std::function<void()> next) {
+          theirs->when([self, w, mine, theirs, tolerance, bytes, answer_bytes, next] {
+            auto done = [self, bytes, answer_bytes, next] {
+              self->state.verifier_bytes -= std::min(self->state.verifier_bytes, bytes + *answer_bytes);
               next();
             };
             if (w->broken || theirs->error || self->state.sh->counts.quarantined) return done();
@@ -1477,10 +1483,18 @@ void windowed_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp
         });
       }
     }
-    unchecked_run_with(self, rp, std::move(*held), [self, w, theirs](bool answered, const run_reply* reply) {
+    unchecked_run_with(self, rp, std::move(*held), [self, w, theirs, answer_bytes](bool answered, const run_reply* reply) {
       if (theirs) {
-        if (answered) theirs->set(std::make_shared<const std::string>(reply->outputs_json));
-        else theirs->fail(to_caf(errc::invalid, "the call failed"));
+        // (the answer is held until the verifier's turn, within the same room as the passes)
+        if (answered && verifier_bytes_room(self, reply->outputs_json.size())) {
+          *answer_bytes = reply->outputs_json.size();
+          theirs->set(std::make_shared<const std::string>(reply->outputs_json));
+        } else if (answered) {
+          break_window(self, w);
+          theirs->fail(to_caf(errc::limit, "no room to hold the answer for the verifier"));
+        } else {
+          theirs->fail(to_caf(errc::invalid, "the call failed"));
+        }
       }
       window_pass_done(self, w);
     });

@@ -68,6 +68,9 @@ struct verify_config {
   /// --verify-window: the mean number of passes in a window of the later passes (check_windows.hpp)
   double window_passes = 64;
   std::uint64_t memory = std::uint64_t(2) << 30;  ///< --verify-memory: the verifiers' room, in all
+  /// --verify-queue: what a volunteer's checked passes and the answers it gave them may hold in
+  /// the coordinator while they wait for its verifier (past it the window's check ends)
+  std::uint64_t queue_bytes = std::uint64_t(256) << 20;
   /// What the verifiers hold (shared by every checked worker; null: `memory` per volunteer).
   std::shared_ptr<verify_budget> budget;
   /// How a verifier reads the model host (the coordinator's own rules, as its embedded workers

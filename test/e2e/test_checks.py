@@ -869,6 +869,37 @@ def test_a_volunteer_that_lies_unless_its_session_was_just_copied_is_caught_in_a
         c.server.assert_up()
 
 
+def test_answers_held_for_the_verifier_count_against_the_volunteers_queue(start_server, tmp_path_factory):
+    """`--verify-queue` bounds what a volunteer's checked passes hold in the coordinator while
+    they wait for its verifier: the passes and the answers the volunteer gave them. With 4K,
+    compiled decode steps whose answer is a token fit and are checked; steps of four tokens
+    whose answer is their logits (four rows of 512 floats, some 11 KB) are small to send but
+    their answers do not fit: their windows go unchecked (before answers were counted, only
+    the passes were, and such windows were held and checked whatever their answers' size)."""
+    with ended(start_cluster(start_server, tmp_path_factory, "queue",
+                             options=("--verify-first", "0", "--verify-fraction", "1", "--verify-window", "2",
+                                      "--verify-queue", "4K"))) as c:
+        c.join("w_honest")
+        model, where = load_stories(c)
+        assert where == "w_honest"
+        api, key = c.server.api, c.key
+        small = compiled_step(c, model)
+        sid, _ = prefilled_session(c, model, small)
+        st = c.wait_for(lambda s: s["pool"][0]["checks"]["passed"] >= 3, "the small passes' checks")
+        assert st["pool"][0]["checks"]["unchecked"] == 0, st["pool"][0]["checks"]
+        logits = expect(api.post("/api/v3/graphs", {"graph": graph_cli(
+            "--model-id", model, "--compiled", "--tokens", "4", "--cache", "64")}, key=key), 200)["graphId"]
+        sid2 = expect(api.post("/api/v3/sessions", {"modelId": model}, key=key), 200)["session"]["sessionId"]
+        expect(api.post("/api/v3/graph", {"graph": dict(graph_cli("--alloc-cache", "64"), session=sid2)}, key=key), 200)
+        for pos in (0, 4, 8):
+            r = expect(api.post("/api/v3/graph", {"graphId": logits, "session": sid2,
+                                                  "bind": {"ids": PROMPT[:4], "pos": pos}}, key=key, timeout=60), 200)
+            assert len(json.dumps(r["outputs"])) > 4096
+        st = c.wait_for(lambda s: s["pool"][0]["checks"]["unchecked"] >= 1, "the big answers' windows to go unchecked")
+        assert st["quarantined"] == [], st["quarantined"]
+        c.server.assert_up()
+
+
 def test_an_honest_volunteer_whose_every_window_is_checked_is_never_judged_wrong(start_server, tmp_path_factory):
     """Windows of two passes on average, each checked: graph calls on sessions (copied at every
     turn of their windows), calls on no session, checkpoints, generations and a deleted session.
