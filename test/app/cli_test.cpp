@@ -106,6 +106,19 @@ TEST(Cli, AskedForCudaWithoutAUsableGpuServeAndWorkerSayWhyAndExit) {
   EXPECT_NE(bad.out.find("--backend takes cpu, cuda or auto"), std::string::npos) << bad.out;
 }
 
+// The spot-checks' queue per volunteer (docs/operators.md, --verify-queue): a size above zero;
+// anything else is refused before the server starts.
+TEST(Cli, ServeRefusesASpotCheckQueueThatIsNoSize) {
+  const auto dir = std::filesystem::temp_directory_path() / ("mpakt-cli-queue-" + std::to_string(getpid()));
+  for (const char* n : {"0", "abc", "-1M", ""}) {
+    auto served = run("serve --port 0 --data-dir " + dir.string() + " --verify-queue " + std::string(n), 30);
+    EXPECT_EQ(served.status, 2) << n << ": " << served.out;
+    EXPECT_NE(served.out.find("--verify-queue takes a size such as 256M"), std::string::npos) << n << ": " << served.out;
+    EXPECT_EQ(served.out.find("listening"), std::string::npos) << served.out;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // The spot-checks' window length (docs/operators.md): a number of passes from 1 to 1,000,000;
 // anything else is refused before the server starts, and so is a worker fault it does not know.
 TEST(Cli, ServeRefusesAWindowOfSpotChecksOutOfRangeAndWorkerAnUnknownFault) {
