@@ -3,7 +3,7 @@
 // (cpu_fast::quantize_group_to_lanes) against the two steps it replaced (each row quantized to
 // row-major blocks, then the sixteen rows reordered into lanes), beside a plain copy of the same
 // published bytes, on one thread. Both ways must give the same bytes (checked each run); a level
-// without a one-pass kernel for the dtype (q4 below AVX-512) shows the two steps alone.
+// where the one pass declines the dtype shows the two steps alone.
 //
 //   mpakt_quantize_bench [--cols C] [--rows R] [--repeats N]
 //

@@ -28,8 +28,9 @@ void lanes_to_group(dtype t, const std::byte* group, std::byte* rows, std::int64
 /// Sixteen rows of `cols` values (a multiple of 32), `from` values each at `src` (row r at
 /// r · src_row_bytes, unaligned), quantized to `to` straight into their group in lanes at
 /// `out`: the bytes quantize_row_from on each row and group_to_lanes would give. Done in one
-/// pass where a kernel does it (bf16 → q8 or q4 on AVX2 and AVX-512); false — `out` then holds anything —
-/// where the caller is to take those two steps (other dtypes or levels, a NaN or ±∞).
+/// pass where a kernel does it (bf16 → q8 or q4 on AVX2 and AVX-512); false — `out` then
+/// holds anything — where the caller is to take those two steps (other dtypes or levels, a NaN
+/// or ±∞, and under q4 a block whose minimum or maximum is zero).
 bool quantize_group_to_lanes(dtype from, dtype to, const void* src, std::int64_t src_row_bytes, std::byte* out,
                              std::int64_t cols);
 

@@ -103,6 +103,16 @@ inline void rounded_quotients(const __m256* x, float inv, float d, __m256* r) {
   }
 }
 
+/// A block's 32 bf16 words at `p` → their magnitude bits' per-lane maxima, eight lanes (what
+/// q8_scales_of takes).
+inline __m128i block_maxima(const void* p) {
+  const __m256i magnitude = _mm256_set1_epi16(0x7fff);
+  const __m256i w0 = _mm256_loadu_si256(static_cast<const __m256i*>(p));
+  const __m256i w1 = _mm256_loadu_si256(static_cast<const __m256i*>(p) + 1);
+  const __m256i a = _mm256_max_epu16(_mm256_and_si256(w0, magnitude), _mm256_and_si256(w1, magnitude));
+  return _mm_max_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+}
+
 /// q8 from bf16 words, the common case of a load (checkpoints are published in bf16). The
 /// block's largest magnitude is found on the words themselves (a bf16 value's magnitude bits
 /// order as integers; any above 0x7f7f is NaN or ±∞): eight blocks' per-lane maxima reduced
@@ -111,17 +121,11 @@ inline void rounded_quotients(const __m256* x, float inv, float d, __m256* r) {
 /// (see rounded_quotients: otherwise both round alike, ties included). The words are widened
 /// by interleaving with zeros, which the later narrowing packs undo.
 bool quantize_q8_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int64_t blocks) {
-  const __m256i magnitude = _mm256_set1_epi16(0x7fff);
   const __m256i lowest = _mm256_set1_epi8(-127);
   for (std::int64_t b = 0; b < blocks; b += 8) {
     const int count = int(std::min<std::int64_t>(8, blocks - b));
     const std::uint16_t* p = src + b * 32;
-    const auto maxima = [&](int i) {
-      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i));
-      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i + 16));
-      const __m256i a = _mm256_max_epu16(_mm256_and_si256(w0, magnitude), _mm256_and_si256(w1, magnitude));
-      return _mm_max_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-    };
+    const auto maxima = [&](int i) { return block_maxima(p + 32 * i); };
     block_scales sc;
     if (!q8_scales_of(count, maxima, sc)) return false;
     const float *d = sc.d, *inv = sc.inv;
@@ -145,6 +149,16 @@ bool quantize_q8_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int
 /// order_key (quantize_blocks.inc) of sixteen words.
 inline __m256i order_key(__m256i w) { return _mm256_xor_si256(w, _mm256_and_si256(_mm256_srai_epi16(w, 15), _mm256_set1_epi16(0x7fff))); }
 
+/// A block's 32 bf16 words at `p` → their order keys' per-lane minima and maxima, eight lanes
+/// each (what q4_scales_of takes).
+inline void block_key_extremes(const void* p, __m128i& lo_k, __m128i& hi_k) {
+  const __m256i k0 = order_key(_mm256_loadu_si256(static_cast<const __m256i*>(p)));
+  const __m256i k1 = order_key(_mm256_loadu_si256(static_cast<const __m256i*>(p) + 1));
+  const __m256i lo = _mm256_min_epi16(k0, k1), hi = _mm256_max_epi16(k0, k1);
+  lo_k = _mm_min_epi16(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+  hi_k = _mm_max_epi16(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+}
+
 /// q4 from bf16 words, as quantize_q8_bf16_avx2: each block's extremes found on order keys
 /// (a key past +FLT_MAX's or below −FLT_MAX's is NaN or ±∞), eight blocks reduced together;
 /// the products with the scale's reciprocal trusted where not within 2^−14 of k + ½.
@@ -154,13 +168,7 @@ bool quantize_q4_bf16_avx2(const std::uint16_t* src, std::uint8_t* dst, std::int
   for (std::int64_t b = 0; b < blocks; b += 8) {
     const int count = int(std::min<std::int64_t>(8, blocks - b));
     const std::uint16_t* p = src + b * 32;
-    const auto extremes = [&](int i, __m128i& lo_k, __m128i& hi_k) {
-      const __m256i k0 = order_key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i)));
-      const __m256i k1 = order_key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * i + 16)));
-      const __m256i lo = _mm256_min_epi16(k0, k1), hi = _mm256_max_epi16(k0, k1);
-      lo_k = _mm_min_epi16(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
-      hi_k = _mm_max_epi16(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
-    };
+    const auto extremes = [&](int i, __m128i& lo_k, __m128i& hi_k) { block_key_extremes(p + 32 * i, lo_k, hi_k); };
     block_scales sc;
     if (!q4_scales_of(count, extremes, sc)) return false;
     const float *d = sc.d, *m = sc.m, *inv = sc.inv;
@@ -356,7 +364,7 @@ bool quantize_q8_lanes_bf16_avx2(const std::uint8_t* src, std::int64_t row_bytes
   // register's eight values are then divided as the reference does; a subnormal scale
   // clamped). One kind of register at a time over four rows — few registers live, as AVX2 has
   // sixteen — packed to bytes, each lane stored as its run's four rows.
-  const __m256i magnitude = _mm256_set1_epi16(0x7fff), high_words = _mm256_set1_epi32(int(0xffff0000u));
+  const __m256i high_words = _mm256_set1_epi32(int(0xffff0000u));
   const __m256 m = _mm256_set1_ps(12583040.0f), lo_t = _mm256_set1_ps(12583040.0f - 127), hi_t = _mm256_set1_ps(12583040.0f + 127);
   const __m256i m_bits = _mm256_set1_epi32(0x4b400000);
   const __m256 sign = _mm256_set1_ps(-0.0f), near_half = _mm256_set1_ps(0.5f - 0x1p-14f);
@@ -367,13 +375,7 @@ bool quantize_q8_lanes_bf16_avx2(const std::uint8_t* src, std::int64_t row_bytes
     std::uint8_t* o = out + b * 544;
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const auto maxima = [&](int i) {
-        const std::uint8_t* row = p + (8 * h + i) * row_bytes;
-        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
-        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32));
-        const __m256i a = _mm256_max_epu16(_mm256_and_si256(w0, magnitude), _mm256_and_si256(w1, magnitude));
-        return _mm_max_epu16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-      };
+      const auto maxima = [&](int i) { return block_maxima(p + (8 * h + i) * row_bytes); };
       block_scales sc;
       if (!q8_scales_of(8, maxima, sc)) return false;  // NaN or ±∞
       _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 16 * h), _mm_load_si128(reinterpret_cast<const __m128i*>(sc.d16)));
@@ -433,12 +435,7 @@ bool quantize_q4_lanes_bf16_avx2(const std::uint8_t* src, std::int64_t row_bytes
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const auto extremes = [&](int i, __m128i& lo_k, __m128i& hi_k) {
-        const std::uint8_t* row = p + (8 * h + i) * row_bytes;
-        const __m256i k0 = order_key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)));
-        const __m256i k1 = order_key(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32)));
-        const __m256i lo = _mm256_min_epi16(k0, k1), hi = _mm256_max_epi16(k0, k1);
-        lo_k = _mm_min_epi16(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
-        hi_k = _mm_max_epi16(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+        block_key_extremes(p + (8 * h + i) * row_bytes, lo_k, hi_k);
       };
       block_scales sc;
       if (!q4_scales_of(8, extremes, sc)) return false;

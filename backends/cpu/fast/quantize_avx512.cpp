@@ -110,18 +110,21 @@ bool quantize_q8_bf16_avx512(const std::uint16_t* src, std::uint8_t* dst, std::i
 /// Byte j of a q4 block = value 2j | value 2j+1 << 4, from the values (0–15) as words in order.
 inline __m128i q4_nibbles(__m512i words) { return _mm512_cvtepi32_epi8(_mm512_or_si512(words, _mm512_srli_epi32(words, 12))); }
 
+/// order_key (quantize_blocks.inc) of 32 words: negative values' magnitude bits flipped, so
+/// that the keys order as the values do. The same steps turn a key back into its word.
+inline __m512i order_key(__m512i w) { return _mm512_xor_si512(w, _mm512_and_si512(_mm512_srai_epi16(w, 15), _mm512_set1_epi16(0x7fff))); }
+
 /// q4 from bf16 words: each block's extremes found on order keys (a key past +FLT_MAX's or
 /// below −FLT_MAX's is NaN or ±∞), eight blocks reduced together; products with the scale's
 /// reciprocal.
 bool quantize_q4_bf16_avx512(const std::uint16_t* src, std::uint8_t* dst, std::int64_t blocks) {
-  const __m512i flip = _mm512_set1_epi16(0x7fff);
   const __m512 zero = _mm512_setzero_ps(), fifteen = _mm512_set1_ps(15.0f);
   for (std::int64_t b = 0; b < blocks; b += 8) {
     const int count = int(std::min<std::int64_t>(8, blocks - b));
     const std::uint16_t* p = src + b * 32;
     const auto extremes = [&](int i, __m128i& lo_k, __m128i& hi_k) {
       const __m512i w = _mm512_loadu_si512(p + 32 * i);
-      const __m512i key = _mm512_xor_si512(w, _mm512_and_si512(_mm512_srai_epi16(w, 15), flip));
+      const __m512i key = order_key(w);
       lo_k = fold_min_epi16(key);
       hi_k = fold_max_epi16(key);
     };
@@ -304,7 +307,6 @@ void group_to_lanes_q4_avx512(const std::uint8_t* rows, std::uint8_t* out, std::
   }
 }
 
-
 bool quantize_q8_lanes_bf16_avx512(const std::uint8_t* src, std::int64_t row_bytes, std::uint8_t* out, std::int64_t blocks) {
   // Per block (32 values of each of the 16 rows): the rows' largest magnitudes, reduced
   // together, give the 16 scales — the lanes' first 32 bytes, as they are. Then each row's
@@ -376,7 +378,7 @@ bool quantize_q4_lanes_bf16_avx512(const std::uint8_t* src, std::int64_t row_byt
   // they are; each value less the minimum rounded by one fma against 1.5·2^23 and clamped to
   // 0–15; a row's byte k is its value 2k | value 2k+1 << 4, so that 128-bit lane j of a row's
   // bytes (as dwords) is run j; four rows packed, the packs' lanes traded into the four runs.
-  const __m512i flip = _mm512_set1_epi16(0x7fff), high_words = _mm512_set1_epi32(int(0xffff0000u));
+  const __m512i high_words = _mm512_set1_epi32(int(0xffff0000u));
   const __m512 m = _mm512_set1_ps(12582912.0f), hi_t = _mm512_set1_ps(12582912.0f + 15);
   const __m512i m_bits = _mm512_set1_epi32(0x4b400000);
   const __m512 near_half = _mm512_set1_ps(0.5f - 0x1p-14f), zero = _mm512_setzero_ps(), fifteen = _mm512_set1_ps(15.0f);
@@ -386,10 +388,7 @@ bool quantize_q4_lanes_bf16_avx512(const std::uint8_t* src, std::int64_t row_byt
     std::uint8_t* o = out + b * 320;
     __m512i key[16];
 #pragma GCC unroll 16
-    for (int l = 0; l < 16; ++l) {
-      const __m512i w = _mm512_loadu_si512(p + l * row_bytes);
-      key[l] = _mm512_xor_si512(w, _mm512_and_si512(_mm512_srai_epi16(w, 15), flip));
-    }
+    for (int l = 0; l < 16; ++l) key[l] = order_key(_mm512_loadu_si512(p + l * row_bytes));
     const __m256i lo_k = row_extremes16(key, [](__m512i a, __m512i c) { return _mm512_min_epi16(a, c); });
     const __m256i hi_k = row_extremes16(key, [](__m512i a, __m512i c) { return _mm512_max_epi16(a, c); });
     // NaN or ±∞ (a key past +FLT_MAX's or below −FLT_MAX's), or an extreme of zero (which zero
