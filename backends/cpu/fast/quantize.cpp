@@ -49,9 +49,14 @@ void group_to_lanes(dtype t, const std::byte* rows, std::byte* out, std::int64_t
 
 void lanes_to_group(dtype t, const std::byte* group, std::byte* rows, std::int64_t cols) {
   const std::int64_t blocks = cols / quant_block, row_bytes = storage_bytes(t, cols).value_or(0);
-  if (cpu_isa::current() >= cpu_isa::level::avx2) {
-    const auto* in = reinterpret_cast<const std::uint8_t*>(group);
-    auto* out = reinterpret_cast<std::uint8_t*>(rows);
+  const cpu_isa::level level = cpu_isa::current();
+  const auto* in = reinterpret_cast<const std::uint8_t*>(group);
+  auto* out = reinterpret_cast<std::uint8_t*>(rows);
+  if (level >= cpu_isa::level::avx512) {
+    if (t == dtype::q8) return lanes_to_group_q8_avx512(in, out, blocks, row_bytes);
+    if (t == dtype::q4) return lanes_to_group_q4_avx512(in, out, blocks, row_bytes);
+  }
+  if (level >= cpu_isa::level::avx2) {
     if (t == dtype::q8) return lanes_to_group_q8_avx2(in, out, blocks, row_bytes);
     if (t == dtype::q4) return lanes_to_group_q4_avx2(in, out, blocks, row_bytes);
   }

@@ -307,6 +307,69 @@ void group_to_lanes_q4_avx512(const std::uint8_t* rows, std::uint8_t* out, std::
   }
 }
 
+void lanes_to_group_q8_avx512(const std::uint8_t* lanes, std::uint8_t* rows, std::int64_t blocks, std::int64_t row_bytes) {
+  // Run a (0–3) holds values 8a, 8a+2, 8a+4, 8a+6 of each row (dword l: row l) and run a+4
+  // the odd ones beside them, so interleaving the two runs' bytes gives each row's values
+  // 8a … 8a+7 in order, a qword per row — within each 128-bit lane k, rows 4k and 4k+1 (the
+  // low bytes) or 4k+2 and 4k+3 (the high ones). Four such registers (a = 0–3) hold eight
+  // rows' four qwords; two rounds of two-source qword permutes put each row's 32 values
+  // together, two rows a register. XOR 0x80 makes them signed again.
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  const __m512i pair_lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), pair_hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+  const __m512i rows_lo = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), rows_hi = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* in = lanes + b * 544;
+    std::uint8_t* at = rows + b * 34;
+    for (int l = 0; l < 16; ++l) __builtin_memcpy(at + l * row_bytes, in + 2 * l, 2);
+    __m512i lo[4], hi[4];
+    for (int a = 0; a < 4; ++a) {
+      const __m512i e = _mm512_xor_si512(_mm512_loadu_si512(in + 32 + 64 * a), flip);
+      const __m512i o = _mm512_xor_si512(_mm512_loadu_si512(in + 32 + 64 * (a + 4)), flip);
+      lo[a] = _mm512_unpacklo_epi8(e, o);  // qword 2k + j: row 4k + j
+      hi[a] = _mm512_unpackhi_epi8(e, o);  // qword 2k + j: row 4k + 2 + j
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m512i* q = h ? hi : lo;
+      const __m512i a01_lo = _mm512_permutex2var_epi64(q[0], pair_lo, q[1]), a01_hi = _mm512_permutex2var_epi64(q[0], pair_hi, q[1]);
+      const __m512i a23_lo = _mm512_permutex2var_epi64(q[2], pair_lo, q[3]), a23_hi = _mm512_permutex2var_epi64(q[2], pair_hi, q[3]);
+      // qwords 0–3 → rows 2h, 2h+1, 2h+4, 2h+5; 4–7 → rows 2h+8, 2h+9, 2h+12, 2h+13
+      const __m512i two[4] = {_mm512_permutex2var_epi64(a01_lo, rows_lo, a23_lo), _mm512_permutex2var_epi64(a01_lo, rows_hi, a23_lo),
+                              _mm512_permutex2var_epi64(a01_hi, rows_lo, a23_hi), _mm512_permutex2var_epi64(a01_hi, rows_hi, a23_hi)};
+      for (int t = 0; t < 4; ++t) {
+        const int row = 2 * h + 4 * t;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(at + row * row_bytes + 2), _mm512_castsi512_si256(two[t]));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(at + (row + 1) * row_bytes + 2), _mm512_extracti64x4_epi64(two[t], 1));
+      }
+    }
+  }
+}
+
+void lanes_to_group_q4_avx512(const std::uint8_t* lanes, std::uint8_t* rows, std::int64_t blocks, std::int64_t row_bytes) {
+  // Run j holds dword j of each row's nibbles (dword l: row l): a 4 × 16 transpose of dwords,
+  // which the unpacks do within each 128-bit lane k (rows 4k … 4k+3).
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::uint8_t* in = lanes + b * 320;
+    std::uint8_t* at = rows + b * 20;
+    for (int l = 0; l < 16; ++l) {
+      __builtin_memcpy(at + l * row_bytes, in + 2 * l, 2);
+      __builtin_memcpy(at + l * row_bytes + 2, in + 32 + 2 * l, 2);
+    }
+    const __m512i r0 = _mm512_loadu_si512(in + 64), r1 = _mm512_loadu_si512(in + 128);
+    const __m512i r2 = _mm512_loadu_si512(in + 192), r3 = _mm512_loadu_si512(in + 256);
+    const __m512i t0 = _mm512_unpacklo_epi32(r0, r1), t1 = _mm512_unpackhi_epi32(r0, r1);
+    const __m512i t2 = _mm512_unpacklo_epi32(r2, r3), t3 = _mm512_unpackhi_epi32(r2, r3);
+    // lane k of row_j: row 4k + j's sixteen bytes
+    const __m512i row_j[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
+                              _mm512_unpackhi_epi64(t1, t3)};
+    for (int j = 0; j < 4; ++j) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(at + j * row_bytes + 4), _mm512_castsi512_si128(row_j[j]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(at + (4 + j) * row_bytes + 4), _mm512_extracti32x4_epi32(row_j[j], 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(at + (8 + j) * row_bytes + 4), _mm512_extracti32x4_epi32(row_j[j], 2));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(at + (12 + j) * row_bytes + 4), _mm512_extracti32x4_epi32(row_j[j], 3));
+    }
+  }
+}
+
 bool quantize_q8_lanes_bf16_avx512(const std::uint8_t* src, std::int64_t row_bytes, std::uint8_t* out, std::int64_t blocks) {
   // Per block (32 values of each of the 16 rows): the rows' largest magnitudes, reduced
   // together, give the 16 scales — the lanes' first 32 bytes, as they are. Then each row's

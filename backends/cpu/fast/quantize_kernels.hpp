@@ -35,7 +35,10 @@ void group_to_lanes_q8_avx2(const std::uint8_t* rows, std::uint8_t* out, std::in
 void group_to_lanes_q4_avx2(const std::uint8_t* rows, std::uint8_t* out, std::int64_t blocks, std::int64_t row_bytes);
 
 /// The other way: one group in lanes at `lanes` → its 16 q8 (q4) rows, row r at `rows` +
-/// r · row_bytes (runtime/dtype.hpp's lanes_row for each: the same bytes); gathers of AVX2.
+/// r · row_bytes (runtime/dtype.hpp's lanes_row for each: the same bytes); gathers of AVX2,
+/// unpacks and permutes of AVX-512.
+void lanes_to_group_q8_avx512(const std::uint8_t* lanes, std::uint8_t* rows, std::int64_t blocks, std::int64_t row_bytes);
+void lanes_to_group_q4_avx512(const std::uint8_t* lanes, std::uint8_t* rows, std::int64_t blocks, std::int64_t row_bytes);
 void lanes_to_group_q8_avx2(const std::uint8_t* lanes, std::uint8_t* rows, std::int64_t blocks, std::int64_t row_bytes);
 void lanes_to_group_q4_avx2(const std::uint8_t* lanes, std::uint8_t* rows, std::int64_t blocks, std::int64_t row_bytes);
 
