@@ -100,6 +100,25 @@ def loopback_bandwidth(total=1 << 30, chunk=1 << 20):
     return received[0] / (time.perf_counter() - t0)
 
 
+def loopback_pair_bandwidth():
+    """Bytes/s each of two loopback TCP connections moves when both run at once (their bytes
+    over the time until both ended, halved): the yardstick for a load that moves every byte
+    twice on this machine — a spot-checked volunteer beside its verifier, whose two copies
+    share the cores as these two streams do."""
+    rates = [0.0, 0.0]
+
+    def one(i):
+        rates[i] = loopback_bandwidth(total=1 << 29)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return (2 << 29) / (time.perf_counter() - t0) / 2
+
+
 def cpu_seconds(pid):
     """CPU seconds (user + system) of every thread pid has run, those that have ended too
     (a load's fetch threads do): /proc/PID/stat, in clock ticks."""
@@ -222,13 +241,17 @@ def load_section(args, tmp, host_url, host_pid, model_bytes, weights):
         rounds = []
         for k in range(args.load_repeats):
             rnd = {"loadavg_before": os.getloadavg()[0], "loopback_Bps": loopback_bandwidth()}
+            if any(w.startswith("chk-") for w in wheres):
+                rnd["loopback_pair_Bps"] = loopback_pair_bandwidth()
             for where, q in cells:
                 api, pids = servers[where]
                 rnd[f"{where}/{q}"] = timed_loads(api, "hf:local/smol", q, pids,
                                                   weights if where.startswith("chk-") else 0)
             rnd["loadavg_after"] = os.getloadavg()[0]
             rounds.append(rnd)
-            db.log(f"load round {k + 1}: loopback {rnd['loopback_Bps'] / 1e6:.0f} MB/s, "
+            db.log(f"load round {k + 1}: loopback {rnd['loopback_Bps'] / 1e6:.0f} MB/s"
+                   + (f" (two at once {rnd['loopback_pair_Bps'] / 1e6:.0f} each)" if "loopback_pair_Bps" in rnd else "")
+                   + ", "
                    + ", ".join(f"{c} {rnd[c]['MBps']:.0f} MB/s" for c in (f"{w}/{q}" for w, q in cells))
                    + f"; load average {rnd['loadavg_before']:.1f} -> {rnd['loadavg_after']:.1f}")
     finally:
@@ -238,6 +261,8 @@ def load_section(args, tmp, host_url, host_pid, model_bytes, weights):
             p.stop()
     med = statistics.median
     summary = {"loopback_MBps": med(r["loopback_Bps"] for r in rounds) / 1e6, "first_load_MBps": first,
+               **({"loopback_pair_MBps": med(r["loopback_pair_Bps"] for r in rounds) / 1e6}
+                  if "loopback_pair_Bps" in rounds[0] else {}),
                "loadavg": [min(r["loadavg_before"] for r in rounds), max(r["loadavg_after"] for r in rounds)]}
     for where, q in cells:
         c = f"{where}/{q}"
@@ -255,12 +280,20 @@ def load_section(args, tmp, host_url, host_pid, model_bytes, weights):
             summary[c]["checked_MBps_all"] = [round(x, 1) for x in checked]
             summary[c]["checked_fraction_of_loopback"] = med(
                 r[c]["checked_MBps"] * 1e6 / r["loopback_Bps"] for r in rounds if r[c]["checked_MBps"])
+        if where.startswith("chk-"):  # (two copies of every byte: beside two streams at once)
+            summary[c]["fraction_of_loopback_pair"] = med(r[c]["MBps"] * 1e6 / r["loopback_pair_Bps"] for r in rounds)
+            if checked:
+                summary[c]["checked_fraction_of_loopback_pair"] = med(
+                    r[c]["checked_MBps"] * 1e6 / r["loopback_pair_Bps"] for r in rounds if r[c]["checked_MBps"])
     return {"rounds": rounds, "summary": summary, "model_bytes": model_bytes}
 
 
 def print_load_table(s):
     print(f"\nloads of the SmolLM2-shaped bf16 checkpoint, median of the rounds; loopback TCP "
           f"{s['loopback_MBps']:.0f} MB/s; load average {s['loadavg'][0]:.1f}-{s['loadavg'][1]:.1f}")
+    if "loopback_pair_MBps" in s:
+        print(f"two loopback connections at once: {s['loopback_pair_MBps']:.0f} MB/s each (the yardstick "
+              f"for a spot-checked load, whose bytes travel twice: 'of two')")
     print(f"{'where':10} {'quantize':8} {'MB/s':>7} {'of loopback':>11} {'CPU s/GB: host':>15} "
           f"{'coordinator':>11} {'volunteer':>9}  all rounds")
     for c, v in s.items():
@@ -270,9 +303,13 @@ def print_load_table(s):
         cpu = v["cpu_s_per_GB"]
         print(f"{where:10} {q:8} {v['MBps']:7.0f} {v['fraction_of_loopback']:11.3f} {cpu['host']:15.2f} "
               f"{cpu['coordinator']:11.2f} {cpu.get('volunteer', float('nan')):9.2f}  {v['MBps_all']}")
+        if "fraction_of_loopback_pair" in v:
+            print(f"{'':10} {'':8} {'':7} {v['fraction_of_loopback_pair']:11.3f} of two loopback connections at once")
         if "checked_MBps" in v:
             print(f"{'':10} {'checked':8} {v['checked_MBps']:7.0f} {v['checked_fraction_of_loopback']:11.3f}"
                   f"{'':39}  {v['checked_MBps_all']}")
+            if "checked_fraction_of_loopback_pair" in v:
+                print(f"{'':10} {'':8} {'':7} {v['checked_fraction_of_loopback_pair']:11.3f} of two loopback connections at once")
     if any("checked_MBps" in v for v in s.values() if isinstance(v, dict)):
         print("(checked: until every weight's arrival check was judged; CPU s/GB through then)")
     if s.get("first_load_MBps"):
