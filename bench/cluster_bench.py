@@ -15,7 +15,9 @@ volunteer (`mpakt worker --join`) on loopback. Reports
     through the checked worker (`chk-relay`, the host refused to it),
     `--load-repeats` times each (median), each repeat beside the loopback TCP
     bandwidth measured just before it (one socket, 1 GiB, Python), so the volunteer's share of
-    the link is a ratio taken within one repeat; and the CPU seconds each process (host,
+    the link is a ratio taken within one repeat — and, for the spot-checked cells, whose bytes
+    travel twice (to the volunteer and to its verifier), also beside two sockets running at
+    once; and the CPU seconds each process (host,
     coordinator, volunteer) spent per GB loaded (/proc/PID/stat), which says what limits a
     load on a machine whose cores are busy;
   * what a volunteer's load does to another volunteer's streamed tokens (gaps between them,
