@@ -227,6 +227,7 @@ result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tenso
   // The whole range is one request; the window is named as one part after another, each
   // converted as soon as it is full (part_filled), before the next fills it.
   constexpr std::uint64_t window_bytes = 256 << 10;
+  constexpr std::uint64_t group_bytes = 4 << 20;  ///< the widest window taken for one group of rows
   range out;
   const std::size_t n = f.parts.size();
   // (reserved: spans point into these strings, which must not move — a short one keeps its
@@ -281,7 +282,11 @@ result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tenso
     out.bytes.emplace_back(std::size_t(head), '\0');
     add_span(out.bytes.back().data(), head);
     const std::uint64_t first_row = (p.offset + head) / rb;
-    const std::uint64_t per = std::max<std::uint64_t>(lane_rows, window_bytes / rb / lane_rows * lane_rows);
+    // (rows so wide that 16 pass group_bytes go through a row or a few at a time: a window is
+    // never a tensor's size)
+    const std::uint64_t per = lane_rows * rb <= group_bytes
+                                  ? std::max<std::uint64_t>(lane_rows, window_bytes / rb / lane_rows * lane_rows)
+                                  : std::max<std::uint64_t>(1, window_bytes / rb);
     for (std::uint64_t k = 0, m; k < whole; k += m) {
       m = std::min(per, whole - k);
       // (a window ends where a group of 16 rows does when it can: in lanes a whole group is
@@ -316,9 +321,10 @@ result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tenso
       ok = invalid(which + ": the file ends after " + std::to_string(*got) + " of them");
     }
   }
-  // (a window grown to one group of rows so wide that it passes 4 MiB is not kept for the
-  // thread's life; one of wide rows below that is, not to be made again for every range)
-  if (window.size() > std::uint64_t(4 << 20)) std::string().swap(window);
+  // (a window grown past one group of the widest rows, for a row wider than the window, is
+  // not kept for the thread's life; one of wide rows below that is, not to be made again for
+  // every range)
+  if (window.size() > group_bytes) std::string().swap(window);
   if (!ok) {
     recycle(std::move(out.bytes));
     return ok.err();

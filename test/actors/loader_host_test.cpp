@@ -216,8 +216,9 @@ struct hub_folder {
     write_file(root / "org/wide/model.safetensors",
                safetensors_bytes({{"norm.weight", "BF16", {1024}}, {"w.weight", "BF16", {2048, 1024}},
                                   {"v.weight", "F32", {48, 96}}, {"u.weight", "BF16", {40, 64}},
-                                  // (rows of 32 KB: one group of 16 is wider than a fetch's window)
-                                  {"x.weight", "BF16", {88, 16384}}}));
+                                  // (rows of 32 KB: one group of 16 is wider than a fetch's window;
+                                  // rows of 272 KB: one group is wider than any window taken)
+                                  {"x.weight", "BF16", {88, 16384}}, {"y.weight", "BF16", {16, 139264}}}));
     write_file(root / "org/tiny/model.safetensors",
                safetensors_bytes({{"a", "F32", {2}}, {"b", "F32", {3}}, {"c", "BF16", {5}}, {"d", "F32", {1}},
                                   {"e", "F16", {4}}, {"f", "F32", {2}}, {"g", "BF16", {3}}, {"h", "F32", {2}},
@@ -657,16 +658,17 @@ std::uint64_t fetch_into(host_fetcher& fetcher, const tensor_fetch& f, std::map<
 }
 
 TEST_F(LoaderHost, HostFetcherConvertsTheWholeRowsOfQuantizedTensorsAsTheyArrive) {
-  // Ranges cut the 4 MiB matrix and the 2.9 MB one of wide rows mid-row (3 MB or 1 MB
+  // Ranges cut the 4 MiB matrix and the two of wide rows (2.9 and 4.5 MB) mid-row (3 MB or 1 MB
   // pieces), the fetch reads their whole rows through its window (256 KiB, or one group of 16
-  // rows where that is wider) and converts them on its thread; the rows the ranges cut go
+  // rows where that is wider, or one row where a group would pass 4 MiB) and converts them on
+  // its thread; the rows the ranges cut go
   // through the builder, as a worker's receiver does (load_receiver.cpp). The tensors must
   // be those of converting the file whole, in rows and in lanes; the norm is read in place.
   host_fetcher::options o;
   o.allow_private = true;
   host_fetcher fetcher(o);
   const auto [ts, bytes] = probe_model("wide", fetcher);
-  ASSERT_EQ(ts.size(), 5u);
+  ASSERT_EQ(ts.size(), 6u);
   int round = 0;
   for (std::uint64_t piece : {std::uint64_t(3'000'000), std::uint64_t(1'000'000), piece_bytes})
     for (dtype q : {dtype::q8, dtype::q4})
@@ -689,7 +691,7 @@ TEST_F(LoaderHost, HostFetcherConvertsTheWholeRowsOfQuantizedTensorsAsTheyArrive
         }
         // every matrix but the rows the ranges cut was converted on the fetch threads, each
         // range read with one request however many windows its rows took
-        EXPECT_GT(converted, ts[1].length + ts[4].length - 4 * 2048 - 4 * 32768) << what;
+        EXPECT_GT(converted, ts[1].length + ts[4].length + ts[5].length - 4 * 2048 - 4 * 32768 - 6 * 278528) << what;
         EXPECT_EQ(fetcher.requests() - requests_before, units.size()) << what;
         for (const auto& t : ts) {
           auto got = builders.at(t.name).finish();
