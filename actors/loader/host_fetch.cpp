@@ -221,9 +221,10 @@ void host_fetcher::run_thread() {
 
 result<host_fetcher::range> host_fetcher::fetch(byte_reader& reader, const tensor_fetch& f, std::string& window) {
   // Rows converted as they come pass through this many bytes of the thread's window at a
-  // time — whole groups of 16 rows, at least one —, so that they are still in the core's L2
-  // when quantized and the socket's copy writes into lines the last conversion just read
-  // (2 MiB windows, half of them past L2 on a core of 2 MiB, converted a q8 load 8 % slower).
+  // time — whole groups of 16 rows, at least one where a group fits in group_bytes —, so
+  // that they are still in the core's L2 when quantized and the socket's copy writes into
+  // lines the last conversion just read (2 MiB windows, half of them past L2 on a core of
+  // 2 MiB, converted a q8 load 8 % slower).
   // The whole range is one request; the window is named as one part after another, each
   // converted as soon as it is full (part_filled), before the next fills it.
   constexpr std::uint64_t window_bytes = 256 << 10;
