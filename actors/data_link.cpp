@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "actors/cluster_tls.hpp"
+#include "actors/loader/fetch.hpp"
 #include "actors/digest.hpp"
 #include "http/sigpipe_guard.hpp"
 
@@ -114,23 +115,9 @@ result<std::string> piece_inbox::take(std::uint64_t seq, std::chrono::millisecon
   return bytes;
 }
 
-void piece_inbox::recycle(std::string bytes) {
-  std::lock_guard<std::mutex> lock(m_);
-  if (spares_.size() < max_spares && bytes.capacity() > 0) spares_.push_back(std::move(bytes));
-}
+void piece_inbox::recycle(std::string bytes) { spares_.give(std::move(bytes)); }
 
-std::string piece_inbox::spare(std::size_t bytes) {
-  std::lock_guard<std::mutex> lock(m_);
-  if (spares_.empty()) return {};
-  auto best = spares_.begin();
-  for (auto it = spares_.begin(); it != spares_.end(); ++it) {
-    const bool fits = it->size() >= bytes, best_fits = best->size() >= bytes;
-    if (fits ? !best_fits || it->size() < best->size() : !best_fits && it->size() > best->size()) best = it;
-  }
-  std::string s = std::move(*best);
-  spares_.erase(best);
-  return s;
-}
+std::string piece_inbox::spare(std::size_t bytes) { return spares_.take(bytes); }
 
 void piece_inbox::close(const std::string& why) {
   std::lock_guard<std::mutex> lock(m_);
@@ -234,6 +221,7 @@ void data_sender::write_loop() {
     put_le(header + 8, item.first, 8);
     ok = write_all(ssl, header, header_len) && write_all(ssl, item.second.data(), item.second.size());
     if (ok) sent_ += item.second.size();
+    loader::give_back_piece(std::move(item.second));
   }
   const std::string why = ssl_error(std::string("writing to the volunteer failed: ") + std::strerror(errno));
   close(why);

@@ -1,9 +1,35 @@
 #include "actors/loader/fetch.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <span>
 
+#include "actors/spare_strings.hpp"
+
 namespace mpakt::loader {
+
+namespace {
+
+struct piece_store {
+  spare_strings spares{4, 4 * piece_bytes, std::size_t(64) << 10};
+  std::atomic<int> pools{0};  ///< fetch pools alive
+};
+piece_store& pieces() {
+  static auto* s = new piece_store;  // (never destroyed: a writer thread may give back at exit)
+  return *s;
+}
+
+}  // namespace
+
+std::string piece_buffer(std::size_t n) {
+  std::string b = pieces().spares.take(n);
+  b.resize(n);  // (a kept string shorter than n is cleared only where it grows)
+  return b;
+}
+
+void give_back_piece(std::string bytes) {
+  if (pieces().pools.load() > 0) pieces().spares.give(std::move(bytes));
+}
 
 std::vector<fetch_unit> plan_fetches(const std::vector<tensor_location>& tensors, std::uint64_t piece) {
   std::vector<fetch_unit> units;
@@ -40,6 +66,7 @@ fetch_pool::fetch_pool(std::vector<tensor_location> tensors, std::vector<fetch_u
         opts.max_remote_units = std::max(1, opts.max_remote_units);
         return opts;
       }()) {
+  ++pieces().pools;
   const int n = int(std::min<std::size_t>(std::size_t(opts_.connections), std::max<std::size_t>(1, units_.size())));
   for (int i = 0; i < n; ++i)
     threads_.emplace_back([this, reader = std::shared_ptr<byte_reader>(make_reader())] { run_thread(*reader); });
@@ -52,6 +79,7 @@ fetch_pool::~fetch_pool() {
   }
   cv_.notify_all();
   for (auto& t : threads_) t.join();
+  if (--pieces().pools == 0) pieces().spares.clear();
 }
 
 void fetch_pool::run_thread(byte_reader& reader) {
@@ -88,7 +116,7 @@ result<fetched_unit> fetch_pool::fetch(byte_reader& reader, std::size_t index) {
   out.parts.reserve(u.segments.size());
   std::vector<std::span<char>> spans;
   for (const auto& s : u.segments) {
-    out.parts.emplace_back(std::size_t(s.length), '\0');
+    out.parts.push_back(piece_buffer(std::size_t(s.length)));
     spans.emplace_back(out.parts.back().data(), out.parts.back().size());
   }
   const tensor_location& lead = tensors_[u.segments.front().tensor];

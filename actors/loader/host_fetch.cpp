@@ -25,11 +25,14 @@ bool is_url(const std::string& s) { return s.rfind("http://", 0) == 0 || s.rfind
 
 }  // namespace
 
-host_fetcher::host_fetcher(options opts) : opts_([&] {
-  opts.connections = std::max(1, opts.connections);
-  opts.max_ranges = std::max(1, opts.max_ranges);
-  return opts;
-}()) {}
+host_fetcher::host_fetcher(options opts)
+    : opts_([&] {
+        opts.connections = std::max(1, opts.connections);
+        opts.max_ranges = std::max(1, opts.max_ranges);
+        return opts;
+      }()),
+      // (buffers of 64 KiB and more, what a few ranges in flight need; the rest is freed)
+      spares_(64, std::uint64_t(opts_.max_ranges) * 2 * piece_bytes, std::size_t(64) << 10) {}
 
 host_fetcher::~host_fetcher() {
   std::vector<std::thread> threads;
@@ -141,47 +144,15 @@ void host_fetcher::when_done(std::uint64_t number, std::function<void()> done) {
 }
 
 void host_fetcher::recycle(std::vector<std::string> parts) {
-  std::lock_guard<std::mutex> lock(m_);
-  // (what a few ranges in flight need; the rest is freed)
-  const std::uint64_t cap = std::uint64_t(opts_.max_ranges) * 2 * piece_bytes;
-  std::uint64_t kept = 0;
-  for (const auto& p : spares_) kept += p.size();
-  for (auto& p : parts)
-    if (p.size() >= (std::size_t(64) << 10) && spares_.size() < 64 && kept + p.size() <= cap) {
-      kept += p.size();
-      spares_.push_back(std::move(p));
-    }
+  for (auto& p : parts) spares_.give(std::move(p));
 }
 
-void host_fetcher::drop_spares() {
-  std::vector<std::string> gone;
-  {
-    std::lock_guard<std::mutex> lock(m_);
-    gone.swap(spares_);
-  }
-}
+void host_fetcher::drop_spares() { spares_.clear(); }
 
-std::uint64_t host_fetcher::spare_bytes() const {
-  std::lock_guard<std::mutex> lock(m_);
-  std::uint64_t n = 0;
-  for (const auto& p : spares_) n += p.size();
-  return n;
-}
+std::uint64_t host_fetcher::spare_bytes() const { return spares_.bytes(); }
 
 std::string host_fetcher::buffer(std::uint64_t n) {
-  std::string b;
-  {
-    std::lock_guard<std::mutex> lock(m_);
-    // the smallest spare that holds n, so the large ones stay for large parts; else the largest
-    auto best = spares_.end();
-    for (auto it = spares_.begin(); it != spares_.end(); ++it)
-      if (best == spares_.end() || (it->size() >= n ? best->size() < n || it->size() < best->size() : it->size() > best->size()))
-        best = it;
-    if (best != spares_.end()) {
-      b = std::move(*best);
-      spares_.erase(best);
-    }
-  }
+  std::string b = spares_.take(std::size_t(n));
   // A buffer may be longer than its part (only its first n bytes are read into and used): a
   // spare is never shrunk, so it is never filled again when it serves a larger part later.
   if (b.size() < n) b.resize(std::size_t(n));

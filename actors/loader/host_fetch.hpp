@@ -50,6 +50,7 @@
 #include "actors/loader/fetch.hpp"
 #include "actors/loader/reader.hpp"
 #include "actors/protocol.hpp"
+#include "actors/spare_strings.hpp"
 #include "runtime/tensor.hpp"
 #include "runtime/tensor_builder.hpp"
 
@@ -148,7 +149,7 @@ class host_fetcher {
   std::map<std::pair<std::string, std::string>, destination> destinations_;  ///< (model, name) -> where
   std::size_t waiting_ = 0;  ///< started and not yet taken
   std::uint64_t next_ = 1;
-  std::vector<std::string> spares_;
+  spare_strings spares_;
   std::uint64_t bytes_ = 0, requests_ = 0;
   bool stop_ = false;
   std::vector<std::thread> threads_;

@@ -279,7 +279,11 @@ load_receiver_actor spawn_load_receiver(caf::actor_system& sys, std::shared_ptr<
         [=](tpiece_atom, tensor_piece& p) -> caf::result<std::uint64_t> {
           auto piece = std::make_shared<tensor_piece>(std::move(p));
           return in_turn(self, piece->model_id,
-                         [self, piece] { return self->state.add_bytes(piece->model_id, piece->name, piece->offset, piece->bytes); });
+                         [self, piece] {
+                           auto added = self->state.add_bytes(piece->model_id, piece->name, piece->offset, piece->bytes);
+                           loader::give_back_piece(std::move(piece->bytes));  // (a piece relayed in this process)
+                           return added;
+                         });
         },
         [=](tpieceref_atom, tensor_piece_ref& r) -> caf::result<std::uint64_t> {
           return in_turn(self, r.model_id, [self, r] { return self->state.add_piece_ref(r); });

@@ -164,6 +164,40 @@ TEST(FetchPool, ParallelRequestsHandOverTheFilesBytesInOrder) {
   EXPECT_EQ(pool.requests(), n);
 }
 
+TEST(FetchPool, PartsTakeTheStorageOfPiecesGivenBackWhileAPoolIsAlive) {
+  // A relayed load's pieces are given back where their bytes were sent on (the data
+  // connection's writer, a receiver in this process) and read into again: no fresh buffer,
+  // faulted in and cleared, a piece. Kept only while a fetch pool lives, and only pieces of
+  // 64 KiB and more.
+  const auto zeros = [](const std::string& s) { return s.find_first_not_of('\0') == std::string::npos; };
+  give_back_piece(std::string(std::size_t(1) << 20, 'a'));
+  EXPECT_TRUE(zeros(piece_buffer(1000))) << "no pool alive: nothing kept";
+  fake_host h;
+  auto ts = tensors_in(h, "f", {200'000, 150'000});
+  auto units = plan_fetches(ts, 1'000'000);
+  {
+    fetch_pool pool(ts, units, [&] { return h.reader(); }, {1, 1'000'000});
+    auto f = pool.next();
+    ASSERT_TRUE(f.ok()) << f.err().message;
+    ASSERT_EQ(f->parts.size(), 2u);
+    EXPECT_EQ(f->parts[0], h.files["f"].substr(std::size_t(ts[0].first), 200'000));
+    const char* first = f->parts[0].data();
+    const char* second = f->parts[1].data();
+    give_back_piece(std::move(f->parts[0]));
+    give_back_piece(std::move(f->parts[1]));
+    give_back_piece(std::string(1000, 'b'));  // (too small to keep)
+    // the smallest kept piece that holds the next: 150,000 bytes for 120,000, then the other
+    std::string a = piece_buffer(120'000);
+    EXPECT_EQ(a.size(), 120'000u);
+    EXPECT_EQ(a.data(), second);
+    std::string b = piece_buffer(120'000);
+    EXPECT_EQ(b.data(), first);
+    EXPECT_TRUE(zeros(piece_buffer(5000))) << "none left";
+    give_back_piece(std::move(a));
+  }
+  EXPECT_TRUE(zeros(piece_buffer(100'000))) << "the last pool ended: what was kept is freed";
+}
+
 TEST(FetchPool, UnitsItsWorkerReadsItselfAreNotReadButCountAgainstTheBound) {
   fake_host h;
   auto ts = tensors_in(h, "f", {1000, 1000, 1000, 1000});
