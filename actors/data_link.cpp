@@ -12,8 +12,8 @@
 #include <cstring>
 
 #include "actors/cluster_tls.hpp"
-#include "actors/loader/fetch.hpp"
 #include "actors/digest.hpp"
+#include "actors/loader/fetch.hpp"
 #include "http/sigpipe_guard.hpp"
 
 namespace mpakt::datalink {
