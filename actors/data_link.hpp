@@ -91,7 +91,7 @@ class piece_inbox {
   std::condition_variable changed_;
   std::map<std::uint64_t, std::string> pieces_;
   /// (a coordinator has a few pieces on their way at once: load_job_config::pieces_held)
-  spare_strings spares_{4, std::uint64_t(4) * max_piece_bytes};
+  spare_strings spares_{256, std::uint64_t(4) * max_piece_bytes};
   std::uint64_t held_ = 0;
   std::uint64_t floor_ = 0;  ///< numbers up to this one were claimed or given up
   std::atomic<std::uint64_t> arrived_{0};

@@ -27,13 +27,16 @@ class spare_strings {
   }
 
   /// The kept string best suited to `n` bytes, its old bytes still in it: the smallest at
-  /// least that long (the long ones stay for long takers), else the longest; an empty string
-  /// when none is kept.
+  /// least that long (the long ones stay for long takers; one exactly that long ends the
+  /// search), else the longest; an empty string when none is kept. Growing a string clears
+  /// what it adds, so a taker is best served by a string of its own size: a load's weights
+  /// come in a few sizes over and over, and as many of them are on their way at once as the
+  /// load's bound allows — keep room for that many strings, not a few.
   std::string take(std::size_t n) {
     std::lock_guard<std::mutex> lock(m_);
     if (kept_.empty()) return {};
     auto best = kept_.begin();
-    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+    for (auto it = kept_.begin(); it != kept_.end() && best->size() != n; ++it) {
       const bool fits = it->size() >= n, best_fits = best->size() >= n;
       if (fits ? !best_fits || it->size() < best->size() : !best_fits && it->size() > best->size()) best = it;
     }

@@ -11,7 +11,7 @@ namespace mpakt::loader {
 namespace {
 
 struct piece_store {
-  spare_strings spares{4, 4 * piece_bytes, std::size_t(64) << 10};
+  spare_strings spares{256, 4 * piece_bytes, std::size_t(64) << 10};
   std::atomic<int> pools{0};  ///< fetch pools alive
 };
 piece_store& pieces() {

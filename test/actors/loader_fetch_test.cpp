@@ -198,6 +198,37 @@ TEST(FetchPool, PartsTakeTheStorageOfPiecesGivenBackWhileAPoolIsAlive) {
   EXPECT_TRUE(zeros(piece_buffer(100'000))) << "the last pool ended: what was kept is freed";
 }
 
+// A load has its bound's worth of pieces on their way (sixty-odd tensors of a small model's
+// layers in 64 MB): every piece given back is kept for the next of its size, not four of them
+// (which read three quarters of a relayed load into fresh, cleared storage).
+TEST(FetchPool, AsManyPiecesAsALoadHasOnItsWayAreKept) {
+  fake_host h;
+  std::vector<std::uint64_t> sizes;
+  for (int i = 0; i < 60; ++i) sizes.push_back(i % 2 ? 100'000 : 70'000);
+  auto ts = tensors_in(h, "f", sizes);
+  auto units = plan_fetches(ts, 200'000);
+  fetch_pool pool(ts, units, [&] { return h.reader(); }, {1, 100'000'000});
+  std::vector<std::string> parts;
+  for (std::size_t u = 0; u < pool.size(); ++u) {
+    auto f = pool.next();
+    ASSERT_TRUE(f.ok()) << f.err().message;
+    for (auto& p : f->parts) parts.push_back(std::move(p));
+  }
+  ASSERT_EQ(parts.size(), 60u);
+  std::map<const char*, std::size_t> given;
+  for (auto& p : parts) {
+    given[p.data()] = p.size();
+    give_back_piece(std::move(p));
+  }
+  for (int i = 0; i < 60; ++i) {
+    const std::size_t n = i % 2 ? 70'000 : 100'000;
+    std::string b = piece_buffer(n);
+    ASSERT_EQ(given.count(b.data()), 1u) << "piece " << i << " in fresh storage";
+    EXPECT_EQ(given[b.data()], n) << "piece " << i << ": another size's storage, grown or cut";
+    given.erase(b.data());
+  }
+}
+
 TEST(FetchPool, UnitsItsWorkerReadsItselfAreNotReadButCountAgainstTheBound) {
   fake_host h;
   auto ts = tensors_in(h, "f", {1000, 1000, 1000, 1000});
