@@ -100,8 +100,11 @@ const char* serve_usage =
     "  --verify-memory SIZE room in this process for the verifiers' copies of volunteers' weights,\n"
     "                      all volunteers together (default 2G); passes on weights beyond it go\n"
     "                      unchecked\n"
-    "  --verify-queue SIZE  room per volunteer for its checked passes and their answers while they\n"
-    "                      wait for its verifier (default 256M); past it the window goes unchecked\n"
+    "  --verify-queue SIZE  room per volunteer for what its checked windows hold while they wait\n"
+    "                      for its verifier — passes, its answers, its copies of the sessions\n"
+    "                      (default 256M); past it the window goes unchecked\n"
+    "  --verify-queue-total SIZE\n"
+    "                      the same room, all volunteers together (default 1G)\n"
     "  --cluster-reply-budget SIZE\n"
     "                      room for volunteers' large answers (graph outputs, checkpoints),\n"
     "                      which the cluster port holds until each is whole, all volunteers\n"
@@ -255,6 +258,10 @@ int cmd_serve(const std::vector<std::string>& args) {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s || *s == 0) return bad("--verify-queue takes a size such as 256M");
       gcfg.checks.queue_bytes = *s;
+    } else if (a == "--verify-queue-total") {
+      auto s = (v = value()) ? parse_size(*v) : std::nullopt;
+      if (!s || *s == 0) return bad("--verify-queue-total takes a size such as 1G");
+      gcfg.checks.queue_total = *s;
     } else if (a == "--cluster-reply-budget") {
       auto s = (v = value()) ? parse_size(*v) : std::nullopt;
       if (!s || *s < (1u << 20)) return bad("--cluster-reply-budget takes a size of at least 1M, such as 4G");
@@ -407,6 +414,7 @@ int cmd_serve(const std::vector<std::string>& args) {
       }
       gcfg.verify = gcfg.checks.fraction > 0 || gcfg.checks.first_passes > 0;
       gcfg.checks.budget = std::make_shared<verify_budget>(gcfg.checks.memory);  // (all verifiers together)
+      gcfg.checks.queue_budget = std::make_shared<verify_budget>(gcfg.checks.queue_total);
       if (ccfg.load.worker_fetch) {
         // (a verifier reads the model host under the coordinator's own rules, as its embedded
         // workers do: its volunteer may then read its weights there too)

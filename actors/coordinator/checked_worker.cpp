@@ -583,6 +583,14 @@ struct checked_state {
   std::deque<std::function<void(std::function<void()>)>> verifier_tasks;
   bool verifier_busy = false;
   std::uint64_t verifier_bytes = 0;  ///< of the passes those tasks hold
+  /// Of the volunteer's session copies held for checked windows until the verifier has used
+  /// them (counted beside `verifier_bytes`; let go from whichever thread holds a copy last).
+  std::shared_ptr<std::atomic<std::uint64_t>> copy_bytes = std::make_shared<std::atomic<std::uint64_t>>(0);
+  ~checked_state() {
+    // (the passes and answers still queued when the checked worker ends: the copies give theirs
+    // back as the tasks holding them go)
+    if (sh && sh->cfg.queue_budget) sh->cfg.queue_budget->give(verifier_bytes);
+  }
   /// Passes waiting for windows to close (admitted again, in order, after each turnover), and
   /// the sessions they wait on: a later pass on one of those waits behind them.
   std::deque<std::function<void()>> parked;
@@ -1157,9 +1165,36 @@ void drop_copy_in_turn(checked_pointer self, const std::string& s) {
 /// Whether the verifier's queue has room for `bytes` more (a queued pass's answer); takes them if so.
 bool verifier_bytes_room(checked_pointer self, std::uint64_t bytes) {
   auto& st = self->state;
-  if (st.verifier_bytes + bytes > st.sh->cfg.queue_bytes) return false;
+  if (st.verifier_bytes + st.copy_bytes->load() + bytes > st.sh->cfg.queue_bytes) return false;
+  if (st.sh->cfg.queue_budget && !st.sh->cfg.queue_budget->take(bytes)) return false;
   st.verifier_bytes += bytes;
   return true;
+}
+
+/// Lets go of `bytes` of the verifier's queue (a pass and its answer, once the verifier is done).
+void verifier_bytes_free(checked_pointer self, std::uint64_t bytes) {
+  auto& st = self->state;
+  bytes = std::min(st.verifier_bytes, bytes);
+  st.verifier_bytes -= bytes;
+  if (st.sh->cfg.queue_budget) st.sh->cfg.queue_budget->give(bytes);
+}
+
+/// The volunteer's copy `d` of a session, held for the verifier within the same room as the
+/// passes and answers — its bytes counted until the last holder lets it go —, or null when
+/// there is no room: a verifier far behind a fast volunteer would otherwise hold a copy of
+/// each session for every checked window between them, however large the caches.
+std::shared_ptr<session_dump> held_copy(checked_pointer self, session_dump&& d) {
+  auto& st = self->state;
+  const std::uint64_t n = d.carried();
+  if (st.verifier_bytes + st.copy_bytes->load() + n > st.sh->cfg.queue_bytes) return nullptr;
+  auto all = st.sh->cfg.queue_budget;
+  if (all && !all->take(n)) return nullptr;
+  *st.copy_bytes += n;
+  return std::shared_ptr<session_dump>(new session_dump(std::move(d)), [held = st.copy_bytes, all, n](session_dump* p) {
+    delete p;
+    *held -= n;
+    if (all) all->give(n);
+  });
 }
 
 /// Whether the verifier's queue has room for a pass of `bytes`; takes them if so.
@@ -1258,11 +1293,11 @@ void turn_windows(checked_pointer self, const check_windows::turnover& t) {
         if (!pair->mine_in || !theirs->ready()) return;
         auto& st = self->state;
         if (st.sh->counts.quarantined) return;
+        if (theirs->error) return;  // (judged or counted where it came: denied_session, no room)
         if (pair->mine_failed) {  // (the verifier lost its copy: nothing to judge)
           st.sh->counts.unchecked++;
           return;
         }
-        if (theirs->error) return;  // (judged where it came: denied_session)
         auto copy = *theirs->value;
         maybe_off_thread<result<std::string>>(
             self, copy->bytes + pair->mine->bytes >= off_thread_bytes,
@@ -1319,12 +1354,21 @@ void turn_windows(checked_pointer self, const check_windows::turnover& t) {
         });
       });
     }
+    // (held for the verifier when it judges the closed window or starts the opened one from it)
+    const bool judged = c && c->checked && !c->broken;
     self->request(st.volunteer(), caf::infinite, sdump_atom::value, s)
-        .then([theirs](session_dump& d) { theirs->set(std::make_shared<session_dump>(std::move(d))); },
-              [self, s, theirs](caf::error& e) {
-                if (self->state.sh->holds(s)) denied_session(self, self->state.sh, s, e);
-                theirs->fail(std::move(e));
-              });
+        .then(
+            [self, theirs, judged, opened](session_dump& d) {
+              if (!judged && !opened->checked) return theirs->set(std::make_shared<session_dump>(std::move(d)));
+              if (auto held = held_copy(self, std::move(d))) return theirs->set(std::move(held));
+              // No room: the closed window goes unjudged, the opened one unchecked (break_window).
+              if (judged) self->state.sh->counts.unchecked++;
+              theirs->fail(to_caf(errc::limit, "no room to hold the session's copy for the verifier"));
+            },
+            [self, s, theirs](caf::error& e) {
+              if (self->state.sh->holds(s)) denied_session(self, self->state.sh, s, e);
+              theirs->fail(std::move(e));
+            });
   }
 }
 
@@ -1449,7 +1493,7 @@ void windowed_run_with(checked_pointer self, std::shared_ptr<owed<run_reply>> rp
         to_verifier(self, [self, w, mine, theirs, tolerance, bytes, answer_bytes](std::function<void()> next) {
           theirs->when([self, w, mine, theirs, tolerance, bytes, answer_bytes, next] {
             auto done = [self, bytes, answer_bytes, next] {
-              self->state.verifier_bytes -= std::min(self->state.verifier_bytes, bytes + *answer_bytes);
+              verifier_bytes_free(self, bytes + *answer_bytes);
               next();
             };
             if (w->broken || theirs->error || self->state.sh->counts.quarantined) return done();

@@ -47,7 +47,8 @@
 
 namespace mpakt {
 
-/// Room in the coordinator's memory for the verifiers' weight copies, all volunteers together.
+/// Room in the coordinator's memory shared by every volunteer's verifier: for their weight
+/// copies (--verify-memory), or for what their checked windows hold (--verify-queue-total).
 class verify_budget {
  public:
   explicit verify_budget(std::uint64_t total) : total_(total) {}
@@ -71,8 +72,13 @@ struct verify_config {
   /// --verify-queue: what a volunteer's checked passes and the answers it gave them may hold in
   /// the coordinator while they wait for its verifier (past it the window's check ends)
   std::uint64_t queue_bytes = std::uint64_t(256) << 20;
+  /// --verify-queue-total: the same, all volunteers together (default 1G)
+  std::uint64_t queue_total = std::uint64_t(1) << 30;
   /// What the verifiers hold (shared by every checked worker; null: `memory` per volunteer).
   std::shared_ptr<verify_budget> budget;
+  /// What every volunteer's checked windows hold for its verifier (shared by every checked
+  /// worker; null: only `queue_bytes` per volunteer bounds it).
+  std::shared_ptr<verify_budget> queue_budget;
   /// How a verifier reads the model host (the coordinator's own rules, as its embedded workers
   /// read it: `serve --worker-fetch`); absent, the verifier never reads it and the volunteer's
   /// weights always pass through the coordinator.

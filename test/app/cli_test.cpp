@@ -106,14 +106,18 @@ TEST(Cli, AskedForCudaWithoutAUsableGpuServeAndWorkerSayWhyAndExit) {
   EXPECT_NE(bad.out.find("--backend takes cpu, cuda or auto"), std::string::npos) << bad.out;
 }
 
-// The spot-checks' queue per volunteer (docs/operators.md, --verify-queue): a size above zero;
-// anything else is refused before the server starts.
+// The spot-checks' queue per volunteer and for all of them (docs/operators.md, --verify-queue,
+// --verify-queue-total): a size above zero; anything else is refused before the server starts.
 TEST(Cli, ServeRefusesASpotCheckQueueThatIsNoSize) {
   const auto dir = std::filesystem::temp_directory_path() / ("mpakt-cli-queue-" + std::to_string(getpid()));
   for (const char* n : {"0", "abc", "-1M", ""}) {
     auto served = run("serve --port 0 --data-dir " + dir.string() + " --verify-queue " + std::string(n), 30);
     EXPECT_EQ(served.status, 2) << n << ": " << served.out;
     EXPECT_NE(served.out.find("--verify-queue takes a size such as 256M"), std::string::npos) << n << ": " << served.out;
+    EXPECT_EQ(served.out.find("listening"), std::string::npos) << served.out;
+    served = run("serve --port 0 --data-dir " + dir.string() + " --verify-queue-total " + std::string(n), 30);
+    EXPECT_EQ(served.status, 2) << n << ": " << served.out;
+    EXPECT_NE(served.out.find("--verify-queue-total takes a size such as 1G"), std::string::npos) << n << ": " << served.out;
     EXPECT_EQ(served.out.find("listening"), std::string::npos) << served.out;
   }
   std::filesystem::remove_all(dir);
