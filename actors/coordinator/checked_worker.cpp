@@ -51,11 +51,13 @@ bool quarantine_registry::has_digest(const std::string& digest) const {
   return std::any_of(entries_.begin(), entries_.end(), [&](const entry& e) { return e.token_digest == digest; });
 }
 
-bool verify_budget::take(std::uint64_t n) {
+bool verify_budget::take(std::uint64_t n, bool copy) {
+  std::lock_guard<std::mutex> lock(m_);  // (the copies' count beside the bytes)
   auto cur = used_.load();
   do {
-    if (cur + n > total_ || cur + n < cur) return false;
+    if ((cur + n > total_ && !(copy && copies_ == 0)) || cur + n < cur) return false;
   } while (!used_.compare_exchange_weak(cur, cur + n));
+  if (copy) ++copies_;
   return true;
 }
 
@@ -63,6 +65,42 @@ void verify_budget::give(std::uint64_t n) {
   auto cur = used_.load();
   while (!used_.compare_exchange_weak(cur, cur - std::min(cur, n))) {
   }
+}
+
+void verify_budget::give_copy(std::uint64_t n) {
+  std::lock_guard<std::mutex> lock(m_);
+  if (copies_ > 0) --copies_;
+  give(n);
+}
+
+verify_room::~verify_room() {
+  if (all_) all_->give(held_);  // (passes and answers still queued; no copy outlives its room)
+}
+
+bool verify_room::take(std::uint64_t n, bool copy) {
+  std::lock_guard<std::mutex> lock(m_);
+  if ((held_ + n > own_ && !(copy && copies_ == 0)) || held_ + n < held_) return false;
+  if (all_ && !(copy ? all_->take_copy(n) : all_->take(n))) return false;
+  held_ += n;
+  if (copy) ++copies_;
+  return true;
+}
+
+void verify_room::give(std::uint64_t n, bool copy) {
+  std::lock_guard<std::mutex> lock(m_);
+  n = std::min(held_, n);  // (only what this room held)
+  held_ -= n;
+  if (copy && copies_ > 0) --copies_;
+  if (all_) copy ? all_->give_copy(n) : all_->give(n);
+}
+
+bool verify_room::take(std::uint64_t n) { return take(n, false); }
+bool verify_room::take_copy(std::uint64_t n) { return take(n, true); }
+void verify_room::give(std::uint64_t n) { give(n, false); }
+void verify_room::give_copy(std::uint64_t n) { give(n, true); }
+std::uint64_t verify_room::held() const {
+  std::lock_guard<std::mutex> lock(m_);
+  return held_;
 }
 
 // ------------------------------------------------------------------ comparing answers
@@ -582,15 +620,9 @@ struct checked_state {
   /// calls its argument when done), so copies, passes and comparisons reach it in order.
   std::deque<std::function<void(std::function<void()>)>> verifier_tasks;
   bool verifier_busy = false;
-  std::uint64_t verifier_bytes = 0;  ///< of the passes those tasks hold
-  /// Of the volunteer's session copies held for checked windows until the verifier has used
-  /// them (counted beside `verifier_bytes`; let go from whichever thread holds a copy last).
-  std::shared_ptr<std::atomic<std::uint64_t>> copy_bytes = std::make_shared<std::atomic<std::uint64_t>>(0);
-  ~checked_state() {
-    // (the passes and answers still queued when the checked worker ends: the copies give theirs
-    // back as the tasks holding them go)
-    if (sh && sh->cfg.queue_budget) sh->cfg.queue_budget->give(verifier_bytes);
-  }
+  /// What those tasks hold: the passes, the volunteer's answers and its session copies (a copy
+  /// until the last task holding it lets it go, on whichever thread).
+  std::shared_ptr<verify_room> room;
   /// Passes waiting for windows to close (admitted again, in order, after each turnover), and
   /// the sessions they wait on: a later pass on one of those waits behind them.
   std::deque<std::function<void()>> parked;
@@ -1163,37 +1195,22 @@ void drop_copy_in_turn(checked_pointer self, const std::string& s) {
 }
 
 /// Whether the verifier's queue has room for `bytes` more (a queued pass's answer); takes them if so.
-bool verifier_bytes_room(checked_pointer self, std::uint64_t bytes) {
-  auto& st = self->state;
-  if (st.verifier_bytes + st.copy_bytes->load() + bytes > st.sh->cfg.queue_bytes) return false;
-  if (st.sh->cfg.queue_budget && !st.sh->cfg.queue_budget->take(bytes)) return false;
-  st.verifier_bytes += bytes;
-  return true;
-}
+bool verifier_bytes_room(checked_pointer self, std::uint64_t bytes) { return self->state.room->take(bytes); }
 
 /// Lets go of `bytes` of the verifier's queue (a pass and its answer, once the verifier is done).
-void verifier_bytes_free(checked_pointer self, std::uint64_t bytes) {
-  auto& st = self->state;
-  bytes = std::min(st.verifier_bytes, bytes);
-  st.verifier_bytes -= bytes;
-  if (st.sh->cfg.queue_budget) st.sh->cfg.queue_budget->give(bytes);
-}
+void verifier_bytes_free(checked_pointer self, std::uint64_t bytes) { self->state.room->give(bytes); }
 
 /// The volunteer's copy `d` of a session, held for the verifier within the same room as the
 /// passes and answers — its bytes counted until the last holder lets it go —, or null when
-/// there is no room: a verifier far behind a fast volunteer would otherwise hold a copy of
-/// each session for every checked window between them, however large the caches.
+/// there is no room (verify_room::take_copy): a verifier far behind a fast volunteer would
+/// otherwise hold a copy of each session for every checked window between them, however large
+/// the caches.
 std::shared_ptr<session_dump> held_copy(checked_pointer self, session_dump&& d) {
-  auto& st = self->state;
   const std::uint64_t n = d.carried();
-  if (st.verifier_bytes + st.copy_bytes->load() + n > st.sh->cfg.queue_bytes) return nullptr;
-  auto all = st.sh->cfg.queue_budget;
-  if (all && !all->take(n)) return nullptr;
-  *st.copy_bytes += n;
-  return std::shared_ptr<session_dump>(new session_dump(std::move(d)), [held = st.copy_bytes, all, n](session_dump* p) {
+  if (!self->state.room->take_copy(n)) return nullptr;
+  return std::shared_ptr<session_dump>(new session_dump(std::move(d)), [room = self->state.room, n](session_dump* p) {
     delete p;
-    *held -= n;
-    if (all) all->give(n);
+    room->give_copy(n);
   });
 }
 
@@ -1780,6 +1797,7 @@ worker_actor::behavior_type checked_behavior(checked_pointer self, std::shared_p
   st.rng.seed(std::random_device{}());
   st.verifier_kernels = kernel_path("cpu", cpu_isa::describe());
   if (st.sh->cfg.fraction > 0) st.windows.emplace(st.sh->cfg.fraction, st.sh->cfg.window_passes, st.rng());
+  st.room = std::make_shared<verify_room>(st.sh->cfg.queue_bytes, st.sh->cfg.queue_budget);
   worker_config wc;
   wc.worker_id = "verifier of " + st.sh->v.name;
   wc.memory_bytes = st.sh->cfg.memory;  // (the shared budget binds first)

@@ -53,14 +53,54 @@ class verify_budget {
  public:
   explicit verify_budget(std::uint64_t total) : total_(total) {}
   /// Takes `n` bytes if they fit.
-  bool take(std::uint64_t n);
+  bool take(std::uint64_t n) { return take(n, false); }
+  /// Takes a session copy's `n` bytes: if they fit, or if no copy is held (verify_room).
+  bool take_copy(std::uint64_t n) { return take(n, true); }
   void give(std::uint64_t n);
+  void give_copy(std::uint64_t n);
   std::uint64_t used() const { return used_.load(); }
   std::uint64_t free() const { return total_ - std::min(total_, used_.load()); }
 
  private:
+  bool take(std::uint64_t n, bool copy);
   const std::uint64_t total_;
   std::atomic<std::uint64_t> used_{0};
+  std::mutex m_;     ///< (a copy's take and give: bytes and count together)
+  int copies_ = 0;   ///< session copies held (under m_)
+};
+
+/// What one volunteer's checked windows hold in the coordinator for its verifier — the passes,
+/// the answers the volunteer gave them, its copies of the windows' sessions — within its own
+/// room (--verify-queue) and the room all volunteers share (--verify-queue-total). A session
+/// copy is held whatever its size while no other copy is (in this room; in the shared one, no
+/// other copy of any volunteer's): a session larger than the room is still checked while the
+/// verifier keeps up, and a volunteer cannot escape its checks by inflating its copies (the
+/// one held is loaded and judged like any other); the memory held is then at most the rooms
+/// and one copy. Thread-safe (a copy is let go on whichever thread drops it last); what it
+/// holds when it goes is given back to the shared room.
+class verify_room {
+ public:
+  verify_room(std::uint64_t own, std::shared_ptr<verify_budget> all) : own_(own), all_(std::move(all)) {}
+  ~verify_room();
+  verify_room(const verify_room&) = delete;
+  verify_room& operator=(const verify_room&) = delete;
+
+  /// Takes `n` bytes (a pass, an answer) if they fit both rooms.
+  bool take(std::uint64_t n);
+  void give(std::uint64_t n);
+  /// Takes a session copy's `n` bytes, as above.
+  bool take_copy(std::uint64_t n);
+  void give_copy(std::uint64_t n);
+  std::uint64_t held() const;
+
+ private:
+  bool take(std::uint64_t n, bool copy);
+  void give(std::uint64_t n, bool copy);
+  const std::uint64_t own_;
+  const std::shared_ptr<verify_budget> all_;
+  mutable std::mutex m_;
+  std::uint64_t held_ = 0;
+  int copies_ = 0;
 };
 
 struct verify_config {

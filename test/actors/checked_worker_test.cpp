@@ -110,6 +110,50 @@ TEST(checked_worker, TheVerifiersShareOneBudget) {
   EXPECT_FALSE(b.take(~std::uint64_t(0)));
 }
 
+// What a volunteer's checked windows hold for its verifier (docs/decisions.md, "Spot-checks:
+// windows"): passes and answers within its own room and the room all volunteers share; a
+// session copy as well, except that a copy is taken whatever its size while no other copy is
+// held (in its room; in the shared one, no volunteer's), so a session larger than the room is
+// still checked while the verifier keeps up; what a room still holds when it goes is given
+// back to the shared one.
+TEST(checked_worker, AVolunteersQueueHasARoomOfItsOwnAndOneForAll) {
+  auto all = std::make_shared<verify_budget>(250);
+  {
+    verify_room a(100, all), b(100, all);
+    EXPECT_FALSE(a.take(101)) << "a pass larger than its own room";
+    EXPECT_TRUE(a.take(50));
+    EXPECT_TRUE(a.take_copy(180)) << "a copy larger than the room, while no copy is held";
+    EXPECT_EQ(a.held(), 230u);
+    EXPECT_FALSE(a.take(1)) << "its room is past full";
+    EXPECT_FALSE(a.take_copy(1)) << "a second copy waits for room like anything else";
+    EXPECT_TRUE(b.take(20));
+    EXPECT_FALSE(b.take(1)) << "the room for all: 230 + 20 of 250";
+    EXPECT_FALSE(b.take_copy(10)) << "b holds no copy, but a does: none past the room for all";
+    a.give_copy(180);
+    EXPECT_EQ(all->used(), 70u);
+    EXPECT_TRUE(b.take_copy(90));
+    EXPECT_FALSE(b.take_copy(20)) << "b's room: 20 + 90 of 100, a copy held";
+    verify_room c(100, all);
+    EXPECT_FALSE(c.take_copy(100)) << "c holds no copy, but b does: none past the room for all";
+    EXPECT_TRUE(c.take_copy(90));
+    EXPECT_EQ(all->used(), 250u);
+    b.give_copy(90);
+    b.give(20);
+    EXPECT_EQ(b.held(), 0u);
+    b.give(5);  // (never below zero, nor more given to the room for all than b held)
+    EXPECT_EQ(b.held(), 0u);
+    EXPECT_EQ(all->used(), 140u);
+    EXPECT_TRUE(a.take(20));
+    EXPECT_FALSE(a.take(~std::uint64_t(0)));
+  }
+  EXPECT_EQ(all->used(), 0u) << "what the rooms held when they went is given back";
+  verify_room alone(100, nullptr);  // (no room for all: the own room alone)
+  EXPECT_TRUE(alone.take(100));
+  EXPECT_FALSE(alone.take(1));
+  EXPECT_TRUE(alone.take_copy(1000)) << "no copy held: taken past the room";
+  EXPECT_FALSE(alone.take_copy(1));
+}
+
 TEST(checked_worker, TheQuarantineRegistryRemembersTokens) {
   quarantine_registry r;
   EXPECT_FALSE(r.has_digest("d1"));
