@@ -114,6 +114,9 @@ const char* worker_usage =
     "  --fault refused-dumps-after-generations\n"
     "                      a testing aid: deny the first copy of a session asked for after a\n"
     "                      generation on it began (a checked generation's end asks for one)\n"
+    "  --fault malformed-dumps\n"
+    "                      a testing aid: every copy of a session a byte short (one no worker\n"
+    "                      writes; the spot-checks catch it)\n"
     "  --fault no-data-link\n"
     "                      a testing aid: never reach the coordinator's data port (as behind a\n"
     "                      firewall that blocks it): weights then come over the cluster link\n"
@@ -193,7 +196,8 @@ int cmd_worker(const std::vector<std::string>& args) {
                             *v == "malformed-answers" || *v == "forge-messages" || *v == "unanswered-calls" ||
                             *v == "silent-generations" || *v == "bloated-status" ||
                             *v == "flood-tokens" || *v == "cheat-unless-dumped" || *v == "unanswered-dumps" ||
-                            *v == "refused-dumps" || *v == "refused-dumps-after-generations")) {
+                            *v == "refused-dumps" || *v == "refused-dumps-after-generations" ||
+                            *v == "malformed-dumps")) {
         (*v == "corrupt-weights"             ? wc.corrupt_weights
          : *v == "corrupt-weights-later"     ? wc.corrupt_weights_later
          : *v == "corrupt-caches"            ? wc.corrupt_caches
@@ -208,13 +212,14 @@ int cmd_worker(const std::vector<std::string>& args) {
          : *v == "unanswered-dumps"          ? wc.unanswered_dumps
          : *v == "refused-dumps"             ? wc.refused_dumps
          : *v == "refused-dumps-after-generations" ? wc.refused_dumps_after_generations
+         : *v == "malformed-dumps"           ? wc.malformed_dumps
                                              : wc.malformed_answers) = true;
         continue;
       }
       if (!v || v->rfind(prefix, 0) != 0)
         return bad("--fault takes corrupt-results:P (P from 0 to 1), corrupt-weights, corrupt-weights-later, "
                    "corrupt-caches, corrupt-generation-caches, corrupt-generation-tokens, malformed-answers, forge-messages, "
-                   "unanswered-calls, silent-generations, bloated-status, flood-tokens, cheat-unless-dumped, unanswered-dumps, refused-dumps, refused-dumps-after-generations or no-data-link");
+                   "unanswered-calls, silent-generations, bloated-status, flood-tokens, cheat-unless-dumped, unanswered-dumps, refused-dumps, refused-dumps-after-generations, malformed-dumps or no-data-link");
       char* end = nullptr;
       const double p = std::strtod(v->c_str() + prefix.size(), &end);
       if (*end != '\0' || !(p >= 0 && p <= 1)) return bad("--fault takes corrupt-results:P (P from 0 to 1)");

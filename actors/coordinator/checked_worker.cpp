@@ -131,6 +131,23 @@ std::string first_difference(const std::string& name, std::span<const float> the
 
 }  // namespace
 
+std::string malformed_copy(const session_dump& d) {
+  std::set<std::string_view> names;
+  for (const auto& t : d.tensors) {
+    const auto type = dtype_from_name(t.dtype);
+    if (!type) return "its tensor " + t.name + " has an unknown dtype";
+    const std::int64_t n = shape_numel(t.shape);
+    const auto bytes = n < 0 ? std::nullopt : storage_bytes(*type, n);
+    if (!bytes || (is_quantized(*type) && (t.shape.empty() || t.shape.back() % quant_block != 0)))
+      return "its tensor " + t.name + " has an invalid shape";
+    if (*bytes != t.bytes.size())
+      return "its tensor " + t.name + " carries " + std::to_string(t.bytes.size()) + " bytes for a shape of " +
+             std::to_string(*bytes);
+    if (!names.insert(t.name).second) return "it holds tensor " + t.name + " twice";
+  }
+  return {};
+}
+
 bool sessions_agree(const session_dump& a, const session_dump& b, float tolerance, std::string* why) {
   auto say = [&](std::string text) {
     if (why) *why = std::move(text);
@@ -689,8 +706,13 @@ void snapshot(checked_pointer self, std::vector<std::string> sessions, std::func
   for (std::size_t k = 0; k < sessions.size(); ++k)
     self->request(self->state.volunteer(), caf::infinite, sdump_atom::value, sessions[k])
         .then(
-            [p, k, load_all](session_dump& d) {
-              p->dumps[k] = std::move(d);
+            [self, s = sessions[k], p, k, load_all](session_dump& d) {
+              if (const std::string why = malformed_copy(d); !why.empty()) {
+                quarantine(self, self->state.sh, "its copy of session " + s + " is malformed: " + why);
+                p->failed = true;
+              } else {
+                p->dumps[k] = std::move(d);
+              }
               if (--p->left == 0) load_all();
             },
             [self, s = sessions[k], p, load_all](caf::error& e) {
@@ -763,17 +785,19 @@ std::function<void(bool)> compare_sessions_after(checked_pointer self, std::vect
           self, bytes >= off_thread_bytes,
           [p, sessions, tolerance] {
             for (std::size_t k = 0; k < sessions.size(); ++k) {
+              if (std::string why = malformed_copy(*p->dumps[k].theirs); !why.empty())
+                return result<std::string>("its copy of session " + sessions[k] + " is malformed: " + why);
               std::string why;
               if (!sessions_agree(*p->dumps[k].theirs, *p->dumps[k].mine, tolerance, &why))
-                return result<std::string>("session " + sessions[k] + " after the pass: " + why);
+                return result<std::string>("a graph call answered right but left its session unlike the verifier's: session " +
+                                           sessions[k] + " after the pass: " + why);
             }
             return result<std::string>(std::string());
           },
           [self](result<std::string>& why) {
             if (!why || !why->empty())
               quarantine(self, self->state.sh,
-                         "a graph call answered right but left its session unlike the verifier's: " +
-                             (why ? *why : why.err().message));
+                         why ? *why : "a graph call answered right but its session could not be compared: " + why.err().message);
           });
     }
     drop_copies(self, sessions);
@@ -1375,7 +1399,11 @@ void turn_windows(checked_pointer self, const check_windows::turnover& t) {
     const bool judged = c && c->checked && !c->broken;
     self->request(st.volunteer(), caf::infinite, sdump_atom::value, s)
         .then(
-            [self, theirs, judged, opened](session_dump& d) {
+            [self, s, theirs, judged, opened](session_dump& d) {
+              if (const std::string why = malformed_copy(d); !why.empty()) {
+                quarantine(self, self->state.sh, "its copy of session " + s + " is malformed: " + why);
+                return theirs->fail(to_caf(errc::invalid, "a malformed copy"));
+              }
               if (!judged && !opened->checked) return theirs->set(std::make_shared<session_dump>(std::move(d)));
               if (auto held = held_copy(self, std::move(d))) return theirs->set(std::move(held));
               // No room: the closed window goes unjudged, the opened one unchecked (break_window).

@@ -286,6 +286,17 @@ worker_actor::behavior_type front_behavior(front_pointer self, std::shared_ptr<w
         // (--fault refused-dumps, or -after-generations after a generation: the session denied)
         if (self->state.shared->cfg.refused_dumps || self->state.generated.erase(sid) > 0)
           return to_caf(errc::not_found, "session " + sid + " is not on worker " + self->state.shared->cfg.worker_id);
+        if (self->state.shared->cfg.malformed_dumps) {  // (--fault malformed-dumps: a byte short)
+          auto rp = self->make_response_promise<session_dump>();
+          self->request(self->state.compute, caf::infinite, sdump_atom::value, sid)
+              .then(
+                  [rp](session_dump& d) mutable {
+                    if (!d.tensors.empty() && !d.tensors.front().bytes.empty()) d.tensors.front().bytes.pop_back();
+                    rp.deliver(std::move(d));
+                  },
+                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+          return caf::result<session_dump>(rp);
+        }
         return self->delegate(self->state.compute, sdump_atom::value, sid);
       },
       [=](sload_atom, const std::string& sid, session_dump& d) {

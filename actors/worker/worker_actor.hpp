@@ -109,6 +109,10 @@ struct worker_config {
   /// there, every other copy answered — a volunteer that hides the state its generations leave
   /// (the copy a checked generation's end asks for), for the checks to catch.
   bool refused_dumps_after_generations = false;
+  /// A testing aid (`mpakt worker --fault malformed-dumps`): every copy of a session comes with
+  /// its first tensor a byte short — a copy no worker writes and no verifier can load, for the
+  /// spot-checks to catch (a window that could not start from it would go unchecked).
+  bool malformed_dumps = false;
   /// A testing aid (`mpakt worker --fault silent-generations`): generations are accepted and
   /// never run — no token, no end — for the coordinator's step deadline to catch.
   bool silent_generations = false;

@@ -199,6 +199,31 @@ TEST(checked_worker, CallersHearAtOnceWhenTheVolunteerGoes) {
 }
 
 
+// A volunteer's copy of a session that no worker writes is itself the lie (its verifier could
+// not start a window from it, which would leave the window unchecked): an unknown dtype, an
+// invalid shape, bytes that are not its shape's size, a tensor twice.
+TEST(checked_worker, AMalformedCopyOfASessionIsNamed) {
+  session_dump d;
+  d.tensors = {{"k0", {2, 3}, "f32", std::string(24, '\0')}, {"v0", {4}, "bf16", std::string(8, '\0')},
+               {"pos", {1}, "f16", std::string(2, '\0')}, {"q", {2, 32}, "q8", std::string(68, '\0')}};
+  EXPECT_EQ(malformed_copy(d), "");
+  EXPECT_EQ(malformed_copy(session_dump{}), "");
+  auto bad = [&](auto change) {
+    session_dump c = d;
+    change(c);
+    return malformed_copy(c);
+  };
+  EXPECT_NE(bad([](session_dump& c) { c.tensors[1].dtype = "f128"; }).find("v0 has an unknown dtype"), std::string::npos);
+  EXPECT_NE(bad([](session_dump& c) { c.tensors[0].bytes.resize(20); }).find("k0 carries 20 bytes for a shape of 24"),
+            std::string::npos);
+  EXPECT_NE(bad([](session_dump& c) { c.tensors[0].shape = {2, -3}; }).find("k0 has an invalid shape"), std::string::npos);
+  EXPECT_NE(bad([](session_dump& c) { c.tensors[0].shape = {std::int64_t(1) << 62, 8}; }).find("k0 has an invalid shape"),
+            std::string::npos);
+  EXPECT_NE(bad([](session_dump& c) { c.tensors[3].shape = {2, 30}; }).find("q has an invalid shape"),
+            std::string::npos);  // (q8 rows are whole blocks of 32)
+  EXPECT_NE(bad([](session_dump& c) { c.tensors.push_back(c.tensors[2]); }).find("pos twice"), std::string::npos);
+}
+
 TEST(checked_worker, SessionsAgreeTensorByTensor) {
   auto f32 = [](std::vector<float> v) {
     return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));

@@ -1067,6 +1067,27 @@ def test_a_volunteer_that_hides_its_sessions_is_quarantined(start_server, tmp_pa
         c.server.assert_up()
 
 
+@pytest.mark.parametrize("passes", ["first", "windows"])
+def test_a_volunteer_whose_copies_of_sessions_are_malformed_is_quarantined(start_server, tmp_path_factory, passes):
+    """`--fault malformed-dumps`: every copy of a session comes with its first tensor a byte
+    short (its calls answered right) — a copy no worker writes and no verifier can load. Among
+    the first passes, or at the turn of any window, checked or not (the default fraction;
+    windows of two passes on average): the first such copy quarantines it (before, the verifier's failure to load it left the pass or
+    the window unchecked, every one of them)."""
+    with ended(start_cluster(start_server, tmp_path_factory, "malformed",
+                             options=() if passes == "first" else ("--verify-first", "0", "--verify-window", "2"))) as c:
+        sly, _, model = holding_stories(c, "w_malformed", "malformed-dumps")
+        step = compiled_step(c, model)
+        sid = feed_until_refused(c, model, step)
+        reason = quarantine_reason(c, "w_malformed", sly)
+        assert f"its copy of session {sid} is malformed: its tensor" in reason, reason
+        assert "bytes for a shape of" in reason, reason
+        placed_on(c, model, "w_honest")
+        sid, _ = prefilled_session(c, model, step)
+        generates_golden(c, step, sid)
+        c.server.assert_up()
+
+
 def test_a_volunteer_that_leaves_a_copy_of_a_session_unanswered_is_removed(start_server, tmp_path_factory):
     """`--fault unanswered-dumps`: copies of sessions are taken and never answered (its calls
     answered right). Every window begins with one, checked or not: 15 s past the limit the
