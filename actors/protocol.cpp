@@ -1,5 +1,11 @@
 #include "actors/protocol.hpp"
 
+#include <set>
+#include <string_view>
+
+#include "runtime/dtype.hpp"
+#include "runtime/tensor.hpp"
+
 namespace mpakt {
 
 void add_protocol_types(caf::actor_system_config& cfg) {
@@ -68,6 +74,23 @@ void add_protocol_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<describable>("describable");
   cfg.add_message_type<grid_listener>("grid_listener");
   cfg.add_message_type<std::vector<std::pair<std::string, std::string>>>("std::vector<std::pair<std::string,std::string>>");
+}
+
+std::string malformed_copy(const session_dump& d) {
+  std::set<std::string_view> names;
+  for (const auto& t : d.tensors) {
+    const auto type = dtype_from_name(t.dtype);
+    if (!type) return "its tensor " + t.name + " has an unknown dtype";
+    const std::int64_t n = shape_numel(t.shape);
+    const auto bytes = n < 0 ? std::nullopt : storage_bytes(*type, n);
+    if (!bytes || (is_quantized(*type) && (t.shape.empty() || t.shape.back() % quant_block != 0)))
+      return "its tensor " + t.name + " has an invalid shape";
+    if (*bytes != t.bytes.size())
+      return "its tensor " + t.name + " carries " + std::to_string(t.bytes.size()) + " bytes for a shape of " +
+             std::to_string(*bytes);
+    if (!names.insert(t.name).second) return "it holds tensor " + t.name + " twice";
+  }
+  return {};
 }
 
 }  // namespace mpakt

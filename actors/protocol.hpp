@@ -256,6 +256,12 @@ struct session_dump {
   }
 };
 
+/// What is wrong with a session's copy that no worker writes — a tensor of an unknown dtype,
+/// an invalid shape, bytes that are not its shape's size, a name twice — or empty when it is
+/// well formed. Read before a copy is restored (nothing is allocated for a shape its bytes
+/// do not fill), and by the spot-checks, for which a volunteer's malformed copy is a lie.
+std::string malformed_copy(const session_dump& d);
+
 /// A v2 tensor uploaded by a client (f32 values).
 struct tensor_upload {
   std::string tensor_id;

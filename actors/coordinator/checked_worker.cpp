@@ -131,23 +131,6 @@ std::string first_difference(const std::string& name, std::span<const float> the
 
 }  // namespace
 
-std::string malformed_copy(const session_dump& d) {
-  std::set<std::string_view> names;
-  for (const auto& t : d.tensors) {
-    const auto type = dtype_from_name(t.dtype);
-    if (!type) return "its tensor " + t.name + " has an unknown dtype";
-    const std::int64_t n = shape_numel(t.shape);
-    const auto bytes = n < 0 ? std::nullopt : storage_bytes(*type, n);
-    if (!bytes || (is_quantized(*type) && (t.shape.empty() || t.shape.back() % quant_block != 0)))
-      return "its tensor " + t.name + " has an invalid shape";
-    if (*bytes != t.bytes.size())
-      return "its tensor " + t.name + " carries " + std::to_string(t.bytes.size()) + " bytes for a shape of " +
-             std::to_string(*bytes);
-    if (!names.insert(t.name).second) return "it holds tensor " + t.name + " twice";
-  }
-  return {};
-}
-
 bool sessions_agree(const session_dump& a, const session_dump& b, float tolerance, std::string* why) {
   auto say = [&](std::string text) {
     if (why) *why = std::move(text);
@@ -288,6 +271,15 @@ void quarantine(caf::local_actor* by, const std::shared_ptr<verify_shared>& sh, 
   metrics::m().errors.with({"quarantine"}).inc();
   by->send_exit(sh->v.own ? sh->v.own : sh->v.worker, caf::exit_reason::kill);
   if (auto me = caf::actor_cast<caf::actor>(sh->self)) by->send_exit(me, caf::exit_reason::user_shutdown);
+}
+
+/// Quarantines the volunteer when its copy `d` of session `s` is one no worker writes
+/// (malformed_copy); whether it did.
+bool quarantined_if_malformed(caf::local_actor* by, const std::shared_ptr<verify_shared>& sh, const std::string& s,
+                              const session_dump& d) {
+  const std::string why = malformed_copy(d);
+  if (!why.empty()) quarantine(by, sh, "its copy of session " + s + " is malformed: " + why);
+  return !why.empty();
 }
 
 /// The volunteer answered a copy of session `s`, which it holds (opened or restored through
@@ -707,12 +699,8 @@ void snapshot(checked_pointer self, std::vector<std::string> sessions, std::func
     self->request(self->state.volunteer(), caf::infinite, sdump_atom::value, sessions[k])
         .then(
             [self, s = sessions[k], p, k, load_all](session_dump& d) {
-              if (const std::string why = malformed_copy(d); !why.empty()) {
-                quarantine(self, self->state.sh, "its copy of session " + s + " is malformed: " + why);
-                p->failed = true;
-              } else {
-                p->dumps[k] = std::move(d);
-              }
+              if (quarantined_if_malformed(self, self->state.sh, s, d)) p->failed = true;
+              else p->dumps[k] = std::move(d);
               if (--p->left == 0) load_all();
             },
             [self, s = sessions[k], p, load_all](caf::error& e) {
@@ -1400,10 +1388,8 @@ void turn_windows(checked_pointer self, const check_windows::turnover& t) {
     self->request(st.volunteer(), caf::infinite, sdump_atom::value, s)
         .then(
             [self, s, theirs, judged, opened](session_dump& d) {
-              if (const std::string why = malformed_copy(d); !why.empty()) {
-                quarantine(self, self->state.sh, "its copy of session " + s + " is malformed: " + why);
+              if (quarantined_if_malformed(self, self->state.sh, s, d))
                 return theirs->fail(to_caf(errc::invalid, "a malformed copy"));
-              }
               if (!judged && !opened->checked) return theirs->set(std::make_shared<session_dump>(std::move(d)));
               if (auto held = held_copy(self, std::move(d))) return theirs->set(std::move(held));
               // No room: the closed window goes unjudged, the opened one unchecked (break_window).

@@ -168,12 +168,6 @@ bool answers_agree(const std::string& a, const std::string& b, float tolerance, 
 /// largest magnitude (plus 1e-5). `why` names the first tensor (and value) that differs.
 bool sessions_agree(const session_dump& a, const session_dump& b, float tolerance, std::string* why);
 
-/// What is wrong with a volunteer's copy of a session that no worker writes — a tensor of an
-/// unknown dtype, an invalid shape, bytes that are not its shape's size, a name twice — or
-/// empty when it is well formed. (Its verifier could not load such a copy, and a window that
-/// cannot start from it would go unchecked: the copy itself is the lie.)
-std::string malformed_copy(const session_dump& d);
-
 /// How far apart two kernel paths may put a pass's values, as a fraction of an output's
 /// largest magnitude, for weights held as `resident` (docs/decisions.md, "Spot-checks"):
 /// f32 and f16 weights 1e-3; bf16 3e-2, as a product of many rows rounds its activations to

@@ -81,7 +81,8 @@ struct fetched_unit {
 };
 
 /// Storage for the parts fetch pools read (a piece of weights each, up to 16 MB), kept while
-/// any fetch pool of this process is alive: a few strings are kept for the next parts, given
+/// any fetch pool of this process is alive: as many strings as a load has pieces on their way
+/// (up to 256, 64 MB in all) are kept for the next parts, given
 /// back where a piece's bytes are done with (the data connection's writer, a receiver in this
 /// process), so that a load the coordinator relays does not make, fault in and clear a fresh
 /// buffer a piece (measured: the clearing alone 9 % of a relaying coordinator's samples).

@@ -620,13 +620,13 @@ compute_actor::behavior_type compute_behavior(compute_pointer self, std::shared_
         if (needs > st.free() + freed)
           return to_caf(errc::unavailable, "restoring session " + sid + " needs " + mb(needs) + " but worker " +
                                                st.cfg().worker_id + " has " + mb(st.free() + freed) + " free");
+        // (its form first: nothing is allocated for a shape its bytes do not fill)
+        if (const std::string why = malformed_copy(d); !why.empty())
+          return to_caf(errc::invalid, "the copy of session " + sid + " to restore is malformed: " + why);
         tensor_store::tensor_map m;
         for (auto& b : d.tensors) {
-          auto type = dtype_from_name(b.dtype);
-          if (!type) return to_caf(errc::invalid, "checkpoint tensor " + b.name + " has unknown dtype " + b.dtype);
-          auto t = tensor::make(*type, b.shape);
+          auto t = tensor::make(*dtype_from_name(b.dtype), b.shape);
           if (!t) return to_caf(t.err());
-          if (t->nbytes() != b.bytes.size()) return to_caf(errc::invalid, "checkpoint tensor " + b.name + " has the wrong size");
           std::memcpy(t->data(), b.bytes.data(), b.bytes.size());
           m[b.name] = std::move(*t);
         }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "actors/errors.hpp"
+#include "actors/worker/worker_actor.hpp"
 #include "runtime/graph.hpp"
 #include "test/support/actors.hpp"
 
@@ -222,6 +223,43 @@ TEST(checked_worker, AMalformedCopyOfASessionIsNamed) {
   EXPECT_NE(bad([](session_dump& c) { c.tensors[3].shape = {2, 30}; }).find("q has an invalid shape"),
             std::string::npos);  // (q8 rows are whole blocks of 32)
   EXPECT_NE(bad([](session_dump& c) { c.tensors.push_back(c.tensors[2]); }).find("pos twice"), std::string::npos);
+}
+
+// A worker restoring a copy reads its form first (malformed_copy, as the spot-checks do): a
+// tensor whose shape claims far more than its bytes is refused, naming it, before anything is
+// allocated for that shape; a well-formed copy is restored and copied back as it was.
+TEST(checked_worker, AWorkerRestoresOnlyAWellFormedCopy) {
+  MPAKT_SKIP_ACTOR_TEST_UNDER_SANITIZERS();
+  using namespace std::chrono_literals;
+  test::protocol_system actors;
+  worker_config wc;
+  wc.worker_id = "w_restore";
+  wc.memory_bytes = 1 << 20;
+  auto w = spawn_worker(actors.sys, wc);
+  caf::scoped_actor me{actors.sys};
+  session_dump bad;
+  bad.tensors = {{"k0", {std::int64_t(1) << 40}, "f32", std::string(8, '\0')}};
+  me->request(w, 5s, sload_atom::value, std::string("s_bad"), bad)
+      .receive([&](bool) { FAIL() << "a copy whose shape its bytes do not fill was restored"; },
+               [&](caf::error& e) {
+                 const auto err = from_caf(e);
+                 EXPECT_EQ(err.code, errc::invalid);
+                 EXPECT_NE(err.message.find("the copy of session s_bad to restore is malformed: its tensor k0 carries 8 bytes"),
+                           std::string::npos)
+                     << err.message;
+               });
+  session_dump good;
+  good.tensors = {{"k0", {2}, "f32", std::string("\0\0\x80\x3f\0\0\0\x40", 8)}};
+  me->request(w, 5s, sload_atom::value, std::string("s_good"), good)
+      .receive([&](bool ok) { EXPECT_TRUE(ok); }, [&](caf::error& e) { FAIL() << from_caf(e).message; });
+  me->request(w, 5s, sdump_atom::value, std::string("s_good"))
+      .receive(
+          [&](session_dump& d) {
+            ASSERT_EQ(d.tensors.size(), 1u);
+            EXPECT_EQ(d.tensors[0].bytes, good.tensors[0].bytes);
+            EXPECT_EQ(d.tensors[0].shape, good.tensors[0].shape);
+          },
+          [&](caf::error& e) { FAIL() << from_caf(e).message; });
 }
 
 TEST(checked_worker, SessionsAgreeTensorByTensor) {
